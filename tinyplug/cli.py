@@ -1,0 +1,153 @@
+"""`tinyplug` command line: core commands (list-plugins, env) plus the subcommands plugins register.
+
+Building the parser loads plugin registration modules only; a plugin command's `run` is imported when it runs.
+Exit codes: 0 success, 1 a command failed, 2 usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from tinyplug.helpers import DEBUG, ENV_VARS, ContextVar, ansilen, colored, env_str
+from tinyplug.plugins import API_VERSION, CORE_COMMANDS, PluginManager, get_plugin_manager, host_version
+
+JSON_SCHEMA_VERSION = 1
+STATUS_COLORS = {"builtin": "cyan", "active": "green", "opt-in": "yellow", "disabled": "white",
+                 "unavailable": "yellow", "failed": "red", "incompatible": "red", "conflict": "red"}
+PROVIDES_KEYS = ("devices", "renderers", "passes", "search", "listeners", "commands")
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """Left-aligned columns separated by two spaces; widths ignore ANSI colour codes."""
+  widths = [max([ansilen(h), *(ansilen(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+  def line(cells: Sequence[str]) -> str:
+    return "  ".join(c + " " * (w - ansilen(c)) for c, w in zip(cells, widths)).rstrip()
+  return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def _provides_text(provides: dict[str, list[str]]) -> str:
+  return "; ".join(f"{k}: {', '.join(dict.fromkeys(v))}" for k, v in provides.items() if v) or "-"
+
+
+def plugin_report(pm: PluginManager) -> dict[str, Any]:
+  """The stable `list-plugins --json` document (schema_version 1)."""
+  plugins = []
+  for info in pm.plugins:
+    plugins.append({
+      "id": info.id, "distribution": info.distribution, "version": info.version, "entry_point": info.module,
+      "builtin": info.builtin, "activation": info.activation, "api": info.api, "status": info.status,
+      "reason": info.reason, "description": info.description,
+      "error": None if info.error is None else {"type": info.error.type, "message": info.error.message,
+                                                "phase": info.error.phase},
+      "provides": {k: list(info.provides.get(k, [])) for k in PROVIDES_KEYS},
+      "devices": [{"name": n, "available": ok, "reason": r} for n, (ok, r) in info.devices.items()],
+      "load_ms": round(info.load_ms, 3),
+    })
+  return {
+    "schema_version": JSON_SCHEMA_VERSION,
+    "host": {"name": "tinyplug", "version": host_version(), "api": API_VERSION},
+    "env": {k: env_str(k) for k in ("TINY_PLUGINS", "TINY_PLUGINS_AUTOLOAD", "TINY_PLUGINS_STRICT", "VIZ")},
+    "plugins": plugins,
+    "errors": list(pm.request_errors),
+  }
+
+
+def cmd_list_plugins(args: argparse.Namespace, pm: PluginManager) -> int:
+  if args.json:
+    print(json.dumps(plugin_report(pm), indent=2))
+    return 0
+  color = sys.stdout.isatty()
+  rows = []
+  for info in pm.plugins:
+    status = colored(info.status, STATUS_COLORS.get(info.status)) if color else info.status
+    note = " ".join(info.reason.split())
+    rows.append([info.id, info.distribution or "?", info.version or "?", status, _provides_text(info.provides), note])
+  if rows: print(format_table(["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES", "NOTE"], rows))
+  else: print("no tinyplug plugins are installed (entry-point group 'tinyplug')")
+  for error in pm.request_errors: print(f"error: {error}", file=sys.stderr)
+  return 0
+
+
+def _env_value(name: str) -> str:
+  if name in ContextVar.registry: return repr(ContextVar.registry[name].value)
+  value = env_str(name, "\0")
+  return "(unset)" if value == "\0" else repr(value)
+
+
+def cmd_env(args: argparse.Namespace, pm: PluginManager | None) -> int:
+  docs = sorted(ENV_VARS.values(), key=lambda d: d.name)
+  if args.json:
+    print(json.dumps([{"name": d.name, "value": _env_value(d.name), "default": d.default, "kind": d.kind, "doc": d.doc}
+                      for d in docs], indent=2, default=str))
+    return 0
+  print(format_table(["NAME", "VALUE", "DEFAULT", "MEANING"], [[d.name, _env_value(d.name), repr(d.default), d.doc]
+                                                             for d in docs]))
+  return 0
+
+
+def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="tinyplug", description="tinyplug: a tensor compiler whose backends are plugins")
+  parser.add_argument("--version", action="version", version=f"tinyplug {host_version()} (plugin API {API_VERSION})")
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+  p = sub.add_parser("list-plugins", help="show every installed plugin, its status and what it provides")
+  p.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
+  p.set_defaults(handler=cmd_list_plugins)
+  p = sub.add_parser("env", help="show every environment variable tinyplug reads, with its current value")
+  p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+  p.set_defaults(handler=cmd_env)
+
+  for name in sorted(pm.commands):
+    spec, plugin_id = pm.commands[name]
+    assert name not in CORE_COMMANDS  # the plugin manager reports those as conflicts
+    p = sub.add_parser(name, help=f"{spec.help} [plugin {plugin_id}]", description=spec.help)
+    p.set_defaults(handler=_run_plugin_command, plugin_command=name)
+    if spec.add_arguments is not None:
+      try: spec.add_arguments(p)
+      except Exception as e:
+        print(f"tinyplug: plugin {plugin_id!r} failed to add the arguments of command {name!r}: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+        p.set_defaults(broken_arguments=f"{type(e).__name__}: {e}")
+  return parser
+
+
+def _run_plugin_command(args: argparse.Namespace, pm: PluginManager) -> int:
+  spec, plugin_id = pm.commands[args.plugin_command]
+  if getattr(args, "broken_arguments", None):
+    print(f"tinyplug: command {spec.name!r} is unusable: its arguments failed ({args.broken_arguments})", file=sys.stderr)
+    return 1
+  for error in pm.request_errors: print(f"tinyplug: error: {error}", file=sys.stderr)
+  if pm.request_errors: return 1
+  try:
+    run = pm.load_factory(spec.run)
+    result = run(args)
+  except Exception as e:
+    print(f"tinyplug: command {spec.name!r} of plugin {plugin_id!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
+    if DEBUG >= 1: raise
+    return 1
+  return int(result or 0)
+
+
+def _first_positional(argv: Sequence[str]) -> str | None:
+  return next((a for a in argv if not a.startswith("-")), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  # the table shows plugin failures itself, so `list-plugins` loads quietly
+  pm = get_plugin_manager(check=False, quiet=_first_positional(argv) == "list-plugins")
+  parser = build_parser(pm)
+  try:
+    args = parser.parse_args(argv)
+  except SystemExit as e:  # argparse: 0 after --help/--version, 2 for usage errors
+    return int(e.code or 0) if not isinstance(e.code, str) else 2
+  if args.command is None:
+    parser.print_help(sys.stderr)
+    return 2
+  return args.handler(args, pm)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

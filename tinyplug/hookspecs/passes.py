@@ -1,0 +1,142 @@
+"""Hooks for rewrite passes, the stable core stage ids, and how plugin passes are placed among them.
+
+The codegen pipeline is the list `CORE_STAGES`, run in order. A plugin pass names where it goes:
+- `stage="devectorize"`: it runs as part of that stage, after the core rules and before the next stage;
+- `after=(...)` / `before=(...)`: stage ids or other passes' names it must follow / precede.
+`order_passes` turns that into one deterministic list; install and registration order never matter.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Union
+
+from tinyplug.hookspecs.markers import hookspec
+from tinyplug.hookspecs.specs import PassSpec
+
+# Stable ids of the core codegen stages, in pipeline order. They are public API: renaming one is a major change.
+CORE_STAGES: tuple[str, ...] = (
+  "early",             # lower movement ops to index math, load collapse, range splitting
+  "symbolic_initial",  # first symbolic simplification of the kernel AST
+  "opt",               # optimisation actions (upcast/unroll/local/group), chosen by heuristics or search
+  "expand",            # expand UNROLL/UPCAST axes into vectors
+  "symbolic_postopt",  # simplification after the optimisations
+  "gpudims",           # map ranges to global/local (grid/block) indices
+  "devectorize",       # split vectors the renderer cannot handle
+  "decompositions",    # rewrite ops the renderer lacks in terms of ops it has
+  "symbolic_final",    # last simplification before rendering
+  "final",             # renderer-specific final rewrites (the renderer's extra matcher)
+  "linearize",         # graph -> ordered list of UOps
+)
+
+
+@hookspec
+def tinyplug_register_passes(register: Callable[[PassSpec], None]) -> None:
+  """Register rewrite passes by calling `register(PassSpec(name=..., rewrite=..., stage=... or after=...))`.
+
+  When: once per process, while plugins load; the pipeline order is computed from all passes afterwards.
+  Receives: `register`, a callback recording the spec and the plugin that registered it.
+  Returns: nothing.
+  Several plugins: all passes are collected and placed by `order_passes` (anchors, then plugin id and
+  pass name as tie-break). Two passes with the same name is a conflict (first plugin id wins). Each
+  pass's name and version enter `pipeline_fingerprint`, part of every compile- and search-cache key.
+  `rewrite` is a factory (or "module:attr") called when the pipeline is built, not at registration.
+  """
+
+
+@dataclass(frozen=True)
+class PipelineStep:
+  """One step of the ordered pipeline: a core stage (spec is None) or a plugin pass."""
+  name: str
+  plugin: str | None = None  # None for core stages
+  spec: PassSpec | None = None
+
+  @property
+  def is_core(self) -> bool: return self.spec is None
+
+  @property
+  def version(self) -> str: return "core" if self.spec is None else self.spec.version
+
+
+PluginPasses = Union[Mapping[str, "tuple[PassSpec, str]"], Iterable["tuple[PassSpec, str]"]]
+
+
+def order_passes(core_stages: Iterable[str], plugin_passes: PluginPasses) -> list[PipelineStep]:
+  """Place plugin passes among the core stages and return the whole pipeline in run order.
+
+  `plugin_passes` is an iterable of `(PassSpec, plugin_id)` pairs, or a mapping whose values are such pairs
+  (as `PluginManager.passes`). Rules:
+  - core stages keep their order;
+  - `stage=S` means after S and before the stage following S;
+  - a pass whose anchors are all `before` core stages runs right before the earliest of them;
+  - otherwise a pass runs as soon as all its `after` anchors have run;
+  - passes ready at the same point run in (plugin id, pass name) order.
+  Raises ValueError for an unknown anchor (naming the plugin and listing valid ids), for a pass named like
+  a core stage, and for a cycle (printing it).
+  """
+  stages = list(core_stages)
+  pairs = list(plugin_passes.values() if isinstance(plugin_passes, Mapping) else plugin_passes)
+  passes: dict[str, tuple[PassSpec, str]] = {}
+  for spec, plugin in sorted(pairs, key=lambda p: (p[1], p[0].name)):
+    if spec.name in stages:
+      raise ValueError(f"pass {spec.name!r} from plugin {plugin!r} has the name of a core stage; rename it")
+    if spec.name in passes:
+      raise ValueError(f"pass {spec.name!r} is registered by both plugin {passes[spec.name][1]!r} and {plugin!r}")
+    passes[spec.name] = (spec, plugin)
+
+  stage_index = {s: i for i, s in enumerate(stages)}
+  edges: dict[str, set[str]] = {n: set() for n in [*stages, *passes]}  # node -> nodes that must come after it
+  for a, b in zip(stages, stages[1:]): edges[a].add(b)
+  for name, (spec, plugin) in passes.items():
+    for anchor in (*spec.after, *spec.before, *((spec.stage,) if spec.stage else ())):
+      if anchor not in edges or (anchor == spec.stage and anchor not in stage_index):
+        valid = "core stages: " + ", ".join(stages) + ("; plugin passes: " + ", ".join(sorted(passes)) if passes else "")
+        what = "stage" if anchor == spec.stage else "anchor"
+        raise ValueError(f"pass {name!r} from plugin {plugin!r} names unknown {what} {anchor!r}; valid ids are {valid}")
+    for anchor in spec.after: edges[anchor].add(name)
+    for anchor in spec.before: edges[name].add(anchor)
+    if spec.stage is not None:
+      edges[spec.stage].add(name)
+      if (i := stage_index[spec.stage]) + 1 < len(stages): edges[name].add(stages[i + 1])
+    elif not spec.after and all(b in stage_index for b in spec.before):
+      first = min(stage_index[b] for b in spec.before)  # "right before" the earliest anchor, not at the very start
+      if first > 0: edges[stages[first - 1]].add(name)
+
+  def sort_key(node: str) -> tuple:
+    # plugin passes that are ready run before the next core stage; among themselves by (plugin id, name)
+    return (1, stage_index[node], "") if node in stage_index else (0, passes[node][1], node)
+
+  indegree = {n: 0 for n in edges}
+  for targets in edges.values():
+    for t in targets: indegree[t] += 1
+  ready = [sort_key(n) + (n,) for n, d in indegree.items() if d == 0]
+  heapq.heapify(ready)
+  order: list[str] = []
+  while ready:
+    node = heapq.heappop(ready)[-1]
+    order.append(node)
+    for t in edges[node]:
+      indegree[t] -= 1
+      if indegree[t] == 0: heapq.heappush(ready, sort_key(t) + (t,))
+  if len(order) != len(edges):
+    raise ValueError("pass ordering has a cycle: " + _describe_cycle(edges, set(edges) - set(order), passes))
+  return [PipelineStep(n) if n in stage_index else PipelineStep(n, passes[n][1], passes[n][0]) for n in order]
+
+
+def _describe_cycle(edges: dict[str, set[str]], stuck: set[str], passes: dict[str, tuple[PassSpec, str]]) -> str:
+  """Print one loop among the nodes that could not be placed (each of them waits on another stuck node)."""
+  def label(n: str) -> str: return f"{n} (plugin {passes[n][1]})" if n in passes else f"{n} (core stage)"
+  preds = {n: sorted(m for m in stuck if n in edges[m]) for n in stuck}
+  node, path = min(stuck), []
+  while node not in path:  # walk backwards along "must come after" edges until a node repeats
+    path.append(node)
+    node = preds[node][0]
+  loop = path[path.index(node):][::-1]
+  return " -> ".join(label(n) for n in loop + [loop[0]])
+
+
+def pipeline_fingerprint(ordered: Iterable[PipelineStep]) -> str:
+  """A stable hash of the ordered pipeline (step names, owning plugins and versions) for cache keys."""
+  import hashlib
+  text = "\n".join(f"{s.plugin or 'core'}/{s.name}@{s.version}" for s in ordered)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
