@@ -1,0 +1,28 @@
+"""tinyplug: a small deep-learning framework and tensor compiler whose every backend and pass is a plugin."""
+from __future__ import annotations
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; imported on first use so `import tinyplug` stays fast
+_LAZY = {
+  "Tensor": "tinyplug.tensor", "Device": "tinyplug.device", "TinyJit": "tinyplug.engine.jit",
+  "dtypes": "tinyplug.uop.dtype", "DType": "tinyplug.uop.dtype",
+  "UOp": "tinyplug.uop.ops", "Ops": "tinyplug.uop.ops", "GroupOp": "tinyplug.uop.ops",
+  "UPat": "tinyplug.uop.upat", "PatternMatcher": "tinyplug.uop.upat", "graph_rewrite": "tinyplug.uop.rewrite",
+  "Context": "tinyplug.helpers", "getenv": "tinyplug.helpers", "GlobalCounters": "tinyplug.helpers",
+  "Variable": "tinyplug.uop.ops", "hookimpl": "tinyplug.hookspecs",
+}
+
+def __getattr__(name: str) -> Any:
+  if name in _LAZY:
+    mod = importlib.import_module(_LAZY[name])
+    value = getattr(mod, name) if name != "Variable" else mod.UOp.variable
+    globals()[name] = value
+    return value
+  raise AttributeError(f"module 'tinyplug' has no attribute {name!r}")
+
+def __dir__() -> list[str]: return sorted(list(globals()) + list(_LAZY))
+
+__all__ = list(_LAZY)

@@ -1,0 +1,205 @@
+"""Data types: scalar, vector and pointer dtypes, and the promotion lattice shared with PyTorch/tinygrad."""
+from __future__ import annotations
+import functools, math, struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+ConstType = float | int | bool
+
+@dataclass(frozen=True, eq=True)
+class DType:
+  priority: int            # orders dtypes within the promotion lattice (and for `min`)
+  itemsize: int            # bytes of one element (vectors: all lanes)
+  name: str
+  fmt: str | None          # struct format character, None for void/bfloat16-like types
+  count: int = 1           # vector width
+  _scalar: DType | None = None
+
+  def __repr__(self) -> str: return f"dtypes.{_INVERSE_NAMES.get(self, self.name)}" if self.count == 1 \
+    else f"dtypes.{_INVERSE_NAMES.get(self.scalar(), self.scalar().name)}.vec({self.count})"
+  def __lt__(self, other: DType) -> bool:
+    return (self.priority, self.itemsize, self.name, self.fmt or "", self.count) < \
+      (other.priority, other.itemsize, other.name, other.fmt or "", other.count)
+  @property
+  def base(self) -> DType: return self
+  @property
+  def vcount(self) -> int: return self.count
+  def scalar(self) -> DType: return self._scalar if self._scalar is not None else self
+  def vec(self, count: int) -> DType:
+    if count == 1 or self == dtypes.void: return self
+    if self.count != 1: raise ValueError(f"cannot vectorize {self}: it is already a vector")
+    return _vec(self, count)
+  def ptr(self, size: int = -1, local: bool = False) -> PtrDType:
+    return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, local, 1, size)
+  @property
+  def min(self) -> ConstType: return dtypes.min(self)
+  @property
+  def max(self) -> ConstType: return dtypes.max(self)
+
+@functools.cache
+def _vec(dt: DType, count: int) -> DType:
+  return DType(dt.priority, dt.itemsize * count, f"{dt.name}{count}", None, count, dt)
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+  _base: DType | None = None
+  local: bool = False
+  v: int = 1
+  size: int = -1            # number of elements the pointer addresses, -1 if unknown
+
+  @property
+  def base(self) -> DType: return self._base if self._base is not None else self
+  def ptr(self, size: int = -1, local: bool = False) -> PtrDType: raise TypeError("a pointer dtype cannot be made a pointer again")
+  def vec(self, count: int) -> DType:
+    if count == 1: return self
+    return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self.base, self.local, count, self.size)
+  def scalar(self) -> PtrDType:
+    return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self.base, self.local, 1, self.size)
+  def __repr__(self) -> str:
+    return f"{self.base!r}.ptr({self.size}{', local=True' if self.local else ''})" + (f".vec({self.v})" if self.v != 1 else "")
+
+class dtypes:
+  void: Final = DType(-1, 0, "void", None)
+  bool: Final = DType(0, 1, "bool", "?")
+  int8: Final = DType(1, 1, "char", "b")
+  uint8: Final = DType(2, 1, "unsigned char", "B")
+  int16: Final = DType(3, 2, "short", "h")
+  uint16: Final = DType(4, 2, "unsigned short", "H")
+  int32: Final = DType(5, 4, "int", "i")
+  uint32: Final = DType(6, 4, "unsigned int", "I")
+  int64: Final = DType(7, 8, "long", "q")
+  uint64: Final = DType(8, 8, "unsigned long", "Q")
+  float16: Final = DType(9, 2, "half", "e")
+  bfloat16: Final = DType(10, 2, "__bf16", None)
+  float32: Final = DType(11, 4, "float", "f")
+  float64: Final = DType(12, 8, "double", "d")
+  # aliases, as PyTorch and tinygrad spell them
+  half = float16; float = float32; double = float64
+  char = int8; uchar = uint8; short = int16; ushort = uint16
+  int = int32; uint = uint32; long = int64; ulong = uint64
+  # index arithmetic inside kernels
+  index: Final = int32
+  default_float: DType = float32
+  default_int: DType = int32
+
+  @staticmethod
+  def is_float(x: DType) -> bool: return x.scalar() in _FLOATS
+  @staticmethod
+  def is_int(x: DType) -> bool: return x.scalar() in _INTS
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x.scalar() in _UINTS
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+  @staticmethod
+  def from_py(x: Any) -> DType:
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, float): return dtypes.default_float
+    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, (list, tuple)):
+      return max((dtypes.from_py(v) for v in x), default=dtypes.default_float)
+    raise TypeError(f"cannot infer a dtype for {x!r} of type {type(x).__name__}")
+  @staticmethod
+  def as_const(val: Any, dtype: DType) -> Any:
+    """Casts a Python value to what a constant of `dtype` holds (wrapping integers like C does)."""
+    if isinstance(val, tuple): return tuple(dtypes.as_const(v, dtype) for v in val)
+    sc = dtype.scalar()
+    if sc == dtypes.bool: return bool(val)
+    if sc in _INTS:
+      if isinstance(val, float) and (math.isnan(val) or math.isinf(val)): return 0
+      v, bits = int(val), sc.itemsize * 8
+      v &= (1 << bits) - 1
+      return v - (1 << bits) if sc not in _UINTS and v >= 1 << (bits - 1) else v
+    if sc in _FLOATS: return float(val)
+    return val
+  @staticmethod
+  def min(dtype: DType) -> ConstType:
+    sc = dtype.scalar()
+    if sc == dtypes.bool: return False
+    if sc in _UINTS: return 0
+    if sc in _INTS: return -(1 << (sc.itemsize * 8 - 1))
+    return -math.inf
+  @staticmethod
+  def max(dtype: DType) -> ConstType:
+    sc = dtype.scalar()
+    if sc == dtypes.bool: return True
+    if sc in _UINTS: return (1 << (sc.itemsize * 8)) - 1
+    if sc in _INTS: return (1 << (sc.itemsize * 8 - 1)) - 1
+    return math.inf
+  @staticmethod
+  def finfo(dtype: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype."""
+    return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype.scalar()]
+  @staticmethod
+  def fields() -> dict[str, DType]: return dict(_NAMED)
+
+_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
+_UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
+_INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | _UINTS
+_NAMED: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+# the canonical short name of each dtype, for repr
+_INVERSE_NAMES: dict[DType, str] = {}
+for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "half", "bfloat16", "float",
+           "double"):
+  _INVERSE_NAMES[_NAMED[_k]] = _k
+
+def to_dtype(x: DType | str) -> DType:
+  """Accepts a DType or its name ('float32', 'half', ...); unknown names raise a ValueError naming the choices."""
+  if isinstance(x, DType): return x
+  if isinstance(x, str) and x in _NAMED: return _NAMED[x]
+  raise ValueError(f"unknown dtype {x!r}; choose one of {sorted(k for k in _NAMED if k not in ('index',))}")
+
+# Promotion lattice: an edge a -> b means values of a fit into b. The result of mixing dtypes is the
+# smallest dtype reachable from all of them, as in PyTorch/tinygrad (int + half -> half, uint32 + int32 -> int64).
+_PROMO_LATTICE: dict[DType, tuple[DType, ...]] = {
+  dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
+  dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
+  dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+}
+
+@functools.cache
+def _upper_set(dt: DType) -> frozenset[DType]:
+  return frozenset({dt}).union(*(_upper_set(p) for p in _PROMO_LATTICE.get(dt, ())))
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype all of `ds` promote to."""
+  common = frozenset.intersection(*(_upper_set(d.scalar()) for d in ds))
+  if not common: raise TypeError(f"no common dtype for {ds}")
+  return min(common)
+
+def least_upper_float(dt: DType) -> DType:
+  return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
+
+def sum_acc_dtype(dt: DType) -> DType:
+  """The accumulator dtype of a sum: ints widen to at least int32 (uint32 if unsigned), floats to at least float32."""
+  if dtypes.is_unsigned(dt): return least_upper_dtype(dt, dtypes.uint32)
+  if dtypes.is_int(dt) or dt == dtypes.bool: return least_upper_dtype(dt, dtypes.int32)
+  return least_upper_dtype(dt, dtypes.float32)
+
+def truncate(dt: DType, val: ConstType) -> ConstType:
+  """Rounds a Python constant to what `dt` can represent (float32 rounding for float32, wrapping for ints)."""
+  sc = dt.scalar()
+  if sc == dtypes.float32 and isinstance(val, float) and math.isfinite(val):
+    try: return struct.unpack("f", struct.pack("f", val))[0]
+    except OverflowError: return math.copysign(math.inf, val)
+  if sc == dtypes.float16 and isinstance(val, float) and math.isfinite(val):
+    try: return struct.unpack("e", struct.pack("e", val))[0]
+    except OverflowError: return math.copysign(math.inf, val)
+  return dtypes.as_const(val, dt)
+
+_NP_NAMES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16", dtypes.uint16: "uint16",
+             dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64", dtypes.uint64: "uint64",
+             dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64", dtypes.bfloat16: "uint16"}
+
+def to_np_dtype(dt: DType):
+  """The numpy dtype holding `dt` (bfloat16 is stored as its raw uint16 bits)."""
+  import numpy as np
+  return np.dtype(_NP_NAMES[dt.scalar()])
+
+def from_np_dtype(npdt) -> DType:
+  import numpy as np
+  name = np.dtype(npdt).name
+  for dt, n in _NP_NAMES.items():
+    if n == name and dt != dtypes.bfloat16: return dt
+  raise ValueError(f"numpy dtype {name} has no tinyplug dtype")

@@ -1,0 +1,463 @@
+"""UOp: the one immutable, hash-consed IR node used from the Tensor graph down to the linear program."""
+from __future__ import annotations
+import math, weakref
+from enum import Enum, auto
+from typing import Any, Callable, Iterator
+from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
+
+class Ops(Enum):
+  # graph structure and identity
+  SINK = auto(); NOOP = auto(); UNIQUE = auto(); DEVICE = auto(); KERNEL = auto(); CUSTOM = auto(); CUSTOMI = auto()
+  # buffers and variables
+  BUFFER = auto(); BUFFER_VIEW = auto(); DEFINE_GLOBAL = auto(); DEFINE_LOCAL = auto(); DEFINE_REG = auto()
+  DEFINE_VAR = auto(); BIND = auto()
+  # constants
+  CONST = auto(); VCONST = auto()
+  # movement (tensor level; turned into index math by the scheduler)
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
+  # tensor-level operations
+  COPY = auto(); ASSIGN = auto(); CONTIGUOUS = auto(); DETACH = auto(); REDUCE_AXIS = auto(); MULTI = auto(); AFTER = auto()
+  # kernel-level
+  INDEX = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); END = auto(); REDUCE = auto()
+  IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto()
+  VECTORIZE = auto(); GEP = auto(); UNROLL = auto(); CONTRACT = auto(); WMMA = auto()
+  # conversions
+  CAST = auto(); BITCAST = auto()
+  # unary ALU
+  EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIPROCAL = auto(); NEG = auto(); TRUNC = auto()
+  # binary ALU
+  ADD = auto(); MUL = auto(); SUB = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); POW = auto()
+  CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()
+  THREEFRY = auto()
+  # ternary ALU
+  WHERE = auto(); MULACC = auto()
+
+  def __str__(self) -> str: return f"Ops.{self.name}"
+  def __lt__(self, other: Ops) -> bool: return self.value < other.value
+
+class GroupOp:
+  Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
+  Binary = frozenset({Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE,
+                      Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.THREEFRY})
+  Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+  Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.CONST, Ops.DEFINE_VAR})
+  Defines = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
+  Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
+  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.AND, Ops.OR})
+  Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
+  Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
+  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+  # ops where a padded zero does not stay zero (log2(0), 1/0, ...): padding must mask them
+  UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW, Ops.FDIV, Ops.CMPLT, Ops.CMPEQ})
+  All = frozenset(Ops)
+
+def _arg_key(arg: Any) -> Any:
+  # floats need their sign and NaN-ness in the cache key: 0.0 == -0.0 and nan != nan would merge or split wrongly
+  if type(arg) is float: return (float, arg.hex()) if arg == arg else (float, "nan")
+  if type(arg) is tuple and any(type(a) is float for a in arg): return tuple(_arg_key(a) for a in arg)
+  return arg
+
+class UOpMeta(type):
+  # the weak cache: same (op, dtype, src, arg) gives the same object while anyone holds it
+  ucache: dict[tuple, weakref.ReferenceType] = {}
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    key = (op, dtype, src, _arg_key(arg))
+    if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
+    obj = super().__call__(op, dtype, src, arg)
+    UOpMeta.ucache[key] = weakref.ref(obj, lambda _r, k=key: _drop_key(k, _r))
+    return obj
+
+def _drop_key(key: tuple, ref: weakref.ReferenceType) -> None:
+  if UOpMeta.ucache.get(key) is ref: del UOpMeta.ucache[key]
+
+class UOp(metaclass=UOpMeta):
+  """An IR node: `op` on `src` with a `dtype` and an `arg`. Never mutate one; build a new one."""
+  __slots__ = ("op", "dtype", "src", "arg", "_cache", "__weakref__")
+  op: Ops
+  dtype: DType
+  src: tuple[UOp, ...]
+  arg: Any
+
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
+    object.__setattr__(self, "op", op); object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", src); object.__setattr__(self, "arg", arg)
+    object.__setattr__(self, "_cache", None)
+  def __setattr__(self, name: str, value: Any) -> None: raise AttributeError("UOp is immutable; build a new one with .replace()")
+  def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg)
+  def replace(self, **kwargs) -> UOp:
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg))
+    if kwargs: raise TypeError(f"unknown UOp fields {sorted(kwargs)}")
+    return UOp(*new)
+
+  # cached derived facts live in one small dict per node
+  def _cached(self, name: str, fn: Callable[[], Any]) -> Any:
+    c = self._cache
+    if c is None: object.__setattr__(self, "_cache", c := {})
+    if name not in c: c[name] = fn()
+    return c[name]
+
+  # ---- printing ----
+  def __repr__(self) -> str: return pretty_print(self)
+  def short(self) -> str:
+    """One line: op, dtype, arg; used by the Tensor repr."""
+    return f"<UOp {self.op} {self.dtype!r} arg={self.arg!r}>"
+
+  # ---- graph walks ----
+  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+    """All nodes reachable from self, each after its sources (iterative: deep graphs are fine)."""
+    if gate is None and self._cache is not None and "toposort" in self._cache: return self._cache["toposort"]
+    visited: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in visited: continue
+      if expanded: visited[node] = None; continue
+      stack.append((node, True))
+      if gate is None or gate(node):
+        for s in reversed(node.src):
+          if s not in visited: stack.append((s, False))
+    if gate is None: self._cached("toposort", lambda: visited)
+    return visited
+  def sparents(self) -> Iterator[UOp]: return iter(self.toposort())
+  def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
+    from tinyplug.uop.rewrite import graph_rewrite
+    from tinyplug.uop.upat import PatternMatcher, UPat
+    return graph_rewrite(self, _substitute_pm, ctx=mapping, bottom_up=True, name=name or "substitute")
+
+  # ---- constructors ----
+  @staticmethod
+  def const(dtype: DType, b: ConstType | tuple) -> UOp:
+    if isinstance(b, UOp): return b
+    if isinstance(b, tuple) and dtype.count > 1:
+      return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), x) for x in b))
+    return UOp(Ops.CONST, dtype, arg=truncate(dtype, b))
+  def const_like(self, b: ConstType | tuple) -> UOp:
+    """A constant of this node's dtype (and device, for tensor-level nodes)."""
+    if self.op is Ops.CONST and self.src: return UOp(Ops.CONST, self.dtype, self.src, truncate(self.dtype, b))
+    return UOp.const(self.dtype, b)
+  @staticmethod
+  def variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType = dtypes.int) -> UOp:
+    if min_val > max_val: raise ValueError(f"variable {name!r}: min {min_val} is greater than max {max_val}")
+    return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+  def bind(self, val: int) -> UOp:
+    if self.op is not Ops.DEFINE_VAR: raise ValueError(f"only a variable can be bound, not {self.op}")
+    if not (self.arg[1] <= val <= self.arg[2]): raise ValueError(f"{val} is out of range for variable {self.arg}")
+    return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+  def unbind(self) -> tuple[UOp, int]:
+    if self.op is not Ops.BIND: raise ValueError(f"{self.op} is not a BIND")
+    return self.src[0], self.src[1].arg
+  @property
+  def expr(self) -> str:
+    if self.op is not Ops.DEFINE_VAR: raise ValueError(f"{self.op} is not a variable")
+    return self.arg[0]
+  def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
+
+  # ---- ALU construction and Python operators ----
+  def alu(self, op: Ops, *src: UOp) -> UOp:
+    out_dtype = (self, *src)[-1].dtype
+    if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(out_dtype.count)
+    return UOp(op, out_dtype, (self, *src))
+  def _operand(self, x: Any) -> UOp:
+    return x if isinstance(x, UOp) else self.const_like(x)
+  def ufix(self, x: Any) -> UOp:
+    """A constant of our dtype; ints mixed into float math become floats, floats into int math stay float."""
+    if isinstance(x, UOp): return x
+    if isinstance(x, float) and not dtypes.is_float(self.dtype): return UOp.const(dtypes.default_float, x)
+    return self.const_like(x)
+  def __add__(self, x): return self.alu(Ops.ADD, self.ufix(x))
+  def __radd__(self, x): return self.ufix(x).alu(Ops.ADD, self)
+  def __sub__(self, x): return self.alu(Ops.SUB, self.ufix(x))
+  def __rsub__(self, x): return self.ufix(x).alu(Ops.SUB, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self.ufix(x))
+  def __rmul__(self, x): return self.ufix(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self.ufix(x))
+  def __rfloordiv__(self, x): return self.ufix(x).alu(Ops.IDIV, self)
+  def __truediv__(self, x):
+    if dtypes.is_float(self.dtype): return self.alu(Ops.FDIV, self.ufix(x))
+    return self.alu(Ops.IDIV, self.ufix(x))
+  def __rtruediv__(self, x): return self.ufix(x).__truediv__(self)
+  def __mod__(self, x): return self.alu(Ops.MOD, self.ufix(x))
+  def __rmod__(self, x): return self.ufix(x).alu(Ops.MOD, self)
+  def __neg__(self): return self.alu(Ops.NEG)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self.ufix(x))
+  def __gt__(self, x): return self.ufix(x).alu(Ops.CMPLT, self)
+  def __ge__(self, x): return (self < x).logical_not()
+  def __le__(self, x): return (self > x).logical_not()
+  def __and__(self, x): return self.alu(Ops.AND, self.ufix(x))
+  def __rand__(self, x): return self.ufix(x).alu(Ops.AND, self)
+  def __or__(self, x): return self.alu(Ops.OR, self.ufix(x))
+  def __ror__(self, x): return self.ufix(x).alu(Ops.OR, self)
+  def __xor__(self, x): return self.alu(Ops.XOR, self.ufix(x))
+  def __rxor__(self, x): return self.ufix(x).alu(Ops.XOR, self)
+  def __lshift__(self, x): return self.alu(Ops.SHL, self.ufix(x))
+  def __rshift__(self, x): return self.alu(Ops.SHR, self.ufix(x))
+  def __invert__(self): return self.logical_not() if self.dtype == dtypes.bool else self ^ -1
+  def eq(self, x) -> UOp: return self.alu(Ops.CMPEQ, self.ufix(x))
+  def ne(self, x) -> UOp: return self.alu(Ops.CMPNE, self.ufix(x))
+  def logical_not(self) -> UOp: return self.ne(True)
+  def maximum(self, x) -> UOp: return self.alu(Ops.MAX, self.ufix(x))
+  def minimum(self, x) -> UOp: return -(-self).maximum(-self.ufix(x))
+  def where(self, x, y) -> UOp:
+    xu = x if isinstance(x, UOp) else (y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x))
+    return self.alu(Ops.WHERE, xu, xu._operand(y))
+  def reciprocal(self) -> UOp: return self.alu(Ops.RECIPROCAL)
+  def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
+  def exp2(self) -> UOp: return self.alu(Ops.EXP2)
+  def log2(self) -> UOp: return self.alu(Ops.LOG2)
+  def sin(self) -> UOp: return self.alu(Ops.SIN)
+  def trunc(self) -> UOp: return self.alu(Ops.TRUNC)
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
+  def __bool__(self) -> bool:
+    if self.op is Ops.CONST: return bool(self.arg)
+    lo, hi = self.vmin, self.vmax
+    if lo == hi: return bool(lo)
+    raise ValueError(f"the truth value of a symbolic expression is unknown: {self.render()}")
+  def __int__(self) -> int:
+    if self.vmin == self.vmax: return int(self.vmin)
+    raise ValueError(f"cannot make an int from the symbolic expression {self.render()}")
+  def __index__(self) -> int: return self.__int__()
+
+  # ---- bounds (for symbolic simplification) ----
+  @property
+  def vmin(self) -> ConstType: return self._min_max[0]
+  @property
+  def vmax(self) -> ConstType: return self._min_max[1]
+  @property
+  def _min_max(self) -> tuple[ConstType, ConstType]:
+    return self._cached("min_max", lambda: _bounds(self))
+
+  # ---- symbolic helpers ----
+  def simplify(self) -> UOp:
+    from tinyplug.uop.rewrite import graph_rewrite
+    from tinyplug.uop.symbolic import symbolic
+    return graph_rewrite(self, symbolic, name="simplify")
+  def ssimplify(self) -> UOp | ConstType:
+    return ret.arg if (ret := self.simplify()).op is Ops.CONST else ret
+  def sym_infer(self, var_vals: dict[UOp, int] | dict[str, int]) -> ConstType:
+    """Evaluates the expression with variables bound (keys may be variables or their names)."""
+    return evaluate(self, {(k.arg[0] if isinstance(k, UOp) else k): v for k, v in var_vals.items()})
+  def render(self, simplify: bool = False) -> str:
+    """Short C-like text of an index expression: `((a+1)*2)`."""
+    return render_expr(self.simplify() if simplify else self)
+
+  # ---- tensor-level facts (shape and device of graph nodes; None where a node has no shape) ----
+  @property
+  def shape(self) -> tuple[int, ...] | None:
+    from tinyplug.uop.shapes import shape_of
+    return self._cached("shape", lambda: shape_of(self))
+  @property
+  def device(self) -> str | tuple[str, ...] | None:
+    from tinyplug.uop.shapes import device_of
+    return self._cached("device", lambda: device_of(self))
+  @property
+  def size(self) -> int:
+    shp = self.shape
+    return 1 if shp is None else math.prod(shp)
+  @property
+  def base(self) -> UOp:
+    """The node under any movement ops."""
+    x = self
+    while x.op in GroupOp.Movement: x = x.src[0]
+    return x
+  @property
+  def ptrdtype(self) -> PtrDType:
+    if not isinstance(self.dtype, PtrDType): raise TypeError(f"{self.op} has dtype {self.dtype!r}, not a pointer")
+    return self.dtype
+
+# ---------------- printing ----------------
+
+def pretty_print(root: UOp) -> str:
+  """Nested `UOp(...)` text; a node reached more than once is named `xN:=` once and referred to by name after."""
+  refs = _number_refs(root)
+  printed: set[UOp] = set()
+  out: list[str] = []
+  # iterative printer: frames of (node, depth, next child index)
+  def header(node: UOp, depth: int) -> str:
+    num, count = refs.get(node, (0, 0))
+    name = f"x{num}:=" if count > 1 else ""
+    return f"{' ' * depth}{name}UOp({node.op}, {node.dtype!r}, arg={node.arg!r}, src=("
+  work: list[tuple[UOp, int, int]] = [(root, 0, 0)]
+  printed.add(root)
+  out.append(header(root, 0))
+  while work:
+    node, depth, i = work.pop()
+    if i < len(node.src):
+      work.append((node, depth, i + 1))
+      child = node.src[i]
+      if child in printed:
+        out.append(f"\n{' ' * (depth + 2)} x{refs[child][0]},")
+      else:
+        printed.add(child)
+        out.append("\n" + header(child, depth + 2))
+        work.append((child, depth + 2, 0))
+    else:
+      out.append("))" + ("," if work else ""))
+  return "".join(out)
+
+def _number_refs(root: UOp) -> dict[UOp, list[int]]:
+  # pre-order: a child is numbered when its parent is first expanded, then its own children are expanded
+  refs: dict[UOp, list[int]] = {}
+  stack: list[tuple[UOp, int]] = [(root, 0)]
+  while stack:
+    node, i = stack.pop()
+    if i >= len(node.src): continue
+    stack.append((node, i + 1))
+    s = node.src[i]
+    if s not in refs:
+      refs[s] = [len(refs), 1]
+      stack.append((s, 0))
+    else: refs[s][1] += 1
+  return refs
+
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.FDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
+          Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+
+def render_expr(root: UOp) -> str:
+  memo: dict[UOp, str] = {}
+  for u in root.toposort():
+    s = [memo[x] for x in u.src]
+    if u.op is Ops.CONST: r = str(u.arg)
+    elif u.op is Ops.DEFINE_VAR: r = u.arg[0]
+    elif u.op is Ops.RANGE: r = f"ridx{u.arg[0] if isinstance(u.arg, tuple) else u.arg}"
+    elif u.op is Ops.SPECIAL: r = str(u.arg[0])
+    elif u.op in _INFIX: r = f"({s[0]}{_INFIX[u.op]}{s[1]})"
+    elif u.op is Ops.NEG: r = f"(-{s[0]})"
+    elif u.op is Ops.MAX: r = f"max({s[0]}, {s[1]})"
+    elif u.op is Ops.WHERE: r = f"({s[0]}?{s[1]}:{s[2]})"
+    elif u.op is Ops.CAST: r = f"({u.dtype.name})({s[0]})"
+    elif u.op is Ops.BIND: r = s[0]
+    else: r = f"{u.op.name.lower()}({', '.join(s)})"
+    memo[u] = r
+  return memo[root]
+
+# ---------------- evaluation of scalar expressions ----------------
+
+def _c_div(a, b):
+  if b == 0: raise ZeroDivisionError("integer division by zero in a symbolic expression")
+  q = abs(a) // abs(b)
+  return q if (a >= 0) == (b >= 0) else -q
+def _c_mod(a, b): return a - b * _c_div(a, b)
+
+PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
+  Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+  Ops.IDIV: _c_div, Ops.MOD: _c_mod, Ops.FDIV: lambda a, b: a / b if b != 0 else (math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1, b)),
+  Ops.MAX: max, Ops.NEG: lambda a: -a if not isinstance(a, bool) else not a,
+  Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
+  Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
+  Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b, Ops.WHERE: lambda c, a, b: a if c else b,
+  Ops.MULACC: lambda a, b, c: a * b + c, Ops.TRUNC: lambda a: float(math.trunc(a)) if math.isfinite(a) else a,
+  Ops.SQRT: lambda a: math.sqrt(a) if a >= 0 else math.nan, Ops.RECIPROCAL: lambda a: 1 / a if a != 0 else math.copysign(math.inf, a),
+  Ops.EXP2: lambda a: 2.0 ** a if a < 1024 else math.inf, Ops.LOG2: lambda a: math.log2(a) if a > 0 else (-math.inf if a == 0 else math.nan),
+  Ops.SIN: lambda a: math.sin(a) if math.isfinite(a) else math.nan, Ops.POW: lambda a, b: a ** b,
+}
+
+def exec_alu(op: Ops, dtype: DType, operands: list[Any]) -> Any:
+  """One ALU op on Python values, with C semantics and the result rounded to `dtype`."""
+  return truncate(dtype, PYTHON_ALU[op](*operands))
+
+def evaluate(root: UOp, var_vals: dict[str, Any]) -> Any:
+  vals: dict[UOp, Any] = {}
+  for u in root.toposort():
+    if u.op is Ops.CONST: vals[u] = u.arg
+    elif u.op is Ops.DEFINE_VAR:
+      if u.arg[0] not in var_vals: raise KeyError(f"no value given for variable {u.arg[0]!r}")
+      vals[u] = var_vals[u.arg[0]]
+    elif u.op is Ops.BIND: vals[u] = vals[u.src[1]]
+    elif u.op is Ops.CAST: vals[u] = truncate(u.dtype, vals[u.src[0]])
+    elif u.op in GroupOp.ALU: vals[u] = exec_alu(u.op, u.dtype, [vals[s] for s in u.src])
+    else: raise ValueError(f"cannot evaluate {u.op} in a scalar expression")
+  return vals[root]
+
+# ---------------- bounds ----------------
+
+def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
+  """Conservative [vmin, vmax] of a scalar expression, from its dtype and sources."""
+  dmin, dmax = dtypes.min(u.dtype), dtypes.max(u.dtype)
+  op = u.op
+  if op is Ops.CONST: return (u.arg, u.arg)
+  if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if op is Ops.BIND: return u.src[0]._min_max
+  if op is Ops.RANGE: return (0, u.src[0].vmax - 1) if u.src and isinstance(u.src[0].vmax, int) else (0, dmax)
+  if op is Ops.SPECIAL: return (0, u.arg[1] - 1) if isinstance(u.arg[1], int) else (0, u.src[0].vmax - 1 if u.src else dmax)
+  if op is Ops.VCONST: return (min(u.arg), max(u.arg))
+  if op is Ops.CAST and u.src:
+    lo, hi = u.src[0]._min_max
+    if dtypes.is_int(u.dtype) and isinstance(lo, (int, bool)) and dmin <= lo and hi <= dmax: return (int(lo), int(hi))
+    if dtypes.is_float(u.dtype): return (float(lo), float(hi)) if not dtypes.is_bool(u.src[0].dtype) else (0.0, 1.0)
+    return (dmin, dmax)
+  if op not in GroupOp.ALU or dtypes.is_float(u.dtype): return (dmin, dmax)
+  s = [x._min_max for x in u.src]
+  if op is Ops.ADD: return _clamp(s[0][0] + s[1][0], s[0][1] + s[1][1], dmin, dmax)
+  if op is Ops.SUB: return _clamp(s[0][0] - s[1][1], s[0][1] - s[1][0], dmin, dmax)
+  if op is Ops.MUL:
+    c = [a * b for a in s[0] for b in s[1]]
+    return _clamp(min(c), max(c), dmin, dmax)
+  if op is Ops.NEG: return _clamp(-s[0][1], -s[0][0], dmin, dmax) if not dtypes.is_bool(u.dtype) else (dmin, dmax)
+  if op is Ops.MAX: return (max(s[0][0], s[1][0]), max(s[0][1], s[1][1]))
+  if op is Ops.MOD and s[1][0] > 0:
+    (alo, ahi), (blo, bhi) = s
+    # C semantics: the result takes the dividend's sign and is smaller than the divisor in magnitude
+    if alo >= 0: return (alo, ahi) if ahi < blo else (0, min(ahi, bhi - 1))
+    if ahi <= 0: return (alo, ahi) if -alo < blo else (max(alo, -(bhi - 1)), 0)
+    return (max(alo, -(bhi - 1)), min(ahi, bhi - 1))
+  if op is Ops.IDIV and s[1][0] == s[1][1] and s[1][0] != 0:
+    c = s[1][0]
+    lo, hi = _c_div(s[0][0], c), _c_div(s[0][1], c)
+    return (min(lo, hi), max(lo, hi))
+  if op is Ops.IDIV and s[1][0] > 0:
+    c = [_c_div(a, b) for a in s[0] for b in s[1]]
+    return (min(c), max(c))
+  if op is Ops.CMPLT: return (s[0][1] < s[1][0], s[0][0] < s[1][1])
+  if op is Ops.CMPNE:
+    always_ne = s[0][1] < s[1][0] or s[1][1] < s[0][0]
+    always_eq = s[0][0] == s[0][1] == s[1][0] == s[1][1]
+    return (always_ne, not always_eq)
+  if op is Ops.CMPEQ:
+    always_ne = s[0][1] < s[1][0] or s[1][1] < s[0][0]
+    always_eq = s[0][0] == s[0][1] == s[1][0] == s[1][1]
+    return (always_eq, not always_ne)
+  if op is Ops.WHERE:
+    if s[0][0] == s[0][1]: return s[1] if s[0][0] else s[2]
+    return (min(s[1][0], s[2][0]), max(s[1][1], s[2][1]))
+  if op is Ops.AND and dtypes.is_bool(u.dtype): return (s[0][0] and s[1][0], s[0][1] and s[1][1])
+  if op is Ops.OR and dtypes.is_bool(u.dtype): return (s[0][0] or s[1][0], s[0][1] or s[1][1])
+  if op is Ops.AND and s[0][0] >= 0 and s[1][0] >= 0: return (0, min(s[0][1], s[1][1]))
+  if op is Ops.SHL and s[0][0] >= 0 and s[1][0] == s[1][1] and 0 <= s[1][0] < 63:
+    return _clamp(s[0][0] << s[1][0], s[0][1] << s[1][0], dmin, dmax)
+  if op is Ops.SHR and s[0][0] >= 0 and s[1][0] == s[1][1] and s[1][0] >= 0: return (s[0][0] >> s[1][0], s[0][1] >> s[1][0])
+  return (dmin, dmax)
+
+def _clamp(lo, hi, dmin, dmax) -> tuple[ConstType, ConstType]:
+  # an expression that might overflow its dtype can take any value
+  if lo < dmin or hi > dmax: return (dmin, dmax)
+  return (lo, hi)
+
+def _substitute(ctx: dict[UOp, UOp], x: UOp) -> UOp | None: return ctx.get(x)
+
+def _make_substitute_pm():
+  from tinyplug.uop.upat import PatternMatcher, UPat
+  return PatternMatcher([(UPat(name="x"), _substitute)])
+
+class _LazyPM:
+  # built on first use so that ops.py does not import the matcher at module load
+  def __init__(self, make): self._make, self._pm = make, None
+  def __getattr__(self, name):
+    if self._pm is None: self._pm = self._make()
+    return getattr(self._pm, name)
+
+_substitute_pm = _LazyPM(_make_substitute_pm)
+
+def __getattr__(name: str):
+  # `from tinyplug.uop.ops import UPat, PatternMatcher, graph_rewrite` works, as in the seed documents
+  if name in ("UPat", "PatternMatcher"):
+    from tinyplug.uop import upat
+    return getattr(upat, name)
+  if name in ("graph_rewrite", "graph_rewrite_map"):
+    from tinyplug.uop import rewrite
+    return getattr(rewrite, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

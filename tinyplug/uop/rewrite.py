@@ -1,0 +1,77 @@
+"""graph_rewrite: apply a PatternMatcher to a whole graph until nothing matches (iteratively: no recursion limit)."""
+from __future__ import annotations
+import sys, time
+from typing import Any
+from tinyplug import events
+from tinyplug.uop.ops import UOp
+from tinyplug.uop.upat import PatternMatcher
+
+class RewriteLoopError(RuntimeError):
+  pass
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> UOp:
+  """Rewrite `sink` with `pm` to a fixed point and return the new graph.
+
+  By default a node's sources are rewritten before the node itself (children first). With `bottom_up=True`
+  the patterns are tried on a node before its sources are visited, so a rule sees the graph above the leaves
+  unchanged. Every node is rewritten once per call; results are shared across the graph."""
+  return _run(sink, pm, ctx, bottom_up, name, {}, sys._getframe(1))
+
+def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
+                      name: str | None = None) -> dict[UOp, UOp]:
+  """Like graph_rewrite, but returns what each node of the input graph became."""
+  replace: dict[UOp, UOp] = {}
+  _run(sink, pm, ctx, bottom_up, name, replace, sys._getframe(1))
+  return {u: replace[u] for u in sink.toposort() if u in replace}
+
+def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, replace: dict[UOp, UOp], frame) -> UOp:
+  if not events.enabled("rewrite"): return _rewrite(sink, pm.rewrite, ctx, bottom_up, replace)
+  matches: list[events.RewriteMatch] = []
+  def tracked(u: UOp, c: Any) -> UOp | None:
+    t0 = time.perf_counter_ns()
+    ret, row = pm.rewrite_tracked(u, c)
+    if row is not None and ret is not u:
+      matches.append(events.RewriteMatch(u, ret, row.file, row.line, row.owner, time.perf_counter_ns() - t0))
+    return ret
+  caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+  start = time.perf_counter_ns()
+  out = _rewrite(sink, tracked, ctx, bottom_up, replace)
+  events.emit("rewrite", events.RewriteEvent(name or "graph_rewrite", sink, out, tuple(matches), events.current_scope(),
+                                             start, time.perf_counter_ns(), caller))
+  return out
+
+def _rewrite(root: UOp, rewrite_fn, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp]) -> UOp:
+  # replace[n] is n's final form. Every value in it is a fixed point: its sources are final and no rule matches it.
+  in_progress: set[UOp] = set()
+  # stack frames: (node, stage, extra). stage 0: first visit; 1: sources done, rebuild; 2: node became extra[0]
+  stack: list[tuple[UOp, int, Any]] = [(root, 0, None)]
+  while stack:
+    n, stage, extra = stack.pop()
+    if stage == 0:
+      if n in replace: continue
+      if n in in_progress: raise RewriteLoopError(f"graph_rewrite loops: {n.op} is rewritten into a graph containing itself")
+      in_progress.add(n)
+      if bottom_up and (new := rewrite_fn(n, ctx)) is not None and new is not n:
+        stack.append((n, 2, (new, n))); stack.append((new, 0, None))
+        continue
+      stack.append((n, 1, None))
+      for s in reversed(n.src):
+        if s not in replace: stack.append((s, 0, None))
+    elif stage == 1:
+      src = n.src
+      new_src = tuple([replace[s] for s in src])
+      rebuilt = n if all(a is b for a, b in zip(new_src, src)) else UOp(n.op, n.dtype, new_src, n.arg)
+      if rebuilt is not n and rebuilt in replace:
+        replace[n] = replace[rebuilt]; in_progress.discard(n); continue
+      new = None if (bottom_up and rebuilt is n) else rewrite_fn(rebuilt, ctx)
+      if new is None or new is rebuilt:
+        replace[n] = replace[rebuilt] = rebuilt; in_progress.discard(n)
+      else:
+        in_progress.add(rebuilt)
+        stack.append((n, 2, (new, rebuilt))); stack.append((new, 0, None))
+    else:
+      new, rebuilt = extra
+      replace[n] = replace[new]
+      if rebuilt is not n: replace[rebuilt] = replace[new]
+      in_progress.discard(n); in_progress.discard(rebuilt)
+  return replace[root]

@@ -1,0 +1,193 @@
+"""UPat (patterns over UOps) and PatternMatcher (a table of pattern -> rewrite function, dispatched by op)."""
+from __future__ import annotations
+import itertools, sys
+from typing import Any, Callable, Iterable
+from tinyplug.uop.dtype import DType
+from tinyplug.uop.ops import Ops, GroupOp, UOp
+
+class UPat:
+  """Matches UOps by op, dtype, arg and sources; `name` captures the matched UOp for the rewrite function.
+
+  src forms: a tuple matches sources in order, a list matches them in any order (used for commutative ops),
+  a single UPat matches every source (any number of them), None matches any sources."""
+  __slots__ = ("op", "dtype", "arg", "name", "src", "repeat", "allowed_len", "early_reject", "alternatives")
+
+  def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
+               src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
+               allow_any_len: bool = False):
+    self.op: frozenset[Ops] | None = None if op is None else frozenset((op,)) if isinstance(op, Ops) else frozenset(op)
+    self.dtype: tuple[DType, ...] | None = None if dtype is None else (dtype,) if isinstance(dtype, DType) else tuple(dtype)
+    self.arg, self.name, self.alternatives = arg, name, None
+    self.repeat: UPat | None = src if isinstance(src, UPat) else None
+    # every ordering of the sources that is worth trying
+    self.src: list[tuple[UPat, ...]] | None
+    if isinstance(src, list): self.src = _unique_permutations(src)
+    elif isinstance(src, tuple): self.src = [src]
+    else: self.src = None
+    self.allowed_len = len(src) if isinstance(src, (tuple, list)) and not allow_any_len else -1
+    # ops the sources must contain: lets the matcher skip this pattern without recursing
+    self.early_reject: frozenset[Ops] = frozenset(next(iter(p.op)) for p in (src if isinstance(src, (tuple, list)) else ())
+                                                  if p.op is not None and len(p.op) == 1 and p.alternatives is None)
+
+  # ---- constructors ----
+  @staticmethod
+  def any(*pats: UPat) -> UPat:
+    """Matches if any of `pats` matches."""
+    ret = UPat()
+    ret.alternatives = pats
+    return ret
+  @staticmethod
+  def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype: DType | Iterable[DType] | None = None, vec: bool = True) -> UPat:
+    return UPat((Ops.CONST, Ops.VCONST) if vec else Ops.CONST, dtype, name=name)
+  @staticmethod
+  def const(dtype: DType | Iterable[DType] | None, b: Any) -> UPat: return UPat(Ops.CONST, dtype, arg=b)
+  @staticmethod
+  def sink(*pats: UPat, name: str | None = None) -> UPat: return UPat(Ops.SINK, src=pats, name=name)
+
+  # ---- operator sugar: UPat.cvar("a") + UPat.cvar("b") ----
+  def alu(self, op: Ops, *src: UPat) -> UPat:
+    srcs = (self, *src)
+    return UPat(op, None, list(srcs) if op in GroupOp.Commutative else srcs)
+  def _up(self, x: Any) -> UPat: return x if isinstance(x, UPat) else UPat.const(None, x)
+  def __add__(self, x): return self.alu(Ops.ADD, self._up(x))
+  def __radd__(self, x): return self._up(x).alu(Ops.ADD, self)
+  def __sub__(self, x): return self.alu(Ops.SUB, self._up(x))
+  def __rsub__(self, x): return self._up(x).alu(Ops.SUB, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self._up(x))
+  def __rmul__(self, x): return self._up(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self._up(x))
+  def __truediv__(self, x): return self.alu(Ops.FDIV, self._up(x))
+  def __mod__(self, x): return self.alu(Ops.MOD, self._up(x))
+  def __neg__(self): return self.alu(Ops.NEG)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self._up(x))
+  def __and__(self, x): return self.alu(Ops.AND, self._up(x))
+  def __or__(self, x): return self.alu(Ops.OR, self._up(x))
+  def __xor__(self, x): return self.alu(Ops.XOR, self._up(x))
+  def __lshift__(self, x): return self.alu(Ops.SHL, self._up(x))
+  def __rshift__(self, x): return self.alu(Ops.SHR, self._up(x))
+  def eq(self, x): return self.alu(Ops.CMPEQ, self._up(x))
+  def ne(self, x): return self.alu(Ops.CMPNE, self._up(x))
+  def maximum(self, x): return self.alu(Ops.MAX, self._up(x))
+  def where(self, x, y): return self.alu(Ops.WHERE, self._up(x), self._up(y))
+  def cast(self, dtype: DType | None = None, name: str | None = None): return UPat(Ops.CAST, dtype, (self,), name=name)
+  def named(self, name: str) -> UPat:
+    ret = UPat.__new__(UPat)
+    for k in UPat.__slots__: setattr(ret, k, getattr(self, k))
+    ret.name = name
+    return ret
+
+  def __repr__(self) -> str:
+    if self.alternatives is not None: return f"UPat.any({', '.join(map(repr, self.alternatives))})"
+    ops = None if self.op is None else tuple(sorted(self.op))
+    fields = [f"op={ops[0] if ops and len(ops) == 1 else ops}"]
+    if self.dtype is not None: fields.append(f"dtype={self.dtype}")
+    if self.arg is not None: fields.append(f"arg={self.arg!r}")
+    if self.name is not None: fields.append(f"name={self.name!r}")
+    if self.src is not None: fields.append(f"src={self.src[0]!r}")
+    if self.repeat is not None: fields.append(f"src={self.repeat!r}")
+    return f"UPat({', '.join(fields)})"
+
+  # ---- matching ----
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every way this pattern matches `uop`, as capture dicts extending `store`."""
+    if self.alternatives is not None:
+      return [r for alt in self.alternatives for r in alt.match(uop, dict(store))]
+    if (self.op is not None and uop.op not in self.op) or \
+       (self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar() not in self.dtype) or \
+       (self.arg is not None and self.arg != uop.arg) or \
+       (self.allowed_len != -1 and len(uop.src) != self.allowed_len): return []
+    if self.name is not None:
+      if (prev := store.get(self.name)) is None: store[self.name] = uop
+      elif prev is not uop: return []
+    if self.repeat is not None:
+      stores = [store]
+      for s in uop.src:
+        stores = [r for st in stores for r in self.repeat.match(s, st)]
+        if not stores: return []
+      return stores
+    if self.src is None: return [store]
+    if len(self.src) == 1:
+      stores = [store]
+      for p, s in zip(self.src[0], uop.src):
+        stores = [r for st in stores for r in p.match(s, st)]
+        if not stores: return []
+      return stores
+    res: list[dict[str, UOp]] = []
+    for order in self.src:
+      stores = [dict(store)]
+      for p, s in zip(order, uop.src):
+        stores = [r for st in stores for r in p.match(s, st)]
+        if not stores: break
+      res.extend(stores)
+    return res
+
+def _unique_permutations(pats: list[UPat]) -> list[tuple[UPat, ...]]:
+  seen, out = set(), []
+  for perm in itertools.permutations(pats):
+    key = tuple(map(id, perm))
+    if key not in seen: seen.add(key); out.append(perm)
+  return out
+
+def _owner_of(fn: Callable) -> str:
+  """The plugin a rewrite function comes from, judged by its top-level package."""
+  top = (getattr(fn, "__module__", None) or "?").split(".")[0]
+  if top == "tinyplug": return "core"
+  return top[len("tinyplug_"):] if top.startswith("tinyplug_") else top
+
+class Pattern:
+  """One row of a PatternMatcher: the pattern, its rewrite function, and where it came from."""
+  __slots__ = ("upat", "fn", "takes_ctx", "file", "line", "owner")
+  def __init__(self, upat: UPat, fn: Callable, owner: str | None):
+    self.upat, self.fn = upat, fn
+    code = getattr(fn, "__code__", None)
+    self.takes_ctx = code is not None and "ctx" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    self.file = code.co_filename if code is not None else "?"
+    self.line = code.co_firstlineno if code is not None else 0
+    self.owner = owner or _owner_of(fn)
+  @property
+  def location(self) -> str: return f"{self.file}:{self.line}"
+
+class PatternMatcher:
+  """A table of (UPat, fn) rows. `rewrite(u)` returns the first non-None fn result whose pattern matches u.
+
+  fn receives the named captures as keyword arguments, plus `ctx` if it has a parameter of that name."""
+  def __init__(self, patterns: list[tuple[UPat, Callable]] | list[Pattern], owner: str | None = None):
+    self.rows: list[Pattern] = [p if isinstance(p, Pattern) else Pattern(p[0], p[1], owner) for p in patterns]
+    # dispatch table: for each op, the rows that could match it, in table order
+    self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset[Ops], bool, int]]] = {op: [] for op in Ops}
+    for i, row in enumerate(self.rows):
+      for op in _ops_of(row.upat):
+        self.pdict[op].append((row.upat, row.fn, row.upat.early_reject, row.takes_ctx, i))
+
+  @property
+  def patterns(self) -> list[tuple[UPat, Callable]]: return [(r.upat, r.fn) for r in self.rows]
+  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rows + other.rows)
+  def __len__(self) -> int: return len(self.rows)
+
+  def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    src_ops = None
+    for upat, fn, early, takes_ctx, _ in self.pdict[uop.op]:
+      if early:
+        if src_ops is None: src_ops = {s.op for s in uop.src}
+        if not early <= src_ops: continue
+      for store in upat.match(uop, {}):
+        if (ret := (fn(ctx=ctx, **store) if takes_ctx else fn(**store))) is not None: return ret
+    return None
+
+  def rewrite_tracked(self, uop: UOp, ctx: Any = None) -> tuple[UOp | None, Pattern | None]:
+    """Like rewrite, and also says which row matched (for tracing)."""
+    for upat, fn, early, takes_ctx, i in self.pdict[uop.op]:
+      if early and not early <= {s.op for s in uop.src}: continue
+      for store in upat.match(uop, {}):
+        if (ret := (fn(ctx=ctx, **store) if takes_ctx else fn(**store))) is not None: return ret, self.rows[i]
+    return None, None
+
+def _ops_of(p: UPat) -> frozenset[Ops]:
+  if p.alternatives is not None: return frozenset().union(*(_ops_of(a) for a in p.alternatives))
+  return GroupOp.All if p.op is None else p.op
+
+def location_of_caller(depth: int = 2) -> str:
+  f = sys._getframe(depth)
+  return f"{f.f_code.co_filename}:{f.f_lineno}"
