@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -146,7 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.command is None:
     parser.print_help(sys.stderr)
     return 2
-  return args.handler(args, pm)
+  try:
+    return args.handler(args, pm)
+  except BrokenPipeError:  # `tinyplug env | head`: the reader left, which is not an error
+    sys.stdout = open(os.devnull, "w")
+    return 0
 
 
 if __name__ == "__main__":

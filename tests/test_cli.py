@@ -1,0 +1,138 @@
+"""The `tinyplug` command line, run as `python -m tinyplug` in subprocesses and through `main()` in-process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from plugin_fixtures import plugin_module, plugin_site  # noqa: F401  (plugin_site is a fixture)
+
+from tinyplug.cli import format_table, main
+
+GREETER = plugin_module("""
+  def add_arguments(parser):
+    parser.add_argument("--name", default="world")
+    parser.add_argument("--fail", action="store_true")
+
+  @hookimpl
+  def tinyplug_register_commands(register):
+    register(CommandSpec(name="greet", help="say hello", add_arguments=add_arguments, run="tp_greeter.run_greet:run"))
+
+  @hookimpl
+  def tinyplug_register_devices(register):
+    register(DeviceSpec(name="GREETDEV", factory="tp_greeter.heavy:Device"))
+""")
+RUN_GREET = """
+  def run(args):
+    if args.fail: raise RuntimeError("greeting failed")
+    print(f"hello {args.name}")
+    return 3 if args.name == "three" else 0
+"""
+
+
+@pytest.fixture
+def site(plugin_site):
+  plugin_site.add("tp-greeter", {"greeter": GREETER}, version="1.2.3",
+                  extra_files={"run_greet.py": RUN_GREET, "heavy.py": "raise RuntimeError('heavy module imported')\n"})
+  plugin_site.add("tp-optin", {"optin": plugin_module(activation="explicit")})
+  plugin_site.add("tp-broken", {"broken": "raise ImportError('libbroken.so: cannot open')\n"})
+  return plugin_site
+
+
+def rows_by_id(table: str) -> dict[str, str]:
+  return {line.split()[0]: line for line in table.splitlines()[1:]}
+
+
+def test_list_plugins_table(site):
+  result = site.run("list-plugins")
+  assert result.returncode == 0, result.stderr
+  lines = result.stdout.splitlines()
+  header = lines[0]
+  assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES", "NOTE"]
+  rows = rows_by_id(result.stdout)
+  greeter, optin, broken = rows["greeter"], rows["optin"], rows["broken"]
+  for column, value in (("DISTRIBUTION", "tp-greeter"), ("VERSION", "1.2.3"), ("STATUS", "active")):
+    assert greeter.index(value) == header.index(column), f"{column} column is not aligned"
+  assert "devices: GREETDEV" in greeter and "commands: greet" in greeter
+  assert "opt-in" in optin and "enable with TINY_PLUGINS=optin" in optin
+  assert "failed" in broken and "ImportError: libbroken.so: cannot open (phase=import)" in broken
+  assert "broken" not in result.stderr  # the table reports failures itself
+
+
+def test_list_plugins_json_document(site):
+  result = site.run("list-plugins", "--json", TINY_PLUGINS="-optin")
+  assert result.returncode == 0, result.stderr
+  doc = json.loads(result.stdout)
+  assert doc["schema_version"] == 1 and doc["host"]["name"] == "tinyplug" and doc["host"]["api"] == "1.0"
+  assert doc["env"]["TINY_PLUGINS"] == "-optin" and doc["errors"] == []
+  plugins = {p["id"]: p for p in doc["plugins"]}
+  greeter = plugins["greeter"]
+  assert (greeter["distribution"], greeter["version"], greeter["status"]) == ("tp-greeter", "1.2.3", "active")
+  assert greeter["provides"]["commands"] == ["greet"] and greeter["provides"]["devices"] == ["GREETDEV"]
+  assert greeter["devices"] == [{"name": "GREETDEV", "available": True, "reason": ""}] and greeter["error"] is None
+  assert set(greeter["provides"]) == {"devices", "renderers", "passes", "search", "listeners", "commands"}
+  assert plugins["optin"]["status"] == "disabled"
+  assert plugins["broken"]["error"] == {"type": "ImportError", "message": "libbroken.so: cannot open", "phase": "import"}
+  for p in doc["plugins"]:
+    assert {"id", "distribution", "version", "status", "reason", "error", "provides"} <= set(p)
+
+
+def test_list_plugins_shows_the_table_even_when_a_requested_plugin_is_missing(site):
+  result = site.run("list-plugins", TINY_PLUGINS="greeterr,viz_web")
+  assert result.returncode == 0 and "greeter" in result.stdout
+  assert "did you mean 'greeter'" in result.stderr and "pip install 'tinyplug[viz]'" in result.stderr
+
+
+def test_plugin_command_runs_with_its_arguments(site):
+  result = site.run("greet", "--name", "tests")
+  assert result.returncode == 0 and result.stdout.strip() == "hello tests"
+  assert "broken" in result.stderr  # other commands still warn about a failed plugin, in one line
+  assert site.run("greet", "--name", "three").returncode == 3
+
+
+def test_plugin_command_failure_exits_1(site):
+  result = site.run("greet", "--fail")
+  assert result.returncode == 1 and "greeting failed" in result.stderr and "'greeter'" in result.stderr
+
+
+def test_plugin_command_refuses_to_run_when_a_requested_plugin_is_missing(site):
+  result = site.run("greet", TINY_PLUGINS="nosuchplugin")
+  assert result.returncode == 1 and "nosuchplugin" in result.stderr and "hello" not in result.stdout
+
+
+def test_help_lists_plugin_commands_without_importing_implementations(site):
+  code = ("import sys; from tinyplug.cli import main; rc = main(['--help']); "
+          "print('RC', rc, 'LOADED', sorted(m for m in sys.modules if m.startswith(('numpy', 'tp_greeter.'))))")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=site.env(), timeout=60)
+  assert "greet" in result.stdout and "say hello [plugin greeter]" in result.stdout
+  assert "RC 0 LOADED ['tp_greeter.greeter']" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("argv", [[], ["no-such-command"], ["list-plugins", "--bogus"]])
+def test_usage_errors_exit_2(site, argv, capsys):
+  assert main(argv) == 2
+  assert "usage:" in capsys.readouterr().err
+
+
+def test_env_command(site):
+  result = site.run("env", DEBUG="3")
+  assert result.returncode == 0
+  rows = rows_by_id(result.stdout)
+  assert rows["DEBUG"].split()[1] == "3" and "generated code" in rows["DEBUG"]
+  assert "TINY_PLUGINS" in rows and "DEV" in rows
+  doc = {v["name"]: v for v in json.loads(site.run("env", "--json", JIT="0").stdout)}
+  assert doc["JIT"]["value"] == "0" and doc["JIT"]["default"] == 1 and doc["JIT"]["kind"] == "context"
+
+
+def test_in_process_list_plugins(site, capsys):
+  assert main(["list-plugins"]) == 0
+  out = capsys.readouterr().out
+  assert "greeter" in out and "tp-greeter" in out
+
+
+def test_format_table_aligns_colored_cells():
+  from tinyplug.helpers import colored
+  table = format_table(["A", "B"], [[colored("x", "red"), "1"], ["long", "2"]]).splitlines()
+  from tinyplug.helpers import ansistrip
+  assert [ansistrip(line).index(cell) for line, cell in zip(table, ["B", "1", "2"])] == [6, 6, 6]
