@@ -489,3 +489,22 @@ def test_pipeline_fingerprint_is_stable_and_tracks_versions():
   assert pipeline_fingerprint(order_passes(CORE_STAGES, bumped)) != base
   assert pipeline_fingerprint(order_passes(CORE_STAGES, [])) != base
   assert len(base) == 16 and int(base, 16) >= 0
+
+
+def test_failure_traceback_is_printed_at_debug_1(plugin_site, capsys):
+  plugin_site.add("tp-broken", {"broken": "def f(): raise ImportError('deep cause')\nf()\n"})
+  with Context(DEBUG=1):
+    get_plugin_manager()
+  err = capsys.readouterr().err
+  assert "Traceback (most recent call last)" in err and "deep cause" in err
+
+
+def test_example_plugin_pass_and_strategy_work(monkeypatch):
+  monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "plugin_example" / "src"))
+  from tinyplug.hookspecs import resolve_ref
+  from tinyplug.uop import UOp, graph_rewrite
+  x = UOp.variable("x", 0, 10)
+  fold = resolve_ref("tinyplug_example.passes:fold_double_neg")()
+  assert graph_rewrite(-(-(x + 1)), fold) is x + 1
+  strategy = resolve_ref("tinyplug_example.search:RandomSearch")(budget=10)
+  assert strategy.search([5, 3, 9], cost=float) == 3
