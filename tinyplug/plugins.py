@@ -210,8 +210,9 @@ class PluginManager:
     self._infos.append(info)
     return info
 
-  def _fail(self, info: PluginInfo, phase: str, exc: BaseException, status: str = "failed") -> None:
-    info.status, info.exception = status, exc
+  def _fail(self, info: PluginInfo, phase: str, exc: BaseException) -> None:
+    """Mark a plugin failed in `phase`, keeping the exception (for PluginError's cause) and its traceback."""
+    info.status, info.exception = "failed", exc
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     info.error = PluginFailure(phase, type(exc).__name__, str(exc), tb)
     info.reason = f"{info.error} (phase={phase})"
