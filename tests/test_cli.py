@@ -81,7 +81,7 @@ def test_list_plugins_json_document(site):
 def test_list_plugins_shows_the_table_even_when_a_requested_plugin_is_missing(site):
   result = site.run("list-plugins", TINY_PLUGINS="greeterr")
   assert result.returncode == 0 and "greeter" in result.stdout
-  assert "error: plugin 'greeterr' was requested but is not installed (did you mean 'greeter'?)" in result.stderr
+  assert "error: plugin 'greeterr' was requested in TINY_PLUGINS, but it is not installed (did you mean 'greeter'?)" in result.stderr
   doc = json.loads(site.run("list-plugins", "--json", TINY_PLUGINS="greeterr").stdout)
   assert len(doc["errors"]) == 1 and "greeterr" in doc["errors"][0]
 

@@ -332,10 +332,11 @@ class PluginManager:
     for name in sorted(self.enabled):
       info = installed.get(name)
       if info is None:
-        why = "VIZ is set, which needs plugin 'viz_web'" if name == "viz_web" and self.viz else f"plugin {name!r} was requested"
-        hint = suggest(name, [*installed, *FIRST_PARTY_EXTRAS])
+        why = "VIZ is set, which needs plugin 'viz_web'" if name == "viz_web" and self.viz else \
+          f"plugin {name!r} was requested in TINY_PLUGINS"
+        hint = suggest(name, {*installed, *FIRST_PARTY_EXTRAS} - {name})
         extra = install_hint(name)
-        self.request_errors.append(f"{why} but is not installed{hint}" + (f"; {extra}" if extra else ""))
+        self.request_errors.append(f"{why}, but it is not installed{hint}" + (f"; {extra}" if extra else ""))
       elif info.status in ("failed", "incompatible", "conflict"):
         self.request_errors.append(f"plugin {name!r} ({info.dist_label}) was requested but is {info.status}: {info.reason}")
         if info.exception is not None: self._request_causes.append(info.exception)
