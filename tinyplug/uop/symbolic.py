@@ -1,0 +1,245 @@
+"""Symbolic simplification: tables of UPat -> small named functions, applied with graph_rewrite.
+
+`symbolic_simple` folds constants and removes identities; `symbolic` adds term combining, canonical ordering,
+div/mod folding and comparisons decided by bounds; `sym` adds a few rules for lowering (cast chains).
+
+Integer division and modulo follow C: IDIV truncates toward zero and MOD takes the dividend's sign. The
+floor-style identities (`(x*c+y)//c == x + y//c`, ...) only hold when dividend and remainder share a sign,
+so every such rule checks that with vmin/vmax first. Index arithmetic is assumed not to overflow its dtype
+for the div/mod/compare rules (ADD/MUL/SUB reassociation is exact even with wrap-around).
+"""
+from __future__ import annotations
+import math
+from tinyplug.uop.dtype import dtypes, _INTS
+from tinyplug.uop.ops import Ops, GroupOp, UOp, exec_alu
+from tinyplug.uop.upat import UPat, PatternMatcher
+
+INTS = tuple(sorted(_INTS))
+INTS_AND_BOOL = INTS + (dtypes.bool,)
+
+# ---------------- helpers ----------------
+
+def _scalar_int(u: UOp) -> bool: return u.dtype.count == 1 and dtypes.is_int(u.dtype)
+
+def _split_sum(u: UOp) -> list[UOp]:
+  """The terms of an ADD chain, left to right (iterative: long chains are fine)."""
+  out: list[UOp] = []
+  stack = [u]
+  while stack:
+    t = stack.pop()
+    if t.op is Ops.ADD: stack.append(t.src[1]); stack.append(t.src[0])
+    else: out.append(t)
+  return out
+
+def _coefficient(t: UOp) -> tuple[UOp | None, int]:
+  """A term as (base, k) with t == base*k; base is None for a constant."""
+  if t.op is Ops.CONST: return None, t.arg
+  if t.op is Ops.MUL and t.src[1].op is Ops.CONST: return t.src[0], t.src[1].arg
+  return t, 1
+
+def _build_sum(like: UOp, terms: list[tuple[UOp | None, int]]) -> UOp:
+  """Rebuilds sum(base*k) with the constant last; 0 when there are no terms."""
+  out: UOp | None = None
+  const = 0
+  for base, k in terms:
+    if base is None: const += k; continue
+    t = base if k == 1 else base * base.const_like(k)
+    out = t if out is None else out + t
+  if out is None: return like.const_like(const)
+  return out + out.const_like(const) if const != 0 else out
+
+def _same_sign(whole: UOp, part: UOp) -> bool:
+  """C division of `whole` and of `part` agree on rounding when both are >= 0 or both are <= 0."""
+  return (whole.vmin >= 0 and part.vmin >= 0) or (whole.vmax <= 0 and part.vmax <= 0)
+
+# ---------------- symbolic_simple: constants and identities ----------------
+
+def fold_constants(x: UOp) -> UOp | None:
+  """An ALU op whose sources are all constants becomes a constant."""
+  if x.dtype.count != 1 or any(s.dtype.count != 1 for s in x.src): return None
+  vals = [s.arg for s in x.src]
+  if x.op in (Ops.IDIV, Ops.MOD) and vals[1] == 0: return None
+  try: val = exec_alu(x.op, x.dtype, vals)
+  except (ArithmeticError, ValueError, TypeError, KeyError): return None
+  return None if isinstance(val, complex) else x.const_like(val)
+
+def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
+  return x.const_like(c.arg) if x.dtype.count == 1 else None
+
+def fold_where_const(c: UOp, a: UOp, b: UOp) -> UOp: return a if c.arg else b
+
+def fold_max_by_bounds(a: UOp, b: UOp) -> UOp | None:
+  if a.vmin >= b.vmax: return a
+  if b.vmin >= a.vmax: return b
+  return None
+
+def zero_like(x: UOp) -> UOp: return x.const_like(0)
+def false_like(x: UOp) -> UOp: return x.const_like(False)
+def true_like(x: UOp) -> UOp: return x.const_like(True)
+def keep_x(x: UOp) -> UOp: return x
+
+x_var, y_var = UPat.var("x"), UPat.var("y")
+x_int = UPat.var("x", dtype=INTS)
+x_bool = UPat.var("x", dtype=dtypes.bool)
+c_scalar = UPat.cvar("c", vec=False)
+
+def _bin(op: Ops, a: UPat, b: UPat, dtype=None, name: str | None = None, ordered: bool = False) -> UPat:
+  """A binary pattern; commutative ops try both orders unless `ordered`."""
+  return UPat(op, dtype, (a, b) if ordered or op not in GroupOp.Commutative else [a, b], name=name)
+
+symbolic_simple = PatternMatcher([
+  # constant folding
+  (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="x"), fold_constants),
+  (UPat(Ops.CAST, src=(c_scalar,), name="x"), fold_cast_const),
+  (UPat(Ops.CAST, name="x", src=(UPat.var("y"),)), lambda x, y: y if x.dtype == y.dtype else None),
+  # arithmetic identities
+  (_bin(Ops.ADD, x_var, UPat.const(None, 0)), keep_x),
+  (_bin(Ops.MUL, x_var, UPat.const(None, 1)), keep_x),
+  (_bin(Ops.MUL, x_var, UPat.const(None, 0), dtype=INTS, name="m"), lambda x, m: m.const_like(0)),
+  (_bin(Ops.SUB, x_var, UPat.const(None, 0)), keep_x),
+  (UPat(Ops.SUB, INTS, (x_var, x_var)), zero_like),
+  (UPat(Ops.IDIV, src=(x_var, UPat.const(None, 1))), keep_x),
+  (UPat(Ops.MOD, INTS, (x_var, UPat.const(None, 1))), zero_like),
+  (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(x_var,)),)), keep_x),
+  # bool and bitwise identities
+  (UPat((Ops.AND, Ops.OR, Ops.MAX), src=(x_var, x_var)), keep_x),
+  (_bin(Ops.AND, x_bool, UPat.const(None, True)), keep_x),
+  (_bin(Ops.AND, x_bool, UPat.const(None, False)), false_like),
+  (_bin(Ops.OR, x_bool, UPat.const(None, True)), true_like),
+  (_bin(Ops.OR, x_bool, UPat.const(None, False)), keep_x),
+  (_bin(Ops.XOR, x_bool, UPat.const(None, False)), keep_x),
+  (_bin(Ops.AND, x_int, UPat.const(None, 0)), zero_like),
+  (_bin((Ops.OR, Ops.XOR), x_int, UPat.const(None, 0)), keep_x),
+  (UPat(Ops.XOR, INTS_AND_BOOL, (x_var, x_var)), false_like),
+  (_bin(Ops.CMPNE, x_bool, UPat.const(None, False)), keep_x),
+  (_bin(Ops.CMPEQ, x_bool, UPat.const(None, True)), keep_x),
+  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(x_bool, UPat.const(None, True))), UPat.const(None, True))), keep_x),
+  # where with a known condition or equal branches
+  (UPat(Ops.WHERE, src=(c_scalar, UPat.var("a"), UPat.var("b"))), fold_where_const),
+  (UPat(Ops.WHERE, src=(UPat.var(), x_var, x_var)), keep_x),
+  (UPat(Ops.WHERE, dtypes.bool, (UPat.var("x"), UPat.const(None, True), UPat.const(None, False))), keep_x),
+  # max decided by bounds
+  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), fold_max_by_bounds),
+])
+
+# ---------------- symbolic: bounds, canonical order, combining terms, div/mod ----------------
+
+def fold_by_bounds(x: UOp) -> UOp | None:
+  """An integer or bool expression whose bounds meet is that constant."""
+  if x.dtype.count != 1: return None
+  lo, hi = x._min_max
+  return x.const_like(lo) if lo == hi else None
+
+def const_to_right(u: UOp, c: UOp, x: UOp) -> UOp | None:
+  return None if x.op is Ops.CONST else UOp(u.op, u.dtype, (x, c), u.arg)
+
+def add_self(x: UOp) -> UOp | None: return None if x.dtype == dtypes.bool else x * x.const_like(2)
+
+def combine_coefficients(x: UOp, c1: UOp, c2: UOp) -> UOp: return x * x.const_like(c1.arg + c2.arg)
+def combine_with_one(x: UOp, c1: UOp) -> UOp: return x * x.const_like(c1.arg + 1)
+
+def fold_add_consts(x: UOp, c1: UOp, c2: UOp) -> UOp: return x + x.const_like(c1.arg + c2.arg)
+def fold_mul_consts(x: UOp, c1: UOp, c2: UOp) -> UOp: return x * x.const_like(c1.arg * c2.arg)
+
+def const_outward(x: UOp, c1: UOp, y: UOp) -> UOp | None:
+  """(x+c1)+y -> (x+y)+c1, so constants meet at the top of a sum."""
+  return None if y.op is Ops.CONST else (x + y) + c1
+
+def sub_const(x: UOp, c: UOp) -> UOp: return x + x.const_like(-c.arg)
+def neg_mul_const(x: UOp, c: UOp) -> UOp: return x * x.const_like(-c.arg)
+
+def fold_div_of_sum(d: UOp, x: UOp, c: UOp) -> UOp | None:
+  """x//c for a sum x: divide out a common factor, or pull out the terms that c divides."""
+  if c.arg <= 0 or not _scalar_int(d): return None
+  terms = [_coefficient(t) for t in _split_sum(x)]
+  g = math.gcd(c.arg, *(k for _, k in terms))
+  if g > 1:  # exact for every sign: (g*s) / (g*c') truncates like s / c'
+    return _build_sum(x, [(b, k // g) for b, k in terms]) // c.const_like(c.arg // g)
+  quotient = [(b, k // c.arg) for b, k in terms if k % c.arg == 0]
+  if not quotient: return None
+  rest = _build_sum(x, [(b, k) for b, k in terms if k % c.arg != 0])
+  if not _same_sign(x, rest): return None
+  out = _build_sum(x, quotient)
+  return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest // c
+
+def fold_mod_of_sum(m: UOp, x: UOp, c: UOp) -> UOp | None:
+  """x%c for a sum x: drop the terms that c divides and reduce the other coefficients mod c."""
+  if c.arg <= 0 or not _scalar_int(m): return None
+  terms = [_coefficient(t) for t in _split_sum(x)]
+  g = math.gcd(c.arg, *(k for _, k in terms))
+  if g == c.arg: return m.const_like(0)
+  if g > 1 and all(k // g == 1 for b, k in terms if b is not None):  # exact for every sign: (g*s) % (g*c') == g*(s % c')
+    return (_build_sum(x, [(b, k // g) for b, k in terms]) % c.const_like(c.arg // g)) * c.const_like(g)
+  reduced = [(b, k % c.arg) for b, k in terms if k % c.arg != 0]
+  if reduced == terms: return None
+  rest = _build_sum(x, reduced)
+  return rest % c if _same_sign(x, rest) else None
+
+def mod_in_range(x: UOp, c: UOp) -> UOp | None:
+  """x%c is x when |x| < c (C keeps the dividend's sign)."""
+  return x if c.arg > 0 and -c.arg < x.vmin and x.vmax < c.arg else None
+
+def fold_div_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+  return x // x.const_like(c1.arg * c2.arg) if c1.arg > 0 and c2.arg > 0 else None
+
+def fold_mod_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+  return x % c2 if c1.arg > 0 and c2.arg > 0 and c1.arg % c2.arg == 0 else None
+
+def recombine_div_mod(x: UOp, c: UOp, c2: UOp) -> UOp | None:
+  """(x//c)*c + x%c is x, for either sign of x."""
+  return x if c.arg == c2.arg and c.arg != 0 else None
+
+def _lt_const(x: UOp, bound: int) -> UOp | None:
+  """x < bound, when bound fits x's dtype (else the rule would wrap the constant)."""
+  return x < x.const_like(bound) if x.dtype.min <= bound <= x.dtype.max else None
+
+def lt_of_add(x: UOp, c1: UOp, c2: UOp) -> UOp | None: return _lt_const(x, c2.arg - c1.arg)
+def lt_of_mul(x: UOp, c1: UOp, c2: UOp) -> UOp | None: return _lt_const(x, -((-c2.arg) // c1.arg)) if c1.arg > 0 else None
+def lt_of_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+  return _lt_const(x, c2.arg * c1.arg) if c1.arg > 0 and x.vmin >= 0 else None
+
+c1_scalar, c2_scalar = UPat.cvar("c1", vec=False), UPat.cvar("c2", vec=False)
+
+symbolic = PatternMatcher([
+  # an integer expression whose bounds meet is a constant: tried first
+  (UPat(GroupOp.ALU, INTS_AND_BOOL, name="x"), fold_by_bounds),
+  # canonical order: constants on the right of commutative ops
+  (UPat(GroupOp.Commutative, src=(c_scalar, x_var), name="u"), const_to_right),
+]) + symbolic_simple + PatternMatcher([
+  # combining terms (integers: float reassociation would change rounding)
+  (UPat(Ops.ADD, INTS, (x_var, x_var)), add_self),
+  (UPat(Ops.ADD, INTS, (x_var * c1_scalar, x_var * c2_scalar)), combine_coefficients),
+  (UPat(Ops.ADD, INTS, [x_var * c1_scalar, x_var]), combine_with_one),
+  (UPat(Ops.ADD, INTS, [x_var, UPat(Ops.NEG, src=(x_var,))]), zero_like),
+  (UPat(Ops.ADD, INTS, (x_var + c1_scalar, c2_scalar)), fold_add_consts),
+  (UPat(Ops.MUL, INTS, (x_var * c1_scalar, c2_scalar)), fold_mul_consts),
+  (UPat(Ops.ADD, INTS, [x_var + c1_scalar, y_var]), const_outward),
+  (UPat(Ops.SUB, INTS, (x_var, c_scalar)), sub_const),
+  (UPat(Ops.NEG, INTS, (x_var * c_scalar,)), neg_mul_const),
+  # division and modulo (C semantics; see the module docstring)
+  (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(x_var, c1_scalar)), c2_scalar)), fold_div_div),
+  (UPat(Ops.IDIV, INTS, (x_var, c_scalar), name="d"), fold_div_of_sum),
+  (UPat(Ops.MOD, src=(x_var, c_scalar)), mod_in_range),
+  (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(x_var, c1_scalar)), c2_scalar)), fold_mod_mod),
+  (UPat(Ops.MOD, INTS, (x_var, c_scalar), name="m"), fold_mod_of_sum),
+  (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x_var, c_scalar)), c2_scalar)),
+                        UPat(Ops.MOD, src=(x_var, c_scalar))]), recombine_div_mod),
+  # comparisons
+  (UPat((Ops.CMPLT, Ops.CMPNE), src=(x_int, x_int)), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.CMPLT, src=(x_int + c1_scalar, c2_scalar)), lt_of_add),
+  (UPat(Ops.CMPLT, src=(x_int * c1_scalar, c2_scalar)), lt_of_mul),
+  (UPat(Ops.CMPLT, src=(x_int // c1_scalar, c2_scalar)), lt_of_div),
+])
+
+# ---------------- sym: symbolic plus rules used while lowering ----------------
+
+def fold_cast_chain(x: UOp, y: UOp) -> UOp | None:
+  """cast(cast(y, wider int), target) is cast(y, target) when the middle cast loses nothing."""
+  mid = x.src[0].dtype
+  if _scalar_int(y) and dtypes.is_int(mid) and mid.count == 1 and mid.min <= y.dtype.min and y.dtype.max <= mid.max:
+    return y.cast(x.dtype)
+  return None
+
+sym = symbolic + PatternMatcher([
+  (UPat(Ops.CAST, name="x", src=(UPat(Ops.CAST, src=(UPat.var("y"),)),)), fold_cast_chain),
+])
