@@ -1,6 +1,6 @@
 """UOp: the one immutable, hash-consed IR node used from the Tensor graph down to the linear program."""
 from __future__ import annotations
-import math, weakref
+import itertools, math, weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
@@ -59,6 +59,8 @@ def _arg_key(arg: Any) -> Any:
   if type(arg) is float: return (float, arg.hex()) if arg == arg else (float, "nan")
   if type(arg) is tuple and any(type(a) is float for a in arg): return tuple(_arg_key(a) for a in arg)
   return arg
+
+_unique_ids = itertools.count()
 
 class UOpMeta(type):
   # the weak cache: same (op, dtype, src, arg) gives the same object while anyone holds it
@@ -155,6 +157,14 @@ class UOp(metaclass=UOpMeta):
     if self.op is not Ops.DEFINE_VAR: raise ValueError(f"{self.op} is not a variable")
     return self.arg[0]
   def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
+  @staticmethod
+  def unique() -> UOp: return UOp(Ops.UNIQUE, dtypes.void, arg=next(_unique_ids))
+  @staticmethod
+  def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    """A tensor-level BUFFER of `size` elements on `device`, distinct from every other buffer."""
+    return UOp(Ops.BUFFER, dtype, (UOp.unique(), UOp(Ops.DEVICE, dtypes.void, arg=device)), size)
+  def reshape(self, shape: tuple[int, ...]) -> UOp:
+    return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
   # ---- ALU construction and Python operators ----
   def alu(self, op: Ops, *src: UOp) -> UOp:

@@ -1,0 +1,129 @@
+"""Codegen: a kernel AST becomes a linear program through named stages; plugin passes slot in between them."""
+from __future__ import annotations
+import functools, time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from tinyplug import events
+from tinyplug.device import ProgramSpec, Renderer
+from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.uop.rewrite import graph_rewrite
+from tinyplug.codegen.linearize import linearize
+from tinyplug.codegen.gpudims import add_gpudims
+from tinyplug.codegen.naming import kernel_name
+
+@dataclass
+class KernelContext:
+  """What the stages of one kernel's lowering share."""
+  renderer: Renderer
+  name: str = ""
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] | None = None
+  applied_opts: list = field(default_factory=list)
+  opts: Any = None                      # explicit optimisation actions (BEAM), or None for the heuristic
+
+def _symbolic(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  from tinyplug.uop.symbolic import symbolic
+  return graph_rewrite(sink, symbolic, name=stage)
+
+def _opt(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  from tinyplug.codegen.opt import apply_optimisations
+  return apply_optimisations(sink, ctx)
+
+def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  if not ctx.renderer.has_local and not getattr(ctx.renderer, "global_ids", False): return sink
+  sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.renderer.global_max)
+  return sink
+
+def _decompositions(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  from tinyplug.codegen.decompositions import decompose_for
+  return decompose_for(sink, ctx.renderer)
+
+def _final(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  extra = getattr(ctx.renderer, "extra_matcher", None)
+  return graph_rewrite(sink, extra, ctx=ctx, name=stage) if extra is not None else sink
+
+def _identity(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
+
+CORE_STAGE_IMPL: dict[str, Callable[[UOp, KernelContext, str], UOp]] = {
+  "early": _identity, "symbolic_initial": _symbolic, "opt": _opt, "expand": _identity, "symbolic_postopt": _symbolic,
+  "gpudims": _gpudims, "devectorize": _identity, "decompositions": _decompositions, "symbolic_final": _symbolic,
+  "final": _final,
+}
+
+@functools.cache
+def _pipeline(renderer_type: type) -> tuple:
+  from tinyplug.hookspecs.passes import CORE_STAGES, order_passes
+  from tinyplug.plugins import get_plugin_manager
+  pm = get_plugin_manager()
+  steps = order_passes(CORE_STAGES, pm.passes)
+  return tuple(s for s in steps if s.name != "linearize")
+
+def pipeline_steps(renderer: Renderer) -> tuple:
+  """The ordered stages and plugin passes a kernel goes through for this renderer."""
+  return _pipeline(type(renderer))
+
+def _run_plugin_pass(step, sink: UOp, ctx: KernelContext) -> UOp:
+  from tinyplug.plugins import get_plugin_manager
+  spec = step.spec
+  if spec.when is not None and not get_plugin_manager().load_factory(spec.when)(ctx.renderer): return sink
+  rewrite = _plugin_rewrite(spec.rewrite)
+  if callable(rewrite) and not hasattr(rewrite, "rewrite"): return rewrite(sink)
+  for row in getattr(rewrite, "rows", ()): row.owner = step.plugin   # matches are credited to the pass's plugin
+  return graph_rewrite(sink, rewrite, ctx=ctx, bottom_up=spec.bottom_up, name=step.name)
+
+@functools.cache
+def _plugin_rewrite(ref):
+  """A pass's `rewrite` factory, called once: it returns a PatternMatcher or a sink -> sink function."""
+  from tinyplug.plugins import get_plugin_manager
+  return get_plugin_manager().load_factory(ref)()
+
+def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: KernelContext | None = None) -> UOp:
+  """Every stage before linearize: the lowered kernel graph (useful to inspect, as in the seeds)."""
+  if renderer is None:
+    from tinyplug.device import Device
+    renderer = Device[Device.DEFAULT].renderer
+  ctx = ctx or KernelContext(renderer)
+  sink = ast
+  for step in pipeline_steps(renderer):
+    with events.scope("pass", step.name):
+      sink = CORE_STAGE_IMPL[step.name](sink, ctx, step.name) if step.is_core else _run_plugin_pass(step, sink, ctx)
+  return sink
+
+def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
+  """Lower a kernel AST for `renderer`: run the pipeline, linearize, render."""
+  ctx = KernelContext(renderer, name=kernel_name(ast), opts=opts)
+  with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
+    sink = full_rewrite_to_sink(ast, renderer, ctx)
+    uops = linearize(sink)
+    src = renderer.render(ctx.name, uops)
+  if events.enabled("kernel"): events.emit("kernel", {"name": ctx.name, "ast": ast, "uops": uops, "src": src,
+                                                        "device": renderer.device, "opts": tuple(ctx.applied_opts)})
+  bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
+  outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
+  ins = tuple(b.arg for b in bufs if b.arg not in outs)
+  variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
+  return ProgramSpec(ctx.name, tuple(uops), src, ctx.global_size, ctx.local_size, variables, outs, ins,
+                     tuple(ctx.applied_opts), estimate(ast))
+
+def estimate(ast: UOp) -> dict:
+  """Rough work of a kernel: ALU ops and bytes moved, for DEBUG=2 GFLOP/s and GB/s."""
+  ranges: dict[UOp, int] = {}
+  ops, mem = 0, 0
+  iters: dict[UOp, int] = {}
+  for u in ast.toposort():
+    if u.op is Ops.RANGE: iters[u] = int(u.src[0].arg) if u.src[0].op is Ops.CONST else 1
+  deps: dict[UOp, frozenset] = {}
+  for u in ast.toposort():
+    d = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
+    if u.op is Ops.RANGE: d = d | {u}
+    deps[u] = d
+    count = 1
+    for r in d: count *= iters[r]
+    if u.op in GroupOp.ALU and u.dtype.scalar().name != "bool" and not _is_index_math(u): ops += count
+    elif u.op is Ops.REDUCE: ops += count
+  for u in ast.toposort():
+    if u.op is Ops.DEFINE_GLOBAL: mem += max(u.dtype.size, 0) * u.dtype.itemsize
+  return {"ops": ops, "mem": mem}
+
+def _is_index_math(u: UOp) -> bool:
+  return u.dtype.scalar().name in ("int", "long") and any(s.op in (Ops.RANGE, Ops.SPECIAL) for s in u.src)

@@ -1,0 +1,92 @@
+"""Linearize: a kernel graph with RANGEs and REDUCEs becomes a list of UOps in execution order.
+
+A REDUCE turns into an accumulator (DEFINE_REG): set to the identity, updated inside its loops, read after them.
+Before a loop opens, everything that does not depend on it is emitted, so loop-invariant work stays outside."""
+from __future__ import annotations
+import math
+from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+def reduce_identity(op: Ops, dtype) -> float | int | bool:
+  if op is Ops.ADD: return 0
+  if op is Ops.MUL: return 1
+  if op is Ops.MAX: return dtypes.min(dtype) if not dtypes.is_float(dtype) else -math.inf
+  raise ValueError(f"no identity for a {op} reduction")
+
+class _Linearizer:
+  def __init__(self, sink: UOp):
+    self.sink = sink
+    self.order = list(sink.toposort())
+    self.rdeps: dict[UOp, frozenset[UOp]] = {}
+    for u in self.order:
+      deps = frozenset().union(*(self.rdeps[s] for s in u.src)) if u.src else frozenset()
+      if u.op is Ops.RANGE: deps = deps | {u}
+      elif u.op is Ops.REDUCE: deps = deps - set(u.src[1:])
+      self.rdeps[u] = deps
+    self.out: list[UOp] = []
+    self.done: dict[UOp, UOp] = {}
+    self.open: list[UOp] = []
+    self.n_regs = 0
+
+  def emit(self, u: UOp) -> UOp:
+    self.out.append(u)
+    return u
+
+  def need(self, u: UOp) -> UOp:
+    if (hit := self.done.get(u)) is not None: return hit
+    if u not in self.rdeps:  # a node made during linearizing (accumulator access)
+      self.rdeps[u] = frozenset().union(*(self.rdeps[s] for s in u.src)) if u.src else frozenset()
+    if not self.rdeps[u] <= set(self.open):
+      missing = sorted(r.arg for r in self.rdeps[u] - set(self.open))
+      raise RuntimeError(f"linearize: {u.op} needs loops {missing} that are not open")
+    if u.op is Ops.REDUCE: ret = self.reduce(u)
+    elif u.op is Ops.RANGE: raise RuntimeError(f"linearize: loop {u.arg} is used but was never opened")
+    else:
+      src = tuple(self.need(s) for s in u.src)
+      ret = self.emit(u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg))
+    self.done[u] = ret
+    return ret
+
+  def hoist(self, root: UOp) -> None:
+    """Emit every node under `root` that the loops open now are enough for."""
+    opened = set(self.open)
+    for u in root.toposort():
+      if u not in self.done and u.op not in (Ops.RANGE, Ops.SINK) and self.rdeps[u] <= opened: self.need(u)
+
+  def open_loop(self, r: UOp) -> None:
+    self.need(r.src[0])
+    self.done[r] = self.emit(r)
+    self.open.append(r)
+
+  def close_loop(self, r: UOp) -> None:
+    assert self.open[-1] is r, "loops must close innermost first"
+    self.emit(UOp(Ops.END, dtypes.void, (r,)))
+    self.open.pop()
+
+  def reduce(self, red: UOp) -> UOp:
+    value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: r.arg)
+    acc = self.emit(UOp(Ops.DEFINE_REG, red.dtype.ptr(1), arg=self.n_regs))
+    self.rdeps[acc], self.done[acc] = frozenset(), acc
+    self.n_regs += 1
+    slot = self.need(UOp(Ops.INDEX, red.dtype.ptr(1), (acc, self.need(UOp.const(dtypes.index, 0)))))
+    self.emit(UOp(Ops.STORE, dtypes.void, (slot, self.need(UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))))))
+    self.hoist(value)
+    for r in ranges: self.open_loop(r)
+    v = self.need(value)
+    current = self.emit(UOp(Ops.LOAD, red.dtype, (slot,), arg=("acc", acc.arg, "in")))
+    self.emit(updated := UOp(red.arg, red.dtype, (current, v)))
+    self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
+    for r in reversed(ranges): self.close_loop(r)
+    return self.emit(UOp(Ops.LOAD, red.dtype, (slot,), arg=("acc", acc.arg, "out")))
+
+  def run(self) -> list[UOp]:
+    loops = sorted((u for u in self.order if u.op is Ops.RANGE and u.arg[1] != "reduce"), key=lambda r: r.arg)
+    self.hoist(self.sink)
+    for r in loops: self.open_loop(r)
+    for s in self.sink.src: self.need(s)
+    for r in reversed(loops): self.close_loop(r)
+    return self.out
+
+def linearize(sink: UOp) -> list[UOp]:
+  """The kernel as a list of UOps in execution order (the form renderers and the interpreter consume)."""
+  return _Linearizer(sink).run()

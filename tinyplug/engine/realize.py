@@ -1,0 +1,100 @@
+"""Realize: schedule tensor-level UOps, compile each kernel once, run them, and report with DEBUG."""
+from __future__ import annotations
+import time, weakref
+from typing import Any
+from tinyplug import events
+from tinyplug.device import Buffer, Device, ProgramSpec
+from tinyplug.helpers import DEBUG, GlobalCounters, colored
+from tinyplug.uop.ops import Ops, UOp
+from tinyplug.schedule import ScheduleItem, create_schedule
+
+# the device memory behind each BUFFER uop; it lives as long as the uop does
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+def buffer_of(u: UOp) -> Buffer:
+  """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
+  while u.op is not Ops.BUFFER:
+    if u.op in (Ops.RESHAPE, Ops.AFTER): u = u.src[0]
+    else: raise ValueError(f"{u.op} is not a buffer")
+  if (b := _buffers.get(u)) is None:
+    _buffers[u] = b = Buffer(u.src[1].arg, u.arg, u.dtype)
+  return b
+
+def has_buffer(u: UOp) -> bool: return u in _buffers
+
+# ---------------- compiled programs, cached by (device, ast) ----------------
+
+class CompiledRunner:
+  def __init__(self, device: str, spec: ProgramSpec, compile_s: float):
+    self.device, self.spec, self.compile_s = device, spec, compile_s
+    dev = Device[device]
+    lib = dev.compiler.compile_cached(spec.src)
+    self.prg = dev.make_program(spec, lib)
+  def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+    vals = tuple(var_vals[v.arg[0]] for v in self.spec.vars)
+    return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
+                    vals=vals, wait=wait)
+
+_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+  key = (device, ast)
+  if (r := _runners.get(key)) is None:
+    from tinyplug.codegen import get_program
+    st = time.perf_counter()
+    renderer = Device[device].renderer
+    spec = get_program(ast, renderer)
+    with events.profile_span("compile", spec.name, device):
+      r = CompiledRunner(device, spec, time.perf_counter() - st)
+    if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")
+    if DEBUG >= 4: print(spec.src)
+    _runners[key] = r
+  return r
+
+# ---------------- running a schedule ----------------
+
+def _debug_line(name: str, device: str, item_bufs: list[Buffer], tm: float | None, ops: int = 0, mem: int = 0,
+                gsize: Any = None) -> None:
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_ops += ops
+  GlobalCounters.global_mem += mem
+  if tm is not None: GlobalCounters.time_sum_s += tm
+  if DEBUG >= 2:
+    t = tm if tm is not None else 0.0
+    gflops = ops / t / 1e9 if t > 0 else 0.0
+    gbs = mem / t / 1e9 if t > 0 else 0.0
+    print(f"*** {device:7s} {GlobalCounters.kernel_count:4d} {colored(f'{name:26s}', 'cyan')} arg {len(item_bufs):2d} "
+          f"mem {GlobalCounters.mem_used/1e9:6.2f} GB tm {t*1e6:9.2f}us/{GlobalCounters.time_sum_s*1e3:9.2f}ms "
+          f"({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s)" + (f" global {gsize}" if gsize else ""))
+
+def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None:
+  bufs = item.bufs
+  if item.ast.op is Ops.COPY:
+    dest, src = bufs
+    with events.profile_span("copy", item.metadata.get("name", "copy"), dest.device, nbytes=dest.nbytes):
+      st = time.perf_counter()
+      dest.ensure_allocated().copyin(src.numpy())
+      tm = time.perf_counter() - st
+    _debug_line(item.metadata.get("name", "copy"), dest.device, bufs, tm, 0, dest.nbytes)
+    return
+  device = bufs[0].device
+  runner = get_runner(device, item.ast)
+  for b in bufs: b.ensure_allocated()
+  with events.profile_span("run", runner.spec.name, device) as info:
+    tm = runner(bufs, var_vals or {}, wait=DEBUG >= 2 or events.enabled("profile"))
+    info["device_time_s"] = tm
+  _debug_line(runner.spec.name, device, bufs, tm, runner.spec.estimates.get("ops", 0),
+              runner.spec.estimates.get("mem", 0), runner.spec.global_size)
+
+def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
+  for item in schedule: run_item(item, var_vals)
+
+def realize(uops: list[UOp]) -> dict[UOp, UOp]:
+  """Compute every given tensor-level UOp; returns what each realized node became (a BUFFER view)."""
+  st = time.perf_counter()
+  schedule, becomes = create_schedule(uops)
+  count_before = GlobalCounters.kernel_count
+  run_schedule(schedule)
+  if DEBUG >= 1 and schedule:
+    print(f"realize: {GlobalCounters.kernel_count - count_before} kernels in {(time.perf_counter()-st)*1e3:.2f} ms")
+  return becomes

@@ -1,0 +1,1 @@
+"""Built-in runtimes that ship with the core distribution (registered through entry points like any plugin)."""

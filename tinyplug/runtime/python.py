@@ -1,0 +1,202 @@
+"""The PYTHON reference device: runs linear programs directly, one numpy operation per UOp for all threads at once.
+
+Every GPU thread of a launch is one lane of the numpy arrays, so work-group barriers hold by construction (all lanes
+finish an op before the next starts), local memory is an array per work-group, and loops (RANGE ... END) run in
+Python. Semantics follow C: integer division truncates, shifts and overflow wrap in the dtype."""
+from __future__ import annotations
+import math, time
+from typing import Any, Callable
+import numpy as np
+from tinyplug.device import Compiled, Compiler, HostAllocator, ProgramSpec, Renderer
+from tinyplug.uop.dtype import DType, PtrDType, dtypes, to_np_dtype
+from tinyplug.uop.ops import Ops, GroupOp, UOp
+
+class PythonRenderer(Renderer):
+  """The 'source' is a readable listing of the program; the interpreter runs the UOps themselves."""
+  device = "PYTHON"
+  has_local = True
+  has_shared = True
+  global_ids = True
+  global_max = (2**31 - 1, 65535, 65535)
+  local_max = (1024, 1024, 64)
+  shared_max = 65536
+  def render(self, name: str, uops: list[UOp]) -> str:
+    ids = {u: i for i, u in enumerate(uops)}
+    lines = [f"# kernel {name}"]
+    depth = 0
+    for i, u in enumerate(uops):
+      if u.op is Ops.END: depth -= 1
+      srcs = ", ".join(f"%{ids[s]}" if s in ids else "?" for s in u.src)
+      arg = "" if u.arg is None else f" {u.arg!r}"
+      lines.append(f"{'  ' * depth}%{i:<4d} = {u.op.name:13s} {u.dtype!r:22s} ({srcs}){arg}")
+      if u.op is Ops.RANGE: depth += 1
+    return "\n".join(lines)
+
+def _np(dt: DType) -> np.dtype: return to_np_dtype(dt)
+
+def _c_idiv(a, b):
+  b_safe = np.where(b == 0, 1, b)
+  q = np.abs(a) // np.abs(b_safe)
+  return np.where(np.equal(a < 0, b_safe < 0), q, -q)
+
+def _alu(op: Ops, dtype: DType, src: list[Any], src_dtypes: list[DType]) -> Any:
+  is_float = dtypes.is_float(dtype)
+  if op is Ops.ADD: return np.add(src[0], src[1])
+  if op is Ops.SUB: return np.subtract(src[0], src[1])
+  if op is Ops.MUL: return np.multiply(src[0], src[1]) if dtype != dtypes.bool else np.logical_and(src[0], src[1])
+  if op is Ops.FDIV: return np.divide(src[0], src[1])
+  if op is Ops.IDIV: return _c_idiv(src[0], src[1])
+  if op is Ops.MOD:
+    b = src[1]
+    return np.where(b == 0, 0, src[0] - b * _c_idiv(src[0], b)) if not is_float else np.fmod(src[0], b)
+  if op is Ops.MAX: return np.maximum(src[0], src[1])
+  if op is Ops.NEG: return np.negative(src[0]) if dtype != dtypes.bool else np.logical_not(src[0])
+  if op is Ops.CMPLT: return np.less(src[0], src[1])
+  if op is Ops.CMPNE: return np.not_equal(src[0], src[1])
+  if op is Ops.CMPEQ: return np.equal(src[0], src[1])
+  if op is Ops.AND: return np.bitwise_and(src[0], src[1])
+  if op is Ops.OR: return np.bitwise_or(src[0], src[1])
+  if op is Ops.XOR: return np.bitwise_xor(src[0], src[1])
+  if op is Ops.SHL: return np.left_shift(src[0], np.asarray(src[1]).astype(_np(dtype)))
+  if op is Ops.SHR: return np.right_shift(src[0], np.asarray(src[1]).astype(_np(dtype)))
+  if op is Ops.WHERE: return np.where(src[0], src[1], src[2])
+  if op is Ops.MULACC: return np.add(np.multiply(src[0], src[1]), src[2])
+  if op is Ops.EXP2: return np.exp2(src[0])
+  if op is Ops.LOG2: return np.log2(src[0])
+  if op is Ops.SIN: return np.sin(src[0])
+  if op is Ops.SQRT: return np.sqrt(src[0])
+  if op is Ops.RECIPROCAL: return np.reciprocal(np.asarray(src[0], dtype=_np(dtype)))
+  if op is Ops.TRUNC: return np.trunc(src[0])
+  if op is Ops.POW: return np.power(src[0], src[1])
+  raise NotImplementedError(f"the PYTHON device cannot run {op}")
+
+def _cast(x: Any, dtype: DType, from_dtype: DType) -> Any:
+  npdt = _np(dtype)
+  x = np.asarray(x)
+  if dtype == dtypes.bool: return x != 0
+  if dtypes.is_int(dtype) and dtypes.is_float(from_dtype):
+    # C truncation; out-of-range and NaN are undefined in C: give 0 rather than a numpy warning
+    x = np.where(np.isfinite(x), np.trunc(x), 0)
+    info = np.iinfo(npdt)
+    x = np.where((x >= info.min) & (x <= info.max), x, 0)
+  return x.astype(npdt)
+
+class PythonProgram:
+  def __init__(self, name: str, uops: tuple[UOp, ...]):
+    self.name, self.uops = name, list(uops)
+    # where each loop starts, and where each END jumps back to
+    self.range_pc = {u: i for i, u in enumerate(self.uops) if u.op is Ops.RANGE}
+
+  def __call__(self, *bufs: np.ndarray, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float:
+    st = time.perf_counter()
+    with np.errstate(all="ignore"): self._run(bufs, tuple(global_size), tuple(local_size or (1, 1, 1)), vals)
+    return time.perf_counter() - st
+
+  def _run(self, bufs, gsize, lsize, vals) -> None:
+    n_groups, n_local = math.prod(gsize), math.prod(lsize)
+    n = n_groups * n_local
+    tid = np.arange(n, dtype=np.int64)
+    group, local = tid // n_local, tid % n_local
+    ids: dict[str, np.ndarray] = {}
+    for prefix, flat, sizes in (("gidx", group, gsize), ("lidx", local, lsize)):
+      rem = flat
+      for d, s in enumerate(sizes):
+        ids[f"{prefix}{d}"] = (rem % s).astype(np.int32)
+        rem = rem // s
+    lanes = np.arange(n)
+    var_iter = iter(vals)
+    v: dict[UOp, Any] = {}
+    masks: list[Any] = []
+    pc, uops = 0, self.uops
+    while pc < len(uops):
+      u = uops[pc]
+      op = u.op
+      if op is Ops.DEFINE_GLOBAL:
+        base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
+        v[u] = bufs[u.arg].view(_np(base))
+      elif op is Ops.DEFINE_VAR: v[u] = np.int32(next(var_iter))
+      elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_np(u.dtype.base)), group)
+      elif op is Ops.DEFINE_REG: v[u] = ("reg", np.zeros((n, u.dtype.size), dtype=_np(u.dtype.base)), lanes)
+      elif op is Ops.CONST: v[u] = np.array(u.arg, dtype=_np(u.dtype))
+      elif op is Ops.SPECIAL: v[u] = ids[u.arg[0]]
+      elif op is Ops.RANGE:
+        if u not in v: v[u] = np.int32(0)
+        if v[u] >= v[u.src[0]]:   # empty loop: skip to after its END
+          pc = self._end_of(pc); v.pop(u); continue
+      elif op is Ops.END:
+        r = u.src[0]
+        v[r] = np.int32(v[r] + 1)
+        if v[r] < v[r.src[0]]:
+          pc = self.range_pc[r] + 1; continue
+        v.pop(r)
+      elif op is Ops.INDEX:
+        mem = v[u.src[0]]
+        v[u] = (mem, v[u.src[1]], v[u.src[2]] if len(u.src) > 2 else None)
+      elif op is Ops.LOAD: v[u] = self._load(v[u.src[0]], v[u.src[1]] if len(u.src) > 1 else None, u.dtype, n)
+      elif op is Ops.STORE: self._store(v[u.src[0]], v[u.src[1]], masks, n)
+      elif op is Ops.IF: masks.append(v[u.src[0]])
+      elif op is Ops.ENDIF: masks.pop()
+      elif op is Ops.BARRIER: pass
+      elif op is Ops.CAST: v[u] = _cast(v[u.src[0]], u.dtype, u.src[0].dtype)
+      elif op is Ops.BITCAST: v[u] = np.ascontiguousarray(np.asarray(v[u.src[0]])).view(_np(u.dtype))
+      elif op is Ops.VECTORIZE: v[u] = np.stack(np.broadcast_arrays(*[np.asarray(v[s]) for s in u.src]), axis=-1)
+      elif op is Ops.GEP:
+        x = v[u.src[0]]
+        v[u] = x[..., u.arg[0]] if len(u.arg) == 1 else x[..., list(u.arg)]
+      elif op in GroupOp.ALU:
+        out = _alu(op, u.dtype, [v[s] for s in u.src], [s.dtype for s in u.src])
+        v[u] = np.asarray(out).astype(_np(u.dtype), copy=False)
+      elif op is Ops.SINK or op is Ops.NOOP: pass
+      else: raise NotImplementedError(f"the PYTHON device cannot run {op}")
+      pc += 1
+
+  def _end_of(self, pc: int) -> int:
+    r = self.uops[pc]
+    for i in range(pc + 1, len(self.uops)):
+      if self.uops[i].op is Ops.END and self.uops[i].src[0] is r: return i + 1
+    raise RuntimeError(f"loop {r.arg} has no END")
+
+  @staticmethod
+  def _address(index) -> tuple[np.ndarray, Any, Any]:
+    mem, idx, gate = index
+    if isinstance(mem, tuple):  # local memory or registers: one row per work-group / lane
+      _, arr, rows = mem
+      return arr, (rows, idx), gate
+    return mem, idx, gate
+
+  def _load(self, index, alt, dtype: DType, n: int) -> Any:
+    arr, idx, gate = self._address(index)
+    if gate is None: return arr[idx]
+    if isinstance(idx, tuple):
+      rows, col = idx
+      return np.where(gate, arr[rows, np.where(gate, col, 0)], alt)
+    safe = np.where(gate, idx, 0)
+    return np.where(gate, arr[safe] if arr.size else np.zeros_like(safe, dtype=arr.dtype), alt)
+
+  def _store(self, index, value, masks: list, n: int) -> None:
+    arr, idx, gate = self._address(index)
+    mask = gate
+    for m in masks: mask = m if mask is None else np.logical_and(mask, m)
+    if isinstance(idx, tuple):
+      rows, col = idx
+      rows, col, value = np.broadcast_arrays(rows, col, value)
+      if mask is not None:
+        keep = np.broadcast_to(mask, rows.shape)
+        rows, col, value = rows[keep], col[keep], value[keep]
+      arr[rows, col] = value
+      return
+    idx_b, val_b = np.broadcast_arrays(np.asarray(idx), np.asarray(value))
+    if mask is not None:
+      keep = np.broadcast_to(mask, idx_b.shape)
+      idx_b, val_b = idx_b[keep], val_b[keep]
+    if idx_b.ndim == 0: arr[int(idx_b)] = val_b
+    else: arr[idx_b] = val_b
+
+class PythonCompiler(Compiler):
+  pass
+
+class PythonDevice(Compiled):
+  def __init__(self, name: str):
+    super().__init__(name, HostAllocator(), PythonRenderer(), PythonCompiler())
+  def make_program(self, spec: ProgramSpec, lib: bytes) -> Callable[..., float]:
+    return PythonProgram(spec.name, spec.uops)

@@ -1,0 +1,249 @@
+"""Kernelize: split a tensor-level graph into kernels (one SINK AST each) and the buffers they read and write.
+
+A node is materialized ("realized") when it is asked for, is CONTIGUOUS, COPY or ASSIGN, or is a reduction whose
+result is used by more than elementwise math on the way to one kernel's output. Everything else fuses into the
+kernel that consumes it, and movement ops turn into index arithmetic (indexing.py)."""
+from __future__ import annotations
+import math
+from dataclasses import dataclass, field
+from typing import Any
+from tinyplug import events
+from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.schedule.indexing import const_index, linear_index, source_index
+
+@dataclass(frozen=True)
+class ScheduleItem:
+  """One kernel (or copy) to run. `bufs[0]` is written; the rest are read. `ast` is a SINK (or a COPY)."""
+  ast: UOp
+  buf_uops: tuple[UOp, ...]
+  metadata: dict = field(default_factory=dict, compare=False)
+  @property
+  def bufs(self) -> list:
+    from tinyplug.engine.realize import buffer_of
+    return [buffer_of(b) for b in self.buf_uops]
+
+# ops a reduction's result may flow through and still be computed inside the consumer's kernel
+_FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}
+
+def is_buffer_view(x: UOp) -> bool:
+  while x.op in GroupOp.Movement or x.op is Ops.DETACH: x = x.src[0]
+  return x.op is Ops.BUFFER or x.op is Ops.AFTER
+
+def is_contiguous_buffer(x: UOp) -> bool:
+  while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
+  return x.op is Ops.BUFFER or x.op is Ops.AFTER
+
+def buffer_base(x: UOp) -> UOp:
+  """The BUFFER under movement ops (and under a kernelized AFTER)."""
+  while x.op in GroupOp.Movement or x.op is Ops.DETACH or x.op is Ops.AFTER: x = x.src[0]
+  return x
+
+class _Scheduler:
+  def __init__(self, targets: list[UOp]):
+    self.targets = targets
+    self.sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
+    self.nodes = list(self.sink.toposort())
+    self.children: dict[UOp, list[UOp]] = {}
+    for n in self.nodes:
+      for s in n.src: self.children.setdefault(s, []).append(n)
+    self.realized: dict[UOp, None] = {}
+    self.out_buffer: dict[UOp, UOp] = {}     # realized node -> the BUFFER uop holding it
+    self.items: list[ScheduleItem] = []
+    self.becomes: dict[UOp, UOp] = {}
+
+  # ---- deciding what to materialize ----
+  def decide(self) -> None:
+    must = set()
+    for t in self.targets:
+      if not is_contiguous_buffer(t): must.add(t)
+    for n in self.nodes:
+      if n.op in (Ops.CONTIGUOUS, Ops.ASSIGN): must.add(n)
+      elif n.op is Ops.COPY:
+        must.add(n)
+        if not is_contiguous_buffer(n.src[0]): must.add(n.src[0])
+      elif n.op is Ops.BITCAST and n.dtype.itemsize != n.src[0].dtype.itemsize:
+        raise NotImplementedError("a bitcast that changes the element size is not supported yet; cast instead")
+    # reductions, consumers first, so each sees the final decision for what is downstream of it
+    for n in reversed(self.nodes):
+      if n.op is Ops.REDUCE_AXIS and n not in must and not self._fuses_into_one_output(n, must): must.add(n)
+    self.realized = {n: None for n in self.nodes if n in must}
+
+  def _fuses_into_one_output(self, r: UOp, must: set[UOp]) -> bool:
+    ends: set[UOp] = set()
+    stack, seen = [r], set()
+    while stack:
+      x = stack.pop()
+      for c in self.children.get(x, []):
+        if c in seen: continue
+        seen.add(c)
+        if c.op is Ops.SINK: ends.add(x); continue
+        if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return False
+        if c in must: ends.add(c)
+        else: stack.append(c)
+      if len(ends) > 1: return False
+    return len(ends) <= 1
+
+  # ---- building kernels ----
+  def build(self) -> None:
+    for n in self.nodes:
+      if n not in self.realized: continue
+      if n.op is Ops.COPY: self._copy_item(n)
+      else: self._kernel_item(n)
+
+  def _new_output(self, n: UOp) -> UOp:
+    dev = n.device
+    if isinstance(dev, tuple): raise NotImplementedError("multi-device tensors are not supported yet")
+    return UOp.new_buffer(dev, math.prod(n.shape), n.dtype)
+
+  def _source_buffer(self, x: UOp) -> UOp:
+    """The buffer holding x's value: x itself if it is a buffer view, else the realized node's output."""
+    if x in self.out_buffer: return self.out_buffer[x]
+    return buffer_base(x)
+
+  def _copy_item(self, n: UOp) -> None:
+    src = n.src[0]
+    src_buf = self._source_buffer(src if src in self.realized else buffer_base(src))
+    out = self._new_output(n)
+    self.items.append(ScheduleItem(UOp(Ops.COPY, n.dtype, (src_buf, out), arg=n.device), (out, src_buf),
+                                   {"name": f"copy {src_buf.device}->{n.device}", "nbytes": out.arg * n.dtype.itemsize}))
+    self._finish(n, out)
+
+  def _kernel_item(self, n: UOp) -> None:
+    kb = _KernelBuilder(self, n)
+    if n.op is Ops.ASSIGN:
+      target, value = n.src
+      out = buffer_base(target)
+      g0 = kb.global_for(out)   # the written buffer is always parameter 0
+      out_idx, ranges = kb.output_ranges(target.shape)
+      store_idx, valid = kb.view_index(target, out_idx)
+      val = kb.value(value, out_idx)
+    else:
+      value = n.src[0] if n.op is Ops.CONTIGUOUS else n
+      out = self._new_output(n)
+      g0 = kb.global_for(out)
+      out_idx, ranges = kb.output_ranges(n.shape)
+      store_idx, valid = linear_index(out_idx, n.shape), None
+      val = kb.value(value, out_idx, root=True)
+    index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
+    ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
+    self.items.append(ScheduleItem(ast, tuple(kb.buffers)))
+    self._finish(n, out if n.op is not Ops.ASSIGN else None)
+
+  def _finish(self, n: UOp, out: UOp | None) -> None:
+    if out is None:  # ASSIGN: the target now holds the value
+      self.out_buffer[n] = buffer_base(n.src[0])
+      self.becomes[n] = n.src[0]
+      return
+    self.out_buffer[n] = out
+    self.becomes[n] = out.reshape(n.shape)
+
+class _KernelBuilder:
+  """Builds one kernel's value expression: loads from realized inputs, index math for movement ops."""
+  def __init__(self, sched: _Scheduler, root: UOp):
+    self.sched, self.root = sched, root
+    self.buffers: list[UOp] = []
+    self.globals: dict[UOp, UOp] = {}
+    self.memo: dict[tuple, UOp] = {}
+    self.next_axis = 0
+
+  def global_for(self, buf: UOp) -> UOp:
+    if buf not in self.globals:
+      self.globals[buf] = UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(buf.arg), arg=len(self.buffers))
+      self.buffers.append(buf)
+    return self.globals[buf]
+
+  def new_range(self, size: int, kind: str) -> UOp:
+    r = UOp(Ops.RANGE, dtypes.index, (const_index(size),), (self.next_axis, kind))
+    self.next_axis += 1
+    return r
+
+  def output_ranges(self, shape: tuple[int, ...]) -> tuple[tuple[UOp, ...], list[UOp]]:
+    idx, ranges = [], []
+    for s in shape:
+      if s == 1: idx.append(const_index(0))
+      else: ranges.append(r := self.new_range(s, "loop")); idx.append(r)
+    return tuple(idx), ranges
+
+  def view_index(self, x: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, UOp | None]:
+    """Linear index into the buffer under the movement ops of x, and the validity mask."""
+    valid = None
+    while x.op in GroupOp.Movement or x.op is Ops.DETACH:
+      if x.op is Ops.DETACH: x = x.src[0]; continue
+      idx, v = source_index(x, idx)
+      if v is not None: valid = v if valid is None else valid & v
+      x = x.src[0]
+    return linear_index(idx, x.shape), valid
+
+  def value(self, x: UOp, idx: tuple[UOp, ...], valid: UOp | None = None, root: bool = False) -> UOp:
+    key = (x, idx, valid)
+    if (hit := self.memo.get(key)) is not None: return hit
+    ret = self._value(x, idx, valid, root)
+    self.memo[key] = ret
+    return ret
+
+  def _value(self, x: UOp, idx: tuple[UOp, ...], valid: UOp | None, root: bool) -> UOp:
+    sched = self.sched
+    if not root and (x in sched.realized or x.op is Ops.BUFFER or x.op is Ops.AFTER):
+      buf = sched._source_buffer(x)
+      g = self.global_for(buf)
+      lin = linear_index(idx, x.shape)
+      index = UOp(Ops.INDEX, buf.dtype.ptr(buf.arg), (g, lin) + ((valid,) if valid is not None else ()))
+      return UOp(Ops.LOAD, x.dtype, (index,) + ((UOp.const(x.dtype, 0),) if valid is not None else ()))
+    op = x.op
+    if op is Ops.CONST: return UOp.const(x.dtype, x.arg)
+    if op in GroupOp.Movement:
+      sidx, v = source_index(x, idx)
+      if v is None: return self.value(x.src[0], sidx, valid)
+      inner = self.value(x.src[0], sidx, v if valid is None else valid & v)
+      return v.where(inner, UOp.const(x.dtype, 0))
+    if op is Ops.REDUCE_AXIS:
+      reduce_op, axes = x.arg
+      src_shape = x.src[0].shape
+      sidx, rngs = list(idx), []
+      for a in axes:
+        if src_shape[a] == 1: sidx[a] = const_index(0)
+        else: rngs.append(r := self.new_range(src_shape[a], "reduce")); sidx[a] = r
+      inner = self.value(x.src[0], tuple(sidx), valid)
+      if not rngs: return inner
+      return UOp(Ops.REDUCE, x.dtype, (inner, *rngs), reduce_op)
+    if op in (Ops.CONTIGUOUS, Ops.DETACH): return self.value(x.src[0], idx, valid)
+    if op in GroupOp.Elementwise:
+      return UOp(op, x.dtype, tuple(self.value(s, idx, valid) for s in x.src), x.arg)
+    if op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, x.dtype, (), x.arg)
+    if op is Ops.BIND: return self.value(x.src[0], idx, valid)
+    raise NotImplementedError(f"the scheduler cannot put {op} inside a kernel")
+
+def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+  """Kernels already decided by kernelize() (AFTER nodes) run first, in dependency order."""
+  pre: list[ScheduleItem] = []
+  seen: set[UOp] = set()
+  for t in targets:
+    for n in t.toposort():
+      if n.op is Ops.AFTER and n not in seen:
+        seen.add(n)
+        pre.append(n.src[1].arg)
+  return pre, [n for n in seen]
+
+def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The kernels that compute `targets`, in execution order, and what each realized node becomes."""
+  with events.profile_span("schedule", f"schedule {len(targets)} outputs"):
+    pre, afters = _expand_after(targets)
+    s = _Scheduler(targets)
+    s.decide()
+    s.build()
+  becomes = {a: a.src[0] for a in afters} | s.becomes
+  return pre + s.items, becomes
+
+def kernelize(targets: list[UOp]) -> dict[UOp, UOp]:
+  """Decide the kernels without running them: each realized node becomes AFTER(buffer view, KERNEL)."""
+  items, becomes = create_schedule(targets)
+  ret = {}
+  by_out = {it.buf_uops[0]: it for it in items}
+  for n, view in becomes.items():
+    base = buffer_base(view)
+    if base in by_out:
+      it = by_out[base]
+      kernel = UOp(Ops.KERNEL, dtypes.void, it.buf_uops[1:], it)
+      ret[n] = UOp(Ops.AFTER, n.dtype, (view, kernel))
+  return ret
