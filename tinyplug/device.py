@@ -4,6 +4,7 @@ import difflib, functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 import numpy as np
+from tinyplug import events
 from tinyplug.helpers import getenv, DEBUG
 from tinyplug.uop.dtype import DType, dtypes, to_np_dtype
 from tinyplug.uop.ops import UOp
@@ -86,7 +87,8 @@ class Buffer:
   def ensure_allocated(self) -> Buffer:
     if self._handle is None:
       from tinyplug.helpers import GlobalCounters
-      self._handle = Device[self.device].allocator.alloc(self.nbytes)
+      with events.profile_span("alloc", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
+        self._handle = Device[self.device].allocator.alloc(self.nbytes)
       GlobalCounters.mem_used += self.nbytes
     return self
   @property
@@ -110,7 +112,8 @@ class Buffer:
     if getattr(self, "_handle", None) is not None:
       try:
         from tinyplug.helpers import GlobalCounters
-        Device[self.device].allocator.free(self._handle, self.nbytes)
+        with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
+          Device[self.device].allocator.free(self._handle, self.nbytes)
         GlobalCounters.mem_used -= self.nbytes
       except Exception: pass
   def __repr__(self) -> str:

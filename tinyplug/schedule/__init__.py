@@ -227,11 +227,13 @@ def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `targets`, in execution order, and what each realized node becomes."""
-  with events.profile_span("schedule", f"schedule {len(targets)} outputs"):
+  with events.scope("schedule", "schedule"), events.profile_span("schedule", f"schedule {len(targets)} outputs"):
     pre, afters = _expand_after(targets)
     s = _Scheduler(targets)
     s.decide()
     s.build()
+    if events.enabled("schedule"):  # the visualizer shows the tensor graph and the kernels it was split into
+      events.emit("schedule", {"sink": s.sink, "items": tuple(pre + s.items), "scope": events.current_scope()})
   becomes = {a: a.src[0] for a in afters} | s.becomes
   return pre + s.items, becomes
 
