@@ -29,6 +29,10 @@ def _opt(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   from tinyplug.codegen.opt import apply_optimisations
   return apply_optimisations(sink, ctx)
 
+def _expand(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  from tinyplug.codegen.expander import expand
+  return expand(sink)
+
 def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   if not ctx.renderer.has_local and not getattr(ctx.renderer, "global_ids", False): return sink
   sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.renderer.global_max)
@@ -45,7 +49,7 @@ def _final(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
 def _identity(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
 
 CORE_STAGE_IMPL: dict[str, Callable[[UOp, KernelContext, str], UOp]] = {
-  "early": _identity, "symbolic_initial": _symbolic, "opt": _opt, "expand": _identity, "symbolic_postopt": _symbolic,
+  "early": _identity, "symbolic_initial": _symbolic, "opt": _opt, "expand": _expand, "symbolic_postopt": _symbolic,
   "gpudims": _gpudims, "devectorize": _identity, "decompositions": _decompositions, "symbolic_final": _symbolic,
   "final": _final,
 }

@@ -64,20 +64,33 @@ class _Linearizer:
     self.open.pop()
 
   def reduce(self, red: UOp) -> UOp:
-    value, ranges = red.src[0], sorted(red.src[1:], key=lambda r: r.arg)
-    acc = self.emit(UOp(Ops.DEFINE_REG, red.dtype.ptr(1), arg=self.n_regs))
-    self.rdeps[acc], self.done[acc] = frozenset(), acc
-    self.n_regs += 1
-    slot = self.need(UOp(Ops.INDEX, red.dtype.ptr(1), (acc, self.need(UOp.const(dtypes.index, 0)))))
-    self.emit(UOp(Ops.STORE, dtypes.void, (slot, self.need(UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))))))
-    self.hoist(value)
+    """Emit `red` together with every other REDUCE over the same loops that can run now: one loop, many accumulators."""
+    ranges = sorted(red.src[1:], key=lambda r: r.arg)
+    opened = set(self.open)
+    group = [x for x in self.order if x.op is Ops.REDUCE and x not in self.done and set(x.src[1:]) == set(ranges)
+             and self.rdeps[x] <= opened]
+    if red not in group: group.append(red)
+    # a reduce that needs another one of the group must wait for the next loop
+    group = [x for x in group if not any(y is not x and y in x.src[0].toposort() for y in group)] or [red]
+    slots = []
+    for x in group:
+      acc = self.emit(UOp(Ops.DEFINE_REG, x.dtype.ptr(1), arg=self.n_regs))
+      self.rdeps[acc], self.done[acc] = frozenset(), acc
+      self.n_regs += 1
+      slot = self.need(UOp(Ops.INDEX, x.dtype.ptr(1), (acc, self.need(UOp.const(dtypes.index, 0)))))
+      self.emit(UOp(Ops.STORE, dtypes.void, (slot, self.need(UOp.const(x.dtype, reduce_identity(x.arg, x.dtype))))))
+      slots.append(slot)
+    for x in group: self.hoist(x.src[0])
     for r in ranges: self.open_loop(r)
-    v = self.need(value)
-    current = self.emit(UOp(Ops.LOAD, red.dtype, (slot,), arg=("acc", acc.arg, "in")))
-    self.emit(updated := UOp(red.arg, red.dtype, (current, v)))
-    self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
+    values = [self.need(x.src[0]) for x in group]
+    for x, slot, v in zip(group, slots, values):
+      current = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "in")))
+      self.emit(updated := UOp(x.arg, x.dtype, (current, v)))
+      self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
     for r in reversed(ranges): self.close_loop(r)
-    return self.emit(UOp(Ops.LOAD, red.dtype, (slot,), arg=("acc", acc.arg, "out")))
+    for x, slot in zip(group, slots):
+      self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
+    return self.done[red]
 
   def run(self) -> list[UOp]:
     loops = sorted((u for u in self.order if u.op is Ops.RANGE and u.arg[1] != "reduce"), key=lambda r: r.arg)

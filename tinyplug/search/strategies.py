@@ -1,0 +1,46 @@
+"""The built-in search strategies. A strategy has `search(kernel, timer, width, progress) -> list[Opt]`."""
+from __future__ import annotations
+import random
+from typing import Callable
+from tinyplug.codegen.kernel import Kernel, Opt
+from tinyplug.search import apply_all, candidate_actions
+
+class BeamSearch:
+  """Keep the `width` fastest action lists; extend each by one action per step until nothing gets faster."""
+  def search(self, kernel: Kernel, timer: Callable[[list[Opt]], float], width: int,
+             progress: Callable[[str], None]) -> list[Opt]:
+    beam: list[tuple[float, list[Opt]]] = [(timer([]), [])]
+    seen: set[tuple[Opt, ...]] = {()}
+    for step in range(8):
+      candidates: list[list[Opt]] = []
+      for _, opts in beam:
+        k = apply_all(kernel, opts)
+        for act in candidate_actions(k):
+          new = opts + [act]
+          if tuple(new) in seen or apply_all(kernel, new) is None: continue
+          seen.add(tuple(new)); candidates.append(new)
+      timed = []
+      for i, c in enumerate(candidates):
+        progress(f"beam step {step}: {i+1}/{len(candidates)} candidates, best {beam[0][0]*1e6:.1f} us")
+        timed.append((timer(c), c))
+      best = sorted(beam + timed, key=lambda t: t[0])[:width]
+      if best[0][0] >= beam[0][0]: break
+      beam = best
+    return beam[0][1]
+
+class RandomSearch:
+  """Time `16 * width` random action lists (up to four actions each) and keep the fastest."""
+  def search(self, kernel: Kernel, timer: Callable[[list[Opt]], float], width: int,
+             progress: Callable[[str], None]) -> list[Opt]:
+    rng = random.Random(0)
+    best = (timer([]), [])
+    for i in range(16 * width):
+      opts: list[Opt] = []
+      for _ in range(rng.randint(1, 4)):
+        k = apply_all(kernel, opts)
+        acts = [a for a in candidate_actions(k) if apply_all(kernel, opts + [a]) is not None]
+        if not acts: break
+        opts.append(rng.choice(acts))
+      progress(f"random search: {i+1}/{16*width}, best {best[0]*1e6:.1f} us")
+      if (t := timer(opts)) < best[0]: best = (t, opts)
+    return best[1]
