@@ -34,6 +34,8 @@ class Ops(Enum):
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value
+  # members are singletons: hash by identity in C (Enum's own __hash__ is a Python call; ops are dict keys everywhere)
+  __hash__ = object.__hash__
 
 class GroupOp:
   Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
@@ -62,18 +64,43 @@ def _arg_key(arg: Any) -> Any:
 
 _unique_ids = itertools.count()
 
+# DTypes are frozen dataclasses: hashing or comparing one walks all its fields. The UOp cache keys on the id of
+# one canonical object per distinct dtype instead, found by the id of the dtype given (kept alive with its entry).
+_dtype_by_id: dict[int, tuple[DType, DType]] = {}
+_canonical_dtypes: dict[DType, DType] = {}
+
+def _canonical_dtype(dt: DType) -> DType:
+  if (hit := _dtype_by_id.get(id(dt))) is not None and hit[0] is dt: return hit[1]
+  canon = _canonical_dtypes.setdefault(dt, dt)
+  if len(_dtype_by_id) > 65536: _dtype_by_id.clear()
+  _dtype_by_id[id(dt)] = (dt, canon)
+  return canon
+
+class _CacheRef(weakref.ref):
+  __slots__ = ("key",)
+
 class UOpMeta(type):
   # the weak cache: same (op, dtype, src, arg) gives the same object while anyone holds it
   ucache: dict[tuple, weakref.ReferenceType] = {}
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-    key = (op, dtype, src, _arg_key(arg))
+    if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
+    dtype = _canonical_dtype(dtype)
+    key = (op, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg))
     if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
-    obj = super().__call__(op, dtype, src, arg)
-    UOpMeta.ucache[key] = weakref.ref(obj, lambda _r, k=key: _drop_key(k, _r))
+    obj = _new_object(cls)  # what UOp.__init__ does, without its Python frame
+    _set_field(obj, "op", op); _set_field(obj, "dtype", dtype); _set_field(obj, "src", src)
+    _set_field(obj, "arg", arg); _set_field(obj, "_cache", None)
+    ref = _CacheRef(obj, _drop_key)
+    ref.key = key
+    UOpMeta.ucache[key] = ref
     return obj
 
-def _drop_key(key: tuple, ref: weakref.ReferenceType) -> None:
-  if UOpMeta.ucache.get(key) is ref: del UOpMeta.ucache[key]
+_PLAIN_ARGS = (type(None), int, str, bool)
+_new_object, _set_field = object.__new__, object.__setattr__
+
+def _drop_key(ref: _CacheRef, cache: dict = UOpMeta.ucache) -> None:
+  # the cache dict is bound as a default so this still works while the interpreter shuts down
+  if cache.get(ref.key) is ref: del cache[ref.key]
 
 class UOp(metaclass=UOpMeta):
   """An IR node: `op` on `src` with a `dtype` and an `arg`. Never mutate one; build a new one."""
@@ -239,7 +266,8 @@ class UOp(metaclass=UOpMeta):
   def vmax(self) -> ConstType: return self._min_max[1]
   @property
   def _min_max(self) -> tuple[ConstType, ConstType]:
-    return self._cached("min_max", lambda: _bounds(self))
+    if (c := self._cache) is not None and (r := c.get("min_max")) is not None: return r
+    return _compute_bounds(self)
 
   # ---- symbolic helpers ----
   def simplify(self) -> UOp:
@@ -385,9 +413,36 @@ def evaluate(root: UOp, var_vals: dict[str, Any]) -> Any:
 
 # ---------------- bounds ----------------
 
+_dtype_ranges: dict[int, tuple[DType, ConstType, ConstType, bool]] = {}
+
+def _dtype_range(dt: DType) -> tuple[DType, ConstType, ConstType, bool]:
+  """(dt, min, max, is_float), cached by identity (dtypes.min/max hash the dtype)."""
+  if (hit := _dtype_ranges.get(id(dt))) is not None and hit[0] is dt: return hit
+  if len(_dtype_ranges) > 4096: _dtype_ranges.clear()
+  hit = _dtype_ranges[id(dt)] = (dt, dtypes.min(dt), dtypes.max(dt), dtypes.is_float(dt))
+  return hit
+
+_BOUNDS_FROM_SRC = frozenset({Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.CAST})
+
+def _compute_bounds(root: UOp) -> tuple[ConstType, ConstType]:
+  """Fills the bounds cache of root and of the sources it needs, in post-order (iterative: deep chains are fine)."""
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    u, ready = stack.pop()
+    c = u._cache
+    if c is not None and "min_max" in c: continue
+    if ready:
+      if c is None: object.__setattr__(u, "_cache", c := {})
+      c["min_max"] = _bounds(u)
+      continue
+    stack.append((u, True))
+    if u.op in _BOUNDS_FROM_SRC or (u.op in GroupOp.ALU and not _dtype_range(u.dtype)[3]):
+      stack.extend((s, False) for s in u.src)
+  return root._cache["min_max"]
+
 def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
   """Conservative [vmin, vmax] of a scalar expression, from its dtype and sources."""
-  dmin, dmax = dtypes.min(u.dtype), dtypes.max(u.dtype)
+  _, dmin, dmax, is_float = _dtype_range(u.dtype)
   op = u.op
   if op is Ops.CONST: return (u.arg, u.arg)
   if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
@@ -400,7 +455,7 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if dtypes.is_int(u.dtype) and isinstance(lo, (int, bool)) and dmin <= lo and hi <= dmax: return (int(lo), int(hi))
     if dtypes.is_float(u.dtype): return (float(lo), float(hi)) if not dtypes.is_bool(u.src[0].dtype) else (0.0, 1.0)
     return (dmin, dmax)
-  if op not in GroupOp.ALU or dtypes.is_float(u.dtype): return (dmin, dmax)
+  if op not in GroupOp.ALU or is_float: return (dmin, dmax)
   s = [x._min_max for x in u.src]
   if op is Ops.ADD: return _clamp(s[0][0] + s[1][0], s[0][1] + s[1][1], dmin, dmax)
   if op is Ops.SUB: return _clamp(s[0][0] - s[1][1], s[0][1] - s[1][0], dmin, dmax)

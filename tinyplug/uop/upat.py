@@ -138,9 +138,9 @@ def _owner_of(fn: Callable) -> str:
 
 class Pattern:
   """One row of a PatternMatcher: the pattern, its rewrite function, and where it came from."""
-  __slots__ = ("upat", "fn", "takes_ctx", "file", "line", "owner")
+  __slots__ = ("upat", "fn", "takes_ctx", "file", "line", "owner", "_matcher")
   def __init__(self, upat: UPat, fn: Callable, owner: str | None):
-    self.upat, self.fn = upat, fn
+    self.upat, self.fn, self._matcher = upat, fn, None
     code = getattr(fn, "__code__", None)
     self.takes_ctx = code is not None and "ctx" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
     self.file = code.co_filename if code is not None else "?"
@@ -148,41 +148,152 @@ class Pattern:
     self.owner = owner or _owner_of(fn)
   @property
   def location(self) -> str: return f"{self.file}:{self.line}"
+  @property
+  def matcher(self) -> Callable[[UOp, Any], Any]:
+    """`matcher(uop, ctx)`: the first non-None result of fn over every way the pattern matches, else None."""
+    if self._matcher is None: self._matcher = compile_row(self.upat, self.fn, self.takes_ctx) or self._interpret
+    return self._matcher
+  def _interpret(self, uop: UOp, ctx: Any) -> Any:
+    early = self.upat.early_reject
+    if early and not early <= {s.op for s in uop.src}: return None
+    for store in self.upat.match(uop, {}):
+      if (ret := (self.fn(ctx=ctx, **store) if self.takes_ctx else self.fn(**store))) is not None: return ret
+    return None
 
 class PatternMatcher:
   """A table of (UPat, fn) rows. `rewrite(u)` returns the first non-None fn result whose pattern matches u.
 
-  fn receives the named captures as keyword arguments, plus `ctx` if it has a parameter of that name."""
+  fn receives the named captures as keyword arguments, plus `ctx` if it has a parameter of that name.
+  Rows are dispatched by op (a row for MUL is never tried on an ADD) and each pattern is compiled to a
+  specialized Python function on first use (see compile_row); UPat.match is the reference interpreter."""
   def __init__(self, patterns: list[tuple[UPat, Callable]] | list[Pattern], owner: str | None = None):
     self.rows: list[Pattern] = [p if isinstance(p, Pattern) else Pattern(p[0], p[1], owner) for p in patterns]
-    # dispatch table: for each op, the rows that could match it, in table order
-    self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset[Ops], bool, int]]] = {op: [] for op in Ops}
+    # dispatch table: for each op, the indices of the rows that could match it, in table order
+    self._row_ids: dict[Ops, list[int]] = {op: [] for op in Ops}
     for i, row in enumerate(self.rows):
-      for op in _ops_of(row.upat):
-        self.pdict[op].append((row.upat, row.fn, row.upat.early_reject, row.takes_ctx, i))
+      for op in _ops_of(row.upat): self._row_ids[op].append(i)
+    self._pdict: dict[Ops, tuple[Callable, ...]] | None = None
 
+  @property
+  def pdict(self) -> dict[Ops, tuple[Callable, ...]]:
+    """op -> the compiled matchers of the rows that could match it (built on first use)."""
+    if self._pdict is None: self._pdict = {op: tuple(self.rows[i].matcher for i in ids) for op, ids in self._row_ids.items()}
+    return self._pdict
   @property
   def patterns(self) -> list[tuple[UPat, Callable]]: return [(r.upat, r.fn) for r in self.rows]
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rows + other.rows)
   def __len__(self) -> int: return len(self.rows)
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
-    src_ops = None
-    for upat, fn, early, takes_ctx, _ in self.pdict[uop.op]:
-      if early:
-        if src_ops is None: src_ops = {s.op for s in uop.src}
-        if not early <= src_ops: continue
-      for store in upat.match(uop, {}):
-        if (ret := (fn(ctx=ctx, **store) if takes_ctx else fn(**store))) is not None: return ret
+    for matcher in self.pdict[uop.op]:
+      if (ret := matcher(uop, ctx)) is not None: return ret
     return None
 
   def rewrite_tracked(self, uop: UOp, ctx: Any = None) -> tuple[UOp | None, Pattern | None]:
     """Like rewrite, and also says which row matched (for tracing)."""
-    for upat, fn, early, takes_ctx, i in self.pdict[uop.op]:
-      if early and not early <= {s.op for s in uop.src}: continue
-      for store in upat.match(uop, {}):
-        if (ret := (fn(ctx=ctx, **store) if takes_ctx else fn(**store))) is not None: return ret, self.rows[i]
+    for i in self._row_ids[uop.op]:
+      row = self.rows[i]
+      if (ret := row.matcher(uop, ctx)) is not None: return ret, row
     return None, None
+
+# ---------------- compiling a UPat into a Python function ----------------
+
+class _NotCompilable(Exception):
+  pass
+
+def compile_row(upat: UPat, fn: Callable, takes_ctx: bool) -> Callable[[UOp, Any], Any] | None:
+  """Turns one (UPat, fn) row into `match(u0, ctx)`: nested ifs that test op, length, arg, dtype and names and
+  call fn where the whole pattern matches. Alternatives (UPat.any, source orders of a list) are tried in turn,
+  each followed by the rest of the pattern, so matches come in the same order as UPat.match gives them.
+  Returns None for the rare shapes it leaves to the interpreter (a repeated source pattern with names)."""
+  try: return _Compiler(fn, takes_ctx).build(upat)
+  except (_NotCompilable, SyntaxError, RecursionError, MemoryError): return None
+
+class _Compiler:
+  def __init__(self, fn: Callable, takes_ctx: bool):
+    self.env: dict[str, Any] = {"_fn": fn, "_id": id}
+    self.takes_ctx, self.nvars = takes_ctx, 0
+  def const(self, obj: Any) -> str:
+    name = f"_k{len(self.env)}"
+    self.env[name] = obj
+    return name
+  def var(self) -> str:
+    self.nvars += 1
+    return f"u{self.nvars}"
+
+  def build(self, upat: UPat) -> Callable:
+    lines = ["def _match(u0, ctx):"] + self.gen(upat, "u0", (), self.call_fn, 1) + ["  return None"]
+    exec(compile("\n".join(lines), f"<upat {upat!r:.200}>", "exec"), self.env)
+    return self.env["_match"]
+
+  def call_fn(self, bound: tuple[str, ...], ind: int) -> list[str]:
+    kwargs = ", ".join([f"{n}=c_{n}" for n in bound] + (["ctx=ctx"] if self.takes_ctx else []))
+    pad = "  " * ind
+    return [f"{pad}_ret = _fn({kwargs})", f"{pad}if _ret is not None: return _ret"]
+
+  def gen(self, p: UPat, v: str, bound: tuple[str, ...], cont: Callable, ind: int) -> list[str]:
+    """Lines that check `p` against the UOp in local `v`, then run cont(bound names, indent) on success."""
+    if p.alternatives is not None:
+      return [line for alt in p.alternatives for line in self.gen(alt, v, bound, cont, ind)]
+    if p.name is not None and not p.name.isidentifier(): raise _NotCompilable(p.name)
+    conds: list[str] = []
+    if p.name is not None and p.name in bound: conds.append(f"{v} is c_{p.name}")
+    if p.op is not None:
+      conds.append(f"{v}.op is {self.const(next(iter(p.op)))}" if len(p.op) == 1 else f"{v}.op in {self.const(p.op)}")
+    if p.allowed_len != -1: conds.append(f"len({v}.src) == {p.allowed_len}")
+    if p.arg is not None: conds.append(f"{v}.arg == {self.const(p.arg)}")
+    out: list[str] = []
+    if conds:
+      out.append(f"{'  ' * ind}if {' and '.join(conds)}:")
+      ind += 1
+    if p.dtype is not None:
+      check = self.const(_DTypeCheck(p.dtype))
+      out.append(f"{'  ' * ind}if {check}({v}.dtype):")
+      ind += 1
+    pad = "  " * ind
+    if p.name is not None and p.name not in bound:
+      out.append(f"{pad}c_{p.name} = {v}")
+      bound = bound + (p.name,)
+    if p.repeat is not None:
+      if _has_names(p.repeat): raise _NotCompilable("named repeated source")
+      inner = _Compiler(_true, False).build(p.repeat)
+      out.append(f"{pad}if all([{self.const(inner)}(_s, None) for _s in {v}.src]):")
+      out += cont(bound, ind + 1)
+    elif p.src is None: out += cont(bound, ind)
+    else:
+      n = len(p.src[0])
+      kids = [self.var() for _ in range(n)]
+      if p.allowed_len != -1 and n > 0: out.append(f"{pad}{', '.join(kids)}, = {v}.src")
+      for order in p.src: out += self.gen_sources(list(order), kids, 0, v, p.allowed_len == -1, bound, cont, ind)
+    return out or [f"{'  ' * ind}pass"]
+
+  def gen_sources(self, pats: list[UPat], kids: list[str], i: int, v: str, any_len: bool, bound, cont, ind) -> list[str]:
+    if i == len(pats): return cont(bound, ind)
+    nxt = lambda b, j: self.gen_sources(pats, kids, i + 1, v, any_len, b, cont, j)
+    if not any_len: return self.gen(pats[i], kids[i], bound, nxt, ind)
+    # allow_any_len: like zip, sources past the end of the node are not checked
+    pad = "  " * ind
+    return [f"{pad}if len({v}.src) > {i}:", f"{pad}  {kids[i]} = {v}.src[{i}]"] + self.gen(pats[i], kids[i], bound, nxt, ind + 1) + \
+           [f"{pad}else:"] + cont(bound, ind + 1)
+
+def _true(**kwargs) -> bool: return True
+
+def _has_names(p: UPat) -> bool:
+  if p.name is not None: return True
+  subs = list(p.alternatives or ()) + ([p.repeat] if p.repeat is not None else []) + [q for order in (p.src or ()) for q in order]
+  return any(_has_names(q) for q in subs)
+
+class _DTypeCheck:
+  """`check(dtype)`: does dtype (or its scalar) belong to the pattern's dtypes? Answers are cached by identity,
+  since hashing or comparing DTypes field by field is slow."""
+  __slots__ = ("dtypes", "seen")
+  def __init__(self, dts: tuple[DType, ...]): self.dtypes, self.seen = dts, {}
+  def __call__(self, dt: DType) -> bool:
+    if (hit := self.seen.get(id(dt))) is not None and hit[0] is dt: return hit[1]
+    ok = dt in self.dtypes or dt.scalar() in self.dtypes
+    if len(self.seen) > 4096: self.seen.clear()
+    self.seen[id(dt)] = (dt, ok)
+    return ok
 
 def _ops_of(p: UPat) -> frozenset[Ops]:
   if p.alternatives is not None: return frozenset().union(*(_ops_of(a) for a in p.alternatives))
