@@ -1,0 +1,273 @@
+"""The lazy Tensor: every operation builds a tensor-level UOp graph; nothing runs until realize()/numpy()/tolist().
+
+The operations themselves live in small mixins under `tinyplug/tensor_ops/` (one module per job: creation, random,
+elementwise, movement, indexing, reduce, nn); this module holds the Tensor object, its bookkeeping (the weak registry
+of live tensors that realize() updates), realization, data access, devices and autograd entry points.
+"""
+from __future__ import annotations
+import itertools, math, weakref
+from typing import Any, ClassVar, Iterator, Sequence
+import numpy as np
+from tinyplug.uop.dtype import DType, dtypes, to_dtype, to_np_dtype, from_np_dtype
+from tinyplug.uop.ops import Ops, UOp
+from tinyplug.tensor_ops.create import CreationMixin
+from tinyplug.tensor_ops.random import RandomMixin
+from tinyplug.tensor_ops.elementwise import ElementwiseMixin
+from tinyplug.tensor_ops.movement import MovementMixin
+from tinyplug.tensor_ops.indexing import IndexingMixin
+from tinyplug.tensor_ops.reduce import ReduceMixin
+from tinyplug.tensor_ops.nn import NNMixin
+from tinyplug.tensor_ops import graph
+
+# every live Tensor, so that realize() can point all of them at the buffers that now hold their values
+_live_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_tensor_ids = itertools.count()
+
+def canonical_device(device: str | None) -> str:
+  """The canonical name of `device` (None means Device.DEFAULT); unknown names raise a ValueError."""
+  from tinyplug.device import Device
+  if device is None: return Device.DEFAULT
+  if not isinstance(device, str): raise TypeError(f"a device must be given by name (a str), not {type(device).__name__}")
+  return Device.canonicalize(device)
+
+def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
+  """Substitute realized nodes in the graph of every live tensor (so equal graphs share the realized buffer)."""
+  if not becomes: return
+  keys = becomes.keys()
+  for t in list(_live_tensors.values()):
+    if not keys.isdisjoint(t.uop.toposort()): t.uop = t.uop.substitute(becomes, name="apply becomes map")
+
+class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin):
+  """A lazy n-dimensional array with automatic differentiation.
+
+      x = Tensor([2.0], requires_grad=True)
+      (grad,) = (x**2 + 3*x + 1).sum().gradient(x)   # grad.item() == 7.0
+  """
+  __slots__ = ("uop", "requires_grad", "grad", "_tid", "__weakref__")
+  training: ClassVar[bool] = False
+  no_grad: ClassVar[bool] = False
+
+  def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+               requires_grad: bool | None = None):
+    dtype = None if dtype is None else to_dtype(dtype)
+    device = canonical_device(device)
+    if isinstance(data, UOp):
+      uop = data if dtype is None else graph.cast(data, dtype)
+      if uop.device is not None and uop.device != device and data.op is not Ops.DEVICE: uop = graph.copy_to(uop, device)
+    elif isinstance(data, Tensor): uop = Tensor(data.uop, device, dtype).uop
+    elif data is None: uop = graph.const(0, dtype or dtypes.default_float, device, (0,))
+    elif isinstance(data, (bool, int, float)):
+      uop = graph.const(data, dtype or dtypes.from_py(data), device, ())
+    elif isinstance(data, (list, tuple)): uop = _uop_from_list(data, dtype, device)
+    elif isinstance(data, np.ndarray): uop = _uop_from_numpy(data, dtype, device)
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+      uop = _uop_from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, device)
+    elif isinstance(data, np.generic): uop = _uop_from_numpy(np.asarray(data), dtype, device)
+    else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
+    self.uop: UOp = uop
+    self.requires_grad: bool | None = requires_grad
+    self.grad: Tensor | None = None
+    self._tid = next(_tensor_ids)
+    _live_tensors[self._tid] = self
+
+  # ---- building blocks used by every mixin ----
+  @classmethod
+  def from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
+    """A tensor holding `uop` as it is (on the uop's own device)."""
+    t = cls.__new__(cls)
+    t.uop, t.requires_grad, t.grad, t._tid = uop, requires_grad, None, next(_tensor_ids)
+    _live_tensors[t._tid] = t
+    return t
+
+  def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
+    """A new tensor whose uop is `fn(self.uop, *other uops, **kwargs)`; it requires grad if any input does."""
+    new = fn(self.uop, *[o.uop for o in others], **kwargs)
+    flags = [t.requires_grad for t in (self, *others)]
+    requires_grad = True if True in flags else (None if None in flags else False)
+    if Tensor.no_grad: requires_grad = False
+    return Tensor.from_uop(new, requires_grad)
+
+  # ---- facts ----
+  @property
+  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def device(self) -> str: return self.uop.device
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return math.prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.element_size()
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+    return self.shape if dim is None else self.shape[graph.normalize_axis(dim, self.ndim)]
+  @property
+  def lazydata(self) -> UOp: return self.uop
+
+  def __repr__(self) -> str:
+    grad = None if self.grad is None else _short_uop(self.grad.uop)
+    return f"<Tensor {_short_uop(self.uop)} on {self.device} with grad {grad}>"
+  def __hash__(self) -> int: return id(self)
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __bool__(self) -> bool:
+    if self.numel() != 1:
+      raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements (shape {self.shape}) is ambiguous")
+    return bool(self.item())
+  def __iter__(self) -> Iterator[Tensor]:
+    if not self.shape: raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
+
+  # ---- realization ----
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
+    pending = [t.uop for t in (self, *others) if not graph.is_realized(t.uop)]
+    if pending:
+      from tinyplug.engine.realize import realize
+      _apply_becomes_map(realize(pending))
+    return self
+
+  def schedule(self, *others: Tensor) -> list:
+    """The kernels that would compute these tensors, in order (not run: pass them to engine.realize.run_schedule).
+
+    As in tinygrad, the tensors now point at the output buffers, which hold their values once the schedule runs."""
+    from tinyplug.schedule import create_schedule
+    items, becomes = create_schedule([t.uop for t in (self, *others)])
+    _apply_becomes_map(becomes)
+    return items
+
+  def kernelize(self, *others: Tensor) -> Tensor:
+    """Group the graph into kernels without running them; the uops then show KERNEL nodes."""
+    from tinyplug.schedule import kernelize
+    _apply_becomes_map(kernelize([t.uop for t in (self, *others)]))
+    return self
+
+  def _host_array(self) -> np.ndarray:
+    """The values as a numpy array of this tensor's shape (bfloat16 comes back as float32)."""
+    if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
+    if self.numel() == 0: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
+    self.realize()
+    src = self if graph.is_plain_buffer(self.uop) else self.contiguous().realize()
+    if not graph.is_plain_buffer(src.uop):
+      raise RuntimeError(f"realize() left {src.uop.op} instead of a buffer for a tensor of shape {self.shape}")
+    from tinyplug.engine.realize import buffer_of
+    return buffer_of(src.uop.base).numpy()[:self.numel()].reshape(self.shape)
+
+  def numpy(self) -> np.ndarray: return self._host_array().copy()
+  def tolist(self) -> Any: return self._host_array().tolist()
+  def data(self) -> memoryview: return memoryview(np.ascontiguousarray(self._host_array()))
+  def item(self) -> int | float | bool:
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    return self._host_array().reshape(-1)[0].item()
+
+  # ---- devices, copies and in-place updates ----
+  def to(self, device: str | None) -> Tensor:
+    device = canonical_device(device)
+    if device == self.device: return self
+    ret = Tensor.from_uop(graph.copy_to(self.uop, device), self.requires_grad)
+    if self.grad is not None: ret.grad = self.grad.to(device)
+    return ret
+  def to_(self, device: str | None) -> Tensor:
+    moved = self.to(device)
+    self.uop = moved.uop
+    if self.grad is not None: self.grad.to_(device)
+    return self
+  def clone(self) -> Tensor:
+    """A copy in a new buffer of its own."""
+    return Tensor.empty(*self.shape, device=self.device, dtype=self.dtype).assign(self)
+  def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
+  def contiguous(self) -> Tensor:
+    if graph.is_plain_buffer(self.uop): return self
+    return self._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
+  def contiguous_backward(self) -> Tensor: return self
+  def replace(self, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
+    """Point this tensor at `x`'s graph (same shape unless allowed otherwise)."""
+    if not allow_shape_mismatch and x.shape != self.shape:
+      raise ValueError(f"replace: shape {x.shape} does not match {self.shape}")
+    self.uop = x.uop
+    return self
+  def assign(self, x: Any) -> Tensor:
+    """Write `x` into this tensor's buffer (lazily: an ASSIGN runs when realized)."""
+    if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+    if x.uop is self.uop: return self
+    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match the target's {self.shape}")
+    if x.device != self.device: raise ValueError(f"assign: value is on {x.device}, the target on {self.device}")
+    if x.dtype != self.dtype: raise ValueError(f"assign: dtype {x.dtype} does not match the target's {self.dtype}")
+    if graph.is_plain_buffer(self.uop) or self.uop.op is Ops.ASSIGN:
+      self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+    else: self.uop = x.uop
+    return self
+
+  # ---- autograd ----
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new lazy tensors: `grad, = loss.gradient(x)`."""
+    from tinyplug.gradient import compute_gradient
+    if gradient is None:
+      if self.shape != (): raise RuntimeError(f"gradient() without a seed needs a scalar, this tensor has shape {self.shape}")
+      gradient = Tensor.from_uop(graph.const(1.0, self.dtype, self.device, ()))
+    elif gradient.shape != self.shape:
+      raise ValueError(f"the seed gradient has shape {gradient.shape}, the tensor {self.shape}")
+    grads = compute_gradient(self.uop, gradient.uop, {t.uop for t in targets})
+    out: list[Tensor] = []
+    for t in targets:
+      g = grads.get(t.uop)
+      if g is None:
+        if not materialize_grads: raise RuntimeError(f"no gradient: a target of shape {t.shape} is not in this tensor's graph")
+        g = graph.const(0, t.dtype, t.device, t.shape)
+      out.append(Tensor.from_uop(g, requires_grad=False))
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d(self)/d(t) into `t.grad` for every tensor t in the graph with requires_grad=True."""
+    if gradient is None and self.shape != ():
+      raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
+    nodes = self.uop.toposort()
+    targets = [t for t in list(_live_tensors.values()) if t.requires_grad and t.uop in nodes]
+    if not targets: return self
+    for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
+      if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
+      t.grad = g if t.grad is None else (t.grad + g)
+    return self
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    self.requires_grad = requires_grad
+    return self
+
+  class train:
+    """`with Tensor.train(): ...` sets Tensor.training for the block (also usable as a decorator)."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self): self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc): Tensor.training = self.prev
+    def __call__(self, fn):
+      def wrapper(*args, **kwargs):
+        with Tensor.train(self.mode): return fn(*args, **kwargs)
+      return wrapper
+
+  class test(train):
+    def __init__(self, mode: bool = False): self.mode = mode
+
+def _short_uop(u: UOp) -> str:
+  dt = repr(u.dtype).removeprefix("dtypes.")
+  return f"<UOp {u.device} {u.shape} {dt} {(u.base.op, u.base.arg)!r}>"
+
+# ---------------- data from Python and numpy ----------------
+
+def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
+  dtype = dtype or dtypes.from_py(data)
+  host = dtypes.float32 if dtype == dtypes.bfloat16 else dtype
+  try: arr = np.array(data, dtype=to_np_dtype(host))
+  except (ValueError, TypeError) as e: raise ValueError(f"cannot make a Tensor from this list: {e}") from None
+  return _uop_from_numpy(arr, dtype, device)
+
+def _uop_from_numpy(arr: np.ndarray, dtype: DType | None, device: str) -> UOp:
+  if dtype is None: dtype = from_np_dtype(arr.dtype)
+  host = dtypes.float32 if dtype == dtypes.bfloat16 else dtype
+  arr = np.ascontiguousarray(arr, dtype=to_np_dtype(host))
+  if arr.size == 0: return graph.const(0, dtype, device, arr.shape)
+  from tinyplug.engine.realize import buffer_of
+  buf = UOp.new_buffer("PYTHON", arr.size, host)
+  buffer_of(buf).copyin(arr.reshape(-1))
+  uop = buf if device == "PYTHON" else graph.copy_to(buf, device)
+  return graph.cast(graph.reshape(uop, arr.shape), dtype)

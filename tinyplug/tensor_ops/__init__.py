@@ -1,0 +1,1 @@
+"""The operations of Tensor, one mixin per job; tinyplug/tensor.py puts them together."""

@@ -1,0 +1,102 @@
+"""Creating tensors without data from Python: empty, full, zeros, ones, arange, linspace, eye and the *_like forms."""
+from __future__ import annotations
+import math
+from typing import Any
+from tinyplug.uop.dtype import DType, dtypes, to_dtype
+from tinyplug.uop.ops import Ops, UOp
+from tinyplug.tensor_ops import graph
+
+def argfix(*shape: Any) -> tuple[int, ...]:
+  """`f(2, 3)` and `f((2, 3))` both give (2, 3)."""
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  if not all(isinstance(s, int) for s in shape): raise TypeError(f"a shape must be ints, got {shape}")
+  if any(s < 0 for s in shape): raise ValueError(f"a shape cannot have negative sizes: {shape}")
+  return tuple(shape)
+
+def arange_uop(n: int, device: str) -> UOp:
+  """0, 1, ..., n-1 as int32, built lazily from constants: a sum of one bit-weight [0, 2**j] per binary digit."""
+  if n <= 1: return graph.const(0, dtypes.int32, device, (n,))
+  bits = (n - 1).bit_length()
+  total: UOp | None = None
+  for j in range(bits):
+    weight = 1 << (bits - 1 - j)
+    digit = graph.pad(graph.const(weight, dtypes.int32, device, (1,)), ((1, 0),))   # [0, weight]
+    digit = graph.expand(graph.reshape(digit, (1,) * j + (2,) + (1,) * (bits - 1 - j)), (2,) * bits)
+    total = digit if total is None else graph.alu(Ops.ADD, total, digit)
+  assert total is not None
+  return graph.shrink(graph.reshape(total, (1 << bits,)), ((0, n),))
+
+class CreationMixin:
+  __slots__ = ()
+  @classmethod
+  def _creation_args(cls, kwargs: dict, default_dtype: DType) -> tuple[str, DType, bool | None]:
+    from tinyplug.tensor import canonical_device
+    unknown = set(kwargs) - {"device", "dtype", "requires_grad"}
+    if unknown: raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+    dtype = kwargs.get("dtype")
+    return canonical_device(kwargs.get("device")), default_dtype if dtype is None else to_dtype(dtype), \
+      kwargs.get("requires_grad")
+
+  @classmethod
+  def empty(cls, *shape, **kwargs):
+    """A tensor whose buffer is allocated but not filled."""
+    shape = argfix(*shape)
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    if math.prod(shape) == 0: return cls.from_uop(graph.const(0, dtype, device, shape), rg)
+    return cls.from_uop(graph.reshape(UOp.new_buffer(device, math.prod(shape), dtype), shape), rg)
+
+  @classmethod
+  def full(cls, shape, fill_value: Any, **kwargs):
+    """A tensor of `fill_value` in a buffer of its own (two equal `full`s never share storage or gradients)."""
+    default = dtypes.from_py(fill_value) if isinstance(fill_value, (bool, int, float)) else dtypes.default_float
+    device, dtype, rg = cls._creation_args(kwargs, default)
+    return cls.from_uop(graph.own_buffer(graph.const(fill_value, dtype, device, argfix(shape))), rg)
+
+  @classmethod
+  def zeros(cls, *shape, **kwargs): return cls.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
+  @classmethod
+  def ones(cls, *shape, **kwargs): return cls.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
+
+  def full_like(self, fill_value: Any, **kwargs):
+    return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+  def zeros_like(self, **kwargs): return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs): return self.full_like(1, **kwargs)
+  def empty_like(self, **kwargs):
+    return type(self).empty(*self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
+
+  @classmethod
+  def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs):
+    """Like range() (and torch.arange): `arange(5)`, `arange(2, 8, 2)`, `arange(0, 1, 0.25)`."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    is_float = any(isinstance(v, float) for v in (start, stop, step))
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float if is_float else dtypes.default_int)
+    n = max(0, math.ceil((stop - start) / step))
+    idx = cls.from_uop(arange_uop(n, device))
+    out = idx.cast(dtype) if (dtypes.is_float(dtype) or not is_float) else idx.cast(dtypes.default_float)
+    if step != 1: out = out * step
+    if start != 0: out = out + start
+    out = out.cast(dtype)
+    out.requires_grad = rg
+    return out
+
+  @classmethod
+  def linspace(cls, start: int | float, stop: int | float, steps: int, **kwargs):
+    """`steps` evenly spaced values from start to stop inclusive (computed from both ends, like torch)."""
+    if steps < 0: raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    if steps == 1: return cls.full((1,), start, dtype=dtype, device=device, requires_grad=rg)
+    i = cls.arange(steps, device=device, dtype=dtypes.default_float)
+    delta = (stop - start) / max(steps - 1, 1)
+    out = (i < steps // 2).where(i * delta + start, stop - (steps - 1 - i) * delta).cast(dtype)
+    out.requires_grad = rg
+    return out
+
+  @classmethod
+  def eye(cls, n: int, m: int | None = None, **kwargs):
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    m = n if m is None else m
+    rows = cls.arange(n, device=device).reshape(n, 1)
+    out = (rows == cls.arange(m, device=device).reshape(1, m)).cast(dtype)
+    out.requires_grad = rg
+    return out

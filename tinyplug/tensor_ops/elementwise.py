@@ -1,0 +1,311 @@
+"""Elementwise math with broadcasting and dtype promotion, built from the primitive ALU ops of ops.py.
+
+Python scalars do not upcast tensors (an int tensor times 2.5 is float, a half tensor plus 1.0 stays half), as in
+tinygrad and PyTorch. Everything transcendental reduces to EXP2, LOG2, SIN, SQRT and RECIPROCAL.
+"""
+from __future__ import annotations
+import math
+from typing import Any
+import numpy as np
+from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tinyplug.uop.ops import Ops, UOp
+from tinyplug.tensor_ops import graph
+
+LN2 = math.log(2)
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  """The shape all of `shapes` broadcast to (aligned on the right); a mismatch raises a ValueError naming them."""
+  ndim = max(len(s) for s in shapes)
+  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for sizes in zip(*padded):
+    big = {s for s in sizes if s != 1}
+    if len(big) > 1: raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+    out.append(big.pop() if big else 1)
+  return tuple(out)
+
+class ElementwiseMixin:
+  __slots__ = ()
+  # ---- broadcasting and promotion ----
+  def _to_tensor(self, y: Any, dtype: DType | None = None):
+    """A Python value as a tensor on our device; scalars get our dtype where that loses nothing (int into float)."""
+    if isinstance(y, type(self)): return y
+    if isinstance(y, UOp): return self.from_uop(y)
+    if isinstance(y, (bool, int, float)):
+      if dtype is None:
+        keep = dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and isinstance(y, int))
+        dtype = self.dtype if keep else dtypes.from_py(y)
+      return self.from_uop(graph.const(y, dtype, self.device, ()), requires_grad=False)
+    if isinstance(y, (list, tuple, np.ndarray, np.generic)): return type(self)(y, device=self.device, dtype=dtype)
+    raise TypeError(f"cannot combine a Tensor with {type(y).__name__}")
+
+  def _broadcast_to(self, shape: tuple[int, ...]):
+    if self.shape == tuple(shape): return self
+    if len(shape) < self.ndim: raise ValueError(f"cannot broadcast shape {self.shape} to {shape}: too few dims")
+    if broadcast_shape(self.shape, shape) != tuple(shape): raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+    return x._apply_uop(graph.expand, shape=tuple(shape))
+
+  def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True):
+    x, y = self, self._to_tensor(y)
+    if x.device != y.device: raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
+    if match_dtype and x.dtype != y.dtype:
+      out = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(out), y.cast(out)
+    if reverse: x, y = y, x
+    shape = broadcast_shape(x.shape, y.shape)
+    return x._broadcast_to(shape), y._broadcast_to(shape)
+
+  def _binop(self, op: Ops, y: Any, reverse: bool = False):
+    a, b = self._broadcasted(y, reverse)
+    return a._apply_uop(lambda u, v: graph.alu(op, u, v), b)
+
+  def _const_like(self, value: Any, dtype: DType | None = None):
+    """`value` broadcast to our shape, as a foldable constant (unlike full_like, which makes a buffer of its own)."""
+    return self.from_uop(graph.const(value, dtype or self.dtype, self.device, self.shape), requires_grad=False)
+  def _unop(self, op: Ops): return self._apply_uop(lambda u: graph.alu(op, u))
+  def _floats(self): return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+
+  # ---- arithmetic ----
+  def add(self, y, reverse: bool = False): return self._binop(Ops.ADD, y, reverse)
+  def sub(self, y, reverse: bool = False):
+    a, b = self._broadcasted(y, reverse)
+    if a.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
+    return a._binop(Ops.ADD, -b)
+  def mul(self, y, reverse: bool = False): return self._binop(Ops.MUL, y, reverse)
+  def div(self, y, reverse: bool = False, rounding_mode: str | None = None):
+    """True division (ints give floats); rounding_mode 'trunc' or 'floor' rounds the quotient like torch.div."""
+    a, b = self._broadcasted(y, reverse)
+    if rounding_mode is None:
+      a, b = a._floats(), b.cast(least_upper_float(b.dtype))
+      return a._apply_uop(lambda u, v: graph.alu(Ops.FDIV, u, v), b)
+    if rounding_mode not in ("trunc", "floor"): raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+    if dtypes.is_float(a.dtype): return a.div(b).trunc() if rounding_mode == "trunc" else a.div(b).floor()
+    q = a._apply_uop(lambda u, v: graph.alu(Ops.IDIV, u, v), b)
+    if rounding_mode == "trunc" or dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool: return q
+    # C division truncates toward zero; floor division steps one lower when the signs differ and it is inexact
+    inexact = (q * b).ne(a)
+    return (inexact & ((a < 0).ne(b < 0))).where(q - 1, q)
+  def mod(self, y, reverse: bool = False):
+    """Remainder with the sign of the divisor, like Python's % and torch.remainder."""
+    a, b = self._broadcasted(y, reverse)
+    if dtypes.is_float(a.dtype): return a - b * a.div(b).floor()
+    r = a._apply_uop(lambda u, v: graph.alu(Ops.MOD, u, v), b)
+    if dtypes.is_unsigned(a.dtype): return r
+    return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
+
+  def pow(self, y, reverse: bool = False):
+    """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign of negative bases fixed."""
+    if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool) and float(y).is_integer() and abs(y) <= 8:
+      return self._int_pow(int(y))
+    if not reverse and isinstance(y, float) and y == 0.5: return self.sqrt()
+    a, b = self._broadcasted(y, reverse)
+    if not dtypes.is_float(a.dtype) and isinstance(y, int) and not reverse: return a._int_pow(y)
+    out_dtype = a.dtype
+    a, b = a._floats(), b.cast(least_upper_float(b.dtype))
+    mag = (b * a.abs().log2()).exp2()
+    b_is_int = b.trunc().eq(b)
+    b_is_odd = b_is_int & (b - (b * 0.5).floor() * 2).eq(1)
+    signed = (a < 0).where(b_is_int.where(b_is_odd.where(-mag, mag), math.nan), mag)
+    out = b.eq(0).where(1.0, signed)
+    return out if dtypes.is_float(out_dtype) else out.round().cast(out_dtype)
+
+  def _int_pow(self, n: int):
+    if n < 0: return self._floats()._int_pow(-n).reciprocal()
+    if n == 0: return self._const_like(1)
+    result, base = None, self
+    while n:
+      if n & 1: result = base if result is None else result * base
+      n >>= 1
+      if n: base = base * base
+    return result
+
+  def maximum(self, y):
+    return self._binop(Ops.MAX, y)
+  def minimum(self, y):
+    a, b = self._broadcasted(y)
+    if dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool: return (a < b).where(a, b)
+    return -((-a).maximum(-b))
+  def where(self, x, y):
+    """self ? x : y, elementwise with broadcasting; x and y are promoted to a common dtype."""
+    if isinstance(x, type(self)): x, y = x._broadcasted(y)
+    elif isinstance(y, type(self)): y, x = y._broadcasted(x)
+    cond, x = self._broadcasted(x, match_dtype=False)
+    cond, y = cond._broadcasted(y, match_dtype=False)
+    x, y = x._broadcasted(y)
+    cond = cond._broadcast_to(x.shape).cast(dtypes.bool)
+    return cond._apply_uop(lambda c, u, v: graph.alu(Ops.WHERE, c, u, v), x, y)
+
+  # ---- comparisons (bool results) ----
+  def __lt__(self, y): return self._binop(Ops.CMPLT, y)
+  def __gt__(self, y): return self._binop(Ops.CMPLT, y, reverse=True)
+  def __le__(self, y):
+    a, b = self._broadcasted(y)
+    return (a < b) | a.eq(b)
+  def __ge__(self, y):
+    a, b = self._broadcasted(y)
+    return (b < a) | a.eq(b)
+  def eq(self, y): return self._binop(Ops.CMPEQ, y)
+  def ne(self, y): return self._binop(Ops.CMPNE, y)
+  def __eq__(self, y): return self.eq(y)  # type: ignore[override]
+  def __ne__(self, y): return self.ne(y)  # type: ignore[override]
+
+  # ---- bitwise and logical ----
+  def _check_bitwise(self, name: str):
+    if dtypes.is_float(self.dtype): raise TypeError(f"{name} needs bool or integer tensors, not {self.dtype}")
+  def bitwise_and(self, y, reverse: bool = False):
+    self._check_bitwise("&")
+    return self._binop(Ops.AND, y, reverse)
+  def bitwise_or(self, y, reverse: bool = False):
+    self._check_bitwise("|")
+    return self._binop(Ops.OR, y, reverse)
+  def bitwise_xor(self, y, reverse: bool = False):
+    self._check_bitwise("^")
+    return self._binop(Ops.XOR, y, reverse)
+  def bitwise_not(self):
+    self._check_bitwise("~")
+    return self.logical_not() if self.dtype == dtypes.bool else self.bitwise_xor(-1)
+  def lshift(self, y, reverse: bool = False):
+    self._check_bitwise("<<")
+    return self._binop(Ops.SHL, y, reverse)
+  def rshift(self, y, reverse: bool = False):
+    self._check_bitwise(">>")
+    return self._binop(Ops.SHR, y, reverse)
+  def logical_not(self): return self.cast(dtypes.bool).ne(True)
+  def logical_and(self, y): return self.cast(dtypes.bool) & self._to_tensor(y).cast(dtypes.bool)
+  def logical_or(self, y): return self.cast(dtypes.bool) | self._to_tensor(y).cast(dtypes.bool)
+  def logical_xor(self, y): return self.cast(dtypes.bool) ^ self._to_tensor(y).cast(dtypes.bool)
+
+  # ---- unary math ----
+  def neg(self): return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
+  def reciprocal(self): return self._floats()._unop(Ops.RECIPROCAL)
+  def sqrt(self): return self._floats()._unop(Ops.SQRT)
+  def rsqrt(self): return self.sqrt().reciprocal()
+  def exp2(self): return self._floats()._unop(Ops.EXP2)
+  def log2(self): return self._floats()._unop(Ops.LOG2)
+  def exp(self): return (self._floats() * (1 / LN2)).exp2()
+  def log(self): return self.log2() * LN2
+  def log10(self): return self.log2() * (LN2 / math.log(10))
+  def sin(self): return self._floats()._unop(Ops.SIN)
+  def cos(self): return ((math.pi / 2) - self._floats()).sin()
+  def tan(self): return self.sin() / self.cos()
+  def square(self): return self * self
+  def abs(self):
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+    if dtypes.is_int(self.dtype): return (self < 0).where(-self, self)
+    return self * self.sign()
+  def sign(self):
+    if self.dtype == dtypes.bool: return self
+    s = self.ne(0).where((self < 0).where(self._const_like(-1), self._const_like(1)), self._const_like(0))
+    return s + self * 0 if dtypes.is_float(self.dtype) else s   # + x*0 keeps NaN
+  def trunc(self): return self._unop(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+  def floor(self):
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (t > self).where(t - 1, t)
+  def ceil(self):
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (t < self).where(t + 1, t)
+  def round(self):
+    """Round half to even, like torch.round and numpy."""
+    if not dtypes.is_float(self.dtype): return self
+    f = self.floor()
+    frac = self - f
+    f_is_odd = (f - (f * 0.5).floor() * 2).eq(1)
+    return (frac > 0.5).where(f + 1, (frac < 0.5).where(f, f_is_odd.where(f + 1, f)))
+  def frac(self): return self - self.trunc()
+  def lerp(self, end, weight): return self + (end - self) * weight
+  def isnan(self): return self.ne(self)
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True):
+    pos = self.eq(math.inf) if detect_positive else self._const_like(False, dtypes.bool)
+    return (pos | self.eq(-math.inf)) if detect_negative else pos
+  def isfinite(self): return (self.isinf() | self.isnan()).logical_not()
+
+  # ---- activations ----
+  def relu(self): return (self > 0).where(self, 0)
+  def sigmoid(self): return (1 + (self._floats() * (-1 / LN2)).exp2()).reciprocal()
+  def logsigmoid(self): return -(-self).softplus()
+  def tanh(self): return 2.0 * (2.0 * self._floats()).sigmoid() - 1.0
+  def leaky_relu(self, neg_slope: float = 0.01): return (self < 0).where(self * neg_slope, self)
+  def elu(self, alpha: float = 1.0): return self.relu() - alpha * (1 - self.exp()).relu()
+  def celu(self, alpha: float = 1.0): return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+  def selu(self, alpha: float = 1.67326, gamma: float = 1.0507):
+    return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+  def gelu(self):
+    """The tanh approximation (torch's gelu(approximate='tanh')), as in tinygrad."""
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def quick_gelu(self): return self * (self * 1.702).sigmoid()
+  def silu(self): return self * self.sigmoid()
+  def swish(self): return self.silu()
+  def softplus(self, beta: float = 1.0):
+    bx = self._floats() * beta
+    return (bx.relu() + (-bx.abs()).exp().add(1).log()) * (1 / beta)
+  def mish(self): return self * self.softplus().tanh()
+  def relu6(self): return self.relu() - (self - 6).relu()
+  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5): return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  def hardswish(self): return self * (self + 3).relu6() * (1 / 6)
+  def hardtanh(self, min_val: float = -1, max_val: float = 1): return self.clip(min_val, max_val)
+  def softsign(self): return self / (1 + self.abs())
+  def clip(self, min_=None, max_=None):
+    """Clamp to [min_, max_] (either may be None); the gradient passes where min_ <= x <= max_, as in torch."""
+    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    out = self
+    if min_ is not None: out = (out < min_).where(min_, out)
+    if max_ is not None: out = (out > max_).where(max_, out)
+    return out
+  def clamp(self, min_=None, max_=None): return self.clip(min_, max_)
+
+  # ---- dtypes ----
+  def cast(self, dtype: DType | str):
+    dtype = to_dtype(dtype)
+    return self if self.dtype == dtype else self._apply_uop(graph.cast, dtype=dtype)
+  def bitcast(self, dtype: DType | str):
+    dtype = to_dtype(dtype)
+    if self.dtype == dtype: return self
+    if dtype.itemsize != self.dtype.itemsize:
+      if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
+        raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim does not divide")
+    return self._apply_uop(graph.bitcast, dtype=dtype)
+  def float(self): return self.cast(dtypes.float32)
+  def half(self): return self.cast(dtypes.float16)
+  def double(self): return self.cast(dtypes.float64)
+  def bfloat16(self): return self.cast(dtypes.bfloat16)
+  def int(self): return self.cast(dtypes.int32)
+  def long(self): return self.cast(dtypes.int64)
+  def short(self): return self.cast(dtypes.int16)
+  def char(self): return self.cast(dtypes.int8)
+  def byte(self): return self.cast(dtypes.uint8)
+  def bool(self): return self.cast(dtypes.bool)
+
+  # ---- Python operators ----
+  def __neg__(self): return self.neg()
+  def __invert__(self): return self.bitwise_not()
+  def __add__(self, y): return self.add(y)
+  def __radd__(self, y): return self.add(y, reverse=True)
+  def __sub__(self, y): return self.sub(y)
+  def __rsub__(self, y): return self.sub(y, reverse=True)
+  def __mul__(self, y): return self.mul(y)
+  def __rmul__(self, y): return self.mul(y, reverse=True)
+  def __truediv__(self, y): return self.div(y)
+  def __rtruediv__(self, y): return self.div(y, reverse=True)
+  def __floordiv__(self, y): return self.div(y, rounding_mode="floor")
+  def __rfloordiv__(self, y): return self.div(y, reverse=True, rounding_mode="floor")
+  def __mod__(self, y): return self.mod(y)
+  def __rmod__(self, y): return self.mod(y, reverse=True)
+  def __pow__(self, y): return self.pow(y)
+  def __rpow__(self, y): return self.pow(y, reverse=True)
+  def __and__(self, y): return self.bitwise_and(y)
+  def __rand__(self, y): return self.bitwise_and(y, reverse=True)
+  def __or__(self, y): return self.bitwise_or(y)
+  def __ror__(self, y): return self.bitwise_or(y, reverse=True)
+  def __xor__(self, y): return self.bitwise_xor(y)
+  def __rxor__(self, y): return self.bitwise_xor(y, reverse=True)
+  def __lshift__(self, y): return self.lshift(y)
+  def __rlshift__(self, y): return self.lshift(y, reverse=True)
+  def __rshift__(self, y): return self.rshift(y)
+  def __rrshift__(self, y): return self.rshift(y, reverse=True)
+  def __iadd__(self, y): return self.assign(self.add(y))
+  def __isub__(self, y): return self.assign(self.sub(y))
+  def __imul__(self, y): return self.assign(self.mul(y))
+  def __itruediv__(self, y): return self.assign(self.div(y))

@@ -1,0 +1,111 @@
+"""Building tensor-level UOps (architecture.md §1): constants, movement ops, casts and copies, with argument checks.
+
+Every function takes and returns UOps; the Tensor mixins and the gradient rules share them.
+Movement ops that would change nothing are left out, so equal computations build identical (shared) graphs.
+"""
+from __future__ import annotations
+import math
+from typing import Any
+from tinyplug.uop.dtype import DType, dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+def normalize_axis(axis: int, ndim: int) -> int:
+  """`axis` as a non-negative index into `ndim` dims; out of range raises an IndexError naming both."""
+  if not isinstance(axis, int): raise TypeError(f"an axis must be an int, got {type(axis).__name__}")
+  lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
+  if not lo <= axis <= hi:
+    raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dims (expected {lo} to {hi})")
+  return axis + ndim if axis < 0 else axis
+
+def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=device)
+
+def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...] = ()) -> UOp:
+  """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
+  c = UOp(Ops.CONST, dtype, (device_uop(device),), dtypes.as_const(value, dtype))
+  return expand(reshape(c, (1,) * len(shape)), shape)
+
+def const_like(u: UOp, value: Any, dtype: DType | None = None) -> UOp:
+  return const(value, dtype or u.dtype, u.device, u.shape)
+
+def cast(u: UOp, dtype: DType) -> UOp: return u if u.dtype == dtype else UOp(Ops.CAST, dtype, (u,))
+
+def bitcast(u: UOp, dtype: DType) -> UOp: return u if u.dtype == dtype else UOp(Ops.BITCAST, dtype, (u,))
+
+def copy_to(u: UOp, device: str) -> UOp: return UOp(Ops.COPY, u.dtype, (u, device_uop(device)))
+
+def alu(op: Ops, *srcs: UOp) -> UOp:
+  """An elementwise op; comparisons give bool, everything else the dtype of the last source (WHERE: its values)."""
+  shapes = {s.shape for s in srcs}
+  if len(shapes) != 1: raise ValueError(f"{op} needs sources of one shape, got {[s.shape for s in srcs]}")
+  out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else srcs[-1].dtype
+  return UOp(op, out, tuple(srcs))
+
+def own_buffer(u: UOp) -> UOp:
+  """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""
+  n = math.prod(u.shape)
+  if n == 0: return u
+  buf = UOp.new_buffer(u.device, n, u.dtype)
+  return reshape(UOp(Ops.ASSIGN, u.dtype, (buf, reshape(u, (n,)))), u.shape)
+
+# ---- movement ----
+
+def reshape(u: UOp, shape: tuple[int, ...]) -> UOp:
+  shape = tuple(shape)
+  if u.shape == shape: return u
+  if math.prod(shape) != math.prod(u.shape):
+    raise ValueError(f"cannot reshape a tensor of shape {u.shape} ({math.prod(u.shape)} elements) to {shape} "
+                     f"({math.prod(shape)} elements)")
+  if u.op is Ops.RESHAPE: u = u.src[0]  # a reshape of a reshape is one reshape
+  return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
+
+def expand(u: UOp, shape: tuple[int, ...]) -> UOp:
+  shape = tuple(shape)
+  if u.shape == shape: return u
+  if len(shape) != len(u.shape) or any(s != n and s != 1 for s, n in zip(u.shape, shape)):
+    raise ValueError(f"cannot expand shape {u.shape} to {shape}: only dims of size 1 can grow")
+  return UOp(Ops.EXPAND, u.dtype, (u,), shape)
+
+def permute(u: UOp, order: tuple[int, ...]) -> UOp:
+  order = tuple(order)
+  if sorted(order) != list(range(len(u.shape))):
+    raise ValueError(f"permute order {order} is not a permutation of the {len(u.shape)} dims of shape {u.shape}")
+  if order == tuple(range(len(order))): return u
+  return UOp(Ops.PERMUTE, u.dtype, (u,), order)
+
+def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
+  """Zero padding; each (before, after) must be >= 0 (negative pads are shrinks, see Tensor.pad)."""
+  padding = tuple((int(b), int(a)) for b, a in padding)
+  if len(padding) != len(u.shape): raise ValueError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
+  if any(b < 0 or a < 0 for b, a in padding): raise ValueError(f"negative padding {padding}")
+  if all(b == 0 and a == 0 for b, a in padding): return u
+  return UOp(Ops.PAD, u.dtype, (u,), padding)
+
+def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
+  bounds = tuple((int(b), int(e)) for b, e in bounds)
+  if len(bounds) != len(u.shape): raise ValueError(f"shrink needs one (start, end) per dim of {u.shape}, got {bounds}")
+  if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, u.shape)):
+    raise ValueError(f"shrink bounds {bounds} do not fit in shape {u.shape}")
+  if all(b == 0 and e == s for (b, e), s in zip(bounds, u.shape)): return u
+  return UOp(Ops.SHRINK, u.dtype, (u,), bounds)
+
+def flip(u: UOp, axes: tuple[int, ...]) -> UOp:
+  flags = tuple(i in axes and s > 1 for i, s in enumerate(u.shape))
+  if not any(flags): return u
+  return UOp(Ops.FLIP, u.dtype, (u,), flags)
+
+def reduce(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
+  """REDUCE_AXIS over `axes` (kept as size 1); reducing dims of size 1 changes nothing and is left out."""
+  axes = tuple(sorted(a for a in set(axes) if u.shape[a] != 1))
+  if not axes: return u
+  return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (op, axes))
+
+# ---- facts about realized graphs ----
+
+def is_plain_buffer(u: UOp) -> bool:
+  """A BUFFER, possibly reshaped, holding exactly this tensor's elements in order."""
+  if u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+def is_realized(u: UOp) -> bool:
+  """Nothing to compute: a buffer seen through movement ops only."""
+  return u.base.op is Ops.BUFFER

@@ -1,0 +1,149 @@
+"""Indexing: `x[...]` (ints, slices with any step, None, Ellipsis, integer and bool tensors), `x[...] = v`,
+gather and one_hot.
+
+Basic indices become one shrink, one flip, a pad+reshape+shrink for steps and a final reshape. Tensor indices
+compare against an arange (a one-hot mask) and sum the selected elements, so no data-dependent kernel is needed.
+"""
+from __future__ import annotations
+import math
+from typing import Any
+import numpy as np
+from tinyplug.uop.dtype import dtypes
+from tinyplug.tensor_ops import graph
+
+def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+class IndexingMixin:
+  __slots__ = ()
+  def _index_items(self, indices: Any) -> list:
+    """Indices as a list of int / slice / None / Tensor, with Ellipsis expanded and bool masks made integer."""
+    items = list(indices) if isinstance(indices, tuple) else [indices]
+    cls = type(self)
+    fixed: list = []
+    for it in items:
+      if isinstance(it, (list, np.ndarray)): it = cls(it, device=self.device)
+      if isinstance(it, cls) and it.dtype == dtypes.bool:
+        # a boolean mask picks the positions where it is true: one integer index tensor per mask dim
+        fixed.extend(cls(np.ascontiguousarray(n).astype(np.int32), device=self.device) for n in np.nonzero(it.numpy()))
+        continue
+      if isinstance(it, cls) and not dtypes.is_int(it.dtype):
+        raise IndexError(f"tensors used as indices must be integer or bool, not {it.dtype}")
+      if not (it is None or it is Ellipsis or _is_int(it) or isinstance(it, (slice, cls))):
+        raise IndexError(f"unsupported index {it!r} of type {type(it).__name__}")
+      fixed.append(int(it) if _is_int(it) else it)
+    if sum(it is Ellipsis for it in fixed) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for it in fixed if it is not None and it is not Ellipsis)
+    if consumed > self.ndim:
+      raise IndexError(f"too many indices for a tensor of {self.ndim} dims: {consumed} were given")
+    fill = [slice(None)] * (self.ndim - consumed)
+    if Ellipsis in fixed:
+      at = next(i for i, it in enumerate(fixed) if it is Ellipsis)
+      return fixed[:at] + fill + fixed[at + 1:]
+    return fixed + fill
+
+  def __getitem__(self, indices: Any):
+    items = self._index_items(indices)
+    bounds, flips, strides, out_dims, tensor_idx = [], [], [], [], []
+    d = 0
+    for it in items:
+      if it is None:
+        out_dims.append(None)
+        continue
+      size = self.shape[d]
+      if isinstance(it, int):
+        if not -size <= it < size: raise IndexError(f"index {it} is out of bounds for dim {d} with size {size}")
+        it += size if it < 0 else 0
+        bounds.append((it, it + 1)); flips.append(False); strides.append(1)
+      elif isinstance(it, slice):
+        start, stop, step = it.indices(size)
+        count = len(range(start, stop, step))
+        if count == 0: bounds.append((0, 0))
+        elif step > 0: bounds.append((start, start + (count - 1) * step + 1))
+        else: bounds.append((start + (count - 1) * step, start + 1))
+        flips.append(step < 0 and count > 1); strides.append(abs(step) if count > 1 else 1)
+        out_dims.append(d)
+      else:
+        bounds.append((0, size)); flips.append(False); strides.append(1)
+        tensor_idx.append((len(out_dims), it))
+        out_dims.append(d)
+      d += 1
+    x = self.shrink(tuple(bounds))
+    if any(flips): x = x.flip(tuple(i for i, f in enumerate(flips) if f))
+    if any(s > 1 for s in strides): x = x._take_every(strides)
+    x = x.reshape(tuple(1 if od is None else x.shape[od] for od in out_dims))
+    return x._index_with_tensors(tensor_idx) if tensor_idx else x
+
+  def _take_every(self, strides: list[int]):
+    """Every strides[i]-th element of dim i, starting with the first (the dims hold (n-1)*stride+1 elements)."""
+    counts = [(s - 1) // st + 1 if s else 0 for s, st in zip(self.shape, strides)]
+    x = self.pad(tuple((0, c * st - s if s else 0) for s, c, st in zip(self.shape, counts, strides)))
+    x = x.reshape(tuple(v for c, st in zip(counts, strides) for v in (c, st)))
+    x = x.shrink(tuple(b for c in counts for b in ((0, c), (0, 1))))
+    return x.reshape(tuple(counts))
+
+  def _index_with_tensors(self, tensor_idx: list):
+    """Advanced indexing: dims at the given positions are picked by integer tensors broadcast together."""
+    from tinyplug.tensor_ops.elementwise import broadcast_shape
+    cls = type(self)
+    positions = [p for p, _ in tensor_idx]
+    bshape = broadcast_shape(*(t.shape for _, t in tensor_idx))
+    sizes = [self.shape[p] for p in positions]
+    others = [i for i in range(self.ndim) if i not in positions]
+    # the selected elements: x moved to (others..., broadcast dims..., indexed dims...)
+    x = self.permute(others + positions)
+    x = x.reshape(x.shape[:len(others)] + (1,) * len(bshape) + tuple(sizes))
+    x = x.expand(x.shape[:len(others)] + bshape + tuple(sizes))
+    mask = None
+    for j, ((_, idx), n) in enumerate(zip(tensor_idx, sizes)):
+      idx = idx._broadcast_to(bshape)
+      idx = (idx < 0).where(idx + n, idx)
+      onehot = idx.reshape(bshape + (1,) * len(sizes)).eq(
+        cls.arange(n, device=self.device).reshape((1,) * len(bshape) + tuple(n if k == j else 1 for k in range(len(sizes)))))
+      mask = onehot if mask is None else mask & onehot
+    picked = mask.where(x, x._const_like(0)).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
+    # numpy/torch placement: together in place of the indexed dims when those are adjacent, else first
+    n_b = len(bshape)
+    if positions == list(range(positions[0], positions[0] + len(positions))):
+      return picked.permute(_place_first(len(others), n_b, positions[0]))
+    return picked.permute(list(range(len(others), len(others) + n_b)) + list(range(len(others))))
+
+  def __setitem__(self, indices: Any, value: Any) -> None:
+    """`x[indices] = value` writes into x's buffer (x is realized first), as in tinygrad."""
+    cls = type(self)
+    self.realize()
+    if not graph.is_plain_buffer(self.uop): self.replace(self.contiguous().realize())
+    value = self._to_tensor(value).cast(self.dtype)
+    work = dtypes.uint8 if self.dtype == dtypes.bool else self.dtype
+    # scatter through the gradient of the selection: d(x[indices])/dx applied to the value puts it in place
+    proxy = cls.empty(*self.shape, device=self.device, dtype=work)
+    selected = proxy[indices]
+    value = value.cast(work)._broadcast_to(selected.shape)
+    placed, = selected.gradient(proxy, gradient=value)
+    hit_proxy = cls.empty(*self.shape, device=self.device, dtype=dtypes.float32)
+    hit_sel = hit_proxy[indices]
+    hits, = hit_sel.gradient(hit_proxy, gradient=hit_sel._const_like(1))
+    self.assign((hits > 0).where(placed.cast(self.dtype), self)).realize()
+
+  def gather(self, dim: int, index):
+    """out[i][j] = self[index[i][j]][j] for dim 0 (and so on), like torch.gather."""
+    d = graph.normalize_axis(dim, self.ndim)
+    if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
+      raise ValueError(f"gather: index shape {index.shape} does not fit self shape {self.shape} along dim {dim}")
+    n = self.shape[d]
+    x = self.shrink(tuple((0, index.shape[i]) if i != d else None for i in range(self.ndim)))
+    x = x.unsqueeze(-1).transpose(d, -1)                        # dim d moved last, a size-1 dim in its place
+    x = x.expand(index.shape + (n,))
+    onehot = index.unsqueeze(-1).eq(type(self).arange(n, device=self.device))
+    return onehot.where(x, x._const_like(0)).sum(-1).cast(self.dtype)
+
+  def one_hot(self, num_classes: int = -1):
+    if num_classes == -1: num_classes = int(self.max().item()) + 1
+    return self.unsqueeze(-1).eq(type(self).arange(num_classes, device=self.device)).where(1, 0)
+
+  def masked_fill(self, mask, value): return mask.where(value, self)
+
+def _place_first(n_others: int, n_b: int, at: int) -> list[int]:
+  """Permutation taking (others..., B...) to (others[:at], B..., others[at:])."""
+  others = list(range(n_others))
+  b = list(range(n_others, n_others + n_b))
+  return others[:at] + b + others[at:]

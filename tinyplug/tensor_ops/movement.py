@@ -1,0 +1,164 @@
+"""Movement ops: zero-copy views (reshape, permute, expand, pad, shrink, flip) and what is built from them
+(transpose, flatten, squeeze, cat, stack, repeat, split, roll, ...)."""
+from __future__ import annotations
+import math
+from typing import Any, Sequence
+from tinyplug.uop.dtype import dtypes, least_upper_dtype
+from tinyplug.tensor_ops import graph
+
+def _shape_args(shape: Any, args: tuple) -> tuple:
+  """`f((2, 3))` and `f(2, 3)` both give (2, 3); entries may be -1 or None where the op allows it."""
+  if args: return (shape, *args)
+  if isinstance(shape, (tuple, list)): return tuple(shape)
+  return (shape,)
+
+def _flat_padding_to_pairs(padding: Sequence[int], ndim: int) -> list[tuple[int, int]]:
+  # torch order: (last dim before, last dim after, second-to-last before, ...)
+  if len(padding) % 2 or len(padding) // 2 > ndim:
+    raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * ndim} for {ndim} dims")
+  pairs = [(0, 0)] * ndim
+  for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+  return pairs
+
+class MovementMixin:
+  __slots__ = ()
+  def reshape(self, shape, *args):
+    new = _shape_args(shape, args)
+    if len(new) > 0 and any(s is None for s in new):
+      new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
+    if not all(isinstance(s, int) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
+    if new.count(-1) > 1: raise ValueError(f"reshape to {new}: only one size can be -1")
+    if any(s < -1 for s in new): raise ValueError(f"reshape to {new}: negative size")
+    if -1 in new:
+      known = math.prod(s for s in new if s != -1)
+      if known == 0 or self.numel() % known:
+        raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new}")
+      new = tuple(self.numel() // known if s == -1 else s for s in new)
+    return self._apply_uop(graph.reshape, shape=new)
+  def view(self, shape, *args): return self.reshape(shape, *args)
+
+  def permute(self, order, *args):
+    order = tuple(graph.normalize_axis(a, self.ndim) for a in _shape_args(order, args))
+    return self._apply_uop(graph.permute, order=order)
+
+  def expand(self, shape, *args):
+    new = _shape_args(shape, args)
+    if len(new) < self.ndim: raise ValueError(f"cannot expand shape {self.shape} to {new}: too few dims")
+    old = (1,) * (len(new) - self.ndim) + self.shape
+    return self._broadcast_to(tuple(o if n in (-1, None) else n for o, n in zip(old, new)))
+
+  def pad(self, padding: Sequence, mode: str = "constant", value: float = 0.0):
+    """Pad with `value`. `padding` is torch-style flat ints (last dim first) or one (before, after) or None per dim.
+    Negative amounts cut elements away."""
+    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported; only 'constant' is")
+    if all(isinstance(p, int) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
+    else:
+      if len(padding) != self.ndim: raise ValueError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
+      pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    x = self
+    if any(b < 0 or a < 0 for b, a in pairs):
+      x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
+      pairs = [(max(b, 0), max(a, 0)) for b, a in pairs]
+    padded = x._apply_uop(graph.pad, padding=tuple(pairs))
+    if value == 0 or padded is x: return padded
+    inside = x._const_like(True, dtypes.bool)._apply_uop(graph.pad, padding=tuple(pairs))
+    return inside.where(padded, value)
+  def pad2d(self, padding: Sequence[int], value: float = 0.0): return self.pad(tuple(padding), value=value)
+
+  def shrink(self, bounds: Sequence):
+    """Keep [start, end) of each dim; None keeps a dim whole."""
+    if len(bounds) != self.ndim: raise ValueError(f"shrink {tuple(bounds)} needs one entry per dim of {self.shape}")
+    return self._apply_uop(graph.shrink, bounds=tuple((0, s) if b is None else b for b, s in zip(bounds, self.shape)))
+
+  def flip(self, axis, *args):
+    axes = tuple(graph.normalize_axis(a, self.ndim) for a in _shape_args(axis, args))
+    return self._apply_uop(graph.flip, axes=axes)
+
+  # ---- views built on the above ----
+  def transpose(self, dim0: int = 1, dim1: int = 0):
+    order = list(range(self.ndim))
+    a, b = graph.normalize_axis(dim0, self.ndim), graph.normalize_axis(dim1, self.ndim)
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+  @property
+  def T(self): return self.permute(tuple(reversed(range(self.ndim))))
+  def flatten(self, start_dim: int = 0, end_dim: int = -1):
+    if self.ndim == 0: return self.reshape(1)
+    a, b = graph.normalize_axis(start_dim, self.ndim), graph.normalize_axis(end_dim, self.ndim)
+    return self.reshape(self.shape[:a] + (math.prod(self.shape[a:b + 1]),) + self.shape[b + 1:])
+  def unflatten(self, dim: int, sizes: Sequence[int]):
+    d = graph.normalize_axis(dim, self.ndim)
+    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+  def squeeze(self, dim: int | Sequence[int] | None = None):
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    dims = {graph.normalize_axis(d, self.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+  def unsqueeze(self, dim: int):
+    d = graph.normalize_axis(dim, self.ndim + 1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+  def swapaxes(self, a: int, b: int): return self.transpose(a, b)
+  def movedim(self, source: int, destination: int):
+    order = list(range(self.ndim))
+    order.insert(graph.normalize_axis(destination, self.ndim), order.pop(graph.normalize_axis(source, self.ndim)))
+    return self.permute(order)
+  def expand_as(self, other): return self.expand(other.shape)
+  def reshape_as(self, other): return self.reshape(other.shape)
+
+  # ---- joining and splitting ----
+  def cat(self, *others, dim: int = 0):
+    """Join tensors along `dim`; every other dim must match."""
+    tensors = [self, *others]
+    d = graph.normalize_axis(dim, self.ndim)
+    for t in tensors:
+      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+        raise ValueError(f"cat along dim {dim}: shapes {[x.shape for x in tensors]} differ outside that dim")
+    out_dtype = least_upper_dtype(*(t.dtype for t in tensors))
+    work_dtype = dtypes.uint8 if out_dtype == dtypes.bool else out_dtype
+    total = sum(t.shape[d] for t in tensors)
+    pieces, offset = [], 0
+    for t in tensors:
+      pairs = [(0, 0)] * self.ndim
+      pairs[d] = (offset, total - offset - t.shape[d])
+      pieces.append(t.cast(work_dtype).pad(tuple(pairs)))
+      offset += t.shape[d]
+    out = pieces[0]
+    for p in pieces[1:]: out = out + p
+    return out.cast(out_dtype)
+  def stack(self, *others, dim: int = 0):
+    d = graph.normalize_axis(dim, self.ndim + 1)
+    return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
+  def repeat(self, repeats, *args):
+    reps = _shape_args(repeats, args)
+    if len(reps) < self.ndim: raise ValueError(f"repeat needs at least {self.ndim} repeat counts, got {reps}")
+    base = (1,) * (len(reps) - self.ndim) + self.shape
+    spread = self.reshape(tuple(x for s in base for x in (1, s)))
+    spread = spread.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
+    return spread.reshape(tuple(r * s for r, s in zip(reps, base)))
+  def split(self, sizes: int | Sequence[int], dim: int = 0):
+    d = graph.normalize_axis(dim, self.ndim)
+    n = self.shape[d]
+    if isinstance(sizes, int):
+      if sizes <= 0: raise ValueError(f"split size must be positive, got {sizes}")
+      sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} do not add up to {n}, the size of dim {dim}")
+    out, start = [], 0
+    for s in sizes:
+      out.append(self.shrink(tuple((start, start + s) if i == d else None for i in range(self.ndim))))
+      start += s
+    return tuple(out)
+  def chunk(self, chunks: int, dim: int = 0):
+    if chunks <= 0: raise ValueError(f"chunk count must be positive, got {chunks}")
+    d = graph.normalize_axis(dim, self.ndim)
+    return self.split(max(1, math.ceil(self.shape[d] / chunks)), d)
+  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int]):
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims): raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    x = self
+    for shift, dim in zip(shifts, dims):
+      d = graph.normalize_axis(dim, x.ndim)
+      n = x.shape[d]
+      if n == 0 or shift % n == 0: continue
+      head, tail = x.split([n - shift % n, shift % n], d)
+      x = tail.cat(head, dim=d)
+    return x

@@ -1,0 +1,152 @@
+"""Neural-network building blocks on top of movement, elementwise and reduce ops: matmul, linear, sliding windows
+(conv2d, max_pool2d, avg_pool2d), normalisation, dropout and losses."""
+from __future__ import annotations
+import functools, math
+from typing import Callable, Sequence
+from tinyplug.helpers import make_tuple
+from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
+
+def _spatial_padding(padding: int | Sequence[int], nd: int) -> list[tuple[int, int]]:
+  """int: the same on every side; nd ints: (before=after) per spatial dim; 2*nd ints: torch-flat, last dim first."""
+  if isinstance(padding, int): return [(padding, padding)] * nd
+  padding = tuple(padding)
+  if len(padding) == nd: return [(p, p) for p in padding]
+  if len(padding) == 2 * nd: return [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(nd))]
+  raise ValueError(f"padding {padding} must be an int, {nd} ints or {2 * nd} ints")
+
+class NNMixin:
+  __slots__ = ()
+  # ---- matrix products ----
+  def dot(self, w, dtype: DType | str | None = None):
+    """Matrix product with torch.matmul's rules: 1-D operands gain and lose a dim, batch dims broadcast."""
+    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul needs tensors of at least 1 dim, got shapes {self.shape} and {w.shape}")
+    x = self.unsqueeze(0) if self.ndim == 1 else self
+    y = w.unsqueeze(-1) if w.ndim == 1 else w
+    if x.shape[-1] != y.shape[-2]:
+      raise ValueError(f"matmul shapes {self.shape} and {w.shape} do not match: {x.shape[-1]} != {y.shape[-2]}")
+    out = (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=dtype)
+    out = out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
+    if self.ndim == 1: out = out.squeeze(-2)
+    if w.ndim == 1: out = out.squeeze(-1)
+    return out
+  def matmul(self, w, reverse: bool = False, dtype: DType | str | None = None):
+    return w.dot(self, dtype=dtype) if reverse else self.dot(w, dtype=dtype)
+  def __matmul__(self, w): return self.matmul(w)
+  def __rmatmul__(self, w): return self.matmul(w, reverse=True)
+  def linear(self, weight, bias=None):
+    """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-D weight scales elementwise)."""
+    x = self * weight if weight.ndim == 1 else self.dot(weight)
+    return x if bias is None else x + bias
+  def sequential(self, layers: Sequence[Callable]): return functools.reduce(lambda x, f: f(x), layers, self)
+
+  # ---- sliding windows ----
+  def _windows_last(self, k: int, stride: int, dilation: int):
+    """(..., i) -> (..., o, k) with out[..., a, b] = self[..., a*stride + b*dilation], as one chain of views.
+
+    Repeat the row R times and read it with a row pitch of i+dilation: position b*(i+dilation) + a*stride of the
+    repeated row holds element (b*dilation + a*stride) mod i, and that index never wraps for a valid window."""
+    i = self.shape[-1]
+    o = (i - dilation * (k - 1) - 1) // stride + 1
+    if o <= 0: raise ValueError(f"kernel {k} (dilation {dilation}) does not fit in an input of size {i}")
+    pre = self.shape[:-1]
+    reps = math.ceil(k * (i + dilation) / i)
+    x = self.unsqueeze(-2).expand(pre + (reps, i)).reshape(pre + (reps * i,))
+    x = x.shrink(tuple(None for _ in pre) + ((0, k * (i + dilation)),)).reshape(pre + (k, i + dilation))
+    cols = o * stride
+    x = x.pad(tuple(None for _ in pre) + (None, (0, max(0, cols - i - dilation))))
+    x = x.shrink(tuple(None for _ in pre) + (None, (0, cols)))
+    x = x.reshape(pre + (k, o, stride)).shrink(tuple(None for _ in pre) + (None, None, (0, 1)))
+    return x.reshape(pre + (k, o)).transpose(-1, -2)
+
+  def _pool(self, kernel: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1):
+    """(..., i1..in) -> (..., o1..on, k1..kn): every window of the last len(kernel) dims."""
+    nd = len(kernel)
+    if self.ndim < nd: raise ValueError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
+    strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
+    lead = self.ndim - nd
+    x = self
+    for j in range(nd):
+      x = x.movedim(lead + j, -1)                               # (lead, o.., i_rest.., k.., i_j)
+      x = x._windows_last(kernel[j], strides[j], dilations[j])  # (..., k.., o_j, k_j)
+      x = x.movedim(-2, lead + j)                               # (lead, o..o_j, i_rest.., k..k_j)
+    return x
+
+  def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+             padding: int | Sequence[int] = 0, dtype: DType | str | None = None):
+    """Convolution (really cross-correlation, like torch) over as many spatial dims as the weight has after 2."""
+    (bs, cin_total), (cout, cin) = self.shape[:2], weight.shape[:2]
+    kernel = weight.shape[2:]
+    nd = len(kernel)
+    if self.ndim != nd + 2: raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
+    if groups * cin != cin_total or cout % groups:
+      raise ValueError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
+    x = self.pad(((0, 0), (0, 0), *_spatial_padding(padding, nd)))
+    x = x._pool(kernel, stride, dilation)                                   # (bs, cin_total, o.., k..)
+    outs = x.shape[2:2 + nd]
+    x = x.reshape((bs, groups, 1, cin) + outs + kernel)
+    w = weight.reshape((1, groups, cout // groups, cin) + (1,) * nd + kernel)
+    red = (3,) + tuple(range(4 + nd, 4 + 2 * nd))
+    out = (x * w).sum(red, dtype=dtype).reshape((bs, cout) + outs)
+    out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
+    return out if bias is None else out + bias.reshape((1, -1) + (1,) * nd)
+
+  def _pool_prepare(self, kernel_size, stride, padding, ceil_mode: bool, nd: int = 2):
+    if ceil_mode: raise NotImplementedError("ceil_mode=True is not supported")
+    k = make_tuple(kernel_size, nd)
+    s = k if stride is None else make_tuple(stride, nd)
+    pads = [(0, 0)] * (self.ndim - nd) + _spatial_padding(padding, nd)
+    return k, s, pads
+
+  def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False):
+    k, s, pads = self._pool_prepare(kernel_size, stride, padding, ceil_mode)
+    x = self.pad(tuple(pads), value=dtypes.min(self.dtype))
+    return x._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
+  def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
+    k, s, pads = self._pool_prepare(kernel_size, stride, padding, ceil_mode)
+    axes = tuple(range(-len(k), 0))
+    windows = self.pad(tuple(pads))._pool(k, s, dilation)
+    if count_include_pad: return windows.mean(axes)
+    counts = self._const_like(1.0, dtypes.default_float).pad(tuple(pads))._pool(k, s, dilation).sum(axes)
+    return windows.sum(axes) / counts
+
+  # ---- normalisation, dropout, losses ----
+  def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5):
+    y = self - self.mean(axis, keepdim=True)
+    return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+  def batchnorm(self, weight, bias, mean, invstd, axis: int | Sequence[int] = 1):
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+    x = self - mean.reshape(shape)
+    if weight is not None: x = x * weight.reshape(shape)
+    x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return x + bias.reshape(shape) if bias is not None else x
+  def dropout(self, p: float = 0.5):
+    if not type(self).training or p == 0: return self
+    keep = type(self).rand(*self.shape, device=self.device) >= p
+    return keep.where(self, 0) * (1 / (1 - p))
+  def binary_crossentropy(self, y, reduction: str = "mean"):
+    return _reduce_loss(-(y * self.log() + (1 - y) * (1 - self).log()), reduction)
+  def binary_crossentropy_logits(self, y, reduction: str = "mean"):
+    return _reduce_loss(self.maximum(0) - y * self + (1 + self.abs().neg().exp()).log(), reduction)
+  def sparse_categorical_crossentropy(self, y, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                      reduction: str = "mean"):
+    log_probs = self.log_softmax()
+    mask = y.ne(ignore_index)
+    picked = log_probs.gather(-1, y.unsqueeze(-1).cast(dtypes.int32)).squeeze(-1)
+    smooth = log_probs.mean(-1)
+    loss = -((1 - label_smoothing) * picked + label_smoothing * smooth) * mask
+    if reduction == "mean": return loss.sum() / mask.sum()
+    return _reduce_loss(loss, reduction)
+  def cross_entropy(self, y, reduction: str = "mean", label_smoothing: float = 0.0):
+    """Cross entropy of logits against class indices (int y) or probabilities (float y of the same shape)."""
+    if dtypes.is_int(y.dtype): return self.sparse_categorical_crossentropy(y, label_smoothing=label_smoothing, reduction=reduction)
+    y = y * (1 - label_smoothing) + label_smoothing / self.shape[-1]
+    return _reduce_loss(-(self.log_softmax(-1) * y).sum(-1), reduction)
+
+def _reduce_loss(loss, reduction: str):
+  if reduction == "none": return loss
+  if reduction == "sum": return loss.sum()
+  if reduction == "mean": return loss.mean()
+  raise ValueError(f"reduction must be 'none', 'sum' or 'mean', not {reduction!r}")

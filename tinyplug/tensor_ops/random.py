@@ -1,0 +1,126 @@
+"""Random tensors from a counter-based generator: Threefry-2x32 (20 rounds, Salmon et al. 2011, "Random123").
+
+The bits are computed in the graph with uint32 ALU ops from an arange of counters and the seed, so the same seed
+gives the same numbers on every device. Each call takes fresh counters; `manual_seed` resets them.
+"""
+from __future__ import annotations
+import math, time
+from tinyplug.uop.dtype import DType, dtypes, to_dtype
+from tinyplug.tensor_ops.create import argfix, arange_uop
+
+MASK32 = 0xFFFFFFFF
+THREEFRY_PARITY = 0x1BD11BDA
+THREEFRY_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+
+class RNGState:
+  """The seed and how many counters have been used since it was set."""
+  seed: int = int(time.time())
+  counter: int = 0
+
+def threefry2x32(x0, x1, key: tuple[int, int]):
+  """Threefry-2x32-20 of the counter pair (x0, x1) under `key`; works on uint32 Tensors or Python ints."""
+  ks = (key[0] & MASK32, key[1] & MASK32, (key[0] ^ key[1] ^ THREEFRY_PARITY) & MASK32)
+  def add(a, b): return (a + b) & MASK32 if isinstance(a, int) else a + b
+  def rotl(v, r): return ((v << r) & MASK32) | (v >> (32 - r)) if isinstance(v, int) else (v << r) | (v >> (32 - r))
+  x0, x1 = add(x0, ks[0]), add(x1, ks[1])
+  for r in range(20):
+    x0 = add(x0, x1)
+    x1 = rotl(x1, THREEFRY_ROTATIONS[r % 8]) ^ x0
+    if r % 4 == 3:   # key injection after every 4 rounds
+      n = r // 4 + 1
+      x0, x1 = add(x0, ks[n % 3]), add(x1, (ks[(n + 1) % 3] + n) & MASK32)
+  return x0, x1
+
+def _uniform_bits(dtype: DType) -> int:
+  """How many random bits a value in [0, 1) of `dtype` can hold exactly (so it never rounds up to 1)."""
+  return min(24, dtypes.finfo(dtype)[1] + 1) if dtypes.is_float(dtype) else 24
+
+class RandomMixin:
+  __slots__ = ()
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    """Make the following random tensors reproducible."""
+    RNGState.seed, RNGState.counter = int(seed), 0
+
+  @classmethod
+  def _random_bits(cls, n: int, device: str):
+    """n uint32 random words (a Tensor of shape (n,))."""
+    half = (n + 1) // 2
+    start = RNGState.counter
+    RNGState.counter += half
+    counters = cls.from_uop(arange_uop(half, device)).cast(dtypes.uint32)
+    lo = counters + (start & MASK32)
+    hi = counters._const_like((start >> 32) & MASK32)
+    seed = RNGState.seed
+    y0, y1 = threefry2x32(lo, hi, (seed & MASK32, (seed >> 32) & MASK32))
+    return y0.cat(y1)[:n]
+
+  @classmethod
+  def rand(cls, *shape, **kwargs):
+    """Uniform in [0, 1)."""
+    shape = argfix(*shape)
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    if not dtypes.is_float(dtype): raise ValueError(f"rand needs a float dtype, not {dtype}")
+    n = math.prod(shape)
+    if n == 0: return cls.full(shape, 0.0, dtype=dtype, device=device, requires_grad=rg)
+    nbits = _uniform_bits(dtype)
+    bits = cls._random_bits(n, device) >> (32 - nbits)
+    out = (bits.cast(dtypes.float32) * (2.0 ** -nbits)).cast(dtype).reshape(shape)
+    out.requires_grad = rg
+    return out
+
+  @classmethod
+  def randn(cls, *shape, **kwargs):
+    """Standard normal (Box-Muller on two uniforms)."""
+    shape = argfix(*shape)
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    u = cls.rand(2, *shape, device=device, dtype=dtypes.float32)
+    out = ((u[0] * (2 * math.pi)).cos() * ((1 - u[1]).log() * -2).sqrt()).cast(dtype)
+    out.requires_grad = rg
+    return out
+
+  @classmethod
+  def randint(cls, *shape, low: int = 0, high: int = 10, **kwargs):
+    if high <= low: raise ValueError(f"randint needs low < high, got low={low} high={high}")
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(dtype): raise ValueError(f"randint needs an integer dtype, not {dtype}")
+    return (cls.rand(*shape, **kwargs) * (high - low)).floor().cast(dtype) + low
+
+  @classmethod
+  def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, **kwargs):
+    dtype = kwargs.pop("dtype", None)
+    rg = kwargs.pop("requires_grad", None)
+    out = ((high - low) * cls.rand(*shape, **kwargs) + low).cast(dtype or dtypes.default_float)
+    out.requires_grad = rg
+    return out
+
+  @classmethod
+  def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, **kwargs):
+    rg = kwargs.pop("requires_grad", None)
+    out = std * cls.randn(*shape, **kwargs) + mean
+    out.requires_grad = rg
+    return out
+
+  @classmethod
+  def scaled_uniform(cls, *shape, **kwargs):
+    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(argfix(*shape)) ** -0.5)
+  @classmethod
+  def glorot_uniform(cls, *shape, **kwargs):
+    s = argfix(*shape)
+    return cls.uniform(*s, low=-1.0, high=1.0, **kwargs) * math.sqrt(6 / (s[0] + math.prod(s[1:])))
+  @classmethod
+  def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs):
+    s = argfix(*shape)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(s[1:]))
+    return cls.uniform(*s, low=-bound, high=bound, **kwargs)
+  @classmethod
+  def kaiming_normal(cls, *shape, a: float = 0.01, **kwargs):
+    s = argfix(*shape)
+    return cls.normal(*s, mean=0.0, std=math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(s[1:])), **kwargs)
+
+  def rand_like(self, **kwargs):
+    return type(self).rand(*self.shape, **{"device": self.device, "dtype": self.dtype if dtypes.is_float(self.dtype) else None,
+                                           **kwargs})
+  def randn_like(self, **kwargs):
+    return type(self).randn(*self.shape, **{"device": self.device, "dtype": self.dtype if dtypes.is_float(self.dtype) else None,
+                                            **kwargs})

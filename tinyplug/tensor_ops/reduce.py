@@ -1,0 +1,96 @@
+"""Reductions over axes (sum, max, min, mean, prod, var, std, argmax, any, all), scans (cumsum, cumprod) and the
+softmax family. Reducing dims of size 0 gives the identity (sum 0, prod 1, max -inf), as in tinygrad."""
+from __future__ import annotations
+import math
+from typing import Sequence
+from tinyplug.uop.dtype import DType, dtypes, sum_acc_dtype, to_dtype
+from tinyplug.uop.ops import Ops
+from tinyplug.tensor_ops import graph
+
+Axis = int | Sequence[int] | None
+
+class ReduceMixin:
+  __slots__ = ()
+  def _axes(self, axis: Axis) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    if isinstance(axis, int): axis = (axis,)
+    return tuple(sorted({graph.normalize_axis(a, self.ndim) for a in axis}))
+
+  def _reduce(self, op: Ops, axis: Axis = None, keepdim: bool = False):
+    axes = self._axes(axis)
+    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    if self.numel() == 0:
+      identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
+      ret = self.from_uop(graph.const(identity, self.dtype, self.device, kept), self.requires_grad)
+    else: ret = self._apply_uop(graph.reduce, op=op, axes=axes)
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+  def _reduced_count(self, axis: Axis) -> int: return math.prod(self.shape[a] for a in self._axes(axis))
+
+  def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None):
+    """Sum over `axis` (all axes when None); ints accumulate in at least int32, half floats in float32."""
+    ret = self.cast(sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None):
+    ret = self.cast(sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype))._reduce(Ops.MUL, axis, keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  def max(self, axis: Axis = None, keepdim: bool = False): return self._reduce(Ops.MAX, axis, keepdim)
+  def _inverse(self):
+    """An order-reversing map: -x for floats and signed ints, ~x for unsigned ints and bools."""
+    return -self if dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype)) \
+      else ~self
+  def min(self, axis: Axis = None, keepdim: bool = False): return self._inverse().max(axis, keepdim)._inverse()
+  def mean(self, axis: Axis = None, keepdim: bool = False):
+    out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
+    total = self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim)
+    return total.div(self._reduced_count(axis)).cast(out_dtype)
+  def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
+    squares = (self - self.mean(axis, keepdim=True)).square()
+    return squares.sum(axis, keepdim).div(max(0, self._reduced_count(axis) - correction))
+  def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1): return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def argmax(self, axis: int | None = None, keepdim: bool = False):
+    """Index of the first maximum (over the flattened tensor when axis is None), as int32."""
+    if axis is None: return self.flatten().argmax(0)
+    ax = graph.normalize_axis(axis, self.ndim)
+    n = self.shape[ax]
+    if n == 0: raise ValueError(f"argmax of an empty dim {axis} (shape {self.shape})")
+    is_max = self.eq(self.max(ax, keepdim=True))
+    countdown = type(self).arange(n, 0, -1, device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
+    return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
+  def argmin(self, axis: int | None = None, keepdim: bool = False): return self._inverse().argmax(axis, keepdim)
+  def any(self, axis: Axis = None, keepdim: bool = False): return self.bool().max(axis, keepdim)
+  def all(self, axis: Axis = None, keepdim: bool = False): return self.logical_not().any(axis, keepdim).logical_not()
+
+  # ---- scans ----
+  def _scan(self, axis: int, fill, reduce_name: str):
+    ax = graph.normalize_axis(axis, self.ndim)
+    n = self.shape[ax]
+    if n == 0: return self
+    x = self.transpose(ax, -1)
+    rows = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))               # [..., i, j] = x[..., j]
+    ar = type(self).arange(n, device=self.device)
+    upto = ar.reshape(n, 1) >= ar.reshape(1, n)                          # j <= i
+    return getattr(upto.where(rows, fill), reduce_name)(-1).transpose(ax, -1)
+  def cumsum(self, axis: int = 0): return self._scan(axis, 0, "sum")
+  def cumprod(self, axis: int = 0): return self._scan(axis, 1, "prod")
+  def cummax(self, axis: int = 0): return self._scan(axis, dtypes.min(self.dtype), "max")
+
+  # ---- softmax family ----
+  def logsumexp(self, axis: Axis = None, keepdim: bool = False):
+    m = self.max(axis, keepdim=True).detach()
+    out = (self - m).exp().sum(axis, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(self._axes(axis))
+  def softmax(self, axis: int = -1, dtype: DType | str | None = None):
+    x = self if dtype is None else self.cast(dtype)
+    shifted = x - x.max(axis, keepdim=True).detach()
+    e = shifted.exp()
+    return e / e.sum(axis, keepdim=True)
+  def log_softmax(self, axis: int = -1, dtype: DType | str | None = None):
+    x = self if dtype is None else self.cast(dtype)
+    shifted = x - x.max(axis, keepdim=True).detach()
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
