@@ -426,6 +426,12 @@ _BOUNDS_FROM_SRC = frozenset({Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.CAST})
 
 def _compute_bounds(root: UOp) -> tuple[ConstType, ConstType]:
   """Fills the bounds cache of root and of the sources it needs, in post-order (iterative: deep chains are fine)."""
+  for s in root.src:
+    if (c := s._cache) is None or "min_max" not in c: break
+  else:  # the usual case inside a rewrite: every source is known already
+    if (c := root._cache) is None: object.__setattr__(root, "_cache", c := {})
+    ret = c["min_max"] = _bounds(root)
+    return ret
   stack: list[tuple[UOp, bool]] = [(root, False)]
   while stack:
     u, ready = stack.pop()

@@ -25,7 +25,7 @@ def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
   return {u: replace[u] for u in sink.toposort() if u in replace}
 
 def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, replace: dict[UOp, UOp], frame) -> UOp:
-  if not events.enabled("rewrite"): return _rewrite(sink, pm.rewrite, ctx, bottom_up, replace)
+  if not events.enabled("rewrite"): return _rewrite(sink, None, pm.pdict, ctx, bottom_up, replace)
   matches: list[events.RewriteMatch] = []
   def tracked(u: UOp, c: Any) -> UOp | None:
     t0 = time.perf_counter_ns()
@@ -35,40 +35,56 @@ def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | N
     return ret
   caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
   start = time.perf_counter_ns()
-  out = _rewrite(sink, tracked, ctx, bottom_up, replace)
+  out = _rewrite(sink, tracked, None, ctx, bottom_up, replace)
   events.emit("rewrite", events.RewriteEvent(name or "graph_rewrite", sink, out, tuple(matches), events.current_scope(),
                                              start, time.perf_counter_ns(), caller))
   return out
 
-def _rewrite(root: UOp, rewrite_fn, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp]) -> UOp:
+def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp]) -> UOp:
+  """The engine. Either `rewrite_fn(u, ctx)` (tracing) or `pdict` (op -> compiled row matchers, tried inline: this
+  loop runs once per node, so it avoids a function call per node when nobody traces)."""
   # replace[n] is n's final form. Every value in it is a fixed point: its sources are final and no rule matches it.
   in_progress: set[UOp] = set()
   # stack frames: (node, stage, extra). stage 0: first visit; 1: sources done, rebuild; 2: node became extra[0]
   stack: list[tuple[UOp, int, Any]] = [(root, 0, None)]
+  push, pop = stack.append, stack.pop
   while stack:
-    n, stage, extra = stack.pop()
+    n, stage, extra = pop()
     if stage == 0:
       if n in replace: continue
       if n in in_progress: raise RewriteLoopError(f"graph_rewrite loops: {n.op} is rewritten into a graph containing itself")
       in_progress.add(n)
-      if bottom_up and (new := rewrite_fn(n, ctx)) is not None and new is not n:
-        stack.append((n, 2, (new, n))); stack.append((new, 0, None))
-        continue
-      stack.append((n, 1, None))
+      if bottom_up:
+        if rewrite_fn is not None: new = rewrite_fn(n, ctx)
+        else:
+          new = None
+          for match in pdict[n.op]:
+            if (new := match(n, ctx)) is not None: break
+        if new is not None and new is not n:
+          push((n, 2, (new, n))); push((new, 0, None))
+          continue
+      push((n, 1, None))
       for s in reversed(n.src):
-        if s not in replace: stack.append((s, 0, None))
+        if s not in replace: push((s, 0, None))
     elif stage == 1:
       src = n.src
       new_src = tuple([replace[s] for s in src])
-      rebuilt = n if all(a is b for a, b in zip(new_src, src)) else UOp(n.op, n.dtype, new_src, n.arg)
-      if rebuilt is not n and rebuilt in replace:
-        replace[n] = replace[rebuilt]; in_progress.discard(n); continue
-      new = None if (bottom_up and rebuilt is n) else rewrite_fn(rebuilt, ctx)
+      if new_src == src: rebuilt = n  # tuples of UOps compare by identity (UOp has no __eq__)
+      else:
+        rebuilt = UOp(n.op, n.dtype, new_src, n.arg)
+        if rebuilt in replace:
+          replace[n] = replace[rebuilt]; in_progress.discard(n); continue
+      if bottom_up and rebuilt is n: new = None
+      elif rewrite_fn is not None: new = rewrite_fn(rebuilt, ctx)
+      else:
+        new = None
+        for match in pdict[rebuilt.op]:
+          if (new := match(rebuilt, ctx)) is not None: break
       if new is None or new is rebuilt:
         replace[n] = replace[rebuilt] = rebuilt; in_progress.discard(n)
       else:
         in_progress.add(rebuilt)
-        stack.append((n, 2, (new, rebuilt))); stack.append((new, 0, None))
+        push((n, 2, (new, rebuilt))); push((new, 0, None))
     else:
       new, rebuilt = extra
       replace[n] = replace[new]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools, sys
 from typing import Any, Callable, Iterable
 from tinyplug.uop.dtype import DType
-from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 
 class UPat:
   """Matches UOps by op, dtype, arg and sources; `name` captures the matched UOp for the rewrite function.
@@ -247,8 +247,10 @@ class _Compiler:
       out.append(f"{'  ' * ind}if {' and '.join(conds)}:")
       ind += 1
     if p.dtype is not None:
-      check = self.const(_DTypeCheck(p.dtype))
-      out.append(f"{'  ' * ind}if {check}({v}.dtype):")
+      check = _DTypeCheck(p.dtype)
+      pad = "  " * ind
+      out += [f"{pad}_h = {self.const(check.seen)}.get(_id({v}.dtype))", f"{pad}if _h is None: _h = {self.const(check)}({v}.dtype)",
+              f"{pad}if _h:"]
       ind += 1
     pad = "  " * ind
     if p.name is not None and p.name not in bound:
@@ -256,8 +258,9 @@ class _Compiler:
       bound = bound + (p.name,)
     if p.repeat is not None:
       if _has_names(p.repeat): raise _NotCompilable("named repeated source")
-      inner = _Compiler(_true, False).build(p.repeat)
-      out.append(f"{pad}if all([{self.const(inner)}(_s, None) for _s in {v}.src]):")
+      if (cond := self.simple_cond(p.repeat, "_s")) is None:
+        cond = f"{self.const(_Compiler(_true, False).build(p.repeat))}(_s, None)"
+      out.append(f"{pad}if all([{cond} for _s in {v}.src]):")
       out += cont(bound, ind + 1)
     elif p.src is None: out += cont(bound, ind)
     else:
@@ -266,6 +269,17 @@ class _Compiler:
       if p.allowed_len != -1 and n > 0: out.append(f"{pad}{', '.join(kids)}, = {v}.src")
       for order in p.src: out += self.gen_sources(list(order), kids, 0, v, p.allowed_len == -1, bound, cont, ind)
     return out or [f"{'  ' * ind}pass"]
+
+  def simple_cond(self, p: UPat, v: str) -> str | None:
+    """One boolean expression for a pattern that only looks at op, arg and length (None if it needs more)."""
+    if p.alternatives is not None or p.name is not None or p.dtype is not None or p.src is not None or p.repeat is not None:
+      return None
+    conds = ["True"]
+    if p.op is not None:
+      conds.append(f"{v}.op is {self.const(next(iter(p.op)))}" if len(p.op) == 1 else f"{v}.op in {self.const(p.op)}")
+    if p.allowed_len != -1: conds.append(f"len({v}.src) == {p.allowed_len}")
+    if p.arg is not None: conds.append(f"{v}.arg == {self.const(p.arg)}")
+    return " and ".join(conds[1:] or conds)
 
   def gen_sources(self, pats: list[UPat], kids: list[str], i: int, v: str, any_len: bool, bound, cont, ind) -> list[str]:
     if i == len(pats): return cont(bound, ind)
@@ -284,15 +298,14 @@ def _has_names(p: UPat) -> bool:
   return any(_has_names(q) for q in subs)
 
 class _DTypeCheck:
-  """`check(dtype)`: does dtype (or its scalar) belong to the pattern's dtypes? Answers are cached by identity,
-  since hashing or comparing DTypes field by field is slow."""
+  """`check(dtype)`: does dtype (or its scalar) belong to the pattern's dtypes? Hashing or comparing DTypes field
+  by field is slow, so answers for canonical dtypes (the ones UOps hold, which live forever) are kept in `seen`
+  by id, and the generated code looks there first."""
   __slots__ = ("dtypes", "seen")
   def __init__(self, dts: tuple[DType, ...]): self.dtypes, self.seen = dts, {}
   def __call__(self, dt: DType) -> bool:
-    if (hit := self.seen.get(id(dt))) is not None and hit[0] is dt: return hit[1]
     ok = dt in self.dtypes or dt.scalar() in self.dtypes
-    if len(self.seen) > 4096: self.seen.clear()
-    self.seen[id(dt)] = (dt, ok)
+    if _canonical_dtype(dt) is dt: self.seen[id(dt)] = ok
     return ok
 
 def _ops_of(p: UPat) -> frozenset[Ops]:
