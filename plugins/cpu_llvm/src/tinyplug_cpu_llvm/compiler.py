@@ -1,0 +1,134 @@
+"""LLVM IR -> a relocatable object for the host CPU, with llvmlite; cached in memory and in SQLite on disk.
+
+The object's one function is renamed to `symbol_for(src)` (a hash of the source), so every program can live in the
+same JIT engine without name clashes; the runtime looks it up by that name."""
+from __future__ import annotations
+import hashlib, os, sqlite3, threading, time
+from tinyplug.device import Compiler
+from tinyplug.helpers import CACHELEVEL, DEBUG, cache_dir
+from tinyplug_cpu_llvm import __version__
+
+_init_lock = threading.Lock()
+_initialized = False
+
+def init_llvm():
+  """Load llvmlite and initialise the native target once per process."""
+  global _initialized
+  import llvmlite.binding as llvm
+  with _init_lock:
+    if not _initialized:
+      llvm.initialize_native_target()
+      llvm.initialize_native_asmprinter()
+      llvm.initialize_native_asmparser()
+      _initialized = True
+  return llvm
+
+def symbol_for(src: str) -> str:
+  """The name of the compiled function: unique per source."""
+  return "tpk_" + hashlib.sha256(src.encode()).hexdigest()[:24]
+
+def host_target() -> tuple[str, str]:
+  llvm = init_llvm()
+  return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+def make_target_machine(cpu: str, features: str, opt: int = 3):
+  llvm = init_llvm()
+  target = llvm.Target.from_triple(llvm.get_process_triple())
+  # pic + small code model: MCJIT resolves calls to libm through stubs; constants stay RIP-relative
+  return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="pic", codemodel="default")
+
+class DiskCache:
+  """Compiled objects by key in one SQLite file; safe with several processes (WAL, busy timeout). Any SQLite
+  error makes a lookup miss and a store a no-op: the caller just compiles again."""
+  TABLE = "cpu_llvm_objects_v1"
+  def __init__(self, path: str | None = None):
+    self.path = path or os.path.join(cache_dir(), "cpu_llvm.sqlite")
+    self._conn: sqlite3.Connection | None = None
+    self._pid = -1
+    self._lock = threading.Lock()
+
+  def _connection(self) -> sqlite3.Connection:
+    if self._conn is None or self._pid != os.getpid():   # a forked child opens its own
+      os.makedirs(os.path.dirname(self.path), exist_ok=True)
+      conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+      conn.execute("PRAGMA busy_timeout=30000")
+      try: conn.execute("PRAGMA journal_mode=WAL")
+      except sqlite3.OperationalError: pass  # another process is switching it right now; it stays usable
+      conn.execute(f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, obj BLOB NOT NULL, created REAL)")
+      self._conn, self._pid = conn, os.getpid()
+    return self._conn
+
+  def get(self, key: str) -> bytes | None:
+    try:
+      with self._lock:
+        row = self._connection().execute(f"SELECT obj FROM {self.TABLE} WHERE key=?", (key,)).fetchone()
+      return bytes(row[0]) if row else None
+    except (sqlite3.Error, OSError) as e:
+      if DEBUG >= 2: print(f"cpu_llvm: disk cache read failed ({e}); compiling")
+      return None
+
+  def put(self, key: str, obj: bytes) -> None:
+    try:
+      with self._lock:
+        self._connection().execute(f"INSERT OR REPLACE INTO {self.TABLE} (key, obj, created) VALUES (?, ?, ?)",
+                                   (key, sqlite3.Binary(obj), time.time()))
+    except (sqlite3.Error, OSError) as e:
+      if DEBUG >= 2: print(f"cpu_llvm: disk cache write failed ({e})")
+
+_disk_caches: dict[str, DiskCache] = {}
+
+def disk_cache() -> DiskCache:
+  path = os.path.join(cache_dir(), "cpu_llvm.sqlite")
+  if path not in _disk_caches: _disk_caches[path] = DiskCache(path)
+  return _disk_caches[path]
+
+class LLVMCompiler(Compiler):
+  """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
+  compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
+
+  def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
+    llvm = init_llvm()
+    host_cpu, host_features = host_target()
+    self.cpu = cpu or host_cpu
+    self.features = host_features if features is None else features
+    self.opt = opt
+    self.tm = make_target_machine(self.cpu, self.features, opt)
+    self._lock = threading.Lock()
+    self._memory: dict[str, bytes] = {}
+    version = ".".join(map(str, llvm.llvm_version_info))
+    import llvmlite
+    self.cachekey = f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
+
+  def key(self, src: str) -> str: return hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
+
+  def compile(self, src: str) -> bytes:
+    llvm = init_llvm()
+    with self._lock:   # a TargetMachine is not safe to share between threads
+      st = time.perf_counter()
+      mod = llvm.parse_assembly(src)
+      mod.verify()
+      fns = [f for f in mod.functions if not f.is_declaration]
+      if len(fns) != 1: raise ValueError(f"expected one function in the module, found {len(fns)}")
+      fns[0].name = symbol_for(src)
+      mod.triple = self.tm.triple
+      mod.data_layout = str(self.tm.target_data)
+      pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
+      pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = self.opt >= 2
+      pb = llvm.create_pass_builder(self.tm, pto)
+      pb.getModulePassManager().run(mod, pb)
+      obj = self.tm.emit_object(mod)
+      LLVMCompiler.compiles += 1
+      if DEBUG >= 5: print(f"cpu_llvm: compiled {symbol_for(src)} in {(time.perf_counter()-st)*1e3:.2f} ms\n{mod}")
+    return obj
+
+  def compile_cached(self, src: str) -> bytes:
+    key = self.key(src)
+    if (obj := self._memory.get(key)) is not None: return obj
+    use_disk = CACHELEVEL >= 1
+    if use_disk and (obj := disk_cache().get(key)) is not None:
+      self._memory[key] = obj
+      return obj
+    obj = self.compile(src)
+    self._memory[key] = obj
+    if use_disk: disk_cache().put(key, obj)
+    return obj

@@ -1,0 +1,504 @@
+"""LLVM IR renderer: a linear program becomes one LLVM function, as text.
+
+The function is `void @name(ptr noalias %data0, ..., i32 %<var>, ..., i32 %core_id, i32 %n_cores)`. Buffers come
+first (DEFINE_GLOBAL order), then the DEFINE_VARs sorted by name, then two threading parameters: the outermost
+output loop iterates only the share `[n*core_id/n_cores, n*(core_id+1)/n_cores)` of its range, so the runtime can
+run the same function on several threads. Call it with `core_id=0, n_cores=1` to run everything.
+
+How values are held:
+- bool is `i1` in registers and `i8` in memory; bfloat16 is `float` in registers (rounded to bfloat16 after every
+  operation that makes one) and `i16` in memory; half is LLVM's native `half`.
+- Vectors (`dtype.count > 1`) are LLVM vectors `<n x T>`; vector loads/stores address consecutive elements.
+- Loops are phi-node loops; DEFINE_REG / DEFINE_LOCAL are allocas in the entry block (SROA turns them into registers).
+
+The first line of the output is a comment the runtime reads: `; tinyplug-cpu split=<0|1> work=<iterations>`."""
+from __future__ import annotations
+import math, re, struct
+from tinyplug.device import Renderer
+from tinyplug.uop.dtype import DType, PtrDType, dtypes
+from tinyplug.uop.ops import Ops, GroupOp, UOp
+
+META_PREFIX = "; tinyplug-cpu"
+
+_SCALAR_TYPES = {
+  dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+  dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64",
+  dtypes.float16: "half", dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void",
+}
+_MEMORY_TYPES = {**_SCALAR_TYPES, dtypes.bool: "i8", dtypes.bfloat16: "i16"}
+_FLOAT_BITS = {"half": 16, "float": 32, "double": 64}
+_MANGLE = {"half": "f16", "float": "f32", "double": "f64"}
+
+def _vec(t: str, n: int) -> str: return t if n == 1 else f"<{n} x {t}>"
+
+def reg_type(dt: DType) -> str:
+  """The LLVM type that holds a value of `dt` in a register."""
+  if isinstance(dt, PtrDType): return "ptr"
+  return _vec(_SCALAR_TYPES[dt.scalar()], dt.count)
+
+def mem_type(dt: DType) -> str:
+  """The LLVM type that holds a value of `dt` in memory."""
+  return _vec(_MEMORY_TYPES[dt.scalar()], dt.count)
+
+def _float_hex(v: float, t: str) -> str:
+  """Exact LLVM float literal: doubles (and floats, which LLVM writes as the double of equal value) in hex."""
+  if t == "half": return f"0xH{struct.unpack('<H', struct.pack('<e', v))[0]:04X}"
+  if t == "float":
+    try: v = struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError: v = math.copysign(math.inf, v)
+  return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+
+def _bf16_round_py(v: float) -> float:
+  if math.isnan(v): return v
+  try: bits = struct.unpack("<I", struct.pack("<f", v))[0]
+  except OverflowError: return math.copysign(math.inf, v)
+  bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+  return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+def scalar_literal(v, dt: DType) -> str:
+  """An LLVM constant (without its type) for a scalar of `dt`."""
+  sc = dt.scalar()
+  if sc == dtypes.bool: return "true" if v else "false"
+  if dtypes.is_float(sc):
+    v = float(v)
+    if sc == dtypes.bfloat16: v = _bf16_round_py(v)
+    return _float_hex(v, _SCALAR_TYPES[sc])
+  v, bits = int(v), sc.itemsize * 8
+  v &= (1 << bits) - 1
+  return str(v - (1 << bits) if v >= 1 << (bits - 1) else v)
+
+def literal(v, dt: DType) -> str:
+  """A constant of `dt` without its type; a vector dtype with a scalar value is a splat."""
+  if dt.count == 1: return scalar_literal(v, dt)
+  vals = v if isinstance(v, tuple) else (v,) * dt.count
+  t = reg_type(dt.scalar())
+  return "<" + ", ".join(f"{t} {scalar_literal(x, dt.scalar())}" for x in vals) + ">"
+
+def _ident(name: str) -> str: return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "kernel"
+
+class LLVMRenderer(Renderer):
+  """Linear program -> LLVM IR text (one function, threading-aware; see the module docstring)."""
+  device = "CPU"
+  suffix = "ll"
+  has_local = False
+  has_shared = False
+  global_ids = False
+  supports_float4 = True
+  supports_vectors = True
+  native_ops = None
+  def render(self, name: str, uops: list[UOp]) -> str: return _FunctionBuilder(name, list(uops)).build()
+
+class _FunctionBuilder:
+  def __init__(self, name: str, uops: list[UOp]):
+    self.name, self.uops = name, uops
+    self.lines: list[str] = []          # the body, after the entry label
+    self.allocas: list[str] = []        # go first in the entry block
+    self.decls: dict[str, str] = {}     # intrinsic name -> declaration
+    self.r: dict[UOp, str] = {}         # value of each uop, as an operand (without its type)
+    self.gates: dict[UOp, str | None] = {}
+    self.block = "entry"
+    self.tmp = 0
+    self.loops: dict[UOp, tuple] = {}   # RANGE -> (index name, header label, exit label, pre block, phi line, start)
+    self.ifs: list[str] = []
+    self.split_range = self._pick_split_range()
+
+  # ---- small helpers ----
+  def new(self, prefix: str = "t") -> str:
+    self.tmp += 1
+    return f"%{prefix}{self.tmp}"
+  def emit(self, line: str) -> None: self.lines.append("  " + line)
+  def label(self, name: str) -> None:
+    self.lines.append(f"{name}:")
+    self.block = name
+  def op(self, instr: str, prefix: str = "t") -> str:
+    out = self.new(prefix)
+    self.emit(f"{out} = {instr}")
+    return out
+  def intrinsic(self, base: str, dt: DType, nargs: int) -> str:
+    t = reg_type(dt)
+    sc = _SCALAR_TYPES[dt.scalar()]
+    suffix = (f"v{dt.count}" if dt.count > 1 else "") + _MANGLE.get(sc, sc)
+    fname = f"@llvm.{base}.{suffix}"
+    self.decls[fname] = f"declare {t} {fname}({', '.join([t] * nargs)})"
+    return fname
+  def call(self, base: str, dt: DType, *args: str) -> str:
+    fn = self.intrinsic(base, dt, len(args))
+    t = reg_type(dt)
+    return self.op(f"call {t} {fn}({', '.join(f'{t} {a}' for a in args)})")
+  def splat(self, v, dt: DType) -> str: return literal(v, dt)
+
+  # ---- which loop the threads share ----
+  def _pick_split_range(self) -> UOp | None:
+    """The outermost output loop, when it is opened first, at depth 0, and every global store happens inside it
+    (else the kernel runs on one thread)."""
+    loops = [u for u in self.uops if u.op is Ops.RANGE and u.arg[1] != "reduce"]
+    if not loops: return None
+    first = min(loops, key=lambda u: u.arg)
+    open_loops: list[UOp] = []
+    for u in self.uops:
+      if u.op is Ops.RANGE:
+        if not open_loops and u is not first: return None
+        open_loops.append(u)
+      elif u.op is Ops.END and open_loops: open_loops.pop()
+      elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+        if first not in open_loops: return None
+    return first
+
+  def _work(self) -> int:
+    """Loop-body executions (an upper bound when loop ends are variables): what threading is decided on."""
+    sizes: list[int] = []
+    work = 0
+    for u in self.uops:
+      if u.op is Ops.RANGE:
+        end = u.src[0]
+        if end.op is Ops.CONST: n = int(end.arg)
+        elif end.op is Ops.DEFINE_VAR: n = int(end.arg[2])
+        else: n = 1 << 20
+        sizes.append(max(n, 0))
+        work += math.prod(sizes)
+      elif u.op is Ops.END and sizes: sizes.pop()
+    return work
+
+  # ---- the function ----
+  def build(self) -> str:
+    bufs = sorted((u for u in self.uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+    variables = sorted((u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg)
+    params = []
+    for u in bufs:
+      self.r[u] = f"%data{u.arg}"
+      params.append(f"ptr noalias %data{u.arg}")
+    for u in variables:
+      self.r[u] = f"%var_{_ident(u.arg[0])}"
+      params.append(f"{reg_type(u.dtype)} {self.r[u]}")
+    params += ["i32 %core_id", "i32 %n_cores"]
+    for u in self.uops: self.render_uop(u)
+    if self.loops: raise ValueError(f"kernel {self.name}: a RANGE has no END")
+    head = f"{META_PREFIX} split={int(self.split_range is not None)} work={self._work()}"
+    body = [head, f"define void @{_ident(self.name)}({', '.join(params)}) #0 {{", "entry:"]
+    body += ["  " + a for a in self.allocas] + self.lines + ["  ret void", "}", ""]
+    body += sorted(self.decls.values())
+    body.append('attributes #0 = { nounwind "no-trapping-math"="true" }')
+    return "\n".join(body) + "\n"
+
+  def render_uop(self, u: UOp) -> None:
+    op = u.op
+    if op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP, Ops.BARRIER): return
+    if op is Ops.CONST: self.r[u] = literal(u.arg, u.dtype); return
+    if op is Ops.VCONST: self.r[u] = literal(tuple(u.arg), u.dtype); return
+    if op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
+      name = f"%{'reg' if op is Ops.DEFINE_REG else 'local'}{len(self.allocas)}"
+      size = max(u.dtype.size, 1)
+      self.allocas.append(f"{name} = alloca [{size} x {mem_type(u.dtype.base)}], align 64")
+      self.r[u] = name
+      return
+    if op is Ops.RANGE: return self.render_range(u)
+    if op is Ops.END: return self.render_end(u)
+    if op is Ops.IF:
+      n = len(self.lines)
+      self.emit(f"br i1 {self.r[u.src[0]]}, label %if{n}, label %endif{n}")
+      self.ifs.append(f"endif{n}")
+      self.label(f"if{n}")
+      return
+    if op is Ops.ENDIF:
+      target = self.ifs.pop()
+      self.emit(f"br label %{target}")
+      self.label(target)
+      return
+    if op is Ops.INDEX: return self.render_index(u)
+    if op is Ops.LOAD: self.r[u] = self.render_load(u); return
+    if op is Ops.STORE: return self.render_store(u)
+    if op is Ops.VECTORIZE: self.r[u] = self.render_vectorize(u); return
+    if op is Ops.GEP: self.r[u] = self.render_gep(u); return
+    if op is Ops.CAST: self.r[u] = self.cast(self.r[u.src[0]], u.src[0].dtype, u.dtype); return
+    if op is Ops.BITCAST: self.r[u] = self.bitcast(self.r[u.src[0]], u.src[0].dtype, u.dtype); return
+    if op in GroupOp.ALU:
+      out = self.alu(u)
+      if u.dtype.scalar() == dtypes.bfloat16 and op not in GroupOp.Comparison: out = self.bf16_round(out, u.dtype)
+      self.r[u] = out
+      return
+    if op is Ops.SPECIAL:
+      raise NotImplementedError(f"the LLVM CPU renderer runs loops, not launch ids: {u.arg[0]} (has_local=False)")
+    raise NotImplementedError(f"the LLVM CPU renderer cannot render {op}")
+
+  # ---- loops ----
+  def render_range(self, u: UOp) -> None:
+    t, end = reg_type(u.dtype), self.r[u.src[0]]
+    n = len(self.loops) + len(self.lines)
+    start, stop = "0", end
+    if u is self.split_range:
+      # this thread's share of [0, end): [end*core_id/n_cores, end*(core_id+1)/n_cores), in 64 bits
+      e64 = self.op(f"sext {t} {end} to i64") if t != "i64" else end
+      c64 = self.op("sext i32 %core_id to i64")
+      n64 = self.op("sext i32 %n_cores to i64")
+      lo = self.op(f"sdiv i64 {self.op(f'mul i64 {e64}, {c64}')}, {n64}")
+      c64_next = self.op(f"add i64 {c64}, 1")
+      hi = self.op(f"sdiv i64 {self.op(f'mul i64 {e64}, {c64_next}')}, {n64}")
+      start, stop = (lo, hi) if t == "i64" else (self.op(f"trunc i64 {lo} to {t}"), self.op(f"trunc i64 {hi} to {t}"))
+    pre = self.block
+    self.emit(f"br label %loop{n}")
+    self.label(f"loop{n}")
+    idx = f"%ridx{n}"
+    self.lines.append("")               # the phi, filled in at END when the latch block is known
+    phi_at = len(self.lines) - 1
+    cond = self.op(f"icmp slt {t} {idx}, {stop}")
+    self.emit(f"br i1 {cond}, label %loop{n}_body, label %loop{n}_exit")
+    self.label(f"loop{n}_body")
+    self.r[u] = idx
+    self.loops[u] = (idx, t, n, pre, phi_at, start)
+
+  def render_end(self, u: UOp) -> None:
+    r = u.src[0]
+    idx, t, n, pre, phi_at, start = self.loops.pop(r)
+    nxt = self.op(f"add nuw nsw {t} {idx}, 1")
+    self.emit(f"br label %loop{n}")
+    self.lines[phi_at] = f"  {idx} = phi {t} [{start}, %{pre}], [{nxt}, %{self.block}]"
+    self.label(f"loop{n}_exit")
+
+  # ---- memory ----
+  def render_index(self, u: UOp) -> None:
+    buf, idx = u.src[0], u.src[1]
+    gate = self.r[u.src[2]] if len(u.src) > 2 else None
+    base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
+    it = reg_type(idx.dtype)
+    i = self.r[idx]
+    if gate is not None and u.src[2].dtype.count == 1 and idx.dtype.count == 1:
+      # a gated access reads/writes a safe address (element 0) when the gate is off
+      i = self.op(f"select i1 {gate}, {it} {i}, {it} {literal(0, idx.dtype)}")
+    self.r[u] = self.op(f"getelementptr inbounds {mem_type(base)}, ptr {self.r[buf]}, {it} {i}", "p")
+    self.gates[u] = gate
+
+  def _lanes(self, u: UOp) -> int:
+    return u.dtype.v if isinstance(u.dtype, PtrDType) else 1
+
+  def render_load(self, u: UOp) -> str:
+    index = u.src[0]
+    if index.op is not Ops.INDEX: raise NotImplementedError(f"LOAD of {index.op}")
+    gate = self.gates[index]
+    alt = self.r[u.src[1]] if len(u.src) > 1 else None
+    dt = u.dtype
+    ptrs, vgate = self.r[index], index.src[2] if len(index.src) > 2 else None
+    if index.src[1].dtype.count > 1 or (vgate is not None and vgate.dtype.count > 1):
+      return self.load_lanes(u, index, alt)
+    raw = self.op(f"load {mem_type(dt)}, ptr {ptrs}, align {dt.scalar().itemsize}")
+    val = self.from_memory(raw, dt)
+    if gate is not None:
+      if alt is None: alt = literal(0, dt)
+      val = self.op(f"select i1 {gate}, {reg_type(dt)} {val}, {reg_type(dt)} {alt}")
+    return val
+
+  def load_lanes(self, u: UOp, index: UOp, alt: str | None) -> str:
+    """A gather, or a vector load with one gate per lane: one scalar access per lane."""
+    dt, sc = u.dtype, u.dtype.scalar()
+    buf, idx = index.src[0], index.src[1]
+    gate = index.src[2] if len(index.src) > 2 else None
+    out = "poison"
+    for lane in range(dt.count):
+      i = self.lane_of(idx, lane, contiguous=idx.dtype.count == 1)
+      g = self.lane_of(gate, lane) if gate is not None else None
+      it = reg_type(idx.dtype.scalar())
+      if g is not None: i = self.op(f"select i1 {g}, {it} {i}, {it} 0")
+      p = self.op(f"getelementptr inbounds {mem_type(sc)}, ptr {self.r[buf]}, {it} {i}", "p")
+      v = self.from_memory(self.op(f"load {mem_type(sc)}, ptr {p}, align {sc.itemsize}"), sc)
+      if g is not None:
+        a = self.lane_of(u.src[1], lane) if alt is not None else literal(0, sc)
+        v = self.op(f"select i1 {g}, {reg_type(sc)} {v}, {reg_type(sc)} {a}")
+      out = self.op(f"insertelement {reg_type(dt)} {out}, {reg_type(sc)} {v}, i32 {lane}")
+    return out
+
+  def lane_of(self, x: UOp, lane: int, contiguous: bool = False) -> str:
+    """Lane `lane` of a vector value (a scalar is the same in every lane, or +lane for contiguous addresses)."""
+    if x.dtype.count == 1:
+      if not contiguous or lane == 0: return self.r[x]
+      t = reg_type(x.dtype)
+      return self.op(f"add {t} {self.r[x]}, {lane}")
+    return self.op(f"extractelement {reg_type(x.dtype)} {self.r[x]}, i32 {lane}")
+
+  def render_store(self, u: UOp) -> None:
+    index, value = u.src[0], u.src[1]
+    if index.op is not Ops.INDEX: raise NotImplementedError(f"STORE to {index.op}")
+    gate = index.src[2] if len(index.src) > 2 else None
+    if index.src[1].dtype.count > 1 or (gate is not None and gate.dtype.count > 1) or \
+       (value.dtype.count > 1 and self._lanes(index) == 1):
+      return self.store_lanes(index, value)
+    dt = value.dtype
+    if gate is not None:
+      n = len(self.lines)
+      self.emit(f"br i1 {self.r[gate]}, label %store{n}, label %store{n}_done")
+      self.label(f"store{n}")
+    raw = self.to_memory(self.r[value], dt)
+    self.emit(f"store {mem_type(dt)} {raw}, ptr {self.r[index]}, align {dt.scalar().itemsize}")
+    if gate is not None:
+      self.emit(f"br label %store{n}_done")
+      self.label(f"store{n}_done")
+
+  def store_lanes(self, index: UOp, value: UOp) -> None:
+    buf, idx = index.src[0], index.src[1]
+    gate = index.src[2] if len(index.src) > 2 else None
+    sc = value.dtype.scalar()
+    lanes = max(value.dtype.count, idx.dtype.count)
+    for lane in range(lanes):
+      i = self.lane_of(idx, lane, contiguous=idx.dtype.count == 1)
+      it = reg_type(idx.dtype.scalar())
+      v = self.lane_of(value, lane)
+      n = len(self.lines)
+      if gate is not None:
+        self.emit(f"br i1 {self.lane_of(gate, lane)}, label %store{n}, label %store{n}_done")
+        self.label(f"store{n}")
+      p = self.op(f"getelementptr inbounds {mem_type(sc)}, ptr {self.r[buf]}, {it} {i}", "p")
+      self.emit(f"store {mem_type(sc)} {self.to_memory(v, sc)}, ptr {p}, align {sc.itemsize}")
+      if gate is not None:
+        self.emit(f"br label %store{n}_done")
+        self.label(f"store{n}_done")
+
+  def from_memory(self, raw: str, dt: DType) -> str:
+    sc = dt.scalar()
+    if sc == dtypes.bool: return self.op(f"icmp ne {mem_type(dt)} {raw}, {_int_splat(0, 8, dt.count)}")
+    if sc == dtypes.bfloat16:
+      wide = self.op(f"zext {mem_type(dt)} {raw} to {_vec('i32', dt.count)}")
+      bits = self.op(f"shl {_vec('i32', dt.count)} {wide}, {_int_splat(16, 32, dt.count)}")
+      return self.op(f"bitcast {_vec('i32', dt.count)} {bits} to {reg_type(dt)}")
+    return raw
+
+  def to_memory(self, val: str, dt: DType) -> str:
+    sc = dt.scalar()
+    if sc == dtypes.bool: return self.op(f"zext {reg_type(dt)} {val} to {mem_type(dt)}")
+    if sc == dtypes.bfloat16:   # registers hold exact bfloat16 values: keep the upper half
+      bits = self.op(f"bitcast {reg_type(dt)} {val} to {_vec('i32', dt.count)}")
+      hi = self.op(f"lshr {_vec('i32', dt.count)} {bits}, {_int_splat(16, 32, dt.count)}")
+      return self.op(f"trunc {_vec('i32', dt.count)} {hi} to {mem_type(dt)}")
+    return val
+
+  def bf16_round(self, val: str, dt: DType) -> str:
+    """Round a float (register form of bfloat16) to the nearest bfloat16, ties to even; NaN stays NaN."""
+    n, i32 = dt.count, _vec("i32", dt.count)
+    bits = self.op(f"bitcast {reg_type(dt)} {val} to {i32}")
+    lsb = self.op(f"and {i32} {self.op(f'lshr {i32} {bits}, {_int_splat(16, 32, n)}')}, {_int_splat(1, 32, n)}")
+    rounded = self.op(f"add {i32} {bits}, {self.op(f'add {i32} {lsb}, {_int_splat(0x7FFF, 32, n)}')}")
+    isnan = self.op(f"fcmp uno {reg_type(dt)} {val}, {val}")
+    quiet = self.op(f"or {i32} {bits}, {_int_splat(0x400000, 32, n)}")
+    chosen = self.op(f"select {_vec('i1', n)} {isnan}, {i32} {quiet}, {i32} {rounded}")
+    masked = self.op(f"and {i32} {chosen}, {_int_splat(-65536, 32, n)}")
+    return self.op(f"bitcast {i32} {masked} to {reg_type(dt)}")
+
+  # ---- vectors ----
+  def render_vectorize(self, u: UOp) -> str:
+    t, sc = reg_type(u.dtype), reg_type(u.dtype.scalar())
+    lanes = [self.lane_of(s, i) for s in u.src for i in range(s.dtype.count)] if any(s.dtype.count > 1 for s in u.src) \
+      else [self.r[s] for s in u.src]
+    if len(set(lanes)) == 1:
+      one = self.op(f"insertelement <1 x {sc}> poison, {sc} {lanes[0]}, i32 0")
+      return self.op(f"shufflevector <1 x {sc}> {one}, <1 x {sc}> poison, <{len(lanes)} x i32> zeroinitializer")
+    out = "poison"
+    for i, v in enumerate(lanes): out = self.op(f"insertelement {t} {out}, {sc} {v}, i32 {i}")
+    return out
+
+  def render_gep(self, u: UOp) -> str:
+    src = u.src[0]
+    lanes = tuple(u.arg) if isinstance(u.arg, tuple) else (u.arg,)
+    if src.dtype.count == 1: return self.r[src]
+    if len(lanes) == 1: return self.op(f"extractelement {reg_type(src.dtype)} {self.r[src]}, i32 {lanes[0]}")
+    mask = "<" + ", ".join(f"i32 {i}" for i in lanes) + ">"
+    return self.op(f"shufflevector {reg_type(src.dtype)} {self.r[src]}, {reg_type(src.dtype)} poison, "
+                   f"<{len(lanes)} x i32> {mask}")
+
+  # ---- conversions ----
+  def cast(self, x: str, src: DType, dst: DType) -> str:
+    s, d = src.scalar(), dst.scalar()
+    st, dt_ = reg_type(src), reg_type(dst)
+    if s == d: return x
+    if d == dtypes.bool:
+      if dtypes.is_float(s): return self.op(f"fcmp une {st} {x}, {literal(0.0, src)}")
+      return self.op(f"icmp ne {st} {x}, {literal(0, src)}")
+    if s == dtypes.bool:
+      if dtypes.is_float(d): return self._to_bf16(self.op(f"uitofp {st} {x} to {dt_}"), dst)
+      return self.op(f"zext {st} {x} to {dt_}")
+    if dtypes.is_float(s) and dtypes.is_float(d):
+      sb, db = _FLOAT_BITS[_SCALAR_TYPES[s]], _FLOAT_BITS[_SCALAR_TYPES[d]]
+      out = x if sb == db else self.op(f"{'fpext' if db > sb else 'fptrunc'} {st} {x} to {dt_}")
+      return self._to_bf16(out, dst)
+    if dtypes.is_float(s):   # float -> int: through a wide signed int as x86 C does, wrapped to the target
+      bits = d.itemsize * 8
+      if d == dtypes.uint64: return self.op(f"freeze {dt_} {self.op(f'fptoui {st} {x} to {dt_}')}")
+      wide = 64 if d in (dtypes.int64, dtypes.uint32) else 32
+      wt = _vec(f"i{wide}", dst.count)
+      v = self.op(f"freeze {wt} {self.op(f'fptosi {st} {x} to {wt}')}")
+      return v if wide == bits else self.op(f"trunc {wt} {v} to {dt_}")
+    if dtypes.is_float(d):
+      return self._to_bf16(self.op(f"{'uitofp' if dtypes.is_unsigned(s) else 'sitofp'} {st} {x} to {dt_}"), dst)
+    sb, db = s.itemsize * 8, d.itemsize * 8
+    if sb == db: return x
+    if db < sb: return self.op(f"trunc {st} {x} to {dt_}")
+    return self.op(f"{'zext' if dtypes.is_unsigned(s) else 'sext'} {st} {x} to {dt_}")
+
+  def _to_bf16(self, x: str, dst: DType) -> str:
+    return self.bf16_round(x, dst) if dst.scalar() == dtypes.bfloat16 else x
+
+  def bitcast(self, x: str, src: DType, dst: DType) -> str:
+    if src.scalar() == dtypes.bfloat16: x, src = self.to_memory(x, src), dtypes.int16.vec(src.count)
+    if dst.scalar() == dtypes.bfloat16:
+      raw = self.bitcast(x, src, dtypes.int16.vec(dst.count))
+      return self.from_memory(raw, dst)
+    if reg_type(src) == reg_type(dst): return x
+    return self.op(f"bitcast {reg_type(src)} {x} to {reg_type(dst)}")
+
+  # ---- arithmetic ----
+  def alu(self, u: UOp) -> str:
+    op, dt = u.op, u.src[-1].dtype if u.op is Ops.WHERE else u.src[0].dtype
+    a = [self.r[s] for s in u.src]
+    t = reg_type(dt)
+    sc = dt.scalar()
+    is_float, is_bool, unsigned = dtypes.is_float(sc), sc == dtypes.bool, dtypes.is_unsigned(sc)
+    # reductions may reassociate (vectorized sums); everything else only contracts a*b+c into an fma
+    fm = "reassoc contract " if (u.src and u.src[0].op is Ops.LOAD and isinstance(u.src[0].arg, tuple)
+                                 and u.src[0].arg[:1] == ("acc",)) else "contract "
+    if op is Ops.WHERE:
+      return self.op(f"select {reg_type(u.src[0].dtype)} {a[0]}, {t} {a[1]}, {t} {a[2]}")
+    if op in GroupOp.Comparison:
+      if is_float: pred = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
+      else: pred = {Ops.CMPLT: "ult" if (unsigned or is_bool) else "slt", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
+      return self.op(f"{'fcmp' if is_float else 'icmp'} {pred} {t} {a[0]}, {a[1]}")
+    if is_bool:
+      bool_ops = {Ops.ADD: "or", Ops.OR: "or", Ops.MAX: "or", Ops.MUL: "and", Ops.AND: "and", Ops.XOR: "xor",
+                  Ops.SUB: "xor"}
+      if op in bool_ops: return self.op(f"{bool_ops[op]} {t} {a[0]}, {a[1]}")
+      if op is Ops.NEG: return self.op(f"xor {t} {a[0]}, {literal(True, dt)}")
+    if is_float:
+      simple = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}
+      if op in simple: return self.op(f"{simple[op]} {fm if op in (Ops.ADD, Ops.MUL) else ''}{t} {a[0]}, {a[1]}")
+      if op is Ops.NEG: return self.op(f"fneg {t} {a[0]}")
+      if op is Ops.MAX: return self.call("maximum", dt, a[0], a[1])
+      if op is Ops.RECIPROCAL: return self.op(f"fdiv {t} {literal(1.0, dt)}, {a[0]}")
+      if op is Ops.MULACC: return self.call("fmuladd", dt, a[0], a[1], a[2])
+      unary = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+      if op in unary: return self.call(unary[op], dt, a[0])
+      if op is Ops.POW: return self.call("pow", dt, a[0], a[1])
+      raise NotImplementedError(f"the LLVM CPU renderer has no float {op}")
+    # integers
+    simple = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor",
+              Ops.SHL: "shl", Ops.SHR: "lshr" if unsigned else "ashr"}
+    if op in simple: return self.op(f"{simple[op]} {t} {a[0]}, {a[1]}")
+    if op is Ops.NEG: return self.op(f"sub {t} {literal(0, dt)}, {a[0]}")
+    if op is Ops.MAX:
+      gt = self.op(f"icmp {'ugt' if unsigned else 'sgt'} {t} {a[0]}, {a[1]}")
+      return self.op(f"select {_vec('i1', dt.count)} {gt}, {t} {a[0]}, {t} {a[1]}")
+    if op is Ops.MULACC: return self.op(f"add {t} {self.op(f'mul {t} {a[0]}, {a[1]}')}, {a[2]}")
+    if op in (Ops.IDIV, Ops.MOD): return self.int_divmod(op, t, dt, a[0], a[1], unsigned)
+    if op is Ops.TRUNC: return a[0]
+    raise NotImplementedError(f"the LLVM CPU renderer has no integer {op}")
+
+  def int_divmod(self, op: Ops, t: str, dt: DType, x: str, y: str, unsigned: bool) -> str:
+    """C division (truncating) that never traps: x/0 gives x (x%0 gives 0); INT_MIN/-1 wraps to INT_MIN."""
+    b1 = _vec("i1", dt.count)
+    zero, one = literal(0, dt), literal(1, dt)
+    bad = self.op(f"icmp eq {t} {y}, {zero}")
+    if not unsigned:
+      neg1 = self.op(f"icmp eq {t} {y}, {literal(-1, dt)}")
+      bad = self.op(f"or {b1} {bad}, {neg1}")
+    safe = self.op(f"select {b1} {bad}, {t} {one}, {t} {y}")
+    if op is Ops.MOD: return self.op(f"{'urem' if unsigned else 'srem'} {t} {x}, {safe}")
+    q = self.op(f"{'udiv' if unsigned else 'sdiv'} {t} {x}, {safe}")
+    if unsigned: return q
+    return self.op(f"select {b1} {neg1}, {t} {self.op(f'sub {t} {zero}, {x}')}, {t} {q}")
+
+def _int_splat(v: int, bits: int, n: int) -> str:
+  return literal(v, {32: dtypes.int32, 16: dtypes.int16, 8: dtypes.int8}[bits].vec(n))

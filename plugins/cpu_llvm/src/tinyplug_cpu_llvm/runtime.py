@@ -1,0 +1,149 @@
+"""The CPU device: 64-byte aligned host memory, objects JIT-loaded with MCJIT, kernels called through ctypes on a
+persistent pool of threads (ctypes releases the GIL, so the threads run the kernel in parallel).
+
+`DEV=CPU` (or `CPU:LLVM`) uses the host CPU and all its features; `DEV=CPU:LLVM:<cpu>,<+feature,...>` overrides
+them, e.g. `CPU:LLVM:znver4,+avx2`, or `CPU:LLVM:x86-64` for a baseline build."""
+from __future__ import annotations
+import ctypes, os, queue, threading, time
+from typing import Any, Callable
+import numpy as np
+from tinyplug.device import Allocator, Compiled, ProgramSpec
+from tinyplug.helpers import DEBUG
+from tinyplug_cpu_llvm.compiler import LLVMCompiler, init_llvm, make_target_machine, symbol_for
+from tinyplug_cpu_llvm.plugin import CPU_THREADS
+from tinyplug_cpu_llvm.renderer import LLVMRenderer, META_PREFIX
+
+ALIGN = 64
+# kernels with fewer loop-body executions than this run on one thread: waking the pool costs more than it saves
+PARALLEL_MIN_WORK = 1 << 16
+
+# ---------------- memory ----------------
+
+class CPUMemory:
+  """A 64-byte aligned block of host memory (a numpy byte array) and its address."""
+  __slots__ = ("array", "addr", "nbytes")
+  def __init__(self, nbytes: int):
+    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    self.array = raw[off:off + nbytes]
+    self.addr, self.nbytes = self.array.ctypes.data, nbytes
+  def __repr__(self) -> str: return f"<CPUMemory {self.nbytes} bytes at {self.addr:#x}>"
+
+class CPUAllocator(Allocator):
+  def _alloc(self, nbytes: int) -> CPUMemory: return CPUMemory(nbytes)
+  def _copyin(self, dest: CPUMemory, src: memoryview) -> None:
+    dest.array[:len(src)] = np.frombuffer(src, dtype=np.uint8)
+  def _copyout(self, dest: memoryview, src: CPUMemory) -> None:
+    np.frombuffer(dest, dtype=np.uint8)[:] = src.array[:len(dest)]
+
+def _address(handle: Any) -> int:
+  if isinstance(handle, CPUMemory): return handle.addr
+  if isinstance(handle, np.ndarray): return handle.ctypes.data
+  if isinstance(handle, int): return handle
+  raise TypeError(f"not CPU memory: {type(handle).__name__}")
+
+# ---------------- threads ----------------
+
+class ThreadPool:
+  """Persistent workers; `run(fn, args, n)` calls fn(*args, core_id, n) for core_id in 0..n-1 and waits.
+  The calling thread takes core 0 itself."""
+  def __init__(self):
+    self.workers: list[queue.SimpleQueue] = []
+    self.done: queue.SimpleQueue = queue.SimpleQueue()
+    self.lock = threading.Lock()
+
+  def _grow(self, n: int) -> None:
+    while len(self.workers) < n - 1:
+      q: queue.SimpleQueue = queue.SimpleQueue()
+      threading.Thread(target=self._work, args=(q,), daemon=True, name=f"tinyplug-cpu-{len(self.workers)+1}").start()
+      self.workers.append(q)
+
+  def _work(self, q: queue.SimpleQueue) -> None:
+    while True:
+      fn, args, core, n = q.get()
+      try: fn(*args, core, n); self.done.put(None)
+      except BaseException as e: self.done.put(e)
+
+  def run(self, fn: Callable, args: list, n: int) -> None:
+    with self.lock:   # one parallel kernel at a time
+      self._grow(n)
+      for core in range(1, n): self.workers[core - 1].put((fn, args, core, n))
+      err = None
+      try: fn(*args, 0, n)
+      except BaseException as e: err = e
+      for _ in range(1, n):
+        if (e := self.done.get()) is not None and err is None: err = e
+      if err is not None: raise err
+
+def n_threads() -> int:
+  n = int(CPU_THREADS.value)
+  return n if n > 0 else (os.cpu_count() or 1)
+
+# ---------------- programs ----------------
+
+def parse_meta(src: str) -> dict[str, int]:
+  """The renderer's `; tinyplug-cpu split=1 work=123` line (absent for hand-written IR: one thread)."""
+  first = src.split("\n", 1)[0]
+  if not first.startswith(META_PREFIX): return {"split": 0, "work": 0}
+  return {k: int(v) for k, v in (kv.split("=") for kv in first[len(META_PREFIX):].split())}
+
+class CPUProgram:
+  def __init__(self, device: CPUDevice, spec: ProgramSpec, lib: bytes):
+    self.device, self.name = device, spec.name
+    addr = device.load(symbol_for(spec.src), lib)
+    n_bufs = len({u.arg for u in spec.uops if u.op.name == "DEFINE_GLOBAL"})
+    argtypes = [ctypes.c_void_p] * n_bufs + [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32
+                                             for v in spec.vars] + [ctypes.c_int32, ctypes.c_int32]
+    self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
+    meta = parse_meta(spec.src)
+    self.splittable, self.work = bool(meta.get("split", 0)), meta.get("work", 0)
+
+  def threads(self) -> int:
+    if not self.splittable or self.work < PARALLEL_MIN_WORK: return 1
+    return max(1, min(n_threads(), self.work // (PARALLEL_MIN_WORK // 2)))
+
+  def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
+    args = [_address(b) for b in bufs] + [int(v) for v in vals]
+    n = self.threads()
+    st = time.perf_counter()
+    if n == 1: self.fn(*args, 0, 1)
+    else: self.device.pool.run(self.fn, args, n)
+    return time.perf_counter() - st
+
+# ---------------- the device ----------------
+
+def parse_device(name: str) -> tuple[str | None, str | None]:
+  """`CPU`, `CPU:LLVM` -> host; `CPU:LLVM:znver4,+avx2,-avx512f` -> ("znver4", "+avx2,-avx512f")."""
+  parts = name.split(":", 2)
+  if len(parts) < 3 or not parts[2]: return None, None
+  cpu, _, features = parts[2].partition(",")
+  return cpu or None, features if features else ("" if cpu else None)
+
+class CPUDevice(Compiled):
+  def __init__(self, name: str = "CPU"):
+    cpu, features = parse_device(name)
+    compiler = LLVMCompiler(cpu, features)
+    super().__init__(name, CPUAllocator(), LLVMRenderer(), compiler)
+    self.pool = ThreadPool()
+    self._engine = None
+    self._loaded: dict[str, int] = {}
+    self._lock = threading.Lock()
+
+  def load(self, symbol: str, obj: bytes) -> int:
+    """The address of `symbol` after loading the object that defines it (each object is loaded once)."""
+    with self._lock:
+      if (addr := self._loaded.get(symbol)) is not None: return addr
+      llvm = init_llvm()
+      if self._engine is None:
+        # the engine takes ownership of its own TargetMachine; objects are added to it one by one
+        tm = make_target_machine(self.compiler.cpu, self.compiler.features)
+        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+      self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+      self._engine.finalize_object()
+      addr = self._engine.get_function_address(symbol)
+      if not addr: raise RuntimeError(f"CPU: symbol {symbol} not found in the compiled object")
+      self._loaded[symbol] = addr
+      if DEBUG >= 6: print(f"CPU: loaded {symbol} at {addr:#x}")
+      return addr
+
+  def make_program(self, spec: ProgramSpec, lib: bytes) -> Callable[..., float]: return CPUProgram(self, spec, lib)
