@@ -67,8 +67,16 @@ def _debug_line(name: str, device: str, item_bufs: list[Buffer], tm: float | Non
           f"mem {GlobalCounters.mem_used/1e9:6.2f} GB tm {t*1e6:9.2f}us/{GlobalCounters.time_sum_s*1e3:9.2f}ms "
           f"({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s)" + (f" global {gsize}" if gsize else ""))
 
+# TinyJit's capture: while a list, run_item appends (item, runner or None for a copy, bufs, var_vals) to it
+capturing: list | None = None
+
+def _capture(item: ScheduleItem, bufs: list[Buffer], var_vals: dict[str, int] | None) -> None:
+  runner = None if item.ast.op is Ops.COPY else get_runner(bufs[0].device, item.ast)
+  capturing.append((item, runner, bufs, var_vals or {}))
+
 def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None:
   bufs = item.bufs
+  if capturing is not None: _capture(item, bufs, var_vals)
   if item.ast.op is Ops.COPY:
     dest, src = bufs
     with events.profile_span("copy", item.metadata.get("name", "copy"), dest.device, nbytes=dest.nbytes):

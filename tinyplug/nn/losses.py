@@ -1,0 +1,100 @@
+"""Loss functions, with tinygrad's names and PyTorch's numbers.
+
+In tinygrad these are Tensor methods (`logits.sparse_categorical_crossentropy(Y)`); here they are plain functions of
+(prediction, target, ...) built from elementary Tensor ops, so Tensor methods of the same names can delegate to them.
+"""
+from __future__ import annotations
+from tinyplug.tensor import Tensor
+from tinyplug.uop.dtype import dtypes
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+  if reduction == "mean": return loss.mean()
+  if reduction == "sum": return loss.sum()
+  if reduction == "none": return loss
+  raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
+
+def _check_reduction(reduction: str) -> None:
+  if reduction not in _REDUCTIONS: raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+  shifted = x - x.max(axis=axis, keepdim=True).detach()
+  return shifted - shifted.exp().sum(axis=axis, keepdim=True).log()
+
+def logsigmoid(x: Tensor) -> Tensor:
+  """log(sigmoid(x)), stable for large |x|: min(x, 0) - log(1 + exp(-|x|))."""
+  return x.minimum(0) - (-x.abs()).exp().add(1).log()
+
+def _one_hot(labels: Tensor, num_classes: int, dtype=dtypes.float32) -> Tensor:
+  return (labels.unsqueeze(-1) == Tensor.arange(num_classes, device=labels.device)).cast(dtype)
+
+def _check_labels(x: Tensor, Y: Tensor, name: str, class_axis: int) -> None:
+  if not dtypes.is_int(Y.dtype): raise TypeError(f"{name}: class labels must be integers, got {Y.dtype}")
+  expected = x.shape[:class_axis] + x.shape[class_axis + 1:]
+  if tuple(Y.shape) != tuple(expected):
+    raise ValueError(f"{name}: labels of shape {Y.shape} do not fit predictions of shape {x.shape} "
+                     f"(expected labels of shape {expected})")
+
+def sparse_categorical_crossentropy(x: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                    reduction: str = "mean") -> Tensor:
+  """Cross-entropy of logits `x` (..., C) against integer labels `Y` (...); labels equal to ignore_index count 0."""
+  _check_reduction(reduction)
+  _check_labels(x, Y, "sparse_categorical_crossentropy", x.ndim - 1)
+  logp = log_softmax(x, -1)
+  keep = (Y != ignore_index).cast(x.dtype)
+  nll = -(logp * _one_hot(Y, x.shape[-1], x.dtype)).sum(axis=-1)
+  loss = (nll * (1 - label_smoothing) - logp.mean(axis=-1) * label_smoothing) * keep
+  if reduction == "mean": return loss.sum() / keep.sum()
+  return _reduce(loss, reduction)
+
+def cross_entropy(x: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+  """PyTorch's cross_entropy: logits (N, C, ...) and either class indices (N, ...) or class probabilities."""
+  _check_reduction(reduction)
+  axis = 1 if x.ndim >= 2 else 0
+  if dtypes.is_int(Y.dtype):
+    _check_labels(x, Y, "cross_entropy", axis)
+    target = _one_hot(Y, x.shape[axis], x.dtype)
+    if axis == 1 and x.ndim > 2: target = target.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+  else:
+    if Y.shape != x.shape: raise ValueError(f"cross_entropy: probabilities of shape {Y.shape} != logits {x.shape}")
+    target = Y
+  if label_smoothing: target = target * (1 - label_smoothing) + label_smoothing / x.shape[axis]
+  return _reduce(-(log_softmax(x, axis) * target).sum(axis=axis), reduction)
+
+def nll_loss(x: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+             reduction: str = "mean") -> Tensor:
+  """Negative log likelihood of log-probabilities `x` (N, C, ...) at class indices `Y` (N, ...)."""
+  _check_reduction(reduction)
+  axis = 1 if x.ndim >= 2 else 0
+  _check_labels(x, Y, "nll_loss", axis)
+  target = _one_hot(Y, x.shape[axis], x.dtype)
+  if axis == 1 and x.ndim > 2: target = target.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+  w = target if weight is None else target * weight.reshape(-1, *([1] * (x.ndim - axis - 1)))
+  if ignore_index is not None: w = w * (Y != ignore_index).cast(x.dtype).unsqueeze(axis)
+  loss = -(x * w).sum(axis=axis)
+  if reduction == "mean": return loss.sum() / w.sum()
+  return _reduce(loss, reduction)
+
+def binary_crossentropy(x: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+  """BCE of probabilities `x` against targets `Y` (logs clamped at -100, as PyTorch does)."""
+  _check_reduction(reduction)
+  loss = -(Y * x.log().maximum(-100) + (1 - Y) * (1 - x).log().maximum(-100))
+  return _reduce(loss, reduction)
+
+def binary_crossentropy_logits(x: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+  """BCE of logits `x` (sigmoid applied inside, stably) against targets `Y`."""
+  _check_reduction(reduction)
+  pw = 1 if pos_weight is None else pos_weight
+  loss = -(pw * Y * logsigmoid(x) + (1 - Y) * logsigmoid(-x))
+  return _reduce(loss, reduction)
+
+def mse(x: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+  """Mean squared error."""
+  _check_reduction(reduction)
+  if x.shape != Y.shape: raise ValueError(f"mse: shapes {x.shape} and {Y.shape} differ")
+  diff = x - Y
+  return _reduce(diff * diff, reduction)
+
+__all__ = ["sparse_categorical_crossentropy", "cross_entropy", "nll_loss", "binary_crossentropy",
+           "binary_crossentropy_logits", "mse", "log_softmax", "logsigmoid"]
