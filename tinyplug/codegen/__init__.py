@@ -35,6 +35,8 @@ def _expand(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
 
 def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   if not ctx.renderer.has_local and not getattr(ctx.renderer, "global_ids", False): return sink
+  from tinyplug.codegen.gpu_lowering import lower_group_reduces
+  sink = lower_group_reduces(sink, ctx.renderer)
   sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.renderer.global_max)
   return sink
 
