@@ -94,7 +94,7 @@ class _FunctionBuilder:
     self.lines: list[str] = []          # the body, after the entry label
     self.allocas: list[str] = []        # go first in the entry block
     self.decls: dict[str, str] = {}     # intrinsic name -> declaration
-    self.r: dict[UOp, str] = {}         # value of each uop, as an operand (without its type)
+    self.r: dict[UOp, str] = _Values()  # value of each uop, as an operand (without its type)
     self.gates: dict[UOp, str | None] = {}
     self.block = "entry"
     self.tmp = 0
@@ -499,6 +499,13 @@ class _FunctionBuilder:
     q = self.op(f"{'udiv' if unsigned else 'sdiv'} {t} {x}, {safe}")
     if unsigned: return q
     return self.op(f"select {b1} {neg1}, {t} {self.op(f'sub {t} {zero}, {x}')}, {t} {q}")
+
+class _Values(dict):
+  """Operands by uop; constants may be used without being listed (hand-built programs), others must come first."""
+  def __missing__(self, u: UOp) -> str:
+    if u.op is Ops.CONST: return literal(u.arg, u.dtype)
+    if u.op is Ops.VCONST: return literal(tuple(u.arg), u.dtype)
+    raise ValueError(f"the program uses {u.op} ({u.dtype!r}) before defining it")
 
 def _int_splat(v: int, bits: int, n: int) -> str:
   return literal(v, {32: dtypes.int32, 16: dtypes.int16, 8: dtypes.int8}[bits].vec(n))

@@ -1,0 +1,64 @@
+"""The compile cache: in memory, on disk in SQLite (shared by processes), off with CACHELEVEL=0."""
+import os, subprocess, sys, textwrap
+import pytest
+
+# a script that compiles a few kernels through the Tensor-free path and prints how many LLVM compiles it did
+SCRIPT = textwrap.dedent("""
+  import sys, numpy as np
+  from tinyplug.uop import UOp, Ops, dtypes
+  from tinyplug.engine.realize import realize, buffer_of
+  from tinyplug_cpu_llvm.compiler import LLVMCompiler
+  tag = float(sys.argv[1])
+  a = UOp.new_buffer("CPU", 64, dtypes.float); buffer_of(a).copyin(np.arange(64, dtype=np.float32))
+  x = a.reshape((8, 8))
+  y = UOp(Ops.ADD, dtypes.float, (x, UOp(Ops.EXPAND, dtypes.float, (UOp(Ops.RESHAPE, dtypes.float,
+      (UOp(Ops.CONST, dtypes.float, (UOp(Ops.DEVICE, arg="CPU"),), tag),), (1, 1)),), (8, 8))))
+  s = UOp(Ops.REDUCE_AXIS, dtypes.float, (y,), (Ops.ADD, (1,)))
+  m = realize([s, y])
+  assert np.allclose(buffer_of(m[s]).numpy(), (np.arange(64).reshape(8, 8) + tag).sum(1))
+  print("COMPILES", LLVMCompiler.compiles)
+""")
+
+def _run(tmp_path, tag: float, **env) -> int:
+  e = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "DEV": "CPU", **env}
+  out = subprocess.run([sys.executable, "-c", SCRIPT, str(tag)], capture_output=True, text=True, timeout=300, env=e)
+  assert out.returncode == 0, out.stderr
+  return int(out.stdout.split("COMPILES")[-1])
+
+def test_second_process_compiles_nothing(tmp_path):
+  assert _run(tmp_path, 1.5) == 2
+  assert os.path.exists(tmp_path / "tinyplug" / "cpu_llvm.sqlite")
+  assert _run(tmp_path, 1.5) == 0          # warm: every object comes from the disk cache
+  assert _run(tmp_path, 2.5) >= 1          # a different constant is a different kernel
+
+def test_cachelevel_0_turns_the_disk_cache_off(tmp_path):
+  assert _run(tmp_path, 3.5, CACHELEVEL="0") == 2
+  assert not os.path.exists(tmp_path / "tinyplug" / "cpu_llvm.sqlite")
+  assert _run(tmp_path, 3.5) == 2
+  assert _run(tmp_path, 3.5, CACHELEVEL="0") == 2
+
+def test_concurrent_writers(tmp_path):
+  e = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "DEV": "CPU"}
+  procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(4.5 + (i % 2))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=e) for i in range(6)]
+  for p in procs:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+  assert _run(tmp_path, 4.5) == 0 and _run(tmp_path, 5.5) == 0
+
+def test_unusable_cache_file_just_recompiles(tmp_path):
+  d = tmp_path / "tinyplug"
+  d.mkdir()
+  (d / "cpu_llvm.sqlite").write_bytes(b"this is not a database" * 100)
+  assert _run(tmp_path, 6.5) == 2
+  assert _run(tmp_path, 6.5) == 2
+
+def test_memory_cache_and_key():
+  from tinyplug.device import Device
+  comp = Device["CPU"].compiler
+  src = "define void @k(i32 %core_id, i32 %n_cores) {\nentry:\n  ret void\n}\n"
+  before = type(comp).compiles
+  lib = comp.compile_cached(src)
+  assert comp.compile_cached(src) is lib and type(comp).compiles - before <= 1
+  assert comp.key(src) != comp.key(src + " ")
+  assert lib[:4] == b"\x7fELF"
