@@ -1,13 +1,301 @@
-"""Rewrite ops a renderer lacks in terms of ops it has (declared by `Renderer.native_ops`)."""
+"""Rewrite ops a renderer lacks in terms of ops it has (declared by `Renderer.native_ops`).
+
+Each missing op has one row in a PatternMatcher; the rows for the ops a renderer lacks are applied with graph_rewrite
+until nothing matches, so a decomposition may use other decomposable ops (POW builds EXP2 and LOG2, a float16 EXP2
+builds a float32 one, SUB becomes ADD and NEG where SUB is missing).
+
+The math, for float32 and float64 (float16 and bfloat16 compute in float32 and cast back):
+- exp2(x): x = q + r with q an integer and |r| <= 1/2; 2**r is a Taylor polynomial, 2**q is built from exponent bits
+  in two halves, so results down in the denormals round once and 2**128 overflows to inf.
+- log2(x): denormals are scaled up by 2**64 first; x = 2**e * m with m in [sqrt(1/2), sqrt(2)], and
+  log2(m) = 2/ln(2) * atanh(s) with s = (m-1)/(m+1), a series in s*s.
+- sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 split into parts short enough that k*part is exact
+  (Cody-Waite), then sin(r) or cos(r) by the quadrant k mod 4. Accurate for |x| < 2**14 * pi/2 (about 25700) in
+  float32 and |x| < 2**22 * pi/2 (about 6.5e6) in float64; past that the result is only bounded to [-1, 1]
+  (a Payne-Hanek reduction would be needed).
+- sqrt(x): 1/sqrt(x) from a bit-trick estimate refined by Newton steps, then one Newton step on sqrt itself.
+Accuracy is within a few ulp over the whole range, special values (inf, nan, 0, negatives) as in C's libm.
+"""
 from __future__ import annotations
+import functools, math
+from fractions import Fraction
+from typing import Callable
 from tinyplug.device import Renderer
-from tinyplug.uop.ops import UOp
+from tinyplug.uop.dtype import DType, dtypes
+from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.rewrite import graph_rewrite
+from tinyplug.uop.upat import PatternMatcher, UPat
+
+# ---------------- float formats and constants ----------------
+
+def _format(x: UOp) -> tuple[int, int, int]:
+  """(exponent bits, mantissa bits, exponent bias) of x's float dtype."""
+  exp_bits, mant_bits = dtypes.finfo(x.dtype.scalar())
+  return exp_bits, mant_bits, (1 << (exp_bits - 1)) - 1
+
+def _int_dtype(x: UOp) -> DType:
+  """The signed integer dtype as wide as x's float dtype, with x's vector width."""
+  return {4: dtypes.int32, 8: dtypes.int64}[x.dtype.scalar().itemsize].vec(x.dtype.count)
+
+def _float_dtype(like: UOp, scalar: DType) -> DType: return scalar.vec(like.dtype.count)
+
+# Taylor coefficients: 2**r = sum (ln2*r)**k / k!, sin r = sum (-1)**k r**(2k+1) / (2k+1)!, cos likewise
+def _exp2_coeffs(degree: int) -> tuple[float, ...]:
+  return tuple(math.log(2) ** k / math.factorial(k) for k in range(degree + 1))
+def _sin_coeffs(terms: int) -> tuple[float, ...]:
+  return tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(1, terms + 1))
+def _cos_coeffs(terms: int) -> tuple[float, ...]:
+  return tuple((-1) ** k / math.factorial(2 * k) for k in range(2, terms + 2))
+# ln(1+f) = 2*atanh(s) = 2s + s*R(z), z = s*s, R(z) = 2z/3 + 2z**2/5 + ... = z * P(z)
+def _log_coeffs(terms: int) -> tuple[float, ...]:
+  return tuple(2 / (2 * k + 3) for k in range(terms))
+
+# degrees chosen so the first omitted term is well below half an ulp on the reduced range
+EXP2_COEFFS = {dtypes.float32: _exp2_coeffs(7), dtypes.float64: _exp2_coeffs(14)}
+LOG_COEFFS = {dtypes.float32: _log_coeffs(4), dtypes.float64: _log_coeffs(10)}
+SIN_COEFFS = {dtypes.float32: _sin_coeffs(4), dtypes.float64: _sin_coeffs(8)}
+COS_COEFFS = {dtypes.float32: _cos_coeffs(4), dtypes.float64: _cos_coeffs(7)}
+
+_PI = Fraction("3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798")
+
+def _round_to_bits(v: Fraction, bits: int) -> Fraction:
+  """v rounded to `bits` significant bits."""
+  exp = math.frexp(float(v))[1]
+  scale = Fraction(2) ** (bits - exp)
+  return Fraction(round(v * scale)) / scale
+
+def _split(v: Fraction, part_bits: int, parts: int, last_bits: int) -> tuple[float, ...]:
+  """v as parts of `part_bits` significant bits each and a last part of `last_bits`: k*part is exact for small k."""
+  out = []
+  for i in range(parts):
+    p = _round_to_bits(v, part_bits if i < parts - 1 else last_bits)
+    out.append(float(p))
+    v -= p
+  return tuple(out)
+
+# Cody-Waite: k = round(x*2/pi) needs at most K_BITS bits for the accurate range, so parts of
+# (mantissa+1 - K_BITS) bits multiply by k exactly. float32: |x| < 2**14 * pi/2 ~ 25700; float64: |x| < 2**22 * pi/2.
+_K_BITS = {dtypes.float32: 14, dtypes.float64: 22}
+PIO2_PARTS = {dt: _split(_PI / 2, dtypes.finfo(dt)[1] + 1 - _K_BITS[dt], 4, dtypes.finfo(dt)[1] + 1)
+              for dt in (dtypes.float32, dtypes.float64)}
+
+# 1/ln2 = log2(e) in a high part with half the mantissa bits (so hi * part is exact when hi has half the bits too)
+_LOG2_E = Fraction("1.44269504088896340735992468100189213742664595415298593413544940693110921918118507988552662289350634")
+INV_LN2_PARTS = {dt: _split(_LOG2_E, (dtypes.finfo(dt)[1] + 1) // 2, 2, dtypes.finfo(dt)[1] + 1)
+                 for dt in (dtypes.float32, dtypes.float64)}
+# keeps the high half of the mantissa bits of a float (and its sign and exponent)
+_HIGH_HALF_MASK = {dtypes.float32: ~((1 << 12) - 1), dtypes.float64: ~((1 << 27) - 1)}
+
+# first guesses of 1/sqrt(x) from the bits of x (published constants)
+RSQRT_MAGIC = {dtypes.float32: 0x5F3759DF, dtypes.float64: 0x5FE6EB50C7B537A9}
+RSQRT_NEWTON_STEPS = {dtypes.float32: 3, dtypes.float64: 4}
+
+# ---------------- small building blocks ----------------
+
+def _horner(x: UOp, coeffs: tuple[float, ...]) -> UOp:
+  """coeffs[0] + coeffs[1]*x + coeffs[2]*x**2 + ..."""
+  acc = x.const_like(coeffs[-1])
+  for c in reversed(coeffs[:-1]): acc = acc * x + c
+  return acc
+
+def _clamp(x: UOp, lo: float, hi: float) -> UOp:
+  """x clamped to [lo, hi]; NaN becomes hi (comparisons with NaN are false)."""
+  return (x < hi).where((x < lo).where(lo, x), hi)
+
+def _round_to_int(x: UOp) -> UOp:
+  """x rounded to the nearest integer (halves away from zero), as the int dtype of x's width. |x| must fit it."""
+  return (x + (x < 0.0).where(x.const_like(-0.5), 0.5)).cast(_int_dtype(x))
+
+def _pow2(e: UOp, like: UOp) -> UOp:
+  """2**e as a float of like's dtype, for integer e in the normal exponent range."""
+  _, mant_bits, bias = _format(like)
+  return ((e + bias) << mant_bits).bitcast(like.dtype)
+
+def _is_nan(x: UOp) -> UOp: return x.ne(x)
+
+# ---------------- exp2, log2, sin, sqrt on float32 / float64 ----------------
+
+def exp2_float(x: UOp) -> UOp:
+  """2**x: 2**r by polynomial times 2**q built from exponent bits, q = round(x)."""
+  _, mant_bits, bias = _format(x)
+  # below -(bias+mant_bits+1) the result rounds to 0, at bias+1 it is inf; NaN is clamped here and restored below
+  xc = _clamp(x, -float(bias + mant_bits + 3), float(bias + 2))
+  q = _round_to_int(xc)
+  r = xc - q.cast(x.dtype)
+  poly = _horner(r, EXP2_COEFFS[x.dtype.scalar()])
+  # 2**q in two factors, each a normal float; the second multiply rounds once, into the denormals if it must
+  half = q >> 1
+  out = poly * _pow2(half, x) * _pow2(q - half, x)
+  return _is_nan(x).where(x, out)
+
+def log2_float(x: UOp) -> UOp:
+  """log2(x) = e + log2(1+f) with x = 2**e * (1+f), 1+f in [sqrt(1/2), sqrt(2)].
+
+  ln(1+f) = 2*atanh(s) = f - (f*f/2 - s*(f*f/2 + R(s*s))) with s = f/(2+f); the leading f - f*f/2 is cut to half
+  its bits (hi) so that hi times the high half of 1/ln2 is exact, and the rest is carried as lo."""
+  _, mant_bits, bias = _format(x)
+  scalar = x.dtype.scalar()
+  ints = _int_dtype(x)
+  small = x < 2.0 ** (1 - bias)                          # denormals (and zero, negatives): scale into the normals
+  xs = small.where(x * 2.0 ** 64, x)
+  bits = xs.bitcast(ints)
+  exponent = (bits >> mant_bits) + (-bias)
+  mantissa = ((bits & ((1 << mant_bits) - 1)) | (bias << mant_bits)).bitcast(x.dtype)   # in [1, 2)
+  big = math.sqrt(2) < mantissa
+  f = big.where(mantissa * 0.5, mantissa) - 1.0          # exact
+  e = exponent.cast(x.dtype) + big.where(x.const_like(1.0), 0.0) + small.where(x.const_like(-64.0), 0.0)
+  s = f / (f + 2.0)
+  z = s * s
+  half_f2 = 0.5 * f * f
+  hi = ((f - half_f2).bitcast(ints) & _HIGH_HALF_MASK[scalar]).bitcast(x.dtype)
+  lo = (f - hi) - half_f2 + s * (half_f2 + z * _horner(z, LOG_COEFFS[scalar]))
+  inv_ln2_hi, inv_ln2_lo = INV_LN2_PARTS[scalar]
+  lo_part = (lo + hi) * inv_ln2_lo + lo * inv_ln2_hi
+  hi_part = hi * inv_ln2_hi                              # exact
+  total = e + hi_part                                    # e + hi_part in two pieces: |e| >= 1 or e == 0
+  out = (lo_part + ((e - total) + hi_part)) + total
+  out = (x < math.inf).where(out, x)                     # inf -> inf, nan -> nan
+  out = x.ne(0.0).where(out, -math.inf)                  # +-0 -> -inf
+  return (x < 0.0).where(math.nan, out)                  # negatives -> nan
+
+def sin_float(x: UOp) -> UOp:
+  """sin(x) with Cody-Waite reduction by pi/2 and a sin or cos polynomial by quadrant."""
+  scalar = x.dtype.scalar()
+  finite = (x < math.inf).where(-math.inf < x, False)
+  xs = finite.where(x, 0.0)
+  k_limit = 2.0 ** (30 if scalar == dtypes.float32 else 62)   # beyond the accurate range, but the cast stays defined
+  k = _round_to_int(_clamp(xs * (2 / math.pi), -k_limit, k_limit))
+  kf = k.cast(x.dtype)
+  r = xs
+  for part in PIO2_PARTS[scalar]: r = r - kf * part
+  r2 = r * r
+  sin_r = r + r * r2 * _horner(r2, SIN_COEFFS[scalar])
+  cos_r = 1.0 + r2 * (-0.5 + r2 * _horner(r2, COS_COEFFS[scalar]))
+  quadrant = k & 3
+  v = (quadrant & 1).ne(0).where(cos_r, sin_r)
+  v = (quadrant & 2).ne(0).where(-v, v)
+  # past the accurate range k*part is no longer exact and r can be anything: keep the result a value in [-1, 1]
+  return finite.where(_clamp(v, -1.0, 1.0), math.nan)
+
+def sqrt_float(x: UOp) -> UOp:
+  """sqrt(x) = x * rsqrt(x), rsqrt refined from a bit-trick guess, then one Newton step on the root."""
+  _, mant_bits, bias = _format(x)
+  scalar = x.dtype.scalar()
+  ints = _int_dtype(x)
+  small = x < 2.0 ** (1 - bias)
+  xs = small.where(x * 2.0 ** 64, x)                     # sqrt(x * 2**64) = sqrt(x) * 2**32
+  sign_bit = 1 << (scalar.itemsize * 8 - 1)
+  magnitude = xs.bitcast(ints) & (sign_bit - 1)          # negatives give garbage here; they become nan below
+  y = (magnitude.const_like(RSQRT_MAGIC[scalar]) - (magnitude >> 1)).bitcast(x.dtype)
+  half = xs * 0.5
+  for _ in range(RSQRT_NEWTON_STEPS[scalar]): y = y * (1.5 - (half * y) * y)   # (half*y)*y: no denormal in between
+  root = xs * y
+  root = root + (xs - root * root) * (y * 0.5)
+  root = small.where(root * 2.0 ** -32, root)
+  root = (x < math.inf).where(root, x)                   # inf -> inf, nan -> nan
+  root = (x < 0.0).where(math.nan, root)
+  return x.ne(0.0).where(root, x)                        # +-0 -> +-0
+
+def pow_float(a: UOp, b: UOp) -> UOp:
+  """a**b = exp2(b*log2|a|), with C pow's signs and special cases (only for float32 / float64 operands)."""
+  scalar = a.dtype.scalar()
+  ints = _int_dtype(a)
+  big = 2.0 ** (dtypes.finfo(scalar)[1] + 1)             # every float this large is an even integer
+  bc = _clamp(b, -big, big)
+  b_int = bc.cast(ints)
+  is_integer = b_int.cast(a.dtype).ne(bc).ne(True)
+  is_odd = (b_int & 1).ne(0)
+  magnitude = (a < 0.0).where(-a, a)
+  out = (b * magnitude.log2()).exp2()
+  negative = (a < 0.0).where(is_integer.where(is_odd.where(-out, out), math.nan), out)
+  out = negative
+  out = a.ne(1.0).where(out, 1.0)                        # 1**b is 1, even for nan b
+  return b.ne(0.0).where(out, 1.0)                       # a**0 is 1, even for nan a
+
+# ---------------- rewrite rules ----------------
+
+_COMPUTED = (dtypes.float32, dtypes.float64)
+_WIDENED = (dtypes.float16, dtypes.bfloat16)
+
+def _in_compute_dtype(x: UOp, srcs: tuple[UOp, ...], fn: Callable[..., UOp]) -> UOp | None:
+  """fn on float32/float64 sources directly; float16/bfloat16 go through float32."""
+  scalar = x.dtype.scalar()
+  if scalar in _COMPUTED: return fn(*srcs)
+  if scalar in _WIDENED:
+    wide = _float_dtype(x, dtypes.float32)
+    return fn(*(s.cast(wide) for s in srcs)).cast(x.dtype)
+  return None
+
+def decompose_exp2(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, exp2_float)
+def decompose_log2(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, log2_float)
+def decompose_sin(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, sin_float)
+def decompose_sqrt(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, sqrt_float)
+def decompose_pow(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, pow_float)
+
+def reciprocal_as_fdiv(x: UOp, a: UOp) -> UOp: return a.const_like(1.0) / a
+def fdiv_as_reciprocal(a: UOp, b: UOp) -> UOp: return a * b.reciprocal()
+def mulacc_as_mul_add(a: UOp, b: UOp, c: UOp) -> UOp: return UOp(Ops.ADD, c.dtype, (UOp(Ops.MUL, c.dtype, (a, b)), c))
+def cmpeq_as_not_cmpne(a: UOp, b: UOp) -> UOp: return a.ne(b).ne(True)
+def sub_as_add_neg(a: UOp, b: UOp) -> UOp: return UOp(Ops.ADD, a.dtype, (a, -b))
+def neg_as_mul(x: UOp, a: UOp) -> UOp:
+  return a.ne(True) if x.dtype.scalar() == dtypes.bool else UOp(Ops.MUL, x.dtype, (a, a.const_like(-1)))
+
+def _power_of_two_shift(x: UOp, c: UOp) -> int | None:
+  """log2(c) when x is integer math and c a positive power-of-two constant, else None."""
+  if not dtypes.is_int(x.dtype) or not isinstance(c.arg, int) or c.arg <= 0 or c.arg & (c.arg - 1): return None
+  return c.arg.bit_length() - 1
+
+def _toward_zero_bias(a: UOp, c: UOp) -> UOp:
+  """c-1 where a is negative, else 0: adding it makes an arithmetic shift truncate toward zero, as C division does."""
+  return (a >> (a.dtype.scalar().itemsize * 8 - 1)) & (c.arg - 1)
+
+def idiv_by_power_of_two(x: UOp, a: UOp, c: UOp) -> UOp | None:
+  if (shift := _power_of_two_shift(x, c)) is None: return None
+  if dtypes.is_unsigned(a.dtype) or a.vmin >= 0: return a >> shift
+  return (a + _toward_zero_bias(a, c)) >> shift
+
+def mod_by_power_of_two(x: UOp, a: UOp, c: UOp) -> UOp | None:
+  if _power_of_two_shift(x, c) is None: return None
+  if dtypes.is_unsigned(a.dtype) or a.vmin >= 0: return a & (c.arg - 1)
+  # C's remainder takes the dividend's sign: a - trunc(a/c)*c, with trunc(a/c)*c = (a + bias) with the low bits cleared
+  return a + -((a + _toward_zero_bias(a, c)) & ~(c.arg - 1))
+
+_unary = lambda op: UPat(op, src=(UPat.var("a"),), name="x")
+_binary = lambda op: UPat(op, src=(UPat.var("a"), UPat.var("b")), name="x")
+
+# op -> the rows that decompose it; the ops each decomposition builds must be native or decomposable themselves
+RULES: dict[Ops, list[tuple[UPat, Callable]]] = {
+  Ops.EXP2: [(UPat(Ops.EXP2, name="x"), decompose_exp2)],
+  Ops.LOG2: [(UPat(Ops.LOG2, name="x"), decompose_log2)],
+  Ops.SIN: [(UPat(Ops.SIN, name="x"), decompose_sin)],
+  Ops.SQRT: [(UPat(Ops.SQRT, name="x"), decompose_sqrt)],
+  Ops.POW: [(UPat(Ops.POW, name="x"), decompose_pow)],
+  Ops.RECIPROCAL: [(_unary(Ops.RECIPROCAL), reciprocal_as_fdiv)],
+  Ops.FDIV: [(_binary(Ops.FDIV), fdiv_as_reciprocal)],
+  Ops.MULACC: [(UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), mulacc_as_mul_add)],
+  Ops.CMPEQ: [(_binary(Ops.CMPEQ), cmpeq_as_not_cmpne)],
+  Ops.SUB: [(_binary(Ops.SUB), sub_as_add_neg)],
+  Ops.NEG: [(_unary(Ops.NEG), neg_as_mul)],
+  Ops.IDIV: [(UPat(Ops.IDIV, src=(UPat.var("a"), UPat.cvar("c", vec=False)), name="x"), idiv_by_power_of_two)],
+  Ops.MOD: [(UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("c", vec=False)), name="x"), mod_by_power_of_two)],
+}
+DECOMPOSABLE = frozenset(RULES)
+
+@functools.cache
+def decompositions_for(missing: frozenset[Ops]) -> PatternMatcher:
+  """The rows for the ops in `missing`. FDIV and RECIPROCAL are written in terms of each other, so not both."""
+  ops = set(missing) & DECOMPOSABLE
+  if {Ops.FDIV, Ops.RECIPROCAL} <= ops: ops -= {Ops.FDIV, Ops.RECIPROCAL}
+  return PatternMatcher([row for op in sorted(ops) for row in RULES[op]])
 
 def decompose_for(sink: UOp, renderer: Renderer) -> UOp:
+  """Rewrite the ops of `sink` that `renderer` lacks; raises NotImplementedError for a missing op left over
+  (an integer POW, an IDIV by a non-power-of-two, FDIV and RECIPROCAL both missing, ...)."""
   if renderer.native_ops is None: return sink
-  from tinyplug.uop.ops import Ops
-  missing = {u.op for u in sink.toposort()} - set(renderer.native_ops)
-  alu_missing = {op for op in missing if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT)}
-  if alu_missing:
-    raise NotImplementedError(f"renderer {type(renderer).__name__} lacks {sorted(o.name for o in alu_missing)}")
+  missing = DECOMPOSABLE - frozenset(renderer.native_ops)
+  if not missing & {u.op for u in sink.toposort()}: return sink
+  sink = graph_rewrite(sink, decompositions_for(missing), name="decompositions")
+  if left := missing & {u.op for u in sink.toposort()}:
+    raise NotImplementedError(f"renderer {type(renderer).__name__} lacks {sorted(o.name for o in left)} "
+                              "and they could not be decomposed here")
   return sink
