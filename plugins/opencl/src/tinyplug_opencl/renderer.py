@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 from tinyplug.device import Renderer
+from tinyplug.helpers import strip_parens
 from tinyplug.uop.dtype import DType, PtrDType, dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 
@@ -92,7 +93,7 @@ class OpenCLRenderer(Renderer):
       else: s = repr(float(value)) + ("" if sc == dtypes.float64 else "f")
       if sc == dtypes.float64 and not math.isfinite(value): return f"((double){s})"
       if sc == dtypes.float16 and self.has_fp16: return f"((half){s})"
-      return s
+      return f"({s})" if s.startswith("-") else s
     value = int(value)
     if sc == dtypes.int64 and value == -2**63: return "(-9223372036854775807l-1)"
     if sc == dtypes.int32 and value == -2**31: return "(-2147483647-1)"
@@ -165,6 +166,7 @@ class OpenCLRenderer(Renderer):
     raise RuntimeError(f"OpenCL renderer: {u.op} is used before it is defined")
 
   def render(self, name: str, uops: list[UOp]) -> str:
+    uops = _complete(uops)
     self.names: dict[UOp, str] = {}
     uses: dict[UOp, int] = {}
     for u in uops:
@@ -223,7 +225,7 @@ class OpenCLRenderer(Renderer):
         depth -= 1
         line("}")
       elif op is Ops.IF:
-        line(f"if ({self.expr(u.src[0])}) {{")
+        line(f"if ({strip_parens(self.expr(u.src[0]))}) {{")
         depth += 1
       elif op is Ops.BARRIER:
         line("barrier(CLK_LOCAL_MEM_FENCE);")
@@ -239,7 +241,7 @@ class OpenCLRenderer(Renderer):
       elif op is Ops.STORE:
         index, value = u.src[0], self.expr(u.src[1])
         text = self.render_store(index, value, u.src[1].dtype)
-        line(f"if ({self.expr(index.src[2])}) {text}" if len(index.src) > 2 else text)
+        line(f"if ({strip_parens(self.expr(index.src[2]))}) {text}" if len(index.src) > 2 else text)
       elif op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP):
         s = [self.expr(x) for x in u.src]
         if op is Ops.MAX and dtypes.is_float(dt): needs.add(("nanmax", self.value_type(dt), dt.count > 1))
@@ -275,3 +277,15 @@ class OpenCLRenderer(Renderer):
 _HALF_HELPERS = """inline float tp_round_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
 inline ushort tp_half_to_bits(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return h; }
 inline float tp_half_from_bits(ushort h) { return vload_half(0, (__private half*)&h); }"""
+
+def _complete(uops: list[UOp]) -> list[UOp]:
+  """A hand-built list may leave out sources (the seeds render `[store]` with its operands unlisted): put each missing
+  source just before its first user. A linear program from the pipeline is already complete and passes unchanged."""
+  listed = set(uops)
+  if all(s in listed for u in uops for s in u.src): return uops
+  out: list[UOp] = []
+  seen: set[UOp] = set()
+  for u in uops:
+    for x in u.toposort():
+      if x not in seen and (x in listed and x is u or x not in listed): out.append(x); seen.add(x)
+  return out

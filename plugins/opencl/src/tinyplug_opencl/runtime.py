@@ -46,6 +46,8 @@ class CLAllocator(Allocator):
 
 class CLCompiler(Compiler):
   """Builds OpenCL C for one device. `compile` returns the program binary; built programs stay in memory by source."""
+  builds_from_source = 0     # counters for tests and benchmarks
+  builds_from_binary = 0
   def __init__(self, dev: CLDevice):
     self.dev = dev
     self.cachekey = f"opencl-{hashlib.sha256(dev.identity.encode()).hexdigest()[:16]}"
@@ -78,6 +80,7 @@ class CLCompiler(Compiler):
     program = c_void_p(lib().clCreateProgramWithSource(self.dev.context, 1, strings, lengths, ctypes.byref(err)))
     check("clCreateProgramWithSource", err.value)
     self._build(program, src)
+    CLCompiler.builds_from_source += 1
     return program
 
   def from_binary(self, binary: bytes) -> c_void_p:
@@ -89,6 +92,7 @@ class CLCompiler(Compiler):
                                                        ptrs, ctypes.byref(status), ctypes.byref(err)))
     check("clCreateProgramWithBinary", err.value or status.value)
     self._build(program, None)
+    CLCompiler.builds_from_binary += 1
     return program
 
   def _binary(self, program: c_void_p) -> bytes:
