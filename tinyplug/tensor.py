@@ -148,7 +148,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """The values as a numpy array of this tensor's shape (bfloat16 comes back as float32)."""
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
-    self.realize()
+    # realize a contiguous copy, not self: self's graph stays lazy, so gradients through it still work (as in tinygrad)
     src = self if graph.is_plain_buffer(self.uop) else self.contiguous().realize()
     if not graph.is_plain_buffer(src.uop):
       raise RuntimeError(f"realize() left {src.uop.op} instead of a buffer for a tensor of shape {self.shape}")
@@ -264,10 +264,11 @@ def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
 def _uop_from_numpy(arr: np.ndarray, dtype: DType | None, device: str) -> UOp:
   if dtype is None: dtype = from_np_dtype(arr.dtype)
   host = dtypes.float32 if dtype == dtypes.bfloat16 else dtype
-  arr = np.ascontiguousarray(arr, dtype=to_np_dtype(host))
-  if arr.size == 0: return graph.const(0, dtype, device, arr.shape)
+  shape = arr.shape
+  arr = np.ascontiguousarray(arr, dtype=to_np_dtype(host))   # note: 0-d arrays come back 1-d
+  if arr.size == 0: return graph.const(0, dtype, device, shape)
   from tinyplug.engine.realize import buffer_of
   buf = UOp.new_buffer("PYTHON", arr.size, host)
   buffer_of(buf).copyin(arr.reshape(-1))
   uop = buf if device == "PYTHON" else graph.copy_to(buf, device)
-  return graph.cast(graph.reshape(uop, arr.shape), dtype)
+  return graph.cast(graph.reshape(uop, shape), dtype)

@@ -18,6 +18,10 @@ class ScheduleItem:
   ast: UOp
   buf_uops: tuple[UOp, ...]
   metadata: dict = field(default_factory=dict, compare=False)
+  def __repr__(self) -> str:
+    from tinyplug.codegen.naming import kernel_name
+    what = kernel_name(self.ast) if self.ast.op is Ops.SINK else self.metadata.get("name", "copy")
+    return f"<ScheduleItem {what} with {len(self.buf_uops)} buffers>"
   @property
   def bufs(self) -> list:
     from tinyplug.engine.realize import buffer_of
@@ -124,7 +128,7 @@ class _Scheduler:
       g0 = kb.global_for(out)
       out_idx, ranges = kb.output_ranges(n.shape)
       store_idx, valid = linear_index(out_idx, n.shape), None
-      val = kb.value(value, out_idx, root=True)
+      val = kb.value(value, out_idx, root=value is n)
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
     self.items.append(ScheduleItem(ast, tuple(kb.buffers)))
