@@ -1,0 +1,248 @@
+"""What the web UI and the text viewer show, computed from a loaded trace: the context tree, step graphs with
+deltas, match details, kernel code, the profile timeline, search, hot rules and the Chrome trace export.
+
+Everything here is plain data in, plain data (JSON-ready) out; the server runs it in worker threads."""
+from __future__ import annotations
+import linecache, os, threading
+from collections import OrderedDict
+from typing import Any
+from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable, replay, source_lines
+from tinyplug_viz_web.reader import Context, Node, Step, Trace, TraceError, load_trace
+
+HOST_KINDS = ("schedule", "codegen", "compile")     # host work; run and copy spans go on their device's track
+MEMORY_KINDS = ("alloc", "free")
+
+def short_path(path: str) -> str:
+  """`.../tinyplug/codegen/__init__.py` -> `codegen/__init__.py` (the last two parts), for labels."""
+  parts = path.replace("\\", "/").split("/")
+  return "/".join(parts[-2:])
+
+class TraceView:
+  """A loaded trace plus caches of replays; thread-safe."""
+  def __init__(self, trace: Trace):
+    self.trace = trace
+    self.lock = threading.Lock()
+    self.replays: OrderedDict[tuple[int, int], Replay] = OrderedDict()
+    self._node_index: dict[int, tuple[int, int, int]] | None = None
+    self._add_synthetic_steps()
+
+  @classmethod
+  def open(cls, path: str) -> TraceView: return cls(load_trace(path))
+
+  def _add_synthetic_steps(self) -> None:
+    """Schedules get 'tensor graph' and one 'kernel AST' view per kernel, so one can see how the graph was split."""
+    for c in self.trace.contexts:
+      if c.schedule is None: continue
+      views = [Step(-1, c.id, None, "View tensor graph", c.loc or "", c.start, c.start, c.schedule["sink"],
+                    c.schedule["sink"], [])]
+      for n, item in enumerate(c.schedule["items"]):
+        kname = self.trace.contexts[item["ctx"]].display if item["ctx"] is not None else f"kernel {n}"
+        views.append(Step(-1, c.id, None, f"View AST of {kname}", c.loc or "", c.start, c.start, item["ast"],
+                          item["ast"], []))
+      c.steps[:0] = views
+      for i, s in enumerate(c.steps): s.index = i
+
+  # ---- contexts ----
+  def contexts(self) -> dict:
+    t = self.trace
+    out = []
+    for c in t.contexts:
+      out.append({
+        "id": c.id, "kind": c.kind, "name": c.name, "display": c.display, "parent": c.parent, "loc": c.loc,
+        "start": c.start - t.t0, "end": None if c.end is None else c.end - t.t0, "children": c.children, "pid": c.pid,
+        "has_code": c.kernel is not None, "device": c.kernel["device"] if c.kernel else None,
+        "kernels": [{"ctx": i["ctx"], "name": t.contexts[i["ctx"]].display if i["ctx"] is not None else "?"}
+                    for i in c.schedule["items"]] if c.schedule else [],
+        "steps": [{"i": s.index, "title": s.title, "pass": s.pass_name, "name": s.name, "caller": s.caller,
+                   "matches": len(s.matches), "time_ns": s.end - s.start} for s in c.steps],
+      })
+    return {"path": t.path, "run": t.run, "files": [os.path.basename(f) for f in t.files], "warnings": t.warnings,
+            "contexts": out, "spans": len(t.spans), "nodes": len(t.nodes)}
+
+  # ---- steps ----
+  def replay(self, ctx: int, step: int) -> tuple[Step, Replay]:
+    s = self.trace.step(ctx, step)
+    key = (ctx, step)
+    with self.lock:
+      if key in self.replays:
+        self.replays.move_to_end(key)
+        return s, self.replays[key]
+    rep = replay(self.trace, s)
+    with self.lock:
+      self.replays[key] = rep
+      while len(self.replays) > 64: self.replays.popitem(last=False)
+    return s, rep
+
+  def node(self, rep: Replay, n: int) -> Node: return self.trace.nodes[n] if n >= 0 else rep.extra[n]
+
+  def step_graph(self, ctx: int, step: int) -> dict:
+    """The input graph once plus one delta per match: what the browser needs to show every match of a step."""
+    s, rep = self.replay(ctx, step)
+    ids = set(rep.base)
+    for added, _ in rep.deltas: ids.update(added)
+    nodes = {}
+    for i in ids:
+      n = self.node(rep, i)
+      nodes[i] = [n.op, n.dtype, n.arg, list(n.src)]
+    return {
+      "ctx": ctx, "step": step, "title": s.title, "caller": s.caller, "caller_src": _line(s.caller),
+      "time_ns": s.end - s.start, "nodes": nodes, "base": rep.base, "roots": rep.roots,
+      "matches": [{"added": a, "removed": r, "before": m.before, "after": m.after, "loc": m.location,
+                   "short": f"{short_path(m.file)}:{m.line}", "owner": m.owner, "time_ns": m.time_ns}
+                  for m, (a, r) in zip(s.matches, rep.deltas)],
+    }
+
+  def match_detail(self, ctx: int, step: int, match: int) -> dict:
+    s, rep = self.replay(ctx, step)
+    if not 1 <= match <= len(s.matches): raise KeyError(f"step {s.title!r} has matches 1..{len(s.matches)}, not {match}")
+    m = s.matches[match - 1]
+    return {"match": match, "loc": m.location, "file": m.file, "line": m.line, "owner": m.owner, "time_ns": m.time_ns,
+            "source": source_lines(m.file, m.line), "diff": match_diff(self.trace, rep, s, match)}
+
+  def export_graph(self, ctx: int, step: int, match: int, fmt: str) -> str | dict:
+    if fmt not in ("json", "dot"): raise KeyError(f"unknown graph export format {fmt!r}: use json or dot")
+    s, rep = self.replay(ctx, step)
+    if not 0 <= match <= len(s.matches): raise KeyError(f"step {s.title!r} has matches 0..{len(s.matches)}, not {match}")
+    if fmt == "dot": return graph_dot(self.trace, rep, match, f"{self.trace.contexts[ctx].display} {s.title} {match}")
+    return graph_json(self.trace, rep, match)
+
+  # ---- code ----
+  def code(self, ctx: int) -> dict:
+    c = self.trace.context(ctx)
+    if c.kernel is None: raise KeyError(f"context {ctx} ({c.display}) is not a compiled kernel: it has no code")
+    k = self.trace.contexts[ctx].kernel
+    assert k is not None
+    index = {u: i for i, u in enumerate(k["uops"])}
+    rows = []
+    for i, u in enumerate(k["uops"]):
+      n = self.trace.nodes[u]
+      rows.append([i, n.op, n.dtype, [index.get(s, -1) for s in n.src], n.arg])
+    runs = [sp for sp in self.trace.spans if sp.ctx == ctx and sp.kind == "run"]
+    return {"ctx": ctx, "name": c.display, "device": k["device"], "src": k["src"], "lang": _language(k["src"]),
+            "uops": rows, "opts": k.get("opts"), "runs": len(runs),
+            "run_ns": sum(sp.end - sp.start for sp in runs)}
+
+  # ---- profile ----
+  def profile(self) -> dict:
+    t = self.trace
+    pids = sorted({sp.pid for sp in t.spans})
+    main_pid = t.headers[0].get("pid") if t.headers else None
+    tracks: dict[str, list] = {}
+    memory: dict[str, list] = {}
+    for sp in sorted(t.spans, key=lambda x: x.start):
+      if sp.kind in MEMORY_KINDS:
+        memory.setdefault(sp.device, []).append(sp)
+        continue
+      track = "HOST" if sp.kind in HOST_KINDS or sp.device == "HOST" else sp.device
+      if sp.pid != main_pid and len(pids) > 1: track += f" (pid {sp.pid})"
+      tracks.setdefault(track, []).append([sp.start - t.t0, sp.end - sp.start, sp.name, sp.kind, sp.ctx, sp.info])
+    order = sorted(tracks, key=lambda k: (not k.startswith("HOST"), k))
+    out_tracks = [{"name": k, "type": "spans", "events": tracks[k]} for k in order]
+    peak = 0
+    for dev, evs in sorted(memory.items()):
+      total, points, live = 0, [], {}
+      for sp in evs:
+        nbytes = int(sp.info.get("nbytes", 0) or 0)
+        if sp.kind == "alloc": total += nbytes; live[sp.info.get("buf")] = nbytes
+        else: total -= live.pop(sp.info.get("buf"), nbytes)
+        points.append([sp.end - t.t0, total, sp.kind, sp.name, nbytes])
+        peak = max(peak, total)
+      out_tracks.append({"name": f"{dev} memory", "type": "memory", "events": points,
+                         "peak": max((p[1] for p in points), default=0)})
+    end = max([sp.end for sp in t.spans] + [t.t0]) - t.t0
+    return {"t0": t.t0, "duration_ns": end, "tracks": out_tracks, "peak_bytes": peak}
+
+  def chrome_trace(self) -> dict:
+    """The profile as Chrome trace-event JSON (what Perfetto and chrome://tracing open). Times are microseconds."""
+    prof = self.profile()
+    events: list[dict] = []
+    for tid, track in enumerate(prof["tracks"], 1):
+      events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": track["name"]}})
+      events.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+      if track["type"] == "spans":
+        for start, dur, name, kind, ctx, info in track["events"]:
+          args = dict(info)
+          if ctx is not None: args["kernel"] = self.trace.contexts[ctx].display
+          events.append({"ph": "X", "name": name, "cat": kind, "ts": start / 1e3, "dur": dur / 1e3, "pid": 1, "tid": tid,
+                         "args": args})
+      else:
+        for ts, total, kind, name, nbytes in track["events"]:
+          events.append({"ph": "C", "name": track["name"], "ts": ts / 1e3, "pid": 1, "tid": tid, "args": {"bytes": total}})
+    events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"tinyplug {self.trace.run}"}})
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"trace": self.trace.path}}
+
+  # ---- search and hot rules ----
+  def node_index(self) -> dict[int, tuple[int, int, int]]:
+    """Node id -> the first (context, step, match) where it is in the graph."""
+    with self.lock:
+      if self._node_index is not None: return self._node_index
+    index: dict[int, tuple[int, int, int]] = {}
+    for c in self.trace.contexts:
+      for s in c.steps:
+        for n in reachable(self.trace.nodes, {}, s.input): index.setdefault(n, (c.id, s.index, 0))
+        for k, m in enumerate(s.matches, 1):
+          if m.after not in index:
+            for n in reachable(self.trace.nodes, {}, m.after): index.setdefault(n, (c.id, s.index, k))
+    with self.lock: self._node_index = index
+    return index
+
+  def search(self, query: str, limit: int = 100) -> dict:
+    q = query.strip().lower()
+    if not q: return {"query": query, "results": []}
+    t, results = self.trace, []
+    def add(kind: str, label: str, detail: str, **target: Any) -> bool:
+      results.append({"kind": kind, "label": label, "detail": detail, "target": target})
+      return len(results) >= limit
+    for c in t.contexts:
+      if q in c.display.lower() or q in c.name.lower():
+        if add(c.kind, c.display, c.loc or "", ctx=c.id): break
+    for c in t.contexts:
+      for s in c.steps:
+        if q in s.title.lower() and len(results) < limit: add("pass", s.title, c.display, ctx=c.id, step=s.index)
+    seen_loc: set[tuple[int, int, str]] = set()
+    for c in t.contexts:
+      for s in c.steps:
+        for k, m in enumerate(s.matches, 1):
+          loc = f"{m.file}:{m.line}".lower()
+          if (q in loc or q in m.owner.lower()) and (c.id, s.index, loc) not in seen_loc and len(results) < limit:
+            seen_loc.add((c.id, s.index, loc))
+            add("pattern", f"{short_path(m.file)}:{m.line}", f"{c.display} / {s.title} #{k} ({m.owner})",
+                ctx=c.id, step=s.index, match=k)
+    if len(results) < limit:
+      index = self.node_index()
+      for nid, n in t.nodes.items():
+        if (q == n.op.lower() or q in n.arg.lower() or q == str(nid)) and nid in index:
+          ctx, step, match = index[nid]
+          if add("node", f"{n.op} {n.dtype} {n.arg}".strip(), f"#{nid} in {t.contexts[ctx].display} / "
+                 f"{t.contexts[ctx].steps[step].title}", ctx=ctx, step=step, match=match, node=nid): break
+    return {"query": query, "results": results}
+
+  def hot_rules(self) -> dict:
+    rows: dict[str, dict] = {}
+    for c in self.trace.contexts:
+      for s in c.steps:
+        for k, m in enumerate(s.matches, 1):
+          r = rows.setdefault(m.location, {"loc": m.location, "short": f"{short_path(m.file)}:{m.line}", "owner": m.owner,
+                                           "matches": 0, "time_ns": 0, "contexts": set(), "first": [c.id, s.index, k]})
+          r["matches"] += 1
+          r["time_ns"] += m.time_ns
+          r["contexts"].add(c.id)
+    out = sorted(rows.values(), key=lambda r: -r["time_ns"])
+    for r in out:
+      r["contexts"] = len(r["contexts"])
+      r["source"] = linecache.getline(r["loc"].rsplit(":", 1)[0], int(r["loc"].rsplit(":", 1)[1])).strip() \
+        if r["loc"].rsplit(":", 1)[0].endswith(".py") else ""
+    return {"rows": out}
+
+def _line(loc: str) -> str:
+  file, _, line = loc.rpartition(":")
+  if not file.endswith(".py") or not line.isdigit(): return ""
+  return linecache.getline(file, int(line)).strip()
+
+def _language(src: str) -> str:
+  head = src.lstrip()[:200]
+  if head.startswith(("define", "; ModuleID", "target ")) or "define " in head: return "llvm"
+  if head.startswith("#") and "%0" in src[:400]: return "uops"
+  return "c"
+
+__all__ = ["TraceView", "TraceError", "Context"]

@@ -1,0 +1,251 @@
+"""Reading a trace folder (or one trace file) into plain Python objects; shared by the web UI and the text viewer.
+
+Files of one run (one per process) are merged: each file's node, context and rewrite ids are shifted so they are
+unique across the run, and timestamps are moved onto the first file's clock. Reading never executes anything."""
+from __future__ import annotations
+import glob, json, os
+from dataclasses import dataclass, field
+from typing import Any
+from tinyplug_viz_web.trace_format import FILE_PREFIX, FILE_SUFFIX, FORMAT_NAME, FORMAT_VERSION
+
+class TraceError(Exception):
+  """A trace that is missing, empty, corrupt or of an unknown version; the message says which and where."""
+
+@dataclass(frozen=True)
+class Node:
+  op: str
+  dtype: str
+  src: tuple[int, ...]
+  arg: str
+
+@dataclass
+class Match:
+  before: int
+  after: int
+  file: str
+  line: int
+  owner: str
+  time_ns: int
+  @property
+  def location(self) -> str: return f"{self.file}:{self.line}"
+
+@dataclass
+class Step:
+  """One graph_rewrite call."""
+  id: int
+  ctx: int
+  pass_name: str | None
+  name: str
+  caller: str
+  start: int
+  end: int
+  input: int
+  output: int
+  matches: list[Match]
+  index: int = 0                 # position within its context
+  @property
+  def title(self) -> str:
+    return self.name if self.pass_name in (None, self.name) else f"{self.pass_name}: {self.name}"
+
+@dataclass
+class Context:
+  """A schedule, a kernel, or the rewrites that happened outside both."""
+  id: int
+  kind: str
+  name: str
+  parent: int | None
+  loc: str | None
+  start: int
+  pid: int
+  end: int | None = None
+  display: str = ""              # unique name shown in the UI ("E_3", "E_3 n2", "schedule 1")
+  steps: list[Step] = field(default_factory=list)
+  kernel: dict | None = None     # kernel record: device, ast, uops, src, opts
+  schedule: dict | None = None   # schedule record: sink, items (ast ids, with the kernel context each became)
+  children: list[int] = field(default_factory=list)
+
+@dataclass
+class Span:
+  kind: str
+  name: str
+  device: str
+  start: int
+  end: int
+  info: dict
+  pid: int
+  ctx: int | None = None         # the kernel context this span belongs to (codegen/compile/run), if known
+
+@dataclass
+class Trace:
+  path: str
+  files: list[str]
+  run: str
+  nodes: dict[int, Node]
+  contexts: list[Context]
+  spans: list[Span]
+  t0: int
+  warnings: list[str]
+  headers: list[dict]
+  key_index: dict[tuple, int] = field(default_factory=dict)
+
+  def context(self, ctx: int) -> Context:
+    if not isinstance(ctx, int) or not 0 <= ctx < len(self.contexts): raise KeyError(f"no context {ctx!r}")
+    return self.contexts[ctx]
+
+  def step(self, ctx: int, step: int) -> Step:
+    c = self.context(ctx)
+    if not isinstance(step, int) or not 0 <= step < len(c.steps):
+      raise KeyError(f"context {ctx} ({c.display}) has no step {step!r}; it has {len(c.steps)}")
+    return c.steps[step]
+
+def trace_files(path: str) -> list[str]:
+  if not os.path.exists(path): raise TraceError(f"trace not found: {path}")
+  if os.path.isfile(path): return [path]
+  files = sorted(glob.glob(os.path.join(path, f"{FILE_PREFIX}*{FILE_SUFFIX}")))
+  if not files: raise TraceError(f"{path} holds no trace files ({FILE_PREFIX}<pid>{FILE_SUFFIX}); is it a VIZ run folder?")
+  return files
+
+def latest_run(runs_dir: str) -> str:
+  """The most recently written run folder under `runs_dir`."""
+  candidates = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d) and
+                glob.glob(os.path.join(d, f"{FILE_PREFIX}*{FILE_SUFFIX}"))]
+  if not candidates: raise TraceError(f"no recorded runs under {runs_dir}; record one with VIZ=1 python your_script.py")
+  return max(candidates, key=os.path.getmtime)
+
+def _read_records(path: str, warnings: list[str]) -> tuple[dict, list[dict]]:
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError as e: raise TraceError(f"cannot read {path}: {e.strerror}") from None
+  lines = data.split(b"\n")
+  torn = lines and lines[-1] != b""
+  if not any(lines): raise TraceError(f"{path} is empty: the program wrote no trace records")
+  records = []
+  for n, raw in enumerate(lines, 1):
+    if not raw.strip(): continue
+    try:
+      rec = json.loads(raw)
+      if not isinstance(rec, dict) or not isinstance(rec.get("t"), str): raise ValueError("not a trace record")
+    except (ValueError, UnicodeDecodeError) as e:
+      if n == len(lines) and torn:   # the program died while writing this line: keep everything before it
+        warnings.append(f"{os.path.basename(path)}: the last line is cut off (the program was killed?); it was skipped")
+        break
+      if n == 1: raise TraceError(f"{path} is not a tinyplug trace (line 1 is not a JSON trace header)") from None
+      raise TraceError(f"{path} is corrupt at line {n}: {str(e)[:120]}") from None
+    records.append(rec)
+  if not records: raise TraceError(f"{path} holds no complete trace record")
+  header = records[0]
+  if header.get("t") != "header" or header.get("format") != FORMAT_NAME:
+    raise TraceError(f"{path} is not a tinyplug trace (its first record is not a {FORMAT_NAME!r} header)")
+  version = header.get("version")
+  if not isinstance(version, int) or version > FORMAT_VERSION:
+    raise TraceError(f"{path} is trace format version {version!r}; this viewer reads versions up to {FORMAT_VERSION}: "
+                     "upgrade tinyplug-viz-web")
+  return header, records[1:]
+
+def load_trace(path: str) -> Trace:
+  """Read and merge every file of a run. Raises TraceError with a readable message for any problem."""
+  path = os.path.abspath(path)
+  files = trace_files(path)
+  warnings: list[str] = []
+  loaded = [(f, *_read_records(f, warnings)) for f in files]
+  loaded.sort(key=lambda x: (x[1].get("ppid") in {h.get("pid") for _, h, _ in loaded}, x[1]["clock"]["unix_ns"]))
+  base_clock = loaded[0][1]["clock"]
+  nodes: dict[int, Node] = {}
+  contexts: list[Context] = []
+  spans: list[Span] = []
+  rewrites: list[tuple[Context | None, Step]] = []
+  kernels: list[tuple[dict, int | None, int]] = []
+  schedules: list[tuple[dict, int | None]] = []
+  try:
+    for fname, header, records in loaded:
+      pid = int(header.get("pid", 0))
+      # this file's clock, moved onto the first file's: perf counters of different processes may not agree
+      shift = (header["clock"]["unix_ns"] - base_clock["unix_ns"]) - (header["clock"]["perf_ns"] - base_clock["perf_ns"])
+      node_base, ctx_base = (max(nodes) + 1 if nodes else 0), len(contexts)
+      ctx_map: dict[int, int] = {}
+      def cid(x: Any) -> int | None: return None if x is None else ctx_map.get(int(x))
+      for r in records:
+        t = r["t"]
+        if t == "node":
+          nodes[node_base + int(r["id"])] = Node(str(r["op"]), str(r["dtype"]), tuple(node_base + int(s) for s in r["src"]),
+                                                 str(r.get("arg", "")))
+        elif t == "ctx":
+          ctx_map[int(r["id"])] = len(contexts)
+          contexts.append(Context(len(contexts), str(r["kind"]), str(r["name"]), cid(r.get("parent")), r.get("loc"),
+                                  int(r["start"]) + shift, pid))
+        elif t == "ctx_end":
+          if (c := cid(r["id"])) is not None: contexts[c].end = int(r["end"]) + shift
+        elif t == "rewrite":
+          c = cid(r["ctx"])
+          m = [Match(node_base + int(b), node_base + int(a), str(f), int(ln), str(o), int(ns))
+               for b, a, f, ln, o, ns in r["matches"]]
+          step = Step(int(r["id"]), -1 if c is None else c, r.get("pass"), str(r["name"]), str(r.get("caller", "")),
+                      int(r["start"]) + shift, int(r["end"]) + shift, node_base + int(r["input"]),
+                      node_base + int(r["output"]), m)
+          rewrites.append((contexts[c] if c is not None else None, step))
+        elif t == "schedule":
+          schedules.append(({"sink": node_base + int(r["sink"]),
+                             "items": [{"ast": node_base + int(i["ast"]), "bufs": int(i.get("bufs", 0)), "ctx": None}
+                                       for i in r["items"]]}, cid(r.get("ctx"))))
+        elif t == "kernel":
+          kernels.append(({"name": str(r["name"]), "device": str(r.get("device", "")), "ast": node_base + int(r["ast"]),
+                           "uops": [node_base + int(u) for u in r["uops"]], "src": str(r.get("src", "")),
+                           "opts": r.get("opts")}, cid(r.get("ctx")), pid))
+        elif t == "span":
+          spans.append(Span(str(r["kind"]), str(r["name"]), str(r.get("device", "HOST")), int(r["start"]) + shift,
+                            int(r["end"]) + shift, r.get("info") if isinstance(r.get("info"), dict) else {}, pid,
+                            cid(r.get("ctx"))))
+        # unknown record types are skipped: newer minor additions stay readable
+  except (KeyError, TypeError, ValueError) as e:
+    raise TraceError(f"{path}: a record is malformed ({type(e).__name__}: {e})") from None
+  return _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings)
+
+def _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings) -> Trace:
+  for c in contexts:
+    if c.parent is not None: contexts[c.parent].children.append(c.id)
+  orphans = [s for c, s in rewrites if c is None]
+  if orphans:
+    other = Context(len(contexts), "other", "rewrites outside a schedule or kernel", None, None, orphans[0].start, 0)
+    contexts.append(other)
+  for c, s in rewrites:
+    ctx = c if c is not None else contexts[-1]
+    s.ctx, s.index = ctx.id, len(ctx.steps)
+    ctx.steps.append(s)
+  for k, c, pid in kernels:
+    if c is None:  # older writers: attach to the last kernel context of this name in this process
+      c = next((x.id for x in reversed(contexts) if x.kind == "kernel" and x.name == k["name"] and x.pid == pid), None)
+    if c is None:
+      c = len(contexts)
+      contexts.append(Context(c, "kernel", k["name"], None, None, 0, pid))
+    contexts[c].kernel = k
+  by_ast: dict[int, int] = {}
+  for c in contexts:
+    if c.kernel is not None: by_ast.setdefault(c.kernel["ast"], c.id)
+  for s, c in schedules:
+    for item in s["items"]: item["ctx"] = by_ast.get(item["ast"])
+    if c is not None: contexts[c].schedule = s
+  # display names: unique, numbered like the user stories ("schedule 1", "E_3", "E_3 n2")
+  seen: dict[str, int] = {}
+  n_sched = 0
+  for c in contexts:
+    if c.kind == "schedule":
+      n_sched += 1
+      k = len(c.schedule["items"]) if c.schedule else 0
+      c.display = f"schedule {n_sched} ({k} kernel{'s' if k != 1 else ''})"
+    else:
+      seen[c.name] = seen.get(c.name, 0) + 1
+      c.display = c.name if seen[c.name] == 1 else f"{c.name} n{seen[c.name]}"
+  # profile spans -> kernel contexts: by name (and process), the latest kernel compiled before the span
+  kernel_ctx: dict[tuple[int, str], list[Context]] = {}
+  for c in contexts:
+    if c.kind == "kernel": kernel_ctx.setdefault((c.pid, c.name), []).append(c)
+  for sp in spans:
+    if sp.ctx is None and sp.kind in ("run", "compile", "codegen") and (cands := kernel_ctx.get((sp.pid, sp.name))):
+      before = [c for c in cands if c.start <= sp.start]
+      sp.ctx = (before[-1] if before else cands[0]).id
+  starts = [c.start for c in contexts if c.start] + [sp.start for sp in spans] + [s.start for _, s in rewrites]
+  headers = [h for _, h, _ in loaded]
+  trace = Trace(path, files, str(headers[0].get("run", "")), nodes, contexts, spans, min(starts) if starts else 0,
+                warnings, headers)
+  trace.key_index = {(n.op, n.dtype, n.src, n.arg): i for i, n in nodes.items()}
+  return trace

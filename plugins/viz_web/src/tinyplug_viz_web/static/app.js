@@ -1,0 +1,633 @@
+// tinyplug VIZ: the page. State lives in the URL hash (#ctx=..&step=..&match=..&view=..&node=..), so a reload or a
+// shared link reopens the same view. Graphs arrive as an input graph plus one delta per match; layout runs in a worker.
+"use strict";
+const $ = (sel) => document.querySelector(sel);
+const esc = HL.escape;
+const state = {ctx: null, step: null, match: 0, view: "graph", node: null};
+let TRACE = null;                          // /api/trace
+const expanded = new Set();                // contexts open in the sidebar
+const stepCache = new Map();               // "ctx:step" -> step graph data
+let current = null;                        // the step on screen: {key, data, sets: []}
+let layoutSeq = 0;
+const worker = new Worker("/static/layout_worker.js");
+const pendingLayouts = new Map();
+worker.onmessage = (e) => { const cb = pendingLayouts.get(e.data.id); pendingLayouts.delete(e.data.id); if (cb) cb(e.data); };
+
+// ---------------------------------------------------------------------------------------------------------------- utils
+async function api(path) {
+  const res = await fetch(path);
+  let body;
+  try { body = await res.json(); } catch { body = {error: `${res.status} ${res.statusText}`}; }
+  if (!res.ok) throw new Error(body.error || `${res.status}`);
+  return body;
+}
+function showError(msg) {
+  const b = $("#error-banner"); b.textContent = msg; b.hidden = false;
+  clearTimeout(showError.t); showError.t = setTimeout(() => b.hidden = true, 8000);
+}
+function fmtTime(ns) {
+  if (ns == null) return "";
+  if (ns < 1e3) return `${ns.toFixed(0)} ns`;
+  if (ns < 1e6) return `${(ns / 1e3).toFixed(2)} us`;
+  if (ns < 1e9) return `${(ns / 1e6).toFixed(2)} ms`;
+  return `${(ns / 1e9).toFixed(3)} s`;
+}
+function fmtBytes(b) {
+  if (b < 1024) return `${b} B`;
+  if (b < 1 << 20) return `${(b / 1024).toFixed(1)} KB`;
+  if (b < 1 << 30) return `${(b / (1 << 20)).toFixed(1)} MB`;
+  return `${(b / (1 << 30)).toFixed(2)} GB`;
+}
+const shortPath = (p) => (p || "").split("/").slice(-2).join("/");
+
+// ----------------------------------------------------------------------------------------------------- URL state
+function readHash() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const int = (k) => p.has(k) && p.get(k) !== "" && !isNaN(+p.get(k)) ? +p.get(k) : null;
+  return {ctx: int("ctx"), step: int("step"), match: int("match") ?? 0, view: p.get("view") || "graph", node: int("node")};
+}
+function writeHash(s, replace = false) {
+  const p = new URLSearchParams();
+  if (s.view && s.view !== "graph") p.set("view", s.view);
+  if (s.ctx != null) p.set("ctx", s.ctx);
+  if (s.step != null) p.set("step", s.step);
+  if (s.match) p.set("match", s.match);
+  if (s.node != null) p.set("node", s.node);
+  const h = "#" + p.toString();
+  if (h === location.hash) return false;
+  if (replace) history.replaceState(null, "", h); else history.pushState(null, "", h);
+  return true;
+}
+function go(changes, replace = false) {
+  const next = {...state, ...changes};
+  writeHash(next, replace);
+  apply(next);
+}
+window.addEventListener("popstate", () => apply(readHash()));
+window.addEventListener("hashchange", () => apply(readHash()));
+
+// ------------------------------------------------------------------------------------------------------- sidebar
+function renderSidebar() {
+  const list = $("#ctx-list");
+  const parts = [];
+  for (const c of TRACE.contexts) {
+    const nm = c.steps.reduce((a, s) => a + s.matches, 0);
+    const open = expanded.has(c.id);
+    const sel = state.ctx === c.id && (!open || state.step == null || state.view !== "graph") && state.view !== "profiler" && state.view !== "hot";
+    parts.push(`<div class="ctx" data-ctx="${c.id}"><div class="entry ctx-head ${c.kind}${sel ? " selected" : ""}" data-ctx="${c.id}" title="${esc(c.loc || "")}">` +
+      `<span class="tw">${c.steps.length ? (open ? "▾" : "▸") : ""}</span><span class="name">${esc(c.display)}</span>` +
+      `<span class="count">${c.steps.length ? `(${c.steps.length})` : ""}${nm ? ` · ${nm}` : ""}</span></div>`);
+    if (open) {
+      parts.push(`<div class="steps">`);
+      for (const s of c.steps) {
+        const ssel = state.ctx === c.id && state.step === s.i && (state.view === "graph");
+        parts.push(`<div class="entry step${s.matches ? "" : " empty"}${ssel ? " selected" : ""}" data-ctx="${c.id}" data-step="${s.i}" title="${esc(s.caller)}">` +
+          `${esc(s.title)}${s.matches ? ` <span class="n">- ${s.matches}</span>` : ""}</div>`);
+      }
+      parts.push(`</div>`);
+    }
+    parts.push(`</div>`);
+  }
+  list.innerHTML = parts.join("");
+  $("#nav-profiler").classList.toggle("selected", state.view === "profiler");
+  $("#nav-hot").classList.toggle("selected", state.view === "hot");
+  const sel = list.querySelector(".selected");
+  if (sel) sel.scrollIntoView({block: "nearest"});
+}
+$("#ctx-list").addEventListener("click", (e) => {
+  const el = e.target.closest(".entry");
+  if (!el) return;
+  const ctx = +el.dataset.ctx;
+  if (el.dataset.step !== undefined) { go({ctx, step: +el.dataset.step, match: 0, node: null, view: "graph"}); return; }
+  const c = TRACE.contexts[ctx];
+  if (expanded.has(ctx) && state.ctx === ctx) expanded.delete(ctx); else expanded.add(ctx);
+  // clicking a kernel opens its first step with matches (or its first step)
+  const first = c.steps.findIndex(s => s.matches > 0);
+  go({ctx, step: c.steps.length ? (first >= 0 ? first : 0) : null, match: 0, node: null, view: c.steps.length ? "graph" : (c.has_code ? "code" : "graph")});
+});
+document.querySelectorAll(".nav-entry").forEach(el => el.addEventListener("click", () => go({view: el.dataset.view, node: null})));
+
+// ------------------------------------------------------------------------------------------------------- views
+function showView(view) {
+  for (const v of ["graph", "code", "uops", "profiler", "hot"]) $(`#${v}-view`).hidden = v !== view;
+  $("#graph-tools").hidden = view === "profiler" || view === "hot";
+  $("#profile-tools").hidden = view !== "profiler";
+  $("#btn-graph").classList.toggle("on", view === "graph");
+  $("#btn-code").classList.toggle("on", view === "code");
+  $("#btn-uops").classList.toggle("on", view === "uops");
+  const c = state.ctx != null ? TRACE.contexts[state.ctx] : null;
+  $("#btn-code").disabled = $("#btn-uops").disabled = !(c && c.has_code);
+  $("#btn-graph").disabled = !(c && c.steps.length);
+}
+$("#btn-graph").onclick = () => go({view: "graph", step: state.step ?? 0});
+$("#btn-code").onclick = () => go({view: "code"});
+$("#btn-uops").onclick = () => go({view: "uops"});
+$("#btn-fit").onclick = () => fitGraph();
+$("#btn-prof-fit").onclick = () => { if (prof) { prof.t0 = 0; prof.t1 = prof.data.duration_ns * 1.02 || 1; drawProfile(); } };
+
+async function apply(next) {
+  Object.assign(state, next);
+  if (state.ctx != null && (state.ctx < 0 || state.ctx >= TRACE.contexts.length)) { showError(`no context ${state.ctx} in this trace`); state.ctx = null; }
+  renderSidebar();
+  showView(state.view);
+  updateCrumb();
+  document.body.dataset.ready = "";
+  try {
+    if (state.view === "profiler") await showProfiler();
+    else if (state.view === "hot") await showHot();
+    else if (state.view === "code") await showCode();
+    else if (state.view === "uops") await showUops();
+    else await showGraph();
+  } catch (err) { showError(err.message); $("#graph-status").textContent = err.message; document.body.dataset.ready = "error"; }
+}
+function updateCrumb() {
+  const c = state.ctx != null ? TRACE.contexts[state.ctx] : null;
+  let h = "";
+  if (state.view === "profiler") h = "<b>Profiler</b>";
+  else if (state.view === "hot") h = "<b>Hot rules</b>: patterns by total match time";
+  else if (c) {
+    h = `<b>${esc(c.display)}</b>`;
+    const s = state.step != null ? c.steps[state.step] : null;
+    if (s && state.view === "graph") h += ` / ${esc(s.title)}` + (s.matches ? ` / match ${state.match} of ${s.matches}` : "");
+    if (state.view !== "graph") h += ` / ${state.view === "code" ? "code" : "UOp list"}`;
+  }
+  $("#crumb").innerHTML = h;
+  const q = `ctx=${state.ctx}&step=${state.step}&match=${state.match}`;
+  $("#export-json").href = `/api/export/graph.json?${q}`;
+  $("#export-dot").href = `/api/export/graph.dot?${q}`;
+}
+
+// ------------------------------------------------------------------------------------------------- graph view
+const OP_COLORS = {};
+(() => {
+  const groups = {
+    "#ffffc0": "ADD MUL SUB FDIV IDIV MOD MAX POW CMPLT CMPNE CMPEQ AND OR XOR SHL SHR THREEFRY WHERE MULACC EXP2 LOG2 SIN SQRT RECIPROCAL NEG TRUNC",
+    "#c8f9d4": "RESHAPE PERMUTE EXPAND PAD SHRINK FLIP", "#ffc0c0": "LOAD", "#87ceeb": "STORE", "#c4a0f0": "RANGE END SPECIAL",
+    "#ff7070": "REDUCE REDUCE_AXIS", "#a0c0ff": "BUFFER DEFINE_GLOBAL DEFINE_LOCAL DEFINE_REG DEFINE_VAR BIND",
+    "#e0e0e0": "CONST VCONST", "#ffb060": "CONTIGUOUS COPY ASSIGN AFTER KERNEL", "#b0e0e0": "INDEX", "#d0b090": "CAST BITCAST",
+    "#ffffff": "SINK", "#c0d8a0": "DEVICE UNIQUE", "#f0c0f0": "VECTORIZE GEP UNROLL CONTRACT WMMA",
+  };
+  for (const [color, ops] of Object.entries(groups)) for (const op of ops.split(" ")) OP_COLORS[op] = color;
+})();
+const CHAR_W = 6.7, LINE_H = 13;
+function labelLines(n) {
+  const [op, dtype, arg] = n;
+  const lines = [op, dtype];
+  if (arg) for (let i = 0; i < arg.length && lines.length < 5; i += 36) lines.push(arg.slice(i, i + 36) + (i + 36 < arg.length && lines.length === 4 ? "…" : ""));
+  return lines;
+}
+function setsFor(data) {
+  // sets[k]: node ids of the graph after k matches, built lazily from the deltas
+  const sets = [new Set(data.base)];
+  return {get(k) {
+    for (let i = sets.length; i <= k; i++) {
+      const s = new Set(sets[i - 1]);
+      const m = data.matches[i - 1];
+      for (const r of m.removed) s.delete(r);
+      for (const a of m.added) s.add(a);
+      sets.push(s);
+    }
+    return sets[k];
+  }};
+}
+async function loadStep(ctx, step) {
+  const key = `${ctx}:${step}`;
+  if (!stepCache.has(key)) {
+    const data = await api(`/api/step?ctx=${ctx}&step=${step}`);
+    stepCache.set(key, {key, data, sets: setsFor(data), layouts: new Map()});
+  }
+  return stepCache.get(key);
+}
+async function showGraph() {
+  $("#welcome").hidden = state.ctx != null && state.step != null;
+  if (state.ctx == null || state.step == null) {
+    $("#viewport").innerHTML = ""; renderDetails(null); document.body.dataset.ready = "home"; return;
+  }
+  const t0 = performance.now();
+  const want = `${state.ctx}:${state.step}:${state.match}`;
+  $("#graph-status").textContent = "loading…";
+  const st = await loadStep(state.ctx, state.step);
+  if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
+  const nm = st.data.matches.length;
+  if (state.match > nm || state.match < 0) { state.match = Math.max(0, Math.min(nm, state.match)); writeHash(state, true); }
+  renderDetails(st);
+  const k = state.match;
+  const ids = st.sets.get(k);
+  const changed = new Set(k > 0 ? st.data.matches[k - 1].added : []);
+  $("#graph-status").textContent = `laying out ${ids.size} nodes…`;
+  let lay = st.layouts.get(k);
+  if (!lay) {
+    const nodes = [], edges = [];
+    for (const id of ids) {
+      const n = st.data.nodes[id];
+      const lines = labelLines(n);
+      nodes.push({id, w: Math.max(...lines.map(l => l.length)) * CHAR_W + 14, h: lines.length * LINE_H + 8});
+      for (const s of n[3]) if (ids.has(s)) edges.push([s, id]);
+    }
+    lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker.postMessage({id, nodes, edges}); });
+    st.layouts.set(k, lay);
+  }
+  if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
+  drawGraph(st, ids, lay, changed);
+  if (state.node != null && ids.has(state.node)) selectNode(state.node, true);
+  else if (!drawGraph.keepView) fitGraph();
+  const ms = performance.now() - t0;
+  $("#graph-status").textContent = `${ids.size} nodes · ${nm} matches · layout ${lay.ms.toFixed(0)} ms · shown in ${ms.toFixed(0)} ms`;
+  window.__vizLast = {nodes: ids.size, ms, layout_ms: lay.ms};
+  document.body.dataset.ready = `graph:${want}`;
+}
+let graphGeom = null;
+function drawGraph(st, ids, lay, changed) {
+  const parts = [], edgeParts = [];
+  const nodes = st.data.nodes;
+  const size = {};
+  for (const id of ids) {
+    const n = nodes[id], lines = labelLines(n);
+    const w = Math.max(...lines.map(l => l.length)) * CHAR_W + 14, h = lines.length * LINE_H + 8;
+    size[id] = [w, h];
+    const [x, y] = lay.pos[id];
+    const cls = "node" + (changed.has(id) ? " changed" : "");
+    let text = "";
+    lines.forEach((l, i) => text += `<tspan x="7" y="${(i + 1) * LINE_H}">${esc(l)}</tspan>`);
+    parts.push(`<g class="${cls}" data-id="${id}" transform="translate(${x.toFixed(1)},${y.toFixed(1)})"><rect width="${w.toFixed(1)}" height="${h}" rx="4" fill="${OP_COLORS[n[0]] || "#f0f0f0"}"/><text>${text}</text></g>`);
+  }
+  for (const id of ids) {
+    const [x, y] = lay.pos[id], [, h] = size[id];
+    const srcs = nodes[id][3];
+    srcs.forEach((s, port) => {
+      if (!ids.has(s)) return;
+      const [sx, sy] = lay.pos[s], [sw, sh] = size[s];
+      const x1 = sx + sw, y1 = sy + sh / 2, x2 = x, y2 = y + h / 2 + (srcs.length > 1 ? (port - (srcs.length - 1) / 2) * Math.min(8, h / (srcs.length + 1)) : 0);
+      const dx = Math.max(20, (x2 - x1) / 2);
+      edgeParts.push(`<path class="edge" data-from="${s}" data-to="${id}" marker-end="url(#arrow)" d="M${x1.toFixed(1)},${y1.toFixed(1)} C${(x1 + dx).toFixed(1)},${y1.toFixed(1)} ${(x2 - dx).toFixed(1)},${y2.toFixed(1)} ${x2.toFixed(1)},${y2.toFixed(1)}"/>`);
+    });
+  }
+  let box = "";
+  if (changed.size) {
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (const id of changed) if (lay.pos[id]) {
+      const [x, y] = lay.pos[id], [w, h] = size[id];
+      x0 = Math.min(x0, x); y0 = Math.min(y0, y); x1 = Math.max(x1, x + w); y1 = Math.max(y1, y + h);
+    }
+    if (isFinite(x0)) box = `<rect class="change-box" x="${x0 - 8}" y="${y0 - 8}" width="${x1 - x0 + 16}" height="${y1 - y0 + 16}" rx="6"/>`;
+  }
+  $("#viewport").innerHTML = box + `<g class="edges">${edgeParts.join("")}</g><g class="nodes">${parts.join("")}</g>`;
+  $("#graph").dataset.nodes = ids.size;
+  graphGeom = {pos: lay.pos, size, width: lay.width, height: lay.height, changed, st, ids};
+}
+// zoom and pan with the mouse
+const view = {x: 0, y: 0, k: 1};
+function applyView() { $("#viewport").setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`); }
+function fitGraph() {
+  if (!graphGeom) return;
+  const r = $("#graph").getBoundingClientRect();
+  const pad = 30;
+  let {width, height} = graphGeom;
+  let x0 = 0, y0 = 0;
+  // with a change on screen, frame the change (and its surroundings) rather than the whole graph when it is huge
+  view.k = Math.min(2, (r.width - 2 * pad) / Math.max(1, width), (r.height - 2 * pad) / Math.max(1, height));
+  if (view.k < 0.25 && graphGeom.changed.size) {
+    const id = graphGeom.changed.values().next().value;
+    if (graphGeom.pos[id]) { centreOn(id, 0.8); return; }
+  }
+  view.x = pad + (r.width - 2 * pad - width * view.k) / 2 - x0 * view.k;
+  view.y = pad + (r.height - 2 * pad - height * view.k) / 2 - y0 * view.k;
+  applyView();
+}
+function centreOn(id, k) {
+  const r = $("#graph").getBoundingClientRect();
+  const [x, y] = graphGeom.pos[id], [w, h] = graphGeom.size[id];
+  view.k = k ?? Math.max(view.k, 0.8);
+  view.x = r.width / 2 - (x + w / 2) * view.k; view.y = r.height / 2 - (y + h / 2) * view.k;
+  applyView();
+}
+(() => {
+  const svg = $("#graph");
+  svg.addEventListener("wheel", (e) => {
+    e.preventDefault();
+    const r = svg.getBoundingClientRect(), mx = e.clientX - r.left, my = e.clientY - r.top;
+    const f = Math.exp(-e.deltaY * (e.deltaMode ? 0.05 : 0.0015));
+    const k = Math.min(8, Math.max(0.02, view.k * f));
+    view.x = mx - (mx - view.x) * (k / view.k); view.y = my - (my - view.y) * (k / view.k); view.k = k;
+    applyView();
+  }, {passive: false});
+  let drag = null;
+  svg.addEventListener("mousedown", (e) => { drag = {x: e.clientX, y: e.clientY, vx: view.x, vy: view.y, moved: false}; svg.classList.add("dragging"); });
+  window.addEventListener("mousemove", (e) => {
+    if (!drag) return;
+    const dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+    view.x = drag.vx + dx; view.y = drag.vy + dy; applyView();
+  });
+  window.addEventListener("mouseup", (e) => {
+    if (!drag) return;
+    const moved = drag.moved; drag = null; svg.classList.remove("dragging");
+    if (moved) return;
+    const g = e.target.closest && e.target.closest("g.node");
+    if (g) { const id = +g.dataset.id; go({node: id}, true); selectNode(id, false); }
+    else if (e.target.closest && e.target.closest("#graph")) { clearSelection(); if (state.node != null) go({node: null}, true); }
+  });
+})();
+function clearSelection() {
+  document.querySelectorAll("g.node.selected, g.node.parent, g.node.child").forEach(g => g.classList.remove("selected", "parent", "child"));
+  document.querySelectorAll("path.edge.hot").forEach(p => p.classList.remove("hot"));
+  $("#node-info").innerHTML = "";
+}
+function selectNode(id, centre) {
+  if (!graphGeom || !graphGeom.ids.has(id)) return;
+  clearSelection();
+  const nodes = graphGeom.st.data.nodes, n = nodes[id];
+  const g = document.querySelector(`g.node[data-id="${id}"]`);
+  if (g) g.classList.add("selected");
+  for (const s of n[3]) document.querySelector(`g.node[data-id="${s}"]`)?.classList.add("parent");
+  const users = [...graphGeom.ids].filter(u => nodes[u][3].includes(id));
+  for (const u of users) document.querySelector(`g.node[data-id="${u}"]`)?.classList.add("child");
+  document.querySelectorAll(`path.edge[data-from="${id}"], path.edge[data-to="${id}"]`).forEach(p => p.classList.add("hot"));
+  const ref = (x) => `<a href="#" class="noderef" data-node="${x}">#${x} ${esc(nodes[x][0])}</a>`;
+  $("#node-info").innerHTML = `<h3>Node #${id}</h3><div class="kv">op <b>${esc(n[0])}</b></div><div class="kv">dtype <b>${esc(n[1])}</b></div>` +
+    (n[2] ? `<div class="kv">arg <b class="mono">${esc(n[2])}</b></div>` : "") +
+    `<div class="kv">sources: ${n[3].map(ref).join(", ") || "none"}</div><div class="kv">used by: ${users.map(ref).join(", ") || "none"}</div>`;
+  if (centre) centreOn(id);
+}
+$("#node-info").addEventListener("click", (e) => {
+  const a = e.target.closest(".noderef"); if (!a) return;
+  e.preventDefault(); const id = +a.dataset.node; go({node: id}, true); selectNode(id, true);
+});
+
+// ------------------------------------------------------------------------------------------------ right sidebar
+function renderDetails(st) {
+  const c = state.ctx != null ? TRACE.contexts[state.ctx] : null;
+  if (!c) { $("#details").innerHTML = `<h3>Trace</h3><div class="kv">${esc(TRACE.path)}</div><div class="kv">${TRACE.contexts.length} contexts · ${TRACE.nodes} nodes · ${TRACE.spans} profile spans</div>` + (TRACE.warnings.map(w => `<div class="d-del">${esc(w)}</div>`).join("")); $("#match-list").innerHTML = $("#match-info").innerHTML = ""; return; }
+  let h = `<h3>${esc(c.display)}</h3><div class="kv">${c.kind}${c.device ? ` on <b>${esc(c.device)}</b>` : ""}${c.pid ? ` · pid ${c.pid}` : ""}</div>`;
+  if (c.loc) h += `<div class="loc">${esc(c.loc)}</div>`;
+  if (c.kernels.length) h += `<div class="kv">kernels: ${c.kernels.map(k => k.ctx != null ? `<a href="#ctx=${k.ctx}">${esc(k.name)}</a>` : esc(k.name)).join(", ")}</div>`;
+  if (st) {
+    const d = st.data;
+    h += `<h3>${esc(d.title)}</h3><div class="kv">${d.matches.length} matches · ${fmtTime(d.time_ns)}</div><div class="loc">${esc(d.caller)}</div>`;
+    if (d.caller_src) h += `<pre class="src">${HL.highlight(d.caller_src, "c")}</pre>`;
+    $("#match-list").innerHTML = d.matches.length ? [`<span class="chip${state.match === 0 ? " selected" : ""}" data-match="0">0</span>`,
+      ...d.matches.map((m, i) => `<span class="chip${state.match === i + 1 ? " selected" : ""}" data-match="${i + 1}" title="${esc(m.short)} (${esc(m.owner)})">${i + 1}</span>`)].join("") : "";
+    showMatch(st);
+  } else { $("#match-list").innerHTML = ""; $("#match-info").innerHTML = ""; }
+  $("#details").innerHTML = h;
+}
+$("#match-list").addEventListener("click", (e) => { const c = e.target.closest(".chip"); if (c) go({match: +c.dataset.match, node: null}); });
+async function showMatch(st) {
+  const k = state.match, box = $("#match-info");
+  if (!k) { box.innerHTML = st.data.matches.length ? `<div class="muted">the input graph; press → to step through the ${st.data.matches.length} matches</div>` : `<div class="muted">no pattern matched in this step</div>`; return; }
+  const m = st.data.matches[k - 1];
+  box.innerHTML = `<h3>Match ${k}</h3><div class="loc">${esc(m.loc)}</div><div class="kv">plugin <b>${esc(m.owner)}</b> · ${fmtTime(m.time_ns)} · +${m.added.length} −${m.removed.length} nodes</div><div class="muted">loading…</div>`;
+  const want = `${state.ctx}:${state.step}:${k}`;
+  const d = await api(`/api/match?ctx=${state.ctx}&step=${state.step}&match=${k}`);
+  if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
+  const src = d.source.map(([ln, text]) => `<span class="${ln === d.line ? "cur" : ""}"><span class="ln">${String(ln).padStart(4)} </span>${HL.highlight(text, "c")}</span>`).join("\n");
+  const diff = d.diff.map(l => `<span class="${l.startsWith("@@") ? "d-hunk" : l.startsWith("+") ? "d-add" : l.startsWith("-") ? "d-del" : ""}">${esc(l)}</span>`).join("\n");
+  box.innerHTML = `<h3>Match ${k}: pattern</h3><div class="loc">${esc(d.loc)}</div><div class="kv">plugin <b>${esc(d.owner)}</b> · ${fmtTime(d.time_ns)} · +${m.added.length} −${m.removed.length} nodes</div>` +
+    (src ? `<pre class="src">${src}</pre>` : "") + `<h3>Replaced expression</h3><pre class="diff" id="diff">${diff}</pre>`;
+}
+
+// ------------------------------------------------------------------------------------------------- code, uops
+async function showCode() {
+  const d = await api(`/api/code?ctx=${state.ctx}`);
+  $("#code code").innerHTML = HL.highlight(d.src, d.lang);
+  renderDetails(null);
+  $("#match-info").innerHTML = `<h3>Code</h3><div class="kv">device <b>${esc(d.device)}</b> · ${d.uops.length} uops · ${d.runs} runs · ${fmtTime(d.run_ns)}</div>` +
+    (d.opts && d.opts.length ? `<div class="kv">opts <b class="mono">${esc(JSON.stringify(d.opts))}</b></div>` : "");
+  document.body.dataset.ready = `code:${state.ctx}`;
+}
+async function showUops() {
+  const d = await api(`/api/code?ctx=${state.ctx}`);
+  $("#uops").innerHTML = `<tr><th>#</th><th>op</th><th>dtype</th><th>src</th><th>arg</th></tr>` +
+    d.uops.map(([i, op, dt, src, arg]) => `<tr><td class="num">${i}</td><td style="color:${OP_COLORS[op] || "#ddd"}">${esc(op)}</td><td>${esc(dt)}</td><td class="mono">${esc(src.map(s => "%" + s).join(", "))}</td><td class="mono">${esc(arg)}</td></tr>`).join("");
+  renderDetails(null);
+  document.body.dataset.ready = `uops:${state.ctx}`;
+}
+
+// ------------------------------------------------------------------------------------------------- profiler
+let prof = null;
+const ROW_H = 18, TRACK_GAP = 8, LABEL_W = 150, AXIS_H = 24, MEM_H = 60;
+async function showProfiler() {
+  if (!prof) {
+    const data = await api("/api/profile");
+    prof = {data, t0: 0, t1: data.duration_ns * 1.02 || 1, tracks: [], hover: null};
+    let y = AXIS_H;
+    for (const tr of data.tracks) {
+      const t = {...tr, y};
+      if (tr.type === "spans") {
+        const rowsEnd = [];
+        t.rows = tr.events.map(ev => {
+          let r = rowsEnd.findIndex(end => end <= ev[0]);
+          if (r < 0) { r = rowsEnd.length; rowsEnd.push(0); }
+          rowsEnd[r] = ev[0] + ev[1];
+          return r;
+        });
+        t.h = Math.max(1, rowsEnd.length) * ROW_H;
+      } else t.h = MEM_H;
+      y += t.h + TRACK_GAP + 14;
+      prof.tracks.push(t);
+    }
+    prof.height = y;
+  }
+  renderDetails(null);
+  $("#match-info").innerHTML = `<h3>Profile</h3><div class="kv">${prof.data.tracks.length} tracks · ${fmtTime(prof.data.duration_ns)} · peak memory ${fmtBytes(prof.data.peak_bytes)}</div><div class="muted">wheel: zoom · drag: pan · click a kernel to open its code</div><div id="prof-sel"></div>`;
+  drawProfile();
+  document.body.dataset.ready = "profiler";
+}
+const KIND_COLORS = {schedule: "#bb9af7", codegen: "#7aa2f7", compile: "#e0af68", run: "#9ece6a", copy: "#2ac3de"};
+function drawProfile() {
+  const cv = $("#profiler"), r = cv.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+  cv.width = r.width * dpr; cv.height = r.height * dpr;
+  const ctx = cv.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.fillStyle = "#16161e"; ctx.fillRect(0, 0, r.width, r.height);
+  const W = r.width - LABEL_W, sx = (t) => LABEL_W + (t - prof.t0) / (prof.t1 - prof.t0) * W;
+  // time axis
+  ctx.font = "11px monospace"; ctx.fillStyle = "#7a82a6"; ctx.strokeStyle = "#2a2c3d";
+  const span = prof.t1 - prof.t0, step = Math.pow(10, Math.floor(Math.log10(span / 6)));
+  const tick = [1, 2, 5, 10].map(m => m * step).find(s => span / s <= 10);
+  for (let t = Math.ceil(prof.t0 / tick) * tick; t <= prof.t1; t += tick) {
+    const x = sx(t); ctx.beginPath(); ctx.moveTo(x, AXIS_H - 6); ctx.lineTo(x, r.height); ctx.stroke();
+    ctx.fillText(fmtTime(t), x + 3, 12);
+  }
+  prof.boxes = [];
+  for (const tr of prof.tracks) {
+    ctx.fillStyle = "#c0caf5"; ctx.font = "12px system-ui"; ctx.fillText(tr.name, 8, tr.y + 12);
+    ctx.fillStyle = "#20212e"; ctx.fillRect(LABEL_W, tr.y + 14, W, tr.h);
+    if (tr.type === "spans") {
+      tr.events.forEach((ev, i) => {
+        const [st, dur, name, kind, c] = ev;
+        let x0 = sx(st), x1 = sx(st + dur);
+        if (x1 < LABEL_W || x0 > r.width) return;
+        x0 = Math.max(LABEL_W, x0); const w = Math.max(1, x1 - x0);
+        const y = tr.y + 14 + tr.rows[i] * ROW_H;
+        ctx.fillStyle = KIND_COLORS[kind] || "#a9b1d6";
+        if (prof.hover === ev) ctx.fillStyle = "#ff9e64";
+        ctx.fillRect(x0, y + 1, w, ROW_H - 2);
+        if (w > 30) { ctx.fillStyle = "#111"; ctx.font = "11px monospace"; ctx.save(); ctx.beginPath(); ctx.rect(x0, y, w - 2, ROW_H); ctx.clip(); ctx.fillText(`${name}`, x0 + 3, y + 13); ctx.restore(); }
+        prof.boxes.push({x0, x1: x0 + w, y0: y, y1: y + ROW_H, ev, track: tr});
+      });
+    } else {
+      const peak = Math.max(1, tr.peak), base = tr.y + 14 + tr.h;
+      ctx.fillStyle = "#7aa2f744"; ctx.strokeStyle = "#7aa2f7"; ctx.beginPath(); ctx.moveTo(LABEL_W, base);
+      let last = 0;
+      for (const [t, total] of tr.events) { const x = Math.max(LABEL_W, Math.min(r.width, sx(t))); ctx.lineTo(x, base - last / peak * (tr.h - 4)); ctx.lineTo(x, base - total / peak * (tr.h - 4)); last = total; }
+      ctx.lineTo(r.width, base - last / peak * (tr.h - 4)); ctx.lineTo(r.width, base); ctx.closePath(); ctx.fill(); ctx.stroke();
+      ctx.fillStyle = "#7a82a6"; ctx.font = "11px monospace"; ctx.fillText(`peak ${fmtBytes(tr.peak)}`, LABEL_W + 4, tr.y + 26);
+      tr.events.forEach(ev => prof.boxes.push({x0: sx(ev[0]) - 3, x1: sx(ev[0]) + 3, y0: tr.y + 14, y1: base, ev, track: tr}));
+    }
+  }
+}
+(() => {
+  const cv = $("#profiler"), tip = $("#tooltip");
+  cv.addEventListener("wheel", (e) => {
+    e.preventDefault();
+    const r = cv.getBoundingClientRect(), x = e.clientX - r.left;
+    if (x < LABEL_W) return;
+    const t = prof.t0 + (x - LABEL_W) / (r.width - LABEL_W) * (prof.t1 - prof.t0);
+    const f = Math.exp(e.deltaY * 0.002);
+    prof.t0 = t - (t - prof.t0) * f; prof.t1 = t + (prof.t1 - t) * f;
+    if (prof.t1 - prof.t0 < 100) prof.t1 = prof.t0 + 100;
+    drawProfile();
+  }, {passive: false});
+  let drag = null;
+  cv.addEventListener("mousedown", (e) => drag = {x: e.clientX, t0: prof.t0, t1: prof.t1, moved: false});
+  window.addEventListener("mousemove", (e) => {
+    if (state.view !== "profiler" || !prof) return;
+    const r = cv.getBoundingClientRect();
+    if (drag) {
+      const dt = (e.clientX - drag.x) / (r.width - LABEL_W) * (drag.t1 - drag.t0);
+      if (Math.abs(e.clientX - drag.x) > 3) drag.moved = true;
+      prof.t0 = drag.t0 - dt; prof.t1 = drag.t1 - dt; drawProfile(); return;
+    }
+    const x = e.clientX - r.left, y = e.clientY - r.top;
+    const hit = prof.boxes && prof.boxes.find(b => x >= b.x0 && x <= b.x1 && y >= b.y0 && y <= b.y1);
+    const ev = hit ? hit.ev : null;
+    if (ev !== prof.hover) { prof.hover = ev; drawProfile(); }
+    if (!hit) { tip.hidden = true; return; }
+    tip.hidden = false;
+    tip.style.left = Math.min(r.width - 300, x + 14) + "px"; tip.style.top = (y + 14) + "px";
+    tip.textContent = describe(hit);
+  });
+  window.addEventListener("mouseup", (e) => {
+    if (!drag) return;
+    const moved = drag.moved; drag = null;
+    if (moved || state.view !== "profiler") return;
+    const r = cv.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    const hit = prof.boxes && prof.boxes.find(b => x >= b.x0 && x <= b.x1 && y >= b.y0 && y <= b.y1);
+    if (!hit) return;
+    $("#prof-sel").innerHTML = `<h3>Selected</h3><pre class="src">${esc(describe(hit))}</pre>`;
+    if (hit.track.type === "spans" && hit.ev[4] != null) {
+      const c = TRACE.contexts[hit.ev[4]];
+      $("#prof-sel").innerHTML += `<a href="#view=code&ctx=${c.id}" id="jump-code">open code of ${esc(c.display)}</a>`;
+      if (hit.ev[3] === "run" || hit.ev[3] === "compile" || hit.ev[3] === "codegen") go({view: "code", ctx: c.id, step: null, match: 0, node: null});
+    }
+  });
+})();
+function describe(hit) {
+  const ev = hit.ev;
+  if (hit.track.type === "memory") return `${ev[2]} ${ev[3]}: ${fmtBytes(ev[4])}\ntotal ${fmtBytes(ev[1])}\nat ${fmtTime(ev[0])}`;
+  const [st, dur, name, kind, c, info] = ev;
+  let s = `${name}\n${kind} on ${hit.track.name}\nduration ${fmtTime(dur)}\nstart ${fmtTime(st)}`;
+  if (info && info.device_time_s != null) s += `\ndevice time ${fmtTime(info.device_time_s * 1e9)}`;
+  if (info && info.nbytes != null) s += `\n${fmtBytes(info.nbytes)}`;
+  if (c != null) s += `\nkernel ${TRACE.contexts[c].display} (click for code)`;
+  return s;
+}
+window.addEventListener("resize", () => { if (state.view === "profiler" && prof) drawProfile(); });
+
+// ------------------------------------------------------------------------------------------------- hot rules
+async function showHot() {
+  const d = await api("/api/hot");
+  renderDetails(null);
+  $("#hot").innerHTML = `<tr><th>pattern</th><th>plugin</th><th>matches</th><th>total time</th><th>mean</th><th>contexts</th><th>source</th></tr>` +
+    d.rows.map((r) => `<tr class="click" data-first="${r.first.join(",")}" title="${esc(r.loc)}"><td class="loc">${esc(r.short)}</td><td>${esc(r.owner)}</td><td class="num">${r.matches}</td><td class="num">${fmtTime(r.time_ns)}</td><td class="num">${fmtTime(r.time_ns / r.matches)}</td><td class="num">${r.contexts}</td><td class="mono">${esc(r.source.slice(0, 90))}</td></tr>`).join("");
+  $("#match-info").innerHTML = `<h3>Hot rules</h3><div class="kv">${d.rows.length} patterns matched; click one to open its first match</div>`;
+  document.body.dataset.ready = "hot";
+}
+$("#hot").addEventListener("click", (e) => {
+  const tr = e.target.closest("tr.click"); if (!tr) return;
+  const [ctx, step, match] = tr.dataset.first.split(",").map(Number);
+  go({view: "graph", ctx, step, match, node: null});
+});
+
+// ------------------------------------------------------------------------------------------------- search
+let searchSeq = 0, searchResults = [], searchActive = -1;
+$("#search").addEventListener("input", () => {
+  clearTimeout(searchSeq);
+  searchSeq = setTimeout(runSearch, 150);
+});
+async function runSearch() {
+  const q = $("#search").value.trim(), box = $("#search-results");
+  if (!q) { box.hidden = true; return; }
+  const d = await api(`/api/search?q=${encodeURIComponent(q)}`);
+  if ($("#search").value.trim() !== q) return;
+  searchResults = d.results; searchActive = -1;
+  box.hidden = false;
+  box.innerHTML = d.results.length ? d.results.map((r, i) => `<div class="result" data-i="${i}"><span class="kind ${r.kind}">${r.kind}</span>${esc(r.label)}<span class="detail">${esc(r.detail)}</span></div>`).join("")
+    : `<div class="result muted">nothing matches ${esc(q)}</div>`;
+}
+function openResult(r) {
+  const t = r.target;
+  $("#search-results").hidden = true;
+  if (t.step == null) {
+    const c = TRACE.contexts[t.ctx];
+    const first = c.steps.findIndex(s => s.matches > 0);
+    go({ctx: t.ctx, step: c.steps.length ? Math.max(0, first) : null, match: 0, node: null, view: c.steps.length ? "graph" : "code"});
+  } else go({ctx: t.ctx, step: t.step, match: t.match || 0, node: t.node ?? null, view: "graph"});
+}
+$("#search-results").addEventListener("click", (e) => { const el = e.target.closest(".result[data-i]"); if (el) openResult(searchResults[+el.dataset.i]); });
+$("#search").addEventListener("keydown", (e) => {
+  const items = document.querySelectorAll("#search-results .result[data-i]");
+  if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+    e.preventDefault();
+    searchActive = Math.max(0, Math.min(items.length - 1, searchActive + (e.key === "ArrowDown" ? 1 : -1)));
+    items.forEach((el, i) => el.classList.toggle("active", i === searchActive));
+  } else if (e.key === "Enter" && searchResults.length) openResult(searchResults[Math.max(0, searchActive)]);
+  else if (e.key === "Escape") { $("#search").blur(); $("#search-results").hidden = true; }
+});
+
+// ------------------------------------------------------------------------------------------------- keyboard
+document.addEventListener("keydown", (e) => {
+  if (e.target.matches("input, textarea") || e.ctrlKey || e.metaKey || e.altKey) return;
+  if (e.key === "/") { e.preventDefault(); $("#search").focus(); return; }
+  if (e.key === " ") { e.preventDefault(); if (state.view === "graph") fitGraph(); return; }
+  const c = state.ctx != null ? TRACE.contexts[state.ctx] : null;
+  if (e.key === "ArrowLeft" || e.key === "ArrowRight") {
+    if (state.view !== "graph" || !c || state.step == null) return;
+    e.preventDefault();
+    const n = c.steps[state.step].matches, m = state.match + (e.key === "ArrowRight" ? 1 : -1);
+    if (m >= 0 && m <= n) go({match: m, node: null});
+  } else if (e.key === "ArrowUp" || e.key === "ArrowDown") {
+    e.preventDefault();
+    const d = e.key === "ArrowDown" ? 1 : -1;
+    if (c == null) { if (TRACE.contexts.length) selectContext(d > 0 ? 0 : TRACE.contexts.length - 1, d); return; }
+    if (expanded.has(c.id) && c.steps.length && state.view === "graph") {
+      const s = (state.step ?? -1) + d;
+      if (s >= 0 && s < c.steps.length) { go({step: s, match: 0, node: null}); return; }
+    }
+    const next = c.id + d;
+    if (next >= 0 && next < TRACE.contexts.length) selectContext(next, d);
+  } else if (e.key === "Enter") {
+    if (!c) return;
+    e.preventDefault();
+    if (expanded.has(c.id)) { expanded.delete(c.id); renderSidebar(); }
+    else { expanded.add(c.id); renderSidebar(); }
+  }
+});
+function selectContext(id, dir) {
+  const c = TRACE.contexts[id];
+  // moving up into an expanded context lands on its last step
+  const first = Math.max(0, c.steps.findIndex(s => s.matches > 0));
+  const step = !c.steps.length ? null : expanded.has(id) && dir < 0 ? c.steps.length - 1 : expanded.has(id) ? 0 : first;
+  go({ctx: id, step, match: 0, node: null, view: step == null && c.has_code ? "code" : "graph"});
+}
+
+// ------------------------------------------------------------------------------------------------- start
+(async () => {
+  try { TRACE = await api("/api/trace"); }
+  catch (err) { document.body.innerHTML = `<div class="fatal"><h1>tinyplug VIZ cannot open this trace</h1><p id="fatal-message">${esc(err.message)}</p></div>`; return; }
+  for (const w of TRACE.warnings) showError(w);
+  const initial = readHash();
+  if (initial.ctx != null && initial.step != null) expanded.add(initial.ctx);   // a deep link opens its context
+  await apply(initial);
+})();

@@ -1,0 +1,180 @@
+"""`tinyplug viz cli`: the trace as text. Works with or without a profile.
+
+  tinyplug viz cli                         schedules, kernels (with run times) and profile tracks
+  tinyplug viz cli -s "schedule 1"         the kernels of a schedule and its steps
+  tinyplug viz cli -s E_3 -i gpudims       a step: graph before, each match with its diff, graph after, UOps, code
+  tinyplug viz cli -s TINY -i E_3 gpudims  the same, choosing the context with -i (as in tinygrad's VIZ)
+  tinyplug viz cli -s PYTHON               the timeline of one profile track
+  tinyplug viz cli --json                  JSON lines: one per kernel, with timings, AST and code
+Colours are ANSI unless NO_COLOR is set."""
+from __future__ import annotations
+import json, sys
+from tinyplug.helpers import colored, suggest
+from tinyplug_viz_web.graph import node_label, render_expr, replay
+from tinyplug_viz_web.model import TraceView, short_path
+from tinyplug_viz_web.reader import Context, Step, TraceError
+
+ALL_CONTEXTS = ("tiny", "all", "rewrites")
+
+def _us(ns: float) -> str: return f"{ns / 1e3:9.2f}us" if ns < 1e7 else f"{ns / 1e6:9.2f}ms"
+
+def _find_context(view: TraceView, name: str) -> Context | None:
+  low = name.lower().strip()
+  ctxs = view.trace.contexts
+  for c in ctxs:
+    if c.display.lower() == low: return c
+  for c in ctxs:
+    if c.name.lower() == low: return c
+  hits = [c for c in ctxs if low in c.display.lower()]
+  return hits[0] if len(hits) == 1 else None
+
+def _find_step(c: Context, name: str) -> Step | None:
+  low = name.lower().strip()
+  if low.isdigit() and int(low) < len(c.steps): return c.steps[int(low)]
+  for key in (lambda s: s.title, lambda s: s.pass_name or "", lambda s: s.name):
+    hits = [s for s in c.steps if key(s).lower() == low]
+    if hits: return hits[0]
+  hits = [s for s in c.steps if low in s.title.lower()]
+  return hits[0] if hits else None
+
+def _kernel_times(view: TraceView) -> dict[int, list[int]]:
+  times: dict[int, list[int]] = {}
+  for sp in view.trace.spans:
+    if sp.kind == "run" and sp.ctx is not None: times.setdefault(sp.ctx, []).append(sp.end - sp.start)
+  return times
+
+def list_contexts(view: TraceView, out) -> None:
+  t = view.trace
+  times = _kernel_times(view)
+  print(f"run {t.run}: {t.path} ({len(t.files)} file{'s' if len(t.files) != 1 else ''}, {len(t.nodes)} nodes, "
+        f"{len(t.spans)} profile spans)", file=out)
+  for w in t.warnings: print(colored(f"warning: {w}", "yellow"), file=out)
+  for c in t.contexts:
+    if c.parent is not None: continue
+    n_matches = sum(len(s.matches) for s in c.steps)
+    extra = ""
+    if c.id in times: extra = f"  runs {len(times[c.id])}  tm {_us(sum(times[c.id])).strip()}"
+    dev = f"  {c.kernel['device']}" if c.kernel else ""
+    color = "cyan" if c.kind == "kernel" else "magenta" if c.kind == "schedule" else "white"
+    print(f"{colored(f'{c.display:28s}', color)} {c.kind:8s}{dev}  {len(c.steps)} steps  {n_matches} matches{extra}"
+          + (f"  {c.loc}" if c.loc else ""), file=out)
+    if c.schedule:
+      for item in c.schedule["items"]:
+        kname = t.contexts[item["ctx"]].display if item["ctx"] is not None else "(not compiled in this trace)"
+        print(f"    kernel {kname}", file=out)
+  tracks = view.profile()["tracks"]
+  if tracks:
+    print("profile tracks: " + ", ".join(f"{tr['name']} ({len(tr['events'])})" for tr in tracks), file=out)
+
+def print_context(view: TraceView, c: Context, out) -> None:
+  print(f"{colored(c.display, 'cyan')}  {c.kind}" + (f"  at {c.loc}" if c.loc else ""), file=out)
+  if c.schedule:
+    print(f"kernels ({len(c.schedule['items'])}):", file=out)
+    for n, item in enumerate(c.schedule["items"], 1):
+      kname = view.trace.contexts[item["ctx"]].display if item["ctx"] is not None else "?"
+      print(f"  {n:3d} {kname}  ({item['bufs']} buffers)", file=out)
+  print("steps:", file=out)
+  for s in c.steps:
+    print(f"  {s.index:3d} {s.title:40s} {len(s.matches):5d} matches  {_us(s.end - s.start)}  {short_path(s.caller)}", file=out)
+
+def print_step(view: TraceView, c: Context, s: Step, match: int | None, out) -> None:
+  t = view.trace
+  rep = replay(t, s)
+  def get(n: int): return t.nodes[n] if n >= 0 else rep.extra[n]
+  print(colored(f"{c.display} / {s.title}", "cyan") + f"  ({len(s.matches)} matches, {_us(s.end - s.start).strip()}, "
+        f"called at {s.caller})", file=out)
+  if match is None:
+    print(colored("--- graph before", "yellow"), file=out)
+    print("\n".join(render_expr(get, s.input)), file=out)
+  for k, m in enumerate(s.matches, 1):
+    if match is not None and k != match: continue
+    print(colored(f"--- match {k}: {m.location} ({m.owner}) {_us(m.time_ns).strip()}", "yellow"), file=out)
+    for line in view.match_detail(c.id, s.index, k)["diff"][2:]:
+      color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
+      print(colored(line, color), file=out)
+  root = rep.roots[match if match is not None else -1]
+  print(colored("--- graph after" + (f" match {match}" if match is not None else ""), "yellow"), file=out)
+  print("\n".join(render_expr(get, root)), file=out)
+  if c.kernel is not None and match is None: print_code(view, c, out)
+
+def print_code(view: TraceView, c: Context, out) -> None:
+  code = view.code(c.id)
+  print(colored(f"--- UOp list of {c.display} ({len(code['uops'])} uops)", "yellow"), file=out)
+  for i, op, dtype, src, arg in code["uops"]:
+    print(f"{i:4d} {op:16s} {dtype:24s} {str(src):16s} {arg}", file=out)
+  print(colored(f"--- code of {c.display} for {code['device']}", "yellow"), file=out)
+  print(code["src"], file=out)
+
+def print_track(view: TraceView, track: dict, out) -> None:
+  print(colored(f"--- {track['name']}", "yellow"), file=out)
+  if track["type"] == "memory":
+    print(f"peak {track['peak']} bytes", file=out)
+    for ts, total, kind, name, nbytes in track["events"]:
+      print(f"{_us(ts)} {kind:5s} {name:20s} {nbytes:10d} B  total {total} B", file=out)
+    return
+  for start, dur, name, kind, ctx, info in track["events"]:
+    link = f"  -> {view.trace.contexts[ctx].display}" if ctx is not None else ""
+    print(f"*** {track['name']:8s} {colored(f'{name:26s}', 'cyan')} {kind:8s} tm {_us(dur)}/{_us(start).strip()}{link}", file=out)
+
+def kernels_json(view: TraceView, out) -> None:
+  t = view.trace
+  for c in t.contexts:
+    if c.kernel is None: continue
+    runs = [sp for sp in t.spans if sp.ctx == c.id and sp.kind == "run"]
+    k = c.kernel
+    print(json.dumps({
+      "type": "kernel", "name": c.display, "ctx": c.id, "device": k["device"], "runs": len(runs),
+      "time_s": sum(sp.end - sp.start for sp in runs) / 1e9,
+      "device_time_s": [sp.info.get("device_time_s") for sp in runs], "start_s": [(sp.start - t.t0) / 1e9 for sp in runs],
+      "ast": "\n".join(render_expr(lambda n: t.nodes[n], k["ast"])), "ast_id": k["ast"],
+      "steps": [{"title": s.title, "matches": len(s.matches)} for s in c.steps], "src": k["src"], "loc": c.loc,
+    }), file=out)
+
+def step_json(view: TraceView, c: Context, s: Step, out) -> None:
+  g = view.step_graph(c.id, s.index)
+  print(json.dumps({"type": "step", "context": c.display, **g}), file=out)
+
+def main(path: str, src: str | None, items: list[str], as_json: bool = False, list_only: bool = False, out=None) -> int:
+  out = out or sys.stdout
+  view = TraceView.open(path)
+  if src is None and not items:
+    if as_json: kernels_json(view, out)
+    else: list_contexts(view, out)
+    return 0
+  items = list(items)
+  ctx: Context | None = None
+  if src is not None and src.lower() not in ALL_CONTEXTS:
+    ctx = _find_context(view, src)
+    if ctx is None:
+      tracks = {tr["name"].lower(): tr for tr in view.profile()["tracks"]}
+      if src.lower() in tracks:
+        print_track(view, tracks[src.lower()], out)
+        return 0
+      names = [c.display for c in view.trace.contexts] + [tr["name"] for tr in tracks.values()] + ["TINY"]
+      raise TraceError(f"no context or profile track named {src!r}{suggest(src, names)}")
+  if ctx is None:
+    if not items:
+      list_contexts(view, out)
+      return 0
+    name = items.pop(0)
+    ctx = _find_context(view, name)
+    if ctx is None:
+      raise TraceError(f"no context named {name!r}{suggest(name, [c.display for c in view.trace.contexts])}")
+  if not items or list_only:
+    if as_json: print(json.dumps({"type": "context", **view.contexts()["contexts"][ctx.id]}), file=out)
+    else: print_context(view, ctx, out)
+    return 0
+  step = _find_step(ctx, items[0])
+  if step is None:
+    raise TraceError(f"{ctx.display} has no step {items[0]!r}{suggest(items[0], [s.title for s in ctx.steps])}; "
+                     f"steps: {', '.join(s.title for s in ctx.steps) or 'none'}")
+  match = None
+  if len(items) > 1:
+    if not items[1].isdigit() or not 1 <= int(items[1]) <= len(step.matches):
+      raise TraceError(f"{ctx.display} / {step.title} has matches 1..{len(step.matches)}, not {items[1]!r}")
+    match = int(items[1])
+  if as_json: step_json(view, ctx, step, out)
+  else: print_step(view, ctx, step, match, out)
+  return 0
+
+__all__ = ["main", "node_label"]
