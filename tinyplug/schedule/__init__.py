@@ -11,6 +11,8 @@ from tinyplug import events
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.schedule.indexing import const_index, linear_index, source_index
+from tinyplug.uop.rewrite import graph_rewrite
+from tinyplug.uop.symbolic import symbolic
 
 @dataclass(frozen=True)
 class ScheduleItem:
@@ -131,6 +133,7 @@ class _Scheduler:
       val = kb.value(value, out_idx, root=value is n)
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
+    ast = graph_rewrite(ast, symbolic, name="simplify kernel")   # (x+3)+4 is x+7 before any device sees it
     self.items.append(ScheduleItem(ast, tuple(kb.buffers)))
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
 
@@ -227,7 +230,7 @@ def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
       if n.op is Ops.AFTER and n not in seen:
         seen.add(n)
         pre.append(n.src[1].arg)
-  return pre, [n for n in seen]
+  return pre, list(seen)
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `targets`, in execution order, and what each realized node becomes."""
@@ -242,14 +245,17 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   return pre + s.items, becomes
 
 def kernelize(targets: list[UOp]) -> dict[UOp, UOp]:
-  """Decide the kernels without running them: each realized node becomes AFTER(buffer view, KERNEL)."""
+  """Decide the kernels without running them: each realized node becomes AFTER(its buffer, KERNEL).
+
+  A KERNEL's sources are the buffers it reads, or the AFTER nodes of kernels that must run first."""
   items, becomes = create_schedule(targets)
+  after: dict[UOp, UOp] = {}      # output buffer -> AFTER(buffer, KERNEL)
+  for it in items:
+    out = it.buf_uops[0]
+    kernel = UOp(Ops.KERNEL, dtypes.void, tuple(after.get(b, b) for b in it.buf_uops[1:]), it)
+    after[out] = UOp(Ops.AFTER, out.dtype, (out, kernel))
   ret = {}
-  by_out = {it.buf_uops[0]: it for it in items}
   for n, view in becomes.items():
     base = buffer_base(view)
-    if base in by_out:
-      it = by_out[base]
-      kernel = UOp(Ops.KERNEL, dtypes.void, it.buf_uops[1:], it)
-      ret[n] = UOp(Ops.AFTER, n.dtype, (view, kernel))
+    if base in after: ret[n] = view.substitute({base: after[base]}) if view is not base else after[base]
   return ret

@@ -1,0 +1,109 @@
+"""Kernel boundaries: what fuses into one kernel, what becomes its own, and what the schedule items look like."""
+import re
+import numpy as np
+import pytest
+from tinyplug import Tensor
+from tinyplug.uop import Ops
+from tinyplug.codegen.naming import kernel_name
+from tinyplug.engine.realize import run_schedule
+
+def kernels(*ts: Tensor) -> list:
+  """The compute kernels of the tensors' schedule; the schedule is run, so the tensors hold their values after."""
+  items = ts[0].schedule(*ts[1:])
+  run_schedule(items)
+  return [si for si in items if si.ast.op is Ops.SINK]
+
+def fresh(*shape: int) -> Tensor:
+  return Tensor(np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 1).realize()
+
+def test_elementwise_chain_is_one_kernel(device):
+  x = fresh(10, 10)
+  out = ((x + 1) * 2 - 1) / 2
+  assert len(kernels(out)) == 1
+  np.testing.assert_allclose(out.numpy(), ((x.numpy() + 1) * 2 - 1) / 2)
+
+def test_reduce_of_elementwise_is_one_kernel(device):
+  a = fresh(8, 5)
+  out = (a * 2 + 1).sum(0)
+  ks = kernels(out)
+  assert len(ks) == 1 and kernel_name(ks[0].ast).startswith("r_")
+  np.testing.assert_allclose(out.numpy(), (a.numpy() * 2 + 1).sum(0))
+
+def test_elementwise_after_reduce_fuses(device):
+  a = fresh(4, 6)
+  out = a.sum(1).sqrt() + 1
+  assert len(kernels(out)) == 1
+  np.testing.assert_allclose(out.numpy(), np.sqrt(a.numpy().sum(1)) + 1, rtol=1e-6)
+
+def test_expanded_reduce_is_its_own_kernel(device):
+  a = fresh(4, 6)
+  out = a - a.max(1, keepdim=True)   # the max is needed by every element of its row
+  assert len(kernels(out)) == 2
+  np.testing.assert_allclose(out.numpy(), a.numpy() - a.numpy().max(1, keepdims=True))
+
+def test_movement_ops_fuse(device):
+  a = fresh(3, 4, 5)
+  out = (a.permute(2, 0, 1).flip(0).pad(((1, 1), (0, 0), (0, 2))) * 3)[1:5, :, 1:4].reshape(4, 9)
+  assert len(kernels(out)) == 1
+  ref = (np.pad(a.numpy().transpose(2, 0, 1)[::-1], ((1, 1), (0, 0), (0, 2))) * 3)[1:5, :, 1:4].reshape(4, 9)
+  np.testing.assert_allclose(out.numpy(), ref)
+
+def test_contiguous_is_a_boundary(device):
+  a = fresh(5, 5)
+  mid = (a + 1).contiguous()
+  out = mid * 2
+  assert len(kernels(out)) == 2
+
+def test_two_outputs_share_one_schedule(device):
+  a = fresh(6)
+  b, c = a + 1, a * 2
+  ks = kernels(b, c)
+  assert len(ks) == 2
+  assert b.tolist() == (a.numpy() + 1).tolist() and c.tolist() == (a.numpy() * 2).tolist()
+
+def test_kernel_names(device):
+  a = fresh(4, 4)
+  # the same loop sizes in a different kernel get n1, n2, ... appended
+  assert re.fullmatch(r"E_4_4(n\d+)?", kernel_name(kernels(a + 1)[0].ast))
+  assert re.fullmatch(r"r_4_4(n\d+)?", kernel_name(kernels(a.sum(1))[0].ast))
+
+def test_schedule_items_name_their_buffers(device):
+  x, y = Tensor([1, 2, 3, 4]).realize(), Tensor([5, 6, 7, 8]).realize()
+  items = ((x + y) * 2).schedule()
+  run_schedule(items)
+  assert len(items) == 1
+  assert items[0].ast.op is Ops.SINK and len(items[0].bufs) == 3
+  assert all(b.size == 4 for b in items[0].bufs)
+
+def test_kernelize_then_realize(device):
+  t = Tensor([1, 2, 3, 4])
+  r = t + 3 + 4
+  r.kernelize()
+  assert r.uop.op is Ops.AFTER and r.uop.src[1].op is Ops.KERNEL
+  ast = r.uop.src[1].arg.ast
+  assert ast.op is Ops.SINK
+  # constant folding happened before codegen: one ADD of 7 per element
+  consts = {u.arg for u in ast.toposort() if u.op is Ops.CONST and u.dtype.name == "int"}
+  assert 3 not in consts or 7 in consts
+  assert r.tolist() == [8, 9, 10, 11]
+
+def test_shared_work_is_realized_once(device):
+  t = Tensor([1, 2, 3, 4])
+  A, B = t * 4, t * 4
+  assert A is not B and A.uop is B.uop
+  A.realize()
+  assert A.uop is B.uop and B.uop.op in (Ops.BUFFER, Ops.RESHAPE)
+  assert B.tolist() == [4, 8, 12, 16]
+
+def test_assign_writes_in_place(device):
+  a = Tensor.zeros(4).contiguous().realize()
+  buf = a.uop
+  a.assign(a + 1).realize()
+  a.assign(a * 3).realize()
+  assert a.uop is buf and a.tolist() == [3.0] * 4
+
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_full_reduction(device, n):
+  a = fresh(n)
+  assert a.sum().item() == pytest.approx(float(n * (n + 1) / 2))
+  assert a.max().item() == float(n)
