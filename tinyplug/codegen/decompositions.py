@@ -10,7 +10,7 @@ The math, for float32 and float64 (float16 and bfloat16 compute in float32 and c
 - log2(x): denormals are scaled up by 2**64 first; x = 2**e * m with m in [sqrt(1/2), sqrt(2)], and
   log2(m) = 2/ln(2) * atanh(s) with s = (m-1)/(m+1), a series in s*s.
 - sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 split into parts short enough that k*part is exact
-  (Cody-Waite), then sin(r) or cos(r) by the quadrant k mod 4. Accurate for |x| < 2**14 * pi/2 (about 25700) in
+  (Cody-Waite), then sin(r) or cos(r) by the quadrant k mod 4. Accurate for |x| < 2**16 * pi/2 (about 102900) in
   float32 and |x| < 2**22 * pi/2 (about 6.5e6) in float64; past that the result is only bounded to [-1, 1]
   (a Payne-Hanek reduction would be needed).
 - sqrt(x): 1/sqrt(x) from a bit-trick estimate refined by Newton steps, then one Newton step on sqrt itself.
@@ -73,10 +73,11 @@ def _split(v: Fraction, part_bits: int, parts: int, last_bits: int) -> tuple[flo
     v -= p
   return tuple(out)
 
-# Cody-Waite: k = round(x*2/pi) needs at most K_BITS bits for the accurate range, so parts of
-# (mantissa+1 - K_BITS) bits multiply by k exactly. float32: |x| < 2**14 * pi/2 ~ 25700; float64: |x| < 2**22 * pi/2.
-_K_BITS = {dtypes.float32: 14, dtypes.float64: 22}
-PIO2_PARTS = {dt: _split(_PI / 2, dtypes.finfo(dt)[1] + 1 - _K_BITS[dt], 4, dtypes.finfo(dt)[1] + 1)
+# Cody-Waite: k = round(x*2/pi) needs at most K_BITS bits in the accurate range, so parts of (mantissa+1 - K_BITS)
+# bits multiply by k exactly. float32: |x| < 2**16 * pi/2 ~ 102900 (all of float16); float64: |x| < 2**22 * pi/2.
+_K_BITS = {dtypes.float32: 16, dtypes.float64: 22}
+_PIO2_NPARTS = {dtypes.float32: 5, dtypes.float64: 4}    # pi/2 to 8*4+24 = 56 bits / 31*3+53 = 146 bits
+PIO2_PARTS = {dt: _split(_PI / 2, dtypes.finfo(dt)[1] + 1 - _K_BITS[dt], _PIO2_NPARTS[dt], dtypes.finfo(dt)[1] + 1)
               for dt in (dtypes.float32, dtypes.float64)}
 
 # 1/ln2 = log2(e) in a high part with half the mantissa bits (so hi * part is exact when hi has half the bits too)
@@ -166,11 +167,18 @@ def sin_float(x: UOp) -> UOp:
   k_limit = 2.0 ** (30 if scalar == dtypes.float32 else 62)   # beyond the accurate range, but the cast stays defined
   k = _round_to_int(_clamp(xs * (2 / math.pi), -k_limit, k_limit))
   kf = k.cast(x.dtype)
-  r = xs
-  for part in PIO2_PARTS[scalar]: r = r - kf * part
+  # r + lo = x - k*pi/2: the first part is subtracted exactly, the rounding error of each later step goes to lo
+  first, *rest = PIO2_PARTS[scalar]
+  r, lo = xs - kf * first, x.const_like(0.0)
+  for part in rest:
+    step = kf * part
+    new_r = r - step
+    lo = lo + ((r - new_r) - step)                        # exact error of new_r (Fast2Sum: |r| >= |step| here)
+    r = new_r
   r2 = r * r
-  sin_r = r + r * r2 * _horner(r2, SIN_COEFFS[scalar])
-  cos_r = 1.0 + r2 * (-0.5 + r2 * _horner(r2, COS_COEFFS[scalar]))
+  # sin(r + lo) ~ sin(r) + lo*cos(r), cos(r + lo) ~ cos(r) - lo*sin(r)
+  sin_r = r + (lo * (1.0 - 0.5 * r2) + r * r2 * _horner(r2, SIN_COEFFS[scalar]))
+  cos_r = 1.0 + (r2 * (-0.5 + r2 * _horner(r2, COS_COEFFS[scalar])) - r * lo)
   quadrant = k & 3
   v = (quadrant & 1).ne(0).where(cos_r, sin_r)
   v = (quadrant & 2).ne(0).where(-v, v)
@@ -233,10 +241,10 @@ def decompose_sqrt(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, sqr
 def decompose_pow(x: UOp) -> UOp | None: return _in_compute_dtype(x, x.src, pow_float)
 
 def reciprocal_as_fdiv(x: UOp, a: UOp) -> UOp: return a.const_like(1.0) / a
-def fdiv_as_reciprocal(a: UOp, b: UOp) -> UOp: return a * b.reciprocal()
+def fdiv_as_reciprocal(x: UOp, a: UOp, b: UOp) -> UOp: return a * b.reciprocal()
 def mulacc_as_mul_add(a: UOp, b: UOp, c: UOp) -> UOp: return UOp(Ops.ADD, c.dtype, (UOp(Ops.MUL, c.dtype, (a, b)), c))
-def cmpeq_as_not_cmpne(a: UOp, b: UOp) -> UOp: return a.ne(b).ne(True)
-def sub_as_add_neg(a: UOp, b: UOp) -> UOp: return UOp(Ops.ADD, a.dtype, (a, -b))
+def cmpeq_as_not_cmpne(x: UOp, a: UOp, b: UOp) -> UOp: return a.ne(b).ne(True)
+def sub_as_add_neg(x: UOp, a: UOp, b: UOp) -> UOp: return UOp(Ops.ADD, a.dtype, (a, -b))
 def neg_as_mul(x: UOp, a: UOp) -> UOp:
   return a.ne(True) if x.dtype.scalar() == dtypes.bool else UOp(Ops.MUL, x.dtype, (a, a.const_like(-1)))
 
