@@ -119,7 +119,8 @@ def _is_nan(x: UOp) -> UOp: return x.ne(x)
 def exp2_float(x: UOp) -> UOp:
   """2**x: 2**r by polynomial times 2**q built from exponent bits, q = round(x)."""
   _, mant_bits, bias = _format(x)
-  # below -(bias+mant_bits+1) the result rounds to 0, at bias+1 it is inf; NaN is clamped here and restored below
+  # below -(bias+mant_bits+1) every result rounds to 0 and from bias+1 on it is inf, so clamping just past those
+  # bounds keeps q small without changing results; NaN is clamped here too and restored below
   xc = _clamp(x, -float(bias + mant_bits + 3), float(bias + 2))
   q = _round_to_int(xc)
   r = xc - q.cast(x.dtype)
@@ -153,7 +154,8 @@ def log2_float(x: UOp) -> UOp:
   inv_ln2_hi, inv_ln2_lo = INV_LN2_PARTS[scalar]
   lo_part = (lo + hi) * inv_ln2_lo + lo * inv_ln2_hi
   hi_part = hi * inv_ln2_hi                              # exact
-  total = e + hi_part                                    # e + hi_part in two pieces: |e| >= 1 or e == 0
+  total = e + hi_part                                    # its rounding error is recovered exactly: |hi_part| <= |e|
+                                                         # or e == 0
   out = (lo_part + ((e - total) + hi_part)) + total
   out = (x < math.inf).where(out, x)                     # inf -> inf, nan -> nan
   out = x.ne(0.0).where(out, -math.inf)                  # +-0 -> -inf
@@ -173,7 +175,7 @@ def sin_float(x: UOp) -> UOp:
   for part in rest:
     step = kf * part
     new_r = r - step
-    lo = lo + ((r - new_r) - step)                        # exact error of new_r (Fast2Sum: |r| >= |step| here)
+    lo = lo + ((r - new_r) - step)                        # the rounding error of new_r (Fast2Sum, as |r| >= |step|)
     r = new_r
   r2 = r * r
   # sin(r + lo) ~ sin(r) + lo*cos(r), cos(r + lo) ~ cos(r) - lo*sin(r)
@@ -205,7 +207,8 @@ def sqrt_float(x: UOp) -> UOp:
   return x.ne(0.0).where(root, x)                        # +-0 -> +-0
 
 def pow_float(a: UOp, b: UOp) -> UOp:
-  """a**b = exp2(b*log2|a|), with C pow's signs and special cases (only for float32 / float64 operands)."""
+  """a**b = exp2(b*log2|a|), with pow's signs and special cases as numpy has them (for float32 / float64 operands).
+  The relative error grows with |b*log2|a||: about that many ulp of the result."""
   scalar = a.dtype.scalar()
   ints = _int_dtype(a)
   big = 2.0 ** (dtypes.finfo(scalar)[1] + 1)             # every float this large is an even integer
@@ -215,8 +218,8 @@ def pow_float(a: UOp, b: UOp) -> UOp:
   is_odd = (b_int & 1).ne(0)
   magnitude = (a < 0.0).where(-a, a)
   out = (b * magnitude.log2()).exp2()
-  negative = (a < 0.0).where(is_integer.where(is_odd.where(-out, out), math.nan), out)
-  out = negative
+  # a negative base: the sign of an odd integer power, nan for a non-integer one
+  out = (a < 0.0).where(is_integer.where(is_odd.where(-out, out), math.nan), out)
   out = a.ne(1.0).where(out, 1.0)                        # 1**b is 1, even for nan b
   return b.ne(0.0).where(out, 1.0)                       # a**0 is 1, even for nan a
 
