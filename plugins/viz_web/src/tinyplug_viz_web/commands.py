@@ -58,6 +58,9 @@ def run(args) -> int:
   except (TraceError, ValueError) as e:
     print(f"viz: error: {e}", file=sys.stderr)
     return 1
+  except BrokenPipeError:   # `tinyplug viz cli | head`: the reader left, which is not an error
+    sys.stdout = open(os.devnull, "w")
+    return 0
   return 2
 
 def export_chrome(path: str, output: str) -> int:

@@ -6,26 +6,172 @@ computes it incrementally: only the consumers of the replaced node are recompute
 a delta (node ids added and removed), so the browser gets the input graph once plus small deltas."""
 from __future__ import annotations
 import difflib
-from dataclasses import dataclass, field
 from tinyplug_viz_web.reader import Node, Step, Trace
 
 class ReplayError(Exception):
   pass
 
-@dataclass
 class Replay:
-  base: list[int]                       # node ids of the input graph
-  deltas: list[tuple[list[int], list[int]]]   # per match: (added, removed)
-  roots: list[int]                      # graph root after each match (roots[0]: the input)
-  extra: dict[int, Node] = field(default_factory=dict)   # rebuilt nodes the trace never recorded (negative ids)
+  """The graphs of one step, computed match by match on demand (`advance`), in two id spaces:
+
+  - real ids: the trace's node ids (negative for rebuilt nodes the trace never recorded): exact, used for exports
+    and diffs (`roots[k]` is the root after k matches);
+  - display ids: a node rebuilt only because one of its sources changed keeps the display id of the node it was
+    rebuilt from, so the browser sees "this node's sources changed" instead of "this node was replaced". A match
+    then costs a few records to send, however deep the graph is."""
+  def __init__(self, trace: Trace, step: Step):
+    self.trace, self.step = trace, step
+    self.nodes, self.key_index = trace.nodes, trace.key_index
+    self.extra: dict[int, Node] = {}
+    self.extra_keys: dict[tuple, int] = {}
+    self.replace: dict[int, int] = {}
+    self.memo: dict[int, int] = {}
+    self.users: dict[int, set[int]] = {}
+    self.origin: dict[int, int] = {}               # rebuilt real node -> the node it was rebuilt from
+    self.refs: dict[int, int] = {}
+    self.disp_of: dict[int, int] = {}              # real -> display id (kept after the node leaves the graph)
+    self.live: dict[int, int] = {}                 # display id -> real node currently showing it
+    self.next_fresh = (max(trace.nodes) + 1) if trace.nodes else 0
+    self.deltas: list[tuple[list[int], list[int]]] = []       # real-id deltas per match
+    self.display: list[dict] = []                              # display deltas per match
+    root = self._evaluate(step.input)
+    added: list[int] = []
+    self._incref(root, added)
+    for n in added: self.disp_of[n] = self.live_set(n, n)
+    self.base = added
+    self.roots = [root]
+
+  def live_set(self, real: int, disp: int) -> int:
+    self.live[disp] = real
+    return disp
+
+  def get(self, n: int) -> Node: return self.nodes[n] if n >= 0 else self.extra[n]
+
+  def _intern(self, op: str, dtype: str, src: tuple[int, ...], arg: str) -> int:
+    key = (op, dtype, src, arg)
+    if (i := self.key_index.get(key)) is not None: return i
+    if (i := self.extra_keys.get(key)) is None:
+      i = self.extra_keys[key] = -1 - len(self.extra)
+      self.extra[i] = Node(op, dtype, src, arg)
+    return i
+
+  def _evaluate(self, root: int) -> int:
+    memo, replace, users, get = self.memo, self.replace, self.users, self.get
+    stack: list[tuple[int, int, int]] = [(root, 0, 0)]
+    active: set[int] = set()
+    while stack:
+      n, stage, via = stack.pop()
+      if stage == 0:
+        if n in memo: continue
+        if n in active: raise ReplayError(f"node {n} is rewritten into a graph containing itself")
+        active.add(n)
+        if n in replace:
+          t = replace[n]; users.setdefault(t, set()).add(n)
+          stack.append((n, 2, t))
+          if t not in memo: stack.append((t, 0, 0))
+          continue
+        stack.append((n, 1, 0))
+        for s in get(n).src:
+          users.setdefault(s, set()).add(n)
+          if s not in memo: stack.append((s, 0, 0))
+      elif stage == 1:
+        node = get(n)
+        new_src = tuple([memo[s] for s in node.src])
+        r = n if new_src == node.src else self._intern(node.op, node.dtype, new_src, node.arg)
+        if r != n:
+          users.setdefault(r, set()).add(n)
+          self.origin.setdefault(r, n)
+          if r in replace:
+            t = replace[r]; users.setdefault(t, set()).add(n)
+            stack.append((n, 2, t))
+            if t not in memo: stack.append((t, 0, 0))
+            continue
+        memo[n] = r; active.discard(n)
+      else:
+        memo[n] = memo[via]; active.discard(n)
+    return memo[root]
+
+  def _invalidate(self, x: int) -> None:
+    memo, users = self.memo, self.users
+    stack, seen = [x], {x}
+    while stack:
+      y = stack.pop()
+      if memo.pop(y, None) is None and y != x: continue   # not computed, so nothing was computed from it
+      for u in users.get(y, ()):
+        if u not in seen: seen.add(u); stack.append(u)
+
+  def _incref(self, root: int, added: list[int]) -> None:
+    refs, stack = self.refs, [root]
+    while stack:
+      n = stack.pop()
+      c = refs.get(n, 0) + 1
+      refs[n] = c
+      if c == 1: added.append(n); stack.extend(self.get(n).src)
+
+  def _decref(self, root: int, removed: list[int]) -> None:
+    refs, stack = self.refs, [root]
+    while stack:
+      n = stack.pop()
+      refs[n] -= 1
+      if refs[n] == 0: del refs[n]; removed.append(n); stack.extend(self.get(n).src)
+
+  def _record(self, real: int) -> list:
+    n = self.get(real)
+    return [n.op, n.dtype, n.arg, [self.disp_of[s] for s in n.src]]
+
+  def advance(self, k: int) -> None:
+    """Compute the graphs up to and including match k."""
+    matches = self.step.matches
+    while len(self.deltas) < min(k, len(matches)):
+      m = matches[len(self.deltas)]
+      root = self.roots[-1]
+      added: list[int] = []
+      removed: list[int] = []
+      if self.replace.get(m.before) != m.after:
+        self.replace[m.before] = m.after
+        self._invalidate(m.before)
+        new_root = self._evaluate(self.step.input)
+        if new_root != root:
+          self._incref(new_root, added)
+          self._decref(root, removed)
+          root = new_root
+      both = set(added) & set(removed)
+      added = [n for n in added if n not in both]
+      removed = [n for n in removed if n not in both]
+      self.deltas.append((added, removed))
+      self.roots.append(root)
+      # display ids: free those of removed nodes, then give each added node its origin's id when that is free
+      before_disp = {self.disp_of[n]: self._record(n) for n in removed}
+      for n in removed:
+        d = self.disp_of[n]
+        if self.live.get(d) == n: del self.live[d]
+      for n in added:
+        cand = self.disp_of.get(self.origin.get(n, n), self.disp_of.get(n))
+        if cand is None or cand in self.live:
+          cand = self.disp_of.get(n)
+          if cand is None or cand in self.live: cand, self.next_fresh = self.next_fresh, self.next_fresh + 1
+        self.disp_of[n] = self.live_set(n, cand)
+      new_nodes, changed = {}, {}
+      for n in added:
+        d, rec = self.disp_of[n], self._record(n)
+        old = before_disp.get(d)
+        if old is None or old[:3] != rec[:3]: new_nodes[d] = rec
+        elif old[3] != rec[3]: changed[d] = rec[3]
+      gone = [d for d in before_disp if d not in self.live]
+      after = self.disp_of.get(self.memo.get(m.after, m.after))
+      self.display.append({"added": new_nodes, "removed": gone, "changed": changed, "after": after})
 
   def graph_at(self, k: int) -> set[int]:
-    """Node ids of the graph after the first k matches."""
+    """Real node ids of the graph after the first k matches."""
+    self.advance(k)
     g = set(self.base)
     for added, removed in self.deltas[:k]:
       g.difference_update(removed)
       g.update(added)
     return g
+
+  def base_records(self) -> dict[int, list]:
+    return {self.disp_of[n]: [self.get(n).op, self.get(n).dtype, self.get(n).arg, list(self.get(n).src)] for n in self.base}
 
 def reachable(nodes: dict[int, Node], extra: dict[int, Node], root: int) -> list[int]:
   seen, stack, order = {root}, [root], []
@@ -37,104 +183,11 @@ def reachable(nodes: dict[int, Node], extra: dict[int, Node], root: int) -> list
       if s not in seen: seen.add(s); stack.append(s)
   return order
 
-def replay(trace: Trace, step: Step) -> Replay:
-  nodes, key_index = trace.nodes, trace.key_index
-  extra: dict[int, Node] = {}
-  extra_keys: dict[tuple, int] = {}
-  def get(n: int) -> Node: return nodes[n] if n >= 0 else extra[n]
-  def intern(op: str, dtype: str, src: tuple[int, ...], arg: str) -> int:
-    key = (op, dtype, src, arg)
-    if (i := key_index.get(key)) is not None: return i
-    if (i := extra_keys.get(key)) is None:
-      i = extra_keys[key] = -1 - len(extra)
-      extra[i] = Node(op, dtype, src, arg)
-    return i
-
-  replace: dict[int, int] = {}
-  memo: dict[int, int] = {}                  # evaluated node -> its form in the current graph
-  users: dict[int, set[int]] = {}            # node -> evaluated nodes whose form was computed from it
-
-  def use(x: int, by: int) -> None: users.setdefault(x, set()).add(by)
-
-  def evaluate(root: int) -> int:
-    stack: list[tuple[int, int, int]] = [(root, 0, 0)]
-    active: set[int] = set()
-    while stack:
-      n, stage, via = stack.pop()
-      if stage == 0:
-        if n in memo: continue
-        if n in active: raise ReplayError(f"node {n} is rewritten into a graph containing itself")
-        active.add(n)
-        if n in replace:
-          t = replace[n]; use(t, n)
-          stack.append((n, 2, t))
-          if t not in memo: stack.append((t, 0, 0))
-          continue
-        node = get(n)
-        stack.append((n, 1, 0))
-        for s in node.src:
-          use(s, n)
-          if s not in memo: stack.append((s, 0, 0))
-      elif stage == 1:
-        node = get(n)
-        new_src = tuple(memo[s] for s in node.src)
-        r = n if new_src == node.src else intern(node.op, node.dtype, new_src, node.arg)
-        if r != n:
-          use(r, n)
-          if r in replace:
-            t = replace[r]; use(t, n)
-            stack.append((n, 2, t))
-            if t not in memo: stack.append((t, 0, 0))
-            continue
-        memo[n] = r; active.discard(n)
-      else:
-        memo[n] = memo[via]; active.discard(n)
-    return memo[root]
-
-  def invalidate(x: int) -> None:
-    stack, seen = [x], {x}
-    while stack:
-      y = stack.pop()
-      memo.pop(y, None)
-      for u in users.get(y, ()):
-        if u not in seen: seen.add(u); stack.append(u)
-
-  # reference counts of the current graph, so a delta costs what changed, not the size of the graph
-  refs: dict[int, int] = {}
-  def incref(root: int, added: list[int]) -> None:
-    stack = [root]
-    while stack:
-      n = stack.pop()
-      refs[n] = refs.get(n, 0) + 1
-      if refs[n] == 1:
-        added.append(n); stack.extend(get(n).src)
-  def decref(root: int, removed: list[int]) -> None:
-    stack = [root]
-    while stack:
-      n = stack.pop()
-      refs[n] -= 1
-      if refs[n] == 0:
-        del refs[n]; removed.append(n); stack.extend(get(n).src)
-
-  root = evaluate(step.input)
-  base: list[int] = []
-  incref(root, base)
-  roots, deltas = [root], []
-  for m in step.matches:
-    if m.before in replace and replace[m.before] == m.after:
-      deltas.append(([], [])); roots.append(root); continue
-    replace[m.before] = m.after
-    invalidate(m.before)
-    new_root = evaluate(step.input)
-    added: list[int] = []
-    removed: list[int] = []
-    if new_root != root:
-      incref(new_root, added)
-      decref(root, removed)
-    both = set(added) & set(removed)   # a node that left and came back in one step did not change
-    deltas.append(([n for n in added if n not in both], [n for n in removed if n not in both]))
-    roots.append(root := new_root)
-  return Replay(base, deltas, roots, extra)
+def replay(trace: Trace, step: Step, upto: int | None = None) -> Replay:
+  """The step's graphs, computed up to match `upto` (default: all of them)."""
+  rep = Replay(trace, step)
+  rep.advance(len(step.matches) if upto is None else upto)
+  return rep
 
 # ---- text ----
 
@@ -177,7 +230,8 @@ def _topo(get, root: int) -> list[int]:
 
 def match_diff(trace: Trace, rep: Replay, step: Step, k: int) -> list[str]:
   """A unified diff of the replaced expression: its form before match k (1-based) and what replaced it."""
-  def get(n: int) -> Node: return trace.nodes[n] if n >= 0 else rep.extra[n]
+  rep.advance(k)
+  get = rep.get
   m = step.matches[k - 1]
   before = render_expr(get, m.before)
   after = render_expr(get, m.after)
@@ -196,7 +250,7 @@ def source_lines(file: str, line: int, context: int = 3) -> list[tuple[int, str]
 
 def graph_json(trace: Trace, rep: Replay, k: int) -> dict:
   ids = sorted(rep.graph_at(k))
-  def get(n: int) -> Node: return trace.nodes[n] if n >= 0 else rep.extra[n]
+  get = rep.get
   return {"format": "tinyplug-graph", "version": 1, "root": rep.roots[k],
           "nodes": [{"id": i, "op": get(i).op, "dtype": get(i).dtype, "arg": get(i).arg, "src": list(get(i).src)}
                     for i in ids]}

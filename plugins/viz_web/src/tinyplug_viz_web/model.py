@@ -3,10 +3,10 @@ deltas, match details, kernel code, the profile timeline, search, hot rules and 
 
 Everything here is plain data in, plain data (JSON-ready) out; the server runs it in worker threads."""
 from __future__ import annotations
-import linecache, os, threading
+import linecache, os, threading, time
 from collections import OrderedDict
 from typing import Any
-from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable, replay, source_lines
+from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable, source_lines
 from tinyplug_viz_web.reader import Context, Node, Step, Trace, TraceError, load_trace
 
 HOST_KINDS = ("schedule", "codegen", "compile")     # host work; run and copy spans go on their device's track
@@ -36,11 +36,16 @@ class TraceView:
       views = [Step(-1, c.id, None, "View tensor graph", c.loc or "", c.start, c.start, c.schedule["sink"],
                     c.schedule["sink"], [])]
       for n, item in enumerate(c.schedule["items"]):
-        kname = self.trace.contexts[item["ctx"]].display if item["ctx"] is not None else f"kernel {n}"
+        kname = self.trace.contexts[item["ctx"]].display if item["ctx"] is not None else self._item_name(item, n)
         views.append(Step(-1, c.id, None, f"View AST of {kname}", c.loc or "", c.start, c.start, item["ast"],
                           item["ast"], []))
       c.steps[:0] = views
       for i, s in enumerate(c.steps): s.index = i
+
+  def _item_name(self, item: dict, n: int) -> str:
+    """A schedule item that was not compiled in this trace: a copy, or a kernel compiled before tracing began."""
+    op = self.trace.nodes[item["ast"]].op
+    return op.lower() if op != "SINK" else f"kernel {n} (compiled before tracing)"
 
   # ---- contexts ----
   def contexts(self) -> dict:
@@ -51,8 +56,8 @@ class TraceView:
         "id": c.id, "kind": c.kind, "name": c.name, "display": c.display, "parent": c.parent, "loc": c.loc,
         "start": c.start - t.t0, "end": None if c.end is None else c.end - t.t0, "children": c.children, "pid": c.pid,
         "has_code": c.kernel is not None, "device": c.kernel["device"] if c.kernel else None,
-        "kernels": [{"ctx": i["ctx"], "name": t.contexts[i["ctx"]].display if i["ctx"] is not None else "?"}
-                    for i in c.schedule["items"]] if c.schedule else [],
+        "kernels": [{"ctx": i["ctx"], "name": t.contexts[i["ctx"]].display if i["ctx"] is not None
+                     else self._item_name(i, n)} for n, i in enumerate(c.schedule["items"])] if c.schedule else [],
         "steps": [{"i": s.index, "title": s.title, "pass": s.pass_name, "name": s.name, "caller": s.caller,
                    "matches": len(s.matches), "time_ns": s.end - s.start} for s in c.steps],
       })
@@ -61,39 +66,56 @@ class TraceView:
 
   # ---- steps ----
   def replay(self, ctx: int, step: int) -> tuple[Step, Replay]:
+    """The cached replay of a step (computed lazily: call `advance` under its lock, or use `replayed`)."""
     s = self.trace.step(ctx, step)
     key = (ctx, step)
     with self.lock:
       if key in self.replays:
         self.replays.move_to_end(key)
         return s, self.replays[key]
-    rep = replay(self.trace, s)
+    rep = Replay(self.trace, s)
+    rep.lock = threading.Lock()   # type: ignore[attr-defined]
     with self.lock:
-      self.replays[key] = rep
+      rep = self.replays.setdefault(key, rep)
       while len(self.replays) > 64: self.replays.popitem(last=False)
+    return s, rep
+
+  def replayed(self, ctx: int, step: int, k: int) -> tuple[Step, Replay]:
+    s, rep = self.replay(ctx, step)
+    with rep.lock: rep.advance(k)   # type: ignore[attr-defined]
     return s, rep
 
   def node(self, rep: Replay, n: int) -> Node: return self.trace.nodes[n] if n >= 0 else rep.extra[n]
 
-  def step_graph(self, ctx: int, step: int) -> dict:
-    """The input graph once plus one delta per match: what the browser needs to show every match of a step."""
+  def step_graph(self, ctx: int, step: int, start: int = 0, upto: int | None = None, budget_s: float = 0.35) -> dict:
+    """The input graph (when start is 0) plus display deltas for matches start+1..upto: what the browser needs.
+
+    Without `upto`, as many matches as fit in `budget_s` of replay (at least 100) are sent; the page asks for the
+    rest as the user steps on, so a step with thousands of matches opens as fast as a small one."""
     s, rep = self.replay(ctx, step)
-    ids = set(rep.base)
-    for added, _ in rep.deltas: ids.update(added)
-    nodes = {}
-    for i in ids:
-      n = self.node(rep, i)
-      nodes[i] = [n.op, n.dtype, n.arg, list(n.src)]
-    return {
-      "ctx": ctx, "step": step, "title": s.title, "caller": s.caller, "caller_src": _line(s.caller),
-      "time_ns": s.end - s.start, "nodes": nodes, "base": rep.base, "roots": rep.roots,
-      "matches": [{"added": a, "removed": r, "before": m.before, "after": m.after, "loc": m.location,
-                   "short": f"{short_path(m.file)}:{m.line}", "owner": m.owner, "time_ns": m.time_ns}
-                  for m, (a, r) in zip(s.matches, rep.deltas)],
-    }
+    total = len(s.matches)
+    if not 0 <= start <= total: raise KeyError(f"step {s.title!r} has matches 0..{total}, not {start}")
+    with rep.lock:   # type: ignore[attr-defined]
+      if upto is None:
+        deadline = time.perf_counter() + budget_s
+        k = max(start, len(rep.deltas))
+        while k < total and (k < start + 100 or time.perf_counter() < deadline):
+          k = min(total, k + 10)
+          rep.advance(k)
+        upto = max(k, start)
+      upto = max(start, min(upto, total))
+      rep.advance(upto)
+      out = {"ctx": ctx, "step": step, "title": s.title, "total": total, "start": start, "upto": upto,
+             "deltas": rep.display[start:upto]}
+      if start == 0:
+        out.update({"caller": s.caller, "caller_src": _line(s.caller), "time_ns": s.end - s.start,
+                    "nodes": rep.base_records(),
+                    "matches": [{"loc": m.location, "short": f"{short_path(m.file)}:{m.line}", "owner": m.owner,
+                                 "time_ns": m.time_ns} for m in s.matches]})
+    return out
 
   def match_detail(self, ctx: int, step: int, match: int) -> dict:
-    s, rep = self.replay(ctx, step)
+    s, rep = self.replayed(ctx, step, match)
     if not 1 <= match <= len(s.matches): raise KeyError(f"step {s.title!r} has matches 1..{len(s.matches)}, not {match}")
     m = s.matches[match - 1]
     return {"match": match, "loc": m.location, "file": m.file, "line": m.line, "owner": m.owner, "time_ns": m.time_ns,
@@ -101,7 +123,7 @@ class TraceView:
 
   def export_graph(self, ctx: int, step: int, match: int, fmt: str) -> str | dict:
     if fmt not in ("json", "dot"): raise KeyError(f"unknown graph export format {fmt!r}: use json or dot")
-    s, rep = self.replay(ctx, step)
+    s, rep = self.replayed(ctx, step, match)
     if not 0 <= match <= len(s.matches): raise KeyError(f"step {s.title!r} has matches 0..{len(s.matches)}, not {match}")
     if fmt == "dot": return graph_dot(self.trace, rep, match, f"{self.trace.contexts[ctx].display} {s.title} {match}")
     return graph_json(self.trace, rep, match)

@@ -69,7 +69,9 @@ def create_app(trace_path: str) -> Starlette:
                                                        run=view.trace.run if view else "")
     return HTMLResponse(html, status_code=200 if error is None else 422)
 
-  def step(view: TraceView, r: Request): return view.step_graph(_int(r, "ctx"), _int(r, "step"))
+  def step(view: TraceView, r: Request):
+    upto = r.query_params.get("upto")
+    return view.step_graph(_int(r, "ctx"), _int(r, "step"), _int(r, "from", 0), None if upto is None else _int(r, "upto"))
   def match(view: TraceView, r: Request): return view.match_detail(_int(r, "ctx"), _int(r, "step"), _int(r, "match"))
   def code(view: TraceView, r: Request): return view.code(_int(r, "ctx"))
   def profile(view: TraceView, r: Request): return view.profile()

@@ -46,6 +46,7 @@ def _kernel_times(view: TraceView) -> dict[int, list[int]]:
 def list_contexts(view: TraceView, out) -> None:
   t = view.trace
   times = _kernel_times(view)
+  info = view.contexts()["contexts"]
   print(f"run {t.run}: {t.path} ({len(t.files)} file{'s' if len(t.files) != 1 else ''}, {len(t.nodes)} nodes, "
         f"{len(t.spans)} profile spans)", file=out)
   for w in t.warnings: print(colored(f"warning: {w}", "yellow"), file=out)
@@ -59,9 +60,7 @@ def list_contexts(view: TraceView, out) -> None:
     print(f"{colored(f'{c.display:28s}', color)} {c.kind:8s}{dev}  {len(c.steps)} steps  {n_matches} matches{extra}"
           + (f"  {c.loc}" if c.loc else ""), file=out)
     if c.schedule:
-      for item in c.schedule["items"]:
-        kname = t.contexts[item["ctx"]].display if item["ctx"] is not None else "(not compiled in this trace)"
-        print(f"    kernel {kname}", file=out)
+      for k in info[c.id]["kernels"]: print(f"    kernel {k['name']}", file=out)
   tracks = view.profile()["tracks"]
   if tracks:
     print("profile tracks: " + ", ".join(f"{tr['name']} ({len(tr['events'])})" for tr in tracks), file=out)
@@ -70,9 +69,9 @@ def print_context(view: TraceView, c: Context, out) -> None:
   print(f"{colored(c.display, 'cyan')}  {c.kind}" + (f"  at {c.loc}" if c.loc else ""), file=out)
   if c.schedule:
     print(f"kernels ({len(c.schedule['items'])}):", file=out)
-    for n, item in enumerate(c.schedule["items"], 1):
-      kname = view.trace.contexts[item["ctx"]].display if item["ctx"] is not None else "?"
-      print(f"  {n:3d} {kname}  ({item['bufs']} buffers)", file=out)
+    names = view.contexts()["contexts"][c.id]["kernels"]
+    for n, (item, k) in enumerate(zip(c.schedule["items"], names), 1):
+      print(f"  {n:3d} {k['name']}  ({item['bufs']} buffers)", file=out)
   print("steps:", file=out)
   for s in c.steps:
     print(f"  {s.index:3d} {s.title:40s} {len(s.matches):5d} matches  {_us(s.end - s.start)}  {short_path(s.caller)}", file=out)
@@ -80,7 +79,7 @@ def print_context(view: TraceView, c: Context, out) -> None:
 def print_step(view: TraceView, c: Context, s: Step, match: int | None, out) -> None:
   t = view.trace
   rep = replay(t, s)
-  def get(n: int): return t.nodes[n] if n >= 0 else rep.extra[n]
+  get = rep.get
   print(colored(f"{c.display} / {s.title}", "cyan") + f"  ({len(s.matches)} matches, {_us(s.end - s.start).strip()}, "
         f"called at {s.caller})", file=out)
   if match is None:

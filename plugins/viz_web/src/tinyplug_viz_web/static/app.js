@@ -63,8 +63,9 @@ function go(changes, replace = false) {
   writeHash(next, replace);
   apply(next);
 }
-window.addEventListener("popstate", () => apply(readHash()));
-window.addEventListener("hashchange", () => apply(readHash()));
+// back/forward and edited links: hashchange covers both (history.pushState itself fires nothing)
+window.addEventListener("hashchange", () => { const s = readHash(); if (JSON.stringify(s) !== JSON.stringify(lastApplied)) apply(s); });
+let lastApplied = null;
 
 // ------------------------------------------------------------------------------------------------------- sidebar
 function renderSidebar() {
@@ -127,6 +128,7 @@ $("#btn-prof-fit").onclick = () => { if (prof) { prof.t0 = 0; prof.t1 = prof.dat
 
 async function apply(next) {
   Object.assign(state, next);
+  lastApplied = {ctx: state.ctx, step: state.step, match: state.match, view: state.view, node: state.node};
   if (state.ctx != null && (state.ctx < 0 || state.ctx >= TRACE.contexts.length)) { showError(`no context ${state.ctx} in this trace`); state.ctx = null; }
   renderSidebar();
   showView(state.view);
@@ -176,111 +178,182 @@ function labelLines(n) {
   if (arg) for (let i = 0; i < arg.length && lines.length < 5; i += 36) lines.push(arg.slice(i, i + 36) + (i + 36 < arg.length && lines.length === 4 ? "…" : ""));
   return lines;
 }
-function setsFor(data) {
-  // sets[k]: node ids of the graph after k matches, built lazily from the deltas
-  const sets = [new Set(data.base)];
-  return {get(k) {
-    for (let i = sets.length; i <= k; i++) {
-      const s = new Set(sets[i - 1]);
-      const m = data.matches[i - 1];
-      for (const r of m.removed) s.delete(r);
-      for (const a of m.added) s.add(a);
-      sets.push(s);
-    }
-    return sets[k];
-  }};
+// graphs[k]: Map(display id -> [op, dtype, arg, src ids]) after k matches, built lazily from the deltas
+function graphAt(st, k) {
+  const g = st.graphs;
+  if (!g.length) g.push(new Map(Object.entries(st.data.nodes).map(([id, rec]) => [+id, rec])));
+  for (let i = g.length; i <= k; i++) {
+    const m = new Map(g[i - 1]), d = st.deltas[i - 1];
+    for (const r of d.removed) m.delete(r);
+    for (const [id, rec] of Object.entries(d.added)) m.set(+id, rec);
+    for (const [id, src] of Object.entries(d.changed)) { const old = m.get(+id); if (old) m.set(+id, [old[0], old[1], old[2], src]); }
+    g.push(m);
+  }
+  return g[k];
 }
-async function loadStep(ctx, step) {
+async function loadStep(ctx, step, k = 0) {
   const key = `${ctx}:${step}`;
   if (!stepCache.has(key)) {
     const data = await api(`/api/step?ctx=${ctx}&step=${step}`);
-    stepCache.set(key, {key, data, sets: setsFor(data), layouts: new Map()});
+    stepCache.set(key, {key, data, deltas: data.deltas, graphs: [], layouts: new Map()});
   }
-  return stepCache.get(key);
+  const st = stepCache.get(key);
+  while (st.deltas.length < Math.min(k, st.data.total)) {   // later matches arrive in chunks, as one steps on
+    const more = await api(`/api/step?ctx=${ctx}&step=${step}&from=${st.deltas.length}`);
+    st.deltas.push(...more.deltas);
+  }
+  return st;
 }
 async function showGraph() {
   $("#welcome").hidden = state.ctx != null && state.step != null;
   if (state.ctx == null || state.step == null) {
-    $("#viewport").innerHTML = ""; renderDetails(null); document.body.dataset.ready = "home"; return;
+    $("#viewport").innerHTML = ""; graphGeom = null; renderDetails(null); document.body.dataset.ready = "home"; return;
   }
   const t0 = performance.now();
   const want = `${state.ctx}:${state.step}:${state.match}`;
   $("#graph-status").textContent = "loading…";
-  const st = await loadStep(state.ctx, state.step);
+  const st = await loadStep(state.ctx, state.step, state.match);
+  const tFetch = performance.now() - t0;
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
-  const nm = st.data.matches.length;
+  const nm = st.data.total;
   if (state.match > nm || state.match < 0) { state.match = Math.max(0, Math.min(nm, state.match)); writeHash(state, true); }
   renderDetails(st);
   const k = state.match;
-  const ids = st.sets.get(k);
-  const changed = new Set(k > 0 ? st.data.matches[k - 1].added : []);
-  $("#graph-status").textContent = `laying out ${ids.size} nodes…`;
+  const graph = graphAt(st, k);
+  const changed = new Set();
+  if (k > 0) {
+    const d = st.deltas[k - 1];
+    for (const id of Object.keys(d.added)) changed.add(+id);
+    for (const id of Object.keys(d.changed)) changed.add(+id);
+    if (d.after != null && graph.has(d.after)) changed.add(d.after);   // the replacement itself
+  }
+  $("#graph-status").textContent = `laying out ${graph.size} nodes…`;
   let lay = st.layouts.get(k);
   if (!lay) {
     const nodes = [], edges = [];
-    for (const id of ids) {
-      const n = st.data.nodes[id];
+    for (const [id, n] of graph) {
       const lines = labelLines(n);
       nodes.push({id, w: Math.max(...lines.map(l => l.length)) * CHAR_W + 14, h: lines.length * LINE_H + 8});
-      for (const s of n[3]) if (ids.has(s)) edges.push([s, id]);
+      for (const s of n[3]) if (graph.has(s)) edges.push([s, id]);
     }
     lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker.postMessage({id, nodes, edges}); });
     st.layouts.set(k, lay);
   }
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
-  drawGraph(st, ids, lay, changed);
-  if (state.node != null && ids.has(state.node)) selectNode(state.node, true);
-  else if (!drawGraph.keepView) fitGraph();
+  const tLayout = performance.now() - t0;
+  graphSize();
+  drawGraph(graph, lay, changed);
+  const tDraw = performance.now() - t0;
+  if (state.node != null && graph.has(state.node)) selectNode(state.node, true);
+  else fitGraph();
+  await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));   // count the paint in "shown in"
   const ms = performance.now() - t0;
-  $("#graph-status").textContent = `${ids.size} nodes · ${nm} matches · layout ${lay.ms.toFixed(0)} ms · shown in ${ms.toFixed(0)} ms`;
-  window.__vizLast = {nodes: ids.size, ms, layout_ms: lay.ms};
+  $("#graph-status").textContent = `${graph.size} nodes · ${nm} matches · layout ${lay.ms.toFixed(0)} ms · shown in ${ms.toFixed(0)} ms`;
+  window.__vizLast = {nodes: graph.size, ms, layout_ms: lay.ms};
   document.body.dataset.ready = `graph:${want}`;
 }
 let graphGeom = null;
-function drawGraph(st, ids, lay, changed) {
-  const parts = [], edgeParts = [];
-  const nodes = st.data.nodes;
+const CANVAS_OVER = 1500;   // graphs bigger than this are drawn on a canvas (SVG paints too slowly)
+function drawGraph(graph, lay, changed) {
   const size = {};
-  for (const id of ids) {
-    const n = nodes[id], lines = labelLines(n);
-    const w = Math.max(...lines.map(l => l.length)) * CHAR_W + 14, h = lines.length * LINE_H + 8;
-    size[id] = [w, h];
-    const [x, y] = lay.pos[id];
-    const cls = "node" + (changed.has(id) ? " changed" : "");
-    let text = "";
-    lines.forEach((l, i) => text += `<tspan x="7" y="${(i + 1) * LINE_H}">${esc(l)}</tspan>`);
-    parts.push(`<g class="${cls}" data-id="${id}" transform="translate(${x.toFixed(1)},${y.toFixed(1)})"><rect width="${w.toFixed(1)}" height="${h}" rx="4" fill="${OP_COLORS[n[0]] || "#f0f0f0"}"/><text>${text}</text></g>`);
+  for (const [id, n] of graph) {
+    const lines = labelLines(n);
+    size[id] = [Math.max(...lines.map(l => l.length)) * CHAR_W + 14, lines.length * LINE_H + 8];
   }
-  for (const id of ids) {
-    const [x, y] = lay.pos[id], [, h] = size[id];
-    const srcs = nodes[id][3];
-    srcs.forEach((s, port) => {
-      if (!ids.has(s)) return;
-      const [sx, sy] = lay.pos[s], [sw, sh] = size[s];
-      const x1 = sx + sw, y1 = sy + sh / 2, x2 = x, y2 = y + h / 2 + (srcs.length > 1 ? (port - (srcs.length - 1) / 2) * Math.min(8, h / (srcs.length + 1)) : 0);
-      const dx = Math.max(20, (x2 - x1) / 2);
-      edgeParts.push(`<path class="edge" data-from="${s}" data-to="${id}" marker-end="url(#arrow)" d="M${x1.toFixed(1)},${y1.toFixed(1)} C${(x1 + dx).toFixed(1)},${y1.toFixed(1)} ${(x2 - dx).toFixed(1)},${y2.toFixed(1)} ${x2.toFixed(1)},${y2.toFixed(1)}"/>`);
-    });
-  }
-  let box = "";
+  let box = null;
   if (changed.size) {
     let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
     for (const id of changed) if (lay.pos[id]) {
       const [x, y] = lay.pos[id], [w, h] = size[id];
       x0 = Math.min(x0, x); y0 = Math.min(y0, y); x1 = Math.max(x1, x + w); y1 = Math.max(y1, y + h);
     }
-    if (isFinite(x0)) box = `<rect class="change-box" x="${x0 - 8}" y="${y0 - 8}" width="${x1 - x0 + 16}" height="${y1 - y0 + 16}" rx="6"/>`;
+    if (isFinite(x0)) box = [x0 - 8, y0 - 8, x1 - x0 + 16, y1 - y0 + 16];
   }
-  $("#viewport").innerHTML = box + `<g class="edges">${edgeParts.join("")}</g><g class="nodes">${parts.join("")}</g>`;
-  $("#graph").dataset.nodes = ids.size;
-  graphGeom = {pos: lay.pos, size, width: lay.width, height: lay.height, changed, st, ids};
+  const useCanvas = graph.size > CANVAS_OVER;
+  graphGeom = {pos: lay.pos, size, width: lay.width, height: lay.height, changed, graph, canvas: useCanvas, box, sel: null};
+  $("#graph").dataset.nodes = graph.size;
+  $("#graph").dataset.renderer = useCanvas ? "canvas" : "svg";
+  $("#graph-canvas").hidden = !useCanvas;
+  if (useCanvas) { $("#viewport").innerHTML = ""; return; }
+  const parts = [], edgeParts = [];
+  for (const [id, n] of graph) {
+    const lines = labelLines(n), [w, h] = size[id], [x, y] = lay.pos[id];
+    let text = "";
+    lines.forEach((l, i) => text += `<tspan x="7" y="${(i + 1) * LINE_H}">${esc(l)}</tspan>`);
+    parts.push(`<g class="node${changed.has(id) ? " changed" : ""}" data-id="${id}" transform="translate(${x.toFixed(1)},${y.toFixed(1)})"><rect width="${w.toFixed(1)}" height="${h}" rx="4" fill="${OP_COLORS[n[0]] || "#f0f0f0"}"/><text>${text}</text></g>`);
+  }
+  for (const [id, n] of graph) for (const e of edgesInto(id, n, graph)) edgeParts.push(`<path class="edge" data-from="${e.s}" data-to="${id}" marker-end="url(#arrow)" d="${e.d}"/>`);
+  $("#viewport").innerHTML = (box ? `<rect class="change-box" x="${box[0]}" y="${box[1]}" width="${box[2]}" height="${box[3]}" rx="6"/>` : "") +
+    `<g class="edges">${edgeParts.join("")}</g><g class="nodes">${parts.join("")}</g>`;
+}
+function edgesInto(id, n, graph) {
+  const {pos, size} = graphGeom, [x, y] = pos[id], h = size[id][1], srcs = n[3], out = [];
+  srcs.forEach((s, port) => {
+    if (!graph.has(s)) return;
+    const [sx, sy] = pos[s], [sw, sh] = size[s];
+    const x1 = sx + sw, y1 = sy + sh / 2, x2 = x, y2 = y + h / 2 + (srcs.length > 1 ? (port - (srcs.length - 1) / 2) * Math.min(8, h / (srcs.length + 1)) : 0);
+    const dx = Math.max(20, (x2 - x1) / 2);
+    out.push({s, x1, y1, x2, y2, dx, d: `M${x1.toFixed(1)},${y1.toFixed(1)} C${(x1 + dx).toFixed(1)},${y1.toFixed(1)} ${(x2 - dx).toFixed(1)},${y2.toFixed(1)} ${x2.toFixed(1)},${y2.toFixed(1)}`});
+  });
+  return out;
+}
+function drawCanvas() {
+  const g = graphGeom;
+  if (!g || !g.canvas) return;
+  const cv = $("#graph-canvas"), r = graphSize(), dpr = window.devicePixelRatio || 1;
+  if (cv.width !== Math.round(r.width * dpr)) { cv.width = Math.round(r.width * dpr); cv.height = Math.round(r.height * dpr); }
+  const c = cv.getContext("2d");
+  c.setTransform(1, 0, 0, 1, 0, 0); c.clearRect(0, 0, cv.width, cv.height);
+  c.setTransform(dpr * view.k, 0, 0, dpr * view.k, dpr * view.x, dpr * view.y);
+  const vx0 = -view.x / view.k, vy0 = -view.y / view.k, vx1 = vx0 + r.width / view.k, vy1 = vy0 + r.height / view.k;
+  const visible = (id) => { const [x, y] = g.pos[id], [w, h] = g.size[id]; return x + w >= vx0 && x <= vx1 && y + h >= vy0 && y <= vy1; };
+  if (g.box) { c.fillStyle = "#ff9e6418"; c.strokeStyle = "#ff9e64"; c.lineWidth = 1 / view.k; c.fillRect(...g.box); c.strokeRect(...g.box); }
+  c.lineWidth = 1.2 / Math.max(view.k, 0.5);
+  const sel = g.sel;
+  for (const hot of [false, true]) {
+    c.strokeStyle = hot ? "#7aa2f7" : "#4b5178";
+    c.beginPath();
+    for (const [id, n] of g.graph) {
+      const isHot = sel != null && (id === sel || n[3].includes(sel));
+      if (isHot !== hot) continue;
+      if (!visible(id) && !n[3].some(visible)) continue;
+      for (const e of edgesInto(id, n, g.graph)) {
+        if (hot && id !== sel && e.s !== sel) continue;
+        c.moveTo(e.x1, e.y1); c.bezierCurveTo(e.x1 + e.dx, e.y1, e.x2 - e.dx, e.y2, e.x2, e.y2);
+      }
+    }
+    c.stroke();
+  }
+  const showText = view.k * LINE_H >= 5;
+  c.font = "11px monospace"; c.textBaseline = "alphabetic";
+  const parents = sel != null ? new Set(g.graph.get(sel)[3]) : new Set();
+  for (const [id, n] of g.graph) {
+    if (!visible(id)) continue;
+    const [x, y] = g.pos[id], [w, h] = g.size[id];
+    c.fillStyle = OP_COLORS[n[0]] || "#f0f0f0"; c.fillRect(x, y, w, h);
+    const ring = id === sel ? "#ffffff" : parents.has(id) ? "#9ece6a" : sel != null && n[3].includes(sel) ? "#f7768e" : g.changed.has(id) ? "#ff9e64" : null;
+    if (ring) { c.strokeStyle = ring; c.lineWidth = 3 / Math.max(view.k, 0.3); c.strokeRect(x, y, w, h); }
+    if (showText) { c.fillStyle = "#111"; labelLines(n).forEach((l, i) => c.fillText(l, x + 7, y + (i + 1) * LINE_H)); }
+  }
+}
+function nodeAt(px, py) {
+  const g = graphGeom, x = (px - view.x) / view.k, y = (py - view.y) / view.k;
+  for (const [id] of g.graph) { const [nx, ny] = g.pos[id], [w, h] = g.size[id]; if (x >= nx && x <= nx + w && y >= ny && y <= ny + h) return id; }
+  return null;
 }
 // zoom and pan with the mouse
 const view = {x: 0, y: 0, k: 1};
-function applyView() { $("#viewport").setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`); }
+let canvasFrame = 0;
+function applyView() {
+  $("#viewport").setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
+  if (graphGeom && graphGeom.canvas && !canvasFrame) canvasFrame = requestAnimationFrame(() => { canvasFrame = 0; drawCanvas(); });
+}
+let svgSize = null;
+function graphSize() { return svgSize || (svgSize = $("#graph-view").getBoundingClientRect()); }
+window.addEventListener("resize", () => { svgSize = null; });
 function fitGraph() {
   if (!graphGeom) return;
-  const r = $("#graph").getBoundingClientRect();
+  const r = graphSize();
   const pad = 30;
   let {width, height} = graphGeom;
   let x0 = 0, y0 = 0;
@@ -295,7 +368,7 @@ function fitGraph() {
   applyView();
 }
 function centreOn(id, k) {
-  const r = $("#graph").getBoundingClientRect();
+  const r = graphSize();
   const [x, y] = graphGeom.pos[id], [w, h] = graphGeom.size[id];
   view.k = k ?? Math.max(view.k, 0.8);
   view.x = r.width / 2 - (x + w / 2) * view.k; view.y = r.height / 2 - (y + h / 2) * view.k;
@@ -323,27 +396,33 @@ function centreOn(id, k) {
     if (!drag) return;
     const moved = drag.moved; drag = null; svg.classList.remove("dragging");
     if (moved) return;
-    const g = e.target.closest && e.target.closest("g.node");
-    if (g) { const id = +g.dataset.id; go({node: id}, true); selectNode(id, false); }
+    let g = e.target.closest && e.target.closest("g.node");
+    let hitId = g ? +g.dataset.id : null;
+    if (graphGeom && graphGeom.canvas && e.target.closest && e.target.closest("#graph")) {
+      const r = graphSize(); hitId = nodeAt(e.clientX - r.left, e.clientY - r.top); g = hitId != null;
+    }
+    if (g) { go({node: hitId}, true); selectNode(hitId, false); }
     else if (e.target.closest && e.target.closest("#graph")) { clearSelection(); if (state.node != null) go({node: null}, true); }
   });
 })();
 function clearSelection() {
+  if (graphGeom && graphGeom.canvas) { graphGeom.sel = null; drawCanvas(); }
   document.querySelectorAll("g.node.selected, g.node.parent, g.node.child").forEach(g => g.classList.remove("selected", "parent", "child"));
   document.querySelectorAll("path.edge.hot").forEach(p => p.classList.remove("hot"));
   $("#node-info").innerHTML = "";
 }
 function selectNode(id, centre) {
-  if (!graphGeom || !graphGeom.ids.has(id)) return;
+  if (!graphGeom || !graphGeom.graph.has(id)) return;
   clearSelection();
-  const nodes = graphGeom.st.data.nodes, n = nodes[id];
+  const graph = graphGeom.graph, n = graph.get(id);
+  if (graphGeom.canvas) { graphGeom.sel = id; drawCanvas(); }
   const g = document.querySelector(`g.node[data-id="${id}"]`);
   if (g) g.classList.add("selected");
   for (const s of n[3]) document.querySelector(`g.node[data-id="${s}"]`)?.classList.add("parent");
-  const users = [...graphGeom.ids].filter(u => nodes[u][3].includes(id));
+  const users = [...graph.keys()].filter(u => graph.get(u)[3].includes(id));
   for (const u of users) document.querySelector(`g.node[data-id="${u}"]`)?.classList.add("child");
   document.querySelectorAll(`path.edge[data-from="${id}"], path.edge[data-to="${id}"]`).forEach(p => p.classList.add("hot"));
-  const ref = (x) => `<a href="#" class="noderef" data-node="${x}">#${x} ${esc(nodes[x][0])}</a>`;
+  const ref = (x) => `<a href="#" class="noderef" data-node="${x}">#${x} ${esc((graph.get(x) || ["?"])[0])}</a>`;
   $("#node-info").innerHTML = `<h3>Node #${id}</h3><div class="kv">op <b>${esc(n[0])}</b></div><div class="kv">dtype <b>${esc(n[1])}</b></div>` +
     (n[2] ? `<div class="kv">arg <b class="mono">${esc(n[2])}</b></div>` : "") +
     `<div class="kv">sources: ${n[3].map(ref).join(", ") || "none"}</div><div class="kv">used by: ${users.map(ref).join(", ") || "none"}</div>`;
@@ -365,7 +444,7 @@ function renderDetails(st) {
     const d = st.data;
     h += `<h3>${esc(d.title)}</h3><div class="kv">${d.matches.length} matches · ${fmtTime(d.time_ns)}</div><div class="loc">${esc(d.caller)}</div>`;
     if (d.caller_src) h += `<pre class="src">${HL.highlight(d.caller_src, "c")}</pre>`;
-    $("#match-list").innerHTML = d.matches.length ? [`<span class="chip${state.match === 0 ? " selected" : ""}" data-match="0">0</span>`,
+    $("#match-list").innerHTML = d.total > 400 ? `<span class="muted">match ${state.match} of ${d.total} (← →)</span>` : d.matches.length ? [`<span class="chip${state.match === 0 ? " selected" : ""}" data-match="0">0</span>`,
       ...d.matches.map((m, i) => `<span class="chip${state.match === i + 1 ? " selected" : ""}" data-match="${i + 1}" title="${esc(m.short)} (${esc(m.owner)})">${i + 1}</span>`)].join("") : "";
     showMatch(st);
   } else { $("#match-list").innerHTML = ""; $("#match-info").innerHTML = ""; }
@@ -375,14 +454,15 @@ $("#match-list").addEventListener("click", (e) => { const c = e.target.closest("
 async function showMatch(st) {
   const k = state.match, box = $("#match-info");
   if (!k) { box.innerHTML = st.data.matches.length ? `<div class="muted">the input graph; press → to step through the ${st.data.matches.length} matches</div>` : `<div class="muted">no pattern matched in this step</div>`; return; }
-  const m = st.data.matches[k - 1];
-  box.innerHTML = `<h3>Match ${k}</h3><div class="loc">${esc(m.loc)}</div><div class="kv">plugin <b>${esc(m.owner)}</b> · ${fmtTime(m.time_ns)} · +${m.added.length} −${m.removed.length} nodes</div><div class="muted">loading…</div>`;
+  const m = st.data.matches[k - 1], dl = st.deltas[k - 1];
+  const counts = dl ? `+${Object.keys(dl.added).length} −${dl.removed.length} ~${Object.keys(dl.changed).length} nodes` : "";
+  box.innerHTML = `<h3>Match ${k}</h3><div class="loc">${esc(m.loc)}</div><div class="kv">plugin <b>${esc(m.owner)}</b> · ${fmtTime(m.time_ns)}</div><div class="muted">loading…</div>`;
   const want = `${state.ctx}:${state.step}:${k}`;
   const d = await api(`/api/match?ctx=${state.ctx}&step=${state.step}&match=${k}`);
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
   const src = d.source.map(([ln, text]) => `<span class="${ln === d.line ? "cur" : ""}"><span class="ln">${String(ln).padStart(4)} </span>${HL.highlight(text, "c")}</span>`).join("\n");
   const diff = d.diff.map(l => `<span class="${l.startsWith("@@") ? "d-hunk" : l.startsWith("+") ? "d-add" : l.startsWith("-") ? "d-del" : ""}">${esc(l)}</span>`).join("\n");
-  box.innerHTML = `<h3>Match ${k}: pattern</h3><div class="loc">${esc(d.loc)}</div><div class="kv">plugin <b>${esc(d.owner)}</b> · ${fmtTime(d.time_ns)} · +${m.added.length} −${m.removed.length} nodes</div>` +
+  box.innerHTML = `<h3>Match ${k}: pattern</h3><div class="loc">${esc(d.loc)}</div><div class="kv">plugin <b>${esc(d.owner)}</b> · ${fmtTime(d.time_ns)} · ${counts}</div>` +
     (src ? `<pre class="src">${src}</pre>` : "") + `<h3>Replaced expression</h3><pre class="diff" id="diff">${diff}</pre>`;
 }
 

@@ -1,0 +1,45 @@
+"""Helpers that record real traces for the tests, through the same Recorder the plugin uses."""
+from __future__ import annotations
+import contextlib, os
+from tinyplug import events
+from tinyplug_viz_web.capture import Recorder
+from tinyplug_viz_web.plugin import CAPTURED_KINDS
+
+@contextlib.contextmanager
+def recording(folder: str, run: str = "test-run"):
+  """Record everything the core emits inside the block into `folder` (no plugin manager involved)."""
+  rec = Recorder(os.path.abspath(folder), run, worker=False)
+  subs = [(kind, getattr(rec, f"on_{kind}")) for kind in CAPTURED_KINDS]
+  for kind, cb in subs: events.subscribe(kind, cb, "viz_web-test")
+  try: yield rec
+  finally:
+    for kind, cb in subs: events.unsubscribe(kind, cb)
+    rec.writer.close()
+
+def add_two_vectors() -> None:
+  """The seed's first example on hand-built UOps: (a + b).realize() on two empty float vectors of 3."""
+  from tinyplug.engine.realize import realize
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
+  a = UOp.new_buffer("PYTHON", 3, dtypes.float)
+  b = UOp.new_buffer("PYTHON", 3, dtypes.float)
+  realize([UOp(Ops.ADD, dtypes.float, (a, b))])
+
+def simplify_example() -> None:
+  """A kernel whose symbolic pass removes a multiply by 1 and an add of 0 (the seed's third example)."""
+  from tinyplug.engine.realize import realize
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import UOp
+  c = UOp.new_buffer("PYTHON", 16, dtypes.float)
+  realize([(c * 1.0 + 0.0) * 2.0])
+
+def big_rewrite(n_terms: int = 1250) -> None:
+  """One graph_rewrite on a ~5,000-node graph (a balanced sum of x_i*1 + 0 terms) with n_terms*2 matches."""
+  from tinyplug.uop.ops import UOp
+  from tinyplug.uop.rewrite import graph_rewrite
+  from tinyplug.uop.symbolic import symbolic
+  terms = [UOp.variable(f"v{i}", 0, 100 + i) * 1 + 0 for i in range(n_terms)]
+  while len(terms) > 1:
+    terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+  with events.scope("kernel", "big_graph"):
+    graph_rewrite(terms[0].sink(), symbolic, name="big symbolic")
