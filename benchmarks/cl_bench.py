@@ -1,0 +1,136 @@
+"""tinyplug on CL (OpenCL, e.g. PoCL on the CPU) beside tinygrad's CL backend on the same OpenCL device, in one run.
+
+  python benchmarks/cl_bench.py                 # every workload, both frameworks, a table of ratios
+  python benchmarks/cl_bench.py --quick         # smaller sizes, one repetition (a smoke test)
+  python benchmarks/cl_bench.py --only matmul   # workloads whose name contains a word
+
+Each framework runs in its own subprocess (tinygrad with DEV=CL), so neither sees the other's caches or threads.
+Times are wall-clock seconds from building the graph to the result being on the device (synchronized), best of
+several runs after a warm-up (compile excluded), except "first result", which is the cold path: a graph never seen
+before, scheduled, compiled and run. The ratio is tinyplug / tinygrad: below 1 means tinyplug is faster."""
+from __future__ import annotations
+import argparse, json, os, random, subprocess, sys, time
+import numpy as np
+
+def workloads(quick: bool) -> list[tuple[str, dict]]:
+  mm = (256, 512) if quick else (512, 1024, 2048)
+  n = 1 << 20 if quick else 1 << 24
+  sm = 1024 if quick else 4096
+  return [(f"matmul fp32 {s}", {"kind": "matmul", "n": s}) for s in mm] + [
+    (f"fused ((a*b)+c).relu()*0.5, {n >> 20}M", {"kind": "chain", "n": n}),
+    (f"sum of {n >> 20}M floats", {"kind": "sum", "n": n}),
+    (f"row softmax {sm}x{sm}", {"kind": "softmax", "n": sm}),
+    ("conv2d b32 3->32 32x32 3x3", {"kind": "conv", "b": 8 if quick else 32}),
+    ("first result of a new elementwise graph", {"kind": "first"}),
+    ("tiny realized op (16 floats)", {"kind": "tiny"}),
+  ]
+
+# ---------------- running one framework (in a subprocess) ----------------
+
+def _framework(name: str):
+  if name == "tinygrad":
+    from tinygrad import Tensor, Device
+    dev = Device.DEFAULT
+    return Tensor, dev, lambda: Device[dev].synchronize()
+  from tinyplug import Tensor
+  from tinyplug.device import Device
+  return Tensor, "CL", lambda: Device["CL"].synchronize()
+
+def _best(fn, sync, reps: int) -> float:
+  fn(); sync()                     # warm-up: compiles
+  best = float("inf")
+  for _ in range(reps):
+    st = time.perf_counter()
+    fn(); sync()
+    best = min(best, time.perf_counter() - st)
+  return best
+
+def run_one(framework: str, cfg: dict, reps: int) -> float:
+  Tensor, dev, sync = _framework(framework)
+  rng = np.random.default_rng(0)
+  def tensor(*shape):
+    return Tensor(rng.standard_normal(shape, dtype=np.float32), device=dev).realize()
+  kind = cfg["kind"]
+  if kind == "matmul":
+    a, b = tensor(cfg["n"], cfg["n"]), tensor(cfg["n"], cfg["n"])
+    return _best(lambda: (a @ b).realize(), sync, reps)
+  if kind == "chain":
+    a, b, c = tensor(cfg["n"]), tensor(cfg["n"]), tensor(cfg["n"])
+    return _best(lambda: (((a * b) + c).relu() * 0.5).realize(), sync, reps)
+  if kind == "sum":
+    a = tensor(cfg["n"])
+    return _best(lambda: a.sum().realize(), sync, reps)
+  if kind == "softmax":
+    a = tensor(cfg["n"], cfg["n"])
+    return _best(lambda: a.softmax(-1).realize(), sync, reps)
+  if kind == "conv":
+    x, w = tensor(cfg["b"], 3, 32, 32), tensor(32, 3, 3, 3)
+    return _best(lambda: x.conv2d(w).realize(), sync, reps)
+  if kind == "first":
+    a = tensor(64, 64)
+    best = float("inf")
+    for _ in range(max(reps, 1)):
+      k1, k2 = random.random(), random.random()      # a graph (and kernel) nobody has compiled before
+      st = time.perf_counter()
+      (a * k1 + k2).relu().numpy()
+      best = min(best, time.perf_counter() - st)
+    return best
+  if kind == "tiny":
+    a = tensor(16)
+    return _best(lambda: (a + 1).realize(), sync, max(reps, 20))
+  raise ValueError(kind)
+
+def child(framework: str, quick: bool, only: str | None, reps: int) -> None:
+  out = {}
+  for name, cfg in workloads(quick):
+    if only and only.lower() not in name.lower(): continue
+    try: out[name] = run_one(framework, cfg, reps)
+    except Exception as e: out[name] = f"{type(e).__name__}: {str(e)[:200]}"
+    print(json.dumps({name: out[name]}), flush=True)
+
+# ---------------- the parent: both frameworks, one table ----------------
+
+def measure(framework: str, args) -> dict:
+  env = {**os.environ, "DEV": "CL"}
+  env.pop("DEBUG", None)
+  cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, "--reps", str(args.reps)]
+  if args.quick: cmd.append("--quick")
+  if args.only: cmd += ["--only", args.only]
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+  results = {}
+  for line in proc.stdout.splitlines():
+    if line.startswith("{"): results.update(json.loads(line))
+  if proc.returncode != 0 and not results:
+    results["(failed)"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+  return results
+
+def _fmt(t) -> str:
+  if isinstance(t, str): return "error"
+  return f"{t * 1e3:10.2f} ms" if t >= 1e-3 else f"{t * 1e6:10.1f} us"
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+  ap.add_argument("--only", default=None, help="run the workloads whose name contains this")
+  ap.add_argument("--reps", type=int, default=5, help="timed repetitions after the warm-up (best is kept)")
+  ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+  args = ap.parse_args()
+  if args.child: return child(args.child, args.quick, args.only, args.reps)
+  from tinyplug.device import Device
+  if "CL" not in Device.available():
+    sys.exit(f"CL is unavailable: {Device._manager().device_available('CL')[1]}")
+  from tinyplug_opencl import cl as clapi
+  p, d = clapi.all_devices()[0]
+  print(f"device: {clapi.device_str(d, clapi.CL_DEVICE_NAME)} ({clapi.platform_str(p, clapi.CL_PLATFORM_VERSION)})")
+  tp, tg = measure("tinyplug", args), measure("tinygrad", args)
+  print(f"{'workload':44s} {'tinyplug':>13s} {'tinygrad':>13s} {'ratio':>7s}")
+  for name in dict.fromkeys(list(tp) + list(tg)):
+    a, b = tp.get(name, "missing"), tg.get(name, "missing")
+    ratio = f"{a / b:7.2f}" if isinstance(a, float) and isinstance(b, float) and b > 0 else "      -"
+    print(f"{name:44s} {_fmt(a):>13s} {_fmt(b):>13s} {ratio}")
+    for who, v in (("tinyplug", a), ("tinygrad", b)):
+      if isinstance(v, str) and v != "missing": print(f"    {who}: {v}")
+  print("ratio = tinyplug time / tinygrad time (below 1: tinyplug is faster)")
+
+if __name__ == "__main__":
+  main()
