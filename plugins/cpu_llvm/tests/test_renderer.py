@@ -256,3 +256,20 @@ def test_bool_buffers(run):
   np.testing.assert_array_equal(out, a ^ b)
   out = run_elementwise(run, lambda x, y: alu(Ops.WHERE, dtypes.bool, x, y, x), [a, b], dtypes.bool, None)
   np.testing.assert_array_equal(out, np.where(a, b, a))
+
+def test_reassociation_only_for_contiguous_reductions():
+  from tinyplug_cpu_llvm import LLVMRenderer
+  def reduce_prog(stride):
+    out, inp = glob(0, dtypes.float, 4), glob(1, dtypes.float, 4 * 64)
+    r, k = rng(4, 0), rng(64, 1, "reduce")
+    acc = UOp(Ops.DEFINE_REG, dtypes.float.ptr(1), arg=0)
+    slot = idx(acc, c(0))
+    i = alu(Ops.ADD, dtypes.int, alu(Ops.MUL, dtypes.int, k, c(stride)), alu(Ops.MUL, dtypes.int, r, c(64 // stride)))
+    x = load(idx(inp, i), dtypes.float)
+    cur = UOp(Ops.LOAD, dtypes.float, (slot,), arg=("acc", 0, "in"))
+    upd = alu(Ops.ADD, dtypes.float, cur, x)
+    fin = UOp(Ops.LOAD, dtypes.float, (slot,), arg=("acc", 0, "out"))
+    return [out, inp, r, acc, slot, store(slot, c(0.0, dtypes.float)), k, *i.src[0].src[:0], i.src[0], i.src[1], i,
+            idx(inp, i), x, cur, upd, store(slot, upd), end(k), fin, store(idx(out, r), fin), end(r)]
+  assert "fadd reassoc contract" in LLVMRenderer().render("k", reduce_prog(1))
+  assert "reassoc" not in LLVMRenderer().render("k", reduce_prog(4))

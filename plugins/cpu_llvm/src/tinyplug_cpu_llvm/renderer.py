@@ -100,7 +100,10 @@ class _FunctionBuilder:
     self.tmp = 0
     self.loops: dict[UOp, tuple] = {}   # RANGE -> (index name, header label, exit label, pre block, phi line, start)
     self.ifs: list[str] = []
+    self.open_ranges: list[UOp] = []
+    self.contiguous: dict[UOp, bool] = {}
     self.split_range = self._pick_split_range()
+    self.address_math = self._address_math()
 
   # ---- small helpers ----
   def new(self, prefix: str = "t") -> str:
@@ -121,10 +124,10 @@ class _FunctionBuilder:
     fname = f"@llvm.{base}.{suffix}"
     self.decls[fname] = f"declare {t} {fname}({', '.join([t] * nargs)})"
     return fname
-  def call(self, base: str, dt: DType, *args: str) -> str:
+  def call(self, base: str, dt: DType, *args: str, flags: str = "") -> str:
     fn = self.intrinsic(base, dt, len(args))
     t = reg_type(dt)
-    return self.op(f"call {t} {fn}({', '.join(f'{t} {a}' for a in args)})")
+    return self.op(f"call {flags}{t} {fn}({', '.join(f'{t} {a}' for a in args)})")
   def splat(self, v, dt: DType) -> str: return literal(v, dt)
 
   # ---- which loop the threads share ----
@@ -143,6 +146,18 @@ class _FunctionBuilder:
       elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
         if first not in open_loops: return None
     return first
+
+  def _address_math(self) -> set[UOp]:
+    """Integer adds/muls that compute addresses: they get `nsw` (an in-bounds index never overflows), which lets
+    LLVM see that neighbouring accesses are consecutive and vectorise them."""
+    found: set[UOp] = set()
+    stack = [u.src[1] for u in self.uops if u.op is Ops.INDEX and len(u.src) > 1]
+    while stack:
+      u = stack.pop()
+      if u in found or u.op not in (Ops.ADD, Ops.MUL, Ops.SUB) or not dtypes.is_int(u.dtype): continue
+      found.add(u)
+      stack.extend(u.src)
+    return found
 
   def _work(self) -> int:
     """Loop-body executions (an upper bound when loop ends are variables): what threading is decided on."""
@@ -221,6 +236,35 @@ class _FunctionBuilder:
     raise NotImplementedError(f"the LLVM CPU renderer cannot render {op}")
 
   # ---- loops ----
+  def reassociable(self, u: UOp) -> bool:
+    """May this accumulator update be reassociated (so LLVM vectorises the reduction loop)? Only when every global
+    load in the innermost open loop walks memory contiguously along it: vectorising a strided walk (the k loop
+    of a matmul) would need gathers, and the register tile the optimiser built vectorises better on its own."""
+    if not (u.src and u.src[0].op is Ops.LOAD and isinstance(u.src[0].arg, tuple) and u.src[0].arg[:1] == ("acc",)):
+      return False
+    if not self.open_ranges: return False
+    r = self.open_ranges[-1]
+    if r not in self.contiguous: self.contiguous[r] = self._loads_contiguous(r)
+    return self.contiguous[r]
+
+  def _loads_contiguous(self, r: UOp) -> bool:
+    start = self.uops.index(r)
+    depth = 0
+    for u in self.uops[start + 1:]:
+      if u.op is Ops.RANGE: depth += 1
+      elif u.op is Ops.END:
+        if u.src[0] is r: break
+        depth -= 1
+      elif u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+        index = u.src[0]
+        lanes = index.dtype.v if isinstance(index.dtype, PtrDType) else 1
+        if index.src[1].dtype.count > 1: return False
+        steps = [_int_eval(index.src[1], {r: k}) for k in range(3)]
+        if any(s is None for s in steps): return False
+        d = steps[1] - steps[0]
+        if steps[2] - steps[1] != d or d not in (0, 1, lanes): return False
+    return True
+
   def render_range(self, u: UOp) -> None:
     t, end = reg_type(u.dtype), self.r[u.src[0]]
     n = len(self.loops) + len(self.lines)
@@ -245,10 +289,12 @@ class _FunctionBuilder:
     self.label(f"loop{n}_body")
     self.r[u] = idx
     self.loops[u] = (idx, t, n, pre, phi_at, start)
+    self.open_ranges.append(u)
 
   def render_end(self, u: UOp) -> None:
     r = u.src[0]
     idx, t, n, pre, phi_at, start = self.loops.pop(r)
+    if r in self.open_ranges: self.open_ranges.remove(r)
     nxt = self.op(f"add nuw nsw {t} {idx}, 1")
     self.emit(f"br label %loop{n}")
     self.lines[phi_at] = f"  {idx} = phi {t} [{start}, %{pre}], [{nxt}, %{self.block}]"
@@ -449,8 +495,7 @@ class _FunctionBuilder:
     sc = dt.scalar()
     is_float, is_bool, unsigned = dtypes.is_float(sc), sc == dtypes.bool, dtypes.is_unsigned(sc)
     # reductions may reassociate (vectorized sums); everything else only contracts a*b+c into an fma
-    fm = "reassoc contract " if (u.src and u.src[0].op is Ops.LOAD and isinstance(u.src[0].arg, tuple)
-                                 and u.src[0].arg[:1] == ("acc",)) else "contract "
+    fm = "reassoc contract " if self.reassociable(u) else "contract "
     if op is Ops.WHERE:
       return self.op(f"select {reg_type(u.src[0].dtype)} {a[0]}, {t} {a[1]}, {t} {a[2]}")
     if op in GroupOp.Comparison:
@@ -466,7 +511,7 @@ class _FunctionBuilder:
       simple = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}
       if op in simple: return self.op(f"{simple[op]} {fm if op in (Ops.ADD, Ops.MUL) else ''}{t} {a[0]}, {a[1]}")
       if op is Ops.NEG: return self.op(f"fneg {t} {a[0]}")
-      if op is Ops.MAX: return self.call("maximum", dt, a[0], a[1])
+      if op is Ops.MAX: return self.call("maximum", dt, a[0], a[1], flags=fm)
       if op is Ops.RECIPROCAL: return self.op(f"fdiv {t} {literal(1.0, dt)}, {a[0]}")
       if op is Ops.MULACC: return self.call("fmuladd", dt, a[0], a[1], a[2])
       unary = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
@@ -476,7 +521,9 @@ class _FunctionBuilder:
     # integers
     simple = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor",
               Ops.SHL: "shl", Ops.SHR: "lshr" if unsigned else "ashr"}
-    if op in simple: return self.op(f"{simple[op]} {t} {a[0]}, {a[1]}")
+    if op in simple:
+      flags = "nsw " if u in self.address_math and not unsigned else ""
+      return self.op(f"{simple[op]} {flags}{t} {a[0]}, {a[1]}")
     if op is Ops.NEG: return self.op(f"sub {t} {literal(0, dt)}, {a[0]}")
     if op is Ops.MAX:
       gt = self.op(f"icmp {'ugt' if unsigned else 'sgt'} {t} {a[0]}, {a[1]}")
@@ -499,6 +546,30 @@ class _FunctionBuilder:
     q = self.op(f"{'udiv' if unsigned else 'sdiv'} {t} {x}, {safe}")
     if unsigned: return q
     return self.op(f"select {b1} {neg1}, {t} {self.op(f'sub {t} {zero}, {x}')}, {t} {q}")
+
+_INT_EVAL = {Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+             Ops.IDIV: lambda a, b: int(a / b) if b else 0, Ops.MOD: lambda a, b: a - b * int(a / b) if b else 0,
+             Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b, Ops.AND: lambda a, b: a & b,
+             Ops.MAX: max, Ops.CMPLT: lambda a, b: int(a < b), Ops.CMPNE: lambda a, b: int(a != b),
+             Ops.WHERE: lambda c, a, b: a if c else b}
+
+def _int_eval(u: UOp, env: dict[UOp, int]) -> int | None:
+  """The value of an index expression with the given loop indices (other loops at 0, variables at their minimum);
+  None when it depends on something else (a load)."""
+  memo: dict[UOp, int | None] = {}
+  def ev(x: UOp) -> int | None:
+    if x in memo: return memo[x]
+    if x.op is Ops.CONST: v = int(x.arg)
+    elif x.op is Ops.RANGE: v = env.get(x, 0)
+    elif x.op is Ops.DEFINE_VAR: v = int(x.arg[1])
+    elif x.op is Ops.CAST: v = ev(x.src[0])
+    elif x.op in _INT_EVAL:
+      args = [ev(s) for s in x.src]
+      v = None if any(a is None for a in args) else _INT_EVAL[x.op](*args)
+    else: v = None
+    memo[x] = v
+    return v
+  return ev(u)
 
 class _Values(dict):
   """Operands by uop; constants may be used without being listed (hand-built programs), others must come first."""
