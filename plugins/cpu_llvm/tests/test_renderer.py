@@ -269,7 +269,7 @@ def test_reassociation_only_for_contiguous_reductions():
     cur = UOp(Ops.LOAD, dtypes.float, (slot,), arg=("acc", 0, "in"))
     upd = alu(Ops.ADD, dtypes.float, cur, x)
     fin = UOp(Ops.LOAD, dtypes.float, (slot,), arg=("acc", 0, "out"))
-    return [out, inp, r, acc, slot, store(slot, c(0.0, dtypes.float)), k, *i.src[0].src[:0], i.src[0], i.src[1], i,
+    return [out, inp, r, idx(out, r), acc, slot, store(slot, c(0.0, dtypes.float)), k, i.src[0], i.src[1], i,
             idx(inp, i), x, cur, upd, store(slot, upd), end(k), fin, store(idx(out, r), fin), end(r)]
   assert "fadd reassoc contract" in LLVMRenderer().render("k", reduce_prog(1))
   assert "reassoc" not in LLVMRenderer().render("k", reduce_prog(4))
