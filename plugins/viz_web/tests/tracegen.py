@@ -29,17 +29,24 @@ def simplify_example() -> None:
   """A kernel whose symbolic pass removes a multiply by 1 and an add of 0 (the seed's third example)."""
   from tinyplug.engine.realize import realize
   from tinyplug.uop.dtype import dtypes
-  from tinyplug.uop.ops import UOp
+  from tinyplug.uop.ops import Ops, UOp
   c = UOp.new_buffer("PYTHON", 16, dtypes.float)
-  realize([(c * 1.0 + 0.0) * 2.0])
+  def k(v: float) -> UOp: return UOp.const(dtypes.float, v)
+  # built with UOp(...) directly: the operators may already fold x*1 and x+0
+  x = UOp(Ops.ADD, dtypes.float, (UOp(Ops.MUL, dtypes.float, (c, k(1.0))), k(0.0)))
+  realize([UOp(Ops.MUL, dtypes.float, (x, k(2.0)))])
 
 def big_rewrite(n_terms: int = 1250) -> None:
   """One graph_rewrite on a ~5,000-node graph (a balanced sum of x_i*1 + 0 terms) with n_terms*2 matches."""
-  from tinyplug.uop.ops import UOp
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
   from tinyplug.uop.rewrite import graph_rewrite
   from tinyplug.uop.symbolic import symbolic
-  terms = [UOp.variable(f"v{i}", 0, 100 + i) * 1 + 0 for i in range(n_terms)]
+  one, zero = UOp.const(dtypes.int, 1), UOp.const(dtypes.int, 0)
+  terms = [UOp(Ops.ADD, dtypes.int, (UOp(Ops.MUL, dtypes.int, (UOp.variable(f"v{i}", 0, 100 + i), one)), zero))
+           for i in range(n_terms)]
   while len(terms) > 1:
-    terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    terms = [UOp(Ops.ADD, dtypes.int, (terms[i], terms[i + 1])) if i + 1 < len(terms) else terms[i]
+             for i in range(0, len(terms), 2)]
   with events.scope("kernel", "big_graph"):
     graph_rewrite(terms[0].sink(), symbolic, name="big symbolic")

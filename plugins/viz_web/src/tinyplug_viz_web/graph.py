@@ -146,9 +146,9 @@ class Replay:
         d = self.disp_of[n]
         if self.live.get(d) == n: del self.live[d]
       for n in added:
-        cand = self.disp_of.get(self.origin.get(n, n), self.disp_of.get(n))
-        if cand is None or cand in self.live:
-          cand = self.disp_of.get(n)
+        cand = self.disp_of.get(self.origin[n]) if n in self.origin else None
+        if cand is None or cand in self.live:   # not a rebuild (or its origin's id is taken): its own id
+          cand = self.disp_of.get(n, n if n >= 0 else None)
           if cand is None or cand in self.live: cand, self.next_fresh = self.next_fresh, self.next_fresh + 1
         self.disp_of[n] = self.live_set(n, cand)
       new_nodes, changed = {}, {}
