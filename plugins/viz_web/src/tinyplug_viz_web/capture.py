@@ -4,7 +4,7 @@ Graphs are stored as a table of nodes with stable integer ids (one "node" record
 record names its input and output by id and lists its matches as (before id, after id, pattern file:line, plugin,
 time). No live UOp is kept, so tracing never keeps a buffer alive."""
 from __future__ import annotations
-import os, sys, threading, time, weakref
+import os, sys, threading, time
 from typing import Any
 from tinyplug import events
 from tinyplug.helpers import cache_dir, env_str
@@ -21,8 +21,7 @@ def dtype_text(dtype: Any) -> str:
   text = repr(dtype)
   return text[7:] if text.startswith("dtypes.") else text
 
-_PKG_DIRS = tuple(os.path.dirname(os.path.dirname(m.__file__)) + os.sep for m in (events,)) + \
-  (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_PKG_DIRS = (os.path.dirname(os.path.abspath(events.__file__)) + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 def user_location(depth: int = 2) -> str | None:
   """file:line of the innermost frame outside tinyplug and this plugin: the user code that caused the work."""
@@ -40,7 +39,7 @@ class Recorder:
     self.writer = TraceWriter(folder, run_id)
     self.worker = worker
     self.lock = threading.RLock()
-    self.ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # live UOp -> node id (fast path)
+    self.tag = ("viz_web.node_id", id(self), os.getpid())                  # key of a node's id in UOp._cache
     self.by_key: dict[tuple, int] = {}                                    # (op, dtype, src ids, arg) -> node id
     self.next_node = 0
     self.next_ctx = 0
@@ -53,32 +52,40 @@ class Recorder:
   def _check_fork(self) -> None:
     if os.getpid() != self.pid:  # a forked worker: same ids would clash with the parent's file, so start over
       self.pid, self.worker = os.getpid(), True
-      self.ids, self.by_key, self.open_ctx, self.last_kernel = weakref.WeakKeyDictionary(), {}, {}, {}
+      self.tag = ("viz_web.node_id", id(self), os.getpid())
+      self.by_key, self.open_ctx, self.last_kernel = {}, {}, {}
       self.next_node = self.next_ctx = self.next_rewrite = 0
       self.default_ctx = None
 
   # ---- nodes ----
   def intern(self, root: Any, out: list[dict]) -> int:
-    """The id of `root`, appending a node record to `out` for every node not seen before (sources first)."""
-    ids = self.ids
-    if (known := ids.get(root)) is not None: return known
+    """The id of `root`, appending a node record to `out` for every node not seen before (sources first).
+
+    A node's id is remembered in the UOp's own small cache dict (under a key unique to this recorder), which is
+    much cheaper than a WeakKeyDictionary and keeps nothing alive: the id goes away with the UOp."""
+    tag = self.tag
+    def known(u: Any) -> int | None:
+      c = u._cache
+      return None if c is None else c.get(tag)
+    if (nid := known(root)) is not None: return nid
     stack = [(root, False)]
     while stack:
       u, ready = stack.pop()
-      if u in ids: continue
+      if known(u) is not None: continue
       if not ready:
         stack.append((u, True))
-        stack.extend((s, False) for s in u.src if s not in ids)
+        stack.extend((s, False) for s in u.src if known(s) is None)
         continue
-      src = tuple(ids[s] for s in u.src)
+      src = tuple(known(s) for s in u.src)
       arg = arg_text(u.arg)
       key = (u.op.name, dtype_text(u.dtype), src, arg)
       if (nid := self.by_key.get(key)) is None:
         nid = self.by_key[key] = self.next_node
         self.next_node += 1
         out.append({"t": "node", "id": nid, "op": key[0], "dtype": key[1], "src": list(src), "arg": arg})
-      ids[u] = nid
-    return ids[root]
+      if u._cache is None: object.__setattr__(u, "_cache", {})
+      u._cache[tag] = nid
+    return known(root)  # type: ignore[return-value]
 
   # ---- contexts ----
   def _ctx_for(self, path: tuple[str, ...]) -> tuple[int, str | None]:
