@@ -31,10 +31,16 @@ def canonical_device(device: str | None) -> str:
   return Device.canonicalize(device)
 
 def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
-  """Substitute realized nodes in the graph of every live tensor (so equal graphs share the realized buffer)."""
+  """Point live tensors at what their uops became, substituting inside every graph that uses them.
+
+  Only nodes that some live tensor holds are substituted; intermediate buffers the schedule made on the way stay
+  out of the graphs (so gradients keep flowing through them)."""
+  tensors = list(_live_tensors.values())
+  held = {t.uop for t in tensors}
+  becomes = {k: v for k, v in becomes.items() if k in held}
   if not becomes: return
   keys = becomes.keys()
-  for t in list(_live_tensors.values()):
+  for t in tensors:
     if not keys.isdisjoint(t.uop.toposort()): t.uop = t.uop.substitute(becomes, name="apply becomes map")
 
 class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin):
@@ -145,15 +151,19 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self
 
   def _host_array(self) -> np.ndarray:
-    """The values as a numpy array of this tensor's shape (bfloat16 comes back as float32)."""
+    """The values as a numpy array of this tensor's shape (bfloat16 comes back as float32).
+
+    Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
+    still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
-    # realize a contiguous copy, not self: self's graph stays lazy, so gradients through it still work (as in tinygrad)
-    src = self if graph.is_plain_buffer(self.uop) else self.contiguous().realize()
-    if not graph.is_plain_buffer(src.uop):
-      raise RuntimeError(f"realize() left {src.uop.op} instead of a buffer for a tensor of shape {self.shape}")
-    from tinyplug.engine.realize import buffer_of
-    return buffer_of(src.uop.base).numpy()[:self.numel()].reshape(self.shape)
+    from tinyplug.engine.realize import buffer_of, realize
+    if graph.is_plain_buffer(self.uop): buf = self.uop.base
+    else:
+      target = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,))
+      buf = realize([target])[target].base
+    if buf.op is not Ops.BUFFER: raise RuntimeError(f"realize() left {buf.op} instead of a buffer for shape {self.shape}")
+    return buffer_of(buf).numpy()[:self.numel()].reshape(self.shape)
 
   def numpy(self) -> np.ndarray: return self._host_array().copy()
   def tolist(self) -> Any: return self._host_array().tolist()

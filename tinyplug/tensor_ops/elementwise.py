@@ -196,8 +196,7 @@ class ElementwiseMixin:
     return self * self.sign()
   def sign(self):
     if self.dtype == dtypes.bool: return self
-    s = self.ne(0).where((self < 0).where(self._const_like(-1), self._const_like(1)), self._const_like(0))
-    return s + self * 0 if dtypes.is_float(self.dtype) else s   # + x*0 keeps NaN
+    return (self > 0).where(self._const_like(1), (self < 0).where(self._const_like(-1), self._const_like(0)))
   def trunc(self): return self._unop(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
   def floor(self):
     if not dtypes.is_float(self.dtype): return self
@@ -223,7 +222,9 @@ class ElementwiseMixin:
   def isfinite(self): return (self.isinf() | self.isnan()).logical_not()
 
   # ---- activations ----
-  def relu(self): return (self > 0).where(self, 0)
+  def relu(self):
+    if not dtypes.is_float(self.dtype): return (self > 0).where(self, 0)
+    return (self > 0).where(self, self.isnan().where(self, 0))   # relu(nan) is nan, as in torch
   def sigmoid(self): return (1 + (self._floats() * (-1 / LN2)).exp2()).reciprocal()
   def logsigmoid(self): return -(-self).softplus()
   def tanh(self): return 2.0 * (2.0 * self._floats()).sigmoid() - 1.0

@@ -55,8 +55,7 @@ def reshape(u: UOp, shape: tuple[int, ...]) -> UOp:
   if math.prod(shape) != math.prod(u.shape):
     raise ValueError(f"cannot reshape a tensor of shape {u.shape} ({math.prod(u.shape)} elements) to {shape} "
                      f"({math.prod(shape)} elements)")
-  if u.op is Ops.RESHAPE: u = u.src[0]  # a reshape of a reshape is one reshape
-  return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
+  return UOp(Ops.RESHAPE, u.dtype, (u,), shape)
 
 def expand(u: UOp, shape: tuple[int, ...]) -> UOp:
   shape = tuple(shape)

@@ -36,7 +36,7 @@ class IndexingMixin:
     if consumed > self.ndim:
       raise IndexError(f"too many indices for a tensor of {self.ndim} dims: {consumed} were given")
     fill = [slice(None)] * (self.ndim - consumed)
-    if Ellipsis in fixed:
+    if any(it is Ellipsis for it in fixed):
       at = next(i for i, it in enumerate(fixed) if it is Ellipsis)
       return fixed[:at] + fill + fixed[at + 1:]
     return fixed + fill

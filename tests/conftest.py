@@ -1,0 +1,19 @@
+"""Shared fixtures. `device` runs a test once per device: those named in TINYPLUG_TEST_DEVICES (a comma list),
+else every device in Device.available(). Device.DEFAULT is set for the test and restored afterwards."""
+from __future__ import annotations
+import pytest
+from tinyplug.helpers import env_str
+
+def devices_under_test() -> list[str]:
+  listed = env_str("TINYPLUG_TEST_DEVICES")
+  if listed: return [d.strip() for d in listed.split(",") if d.strip()]
+  from tinyplug.device import Device
+  return Device.available()
+
+@pytest.fixture(params=devices_under_test())
+def device(request):
+  from tinyplug.device import Device
+  previous = Device._default   # None means 'not chosen yet': restoring it keeps DEV / auto-selection working
+  Device.DEFAULT = request.param
+  try: yield request.param
+  finally: Device._default = previous
