@@ -99,3 +99,10 @@ def test_double_when_the_device_has_fp64(cl):
   if not cl.renderer.has_fp64: pytest.skip("device has no cl_khr_fp64")
   same(cl, lambda a, b: UOp(Ops.MAX, dtypes.double, (UOp(Ops.FDIV, dtypes.double, (a, b)), a)),
        inputs(dtypes.double, seed=1), inputs(dtypes.double, seed=2), exact=False)
+
+def test_small_int_results_keep_their_type(cl):
+  # C promotes uchar^uchar to int; max(uchar, int) would be ambiguous in OpenCL C
+  a, b = inputs(dtypes.uint8, seed=1), inputs(dtypes.uint8, seed=2)
+  same(cl, lambda x, y: UOp(Ops.MAX, dtypes.uint8, (x, UOp(Ops.XOR, dtypes.uint8, (y, x)))), a, b)
+  a, b = inputs(dtypes.int16, seed=1), inputs(dtypes.int16, seed=2)
+  same(cl, lambda x, y: UOp(Ops.MAX, dtypes.int16, (UOp(Ops.ADD, dtypes.int16, (x, y)), x)), a, b)

@@ -19,6 +19,7 @@ _TYPE_NAMES = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", 
                dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double"}
 _VECTOR_WIDTHS = (2, 3, 4, 8, 16)
+_SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.AND: "&", Ops.OR: "|",
           Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
 _CALLS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
@@ -104,6 +105,12 @@ class OpenCLRenderer(Renderer):
 
   # ---- ALU ----
   def render_alu(self, u: UOp, s: list[str]) -> str:
+    text = self._render_alu(u, s)
+    # C promotes char/short operands to int: bring the result back, so max() and friends see one type
+    if u.dtype.scalar() in _SMALL_INTS and u.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ): return f"(({self.value_type(u.dtype)}){text})"
+    return text
+
+  def _render_alu(self, u: UOp, s: list[str]) -> str:
     op, dt = u.op, u.dtype
     is_bool, is_float = dt.scalar() == dtypes.bool, dtypes.is_float(dt)
     src_float = dtypes.is_float(u.src[0].dtype)
