@@ -91,6 +91,9 @@ class LLVMCompiler(Compiler):
     host_cpu, host_features = host_target()
     self.cpu = cpu or host_cpu
     self.features = host_features if features is None else features
+    if "+avx512f" in self.features.split(",") and "prefer-no-gather" not in self.features:
+      # AVX-512 gathers/scatters are slow (microcoded on Zen 4): let the vectorisers shuffle instead
+      self.features += ",+prefer-no-gather,+prefer-no-scatter"
     self.opt = opt
     self.tm = make_target_machine(self.cpu, self.features, opt)
     self._lock = threading.Lock()

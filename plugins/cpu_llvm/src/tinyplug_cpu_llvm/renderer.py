@@ -86,11 +86,22 @@ class LLVMRenderer(Renderer):
   supports_float4 = True
   supports_vectors = True
   native_ops = None
-  def render(self, name: str, uops: list[UOp]) -> str: return _FunctionBuilder(name, list(uops)).build()
+  def __init__(self, vector_isas: tuple[str, ...] = ()):
+    """vector_isas: libmvec ISA letters the target supports ("b" SSE4, "d" AVX2, "e" AVX-512); with them, exp2, log2
+    and sin of float32/float64 become libm calls whose vector variants (glibc's libmvec) LLVM may vectorise to."""
+    self.vector_isas = tuple(vector_isas)
+  def render(self, name: str, uops: list[UOp]) -> str:
+    return _FunctionBuilder(name, list(uops), self.vector_isas).build()
+
+# libmvec vector lengths per ISA letter, for float and double
+_VECLEN = {"b": (4, 2), "d": (8, 4), "e": (16, 8)}
+_LIBM = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
 
 class _FunctionBuilder:
-  def __init__(self, name: str, uops: list[UOp]):
-    self.name, self.uops = name, uops
+  def __init__(self, name: str, uops: list[UOp], vector_isas: tuple[str, ...] = ()):
+    self.name, self.uops, self.vector_isas = name, uops, vector_isas
+    self.libm_attrs: dict[str, str] = {}    # scalar libm function -> its call-site attribute group
+    self.libm_variants: dict[str, list[str]] = {}
     self.lines: list[str] = []          # the body, after the entry label
     self.allocas: list[str] = []        # go first in the entry block
     self.decls: dict[str, str] = {}     # intrinsic name -> declaration
@@ -104,6 +115,7 @@ class _FunctionBuilder:
     self.contiguous: dict[UOp, bool] = {}
     self.split_range = self._pick_split_range()
     self.address_math = self._address_math()
+    self.reduction_tree = self._reduction_trees()
 
   # ---- small helpers ----
   def new(self, prefix: str = "t") -> str:
@@ -129,6 +141,23 @@ class _FunctionBuilder:
     t = reg_type(dt)
     return self.op(f"call {flags}{t} {fn}({', '.join(f'{t} {a}' for a in args)})")
   def splat(self, v, dt: DType) -> str: return literal(v, dt)
+
+  def libm_call(self, base: str, dt: DType, x: str) -> str:
+    """A call to libm's exp2f/log2f/sinf (or the double ones), marked with its libmvec vector variants so the
+    vectorisers can call those (`_ZGVeN16v_exp2f` does 16 lanes at once) instead of one scalar call per lane."""
+    t = reg_type(dt)
+    fname = base + ("f" if dt == dtypes.float32 else "")
+    if fname not in self.libm_attrs:
+      variants = []
+      for isa in self.vector_isas:
+        n = _VECLEN[isa][0 if dt == dtypes.float32 else 1]
+        vname = f"_ZGV{isa}N{n}v_{fname}"
+        variants.append(f"{vname}({vname})")
+        self.decls[vname] = f"declare <{n} x {t}> @{vname}(<{n} x {t}>) #1"
+      self.decls[fname] = f"declare {t} @{fname}({t}) #1"
+      self.libm_attrs[fname] = f"#{len(self.libm_attrs) + 2}"
+      self.libm_variants[fname] = variants
+    return self.op(f"call {t} @{fname}({t} {x}) {self.libm_attrs[fname]}")
 
   # ---- which loop the threads share ----
   def _pick_split_range(self) -> UOp | None:
@@ -193,6 +222,15 @@ class _FunctionBuilder:
     body += ["  " + a for a in self.allocas] + self.lines + ["  ret void", "}", ""]
     body += sorted(self.decls.values())
     body.append('attributes #0 = { nounwind "no-trapping-math"="true" }')
+    if self.libm_attrs:
+      # libm functions as pure (no errno), their vector variants kept alive until the vectorisers had their chance
+      body.append("attributes #1 = { nounwind willreturn memory(none) }")
+      for fname, group in self.libm_attrs.items():
+        body.append(f'attributes {group} = {{ "vector-function-abi-variant"="{",".join(self.libm_variants[fname])}" }}')
+      used = [d.split("@")[1].split("(")[0] for d in self.decls.values() if "@_ZGV" in d]
+      if used:
+        body.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] [{', '.join('ptr @' + u for u in used)}], "
+                    'section "llvm.metadata"')
     return "\n".join(body) + "\n"
 
   def render_uop(self, u: UOp) -> None:
@@ -236,12 +274,30 @@ class _FunctionBuilder:
     raise NotImplementedError(f"the LLVM CPU renderer cannot render {op}")
 
   # ---- loops ----
+  def _reduction_trees(self) -> dict[UOp, UOp]:
+    """Each ADD/MUL feeding an accumulator update of the same op (an unrolled reduction sums its lanes first)
+    -> that update: they may reassociate together, so the SLP vectoriser can turn the tree into vector math."""
+    tree: dict[UOp, UOp] = {}
+    for u in self.uops:
+      if u.op in (Ops.ADD, Ops.MUL) and self._is_update(u) and dtypes.is_float(u.dtype):
+        stack = [u.src[1]]
+        while stack:
+          x = stack.pop()
+          if x.op is u.op and x.dtype == u.dtype and x not in tree:
+            tree[x] = u
+            stack.extend(x.src)
+    return tree
+
+  @staticmethod
+  def _is_update(u: UOp) -> bool:
+    return bool(u.src) and u.src[0].op is Ops.LOAD and isinstance(u.src[0].arg, tuple) and u.src[0].arg[:1] == ("acc",)
+
   def reassociable(self, u: UOp) -> bool:
     """May this accumulator update be reassociated (so LLVM vectorises the reduction loop)? Only when every global
     load in the innermost open loop walks memory contiguously along it: vectorising a strided walk (the k loop
     of a matmul) would need gathers, and the register tile the optimiser built vectorises better on its own."""
-    if not (u.src and u.src[0].op is Ops.LOAD and isinstance(u.src[0].arg, tuple) and u.src[0].arg[:1] == ("acc",)):
-      return False
+    if u in self.reduction_tree: u = self.reduction_tree[u]
+    elif not self._is_update(u): return False
     if not self.open_ranges: return False
     r = self.open_ranges[-1]
     if r not in self.contiguous: self.contiguous[r] = self._loads_contiguous(r)
@@ -262,7 +318,9 @@ class _FunctionBuilder:
         steps = [_int_eval(index.src[1], {r: k}) for k in range(3)]
         if any(s is None for s in steps): return False
         d = steps[1] - steps[0]
-        if steps[2] - steps[1] != d or d not in (0, 1, lanes): return False
+        # small strides (an unrolled loop, an upcast tile) stay within a cache line or two and vectorise with
+        # shuffles; big ones (a matmul's k loop walking a column) would need gathers
+        if steps[2] - steps[1] != d or abs(d) * index.dtype.itemsize > 64 * max(lanes, 1): return False
     return True
 
   def render_range(self, u: UOp) -> None:
@@ -514,6 +572,8 @@ class _FunctionBuilder:
       if op is Ops.MAX: return self.call("maximum", dt, a[0], a[1], flags=fm)
       if op is Ops.RECIPROCAL: return self.op(f"fdiv {t} {literal(1.0, dt)}, {a[0]}")
       if op is Ops.MULACC: return self.call("fmuladd", dt, a[0], a[1], a[2])
+      if op in _LIBM and self.vector_isas and dt in (dtypes.float32, dtypes.float64):
+        return self.libm_call(_LIBM[op], dt, a[0])
       unary = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
       if op in unary: return self.call(unary[op], dt, a[0])
       if op is Ops.POW: return self.call("pow", dt, a[0], a[1])

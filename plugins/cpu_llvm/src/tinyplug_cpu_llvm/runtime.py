@@ -23,10 +23,11 @@ class CPUMemory:
   """A 64-byte aligned block of host memory (a numpy byte array) and its address."""
   __slots__ = ("array", "addr", "nbytes")
   def __init__(self, nbytes: int):
-    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
-    off = (-raw.ctypes.data) % ALIGN
+    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)   # calloc: pages are zeroed lazily by the OS
+    base = raw.ctypes.data
+    off = (-base) % ALIGN
     self.array = raw[off:off + nbytes]
-    self.addr, self.nbytes = self.array.ctypes.data, nbytes
+    self.addr, self.nbytes = base + off, nbytes
   def __repr__(self) -> str: return f"<CPUMemory {self.nbytes} bytes at {self.addr:#x}>"
 
 class CPUAllocator(Allocator):
@@ -112,6 +113,20 @@ class CPUProgram:
 
 # ---------------- the device ----------------
 
+def vector_math_isas(features: str) -> tuple[str, ...]:
+  """The libmvec ISA variants usable on this target, after loading libmvec into the process (x86-64 glibc only)."""
+  import ctypes.util, platform
+  if platform.machine().lower() not in ("x86_64", "amd64"): return ()
+  path = ctypes.util.find_library("mvec")
+  if path is None: return ()
+  try: init_llvm().load_library_permanently(path)
+  except RuntimeError: return ()
+  flags = set(features.split(","))
+  isas = ["b"] if "+sse4.2" in flags or "+avx2" in flags else []
+  if "+avx2" in flags: isas.append("d")
+  if "+avx512f" in flags: isas.append("e")
+  return tuple(isas)
+
 def parse_device(name: str) -> tuple[str | None, str | None]:
   """`CPU`, `CPU:LLVM` -> host; `CPU:LLVM:znver4,+avx2,-avx512f` -> ("znver4", "+avx2,-avx512f")."""
   parts = name.split(":", 2)
@@ -123,7 +138,7 @@ class CPUDevice(Compiled):
   def __init__(self, name: str = "CPU"):
     cpu, features = parse_device(name)
     compiler = LLVMCompiler(cpu, features)
-    super().__init__(name, CPUAllocator(), LLVMRenderer(), compiler)
+    super().__init__(name, CPUAllocator(), LLVMRenderer(vector_math_isas(compiler.features)), compiler)
     self.pool = ThreadPool()
     self._engine = None
     self._loaded: dict[str, int] = {}
