@@ -48,6 +48,11 @@ class Optimizer:
 
   def schedule_step(self) -> list[Tensor]:
     """Assign the updates lazily; returns the tensors to realize (state, parameters, buffers)."""
+    before, params = self._staged_step()
+    return before + params
+
+  def _staged_step(self) -> tuple[list[Tensor], list[Tensor]]:
+    """(tensors to compute first: state, staged new values, buffers; then the parameters, assigned from the staged)."""
     if not Tensor.training:
       raise RuntimeError("Tensor.training is False: optimiser steps run in training mode; wrap the step in "
                          "`with Tensor.train():` or decorate it with `@Tensor.train()`")
@@ -55,11 +60,17 @@ class Optimizer:
       if p.grad is None:
         raise RuntimeError(f"parameter {i} (shape {p.shape}) has no gradient: call loss.backward() before step(), "
                            "and make sure every parameter given to the optimiser is used by the loss")
-    extra = self._step()
-    return extra + self.params + self.buffers
+    new_values, extra = self._step()
+    # Every new value is computed into a buffer of its own before any parameter is overwritten: a gradient or another
+    # parameter's update may still read a parameter's old value in the same schedule (write-after-read).
+    staged = [v.cast(t.dtype).contiguous() for t, v in zip(self.params, new_values)]
+    for t, v in zip(self.params, staged): t.assign(v)
+    return extra + staged + self.buffers, list(self.params)
 
   def _lr(self, t: Tensor) -> Tensor: return self.lr.reshape(()).cast(t.dtype)
-  def _step(self) -> list[Tensor]: raise NotImplementedError
+  def _step(self) -> tuple[list[Tensor], list[Tensor]]:
+    """(the new value of each parameter, the optimiser state tensors updated with assign)."""
+    raise NotImplementedError
 
 class OptimizerGroup(Optimizer):
   """Several optimisers (e.g. different learning rates for different parameters) stepped as one."""
@@ -70,7 +81,9 @@ class OptimizerGroup(Optimizer):
   def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
   def zero_grad(self) -> None:
     for o in self.optimizers: o.zero_grad()
-  def schedule_step(self) -> list[Tensor]: return [t for o in self.optimizers for t in o.schedule_step()]
+  def schedule_step(self) -> list[Tensor]:
+    parts = [o._staged_step() for o in self.optimizers]   # all reads of old values first, then all parameter writes
+    return [t for before, _ in parts for t in before] + [t for _, params in parts for t in params]
 
 class LARS(Optimizer):
   """SGD with momentum and a layer-wise trust ratio `tcoef` (LARS); with tcoef=0 it is plain SGD."""
@@ -82,7 +95,8 @@ class LARS(Optimizer):
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
     self.b = [_state_like(t) for t in self.params] if momentum else []
 
-  def _step(self) -> list[Tensor]:
+  def _step(self) -> tuple[list[Tensor], list[Tensor]]:
+    new_values = []
     for i, t in enumerate(self.params):
       g = t.grad.cast(t.dtype)
       scale = self._lr(t)
@@ -95,8 +109,8 @@ class LARS(Optimizer):
         self.b[i].assign(self.momentum * self.b[i] + g)
         g = (g + self.momentum * self.b[i]) if self.nesterov else self.b[i]
       if not self.classic: g = g * scale            # the popular (PyTorch) rule: momentum, then learning rate
-      t.assign((t.detach() - g).cast(t.dtype))
-    return self.b
+      new_values.append(t.detach() - g)
+    return new_values, self.b
 
 def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
         nesterov: bool = False, classic: bool = False) -> LARS:
@@ -117,7 +131,8 @@ class LAMB(Optimizer):
     self.m = [_state_like(t) for t in self.params]
     self.v = [_state_like(t) for t in self.params]
 
-  def _step(self) -> list[Tensor]:
+  def _step(self) -> tuple[list[Tensor], list[Tensor]]:
+    new_values = []
     self.b1_t.assign(self.b1_t * self.b1)
     self.b2_t.assign(self.b2_t * self.b2)
     bias1 = (1 - self.b1_t).reshape(())
@@ -133,8 +148,8 @@ class LAMB(Optimizer):
       if not self.adam:
         r1, r2 = t.detach().cast(up.dtype).square().sum().sqrt(), up.square().sum().sqrt()
         up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      t.assign((t.detach() - self._lr(t) * up.cast(t.dtype)).cast(t.dtype))
-    return [self.b1_t, self.b2_t] + self.m + self.v
+      new_values.append(t.detach() - self._lr(t) * up.cast(t.dtype))
+    return new_values, [self.b1_t, self.b2_t] + self.m + self.v
 
 def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
   """Adam (Kingma & Ba), bias-corrected, as torch.optim.Adam without weight decay."""
