@@ -41,9 +41,10 @@ class ElementwiseMixin:
 
   def _broadcast_to(self, shape: tuple[int, ...]):
     if self.shape == tuple(shape): return self
-    if len(shape) < self.ndim: raise ValueError(f"cannot broadcast shape {self.shape} to {shape}: too few dims")
-    if broadcast_shape(self.shape, shape) != tuple(shape): raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
-    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+    padded = (1,) * (len(shape) - self.ndim) + self.shape
+    if len(shape) < self.ndim or any(s != n and s != 1 for s, n in zip(padded, shape)):
+      raise ValueError(f"cannot expand (broadcast) shape {self.shape} to {tuple(shape)}: only dims of size 1 can grow")
+    x = self.reshape(padded)
     return x._apply_uop(graph.expand, shape=tuple(shape))
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True):

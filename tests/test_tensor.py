@@ -1,0 +1,349 @@
+"""The Tensor object: creation, repr, laziness and sharing, realization and data access, devices, random numbers,
+in-place updates and error messages."""
+from __future__ import annotations
+import math
+import numpy as np
+import pytest
+import torch
+from tinyplug import Tensor, dtypes
+from tinyplug.device import Device
+from tinyplug.uop.ops import Ops
+
+pytestmark = pytest.mark.usefixtures("device")
+
+# ---- creation ----
+
+def test_from_python_lists_infers_dtypes():
+  assert Tensor([1, 2, 3]).dtype == dtypes.int32
+  assert Tensor([1.0, 2]).dtype == dtypes.float32
+  assert Tensor([True, False]).dtype == dtypes.bool
+  assert Tensor([[1, 2], [3, 4]]).shape == (2, 2)
+  assert Tensor([]).shape == (0,) and Tensor([]).dtype == dtypes.float32
+  assert Tensor([[1, 2], [3, 4]]).tolist() == [[1, 2], [3, 4]]
+  assert Tensor([1.5, -2.25], dtype=dtypes.float16).tolist() == [1.5, -2.25]
+  assert Tensor([1.7, -2.2], dtype="int32").tolist() == [1, -2]
+
+def test_from_scalars():
+  for value, dtype in ((3, dtypes.int32), (2.5, dtypes.float32), (True, dtypes.bool)):
+    t = Tensor(value)
+    assert t.shape == () and t.dtype == dtype and t.item() == value
+  assert Tensor(3, dtype=dtypes.float32).item() == 3.0
+
+def test_from_numpy_keeps_dtypes():
+  for npdt, dt in ((np.float32, dtypes.float32), (np.float64, dtypes.float64), (np.int64, dtypes.int64),
+                   (np.uint8, dtypes.uint8), (np.int16, dtypes.int16), (np.bool_, dtypes.bool), (np.float16, dtypes.float16)):
+    a = (np.arange(6).reshape(2, 3) % 3).astype(npdt)
+    t = Tensor(a)
+    assert t.dtype == dt and t.shape == (2, 3)
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert t.numpy().dtype == a.dtype
+  assert Tensor(np.array(2.5, dtype=np.float32)).shape == ()
+  assert Tensor(np.zeros((3, 0))).shape == (3, 0)
+  np.testing.assert_array_equal(Tensor(np.arange(6).reshape(2, 3).T).numpy(), np.arange(6).reshape(2, 3).T)
+
+def test_ragged_list_is_an_error():
+  with pytest.raises(ValueError, match="cannot make a Tensor"): Tensor([[1, 2], [3]])
+  with pytest.raises(TypeError, match="cannot make a Tensor from"): Tensor({"a": 1})
+
+def test_creation_functions():
+  assert Tensor.zeros(2, 3).tolist() == [[0.0] * 3] * 2
+  assert Tensor.ones((2,)).tolist() == [1.0, 1.0]
+  assert Tensor.full((2, 2), 7).tolist() == [[7, 7], [7, 7]] and Tensor.full((2,), 7).dtype == dtypes.int32
+  assert Tensor.full((2,), 7.5).dtype == dtypes.float32
+  assert Tensor.zeros(3, dtype=dtypes.int8).dtype == dtypes.int8
+  assert Tensor.empty(4, 5).shape == (4, 5) and Tensor.empty(4, 5).uop.base.op is Ops.BUFFER
+  x = Tensor([[1, 2], [3, 4]])
+  assert x.zeros_like().tolist() == [[0, 0], [0, 0]] and x.ones_like().dtype == dtypes.int32
+  assert x.full_like(9).tolist() == [[9, 9], [9, 9]]
+  assert Tensor.eye(3).tolist() == np.eye(3).tolist()
+  assert Tensor.eye(2, 3).tolist() == np.eye(2, 3).tolist()
+
+def test_equal_creations_do_not_share_storage():
+  a, b = Tensor.zeros(3), Tensor.zeros(3)
+  assert a.uop is not b.uop
+  a.realize(), b.realize()
+  a[0] = 5.0
+  assert b.tolist() == [0.0, 0.0, 0.0] and a.tolist() == [5.0, 0.0, 0.0]
+
+@pytest.mark.parametrize("args", [(5,), (2, 9), (2, 9, 3), (10, 0, -3), (0, 1, 0.25), (-1.5, 2.5, 0.5), (3, 3)], ids=str)
+def test_arange(args):
+  t = Tensor.arange(*args)
+  ref = torch.arange(*args)
+  assert t.dtype == (dtypes.float32 if ref.dtype.is_floating_point else dtypes.int32)
+  np.testing.assert_allclose(t.numpy(), ref.numpy(), rtol=1e-6)
+
+def test_arange_empty_when_stop_is_behind():
+  assert Tensor.arange(5, 2).shape == (0,) and Tensor.arange(0, 5, -1).tolist() == []
+
+def test_arange_large():
+  np.testing.assert_array_equal(Tensor.arange(1000).numpy(), np.arange(1000))
+
+@pytest.mark.parametrize("args", [(0, 1, 5), (-2, 3, 7), (1, 1, 1), (5, -5, 11), (0, 1, 2)], ids=str)
+def test_linspace(args):
+  np.testing.assert_allclose(Tensor.linspace(*args).numpy(), torch.linspace(*args).numpy(), rtol=1e-6, atol=1e-6)
+
+# ---- repr and laziness ----
+
+def test_repr_matches_the_seed():
+  t = Tensor([1, 2, 3, 4])
+  dev = Device.DEFAULT
+  base = t.uop.base
+  op = "COPY" if dev != "PYTHON" else "BUFFER"
+  assert base.op is getattr(Ops, op)
+  arg = None if op == "COPY" else 4
+  assert repr(t) == f"<Tensor <UOp {dev} (4,) int ({base.op!r}, {arg!r})> on {dev} with grad None>"
+  assert t.device == dev and t.dtype == dtypes.int and t.shape == (4,)
+  if dev != "PYTHON":
+    assert t.uop.op is Ops.COPY and t.uop.src[0].op is Ops.BUFFER and t.uop.src[0].src[1].arg == "PYTHON"
+    assert t.uop.src[1].op is Ops.DEVICE and t.uop.src[1].arg == dev
+
+def test_repr_shows_grad():
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  (x * x).sum().backward()
+  assert "with grad <UOp" in repr(x)
+
+def test_realize_replaces_graph_with_buffer():
+  t = Tensor([1, 2, 3, 4])
+  t.realize()
+  assert t.uop.op is Ops.BUFFER and t.uop.device == Device.DEFAULT
+  assert t.tolist() == [1, 2, 3, 4]
+
+def test_smart_deduplication_from_the_seed():
+  t = Tensor([1, 2, 3, 4])
+  assert (t * 2).tolist() == [2, 4, 6, 8]
+  assert (t + 3 + 4).tolist() == [8, 9, 10, 11]
+  A, B = t * 4, t * 4
+  assert A is not B and A.uop is B.uop
+  A.realize()
+  assert A.uop is B.uop and A.uop.base.op is Ops.BUFFER
+  assert B.tolist() == [4, 8, 12, 16]
+
+def test_ops_are_lazy():
+  a = Tensor.empty(4, 4)
+  b = (a + 1) * 2
+  assert b.uop.op is Ops.MUL and b.shape == (4, 4)
+  c = b.permute(1, 0).reshape(16)
+  assert c.uop.op is Ops.RESHAPE and c.uop.src[0].op is Ops.PERMUTE
+
+def test_realized_tensors_feed_later_graphs():
+  x = Tensor([1.0, 2.0, 3.0])
+  y = (x * 2).realize()
+  z = y + 1
+  assert z.uop.src[0].base.op is Ops.BUFFER
+  assert z.tolist() == [3.0, 5.0, 7.0]
+
+def test_schedule_then_run():
+  from tinyplug.engine.realize import run_schedule
+  x, y = Tensor([1, 2, 3, 4]), Tensor([5, 6, 7, 8])
+  z = (x + y) * 2
+  sched = z.schedule()
+  assert len(sched) >= 1 and all(si.ast.op in (Ops.SINK, Ops.COPY) for si in sched)
+  run_schedule(sched)
+  assert z.tolist() == [12, 16, 20, 24]
+
+def test_kernelize_keeps_values():
+  t = Tensor([1, 2, 3, 4])
+  r = (t + 3 + 4).kernelize()
+  assert any(u.op is Ops.KERNEL for u in r.uop.toposort()) or r.uop.base.op is Ops.BUFFER
+  assert r.tolist() == [8, 9, 10, 11]
+
+# ---- data access ----
+
+def test_data_access():
+  t = Tensor([[1.5, 2.0], [3.0, 4.0]])
+  assert t.numpy().shape == (2, 2) and t.tolist() == [[1.5, 2.0], [3.0, 4.0]]
+  assert Tensor([7]).item() == 7 and isinstance(Tensor([7]).item(), int)
+  assert Tensor(2.5).item() == 2.5
+  with pytest.raises(ValueError, match="one element"): t.item()
+  assert len(t) == 2 and [r.tolist() for r in t] == [[1.5, 2.0], [3.0, 4.0]]
+  assert t.numel() == 4 and t.ndim == 2 and t.element_size() == 4 and t.nbytes() == 16
+  assert bool(Tensor([1])) and not bool(Tensor(0.0))
+  with pytest.raises(RuntimeError, match="ambiguous"): bool(t)
+  with pytest.raises(TypeError): len(Tensor(1))
+  assert Tensor.empty(0, 3).numpy().shape == (0, 3)
+  assert Tensor([1.0, 2.0], dtype=dtypes.bfloat16).tolist() == [1.0, 2.0]
+
+def test_numpy_does_not_cut_the_graph():
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  loss = (x * x).sum()
+  assert loss.item() == 14.0
+  loss.backward()
+  assert x.grad.tolist() == [2.0, 4.0, 6.0]
+
+def test_to_device_and_clone():
+  t = Tensor([1, 2, 3])
+  for dev in Device.available():
+    moved = t.to(dev)
+    assert moved.device == dev and moved.tolist() == [1, 2, 3]
+    assert (moved.to(Device.DEFAULT) * 2).tolist() == [2, 4, 6]
+  assert t.to(None) is t
+  c = t.clone()
+  c[0] = 9
+  assert t.tolist() == [1, 2, 3] and c.tolist() == [9, 2, 3]
+  u = Tensor([1.0, 2.0])
+  u.to_(Device.DEFAULT)
+  assert u.tolist() == [1.0, 2.0]
+
+def test_unknown_device_is_an_error():
+  with pytest.raises(ValueError, match="PYTHN|did you mean|no active plugin"): Tensor([1], device="PYTHN")
+  with pytest.raises(ValueError): Tensor.zeros(2, device="NOPE")
+
+# ---- dtype promotion ----
+
+def test_dtype_promotion():
+  i, f, h = Tensor([1, 2]), Tensor([1.0, 2.0]), Tensor([1.0], dtype=dtypes.float16)
+  assert (i * 2.5).dtype == dtypes.float32 and (i * 2.5).tolist() == [2.5, 5.0]
+  assert (h + 1.0).dtype == dtypes.float16 and (h * 2).dtype == dtypes.float16
+  assert (i + 1).dtype == dtypes.int32 and (i + True).dtype == dtypes.int32
+  assert (i + f).dtype == dtypes.float32 and (i / 2).dtype == dtypes.float32 and (i / 2).tolist() == [0.5, 1.0]
+  assert (Tensor([1], dtype=dtypes.int8) + Tensor([1], dtype=dtypes.int16)).dtype == dtypes.int16
+  assert (Tensor([1], dtype=dtypes.uint8) + Tensor([1], dtype=dtypes.int8)).dtype == dtypes.int16
+  assert (Tensor([True]) + 1).dtype == dtypes.int32
+  assert (i < 2).dtype == dtypes.bool and (i == 1).tolist() == [True, False]
+  assert Tensor([1, 2], dtype=dtypes.int8).sum().dtype == dtypes.int32
+  assert Tensor([1, 2], dtype=dtypes.uint8).sum().dtype == dtypes.uint32
+  assert Tensor([True, True]).sum().dtype == dtypes.int32 and Tensor([True, True]).sum().item() == 2
+  assert Tensor([1.0], dtype=dtypes.float16).sum().dtype == dtypes.float16
+  assert Tensor([1, 2]).mean().dtype == dtypes.float32 and Tensor([1, 2]).mean().item() == 1.5
+  assert Tensor([1, 2]).argmax().dtype == dtypes.int32
+  assert (2 ** Tensor([1, 2])).tolist() == [2, 4]
+
+def test_integer_division_follows_python():
+  a, b = [-7, 7, -7, 7, 6, -6], [2, 2, -2, -2, 3, -3]
+  assert (Tensor(a) // Tensor(b)).tolist() == [x // y for x, y in zip(a, b)]
+  assert (Tensor(a) % Tensor(b)).tolist() == [x % y for x, y in zip(a, b)]
+  assert (Tensor(a) // 4).tolist() == [x // 4 for x in a]
+  assert (Tensor(a).div(Tensor(b), rounding_mode="trunc")).tolist() == [int(x / y) for x, y in zip(a, b)]
+  assert (Tensor([-7.5, 7.5]) // 2).tolist() == [-4.0, 3.0] and (Tensor([-7.5, 7.5]) % 2).tolist() == [0.5, 1.5]
+
+# ---- random numbers ----
+
+def test_manual_seed_reproducible():
+  Tensor.manual_seed(1234)
+  a, b = Tensor.rand(100).numpy(), Tensor.rand(100).numpy()
+  Tensor.manual_seed(1234)
+  np.testing.assert_array_equal(Tensor.rand(100).numpy(), a)
+  np.testing.assert_array_equal(Tensor.rand(100).numpy(), b)
+  assert not np.array_equal(a, b)
+  Tensor.manual_seed(1235)
+  assert not np.array_equal(Tensor.rand(100).numpy(), a)
+
+def test_random_is_the_same_on_every_device():
+  outs = []
+  for dev in Device.available():
+    Tensor.manual_seed(7)
+    outs.append(Tensor.randn(33, device=dev).numpy())
+  for o in outs[1:]: np.testing.assert_allclose(o, outs[0], rtol=1e-5, atol=1e-6)
+
+def test_threefry_known_answers():
+  from tinyplug.tensor_ops.random import threefry2x32
+  # Random123 known-answer tests for threefry2x32_20
+  assert threefry2x32(0, 0, (0, 0)) == (0x6B200159, 0x99BA4EFE)
+  assert threefry2x32(0xFFFFFFFF, 0xFFFFFFFF, (0xFFFFFFFF, 0xFFFFFFFF)) == (0x1CB996FC, 0xBB002BE7)
+  assert threefry2x32(0x243F6A88, 0x85A308D3, (0x13198A2E, 0x03707344)) == (0xC4923A9C, 0x483DF7A0)
+  c0 = Tensor([0, 0xFFFFFFFF, 0x243F6A88], dtype=dtypes.uint32)
+  c1 = Tensor([0, 0xFFFFFFFF, 0x85A308D3], dtype=dtypes.uint32)
+  y0, y1 = threefry2x32(c0, c1, (0x13198A2E, 0x03707344))
+  expected = [threefry2x32(a, b, (0x13198A2E, 0x03707344)) for a, b in ((0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (0x243F6A88, 0x85A308D3))]
+  assert y0.tolist() == [e[0] for e in expected] and y1.tolist() == [e[1] for e in expected]
+
+def test_random_distributions():
+  Tensor.manual_seed(42)
+  u = Tensor.rand(10000).numpy()
+  assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01 and abs(u.std() - math.sqrt(1 / 12)) < 0.01
+  n = Tensor.randn(100, 100).numpy()
+  assert n.shape == (100, 100) and abs(n.mean()) < 0.03 and abs(n.std() - 1) < 0.03
+  r = Tensor.randint(10000, low=3, high=7).numpy()
+  assert r.dtype == np.int32 and set(np.unique(r)) == {3, 4, 5, 6}
+  v = Tensor.uniform(5000, low=-2, high=4).numpy()
+  assert v.min() >= -2 and v.max() < 4 and abs(v.mean() - 1) < 0.1
+  m = Tensor.normal(5000, mean=3, std=0.5).numpy()
+  assert abs(m.mean() - 3) < 0.05 and abs(m.std() - 0.5) < 0.05
+  h = Tensor.rand(1000, dtype=dtypes.float16).numpy()
+  assert h.dtype == np.float16 and h.max() < 1
+  assert Tensor.rand(2, 0).shape == (2, 0)
+
+def test_init_functions():
+  Tensor.manual_seed(0)
+  for fn, bound in ((Tensor.scaled_uniform, 1 / math.sqrt(64 * 32)), (Tensor.glorot_uniform, math.sqrt(6 / (64 + 32))),
+                    (Tensor.kaiming_uniform, math.sqrt(3) * math.sqrt(2 / (1 + 0.01 ** 2)) / math.sqrt(32))):
+    w = fn(64, 32).numpy()
+    assert w.shape == (64, 32) and np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
+  x = Tensor.ones(3, 4)
+  assert x.rand_like().shape == (3, 4) and x.randn_like().dtype == dtypes.float32
+  assert Tensor.rand(3, requires_grad=True).requires_grad
+
+# ---- in-place updates ----
+
+def test_setitem():
+  t = Tensor.zeros(3, 4).contiguous().realize()
+  t[1] = 5.0
+  t[:, 2] = Tensor([1.0, 2.0, 3.0])
+  t[0, ::2] = -1.0
+  expected = np.zeros((3, 4), np.float32)
+  expected[1] = 5.0
+  expected[:, 2] = [1, 2, 3]
+  expected[0, ::2] = -1
+  np.testing.assert_array_equal(t.numpy(), expected)
+  t[Tensor([0, 2])] = 9.0
+  expected[[0, 2]] = 9.0
+  np.testing.assert_array_equal(t.numpy(), expected)
+  i = Tensor([1, 2, 3, 4])
+  i[::-1] = Tensor([10, 20, 30, 40])
+  assert i.tolist() == [40, 30, 20, 10]
+  b = Tensor([True, False, True])
+  b[1] = True
+  assert b.tolist() == [True, True, True]
+
+def test_setitem_is_seen_by_views():
+  t = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  v = t.reshape(2, 2)
+  t[0] = 100.0
+  assert v.tolist() == [[100.0, 2.0], [3.0, 4.0]]
+
+def test_assign():
+  t = Tensor([1.0, 2.0, 3.0]).realize()
+  buf = t.uop.base
+  t.assign(Tensor([4.0, 5.0, 6.0])).realize()
+  assert t.tolist() == [4.0, 5.0, 6.0] and t.uop.base is buf
+  t.assign(t * 2).realize()
+  assert t.tolist() == [8.0, 10.0, 12.0]
+  t += 1
+  assert t.tolist() == [9.0, 11.0, 13.0]
+  with pytest.raises(ValueError, match="shape"): t.assign(Tensor([1.0]))
+  with pytest.raises(ValueError, match="dtype"): t.assign(Tensor([1, 2, 3]))
+
+def test_detach_and_requires_grad_flags():
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  assert (x * 2).requires_grad is True and x.detach().requires_grad is False
+  assert (Tensor([1.0]) * 2).requires_grad is None
+  assert (Tensor([1.0], requires_grad=False) * 2).requires_grad is False
+  assert Tensor.training is False
+  with Tensor.train():
+    assert Tensor.training is True
+  assert Tensor.training is False
+
+def test_dropout():
+  x = Tensor.ones(1000)
+  assert x.dropout(0.5) is x
+  with Tensor.train():
+    y = x.dropout(0.5).numpy()
+  assert set(np.unique(y)) <= {0.0, 2.0} and 350 < (y == 0).sum() < 650
+
+# ---- errors ----
+
+def test_error_messages():
+  with pytest.raises(ValueError, match=r"\(2, 3\).*\(4,\)|\(4,\).*\(2, 3\)"): Tensor.ones(2, 3) + Tensor.ones(4)
+  with pytest.raises(IndexError, match="axis 2 .*2 dims"): Tensor.ones(2, 3).sum(axis=2)
+  with pytest.raises(IndexError, match="axis -3"): Tensor.ones(2, 3).permute(-3, 0)
+  with pytest.raises(ValueError, match=r"cannot reshape .*\(2, 3\).* to \(4, 2\)"): Tensor.ones(2, 3).reshape(4, 2)
+  with pytest.raises(ValueError, match="cannot reshape"): Tensor.ones(2, 3).reshape(-1, 4)
+  with pytest.raises(ValueError, match="unknown dtype 'flaot'"): Tensor([1.0]).cast("flaot")
+  with pytest.raises(ValueError, match="unknown dtype"): Tensor([1.0], dtype="nope")
+  with pytest.raises(RuntimeError, match=r"scalar.*\(3,\)"): Tensor.ones(3, requires_grad=True).backward()
+  with pytest.raises(ValueError, match="matmul shapes"): Tensor.ones(2, 3) @ Tensor.ones(2, 3)
+  with pytest.raises(ValueError, match="expand"): Tensor.ones(2, 3).expand(4, 3)
+  with pytest.raises(IndexError, match="out of bounds"): Tensor.ones(2, 3)[2]
+  with pytest.raises(IndexError, match="too many indices"): Tensor.ones(2, 3)[0, 0, 0]
+  with pytest.raises(ValueError, match="cat"): Tensor.ones(2, 3).cat(Tensor.ones(2, 4))
+  with pytest.raises(TypeError, match="bool or integer"): Tensor([1.0]) & Tensor([1.0])
