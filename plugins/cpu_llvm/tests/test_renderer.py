@@ -274,3 +274,19 @@ def test_reassociation_only_for_contiguous_reductions():
   assert "fadd reassoc contract" in LLVMRenderer().render("k", reduce_prog(1))
   assert "fadd reassoc contract" in LLVMRenderer().render("k", reduce_prog(4))   # within a cache line: fine
   assert "reassoc" not in LLVMRenderer().render("k", reduce_prog(64))            # a column walk: keep the order
+
+@pytest.mark.parametrize("op,fn,lo,hi", [(Ops.EXP2, np.exp2, -140, 130), (Ops.LOG2, np.log2, 1e-30, 1e30),
+                                         (Ops.SIN, np.sin, -1e4, 1e4)])
+@pytest.mark.parametrize("npdt", [np.float32, np.float64])
+def test_vectorised_transcendentals(run, op, fn, lo, hi, npdt):
+  """Long enough for the vector (libmvec) path; special values included."""
+  from tinyplug.uop.dtype import from_np_dtype
+  rng = np.random.default_rng(0)
+  a = rng.uniform(lo, hi, 4099).astype(npdt)
+  if op is Ops.LOG2: a = np.exp(rng.uniform(np.log(lo), np.log(hi), 4099)).astype(npdt)
+  a[:6] = [np.inf, -np.inf, np.nan, 0.0, -1.0, 1.0]
+  dt = from_np_dtype(np.dtype(npdt))
+  out = run_elementwise(run, lambda x: alu(op, dt, x), [a], dt, None)
+  with np.errstate(all="ignore"): expect = fn(a.astype(np.float64)).astype(npdt)
+  tol = 4 * np.finfo(npdt).eps
+  np.testing.assert_allclose(out, expect, rtol=tol, atol=tol if op is Ops.SIN else 0, equal_nan=True)
