@@ -185,7 +185,7 @@ class _TorchTensor:
         raise ValueError(f"torch_load: a tensor of size {size}, stride {stride}, offset {offset} does not fit its "
                          f"storage of {len(arr)} elements")
       view = np.lib.stride_tricks.as_strided(arr[offset:], shape=size, strides=[st * arr.itemsize for st in stride])
-    self.array, self.dtype = np.ascontiguousarray(view), storage.dtype
+    self.array, self.dtype = np.array(view, order="C"), storage.dtype   # (ascontiguousarray makes 0-d 1-d)
 
 def _rebuild_tensor(storage, storage_offset, size, stride, *_rest, **_kw) -> _TorchTensor:
   if not isinstance(storage, _Storage): raise pickle.UnpicklingError("torch_load: a tensor without a storage")
