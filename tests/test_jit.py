@@ -1,0 +1,121 @@
+"""TinyJit: capture on call 2, replay with new inputs from call 3, refuse changed inputs, JIT=0 runs eagerly."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from tinyplug import Context, Tensor, TinyJit, dtypes, nn
+from tinyplug.engine.jit import JitError
+from tinyplug.nn.optim import Adam, SGD
+from tinyplug.nn.state import get_parameters, get_state_dict, load_state_dict
+
+def data(i: int, shape=(3, 4)) -> np.ndarray:
+  return np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+
+def test_replay_uses_new_inputs_by_position(device):
+  calls = []
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor:
+    calls.append(1)
+    return (a * 2 + b).sum(axis=1).realize()
+  for i in range(5):
+    a, b = data(i), data(100 + i)
+    np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), (a * 2 + b).sum(axis=1), rtol=1e-5, atol=1e-6)
+  assert len(calls) == 2        # the Python body ran on calls 1 and 2 only
+  assert len(f.captured) >= 1
+
+def test_multiple_outputs_and_kwargs():
+  @TinyJit
+  def f(x: Tensor, *, scale: Tensor) -> tuple[Tensor, Tensor]:
+    return (x * scale).realize(), (x + scale).sum().realize()
+  for i in range(4):
+    x, s = data(i, (2, 2)), data(50 + i, (2, 2))
+    y, z = f(Tensor(x), scale=Tensor(s))
+    np.testing.assert_allclose(y.numpy(), x * s, rtol=1e-6)
+    np.testing.assert_allclose(z.item(), (x + s).sum(), rtol=1e-5)
+
+def test_inputs_that_are_views_or_lazy():
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + 1).realize()
+  for i in range(4):
+    base = data(i, (4, 4))
+    x = Tensor(base)[1:3].permute(1, 0) * 1   # lazy graph over a view
+    np.testing.assert_allclose(f(x).numpy(), base[1:3].T + 1, rtol=1e-6)
+
+def test_refuses_changed_shapes_and_dtypes():
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x * 2).realize()
+  for i in range(3): f(Tensor(data(i)))
+  with pytest.raises(JitError, match=r"argument 0 changed from shape \(3, 4\).*to shape \(4, 4\)"): f(Tensor(data(0, (4, 4))))
+  with pytest.raises(JitError, match="dtype"): f(Tensor(data(0)).cast(dtypes.float16))
+  with pytest.raises(JitError, match="captured with 1 tensor arguments"): f(Tensor(data(0)), Tensor(data(1)))
+  np.testing.assert_allclose(f(Tensor(data(7))).numpy(), data(7) * 2)   # still usable afterwards
+
+def test_jit_off_runs_eagerly():
+  calls = []
+  @TinyJit
+  def f(x: Tensor) -> Tensor:
+    calls.append(1)
+    return (x - 1).realize()
+  with Context(JIT=0):
+    for i in range(4): np.testing.assert_allclose(f(Tensor(data(i))).numpy(), data(i) - 1)
+  assert len(calls) == 4 and f.captured is None
+
+def test_reset_and_method_decorator():
+  class Model:
+    def __init__(self): self.w = Tensor(data(0, (4, 2))).realize()
+    @TinyJit
+    def __call__(self, x: Tensor) -> Tensor: return (x @ self.w).realize()
+  m = Model()
+  for i in range(3): np.testing.assert_allclose(m(Tensor(data(i))).numpy(), data(i) @ data(0, (4, 2)), rtol=1e-5)
+  Model.__call__.reset()
+  assert Model.__call__.captured is None
+  np.testing.assert_allclose(m(Tensor(data(9))).numpy(), data(9) @ data(0, (4, 2)), rtol=1e-5)
+
+def test_duplicate_input_refused():
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return (a + b).realize()
+  x = Tensor(data(0))
+  with pytest.raises(JitError, match="twice"): f(x, x)
+
+class TinyNet:
+  def __init__(self):
+    self.conv = nn.Conv2d(1, 2, 3)
+    self.bn = nn.BatchNorm2d(2)
+    self.lin = nn.Linear(2 * 3 * 3, 3)
+  def __call__(self, x: Tensor) -> Tensor:
+    return self.lin(self.bn(self.conv(x)).relu().max_pool2d(2).flatten(1))
+
+def _train(jit: bool, steps: int, opt_cls) -> tuple[list[float], dict[str, np.ndarray]]:
+  Tensor.manual_seed(0)
+  net = TinyNet()
+  init = {k: v.numpy() for k, v in get_state_dict(net).items()}
+  net = TinyNet()
+  load_state_dict(net, {k: Tensor(v) for k, v in init.items()})
+  opt = opt_cls(get_parameters(net))
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    with Tensor.train():
+      opt.zero_grad()
+      loss = net(x).sparse_categorical_crossentropy(y).backward()
+      return loss.realize(*opt.schedule_step())
+  fn = TinyJit(step)
+  losses = []
+  with Context(JIT=int(jit)):
+    for i in range(steps):
+      rng = np.random.default_rng(i)
+      x = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
+      y = rng.integers(0, 3, 4).astype(np.int32)
+      losses.append(fn(Tensor(x), Tensor(y)).item())
+  return losses, {k: v.numpy() for k, v in get_state_dict(net).items()}
+
+@pytest.mark.parametrize("opt_cls", [lambda ps: Adam(ps, lr=0.01), lambda ps: SGD(ps, lr=0.05, momentum=0.9)],
+                         ids=["adam", "sgd"])
+def test_jitted_training_equals_eager(opt_cls):
+  eager_losses, eager_state = _train(False, 6, opt_cls)
+  jit_losses, jit_state = _train(True, 6, opt_cls)
+  np.testing.assert_allclose(jit_losses, eager_losses, rtol=1e-5, atol=1e-6)
+  for k in eager_state: np.testing.assert_allclose(jit_state[k], eager_state[k], rtol=1e-5, atol=1e-6, err_msg=k)
+  assert int(jit_state["bn.num_batches_tracked"][0]) == 6   # state updated by replays too
+
+def test_jitted_training_every_device(device):
+  eager_losses, _ = _train(False, 4, lambda ps: Adam(ps, lr=0.01))
+  jit_losses, _ = _train(True, 4, lambda ps: Adam(ps, lr=0.01))
+  np.testing.assert_allclose(jit_losses, eager_losses, rtol=1e-5, atol=1e-6)
