@@ -1,0 +1,286 @@
+"""CPU benchmark: tinyplug's CPU device (cpu_llvm plugin) side by side with numpy, PyTorch and tinygrad.
+
+  python benchmarks/cpu_bench.py                  # everything; prints a markdown table
+  python benchmarks/cpu_bench.py --only tinyplug,numpy --quick
+
+Each framework runs in its own subprocess (so env vars like DEV apply and memory is not shared) and reports the
+best wall time of a few runs of each workload, synchronised (the result is computed, not just scheduled).
+The roofline figures come from hand-written LLVM IR run through the cpu_llvm runtime on every core: a triad
+(a = b + s*c) for memory bandwidth and independent vector FMA chains for peak fp32 FLOP/s.
+Never run from tests: it takes minutes."""
+from __future__ import annotations
+import argparse, json, os, subprocess, sys, time
+
+N_ELEM = 16 * 1024 * 1024
+WORKLOADS = {   # name: (description, flops, bytes moved at minimum)
+  "matmul_512": ("fp32 matmul 512", 2 * 512**3, 3 * 4 * 512**2),
+  "matmul_1024": ("fp32 matmul 1024", 2 * 1024**3, 3 * 4 * 1024**2),
+  "matmul_2048": ("fp32 matmul 2048", 2 * 2048**3, 3 * 4 * 2048**2),
+  "chain_16M": ("((a*b)+c).relu()*0.5, 16M", 4 * N_ELEM, 4 * 4 * N_ELEM),
+  "sum_16M": ("sum of 16M floats", N_ELEM, 4 * N_ELEM),
+  "softmax_4096": ("row softmax 4096x4096", 5 * 4096**2, 2 * 4 * 4096**2),
+  "conv2d": ("conv2d b32 3->32 32x32 k3 p1", 2 * 32 * 32 * 32 * 32 * 27, 4 * (32 * 3 * 32 * 32 + 32 * 32 * 32 * 32)),
+  "first_result": ("new elementwise graph: time to first result", 0, 0),
+  "tiny_op": ("cost per tiny realized op", 0, 0),
+}
+PEERS = {   # name: (worker kind, extra environment)
+  "tinyplug": ("tinyplug", {"DEV": "CPU"}),
+  "numpy": ("numpy", {}),
+  "torch": ("torch", {}),
+  "tinygrad-clang": ("tinygrad", {"DEV": "CPU"}),
+  "tinygrad-llvm": ("tinygrad", {"DEV": "CPU:LLVM"}),
+}
+
+def best_time(fn, reps: int = 5, budget_s: float = 3.0, warmup: int = 1) -> float:
+  for _ in range(warmup): fn()
+  times: list[float] = []
+  start = time.perf_counter()
+  while len(times) < reps and (not times or time.perf_counter() - start < budget_s):
+    st = time.perf_counter(); fn(); times.append(time.perf_counter() - st)
+  return min(times)
+
+# ---------------- workers: one per framework, in their own process ----------------
+
+def _tensor_workloads(Tensor, sync, quick: bool) -> dict:
+  """tinyplug and tinygrad share the Tensor API."""
+  import numpy as np
+  rng = np.random.default_rng(0)
+  out = {}
+  sizes = (512, 1024) if quick else (512, 1024, 2048)
+  for n in sizes:
+    a, b = Tensor(rng.random((n, n), dtype=np.float32)).realize(), Tensor(rng.random((n, n), dtype=np.float32)).realize()
+    out[f"matmul_{n}"] = best_time(lambda: sync((a @ b).realize()), reps=3 if n >= 2048 else 5)
+  a, b, c = [Tensor(rng.random(N_ELEM, dtype=np.float32)).realize() for _ in range(3)]
+  out["chain_16M"] = best_time(lambda: sync((((a * b) + c).relu() * 0.5).realize()))
+  out["sum_16M"] = best_time(lambda: sync(a.sum().realize()))
+  x = Tensor(rng.random((4096, 4096), dtype=np.float32)).realize()
+  out["softmax_4096"] = best_time(lambda: sync(x.softmax(-1).realize()))
+  xi = Tensor(rng.random((32, 3, 32, 32), dtype=np.float32)).realize()
+  w = Tensor(rng.random((32, 3, 3, 3), dtype=np.float32)).realize()
+  out["conv2d"] = best_time(lambda: sync(xi.conv2d(w, padding=1).realize()))
+  small = Tensor(rng.random(1024, dtype=np.float32)).realize()
+  def first():   # a constant never seen before: a new kernel to schedule, lower and compile
+    k = float(rng.random()) + 1.0
+    st = time.perf_counter(); sync(((small * k) + 1.0).exp().realize()); return time.perf_counter() - st
+  first(); out["first_result"] = min(first() for _ in range(5))
+  t = Tensor(np.zeros(1, np.float32)).realize()
+  def tiny():
+    nonlocal t
+    for _ in range(200): t = (t + 1.0).realize()
+    sync(t)
+  out["tiny_op"] = best_time(tiny) / 200
+  return out
+
+def worker_tinyplug(quick: bool) -> dict:
+  from tinyplug.tensor import Tensor
+  out = _tensor_workloads(Tensor, lambda t: t, quick)
+  out.update(rooflines())
+  return out
+
+def worker_tinygrad(quick: bool) -> dict:
+  from tinygrad import Tensor, Device
+  dev = Device[Device.DEFAULT]
+  return _tensor_workloads(Tensor, lambda t: dev.synchronize(), quick)
+
+def worker_numpy(quick: bool) -> dict:
+  import numpy as np
+  rng = np.random.default_rng(0)
+  out = {}
+  for n in ((512, 1024) if quick else (512, 1024, 2048)):
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    out[f"matmul_{n}"] = best_time(lambda: a @ b)
+  a, b, c = [rng.random(N_ELEM, dtype=np.float32) for _ in range(3)]
+  out["chain_16M"] = best_time(lambda: np.maximum((a * b) + c, 0) * 0.5)
+  out["sum_16M"] = best_time(lambda: a.sum())
+  x = rng.random((4096, 4096), dtype=np.float32)
+  def softmax():
+    e = np.exp(x - x.max(-1, keepdims=True)); return e / e.sum(-1, keepdims=True)
+  out["softmax_4096"] = best_time(softmax)
+  xi, w = rng.random((32, 3, 32, 32), dtype=np.float32), rng.random((32, 3, 3, 3), dtype=np.float32)
+  def conv():   # im2col + matmul, the usual numpy way
+    p = np.pad(xi, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))   # (32, 3, 32, 32, 3, 3)
+    return np.einsum("bchwij,ocij->bohw", cols, w, optimize=True)
+  out["conv2d"] = best_time(conv)
+  small = rng.random(1024, dtype=np.float32)
+  out["first_result"] = best_time(lambda: np.exp(small * 1.5 + 1.0))
+  t = np.zeros(1, np.float32)
+  out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
+  return out
+
+def worker_torch(quick: bool) -> dict:
+  import numpy as np, torch
+  torch.set_num_threads(2)
+  g = torch.Generator().manual_seed(0)
+  out = {}
+  for n in ((512, 1024) if quick else (512, 1024, 2048)):
+    a, b = torch.rand(n, n, generator=g), torch.rand(n, n, generator=g)
+    out[f"matmul_{n}"] = best_time(lambda: a @ b)
+  a, b, c = [torch.rand(N_ELEM, generator=g) for _ in range(3)]
+  out["chain_16M"] = best_time(lambda: (((a * b) + c).relu() * 0.5))
+  out["sum_16M"] = best_time(lambda: a.sum())
+  x = torch.rand(4096, 4096, generator=g)
+  out["softmax_4096"] = best_time(lambda: x.softmax(-1))
+  xi, w = torch.rand(32, 3, 32, 32, generator=g), torch.rand(32, 3, 3, 3, generator=g)
+  out["conv2d"] = best_time(lambda: torch.nn.functional.conv2d(xi, w, padding=1))
+  small = torch.rand(1024, generator=g)
+  out["first_result"] = best_time(lambda: ((small * 1.5) + 1.0).exp())
+  t = torch.zeros(1)
+  out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
+  return out
+
+# ---------------- rooflines, measured with hand-written IR on the cpu_llvm runtime ----------------
+
+_TRIAD = """
+define void @triad(ptr noalias %a, ptr noalias %b, ptr noalias %c, i32 %n, i32 %core_id, i32 %n_cores) {
+entry:
+  %n64 = sext i32 %n to i64
+  %c64 = sext i32 %core_id to i64
+  %k64 = sext i32 %n_cores to i64
+  %s0 = mul i64 %n64, %c64
+  %start = sdiv i64 %s0, %k64
+  %c1 = add i64 %c64, 1
+  %s1 = mul i64 %n64, %c1
+  %stop = sdiv i64 %s1, %k64
+  br label %loop
+loop:
+  %i = phi i64 [%start, %entry], [%next, %body]
+  %done = icmp sge i64 %i, %stop
+  br i1 %done, label %exit, label %body
+body:
+  %pb = getelementptr inbounds float, ptr %b, i64 %i
+  %pc = getelementptr inbounds float, ptr %c, i64 %i
+  %vb = load float, ptr %pb, align 4
+  %vc = load float, ptr %pc, align 4
+  %m = fmul float %vc, 3.0
+  %s = fadd float %vb, %m
+  %pa = getelementptr inbounds float, ptr %a, i64 %i
+  store float %s, ptr %pa, align 4
+  %next = add nuw nsw i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}
+"""
+
+def _fma_ir(chains: int = 12, width: int = 16) -> str:
+  t = f"<{width} x float>"
+  phis, body, outs = [], [], []
+  for k in range(chains):
+    phis.append(f"  %acc{k} = phi {t} [zeroinitializer, %entry], [%nacc{k}, %loop]")
+    body.append(f"  %nacc{k} = call {t} @llvm.fma.v{width}f32({t} %acc{k}, {t} %x, {t} %y)")
+  sums = [f"%nacc{k}" for k in range(chains)]
+  red = []
+  while len(sums) > 1:
+    a, b = sums.pop(), sums.pop()
+    red.append(f"  %r{len(red)} = fadd {t} {a}, {b}"); sums.insert(0, f"%r{len(red)-1}")
+  return f"""
+define void @fma_peak(ptr noalias %out, i32 %iters, i32 %core_id, i32 %n_cores) {{
+entry:
+  %p = getelementptr inbounds float, ptr %out, i32 0
+  %s = load float, ptr %p, align 4
+  %xi = insertelement {t} poison, float %s, i32 0
+  %x = shufflevector {t} %xi, {t} poison, <{width} x i32> zeroinitializer
+  %y = fadd {t} %x, %x
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%next, %loop]
+{chr(10).join(phis)}
+{chr(10).join(body)}
+  %next = add i32 %i, 1
+  %c = icmp slt i32 %next, %iters
+  br i1 %c, label %loop, label %exit
+exit:
+{chr(10).join(red)}
+  %lane = extractelement {t} {sums[0]}, i32 0
+  %q = mul i32 %core_id, 16
+  %po = getelementptr inbounds float, ptr %out, i32 %q
+  store float %lane, ptr %po, align 4
+  ret void
+}}
+declare {t} @llvm.fma.v{width}f32({t}, {t}, {t})
+""", chains * width * 2
+
+def rooflines() -> dict:
+  import ctypes, numpy as np
+  from tinyplug.device import Device
+  from tinyplug_cpu_llvm.compiler import symbol_for
+  from tinyplug_cpu_llvm.runtime import n_threads
+  dev = Device["CPU"]
+  def load(src: str, argtypes):
+    addr = dev.load(symbol_for(src), dev.compiler.compile_cached(src))
+    return ctypes.CFUNCTYPE(None, *argtypes)(addr)
+  nt = n_threads()
+  triad = load(_TRIAD, [ctypes.c_void_p] * 3 + [ctypes.c_int32] * 3)
+  n = 64 * 1024 * 1024
+  a, b, c = np.zeros(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
+  t = best_time(lambda: dev.pool.run(triad, [a.ctypes.data, b.ctypes.data, c.ctypes.data, n], nt), reps=5)
+  src, flops_per_iter = _fma_ir()
+  fma = load(src, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32])
+  out, iters = np.ones(64, np.float32), 2_000_000
+  tf = best_time(lambda: dev.pool.run(fma, [out.ctypes.data, iters], nt), reps=5)
+  return {"roof_bandwidth_GBs": 3 * 4 * n / t / 1e9, "roof_gflops": flops_per_iter * iters * nt / tf / 1e9, "threads": nt}
+
+WORKERS = {"tinyplug": worker_tinyplug, "numpy": worker_numpy, "torch": worker_torch, "tinygrad": worker_tinygrad}
+
+# ---------------- driver ----------------
+
+def run_peer(name: str, quick: bool) -> dict | str:
+  kind, env = PEERS[name]
+  cmd = [sys.executable, __file__, "--worker", kind] + (["--quick"] if quick else [])
+  try:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, **env})
+  except subprocess.TimeoutExpired: return "timed out"
+  if p.returncode != 0: return (p.stderr.strip().splitlines() or ["failed"])[-1][:100]
+  return json.loads(p.stdout.strip().splitlines()[-1])
+
+def fmt_time(s: float) -> str:
+  return f"{s*1e6:.1f} us" if s < 1e-3 else f"{s*1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+def table(results: dict, peers: list[str]) -> str:
+  tp = results.get("tinyplug", {})
+  tp = tp if isinstance(tp, dict) else {}
+  others = [p for p in peers if p != "tinyplug"]
+  head = ["workload", "tinyplug"] + [f"{p}" for p in others] + [f"{p} / tinyplug" for p in others] + ["tinyplug % of roof"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  bw, peak = tp.get("roof_bandwidth_GBs"), tp.get("roof_gflops")
+  for key, (desc, flops, nbytes) in WORKLOADS.items():
+    row = [desc, fmt_time(tp[key]) if key in tp else "-"]
+    for p in others:
+      r = results.get(p)
+      row.append(fmt_time(r[key]) if isinstance(r, dict) and key in r else "-")
+    for p in others:   # > 1: tinyplug is faster
+      r = results.get(p)
+      row.append(f"{r[key] / tp[key]:.2f}x" if isinstance(r, dict) and key in r and key in tp else "-")
+    roof = "-"
+    if key in tp and bw and peak and (flops or nbytes):
+      t_min = max(flops / (peak * 1e9), nbytes / (bw * 1e9))
+      roof = f"{100 * t_min / tp[key]:.1f}%"
+    row.append(roof)
+    lines.append("| " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--worker", choices=sorted(WORKERS))
+  ap.add_argument("--only", default=",".join(PEERS), help="comma list of: " + ", ".join(PEERS))
+  ap.add_argument("--quick", action="store_true", help="skip the 2048 matmul")
+  args = ap.parse_args()
+  if args.worker:
+    print(json.dumps(WORKERS[args.worker](args.quick)))
+    return
+  peers = [p for p in args.only.split(",") if p]
+  results: dict = {}
+  for p in peers:
+    print(f"running {p} ...", file=sys.stderr, flush=True)
+    results[p] = run_peer(p, args.quick)
+    if not isinstance(results[p], dict): print(f"  {p}: {results[p]}", file=sys.stderr)
+  tp = results.get("tinyplug")
+  if isinstance(tp, dict):
+    print(f"rooflines ({tp['threads']} threads, hand-written LLVM IR): triad {tp['roof_bandwidth_GBs']:.1f} GB/s, "
+          f"fp32 FMA peak {tp['roof_gflops']:.1f} GFLOP/s")
+  print(table(results, peers))
+  for p, r in results.items():
+    if not isinstance(r, dict): print(f"- {p}: not run ({r})")
+
+if __name__ == "__main__": main()
