@@ -307,15 +307,13 @@ REDUCE_AXES = [None, 0, 1, -1, (0, 2), (1, -1)]
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_reduce(op, axis, keepdim):
   def torch_fn(x):
-    if op in ("max", "min"):
-      return getattr(torch, "amax" if op == "max" else "amin")(x, dim=() if axis is None else axis, keepdim=keepdim)
-    if op == "prod":
-      if axis is None: return x.prod().reshape((1, 1, 1) if keepdim else ())
-      if isinstance(axis, tuple): return x.prod(axis[1], keepdim=True).prod(axis[0], keepdim=True).reshape(
-        tuple(1 if i in (axis[0] % 3, axis[1] % 3) else s for i, s in enumerate(x.shape)) if keepdim else
-        tuple(s for i, s in enumerate(x.shape) if i not in (axis[0] % 3, axis[1] % 3)))
-      return x.prod(axis, keepdim=keepdim)
-    if op == "logsumexp": return torch.logsumexp(x, dim=tuple(range(x.ndim)) if axis is None else axis, keepdim=keepdim)
+    axes = tuple(range(x.ndim)) if axis is None else tuple(a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis))
+    if op in ("max", "min"): return (torch.amax if op == "max" else torch.amin)(x, dim=axes, keepdim=keepdim)
+    if op == "logsumexp": return torch.logsumexp(x, dim=axes, keepdim=keepdim)
+    if op == "prod":  # torch.prod takes one dim: move the reduced dims last and flatten them
+      kept = [i for i in range(x.ndim) if i not in axes]
+      out = x.permute(*kept, *axes).reshape(*[x.shape[i] for i in kept], -1).prod(-1)
+      return out.reshape([1 if i in axes else s for i, s in enumerate(x.shape)]) if keepdim else out
     return getattr(x, op)(dim=axis, keepdim=keepdim)
   low, high = (0.5, 1.5) if op == "prod" else (-2, 2)
   check_op([(3, 4, 5)], torch_fn, lambda x: getattr(x, op)(axis, keepdim=keepdim), low=low, high=high, atol=1e-5, rtol=1e-5)

@@ -98,6 +98,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     src_grads = rule(g, wrap(node), *[wrap(s) for s in node.src])
     for s, sg in zip(node.src, src_grads):
       if sg is None or s not in needed: continue
-      if sg.shape != s.shape: raise RuntimeError(f"gradient of {node.op} gave shape {sg.shape} for a source of shape {s.shape}")
+      if sg.shape != s.shape:
+        raise RuntimeError(f"gradient of {node.op} gave shape {sg.shape} for a source of shape {s.shape}")
       grads[s] = sg if s not in grads else grads[s] + sg
   return {t: grads[t].uop for t in targets if t in grads}

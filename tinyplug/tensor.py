@@ -27,7 +27,8 @@ def canonical_device(device: str | None) -> str:
   """The canonical name of `device` (None means Device.DEFAULT); unknown names raise a ValueError."""
   from tinyplug.device import Device
   if device is None: return Device.DEFAULT
-  if not isinstance(device, str): raise TypeError(f"a device must be given by name (a str), not {type(device).__name__}")
+  if not isinstance(device, str):
+    raise TypeError(f"a device must be given by name (a str), not {type(device).__name__}")
   return Device.canonicalize(device)
 
 def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
@@ -69,7 +70,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     elif isinstance(data, (bytes, bytearray, memoryview)):
       uop = _uop_from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, device)
     elif isinstance(data, np.generic): uop = _uop_from_numpy(np.asarray(data), dtype, device)
-    else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
+    else:
+      raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
     self.uop: UOp = uop
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
@@ -162,7 +164,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     else:
       target = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,))
       buf = realize([target])[target].base
-    if buf.op is not Ops.BUFFER: raise RuntimeError(f"realize() left {buf.op} instead of a buffer for shape {self.shape}")
+    if buf.op is not Ops.BUFFER:
+      raise RuntimeError(f"realize() left {buf.op} instead of a buffer for shape {self.shape}")
     return buffer_of(buf).numpy()[:self.numel()].reshape(self.shape)
 
   def numpy(self) -> np.ndarray: return self._host_array().copy()
@@ -215,7 +218,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """d(self)/d(target) for each target, as new lazy tensors: `grad, = loss.gradient(x)`."""
     from tinyplug.gradient import compute_gradient
     if gradient is None:
-      if self.shape != (): raise RuntimeError(f"gradient() without a seed needs a scalar, this tensor has shape {self.shape}")
+      if self.shape != ():
+        raise RuntimeError(f"gradient() without a seed needs a scalar, this tensor has shape {self.shape}")
       gradient = Tensor.from_uop(graph.const(1.0, self.dtype, self.device, ()))
     elif gradient.shape != self.shape:
       raise ValueError(f"the seed gradient has shape {gradient.shape}, the tensor {self.shape}")
@@ -224,7 +228,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     for t in targets:
       g = grads.get(t.uop)
       if g is None:
-        if not materialize_grads: raise RuntimeError(f"no gradient: a target of shape {t.shape} is not in this tensor's graph")
+        if not materialize_grads:
+          raise RuntimeError(f"no gradient: a target of shape {t.shape} is not in this tensor's graph")
         g = graph.const(0, t.dtype, t.device, t.shape)
       out.append(Tensor.from_uop(g, requires_grad=False))
     return out

@@ -20,7 +20,8 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for sizes in zip(*padded):
     big = {s for s in sizes if s != 1}
-    if len(big) > 1: raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+    if len(big) > 1:
+      raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
     out.append(big.pop() if big else 1)
   return tuple(out)
 
@@ -80,7 +81,8 @@ class ElementwiseMixin:
     if rounding_mode is None:
       a, b = a._floats(), b.cast(least_upper_float(b.dtype))
       return a._apply_uop(lambda u, v: graph.alu(Ops.FDIV, u, v), b)
-    if rounding_mode not in ("trunc", "floor"): raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+    if rounding_mode not in ("trunc", "floor"):
+      raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
     if dtypes.is_float(a.dtype): return a.div(b).trunc() if rounding_mode == "trunc" else a.div(b).floor()
     q = a._apply_uop(lambda u, v: graph.alu(Ops.IDIV, u, v), b)
     if rounding_mode == "trunc" or dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool: return q
@@ -97,8 +99,8 @@ class ElementwiseMixin:
 
   def pow(self, y, reverse: bool = False):
     """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign of negative bases fixed."""
-    if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool) and float(y).is_integer() and abs(y) <= 8:
-      return self._int_pow(int(y))
+    small_int = isinstance(y, (int, float)) and not isinstance(y, bool) and float(y).is_integer() and abs(y) <= 8
+    if not reverse and small_int: return self._int_pow(int(y))
     if not reverse and isinstance(y, float) and y == 0.5: return self.sqrt()
     a, b = self._broadcasted(y, reverse)
     if not dtypes.is_float(a.dtype) and isinstance(y, int) and not reverse: return a._int_pow(y)
@@ -245,7 +247,8 @@ class ElementwiseMixin:
     return (bx.relu() + (-bx.abs()).exp().add(1).log()) * (1 / beta)
   def mish(self): return self * self.softplus().tanh()
   def relu6(self): return self.relu() - (self - 6).relu()
-  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5): return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5):
+    return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
   def hardswish(self): return self * (self + 3).relu6() * (1 / 6)
   def hardtanh(self, min_val: float = -1, max_val: float = 1): return self.clip(min_val, max_val)
   def softsign(self): return self / (1 + self.abs())

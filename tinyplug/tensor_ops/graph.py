@@ -74,7 +74,8 @@ def permute(u: UOp, order: tuple[int, ...]) -> UOp:
 def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
   """Zero padding; each (before, after) must be >= 0 (negative pads are shrinks, see Tensor.pad)."""
   padding = tuple((int(b), int(a)) for b, a in padding)
-  if len(padding) != len(u.shape): raise ValueError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
+  if len(padding) != len(u.shape):
+    raise ValueError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
   if any(b < 0 or a < 0 for b, a in padding): raise ValueError(f"negative padding {padding}")
   if all(b == 0 and a == 0 for b, a in padding): return u
   return UOp(Ops.PAD, u.dtype, (u,), padding)

@@ -97,8 +97,9 @@ class IndexingMixin:
     for j, ((_, idx), n) in enumerate(zip(tensor_idx, sizes)):
       idx = idx._broadcast_to(bshape)
       idx = (idx < 0).where(idx + n, idx)
-      onehot = idx.reshape(bshape + (1,) * len(sizes)).eq(
-        cls.arange(n, device=self.device).reshape((1,) * len(bshape) + tuple(n if k == j else 1 for k in range(len(sizes)))))
+      along_j = tuple(n if k == j else 1 for k in range(len(sizes)))
+      classes = cls.arange(n, device=self.device).reshape((1,) * len(bshape) + along_j)
+      onehot = idx.reshape(bshape + (1,) * len(sizes)).eq(classes)
       mask = onehot if mask is None else mask & onehot
     picked = mask.where(x, x._const_like(0)).sum(tuple(range(x.ndim - len(sizes), x.ndim))).cast(self.dtype)
     # numpy/torch placement: together in place of the indexed dims when those are adjacent, else first

@@ -53,7 +53,8 @@ class MovementMixin:
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported; only 'constant' is")
     if all(isinstance(p, int) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
-      if len(padding) != self.ndim: raise ValueError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
+      if len(padding) != self.ndim:
+        raise ValueError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
       pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
     x = self
     if any(b < 0 or a < 0 for b, a in pairs):

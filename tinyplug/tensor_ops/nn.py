@@ -19,7 +19,8 @@ class NNMixin:
   # ---- matrix products ----
   def dot(self, w, dtype: DType | str | None = None):
     """Matrix product with torch.matmul's rules: 1-D operands gain and lose a dim, batch dims broadcast."""
-    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul needs tensors of at least 1 dim, got shapes {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0:
+      raise ValueError(f"matmul needs tensors of at least 1 dim, got shapes {self.shape} and {w.shape}")
     x = self.unsqueeze(0) if self.ndim == 1 else self
     y = w.unsqueeze(-1) if w.ndim == 1 else w
     if x.shape[-1] != y.shape[-2]:
@@ -71,13 +72,14 @@ class NNMixin:
       x = x.movedim(-2, lead + j)                               # (lead, o..o_j, i_rest.., k..k_j)
     return x
 
-  def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-             padding: int | Sequence[int] = 0, dtype: DType | str | None = None):
+  def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dtype: DType | str | None = None):
     """Convolution (really cross-correlation, like torch) over as many spatial dims as the weight has after 2."""
     (bs, cin_total), (cout, cin) = self.shape[:2], weight.shape[:2]
     kernel = weight.shape[2:]
     nd = len(kernel)
-    if self.ndim != nd + 2: raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
+    if self.ndim != nd + 2:
+      raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
     if groups * cin != cin_total or cout % groups:
       raise ValueError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
     x = self.pad(((0, 0), (0, 0), *_spatial_padding(padding, nd)))
@@ -141,7 +143,8 @@ class NNMixin:
     return _reduce_loss(loss, reduction)
   def cross_entropy(self, y, reduction: str = "mean", label_smoothing: float = 0.0):
     """Cross entropy of logits against class indices (int y) or probabilities (float y of the same shape)."""
-    if dtypes.is_int(y.dtype): return self.sparse_categorical_crossentropy(y, label_smoothing=label_smoothing, reduction=reduction)
+    if dtypes.is_int(y.dtype):
+      return self.sparse_categorical_crossentropy(y, label_smoothing=label_smoothing, reduction=reduction)
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[-1]
     return _reduce_loss(-(self.log_softmax(-1) * y).sum(-1), reduction)
 

@@ -118,9 +118,7 @@ class RandomMixin:
     s = argfix(*shape)
     return cls.normal(*s, mean=0.0, std=math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(s[1:])), **kwargs)
 
-  def rand_like(self, **kwargs):
-    return type(self).rand(*self.shape, **{"device": self.device, "dtype": self.dtype if dtypes.is_float(self.dtype) else None,
-                                           **kwargs})
-  def randn_like(self, **kwargs):
-    return type(self).randn(*self.shape, **{"device": self.device, "dtype": self.dtype if dtypes.is_float(self.dtype) else None,
-                                            **kwargs})
+  def _like_kwargs(self, kwargs: dict) -> dict:
+    return {"device": self.device, "dtype": self.dtype if dtypes.is_float(self.dtype) else None, **kwargs}
+  def rand_like(self, **kwargs): return type(self).rand(*self.shape, **self._like_kwargs(kwargs))
+  def randn_like(self, **kwargs): return type(self).randn(*self.shape, **self._like_kwargs(kwargs))

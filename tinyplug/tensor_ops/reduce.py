@@ -47,7 +47,8 @@ class ReduceMixin:
   def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
     squares = (self - self.mean(axis, keepdim=True)).square()
     return squares.sum(axis, keepdim).div(max(0, self._reduced_count(axis) - correction))
-  def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1): return self.var(axis, keepdim, correction).sqrt()
+  def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
+    return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
   def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
@@ -60,7 +61,8 @@ class ReduceMixin:
     n = self.shape[ax]
     if n == 0: raise ValueError(f"argmax of an empty dim {axis} (shape {self.shape})")
     is_max = self.eq(self.max(ax, keepdim=True))
-    countdown = type(self).arange(n, 0, -1, device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
+    countdown = type(self).arange(n, 0, -1, device=self.device)
+    countdown = countdown.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
   def argmin(self, axis: int | None = None, keepdim: bool = False): return self._inverse().argmax(axis, keepdim)
   def any(self, axis: Axis = None, keepdim: bool = False): return self.bool().max(axis, keepdim)
