@@ -82,3 +82,21 @@ def test_tensor_level_threads(monkeypatch):
       s = UOp(Ops.REDUCE_AXIS, dtypes.float, (y,), (Ops.ADD, (1,)))
       outs.append(buffer_of(realize([s])[s]).numpy())
   np.testing.assert_array_equal(outs[0], outs[1])
+
+def test_pool_survives_fork(run):
+  import os, sys
+  if not hasattr(os, "fork"): pytest.skip("no fork")
+  uops = _matvec_like(64, 2048)
+  a = np.random.rand(64 * 2048).astype(np.float32)
+  o = np.zeros(64, np.float32)
+  run(uops, [o, a], threads=2)        # the parent's pool has a worker now
+  pid = os.fork()
+  if pid == 0:
+    try:
+      o2 = np.zeros(64, np.float32)
+      run(uops, [o2, a], threads=2)
+      os._exit(0 if np.array_equal(o, o2) else 1)
+    except BaseException:
+      os._exit(2)
+  _, status = os.waitpid(pid, 0)
+  assert os.waitstatus_to_exitcode(status) == 0

@@ -52,8 +52,11 @@ class ThreadPool:
     self.workers: list[queue.SimpleQueue] = []
     self.done: queue.SimpleQueue = queue.SimpleQueue()
     self.lock = threading.Lock()
+    self.pid = os.getpid()
 
   def _grow(self, n: int) -> None:
+    if self.pid != os.getpid():   # a forked child has none of the parent's threads: start over
+      self.workers, self.done, self.pid = [], queue.SimpleQueue(), os.getpid()
     while len(self.workers) < n - 1:
       q: queue.SimpleQueue = queue.SimpleQueue()
       threading.Thread(target=self._work, args=(q,), daemon=True, name=f"tinyplug-cpu-{len(self.workers)+1}").start()
