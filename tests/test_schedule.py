@@ -107,3 +107,11 @@ def test_full_reduction(device, n):
   a = fresh(n)
   assert a.sum().item() == pytest.approx(float(n * (n + 1) / 2))
   assert a.max().item() == float(n)
+
+@pytest.mark.parametrize("assign_first", [True, False])
+def test_read_before_assign_sees_the_old_value(device, assign_first):
+  w = Tensor([1.0, 2.0, 3.0]).realize()
+  old_sum = (w * 1).sum()        # reads w before the update below
+  w.assign(w * 10)
+  Tensor.realize(*((w, old_sum) if assign_first else (old_sum, w)))
+  assert old_sum.item() == 6.0 and w.tolist() == [10.0, 20.0, 30.0]

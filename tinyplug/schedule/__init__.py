@@ -92,10 +92,35 @@ class _Scheduler:
 
   # ---- building kernels ----
   def build(self) -> None:
+    self.item_reads: list[set[UOp]] = []   # per item: the realized nodes and plain buffers it reads
+    self.item_node: list[UOp] = []
     for n in self.nodes:
       if n not in self.realized: continue
       if n.op is Ops.COPY: self._copy_item(n)
       else: self._kernel_item(n)
+    self.items = self._order_items()
+
+  def _order_items(self) -> list[ScheduleItem]:
+    """Graph order, plus: a kernel that reads a buffer's old value runs before the ASSIGN that overwrites it."""
+    producer = {n: i for i, n in enumerate(self.item_node)}
+    after: list[set[int]] = [set() for _ in self.items]    # after[j]: items that must run before j
+    for j, reads in enumerate(self.item_reads):
+      for x in reads:
+        if x in producer and producer[x] != j: after[j].add(producer[x])
+    for i, n in enumerate(self.item_node):
+      if n.op is not Ops.ASSIGN: continue
+      target = buffer_base(n.src[0])
+      for j, reads in enumerate(self.item_reads):
+        if j != i and target in reads and i not in _ancestors(j, after): after[i].add(j)
+    order, done = [], set()
+    def visit(i: int, stack: set[int]) -> None:
+      if i in done: return
+      if i in stack: raise RuntimeError("the schedule has a cycle: an ASSIGN target is read by a kernel it depends on")
+      stack.add(i)
+      for d in sorted(after[i]): visit(d, stack)
+      stack.discard(i); done.add(i); order.append(i)
+    for i in range(len(self.items)): visit(i, set())
+    return [self.items[i] for i in order]
 
   def _new_output(self, n: UOp) -> UOp:
     dev = n.device
@@ -111,6 +136,7 @@ class _Scheduler:
     src = n.src[0]
     src_buf = self._source_buffer(src if src in self.realized else buffer_base(src))
     out = self._new_output(n)
+    self.item_node.append(n); self.item_reads.append({src if src in self.realized else buffer_base(src)})
     self.items.append(ScheduleItem(UOp(Ops.COPY, n.dtype, (src_buf, out), arg=n.device), (out, src_buf),
                                    {"name": f"copy {src_buf.device}->{n.device}", "nbytes": out.arg * n.dtype.itemsize}))
     self._finish(n, out)
@@ -134,6 +160,7 @@ class _Scheduler:
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
     ast = graph_rewrite(ast, symbolic, name="simplify kernel")   # (x+3)+4 is x+7 before any device sees it
+    self.item_node.append(n); self.item_reads.append(kb.reads)
     self.items.append(ScheduleItem(ast, tuple(kb.buffers)))
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
 
@@ -152,6 +179,7 @@ class _KernelBuilder:
     self.buffers: list[UOp] = []
     self.globals: dict[UOp, UOp] = {}
     self.memo: dict[tuple, UOp] = {}
+    self.reads: set[UOp] = set()
     self.next_axis = 0
 
   def global_for(self, buf: UOp) -> UOp:
@@ -193,6 +221,7 @@ class _KernelBuilder:
     sched = self.sched
     if not root and (x in sched.realized or x.op is Ops.BUFFER or x.op is Ops.AFTER):
       buf = sched._source_buffer(x)
+      self.reads.add(x if x in sched.realized else buffer_base(x))
       g = self.global_for(buf)
       lin = linear_index(idx, x.shape)
       index = UOp(Ops.INDEX, buf.dtype.ptr(buf.arg), (g, lin) + ((valid,) if valid is not None else ()))
@@ -220,6 +249,13 @@ class _KernelBuilder:
     if op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, x.dtype, (), x.arg)
     if op is Ops.BIND: return self.value(x.src[0], idx, valid)
     raise NotImplementedError(f"the scheduler cannot put {op} inside a kernel")
+
+def _ancestors(j: int, after: list[set[int]]) -> set[int]:
+  seen, stack = set(), [j]
+  while stack:
+    for d in after[stack.pop()]:
+      if d not in seen: seen.add(d); stack.append(d)
+  return seen
 
 def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
   """Kernels already decided by kernelize() (AFTER nodes) run first, in dependency order."""
