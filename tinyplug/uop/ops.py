@@ -34,8 +34,6 @@ class Ops(Enum):
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value
-  # members are singletons: hash by identity in C (Enum's own __hash__ is a Python call; ops are dict keys everywhere)
-  __hash__ = object.__hash__
 
 class GroupOp:
   Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
@@ -85,7 +83,8 @@ class UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
     if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
     dtype = _canonical_dtype(dtype)
-    key = (op, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg))
+    # op._value_ stands for op: Enum's __hash__ is a Python call, an int's is not
+    key = (op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg))
     if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
     obj = _new_object(cls)  # what UOp.__init__ does, without its Python frame
     _set_field(obj, "op", op); _set_field(obj, "dtype", dtype); _set_field(obj, "src", src)
@@ -422,12 +421,17 @@ def _dtype_range(dt: DType) -> tuple[DType, ConstType, ConstType, bool]:
   hit = _dtype_ranges[id(dt)] = (dt, dtypes.min(dt), dtypes.max(dt), dtypes.is_float(dt))
   return hit
 
-_BOUNDS_FROM_SRC = frozenset({Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.CAST})
+def op_mask(ops) -> tuple[bool, ...]:
+  """`op_mask(S)[op._value_]` is `op in S` without hashing the enum (a Python-level __hash__)."""
+  return tuple(any(o._value_ == v for o in ops) for v in range(max(o._value_ for o in Ops) + 1))
+
+_BOUNDS_FROM_SRC = op_mask({Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.CAST})
+_IS_ALU = op_mask(GroupOp.ALU)
 
 def _compute_bounds(root: UOp) -> tuple[ConstType, ConstType]:
   """Fills the bounds cache of root and of the sources it needs, in post-order (iterative: deep chains are fine)."""
   for s in root.src:
-    if (c := s._cache) is None or "min_max" not in c: break
+    if s.src and ((c := s._cache) is None or "min_max" not in c): break
   else:  # the usual case inside a rewrite: every source is known already
     if (c := root._cache) is None: object.__setattr__(root, "_cache", c := {})
     ret = c["min_max"] = _bounds(root)
@@ -442,7 +446,7 @@ def _compute_bounds(root: UOp) -> tuple[ConstType, ConstType]:
       c["min_max"] = _bounds(u)
       continue
     stack.append((u, True))
-    if u.op in _BOUNDS_FROM_SRC or (u.op in GroupOp.ALU and not _dtype_range(u.dtype)[3]):
+    if _BOUNDS_FROM_SRC[v := u.op._value_] or (_IS_ALU[v] and not _dtype_range(u.dtype)[3]):
       stack.extend((s, False) for s in u.src)
   return root._cache["min_max"]
 
@@ -461,7 +465,7 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if dtypes.is_int(u.dtype) and isinstance(lo, (int, bool)) and dmin <= lo and hi <= dmax: return (int(lo), int(hi))
     if dtypes.is_float(u.dtype): return (float(lo), float(hi)) if not dtypes.is_bool(u.src[0].dtype) else (0.0, 1.0)
     return (dmin, dmax)
-  if op not in GroupOp.ALU or is_float: return (dmin, dmax)
+  if not _IS_ALU[op._value_] or is_float: return (dmin, dmax)
   s = [x._min_max for x in u.src]
   if op is Ops.ADD: return _clamp(s[0][0] + s[1][0], s[0][1] + s[1][1], dmin, dmax)
   if op is Ops.SUB: return _clamp(s[0][0] - s[1][1], s[0][1] - s[1][0], dmin, dmax)

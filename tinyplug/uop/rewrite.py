@@ -41,13 +41,13 @@ def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | N
   return out
 
 def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp]) -> UOp:
-  """The engine. Either `rewrite_fn(u, ctx)` (tracing) or `pdict` (op -> compiled row matchers, tried inline: this
-  loop runs once per node, so it avoids a function call per node when nobody traces)."""
+  """The engine. Either `rewrite_fn(u, ctx)` (tracing) or `pdict` (op -> one compiled matcher for all its rows)."""
   # replace[n] is n's final form. Every value in it is a fixed point: its sources are final and no rule matches it.
   in_progress: set[UOp] = set()
   # stack frames: (node, stage, extra). stage 0: first visit; 1: sources done, rebuild; 2: node became extra[0]
   stack: list[tuple[UOp, int, Any]] = [(root, 0, None)]
   push, pop = stack.append, stack.pop
+  by_value = pdict.by_value if pdict is not None else None
   while stack:
     n, stage, extra = pop()
     if stage == 0:
@@ -56,10 +56,7 @@ def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: d
       in_progress.add(n)
       if bottom_up:
         if rewrite_fn is not None: new = rewrite_fn(n, ctx)
-        else:
-          new = None
-          for match in pdict[n.op]:
-            if (new := match(n, ctx)) is not None: break
+        else: new = (by_value[n.op._value_] or pdict[n.op])(n, ctx)
         if new is not None and new is not n:
           push((n, 2, (new, n))); push((new, 0, None))
           continue
@@ -76,10 +73,7 @@ def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: d
           replace[n] = replace[rebuilt]; in_progress.discard(n); continue
       if bottom_up and rebuilt is n: new = None
       elif rewrite_fn is not None: new = rewrite_fn(rebuilt, ctx)
-      else:
-        new = None
-        for match in pdict[rebuilt.op]:
-          if (new := match(rebuilt, ctx)) is not None: break
+      else: new = (by_value[rebuilt.op._value_] or pdict[rebuilt.op])(rebuilt, ctx)
       if new is None or new is rebuilt:
         replace[n] = replace[rebuilt] = rebuilt; in_progress.discard(n)
       else:

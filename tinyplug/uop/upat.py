@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools, sys
 from typing import Any, Callable, Iterable
 from tinyplug.uop.dtype import DType
-from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
+from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype, op_mask
 
 class UPat:
   """Matches UOps by op, dtype, arg and sources; `name` captures the matched UOp for the rewrite function.
@@ -172,12 +172,13 @@ class PatternMatcher:
     self._row_ids: dict[Ops, list[int]] = {op: [] for op in Ops}
     for i, row in enumerate(self.rows):
       for op in _ops_of(row.upat): self._row_ids[op].append(i)
-    self._pdict: dict[Ops, tuple[Callable, ...]] | None = None
+    self._pdict: _OpTable | None = None
 
   @property
-  def pdict(self) -> dict[Ops, tuple[Callable, ...]]:
-    """op -> the compiled matchers of the rows that could match it (built on first use)."""
-    if self._pdict is None: self._pdict = {op: tuple(self.rows[i].matcher for i in ids) for op, ids in self._row_ids.items()}
+  def pdict(self) -> dict[Ops, Callable[[UOp, Any], Any]]:
+    """op -> one compiled function `match(u, ctx)` that runs every row that could match that op, in table order
+    (compiled the first time a node with that op is seen)."""
+    if self._pdict is None: self._pdict = _OpTable(self)
     return self._pdict
   @property
   def patterns(self) -> list[tuple[UPat, Callable]]: return [(r.upat, r.fn) for r in self.rows]
@@ -185,9 +186,7 @@ class PatternMatcher:
   def __len__(self) -> int: return len(self.rows)
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
-    for matcher in self.pdict[uop.op]:
-      if (ret := matcher(uop, ctx)) is not None: return ret
-    return None
+    return (self.pdict.by_value[uop.op._value_] or self.pdict[uop.op])(uop, ctx)
 
   def rewrite_tracked(self, uop: UOp, ctx: Any = None) -> tuple[UOp | None, Pattern | None]:
     """Like rewrite, and also says which row matched (for tracing)."""
@@ -197,6 +196,40 @@ class PatternMatcher:
     return None, None
 
 # ---------------- compiling a UPat into a Python function ----------------
+
+def _no_match(uop: UOp, ctx: Any) -> None: return None
+
+class _OpTable(dict):
+  """op -> compiled matcher of all the rows for that op; missing ops are compiled on first lookup.
+  `by_value[op._value_]` holds the same functions (None until compiled) for the engine's hot loop."""
+  def __init__(self, pm: PatternMatcher):
+    super().__init__()
+    self.pm = pm
+    self.by_value: list[Callable | None] = [None] * (max(o._value_ for o in Ops) + 1)
+  def __missing__(self, op: Ops) -> Callable[[UOp, Any], Any]:
+    rows = [self.pm.rows[i] for i in self.pm._row_ids[op]]
+    fn = self[op] = self.by_value[op._value_] = compile_rows(rows, op) if rows else _no_match
+    return fn
+
+def compile_rows(rows: list[Pattern], op: Ops) -> Callable[[UOp, Any], Any]:
+  """One function that tries each row in turn on a node whose op is `op` (so the rows' own root op test is
+  left out) and returns the first non-None result. A row the compiler cannot handle calls its interpreter."""
+  comp = _Compiler(None, False)
+  lines = ["def _match(u0, ctx):"]
+  for i, row in enumerate(rows):
+    fn_name = comp.const(row.fn)
+    try: lines += comp.gen(row.upat, "u0", (), comp.fn_caller(fn_name, row.takes_ctx), 1, root_op_known=True)
+    except _NotCompilable:
+      lines += [f"  _ret = {comp.const(row._interpret)}(u0, ctx)", "  if _ret is not None: return _ret"]
+  lines.append("  return None")
+  try: return comp.finish(lines, f"<matcher for {op}: {len(rows)} rows>")
+  except (SyntaxError, RecursionError, MemoryError):  # too deep to compile: fall back to one call per row
+    matchers = [row.matcher for row in rows]
+    def match(u: UOp, ctx: Any) -> Any:
+      for m in matchers:
+        if (ret := m(u, ctx)) is not None: return ret
+      return None
+    return match
 
 class _NotCompilable(Exception):
   pass
@@ -222,24 +255,29 @@ class _Compiler:
     return f"u{self.nvars}"
 
   def build(self, upat: UPat) -> Callable:
-    lines = ["def _match(u0, ctx):"] + self.gen(upat, "u0", (), self.call_fn, 1) + ["  return None"]
-    exec(compile("\n".join(lines), f"<upat {upat!r:.200}>", "exec"), self.env)
+    lines = ["def _match(u0, ctx):"] + self.gen(upat, "u0", (), self.fn_caller("_fn", self.takes_ctx), 1) + ["  return None"]
+    return self.finish(lines, f"<upat {upat!r:.200}>")
+
+  def finish(self, lines: list[str], filename: str) -> Callable:
+    exec(compile("\n".join(lines), filename, "exec"), self.env)
     return self.env["_match"]
 
-  def call_fn(self, bound: tuple[str, ...], ind: int) -> list[str]:
-    kwargs = ", ".join([f"{n}=c_{n}" for n in bound] + (["ctx=ctx"] if self.takes_ctx else []))
-    pad = "  " * ind
-    return [f"{pad}_ret = _fn({kwargs})", f"{pad}if _ret is not None: return _ret"]
+  @staticmethod
+  def fn_caller(fn_name: str, takes_ctx: bool) -> Callable[[tuple[str, ...], int], list[str]]:
+    def call_fn(bound: tuple[str, ...], ind: int) -> list[str]:
+      kwargs = ", ".join([f"{n}=c_{n}" for n in bound] + (["ctx=ctx"] if takes_ctx else []))
+      pad = "  " * ind
+      return [f"{pad}_ret = {fn_name}({kwargs})", f"{pad}if _ret is not None: return _ret"]
+    return call_fn
 
-  def gen(self, p: UPat, v: str, bound: tuple[str, ...], cont: Callable, ind: int) -> list[str]:
+  def gen(self, p: UPat, v: str, bound: tuple[str, ...], cont: Callable, ind: int, root_op_known: bool = False) -> list[str]:
     """Lines that check `p` against the UOp in local `v`, then run cont(bound names, indent) on success."""
     if p.alternatives is not None:
       return [line for alt in p.alternatives for line in self.gen(alt, v, bound, cont, ind)]
     if p.name is not None and not p.name.isidentifier(): raise _NotCompilable(p.name)
     conds: list[str] = []
     if p.name is not None and p.name in bound: conds.append(f"{v} is c_{p.name}")
-    if p.op is not None:
-      conds.append(f"{v}.op is {self.const(next(iter(p.op)))}" if len(p.op) == 1 else f"{v}.op in {self.const(p.op)}")
+    if p.op is not None and not root_op_known: conds.append(self.op_cond(p.op, v))
     if p.allowed_len != -1: conds.append(f"len({v}.src) == {p.allowed_len}")
     if p.arg is not None: conds.append(f"{v}.arg == {self.const(p.arg)}")
     out: list[str] = []
@@ -275,11 +313,14 @@ class _Compiler:
     if p.alternatives is not None or p.name is not None or p.dtype is not None or p.src is not None or p.repeat is not None:
       return None
     conds = ["True"]
-    if p.op is not None:
-      conds.append(f"{v}.op is {self.const(next(iter(p.op)))}" if len(p.op) == 1 else f"{v}.op in {self.const(p.op)}")
+    if p.op is not None: conds.append(self.op_cond(p.op, v))
     if p.allowed_len != -1: conds.append(f"len({v}.src) == {p.allowed_len}")
     if p.arg is not None: conds.append(f"{v}.arg == {self.const(p.arg)}")
     return " and ".join(conds[1:] or conds)
+
+  def op_cond(self, ops: frozenset[Ops], v: str) -> str:
+    if len(ops) == 1: return f"{v}.op is {self.const(next(iter(ops)))}"
+    return f"{self.const(op_mask(ops))}[{v}.op._value_]"
 
   def gen_sources(self, pats: list[UPat], kids: list[str], i: int, v: str, any_len: bool, bound, cont, ind) -> list[str]:
     if i == len(pats): return cont(bound, ind)
