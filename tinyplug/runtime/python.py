@@ -35,9 +35,10 @@ class PythonRenderer(Renderer):
 def _np(dt: DType) -> np.dtype: return to_np_dtype(dt)
 
 def _c_idiv(a, b):
+  """C division: truncates toward zero (floor division, moved up by one where it rounded a negative quotient down)."""
   b_safe = np.where(b == 0, 1, b)
-  q = np.abs(a) // np.abs(b_safe)
-  return np.where(np.equal(a < 0, b_safe < 0), q, -q)
+  q = np.floor_divide(a, b_safe)
+  return np.where((np.remainder(a, b_safe) != 0) & ((a < 0) != (b_safe < 0)), q + 1, q)
 
 def _alu(op: Ops, dtype: DType, src: list[Any], src_dtypes: list[DType]) -> Any:
   is_float = dtypes.is_float(dtype)

@@ -137,7 +137,10 @@ class UOp(metaclass=UOpMeta):
   # ---- graph walks ----
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
     """All nodes reachable from self, each after its sources (iterative: deep graphs are fine)."""
-    if gate is None and self._cache is not None and "toposort" in self._cache: return self._cache["toposort"]
+    if gate is None and self._cache is not None and (below := self._cache.get("toposort")) is not None:
+      ret = dict.fromkeys(below)
+      ret[self] = None
+      return ret
     visited: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
     while stack:
@@ -148,7 +151,9 @@ class UOp(metaclass=UOpMeta):
       if gate is None or gate(node):
         for s in reversed(node.src):
           if s not in visited: stack.append((s, False))
-    if gate is None: self._cached("toposort", lambda: visited)
+    # the cache holds the nodes below self only: a node that referred to itself would live until the cyclic GC runs,
+    # and with it every buffer in its graph
+    if gate is None: self._cached("toposort", lambda: tuple(visited)[:-1])
     return visited
   def sparents(self) -> Iterator[UOp]: return iter(self.toposort())
   def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
