@@ -437,3 +437,12 @@ def test_sequential_and_losses():
   check_op([(4, 3), (4, 3)], lambda x, y: F.binary_cross_entropy_with_logits(x, y.sigmoid()),
            lambda x, y: x.binary_crossentropy_logits(y.sigmoid()), atol=1e-6, rtol=1e-5)
   check_op([(4, 6)], lambda x: F.layer_norm(x, (6,)), lambda x: x.layernorm(), atol=1e-5, rtol=1e-4)
+
+def test_tril_triu_and_attention():
+  for d in (-1, 0, 2):
+    check_op([(4, 5)], lambda x: x.triu(d), lambda x: x.triu(d))
+    check_op([(2, 3, 4)], lambda x: x.tril(d), lambda x: x.tril(d))
+  check_op([(2, 4, 8), (2, 5, 8), (2, 5, 3)], F.scaled_dot_product_attention, Tensor.scaled_dot_product_attention,
+           atol=1e-5, rtol=1e-4)
+  check_op([(2, 4, 8), (2, 4, 8), (2, 4, 3)], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+           lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True), atol=1e-5, rtol=1e-4)

@@ -113,6 +113,21 @@ class NNMixin:
     counts = self._const_like(1.0, dtypes.default_float).pad(tuple(pads))._pool(k, s, dilation).sum(axes)
     return windows.sum(axes) / counts
 
+  def _tri_mask(self, diagonal: int, upper: bool):
+    r, c = self.shape[-2], self.shape[-1]
+    rows = type(self).arange(r, device=self.device).reshape(r, 1) + diagonal
+    cols = type(self).arange(c, device=self.device).reshape(1, c)
+    return rows <= cols if upper else rows >= cols
+  def triu(self, diagonal: int = 0): return self._tri_mask(diagonal, upper=True).where(self, self._const_like(0))
+  def tril(self, diagonal: int = 0): return self._tri_mask(diagonal, upper=False).where(self, self._const_like(0))
+  def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+    """softmax(q @ k^T / sqrt(d) + mask) @ v, like torch's; a bool mask keeps where it is True."""
+    scores = (self @ key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
+    if is_causal: attn_mask = scores._const_like(True, dtypes.bool).tril()
+    if attn_mask is not None:
+      scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+    return scores.softmax(-1).dropout(dropout_p) @ value
+
   # ---- normalisation, dropout, losses ----
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5):
     y = self - self.mean(axis, keepdim=True)
