@@ -183,6 +183,8 @@ def test_to_device_and_clone():
     assert moved.device == dev and moved.tolist() == [1, 2, 3]
     assert (moved.to(Device.DEFAULT) * 2).tolist() == [2, 4, 6]
   assert t.to(None) is t
+  for dev in Device.available():
+    assert Tensor(t.to(dev).uop).device == dev and Tensor(t.uop, device=dev).device == dev
   c = t.clone()
   c[0] = 9
   assert t.tolist() == [1, 2, 3] and c.tolist() == [9, 2, 3]

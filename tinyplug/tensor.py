@@ -57,21 +57,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     dtype = None if dtype is None else to_dtype(dtype)
-    device = canonical_device(device)
-    if isinstance(data, UOp):
-      uop = data if dtype is None else graph.cast(data, dtype)
-      if uop.device is not None and uop.device != device and data.op is not Ops.DEVICE: uop = graph.copy_to(uop, device)
-    elif isinstance(data, Tensor): uop = Tensor(data.uop, device, dtype).uop
-    elif data is None: uop = graph.const(0, dtype or dtypes.default_float, device, (0,))
-    elif isinstance(data, (bool, int, float)):
-      uop = graph.const(data, dtype or dtypes.from_py(data), device, ())
-    elif isinstance(data, (list, tuple)): uop = _uop_from_list(data, dtype, device)
-    elif isinstance(data, np.ndarray): uop = _uop_from_numpy(data, dtype, device)
-    elif isinstance(data, (bytes, bytearray, memoryview)):
-      uop = _uop_from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, device)
-    elif isinstance(data, np.generic): uop = _uop_from_numpy(np.asarray(data), dtype, device)
-    else:
-      raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
+    if isinstance(data, (UOp, Tensor)):
+      # an existing graph stays on its own device unless another one is asked for
+      uop = data if isinstance(data, UOp) else data.uop
+      uop = uop if dtype is None else graph.cast(uop, dtype)
+      if device is not None and (device := canonical_device(device)) != uop.device: uop = graph.copy_to(uop, device)
+    else: uop = _uop_from_data(data, dtype, canonical_device(device))
     self.uop: UOp = uop
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
@@ -268,6 +259,16 @@ def _short_uop(u: UOp) -> str:
   return f"<UOp {u.device} {u.shape} {dt} {(u.base.op, u.base.arg)!r}>"
 
 # ---------------- data from Python and numpy ----------------
+
+def _uop_from_data(data: Any, dtype: DType | None, device: str) -> UOp:
+  if data is None: return graph.const(0, dtype or dtypes.default_float, device, (0,))
+  if isinstance(data, (bool, int, float)): return graph.const(data, dtype or dtypes.from_py(data), device, ())
+  if isinstance(data, (list, tuple)): return _uop_from_list(data, dtype, device)
+  if isinstance(data, np.ndarray): return _uop_from_numpy(data, dtype, device)
+  if isinstance(data, np.generic): return _uop_from_numpy(np.asarray(data), dtype, device)
+  if isinstance(data, (bytes, bytearray, memoryview)):
+    return _uop_from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, device)
+  raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
 
 def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
   dtype = dtype or dtypes.from_py(data)
