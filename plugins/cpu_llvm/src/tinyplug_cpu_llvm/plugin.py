@@ -5,7 +5,7 @@ from tinyplug.hookspecs import DeviceSpec, RendererSpec, hookimpl
 TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
                    "description": "CPU backend: LLVM IR compiled with llvmlite for the host CPU, multi-threaded"}
 
-CPU_THREADS = ContextVar("CPU_THREADS", 0, "threads the CPU device runs large kernels on; 0 means os.cpu_count()")
+CPU_THREADS = ContextVar("CPU_THREADS", 0, "threads the CPU device runs large kernels on; 0 means every core this process may use")
 
 def probe() -> tuple[bool, str]:
   """llvmlite installed? (found, not imported: importing it loads libLLVM)"""

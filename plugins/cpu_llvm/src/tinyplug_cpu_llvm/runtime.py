@@ -80,8 +80,11 @@ class ThreadPool:
       if err is not None: raise err
 
 def n_threads() -> int:
+  """CPU_THREADS, or every core this process may run on (its affinity mask, which taskset/containers narrow)."""
   n = int(CPU_THREADS.value)
-  return n if n > 0 else (os.cpu_count() or 1)
+  if n > 0: return n
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except (AttributeError, OSError): return os.cpu_count() or 1
 
 # ---------------- programs ----------------
 
