@@ -7,8 +7,8 @@ Workloads (every graph is built the same way, from the same seed, in both librar
   index_simplify   graph_rewrite(expr, symbolic) for each of those N expressions
   const_chain      fold a chain of M constant ADDs with the one-rule matcher from ramp.md
   var_chain        simplify x+1+1+...+1 (M ADDs) with symbolic
-Each time is the best of --repeat runs; graphs are rebuilt and the old ones freed between runs, so no
-cached bounds or rewrite results carry over. ratio = tinyplug / tinygrad (below 1.0: tinyplug is faster).
+Each time is the best of --repeat runs, the libraries taking turns; graphs are rebuilt and the old ones freed
+between runs, so no cached bounds or rewrite results carry over. ratio = tinyplug / tinygrad (below 1.0: tinyplug is faster).
 """
 from __future__ import annotations
 import argparse, gc, os, random, sys, time
@@ -81,29 +81,32 @@ def build_var_chain(lib: Lib, m: int):
 
 # ---- timing ----
 
-def best_of(repeat: int, setup, run) -> float:
-  best = float("inf")
+def best_of(repeat: int, libs: list[Lib], setup, run) -> dict[str, float]:
+  """Best time of `run(lib, setup(lib))` per library; the libraries take turns, so load spikes on a shared
+  machine hit both alike."""
+  best = {lib.name: float("inf") for lib in libs}
   for _ in range(repeat):
-    arg = setup()
-    gc.collect()
-    t0 = time.perf_counter()
-    run(arg)
-    best = min(best, time.perf_counter() - t0)
-    del arg
-    gc.collect()
+    for lib in libs:
+      arg = setup(lib)
+      gc.collect()
+      t0 = time.perf_counter()
+      run(lib, arg)
+      best[lib.name] = min(best[lib.name], time.perf_counter() - t0)
+      del arg
+      gc.collect()
   return best
 
-def workloads(lib: Lib, args) -> dict[str, float]:
+def workloads(libs: list[Lib], args) -> dict[str, dict[str, float]]:
   recipes = index_recipes(args.exprs, args.seed)
-  out = {}
-  out["index_build"] = best_of(args.repeat, lambda: None, lambda _: [build_index(lib, r) for r in recipes])
-  out["index_simplify"] = best_of(args.repeat, lambda: [build_index(lib, r) for r in recipes],
-                                  lambda exprs: [lib.graph_rewrite(e, lib.symbolic) for e in exprs])
-  out["const_chain"] = best_of(args.repeat, lambda: build_const_chain(lib, args.chain),
-                               lambda g: lib.graph_rewrite(g, lib.fold_pm))
-  out["var_chain"] = best_of(args.repeat, lambda: build_var_chain(lib, args.chain // 5),
-                             lambda g: lib.graph_rewrite(g, lib.symbolic))
-  return out
+  build_all = lambda lib: [build_index(lib, r) for r in recipes]
+  return {
+    "index_build": best_of(args.repeat, libs, lambda lib: None, lambda lib, _: build_all(lib)),
+    "index_simplify": best_of(args.repeat, libs, build_all, lambda lib, exprs: [lib.graph_rewrite(e, lib.symbolic) for e in exprs]),
+    "const_chain": best_of(args.repeat, libs, lambda lib: build_const_chain(lib, args.chain),
+                           lambda lib, g: lib.graph_rewrite(g, lib.fold_pm)),
+    "var_chain": best_of(args.repeat, libs, lambda lib: build_var_chain(lib, args.chain // 5),
+                         lambda lib, g: lib.graph_rewrite(g, lib.symbolic)),
+  }
 
 def check_same_answers(libs: list[Lib], args) -> None:
   """Both libraries must agree on the value of every simplified expression (a quick sanity check)."""
@@ -139,7 +142,8 @@ def main() -> None:
   names = [args.only] if args.only else ["tinyplug", "tinygrad"]
   libs = [Lib(n) for n in names]
   if len(libs) == 2: check_same_answers(libs, args)
-  results = {lib.name: workloads(lib, args) for lib in libs}
+  by_workload = workloads(libs, args)
+  results = {n: {w: t[n] for w, t in by_workload.items()} for n in names}
   print(f"| workload | size | {' | '.join(f'{n} (ms)' for n in names)} |" + (" ratio tinyplug/tinygrad |" if len(libs) == 2 else ""))
   print("|---|---|" + "---:|" * len(names) + ("---:|" if len(libs) == 2 else ""))
   sizes = {"index_build": args.exprs, "index_simplify": args.exprs, "const_chain": args.chain, "var_chain": args.chain // 5}

@@ -164,6 +164,8 @@ class UOp(metaclass=UOpMeta):
   # ---- constructors ----
   @staticmethod
   def const(dtype: DType, b: ConstType | tuple) -> UOp:
+    # fast path: an int that fits an integer dtype is already what truncate would give
+    if type(b) is int and type((r := _dtype_range(dtype))[1]) is int and r[1] <= b <= r[2]: return UOp(Ops.CONST, dtype, arg=b)
     if isinstance(b, UOp): return b
     if isinstance(b, tuple) and dtype.count > 1:
       return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype.scalar(), x) for x in b))
