@@ -1,22 +1,26 @@
-import os, sys
+import os, subprocess, sys
 sys.path.insert(0, os.path.dirname(__file__))
 import pytest
-import tracegen
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+def record_in_subprocess(folder: str, run: str, *examples: str) -> str:
+  """Record tracegen examples in a fresh interpreter: kernel names and the compile cache start empty there,
+  whatever other tests in this process did."""
+  code = (f"import sys; sys.path.insert(0, {HERE!r})\n"
+          "from tinyplug.plugins import get_plugin_manager\nget_plugin_manager()\nimport tracegen\n"
+          f"with tracegen.recording({folder!r}, {run!r}):\n" + "".join(f"  tracegen.{e}()\n" for e in examples))
+  env = dict(os.environ)
+  for k in ("VIZ", "TINY_PLUGINS", "TINYPLUG_VIZ_RUN"): env.pop(k, None)
+  subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
+  return folder
 
 @pytest.fixture(scope="session")
 def small_trace(tmp_path_factory):
-  """The seed's first example, plus a kernel with simplifications: two contexts with rewrites, code and a profile."""
-  folder = str(tmp_path_factory.mktemp("viz") / "run-small")
-  from tinyplug.plugins import get_plugin_manager
-  get_plugin_manager()   # load plugins first so the whole run is traced
-  with tracegen.recording(folder, "run-small"):
-    tracegen.add_two_vectors()
-    tracegen.simplify_example()
-  return folder
+  """The seed's first example, plus a kernel with simplifications: contexts with rewrites, code and a profile."""
+  return record_in_subprocess(str(tmp_path_factory.mktemp("viz") / "run-small"), "run-small",
+                              "add_two_vectors", "simplify_example")
 
 @pytest.fixture(scope="session")
 def big_trace(tmp_path_factory):
-  folder = str(tmp_path_factory.mktemp("viz") / "run-big")
-  with tracegen.recording(folder, "run-big"):
-    tracegen.big_rewrite()
-  return folder
+  return record_in_subprocess(str(tmp_path_factory.mktemp("viz") / "run-big"), "run-big", "big_rewrite")

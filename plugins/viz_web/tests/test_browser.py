@@ -106,13 +106,18 @@ def test_code_uops_and_profiler(page, urls):
   expect(page.locator("#match-info")).to_contain_text("tracks")
   # hover a kernel span: the tooltip shows its details; click it: its code opens
   box = page.locator("#profiler").bounding_box()
-  found = page.evaluate("""() => { const b = prof.boxes.find(b => b.track.type === 'spans' && b.ev[3] === 'run');
+  find = """() => { const b = prof.boxes.find(b => b.track.type === 'spans' && b.ev[3] === 'run');
       const r = document.querySelector('#profiler').getBoundingClientRect();
-      return b ? [r.left + (b.x0 + b.x1) / 2, r.top + (b.y0 + b.y1) / 2, b.ev[2]] : null; }""")
+      return b ? [r.left + (b.x0 + b.x1) / 2, r.top + (b.y0 + b.y1) / 2, b.ev[2]] : null; }"""
+  found = page.evaluate(find)
   assert found, "no kernel run span drawn"
   page.mouse.move(found[0], found[1])
+  page.mouse.wheel(0, -300)                                   # zoom in around the span: it stays drawn
+  page.wait_for_timeout(100)
+  found = page.evaluate(find)
+  assert found, "the kernel span disappeared after zooming"
+  page.mouse.move(found[0], found[1])
   expect(page.locator("#tooltip")).to_contain_text(found[2])
-  page.mouse.wheel(0, -300)                                   # zoom in, still drawn
   page.mouse.click(found[0], found[1])
   ready(page, "code:")
   assert "view=code" in page.url
