@@ -183,7 +183,8 @@ def test_sqrt_with_native_transcendentals_except_sqrt():
 
 @pytest.mark.parametrize("op,missing", [(Ops.MULACC, Ops.MULACC), (Ops.CMPEQ, Ops.CMPEQ), (Ops.SUB, Ops.SUB),
                                         (Ops.SUB, frozenset({Ops.SUB, Ops.NEG})), (Ops.RECIPROCAL, Ops.RECIPROCAL),
-                                        (Ops.FDIV, Ops.FDIV), (Ops.NEG, Ops.NEG)], ids=str)
+                                        (Ops.FDIV, Ops.FDIV), (Ops.NEG, Ops.NEG)],
+                         ids=lambda x: "+".join(sorted(o.name for o in x)) if isinstance(x, frozenset) else str(x))
 def test_simple_decompositions(op: Ops, missing):
   missing = missing if isinstance(missing, frozenset) else frozenset({missing})
   rng = np.random.default_rng(2)

@@ -115,3 +115,23 @@ def test_read_before_assign_sees_the_old_value(device, assign_first):
   w.assign(w * 10)
   Tensor.realize(*((w, old_sum) if assign_first else (old_sum, w)))
   assert old_sum.item() == 6.0 and w.tolist() == [10.0, 20.0, 30.0]
+
+def test_assigns_that_read_each_others_old_values(device):
+  # what an optimizer step does: every new value is computed from the old values of all parameters
+  a, b = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
+  a_old, b_old = Tensor.from_uop(a.uop), Tensor.from_uop(b.uop)
+  a.assign(a_old - b_old * 2)
+  b.assign(b_old - a_old * 3)
+  Tensor.realize(a, b)
+  assert a.tolist() == [-5.0, -6.0] and b.tolist() == [0.0, -2.0]
+
+def test_assign_onto_a_pending_assign(device):
+  a = Tensor.zeros(3)
+  a.assign(a + 1).realize()
+  assert a.tolist() == [1.0, 1.0, 1.0] and a.uop.op is Ops.BUFFER
+
+def test_reading_a_pending_assign_runs_it_once(device):
+  a = Tensor.zeros(2).realize()
+  a.assign(a + 1)
+  assert a.numpy().tolist() == [1.0, 1.0]
+  assert (a * 1).numpy().tolist() == [1.0, 1.0]

@@ -164,10 +164,13 @@ def test_data_access():
 
 def test_bfloat16(device):
   if device == "CL": pytest.skip("the OpenCL backend has no bfloat16 type")
-  if device == "PYTHON":
-    pytest.xfail("backend bug: the PYTHON interpreter casts float32 -> bfloat16 as an integer conversion (-3.0 -> 65533)")
   t = Tensor([1.0, 2.5, -3.0], dtype=dtypes.bfloat16)
   assert t.dtype == dtypes.bfloat16 and t.tolist() == [1.0, 2.5, -3.0] and (t * 2).float().tolist() == [2.0, 5.0, -6.0]
+  # float32 -> bfloat16 rounds to nearest even on its 8-bit mantissa
+  vals = [1.00390625, 1.01171875, 3.14159, -1e30, 7.0e-39]
+  got = Tensor(vals).cast(dtypes.bfloat16).float().numpy()
+  ref = torch.tensor(vals).to(torch.bfloat16).float().numpy()
+  np.testing.assert_array_equal(got, ref)
 
 def test_numpy_does_not_cut_the_graph():
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)

@@ -26,3 +26,12 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]: return sorted(list(globals()) + list(_LAZY))
 
 __all__ = list(_LAZY)
+
+def _load_requested_plugins() -> None:
+  # a recorder asked for on the command line (VIZ=1, TINY_PLUGINS=...) must see the program from its first rewrite
+  from tinyplug.helpers import env_str
+  if env_str("TINY_PLUGINS") or env_str("VIZ") not in ("", "0"):
+    from tinyplug.plugins import get_plugin_manager
+    get_plugin_manager(check=False)
+
+_load_requested_plugins()

@@ -154,7 +154,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if graph.is_plain_buffer(self.uop): buf = self.uop.base
     else:
       target = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,))
-      buf = realize([target])[target].base
+      becomes = realize([target])
+      buf = becomes[target].base
+      # writes and copies that ran are done for good: tensors holding them now hold their buffers
+      _apply_becomes_map({k: v for k, v in becomes.items() if k.op in (Ops.ASSIGN, Ops.COPY)})
     if buf.op is not Ops.BUFFER:
       raise RuntimeError(f"realize() left {buf.op} instead of a buffer for shape {self.shape}")
     return buffer_of(buf).numpy()[:self.numel()].reshape(self.shape)

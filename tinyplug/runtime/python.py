@@ -34,6 +34,19 @@ class PythonRenderer(Renderer):
 
 def _np(dt: DType) -> np.dtype: return to_np_dtype(dt)
 
+# bfloat16 lives in memory as its raw 16 bits and in registers as float32 values rounded to bfloat16
+def _reg(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt.scalar() == dtypes.bfloat16 else _np(dt)
+
+def _bf16_bits(x: Any) -> np.ndarray:
+  bits = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.uint32).astype(np.uint64)
+  rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)   # round to nearest even
+  return np.where(np.isnan(np.asarray(x, dtype=np.float32)), np.uint16(0x7FC0), rounded)
+
+def _bf16_value(bits: Any) -> np.ndarray:
+  return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+def _round_bf16(x: Any) -> np.ndarray: return _bf16_value(_bf16_bits(x))
+
 def _c_idiv(a, b):
   """C division: truncates toward zero (floor division, moved up by one where it rounded a negative quotient down)."""
   b_safe = np.where(b == 0, 1, b)
@@ -72,9 +85,10 @@ def _alu(op: Ops, dtype: DType, src: list[Any], src_dtypes: list[DType]) -> Any:
   raise NotImplementedError(f"the PYTHON device cannot run {op}")
 
 def _cast(x: Any, dtype: DType, from_dtype: DType) -> Any:
-  npdt = _np(dtype)
+  npdt = _reg(dtype)
   x = np.asarray(x)
   if dtype == dtypes.bool: return x != 0
+  if dtype == dtypes.bfloat16: return _round_bf16(x.astype(np.float32))
   if dtypes.is_int(dtype) and dtypes.is_float(from_dtype):
     # C truncation; out-of-range and NaN are undefined in C: give 0 rather than a numpy warning
     x = np.where(np.isfinite(x), np.trunc(x), 0)
@@ -116,9 +130,11 @@ class PythonProgram:
         base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
         v[u] = bufs[u.arg].view(_np(base))
       elif op is Ops.DEFINE_VAR: v[u] = np.int32(next(var_iter))
-      elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_np(u.dtype.base)), group)
-      elif op is Ops.DEFINE_REG: v[u] = ("reg", np.zeros((n, u.dtype.size), dtype=_np(u.dtype.base)), lanes)
-      elif op is Ops.CONST: v[u] = np.array(u.arg, dtype=_np(u.dtype))
+      elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_reg(u.dtype.base)), group)
+      elif op is Ops.DEFINE_REG: v[u] = ("reg", np.zeros((n, u.dtype.size), dtype=_reg(u.dtype.base)), lanes)
+      elif op is Ops.CONST:
+        v[u] = np.array(u.arg, dtype=_reg(u.dtype))
+        if u.dtype == dtypes.bfloat16: v[u] = _round_bf16(v[u])
       elif op is Ops.SPECIAL: v[u] = ids[u.arg[0]]
       elif op is Ops.RANGE:
         if u not in v: v[u] = np.int32(0)
@@ -133,20 +149,32 @@ class PythonProgram:
       elif op is Ops.INDEX:
         mem = v[u.src[0]]
         v[u] = (mem, v[u.src[1]], v[u.src[2]] if len(u.src) > 2 else None)
-      elif op is Ops.LOAD: v[u] = self._load(v[u.src[0]], v[u.src[1]] if len(u.src) > 1 else None, u.dtype, n)
-      elif op is Ops.STORE: self._store(v[u.src[0]], v[u.src[1]], masks, n)
+      elif op is Ops.LOAD:
+        if u.dtype == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple):   # memory holds raw bits
+          alt = _bf16_bits(v[u.src[1]]) if len(u.src) > 1 else None
+          v[u] = _bf16_value(self._load(v[u.src[0]], alt, u.dtype, n))
+        else: v[u] = self._load(v[u.src[0]], v[u.src[1]] if len(u.src) > 1 else None, u.dtype, n)
+      elif op is Ops.STORE:
+        val = v[u.src[1]]
+        if u.src[1].dtype == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple): val = _bf16_bits(val)
+        self._store(v[u.src[0]], val, masks, n)
       elif op is Ops.IF: masks.append(v[u.src[0]])
       elif op is Ops.ENDIF: masks.pop()
       elif op is Ops.BARRIER: pass
       elif op is Ops.CAST: v[u] = _cast(v[u.src[0]], u.dtype, u.src[0].dtype)
-      elif op is Ops.BITCAST: v[u] = np.ascontiguousarray(np.asarray(v[u.src[0]])).view(_np(u.dtype))
+      elif op is Ops.BITCAST:
+        x = v[u.src[0]]
+        if u.src[0].dtype == dtypes.bfloat16: x = _bf16_bits(x)
+        out = np.ascontiguousarray(np.asarray(x)).view(_np(u.dtype))
+        v[u] = _bf16_value(out) if u.dtype == dtypes.bfloat16 else out
       elif op is Ops.VECTORIZE: v[u] = np.stack(np.broadcast_arrays(*[np.asarray(v[s]) for s in u.src]), axis=-1)
       elif op is Ops.GEP:
         x = v[u.src[0]]
         v[u] = x[..., u.arg[0]] if len(u.arg) == 1 else x[..., list(u.arg)]
       elif op in GroupOp.ALU:
         out = _alu(op, u.dtype, [v[s] for s in u.src], [s.dtype for s in u.src])
-        v[u] = np.asarray(out).astype(_np(u.dtype), copy=False)
+        v[u] = np.asarray(out).astype(_reg(u.dtype), copy=False)
+        if u.dtype == dtypes.bfloat16: v[u] = _round_bf16(v[u])
       elif op is Ops.SINK or op is Ops.NOOP: pass
       else: raise NotImplementedError(f"the PYTHON device cannot run {op}")
       pc += 1

@@ -11,7 +11,8 @@ from tinyplug import events
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.schedule.indexing import const_index, linear_index, source_index
-from tinyplug.uop.rewrite import graph_rewrite
+from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
+from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
 
 @dataclass(frozen=True)
@@ -41,9 +42,14 @@ def is_contiguous_buffer(x: UOp) -> bool:
   return x.op is Ops.BUFFER or x.op is Ops.AFTER
 
 def buffer_base(x: UOp) -> UOp:
-  """The BUFFER under movement ops (and under a kernelized AFTER)."""
-  while x.op in GroupOp.Movement or x.op is Ops.DETACH or x.op is Ops.AFTER: x = x.src[0]
+  """The BUFFER under movement ops (and under a kernelized AFTER, or an ASSIGN: it writes its target's buffer)."""
+  while x.op in GroupOp.Movement or x.op in (Ops.DETACH, Ops.AFTER, Ops.ASSIGN): x = x.src[0]
   return x
+
+class ScheduleCycle(RuntimeError):
+  def __init__(self, assigns: list[UOp]):
+    super().__init__("ASSIGNs read each other's old values")
+    self.assigns = assigns
 
 class _Scheduler:
   def __init__(self, targets: list[UOp]):
@@ -111,15 +117,16 @@ class _Scheduler:
       if n.op is not Ops.ASSIGN: continue
       target = buffer_base(n.src[0])
       for j, reads in enumerate(self.item_reads):
-        if j != i and target in reads and i not in _ancestors(j, after): after[i].add(j)
+        if j != i and target in reads: after[i].add(j)
     order, done = [], set()
-    def visit(i: int, stack: set[int]) -> None:
+    def visit(i: int, stack: list[int]) -> None:
       if i in done: return
-      if i in stack: raise RuntimeError("the schedule has a cycle: an ASSIGN target is read by a kernel it depends on")
-      stack.add(i)
+      if i in stack:  # each ASSIGN on the loop must read old values another one overwrites
+        raise ScheduleCycle([self.item_node[j] for j in stack[stack.index(i):] if self.item_node[j].op is Ops.ASSIGN])
+      stack.append(i)
       for d in sorted(after[i]): visit(d, stack)
-      stack.discard(i); done.add(i); order.append(i)
-    for i in range(len(self.items)): visit(i, set())
+      stack.pop(); done.add(i); order.append(i)
+    for i in range(len(self.items)): visit(i, [])
     return [self.items[i] for i in order]
 
   def _new_output(self, n: UOp) -> UOp:
@@ -160,14 +167,19 @@ class _Scheduler:
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
     ast = graph_rewrite(ast, symbolic, name="simplify kernel")   # (x+3)+4 is x+7 before any device sees it
+    if n.op is Ops.ASSIGN:   # writes after any earlier ASSIGN to the same target
+      kb.reads |= {x for x in n.src[0].toposort() if x.op is Ops.ASSIGN and x in self.realized}
     self.item_node.append(n); self.item_reads.append(kb.reads)
     self.items.append(ScheduleItem(ast, tuple(kb.buffers)))
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
 
   def _finish(self, n: UOp, out: UOp | None) -> None:
     if out is None:  # ASSIGN: the target now holds the value
-      self.out_buffer[n] = buffer_base(n.src[0])
-      self.becomes[n] = n.src[0]
+      target = n.src[0]
+      self.out_buffer[n] = buffer_base(target)
+      # an ASSIGN onto an ASSIGN: the result is the buffer, not the (already realized) inner ASSIGN
+      if any(x in self.becomes for x in target.toposort()): target = target.substitute(self.becomes)
+      self.becomes[n] = target
       return
     self.out_buffer[n] = out
     self.becomes[n] = out.reshape(n.shape)
@@ -203,8 +215,8 @@ class _KernelBuilder:
   def view_index(self, x: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, UOp | None]:
     """Linear index into the buffer under the movement ops of x, and the validity mask."""
     valid = None
-    while x.op in GroupOp.Movement or x.op is Ops.DETACH:
-      if x.op is Ops.DETACH: x = x.src[0]; continue
+    while x.op in GroupOp.Movement or x.op in (Ops.DETACH, Ops.ASSIGN):
+      if x.op in (Ops.DETACH, Ops.ASSIGN): x = x.src[0]; continue
       idx, v = source_index(x, idx)
       if v is not None: valid = v if valid is None else valid & v
       x = x.src[0]
@@ -250,13 +262,6 @@ class _KernelBuilder:
     if op is Ops.BIND: return self.value(x.src[0], idx, valid)
     raise NotImplementedError(f"the scheduler cannot put {op} inside a kernel")
 
-def _ancestors(j: int, after: list[set[int]]) -> set[int]:
-  seen, stack = set(), [j]
-  while stack:
-    for d in after[stack.pop()]:
-      if d not in seen: seen.add(d); stack.append(d)
-  return seen
-
 def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
   """Kernels already decided by kernelize() (AFTER nodes) run first, in dependency order."""
   pre: list[ScheduleItem] = []
@@ -272,13 +277,30 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   """The kernels that compute `targets`, in execution order, and what each realized node becomes."""
   with events.scope("schedule", "schedule"), events.profile_span("schedule", f"schedule {len(targets)} outputs"):
     pre, afters = _expand_after(targets)
-    s = _Scheduler(targets)
-    s.decide()
-    s.build()
+    s, renamed = _schedule_breaking_cycles(targets)
     if events.enabled("schedule"):  # the visualizer shows the tensor graph and the kernels it was split into
       events.emit("schedule", {"sink": s.sink, "items": tuple(pre + s.items), "scope": events.current_scope()})
-  becomes = {a: a.src[0] for a in afters} | s.becomes
+  becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   return pre + s.items, becomes
+
+def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp, UOp]]:
+  """Schedule; where ASSIGNs read each other's old values (a.assign(f(b)); b.assign(g(a))), compute their values
+  into buffers of their own first, then copy them into place."""
+  snapshot: set[UOp] = set()
+  renamed = {n: n for t in targets for n in t.toposort()}
+  for _ in range(8):
+    s = _Scheduler([renamed[t] for t in targets])
+    s.decide()
+    try:
+      s.build()
+      return s, renamed
+    except ScheduleCycle as e:
+      snapshot |= {next(old for old, new in renamed.items() if new is a) for a in e.assigns}
+    wrap = PatternMatcher([(UPat(Ops.ASSIGN, name="a"), lambda ctx, a: a.replace(src=(a.src[0], UOp(Ops.CONTIGUOUS,
+                            a.dtype, (a.src[1],)))) if a in ctx and a.src[1].op is not Ops.CONTIGUOUS else None)])
+    sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
+    renamed = graph_rewrite_map(sink, wrap, ctx=snapshot, name="snapshot assigned values")
+  raise RuntimeError("could not order the ASSIGNs of this schedule")
 
 def kernelize(targets: list[UOp]) -> dict[UOp, UOp]:
   """Decide the kernels without running them: each realized node becomes AFTER(its buffer, KERNEL).
