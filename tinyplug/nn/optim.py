@@ -61,11 +61,10 @@ class Optimizer:
         raise RuntimeError(f"parameter {i} (shape {p.shape}) has no gradient: call loss.backward() before step(), "
                            "and make sure every parameter given to the optimiser is used by the loss")
     new_values, extra = self._step()
-    # Every new value is computed into a buffer of its own before any parameter is overwritten: a gradient or another
-    # parameter's update may still read a parameter's old value in the same schedule (write-after-read).
-    staged = [v.cast(t.dtype).contiguous() for t, v in zip(self.params, new_values)]
-    for t, v in zip(self.params, staged): t.assign(v)
-    return extra + staged + self.buffers, list(self.params)
+    # the scheduler runs every read of a parameter's old value before the write (and stages values only where two
+    # updates read each other's old values)
+    for t, v in zip(self.params, new_values): t.assign(v.cast(t.dtype))
+    return extra + self.buffers, list(self.params)
 
   def _lr(self, t: Tensor) -> Tensor: return self.lr.reshape(()).cast(t.dtype)
   def _step(self) -> tuple[list[Tensor], list[Tensor]]:
