@@ -92,7 +92,7 @@ class PluginSite:
 
 def _forget_modules(root: Path) -> None:
   prefix = str(root)
-  for name, module in list(sys.modules.items()):
+  for name, module in sys.modules.copy().items():   # copy() is atomic; other threads may import meanwhile
     if (getattr(module, "__file__", None) or "").startswith(prefix): del sys.modules[name]
 
 
