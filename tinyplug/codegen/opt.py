@@ -23,29 +23,47 @@ def _try(k: Kernel, opt: Opt) -> bool:
   except KernelOptError: return False
   return True
 
+def _divisor(n: int, choices: tuple[int, ...]) -> int | None:
+  return next((c for c in choices if n % c == 0 and n >= c), None)
+
+def _reuse(k: Kernel) -> list[int]:
+  """For each output axis: how much of the kernel's input the loads that do not depend on it read (upcasting the
+  axis reuses each such loaded value once per lane)."""
+  loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+  deps = [(set(x for x in u.toposort() if x.op is Ops.RANGE), max(u.src[0].src[0].dtype.size, 1)) for u in loads]
+  return [sum(size for d, size in deps if r not in d) for r in k.loop_axes]
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
-  """A short hand-written recipe: register-tile reductions over two output axes (matmul, conv), unroll reduce loops,
-  give GPU-style renderers a work-group, and upcast the fastest output axis of elementwise kernels."""
+  """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
+  innermost output axis upcast by up to 16, another by up to 8, so each loaded value feeds many accumulators.
+  Other reductions unroll their loop; elementwise kernels upcast their fastest axis. GPU-style renderers also get a
+  work-group on an output axis."""
   k = k.copy()
   loops, reduces = k.loop_axes, k.reduce_axes
-  has_local = bool(k.renderer is not None and k.renderer.has_local and not getattr(k.renderer, "global_ids", False))
+  gpu = bool(k.renderer is not None and k.renderer.has_local and not getattr(k.renderer, "global_ids", False))
   if reduces and len(loops) >= 2:
-    # a 4x4 register tile: each loaded value is used four times
-    for axis in (len(loops) - 1, len(loops) - 2):
+    reuse = _reuse(k)
+    inner = len(loops) - 1
+    if reuse[inner] and (amt := _divisor(loops[inner].src[0].arg, (16, 8, 4, 2) if not gpu else (4, 2))):
+      _try(k, Opt(OptOps.UPCAST, inner, amt))
+    # the second tile axis: the output axis the most loads do not depend on (each of their values is reused per lane)
+    others = sorted((a for a in range(len(loops) - 1) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg))
+    for axis in others:
+      if (amt := _divisor(k.loop_axes[axis].src[0].arg, (8, 4, 2) if not gpu else (4, 2))) and _try(k, Opt(OptOps.UPCAST, axis, amt)):
+        break
+    if k.upcasted <= 16:
       for amt in (4, 2):
-        if _try(k, Opt(OptOps.UPCAST, axis, amt)): break
-    for amt in (4, 2):
-      if _try(k, Opt(OptOps.UNROLL, 0, amt)): break
+        if _try(k, Opt(OptOps.UNROLL, 0, amt)): break
   elif reduces:
     size = reduces[0].src[0].arg
     for amt in (8, 4, 2):
       if size >= 4 * amt and _try(k, Opt(OptOps.UNROLL, 0, amt)): break
-  elif loops and not has_local:
+  elif loops:
     for amt in (4, 2):
       if _try(k, Opt(OptOps.UPCAST, len(loops) - 1, amt)): break
-  if has_local:
+  if gpu:
     for axis in reversed(range(len(k.loop_axes))):
-      for amt in (32, 16, 8, 4, 2):
+      for amt in (256, 128, 64, 32, 16, 8, 4, 2):
         if _try(k, Opt(OptOps.LOCAL, axis, amt)): break
       else: continue
       break

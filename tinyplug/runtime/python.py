@@ -79,7 +79,7 @@ def _alu(op: Ops, dtype: DType, src: list[Any], src_dtypes: list[DType]) -> Any:
   if op is Ops.LOG2: return np.log2(src[0])
   if op is Ops.SIN: return np.sin(src[0])
   if op is Ops.SQRT: return np.sqrt(src[0])
-  if op is Ops.RECIPROCAL: return np.reciprocal(np.asarray(src[0], dtype=_np(dtype)))
+  if op is Ops.RECIPROCAL: return np.reciprocal(np.asarray(src[0], dtype=_reg(dtype)))
   if op is Ops.TRUNC: return np.trunc(src[0])
   if op is Ops.POW: return np.power(src[0], src[1])
   raise NotImplementedError(f"the PYTHON device cannot run {op}")
