@@ -135,3 +135,12 @@ def test_reading_a_pending_assign_runs_it_once(device):
   a.assign(a + 1)
   assert a.numpy().tolist() == [1.0, 1.0]
   assert (a * 1).numpy().tolist() == [1.0, 1.0]
+
+def test_huge_reduction_is_split_in_two(device):
+  n = 1 << 17
+  a = Tensor(np.arange(n, dtype=np.float32) % 7).realize()
+  ks = kernels(s := a.sum())
+  assert len(ks) == 2          # partial sums over a loop that threads or work-groups can share, then their sum
+  assert s.item() == float((np.arange(n) % 7).sum())
+  b = Tensor(np.arange(2 * n, dtype=np.float32).reshape(2, n)).realize()
+  np.testing.assert_array_equal(b.max(1).numpy(), b.numpy().max(1))

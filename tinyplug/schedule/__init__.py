@@ -283,23 +283,44 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   return pre + s.items, becomes
 
+def _split_reduce(r: UOp) -> UOp | None:
+  """A huge reduction into a few outputs: partial results first (k of them, a loop the CPU runtime can share out
+  between threads and a GPU between work-groups), then a small reduction of those."""
+  op, axes = r.arg
+  shape = r.src[0].shape
+  total = math.prod(shape[a] for a in axes)
+  n_out = math.prod(r.shape)
+  if total < 2**16 or n_out > 64: return None
+  k = next((c for c in (256, 128, 64, 32, 16) if total % c == 0), None)
+  if k is None: return None
+  order = tuple(a for a in range(len(shape)) if a not in axes) + tuple(axes)
+  x = r.src[0] if order == tuple(range(len(shape))) else UOp(Ops.PERMUTE, r.src[0].dtype, (r.src[0],), order)
+  x = UOp(Ops.RESHAPE, x.dtype, (x,), (n_out, k, total // k))
+  part = UOp(Ops.CONTIGUOUS, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (x,), (op, (2,))),))
+  return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (op, (1,))),), r.shape)
+
+split_big_reduces = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split_reduce)])
+
 def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp, UOp]]:
   """Schedule; where ASSIGNs read each other's old values (a.assign(f(b)); b.assign(g(a))), compute their values
   into buffers of their own first, then copy them into place."""
   snapshot: set[UOp] = set()
-  renamed = {n: n for t in targets for n in t.toposort()}
+  renamed = graph_rewrite_map(UOp(Ops.SINK, dtypes.void, tuple(targets)), split_big_reduces, name="split big reduces")
+  targets = [renamed[t] for t in targets]
   for _ in range(8):
-    s = _Scheduler([renamed[t] for t in targets])
+    s = _Scheduler(targets)
     s.decide()
     try:
       s.build()
       return s, renamed
     except ScheduleCycle as e:
-      snapshot |= {next(old for old, new in renamed.items() if new is a) for a in e.assigns}
+      snapshot |= set(e.assigns)
     wrap = PatternMatcher([(UPat(Ops.ASSIGN, name="a"), lambda ctx, a: a.replace(src=(a.src[0], UOp(Ops.CONTIGUOUS,
                             a.dtype, (a.src[1],)))) if a in ctx and a.src[1].op is not Ops.CONTIGUOUS else None)])
     sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
-    renamed = graph_rewrite_map(sink, wrap, ctx=snapshot, name="snapshot assigned values")
+    again = graph_rewrite_map(sink, wrap, ctx=snapshot, name="snapshot assigned values")
+    renamed = {old: again.get(new, new) for old, new in renamed.items()}
+    targets = [again.get(t, t) for t in targets]
   raise RuntimeError("could not order the ASSIGNs of this schedule")
 
 def kernelize(targets: list[UOp]) -> dict[UOp, UOp]:
