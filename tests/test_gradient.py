@@ -120,3 +120,13 @@ def test_compute_gradient_on_uops():
   y = (x * x).sum()
   grads = compute_gradient(y.uop, Tensor(1.0).uop, {x.uop})
   assert Tensor.from_uop(grads[x.uop]).tolist() == [2.0, 4.0, 6.0]
+
+def test_prod_gradient_with_zeros(device):
+  import torch
+  vals = [[1.0, 2.0, 0.0, 4.0], [0.0, 0.0, 3.0, 1.0], [2.0, 3.0, 4.0, 5.0]]
+  for reduce in (lambda t: t.prod(1).sum(), lambda t: t.prod()):
+    ref = torch.tensor(vals, requires_grad=True)
+    reduce(ref).backward()
+    x = Tensor(vals, requires_grad=True)
+    reduce(x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), ref.grad.numpy())

@@ -30,7 +30,14 @@ def _reduce_grad(g, out, x):
   if op is Ops.MAX:
     hit = x.eq(out.expand(x.shape)).cast(g.dtype)  # every maximal element shares the gradient
     return (hit / hit.sum(axes, keepdim=True) * g.expand(x.shape),)
-  if op is Ops.MUL: return ((g * out).expand(x.shape) / x,)
+  if op is Ops.MUL:
+    # the product of the other elements, exact with zeros: with one zero only that element gets a gradient
+    zero = x.eq(0)
+    nonzero = zero.where(x._const_like(1), x)
+    p = nonzero.prod(axes, keepdim=True).cast(x.dtype).expand(x.shape)
+    zeros = zero.cast(x.dtype).sum(axes, keepdim=True).expand(x.shape)
+    others = zeros.eq(0).where(p / nonzero, (zeros.eq(1) & zero).where(p, x._const_like(0)))
+    return (g.expand(x.shape) * others,)
   raise NotImplementedError(f"no gradient for a {op} reduction")
 
 def _pad_grad(g, out, x):
