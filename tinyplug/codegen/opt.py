@@ -71,5 +71,5 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
 
 def search_opts(sink: UOp, ctx: Any) -> list[Opt]:
   from tinyplug.helpers import SEARCH
-  from tinyplug.search import run_search
+  from tinyplug.search.runner import run_search
   return run_search(str(SEARCH.value or "beam"), sink, ctx.renderer, int(BEAM.value))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 from tinyplug.codegen.kernel import Kernel, Opt
-from tinyplug.search import apply_all, candidate_actions
+from tinyplug.search.runner import apply_all, candidate_actions
 
 class BeamSearch:
   """Keep the `width` fastest action lists; extend each by one action per step until nothing gets faster."""

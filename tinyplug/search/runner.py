@@ -1,0 +1,102 @@
+"""Kernel search: run the selected strategy plugin, time candidates on the real device, cache the answer on disk."""
+from __future__ import annotations
+import hashlib, json, pathlib, sqlite3, sys, time
+from typing import Any, Callable
+from tinyplug import events
+from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir, suggest
+from tinyplug.uop.ops import Ops, UOp
+from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+
+def candidate_actions(k: Kernel) -> list[Opt]:
+  """Every single action worth trying next on `k`."""
+  acts: list[Opt] = []
+  for axis in range(len(k.loop_axes)):
+    acts += [Opt(OptOps.UPCAST, axis, a) for a in (2, 3, 4, 5, 7, 8)]
+    if k.renderer is not None and k.renderer.has_local: acts += [Opt(OptOps.LOCAL, axis, a) for a in (2, 4, 8, 16, 32)]
+  for axis in range(len(k.reduce_axes)):
+    acts += [Opt(OptOps.UNROLL, axis, a) for a in (2, 3, 4, 7, 8)]
+    if k.renderer is not None and k.renderer.has_shared:
+      acts += [Opt(OptOps.GROUPTOP, axis, a) for a in (8, 16, 32)]
+  return acts
+
+def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
+  k = k.copy()
+  try:
+    for o in opts: k.apply_opt(o)
+  except KernelOptError: return None
+  return k
+
+class Timer:
+  """Compiles a kernel AST with given actions and times it on `device` with scratch buffers (min of a few runs)."""
+  def __init__(self, ast: UOp, renderer, device: str):
+    self.ast, self.renderer, self.device = ast, renderer, device
+    self.bufs = None
+  def __call__(self, opts: list[Opt]) -> float:
+    from tinyplug.codegen import get_program
+    from tinyplug.device import Buffer, Device
+    try: spec = get_program(self.ast, self.renderer, opts=opts)
+    except (KernelOptError, NotImplementedError): return float("inf")
+    dev = Device[self.device]
+    if self.bufs is None:
+      gl = sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+      self.bufs = [Buffer(self.device, max(g.dtype.size, 1), g.dtype.base).ensure_allocated() for g in gl]
+    try:
+      prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+      times = []
+      for _ in range(3):
+        st = time.perf_counter()
+        tm = prg(*[b.handle for b in self.bufs], global_size=spec.global_size, local_size=spec.local_size,
+                 vals=tuple(v.arg[1] for v in spec.vars), wait=True)
+        times.append(tm if tm is not None else time.perf_counter() - st)
+      return min(times)
+    except Exception as e:  # a candidate the device rejects is just a bad candidate
+      if events.enabled("log"): events.emit("log", f"search: {opts} failed: {e}")
+      return float("inf")
+
+def _progress(text: str) -> None:
+  if sys.stderr.isatty(): print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+
+def _cache_key(strategy: str, version: str, ast: UOp, renderer, device: str, width: int) -> str:
+  from tinyplug.codegen import pipeline_steps
+  from tinyplug.hookspecs.passes import pipeline_fingerprint
+  text = "\n".join([strategy, version, str(width), device, type(renderer).__qualname__,
+                    pipeline_fingerprint(pipeline_steps(renderer)), str(ast)])
+  return hashlib.sha256(text.encode()).hexdigest()
+
+def _db() -> sqlite3.Connection:
+  path = pathlib.Path(cache_dir()) / "search.db"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  conn = sqlite3.connect(path, timeout=30)
+  conn.execute("PRAGMA journal_mode=WAL")
+  conn.execute("CREATE TABLE IF NOT EXISTS search (key TEXT PRIMARY KEY, opts TEXT)")
+  return conn
+
+def _opts_to_json(opts: list[Opt]) -> str: return json.dumps([[o.op.name, o.axis, o.arg] for o in opts])
+def _opts_from_json(text: str) -> list[Opt]: return [Opt(OptOps[n], a, g) for n, a, g in json.loads(text)]
+
+def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
+  """The actions the strategy `name` picks for this kernel (from the disk cache when it searched before)."""
+  from tinyplug.plugins import get_plugin_manager
+  pm = get_plugin_manager()
+  if name not in pm.search:
+    raise ValueError(f"unknown search strategy {name!r}{suggest(name, list(pm.search))}; installed: {sorted(pm.search)}")
+  spec, _ = pm.search[name]
+  key = _cache_key(name, spec.version, sink, renderer, renderer.device, width)
+  if CACHELEVEL >= 1 and not IGNORE_BEAM_CACHE:
+    try:
+      with _db() as conn:
+        row = conn.execute("SELECT opts FROM search WHERE key=?", (key,)).fetchone()
+      if row is not None: return _opts_from_json(row[0])
+    except sqlite3.Error: pass
+  strategy = pm.load_factory(spec.factory)()
+  timer = Timer(sink, renderer, renderer.device)
+  st = time.perf_counter()
+  opts = strategy.search(Kernel(sink, renderer), timer, width, _progress)
+  _progress("")
+  if sys.stderr.isatty(): print(f"\r\033[K{name}: {opts} in {time.perf_counter()-st:.2f}s", file=sys.stderr)
+  if events.enabled("search"): events.emit("search", {"strategy": name, "opts": opts, "seconds": time.perf_counter() - st})
+  if CACHELEVEL >= 1:
+    try:
+      with _db() as conn: conn.execute("INSERT OR REPLACE INTO search VALUES (?, ?)", (key, _opts_to_json(opts)))
+    except sqlite3.Error: pass
+  return opts
