@@ -9,6 +9,8 @@ from tinyplug.helpers import CACHELEVEL, DEBUG, cache_dir
 from tinyplug_cpu_llvm import __version__
 
 _init_lock = threading.Lock()
+# every call into LLVM (compiling, loading objects into the JIT) holds this: LLVM state is not thread-safe to share
+LLVM_LOCK = threading.RLock()
 _initialized = False
 
 def init_llvm():
@@ -34,8 +36,11 @@ def host_target() -> tuple[str, str]:
 def make_target_machine(cpu: str, features: str, opt: int = 3):
   llvm = init_llvm()
   target = llvm.Target.from_triple(llvm.get_process_triple())
-  # pic + small code model: MCJIT resolves calls to libm through stubs; constants stay RIP-relative
-  return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="pic", codemodel="default")
+  # large code model: the JIT maps code and constants wherever memory is free, often more than 2 GB apart in a
+  # long-lived process (RIP-relative 32-bit offsets then overflow and RuntimeDyld aborts); 64-bit addresses always fit
+  return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="static", codemodel=CODE_MODEL)
+
+CODE_MODEL = "large"
 
 class DiskCache:
   """Compiled objects by key in one SQLite file; safe with several processes (WAL, busy timeout). Any SQLite
@@ -96,11 +101,12 @@ class LLVMCompiler(Compiler):
       self.features += ",+prefer-no-gather,+prefer-no-scatter"
     self.opt = opt
     self.tm = make_target_machine(self.cpu, self.features, opt)
-    self._lock = threading.Lock()
+    self._lock = LLVM_LOCK
     self._memory: dict[str, bytes] = {}
     version = ".".join(map(str, llvm.llvm_version_info))
     import llvmlite
-    self.cachekey = f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
+    self.cachekey = (f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
+                     f"-{CODE_MODEL}")
 
   def key(self, src: str) -> str: return hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
 

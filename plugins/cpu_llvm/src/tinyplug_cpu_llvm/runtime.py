@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
 from tinyplug.helpers import DEBUG
-from tinyplug_cpu_llvm.compiler import LLVMCompiler, init_llvm, make_target_machine, symbol_for
+from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.plugin import CPU_THREADS
 from tinyplug_cpu_llvm.renderer import LLVMRenderer, META_PREFIX
 
@@ -148,7 +148,7 @@ class CPUDevice(Compiled):
     self.pool = ThreadPool()
     self._engine = None
     self._loaded: dict[str, int] = {}
-    self._lock = threading.Lock()
+    self._lock = LLVM_LOCK
 
   def load(self, symbol: str, obj: bytes) -> int:
     """The address of `symbol` after loading the object that defines it (each object is loaded once)."""
