@@ -158,7 +158,6 @@ class UOp(metaclass=UOpMeta):
   def sparents(self) -> Iterator[UOp]: return iter(self.toposort())
   def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
     from tinyplug.uop.rewrite import graph_rewrite
-    from tinyplug.uop.upat import PatternMatcher, UPat
     return graph_rewrite(self, _substitute_pm, ctx=mapping, bottom_up=True, name=name or "substitute")
 
   # ---- constructors ----

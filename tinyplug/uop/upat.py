@@ -352,7 +352,3 @@ class _DTypeCheck:
 def _ops_of(p: UPat) -> frozenset[Ops]:
   if p.alternatives is not None: return frozenset().union(*(_ops_of(a) for a in p.alternatives))
   return GroupOp.All if p.op is None else p.op
-
-def location_of_caller(depth: int = 2) -> str:
-  f = sys._getframe(depth)
-  return f"{f.f_code.co_filename}:{f.f_lineno}"
