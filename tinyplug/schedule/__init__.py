@@ -166,7 +166,7 @@ class _Scheduler:
       val = kb.value(value, out_idx, root=value is n)
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
-    ast = graph_rewrite(ast, symbolic, name="simplify kernel")   # (x+3)+4 is x+7 before any device sees it
+    ast = _simplify_kernel(ast)   # (x+3)+4 is x+7 before any device sees it
     if n.op is Ops.ASSIGN:   # writes after any earlier ASSIGN to the same target
       kb.reads |= {x for x in n.src[0].toposort() if x.op is Ops.ASSIGN and x in self.realized}
     self.item_node.append(n); self.item_reads.append(kb.reads)
@@ -283,6 +283,15 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   return pre + s.items, becomes
 
+_simplified: dict[UOp, UOp] = {}
+
+def _simplify_kernel(ast: UOp) -> UOp:
+  # the same computation on other buffers builds the very same AST (buffers are parameters): simplify it once
+  if (hit := _simplified.get(ast)) is not None: return hit
+  if len(_simplified) > 4096: _simplified.clear()
+  _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel")
+  return ret
+
 def _split_reduce(r: UOp) -> UOp | None:
   """A huge reduction into a few outputs: partial results first (k of them, a loop the CPU runtime can share out
   between threads and a GPU between work-groups), then a small reduction of those."""
@@ -305,8 +314,11 @@ def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp,
   """Schedule; where ASSIGNs read each other's old values (a.assign(f(b)); b.assign(g(a))), compute their values
   into buffers of their own first, then copy them into place."""
   snapshot: set[UOp] = set()
-  renamed = graph_rewrite_map(UOp(Ops.SINK, dtypes.void, tuple(targets)), split_big_reduces, name="split big reduces")
-  targets = [renamed[t] for t in targets]
+  sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
+  if any(n.op is Ops.REDUCE_AXIS for n in sink.toposort()):
+    renamed = graph_rewrite_map(sink, split_big_reduces, name="split big reduces")
+    targets = [renamed[t] for t in targets]
+  else: renamed = {n: n for n in sink.toposort()}
   for _ in range(8):
     s = _Scheduler(targets)
     s.decide()
