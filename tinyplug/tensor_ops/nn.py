@@ -82,7 +82,10 @@ class NNMixin:
       raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
     if groups * cin != cin_total or cout % groups:
       raise ValueError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
-    x = self.pad(((0, 0), (0, 0), *_spatial_padding(padding, nd)))
+    pads = _spatial_padding(padding, nd)
+    x = self.pad(((0, 0), (0, 0), *pads))
+    # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read
+    if any(b or a for b, a in pads): x = x.contiguous()
     x = x._pool(kernel, stride, dilation)                                   # (bs, cin_total, o.., k..)
     outs = x.shape[2:2 + nd]
     x = x.reshape((bs, groups, 1, cin) + outs + kernel)
