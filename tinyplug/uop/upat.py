@@ -10,7 +10,7 @@ class UPat:
 
   src forms: a tuple matches sources in order, a list matches them in any order (used for commutative ops),
   a single UPat matches every source (any number of them), None matches any sources."""
-  __slots__ = ("op", "dtype", "arg", "name", "src", "repeat", "allowed_len", "early_reject", "alternatives")
+  __slots__ = ("op", "dtype", "arg", "name", "src", "repeat", "allowed_len", "early_reject", "alternatives", "location")
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
@@ -18,6 +18,12 @@ class UPat:
     self.op: frozenset[Ops] | None = None if op is None else frozenset((op,)) if isinstance(op, Ops) else frozenset(op)
     self.dtype: tuple[DType, ...] | None = None if dtype is None else (dtype,) if isinstance(dtype, DType) else tuple(dtype)
     self.arg, self.name, self.alternatives = arg, name, None
+    # where the pattern was written, shown for every match it makes: the outermost frame of the first file outside
+    # this module, so a row built by a helper (like `_bin(...)`) points at its line in the table, not at the helper
+    f = sys._getframe(1)
+    while f.f_back is not None and f.f_code.co_filename == __file__: f = f.f_back
+    while f.f_back is not None and f.f_back.f_code.co_filename == f.f_code.co_filename: f = f.f_back
+    self.location: tuple[str, int] = (f.f_code.co_filename, f.f_lineno)
     self.repeat: UPat | None = src if isinstance(src, UPat) else None
     # every ordering of the sources that is worth trying
     self.src: list[tuple[UPat, ...]] | None
@@ -143,8 +149,9 @@ class Pattern:
     self.upat, self.fn, self._matcher = upat, fn, None
     code = getattr(fn, "__code__", None)
     self.takes_ctx = code is not None and "ctx" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-    self.file = code.co_filename if code is not None else "?"
-    self.line = code.co_firstlineno if code is not None else 0
+    # the pattern's own line; the rewrite function's first line when the pattern was built elsewhere (a helper)
+    self.file, self.line = upat.location if upat.location[0] != __file__ else \
+      ((code.co_filename, code.co_firstlineno) if code is not None else ("?", 0))
     self.owner = owner or _owner_of(fn)
   @property
   def location(self) -> str: return f"{self.file}:{self.line}"
