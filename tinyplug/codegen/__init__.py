@@ -113,7 +113,6 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
 
 def estimate(ast: UOp) -> dict:
   """Rough work of a kernel: ALU ops and bytes moved, for DEBUG=2 GFLOP/s and GB/s."""
-  ranges: dict[UOp, int] = {}
   ops, mem = 0, 0
   iters: dict[UOp, int] = {}
   for u in ast.toposort():

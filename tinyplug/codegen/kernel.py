@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
-from tinyplug.uop.upat import PatternMatcher, UPat
-from tinyplug.uop.rewrite import graph_rewrite
 
 class OptOps(Enum):
   UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); THREAD = auto(); NOLOCALS = auto()
@@ -102,22 +100,14 @@ def split_range(sink: UOp, r: UOp, amt: int, kind: str, top: bool = False) -> UO
   outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n // amt),), (axis_id, old_kind))
   inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (new_id, kind))
   expr = inner * (n // amt) + outer if top else outer * amt + inner
-  def fix_reduce(red: UOp) -> UOp | None:
-    if r not in red.src[1:]: return None
-    rest = tuple(x for x in red.src[1:] if x is not r)
-    return UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest, outer, inner), red.arg)
-  # reduces keep their range lists; other uses of r become the index expression
-  sink = graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="red"), fix_reduce)]), name="split reduce")
-  return _replace_range(sink, r, expr)
-
-def _replace_range(sink: UOp, r: UOp, expr: UOp) -> UOp:
-  # substitute r everywhere except as a REDUCE's own range
+  # one pass: other uses of r become the index expression; a REDUCE over r reduces over both parts instead
   memo: dict[UOp, UOp] = {r: expr}
   for u in sink.toposort():
     if u is r: continue
-    if u.op is Ops.REDUCE:
-      src = (memo.get(u.src[0], u.src[0]),) + u.src[1:]
-    else:
-      src = tuple(memo.get(s, s) for s in u.src)
+    if u.op is Ops.REDUCE and r in u.src[1:]:
+      memo[u] = UOp(Ops.REDUCE, u.dtype, (memo.get(u.src[0], u.src[0]), *(x for x in u.src[1:] if x is not r), outer, inner),
+                    u.arg)
+      continue
+    src = tuple(memo.get(x, x) for x in u.src)
     if any(a is not b for a, b in zip(src, u.src)): memo[u] = UOp(u.op, u.dtype, src, u.arg)
   return memo.get(sink, sink)

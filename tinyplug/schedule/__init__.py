@@ -33,10 +33,6 @@ class ScheduleItem:
 # ops a reduction's result may flow through and still be computed inside the consumer's kernel
 _FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}
 
-def is_buffer_view(x: UOp) -> bool:
-  while x.op in GroupOp.Movement or x.op is Ops.DETACH: x = x.src[0]
-  return x.op is Ops.BUFFER or x.op is Ops.AFTER
-
 def is_contiguous_buffer(x: UOp) -> bool:
   while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
   return x.op is Ops.BUFFER or x.op is Ops.AFTER

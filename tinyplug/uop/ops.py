@@ -1,6 +1,6 @@
 """UOp: the one immutable, hash-consed IR node used from the Tensor graph down to the linear program."""
 from __future__ import annotations
-import itertools, math, weakref
+import functools, itertools, math, weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
@@ -158,7 +158,7 @@ class UOp(metaclass=UOpMeta):
   def sparents(self) -> Iterator[UOp]: return iter(self.toposort())
   def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
     from tinyplug.uop.rewrite import graph_rewrite
-    return graph_rewrite(self, _substitute_pm, ctx=mapping, bottom_up=True, name=name or "substitute")
+    return graph_rewrite(self, _substitute_matcher(), ctx=mapping, bottom_up=True, name=name or "substitute")
 
   # ---- constructors ----
   @staticmethod
@@ -520,18 +520,11 @@ def _clamp(lo, hi, dmin, dmax) -> tuple[ConstType, ConstType]:
 
 def _substitute(ctx: dict[UOp, UOp], x: UOp) -> UOp | None: return ctx.get(x)
 
-def _make_substitute_pm():
+@functools.cache
+def _substitute_matcher():
+  # built on first use so that ops.py does not import the matcher at module load
   from tinyplug.uop.upat import PatternMatcher, UPat
   return PatternMatcher([(UPat(name="x"), _substitute)])
-
-class _LazyPM:
-  # built on first use so that ops.py does not import the matcher at module load
-  def __init__(self, make): self._make, self._pm = make, None
-  def __getattr__(self, name):
-    if self._pm is None: self._pm = self._make()
-    return getattr(self._pm, name)
-
-_substitute_pm = _LazyPM(_make_substitute_pm)
 
 def __getattr__(name: str):
   # `from tinyplug.uop.ops import UPat, PatternMatcher, graph_rewrite` works, as in the seed documents
