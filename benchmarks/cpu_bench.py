@@ -2,6 +2,7 @@
 
   python benchmarks/cpu_bench.py                  # everything; prints a markdown table
   python benchmarks/cpu_bench.py --only tinyplug,numpy --quick
+  python benchmarks/cpu_bench.py --only tinyplug,numpy --workloads matmul_2048,softmax   # some workloads only
 
 Each framework runs in its own subprocess (so env vars like DEV apply and memory is not shared) and reports the
 best wall time of a few runs of each workload, synchronised (the result is computed, not just scheduled).
@@ -31,6 +32,10 @@ PEERS = {   # name: (worker kind, extra environment)
   "tinygrad-llvm": ("tinygrad", {"DEV": "CPU:LLVM"}),
 }
 
+SELECTED: set[str] = set(WORKLOADS)   # --workloads narrows this
+
+def want(key: str) -> bool: return key in SELECTED
+
 def best_time(fn, reps: int = 5, budget_s: float = 3.0, warmup: int = 1) -> float:
   for _ in range(warmup): fn()
   times: list[float] = []
@@ -48,27 +53,28 @@ def _tensor_workloads(Tensor, sync, quick: bool) -> dict:
   out = {}
   sizes = (512, 1024) if quick else (512, 1024, 2048)
   for n in sizes:
+    if not want(f"matmul_{n}"): continue
     a, b = Tensor(rng.random((n, n), dtype=np.float32)).realize(), Tensor(rng.random((n, n), dtype=np.float32)).realize()
     out[f"matmul_{n}"] = best_time(lambda: sync((a @ b).realize()), reps=3 if n >= 2048 else 5)
   a, b, c = [Tensor(rng.random(N_ELEM, dtype=np.float32)).realize() for _ in range(3)]
-  out["chain_16M"] = best_time(lambda: sync((((a * b) + c).relu() * 0.5).realize()))
-  out["sum_16M"] = best_time(lambda: sync(a.sum().realize()))
+  if want("chain_16M"): out["chain_16M"] = best_time(lambda: sync((((a * b) + c).relu() * 0.5).realize()))
+  if want("sum_16M"): out["sum_16M"] = best_time(lambda: sync(a.sum().realize()))
   x = Tensor(rng.random((4096, 4096), dtype=np.float32)).realize()
-  out["softmax_4096"] = best_time(lambda: sync(x.softmax(-1).realize()))
+  if want("softmax_4096"): out["softmax_4096"] = best_time(lambda: sync(x.softmax(-1).realize()))
   xi = Tensor(rng.random((32, 3, 32, 32), dtype=np.float32)).realize()
   w = Tensor(rng.random((32, 3, 3, 3), dtype=np.float32)).realize()
-  out["conv2d"] = best_time(lambda: sync(xi.conv2d(w, padding=1).realize()))
+  if want("conv2d"): out["conv2d"] = best_time(lambda: sync(xi.conv2d(w, padding=1).realize()))
   small = Tensor(rng.random(1024, dtype=np.float32)).realize()
   def first():   # a constant never seen before: a new kernel to schedule, lower and compile
     k = float(rng.random()) + 1.0
     st = time.perf_counter(); sync(((small * k) + 1.0).exp().realize()); return time.perf_counter() - st
-  first(); out["first_result"] = min(first() for _ in range(5))
+  if want("first_result"): first(); out["first_result"] = min(first() for _ in range(5))
   t = Tensor(np.zeros(1, np.float32)).realize()
   def tiny():
     nonlocal t
     for _ in range(200): t = (t + 1.0).realize()
     sync(t)
-  out["tiny_op"] = best_time(tiny) / 200
+  if want("tiny_op"): out["tiny_op"] = best_time(tiny) / 200
   return out
 
 def worker_tinyplug(quick: bool) -> dict:
@@ -88,24 +94,24 @@ def worker_numpy(quick: bool) -> dict:
   out = {}
   for n in ((512, 1024) if quick else (512, 1024, 2048)):
     a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-    out[f"matmul_{n}"] = best_time(lambda: a @ b)
+    if want(f"matmul_{n}"): out[f"matmul_{n}"] = best_time(lambda: a @ b)
   a, b, c = [rng.random(N_ELEM, dtype=np.float32) for _ in range(3)]
-  out["chain_16M"] = best_time(lambda: np.maximum((a * b) + c, 0) * 0.5)
-  out["sum_16M"] = best_time(lambda: a.sum())
+  if want("chain_16M"): out["chain_16M"] = best_time(lambda: np.maximum((a * b) + c, 0) * 0.5)
+  if want("sum_16M"): out["sum_16M"] = best_time(lambda: a.sum())
   x = rng.random((4096, 4096), dtype=np.float32)
   def softmax():
     e = np.exp(x - x.max(-1, keepdims=True)); return e / e.sum(-1, keepdims=True)
-  out["softmax_4096"] = best_time(softmax)
+  if want("softmax_4096"): out["softmax_4096"] = best_time(softmax)
   xi, w = rng.random((32, 3, 32, 32), dtype=np.float32), rng.random((32, 3, 3, 3), dtype=np.float32)
   def conv():   # im2col + matmul, the usual numpy way
     p = np.pad(xi, ((0, 0), (0, 0), (1, 1), (1, 1)))
     cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))   # (32, 3, 32, 32, 3, 3)
     return np.einsum("bchwij,ocij->bohw", cols, w, optimize=True)
-  out["conv2d"] = best_time(conv)
+  if want("conv2d"): out["conv2d"] = best_time(conv)
   small = rng.random(1024, dtype=np.float32)
-  out["first_result"] = best_time(lambda: np.exp(small * 1.5 + 1.0))
+  if want("first_result"): out["first_result"] = best_time(lambda: np.exp(small * 1.5 + 1.0))
   t = np.zeros(1, np.float32)
-  out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
+  if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
   return out
 
 def worker_torch(quick: bool) -> dict:
@@ -115,18 +121,18 @@ def worker_torch(quick: bool) -> dict:
   out = {}
   for n in ((512, 1024) if quick else (512, 1024, 2048)):
     a, b = torch.rand(n, n, generator=g), torch.rand(n, n, generator=g)
-    out[f"matmul_{n}"] = best_time(lambda: a @ b)
+    if want(f"matmul_{n}"): out[f"matmul_{n}"] = best_time(lambda: a @ b)
   a, b, c = [torch.rand(N_ELEM, generator=g) for _ in range(3)]
-  out["chain_16M"] = best_time(lambda: (((a * b) + c).relu() * 0.5))
-  out["sum_16M"] = best_time(lambda: a.sum())
+  if want("chain_16M"): out["chain_16M"] = best_time(lambda: (((a * b) + c).relu() * 0.5))
+  if want("sum_16M"): out["sum_16M"] = best_time(lambda: a.sum())
   x = torch.rand(4096, 4096, generator=g)
-  out["softmax_4096"] = best_time(lambda: x.softmax(-1))
+  if want("softmax_4096"): out["softmax_4096"] = best_time(lambda: x.softmax(-1))
   xi, w = torch.rand(32, 3, 32, 32, generator=g), torch.rand(32, 3, 3, 3, generator=g)
-  out["conv2d"] = best_time(lambda: torch.nn.functional.conv2d(xi, w, padding=1))
+  if want("conv2d"): out["conv2d"] = best_time(lambda: torch.nn.functional.conv2d(xi, w, padding=1))
   small = torch.rand(1024, generator=g)
-  out["first_result"] = best_time(lambda: ((small * 1.5) + 1.0).exp())
+  if want("first_result"): out["first_result"] = best_time(lambda: ((small * 1.5) + 1.0).exp())
   t = torch.zeros(1)
-  out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
+  if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
   return out
 
 # ---------------- rooflines, measured with hand-written IR on the cpu_llvm runtime ----------------
@@ -227,7 +233,7 @@ WORKERS = {"tinyplug": worker_tinyplug, "numpy": worker_numpy, "torch": worker_t
 
 def run_peer(name: str, quick: bool) -> dict | str:
   kind, env = PEERS[name]
-  cmd = [sys.executable, __file__, "--worker", kind] + (["--quick"] if quick else [])
+  cmd = [sys.executable, __file__, "--worker", kind, "--workloads", ",".join(SELECTED)] + (["--quick"] if quick else [])
   try:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, **env})
   except subprocess.TimeoutExpired: return "timed out"
@@ -245,6 +251,7 @@ def table(results: dict, peers: list[str]) -> str:
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   bw, peak = tp.get("roof_bandwidth_GBs"), tp.get("roof_gflops")
   for key, (desc, flops, nbytes) in WORKLOADS.items():
+    if key not in SELECTED: continue
     row = [desc, fmt_time(tp[key]) if key in tp else "-"]
     for p in others:
       r = results.get(p)
@@ -265,7 +272,12 @@ def main() -> None:
   ap.add_argument("--worker", choices=sorted(WORKERS))
   ap.add_argument("--only", default=",".join(PEERS), help="comma list of: " + ", ".join(PEERS))
   ap.add_argument("--quick", action="store_true", help="skip the 2048 matmul")
+  ap.add_argument("--workloads", default="", help="comma list of words; run the workloads whose key contains one "
+                  f"({', '.join(WORKLOADS)})")
   args = ap.parse_args()
+  if args.workloads:
+    words = [w for w in args.workloads.split(",") if w]
+    SELECTED.intersection_update(k for k in WORKLOADS if any(w in k for w in words))
   if args.worker:
     print(json.dumps(WORKERS[args.worker](args.quick)))
     return
