@@ -87,6 +87,15 @@ def disk_cache() -> DiskCache:
   if path not in _disk_caches: _disk_caches[path] = DiskCache(path)
   return _disk_caches[path]
 
+# kernels with at most this many loop-body executions (the renderer's `work`) compile at O0
+QUICK_WORK = 1024
+
+def _work_of(src: str) -> int:
+  """The `work=` of the renderer's first-line comment; hand-written IR without it counts as big."""
+  first = src.split("\n", 1)[0]
+  if not first.startswith("; tinyplug-cpu"): return QUICK_WORK + 1
+  return next((int(kv[5:]) for kv in first.split() if kv.startswith("work=")), QUICK_WORK + 1)
+
 class LLVMCompiler(Compiler):
   """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
   compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
@@ -101,12 +110,13 @@ class LLVMCompiler(Compiler):
       self.features += ",+prefer-no-gather,+prefer-no-scatter"
     self.opt = opt
     self.tm = make_target_machine(self.cpu, self.features, opt)
+    self._quick_tm = None   # for kernels too small to be worth optimising (see QUICK_WORK)
     self._lock = LLVM_LOCK
     self._memory: dict[str, bytes] = {}
     version = ".".join(map(str, llvm.llvm_version_info))
     import llvmlite
     self.cachekey = (f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
-                     f"-{CODE_MODEL}")
+                     f"-{CODE_MODEL}-quick{QUICK_WORK}")
 
   def key(self, src: str) -> str: return hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
 
@@ -119,16 +129,24 @@ class LLVMCompiler(Compiler):
       fns = [f for f in mod.functions if not f.is_declaration]
       if len(fns) != 1: raise ValueError(f"expected one function in the module, found {len(fns)}")
       fns[0].name = symbol_for(src)
-      mod.triple = self.tm.triple
-      mod.data_layout = str(self.tm.target_data)
-      pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
-      pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = self.opt >= 2
-      pb = llvm.create_pass_builder(self.tm, pto)
+      opt, tm = self._tier(src)
+      mod.triple = tm.triple
+      mod.data_layout = str(tm.target_data)
+      pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+      pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = opt >= 2
+      pb = llvm.create_pass_builder(tm, pto)
       pb.getModulePassManager().run(mod, pb)
-      obj = self.tm.emit_object(mod)
+      obj = tm.emit_object(mod)
       LLVMCompiler.compiles += 1
       if DEBUG >= 5: print(f"cpu_llvm: compiled {symbol_for(src)} in {(time.perf_counter()-st)*1e3:.2f} ms\n{mod}")
     return obj
+
+  def _tier(self, src: str):
+    """(IR opt level, TargetMachine): O0 for a kernel whose loop bodies run at most QUICK_WORK times in all (its
+    run takes microseconds either way, while O3 takes ~30 ms to compile it), else the configured level."""
+    if self.opt == 0 or _work_of(src) > QUICK_WORK: return self.opt, self.tm
+    if self._quick_tm is None: self._quick_tm = make_target_machine(self.cpu, self.features, 0)
+    return 0, self._quick_tm
 
   def compile_cached(self, src: str) -> bytes:
     key = self.key(src)
