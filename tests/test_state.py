@@ -1,6 +1,6 @@
 """Model state: finding tensors, loading state dicts, safetensors round trips, and PyTorch checkpoints."""
 from __future__ import annotations
-import json, pickle, struct, zipfile
+import json, pathlib, pickle, struct, zipfile
 from collections import namedtuple
 import numpy as np
 import pytest
@@ -123,55 +123,111 @@ def test_safe_load_corrupt(tmp_path):
 
 # ---------------- PyTorch checkpoints ----------------
 
-def test_torch_load_state_dict(tmp_path):
+FORMATS = pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+
+def save(obj, fn, zip_format: bool) -> str:
+  torch.save(obj, fn, _use_new_zipfile_serialization=zip_format)
+  assert zipfile.is_zipfile(fn) == zip_format
+  return str(fn)
+
+@FORMATS
+def test_torch_load_state_dict(tmp_path, zip_format):
   model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.Flatten(), torch.nn.Linear(8, 3))
-  fn = tmp_path / "model.pt"
-  torch.save(model.state_dict(), fn)
-  ours = torch_load(str(fn))
+  ours = torch_load(save(model.state_dict(), tmp_path / "model.pt", zip_format))
   assert list(ours) == list(model.state_dict())
   for k, v in model.state_dict().items():
     assert ours[k].shape == tuple(v.shape), k
     np.testing.assert_array_equal(ours[k].numpy(), v.numpy(), err_msg=k)
   assert ours["1.num_batches_tracked"].dtype == dtypes.int64
 
-def test_torch_load_views_dtypes_and_nesting(tmp_path):
+@FORMATS
+def test_torch_load_views_dtypes_and_nesting(tmp_path, zip_format):
   base = torch.randn(4, 5)
   obj = {"t": base.t(), "slice": base[1:3, 2:], "h": torch.randn(3).half(), "bf": torch.randn(3).bfloat16(),
-         "p": torch.nn.Parameter(torch.randn(2)), "b": torch.tensor([True, False]), "n": 7,
-         "nested": {"list": [torch.arange(3), torch.zeros(0)]}}
-  fn = tmp_path / "obj.pt"
-  torch.save(obj, fn)
-  ours = torch_load(str(fn))
-  np.testing.assert_array_equal(ours["t"].numpy(), obj["t"].numpy())
-  np.testing.assert_array_equal(ours["slice"].numpy(), obj["slice"].numpy())
-  np.testing.assert_array_equal(ours["h"].numpy(), obj["h"].numpy())
+         "p": torch.nn.Parameter(torch.randn(2)), "b": torch.tensor([True, False]), "n": 7, "scalar": torch.tensor(2.5),
+         "i8": torch.tensor([-3, 4], dtype=torch.int8), "f64": torch.randn(2, 2, dtype=torch.float64),
+         "nested": {"list": [torch.arange(3), torch.zeros(0)], "tuple": (base[0], "x")}}
+  ours = torch_load(save(obj, tmp_path / "obj.pt", zip_format))
+  for k in ("t", "slice", "h", "i8", "f64"):
+    np.testing.assert_array_equal(ours[k].numpy(), obj[k].numpy(), err_msg=k)
+    assert ours[k].shape == tuple(obj[k].shape), k
   np.testing.assert_array_equal(ours["bf"].numpy(), obj["bf"].float().numpy())
   np.testing.assert_array_equal(ours["p"].numpy(), obj["p"].detach().numpy())
   assert ours["b"].numpy().tolist() == [True, False] and ours["n"] == 7
+  assert ours["scalar"].shape == () and ours["scalar"].item() == 2.5 and ours["i8"].dtype == dtypes.int8
   np.testing.assert_array_equal(ours["nested"]["list"][0].numpy(), [0, 1, 2])
   assert ours["nested"]["list"][1].shape == (0,)
+  np.testing.assert_array_equal(ours["nested"]["tuple"][0].numpy(), base[0].numpy())
+  assert ours["nested"]["tuple"][1] == "x"
 
-def test_torch_load_into_our_model(tmp_path):
+@FORMATS
+def test_torch_load_into_our_model(tmp_path, zip_format):
   theirs = torch.nn.Linear(4, 3)
-  fn = tmp_path / "lin.pt"
-  torch.save(theirs.state_dict(), fn)
   ours = nn.Linear(4, 3)
-  load_state_dict(ours, torch_load(str(fn)))
+  load_state_dict(ours, torch_load(save(theirs.state_dict(), tmp_path / "lin.pt", zip_format)))
   x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
   np.testing.assert_allclose(ours(Tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 class Evil:
   def __reduce__(self): return (print, ("this must never run",))
 
-def test_torch_load_refuses_arbitrary_globals(tmp_path, capsys):
-  fn = tmp_path / "evil.pt"
-  torch.save({"w": torch.ones(2), "evil": Evil()}, fn)
-  with pytest.raises(pickle.UnpicklingError, match=r"refusing to load global (__builtin__|builtins)\.print"): torch_load(str(fn))
+@FORMATS
+def test_torch_load_refuses_arbitrary_globals(tmp_path, capsys, zip_format):
+  fn = save({"w": torch.ones(2), "evil": Evil()}, tmp_path / "evil.pt", zip_format)
+  with pytest.raises(pickle.UnpicklingError, match=r"refusing to load global (__builtin__|builtins)\.print"): torch_load(fn)
   assert "must never run" not in capsys.readouterr().out
 
-def test_torch_load_not_a_zip(tmp_path):
-  fn = tmp_path / "legacy.pt"
-  fn.write_bytes(b"\x80\x02}q\x00.")
-  with pytest.raises(ValueError, match="not a zip-format"): torch_load(str(fn))
+@FORMATS
+def test_torch_load_unsupported_dtype_is_named(tmp_path, zip_format):
+  fn = save({"c": torch.ones(2, dtype=torch.complex64)}, tmp_path / "complex.pt", zip_format)
+  with pytest.raises(pickle.UnpicklingError, match=r"torch\.ComplexFloatStorage are not supported"): torch_load(fn)
+
+def test_torch_load_legacy_truncated(tmp_path):
+  fn = save({"w": torch.arange(100, dtype=torch.float32)}, tmp_path / "w.pt", False)
+  data = (tmp_path / "w.pt").read_bytes()
+  (tmp_path / "cut.pt").write_bytes(data[:-8])
+  with pytest.raises(ValueError, match="storage .* is truncated or corrupt"): torch_load(str(tmp_path / "cut.pt"))
+  np.testing.assert_array_equal(torch_load(fn)["w"].numpy(), np.arange(100))
+
+def test_torch_load_legacy_big_endian(tmp_path):
+  """A legacy file as a big-endian machine writes it: sys_info says so, counts and elements are big-endian."""
+  import io
+  w = torch.arange(6, dtype=torch.float32).reshape(2, 3) / 7
+  f = io.BytesIO(pathlib.Path(save({"w": w}, tmp_path / "le.pt", False)).read_bytes())
+  class Skip(pickle.Unpickler):   # steps over the object pickle without rebuilding anything
+    def persistent_load(self, pid): return None
+    def find_class(self, module, name): return lambda *a, **k: None
+  for _ in range(3): pickle.load(f)
+  start = f.tell()
+  Skip(f).load()
+  pickle.load(f)
+  body, count, data = f.getvalue()[start:f.tell()], f.read(8), f.read()
+  assert int.from_bytes(count, "little") == 6
+  info = {"protocol_version": 1001, "little_endian": False, "type_sizes": {"short": 2, "int": 4, "long": 4}}
+  big = b"".join(pickle.dumps(x, protocol=2) for x in (0x1950a86a20f9469cfc6c, 1001, info))
+  big += body + (6).to_bytes(8, "big") + np.frombuffer(data, "<f4").astype(">f4").tobytes()
+  (tmp_path / "be.pt").write_bytes(big)
+  ours = torch_load(str(tmp_path / "be.pt"))["w"]
+  np.testing.assert_array_equal(ours.numpy(), w.numpy())
+
+def test_torch_load_not_a_checkpoint(tmp_path):
+  fn = tmp_path / "plain.pkl"
+  fn.write_bytes(pickle.dumps({"a": 1}, protocol=2))
+  with pytest.raises(ValueError, match="is not a PyTorch checkpoint"): torch_load(str(fn))
+  fn.write_bytes(b"garbage")
+  with pytest.raises(ValueError, match="is not a PyTorch checkpoint"): torch_load(str(fn))
   with zipfile.ZipFile(tmp_path / "other.zip", "w") as z: z.writestr("x.txt", "hi")
   with pytest.raises(ValueError, match="no data.pkl"): torch_load(str(tmp_path / "other.zip"))
+
+def test_torch_load_old_tar_format_is_named(tmp_path):
+  import tarfile
+  with tarfile.open(tmp_path / "old.pt", "w") as t: t.add(__file__, arcname="pickle")
+  with pytest.raises(ValueError, match=r"tar-format checkpoint \(PyTorch < 0.4\)"): torch_load(str(tmp_path / "old.pt"))
+
+def test_torch_load_does_not_import_torch(tmp_path):
+  import subprocess, sys
+  fn = save({"w": torch.arange(6).reshape(2, 3)}, tmp_path / "w.pt", False)
+  code = ("import sys; from tinyplug.nn.state import torch_load; w = torch_load(sys.argv[1])['w']; "
+          "print(w.numpy().tolist(), 'torch' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code, fn], capture_output=True, text=True, timeout=120)
+  assert out.stdout.strip() == "[[0, 1, 2], [3, 4, 5]] False", out.stderr[-2000:]

@@ -4,12 +4,13 @@
   get_parameters(model)   the same tensors as a list
   load_state_dict(model, sd, strict=True)   copies sd's values into the model's tensors (shapes must match)
   safe_save / safe_load / safe_load_metadata   the safetensors format (8-byte header length, JSON header, raw data)
-  torch_load(path)        a PyTorch zip checkpoint of tensors, read with an unpickler that only rebuilds tensors
+  torch_load(path)        a torch.save checkpoint (zip or legacy format), read with an unpickler that only
+                          rebuilds tensors
 """
 from __future__ import annotations
-import io, json, os, pathlib, pickle, struct, types, zipfile
+import io, json, os, pathlib, pickle, struct, tarfile, types, zipfile
 from collections import OrderedDict
-from typing import Any
+from typing import Any, BinaryIO, Callable
 import numpy as np
 from tinyplug.tensor import Tensor
 from tinyplug.uop.dtype import DType, dtypes, to_np_dtype
@@ -166,26 +167,33 @@ _TORCH_STORAGES: dict[str, DType] = {
   "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16,
   "BFloat16Storage": dtypes.bfloat16, "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
   "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool}
+_LEGACY_MAGIC = 0x1950a86a20f9469cfc6c   # the first pickle of a torch.save file written without the zip container
+_LEGACY_PROTOCOL = 1001
 
 class _StorageType:
   """Stands in for torch.XStorage: only carries the dtype."""
   def __init__(self, dtype: DType): self.dtype = dtype
 
 class _Storage:
-  def __init__(self, array: np.ndarray, dtype: DType): self.array, self.dtype = array, dtype
+  """A storage's elements; in the legacy format they are read after the pickle that refers to them."""
+  def __init__(self, dtype: DType, numel: int, array: np.ndarray | None = None):
+    self.dtype, self.numel, self.array = dtype, numel, array
 
 class _TorchTensor:
   """A tensor described by torch's pickle: a strided view of a storage; turned into a Tensor at the end."""
   def __init__(self, storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...]):
-    arr = storage.array
-    if 0 in size: view = np.zeros(size, arr.dtype)
-    else:
-      end = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1
-      if offset < 0 or min(stride, default=0) < 0 or end > len(arr):
-        raise ValueError(f"torch_load: a tensor of size {size}, stride {stride}, offset {offset} does not fit its "
-                         f"storage of {len(arr)} elements")
-      view = np.lib.stride_tricks.as_strided(arr[offset:], shape=size, strides=[st * arr.itemsize for st in stride])
-    self.array, self.dtype = np.array(view, order="C"), storage.dtype   # (ascontiguousarray makes 0-d 1-d)
+    self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+
+  def materialize(self) -> np.ndarray:
+    arr, size, stride, offset = self.storage.array, self.size, self.stride, self.offset
+    if arr is None: raise ValueError("torch_load: a tensor refers to a storage whose data the file does not contain")
+    if 0 in size: return np.zeros(size, arr.dtype)
+    end = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1
+    if offset < 0 or min(stride, default=0) < 0 or end > len(arr):
+      raise ValueError(f"torch_load: a tensor of size {size}, stride {stride}, offset {offset} does not fit its "
+                       f"storage of {len(arr)} elements")
+    view = np.lib.stride_tricks.as_strided(arr[offset:], shape=size, strides=[st * arr.itemsize for st in stride])
+    return np.array(view, order="C")   # (ascontiguousarray makes 0-d 1-d)
 
 def _rebuild_tensor(storage, storage_offset, size, stride, *_rest, **_kw) -> _TorchTensor:
   if not isinstance(storage, _Storage): raise pickle.UnpicklingError("torch_load: a tensor without a storage")
@@ -208,47 +216,106 @@ _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
   **{("torch", name): _StorageType(dt) for name, dt in _TORCH_STORAGES.items()}}
 
 class _RestrictedUnpickler(pickle.Unpickler):
-  def __init__(self, file, load_storage):
+  def __init__(self, file, load_storage: Callable[[DType, str, int, Any], _Storage] | None = None):
     super().__init__(file)
     self._load_storage = load_storage
   def find_class(self, module: str, name: str) -> Any:
     if (module, name) in _ALLOWED_GLOBALS: return _ALLOWED_GLOBALS[(module, name)]
+    if module == "torch" and name.endswith("Storage"):
+      raise pickle.UnpicklingError(f"torch_load: tensors of torch.{name} are not supported (supported: "
+                                   f"{', '.join(_TORCH_STORAGES)})")
+    if module.startswith("torch"):
+      raise pickle.UnpicklingError(f"torch_load: {module}.{name} is not supported (only tensors, parameters, "
+                                   "storages and plain containers can be loaded)")
     raise pickle.UnpicklingError(f"torch_load: refusing to load global {module}.{name} (only tensors, storages and "
                                  "dicts are allowed in a checkpoint)")
   def persistent_load(self, pid: Any) -> Any:
-    if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage" and isinstance(pid[1], _StorageType)):
+    if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage" and isinstance(pid[1], _StorageType)
+            and self._load_storage is not None):
       raise pickle.UnpicklingError(f"torch_load: unsupported persistent id {pid!r}")
-    return self._load_storage(pid[1].dtype, str(pid[2]), int(pid[4]))
+    return self._load_storage(pid[1].dtype, str(pid[2]), int(pid[4]), pid[5] if len(pid) > 5 else None)
+
+def _np_dtype(dtype: DType, big_endian: bool) -> np.dtype:
+  return np.dtype(to_np_dtype(dtype)).newbyteorder(">" if big_endian else "<")
+
+def _storage_array(raw: bytes, dtype: DType, numel: int, big_endian: bool) -> np.ndarray:
+  npdt = _np_dtype(dtype, big_endian)
+  return np.frombuffer(raw, dtype=npdt, count=numel).astype(npdt.newbyteorder("="))
 
 def torch_load(fn: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
-  """A PyTorch checkpoint written by torch.save (zip format) as a dict of Tensors (nested dicts are kept)."""
-  try: zf = zipfile.ZipFile(fn)
-  except zipfile.BadZipFile:
-    raise ValueError(f"torch_load: {fn} is not a zip-format PyTorch checkpoint (legacy torch.save files and "
-                     "TorchScript archives are not supported)") from None
-  with zf:
+  """A PyTorch checkpoint written by torch.save as a dict of Tensors (nested dicts, lists and tuples are kept).
+
+  Reads the zip format (torch >= 1.6) and the legacy format (`_use_new_zipfile_serialization=False`, and files
+  from torch < 1.6) without importing torch; only tensors, storages and plain containers are rebuilt."""
+  if zipfile.is_zipfile(fn): return _to_tensors(_load_zip(fn), device)
+  with open(fn, "rb") as f: return _to_tensors(_load_legacy(f, str(fn)), device)
+
+def _load_zip(fn: str | os.PathLike) -> Any:
+  with zipfile.ZipFile(fn) as zf:
     names = zf.namelist()
     pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
     if not pkl: raise ValueError(f"torch_load: {fn} has no data.pkl; is it a torch.save checkpoint?")
     root = pkl[0][:-len("data.pkl")]
     big_endian = (root + "byteorder") in names and zf.read(root + "byteorder").strip() == b"big"
     cache: dict[str, _Storage] = {}
-    def load_storage(dtype: DType, key: str, numel: int) -> _Storage:
+    def load_storage(dtype: DType, key: str, numel: int, _view: Any) -> _Storage:
       if key not in cache:
         raw = zf.read(f"{root}data/{key}")
-        npdt = np.dtype(to_np_dtype(dtype)).newbyteorder(">" if big_endian else "<")
-        if len(raw) < numel * npdt.itemsize:
-          raise ValueError(f"torch_load: storage {key} has {len(raw)} bytes, expected {numel * npdt.itemsize}")
-        cache[key] = _Storage(np.frombuffer(raw, dtype=npdt, count=numel).astype(npdt.newbyteorder("=")), dtype)
+        if len(raw) < numel * dtype.itemsize:
+          raise ValueError(f"torch_load: storage {key} has {len(raw)} bytes, expected {numel * dtype.itemsize}")
+        cache[key] = _Storage(dtype, numel, _storage_array(raw, dtype, numel, big_endian))
       return cache[key]
-    obj = _RestrictedUnpickler(io.BytesIO(zf.read(pkl[0])), load_storage).load()
-  return _to_tensors(obj, device)
+    return _RestrictedUnpickler(io.BytesIO(zf.read(pkl[0])), load_storage).load()
+
+def _legacy_header(f: BinaryIO, where: str) -> bool:
+  """Check the three pickles a legacy file starts with; returns whether its data is big-endian."""
+  try: magic = _RestrictedUnpickler(f).load()
+  except Exception: magic = None
+  if magic != _LEGACY_MAGIC:
+    f.seek(0)
+    if tarfile.is_tarfile(f):
+      raise ValueError(f"torch_load: {where} is a tar-format checkpoint (PyTorch < 0.4), which is not supported; "
+                       "re-save it with a newer torch")
+    raise ValueError(f"torch_load: {where} is not a PyTorch checkpoint (neither the zip format nor the legacy "
+                     "pickle format; TorchScript archives are not supported either)")
+  protocol = _RestrictedUnpickler(f).load()
+  if protocol != _LEGACY_PROTOCOL:
+    raise ValueError(f"torch_load: {where} uses legacy protocol version {protocol!r}; only {_LEGACY_PROTOCOL} is read")
+  sys_info = _RestrictedUnpickler(f).load()
+  if not isinstance(sys_info, dict): raise ValueError(f"torch_load: {where} has a corrupt legacy header")
+  return not sys_info.get("little_endian", True)
+
+def _load_legacy(f: BinaryIO, where: str) -> Any:
+  """The legacy format: header pickles, the object pickle, the list of storage keys, then each storage's
+  element count (8 bytes) and elements, in that list's order."""
+  big_endian = _legacy_header(f, where)
+  storages: dict[str, _Storage] = {}
+  def load_storage(dtype: DType, key: str, numel: int, view: Any) -> _Storage:
+    if view is not None:
+      raise ValueError(f"torch_load: {where} holds a storage view (written by a very old torch), which is not "
+                       "supported; re-save it with a newer torch")
+    return storages.setdefault(key, _Storage(dtype, numel))
+  obj = _RestrictedUnpickler(f, load_storage).load()
+  keys = _RestrictedUnpickler(f).load()
+  if not isinstance(keys, list): raise ValueError(f"torch_load: {where}: corrupt legacy file (no list of storages)")
+  for key in keys:
+    storage = storages.get(str(key))
+    if storage is None: raise ValueError(f"torch_load: {where}: storage {key} is listed but never used")
+    header = f.read(8)
+    numel = int.from_bytes(header, "big" if big_endian else "little") if len(header) == 8 else -1
+    raw = f.read(max(numel, 0) * storage.dtype.itemsize)
+    if numel != storage.numel or len(raw) != numel * storage.dtype.itemsize:
+      raise ValueError(f"torch_load: {where}: storage {key} is truncated or corrupt (expected {storage.numel} "
+                       f"elements of {storage.dtype!r})")
+    storage.array = _storage_array(raw, storage.dtype, numel, big_endian)
+  return obj
 
 def _to_tensors(obj: Any, device: str | None) -> Any:
   if isinstance(obj, _TorchTensor):
-    if obj.dtype == dtypes.bfloat16:
-      return Tensor((obj.array.astype(np.uint32) << 16).view(np.float32), device=device, dtype=dtypes.bfloat16)
-    return Tensor(obj.array, device=device, dtype=obj.dtype)
+    arr = obj.materialize()
+    if obj.storage.dtype == dtypes.bfloat16:
+      return Tensor((arr.astype(np.uint32) << 16).view(np.float32), device=device, dtype=dtypes.bfloat16)
+    return Tensor(arr, device=device, dtype=obj.storage.dtype)
   if isinstance(obj, dict): return {k: _to_tensors(v, device) for k, v in obj.items()}
   if isinstance(obj, list): return [_to_tensors(v, device) for v in obj]
   if isinstance(obj, tuple): return tuple(_to_tensors(v, device) for v in obj)
