@@ -1,8 +1,11 @@
 """A kernel under optimisation: its axes (RANGEs) and the optimisation actions that split and retype them.
 
 Axes are numbered like tinygrad's: the output ("loop") axes first, then the reduce axes; UNROLL and GROUP count
-from the first reduce axis. Every action splits one axis of size n into an outer axis of n/amt and an inner one of
-amt, and gives the inner one a kind: upcast/unroll (expanded into straight-line code), local/group (GPU work-group)."""
+from the first reduce axis, PADTO counts loop axes then reduce axes. Most actions split one axis of size n into an
+outer axis of n/amt and an inner one of amt, and give the inner one a kind: upcast/unroll (expanded into straight-line
+code), local/group (GPU work-group), loop (SPLIT: a plain loop, innermost), thread (THREAD: the outermost loop, one
+share per CPU thread). SWAP exchanges the places of two loop axes; PADTO rounds an axis up to a multiple of amt and
+masks the extra iterations. Loops run in the order of their axis ids, so SWAP, SPLIT and THREAD decide loop order."""
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -11,6 +14,7 @@ from tinyplug.uop.ops import Ops, UOp
 
 class OptOps(Enum):
   UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); THREAD = auto(); NOLOCALS = auto()
+  SPLIT = auto(); SWAP = auto(); PADTO = auto()
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True, order=True)
@@ -25,9 +29,11 @@ class KernelOptError(ValueError):
 
 # the kind an action gives the inner part of the axis it splits, and the kinds of axis it may split
 _INNER_KIND = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.LOCAL: "local", OptOps.GROUP: "group",
-               OptOps.GROUPTOP: "group", OptOps.THREAD: "thread"}
+               OptOps.GROUPTOP: "group", OptOps.THREAD: "thread", OptOps.SPLIT: "loop"}
 _SPLITS = {OptOps.UPCAST: ("loop",), OptOps.LOCAL: ("loop",), OptOps.THREAD: ("loop",), OptOps.UNROLL: ("reduce",),
-           OptOps.GROUP: ("reduce",), OptOps.GROUPTOP: ("reduce",)}
+           OptOps.GROUP: ("reduce",), OptOps.GROUPTOP: ("reduce",), OptOps.SPLIT: ("loop",), OptOps.SWAP: ("loop",),
+           OptOps.PADTO: ("loop", "reduce")}
+MAX_THREADS = 256
 
 def _size(r: UOp) -> int: return r.src[0].arg
 
@@ -60,20 +66,43 @@ class Kernel:
       if r.arg[1] in ("upcast", "unroll"): n *= _size(r)
     return n
 
-  def axis_for(self, opt: Opt) -> UOp:
+  def axis_for(self, opt: Opt, axis: int | None = None) -> UOp:
     kinds = _SPLITS[opt.op]
-    axes = self.reduce_axes if kinds == ("reduce",) else self.loop_axes
-    if opt.axis is None or not (0 <= opt.axis < len(axes)):
-      raise KernelOptError(f"{opt}: axis {opt.axis} does not exist; the kernel has {len(axes)} {kinds[0]} axes")
-    return axes[opt.axis]
+    axes = self.reduce_axes if kinds == ("reduce",) else self.loop_axes if kinds == ("loop",) else \
+      self.loop_axes + self.reduce_axes
+    axis = opt.axis if axis is None else axis
+    if not isinstance(axis, int) or not (0 <= axis < len(axes)):
+      raise KernelOptError(f"{opt}: axis {axis} does not exist; the kernel has {len(axes)} {' or '.join(kinds)} axes")
+    return axes[axis]
 
   # ---- actions ----
   def apply_opt(self, opt: Opt) -> None:
+    if not isinstance(opt.op, OptOps): raise KernelOptError(f"{opt}: not an optimisation action")
     if opt.op is OptOps.NOLOCALS:
       if any(r.arg[1] in ("local", "group") for r in self.ranges): raise KernelOptError("NOLOCALS after locals")
       self.dont_use_locals = True
-      self.applied_opts.append(opt)
-      return
+    elif opt.op is OptOps.SWAP: self.sink = self._swap(opt)
+    elif opt.op is OptOps.PADTO: self.sink = self._padto(opt)
+    else: self._split(opt)
+    self.applied_opts.append(opt)
+
+  def _swap(self, opt: Opt) -> UOp:
+    a, b = self.axis_for(opt), self.axis_for(opt, opt.arg)
+    if a is b: raise KernelOptError(f"{opt}: swaps axis {opt.axis} with itself")
+    return self.sink.substitute({a: _with_id(a, b.arg[0]), b: _with_id(b, a.arg[0])}, name="swap")
+
+  def _padto(self, opt: Opt) -> UOp:
+    r = self.axis_for(opt)
+    n, amt = _size(r), opt.arg
+    if not isinstance(amt, int) or amt <= 1: raise KernelOptError(f"{opt}: pads to a multiple of {amt}; need an int >= 2")
+    padded = -(-n // amt) * amt
+    if padded == n: raise KernelOptError(f"{opt}: axis of size {n} is already a multiple of {amt}")
+    if padded > 2 * n: raise KernelOptError(f"{opt}: padding {n} to {padded} more than doubles the work")
+    if any(u.op is Ops.STORE and u.src[0].src[0].op is not Ops.DEFINE_GLOBAL for u in self.sink.toposort()):
+      raise KernelOptError(f"{opt}: the kernel stores to non-global memory")
+    return pad_range(self.sink, r, padded)
+
+  def _split(self, opt: Opt) -> None:
     r = self.axis_for(opt)
     n, amt = _size(r), opt.arg if opt.arg else _size(r)
     if amt <= 1 or n % amt != 0: raise KernelOptError(f"{opt}: {amt} does not split an axis of size {n}")
@@ -89,14 +118,49 @@ class Kernel:
       if local_now * amt > max(lmax): raise KernelOptError(f"{opt}: work-group of {local_now * amt} is too large")
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcasted * amt > 256:
       raise KernelOptError(f"{opt}: more than 256 upcasted elements")
-    self.sink = split_range(self.sink, r, amt, _INNER_KIND[opt.op], top=opt.op is OptOps.GROUPTOP)
-    self.applied_opts.append(opt)
+    if opt.op is OptOps.THREAD: self._check_thread(opt, amt)
+    top = opt.op in (OptOps.GROUPTOP, OptOps.THREAD)   # a thread takes one contiguous share of the axis
+    # the thread axis gets the smallest id: it becomes the outermost loop, the one the runtime splits across threads
+    inner_id = min(x.arg[0] for x in self.ranges) - 1 if opt.op is OptOps.THREAD else None
+    self.sink = split_range(self.sink, r, amt, _INNER_KIND[opt.op], top=top, inner_id=inner_id)
 
-def split_range(sink: UOp, r: UOp, amt: int, kind: str, top: bool = False) -> UOp:
+  def _check_thread(self, opt: Opt, amt: int) -> None:
+    if self.renderer is not None and self.renderer.has_local and not getattr(self.renderer, "global_ids", False):
+      raise KernelOptError(f"{opt}: the renderer launches work-groups; THREAD is for loop-running (CPU) renderers")
+    if any(x.arg[1] == "thread" for x in self.ranges): raise KernelOptError(f"{opt}: the kernel already has a THREAD axis")
+    if amt > MAX_THREADS: raise KernelOptError(f"{opt}: {amt} threads is more than {MAX_THREADS}")
+
+def _with_id(r: UOp, axis_id: int) -> UOp: return UOp(Ops.RANGE, r.dtype, r.src, (axis_id, r.arg[1]))
+
+def pad_range(sink: UOp, r: UOp, padded: int) -> UOp:
+  """Let RANGE r (size n) run to `padded`. Global loads and stores that depend on it are gated by `r < n`, and a
+  REDUCE over it adds its identity for the extra iterations, so every result stays exact."""
+  from tinyplug.codegen.linearize import reduce_identity
+  n = _size(r)
+  new = UOp(Ops.RANGE, r.dtype, (UOp.const(r.dtype, padded),), r.arg)
+  valid = UOp(Ops.CMPLT, dtypes.bool, (new, UOp.const(r.dtype, n)))
+  memo: dict[UOp, UOp] = {r: new}
+  uses_r = {r}
+  for u in sink.toposort():
+    if u is r: continue
+    if any(x in uses_r for x in u.src): uses_r.add(u)
+    src = tuple(memo.get(x, x) for x in u.src)
+    if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r:
+      gate = valid if len(src) < 3 else UOp(Ops.AND, dtypes.bool, (src[2], valid))
+      memo[u] = UOp(Ops.INDEX, u.dtype, (*src[:2], gate), u.arg)
+    elif u.op is Ops.REDUCE and r in u.src[1:]:
+      identity = UOp.const(u.dtype, reduce_identity(u.arg, u.dtype))
+      memo[u] = UOp(Ops.REDUCE, u.dtype, (UOp(Ops.WHERE, u.dtype, (valid, src[0], identity)), *src[1:]), u.arg)
+    elif u.op is Ops.LOAD and len(src) == 1 and src[0] is not u.src[0] and len(src[0].src) > 2:
+      memo[u] = UOp(Ops.LOAD, u.dtype, (src[0], UOp.const(u.dtype, 0)), u.arg)   # a masked load reads 0
+    elif any(a is not b for a, b in zip(src, u.src)): memo[u] = UOp(u.op, u.dtype, src, u.arg)
+  return memo.get(sink, sink)
+
+def split_range(sink: UOp, r: UOp, amt: int, kind: str, top: bool = False, inner_id: int | None = None) -> UOp:
   """Replace RANGE r (size n) by outer (n/amt, same kind) and inner (amt, `kind`); with top the inner part is the
-  slow-moving one. REDUCEs over r reduce over both parts."""
+  slow-moving one. REDUCEs over r reduce over both parts. The inner part gets `inner_id`, else a new largest id."""
   n, (axis_id, old_kind) = _size(r), r.arg
-  new_id = 1 + max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE)
+  new_id = 1 + max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE) if inner_id is None else inner_id
   outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n // amt),), (axis_id, old_kind))
   inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (new_id, kind))
   expr = inner * (n // amt) + outer if top else outer * amt + inner

@@ -94,6 +94,10 @@ def parse_meta(src: str) -> dict[str, int]:
   if not first.startswith(META_PREFIX): return {"split": 0, "work": 0}
   return {k: int(v) for k, v in (kv.split("=") for kv in first[len(META_PREFIX):].split())}
 
+def thread_parts(spec: ProgramSpec) -> int | None:
+  """The size of the kernel's THREAD axis (an explicit THREAD optimisation action), or None for the implicit rule."""
+  return next((int(o.arg) for o in spec.applied_opts if getattr(o.op, "name", "") == "THREAD"), None)
+
 class CPUProgram:
   def __init__(self, device: CPUDevice, spec: ProgramSpec, lib: bytes):
     self.device, self.name = device, spec.name
@@ -104,9 +108,13 @@ class CPUProgram:
     self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
     meta = parse_meta(spec.src)
     self.splittable, self.work = bool(meta.get("split", 0)), meta.get("work", 0)
+    self.thread_opt = thread_parts(spec)
 
   def threads(self) -> int:
-    if not self.splittable or self.work < PARALLEL_MIN_WORK: return 1
+    if not self.splittable: return 1
+    # an explicit THREAD action: its axis (the outermost loop) has that many shares, at most one per thread
+    if self.thread_opt is not None: return max(1, min(n_threads(), self.thread_opt))
+    if self.work < PARALLEL_MIN_WORK: return 1
     return max(1, min(n_threads(), self.work // (PARALLEL_MIN_WORK // 2)))
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
