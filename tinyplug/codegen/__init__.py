@@ -40,6 +40,10 @@ def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.renderer.global_max)
   return sink
 
+def _vectorize(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  from tinyplug.codegen.vectorize import vectorize
+  return vectorize(sink, ctx.renderer)
+
 def _decompositions(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   from tinyplug.codegen.decompositions import decompose_for
   return decompose_for(sink, ctx.renderer)
@@ -52,7 +56,7 @@ def _identity(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
 
 CORE_STAGE_IMPL: dict[str, Callable[[UOp, KernelContext, str], UOp]] = {
   "early": _identity, "symbolic_initial": _symbolic, "opt": _opt, "expand": _expand, "symbolic_postopt": _symbolic,
-  "gpudims": _gpudims, "devectorize": _identity, "decompositions": _decompositions, "symbolic_final": _symbolic,
+  "gpudims": _gpudims, "devectorize": _vectorize, "decompositions": _decompositions, "symbolic_final": _symbolic,
   "final": _final,
 }
 

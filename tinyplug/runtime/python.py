@@ -20,6 +20,10 @@ class PythonRenderer(Renderer):
   global_max = (2**31 - 1, 65535, 65535)
   local_max = (1024, 1024, 64)
   shared_max = 65536
+  # every dtype in vectors, so the interpreter runs (and tests check) the vector programs GPU renderers get
+  vector_widths = {dt: (16, 8, 4, 2) for dt in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
+                   dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16,
+                   dtypes.float32, dtypes.float64)}
   def render(self, name: str, uops: list[UOp]) -> str:
     ids = {u: i for i, u in enumerate(uops)}
     lines = [f"# kernel {name}"]
@@ -32,7 +36,7 @@ class PythonRenderer(Renderer):
       if u.op is Ops.RANGE: depth += 1
     return "\n".join(lines)
 
-def _np(dt: DType) -> np.dtype: return to_np_dtype(dt)
+def _np(dt: DType) -> np.dtype: return to_np_dtype(dt.scalar())
 
 # bfloat16 lives in memory as its raw 16 bits and in registers as float32 values rounded to bfloat16
 def _reg(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt.scalar() == dtypes.bfloat16 else _np(dt)
@@ -131,8 +135,10 @@ class PythonProgram:
         v[u] = bufs[u.arg].view(_np(base))
       elif op is Ops.DEFINE_VAR: v[u] = np.int32(next(var_iter))
       elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_reg(u.dtype.base)), group)
-      elif op is Ops.DEFINE_REG: v[u] = ("reg", np.zeros((n, u.dtype.size), dtype=_reg(u.dtype.base)), lanes)
-      elif op is Ops.CONST:
+      elif op is Ops.DEFINE_REG:   # a register array of vectors has one more axis, the vector lanes
+        shape = (n, u.dtype.size) + ((u.dtype.base.count,) if u.dtype.base.count > 1 else ())
+        v[u] = ("reg", np.zeros(shape, dtype=_reg(u.dtype.base)), lanes)
+      elif op is Ops.CONST or op is Ops.VCONST:   # a vector CONST broadcasts; VCONST has one value per lane
         v[u] = np.array(u.arg, dtype=_reg(u.dtype))
         if u.dtype == dtypes.bfloat16: v[u] = _round_bf16(v[u])
       elif op is Ops.SPECIAL: v[u] = ids[u.arg[0]]
@@ -148,7 +154,10 @@ class PythonProgram:
         v.pop(r)
       elif op is Ops.INDEX:
         mem = v[u.src[0]]
-        v[u] = (mem, v[u.src[1]], v[u.src[2]] if len(u.src) > 2 else None)
+        width = u.dtype.v if isinstance(u.dtype, PtrDType) else 1
+        idx = v[u.src[1]] if width == 1 else np.asarray(v[u.src[1]])[..., None] + np.arange(width)
+        gate = v[u.src[2]] if len(u.src) > 2 else None
+        v[u] = (mem, idx, gate if gate is None or width == 1 else np.asarray(gate)[..., None], width)
       elif op is Ops.LOAD:
         if u.dtype == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple):   # memory holds raw bits
           alt = _bf16_bits(v[u.src[1]]) if len(u.src) > 1 else None
@@ -187,7 +196,7 @@ class PythonProgram:
 
   @staticmethod
   def _address(index) -> tuple[np.ndarray, Any, Any]:
-    mem, idx, gate = index
+    mem, idx, gate, _ = index
     if isinstance(mem, tuple):  # local memory or registers: one row per work-group / lane
       _, arr, rows = mem
       return arr, (rows, idx), gate
@@ -205,7 +214,14 @@ class PythonProgram:
   def _store(self, index, value, masks: list, n: int) -> None:
     arr, idx, gate = self._address(index)
     mask = gate
-    for m in masks: mask = m if mask is None else np.logical_and(mask, m)
+    # a vector access has a trailing lane axis: IF masks (one per thread) broadcast over it
+    for m in masks:
+      if index[3] > 1: m = np.asarray(m)[..., None]
+      mask = m if mask is None else np.logical_and(mask, m)
+    if isinstance(idx, tuple) and arr.ndim == 3:   # registers holding vectors: one vector per (thread, slot)
+      rows, col = idx
+      arr[rows, col] = value if mask is None else np.where(np.asarray(mask)[..., None], value, arr[rows, col])
+      return
     if isinstance(idx, tuple):
       rows, col = idx
       rows, col, value = np.broadcast_arrays(rows, col, value)

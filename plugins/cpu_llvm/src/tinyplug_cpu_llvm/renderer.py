@@ -86,6 +86,8 @@ class LLVMRenderer(Renderer):
   supports_float4 = True
   supports_vectors = True
   native_ops = None
+  # the vectorize stage groups lanes into LLVM vectors of up to 64 bytes (LLVM splits them on narrower targets)
+  vector_widths = {dt: tuple(w for w in (16, 8, 4, 2) if w * dt.itemsize <= 64) for dt in _SCALAR_TYPES if dt != dtypes.void}
   def __init__(self, vector_isas: tuple[str, ...] = ()):
     """vector_isas: libmvec ISA letters the target supports ("b" SSE4, "d" AVX2, "e" AVX-512); with them, exp2, log2
     and sin of float32/float64 become libm calls whose vector variants (glibc's libmvec) LLVM may vectorise to."""
@@ -422,7 +424,7 @@ class _FunctionBuilder:
     if index.op is not Ops.INDEX: raise NotImplementedError(f"STORE to {index.op}")
     gate = index.src[2] if len(index.src) > 2 else None
     if index.src[1].dtype.count > 1 or (gate is not None and gate.dtype.count > 1) or \
-       (value.dtype.count > 1 and self._lanes(index) == 1):
+       (value.dtype.count > 1 and self._lanes(index) == 1 and index.dtype.base.count == 1):
       return self.store_lanes(index, value)
     dt = value.dtype
     if gate is not None:

@@ -54,6 +54,10 @@ class OpenCLRenderer(Renderer):
     self.device_name = device_name
     supported = set(_TYPE_NAMES) - ({dtypes.float64} if not self.has_fp64 else set())
     self.supported_dtypes = frozenset(supported)
+    # vector types for the vectorize stage: not bool (no bool vectors in OpenCL C), half only with cl_khr_fp16
+    # (without it half values live in floats and every rounding goes through vstore_half one lane at a time)
+    vectors = supported - {dtypes.bool} - ({dtypes.float16} if not self.has_fp16 else set())
+    self.vector_widths = {dt: (16, 8, 4, 2) for dt in vectors}
 
   def __repr__(self) -> str:
     return (f"OpenCLRenderer(local_max={self.local_max}, shared_max={self.shared_max}, fp16={self.has_fp16}, "
@@ -151,6 +155,7 @@ class OpenCLRenderer(Renderer):
   def render_load(self, index: UOp, dt: DType) -> str:
     mem, idx = index.src[0], self.expr(index.src[1])
     ptr, lval = self._access(mem, idx, dt)
+    if mem.dtype.base.count > 1: return lval   # an array of vectors (a vector accumulator)
     if self._half_buffer(mem):
       return f"vload_half({idx}, {self.names[mem]})" if dt.count == 1 else f"vload_half{dt.count}(0, {ptr})"
     if dt.count > 1: return f"vload{dt.count}(0, {ptr})"
@@ -160,6 +165,7 @@ class OpenCLRenderer(Renderer):
   def render_store(self, index: UOp, value: str, dt: DType) -> str:
     mem, idx = index.src[0], self.expr(index.src[1])
     ptr, lval = self._access(mem, idx, dt)
+    if mem.dtype.base.count > 1: return f"{lval} = {value};"
     if self._half_buffer(mem):
       return f"vstore_half({value}, {idx}, {self.names[mem]});" if dt.count == 1 else \
         f"vstore_half{dt.count}({value}, 0, {ptr});"

@@ -1,0 +1,228 @@
+"""Vectorize: groups of upcast/unroll lanes become vector UOps, within the widths the renderer declares.
+
+The expander leaves one scalar copy of the work per lane. This pass works bottom-up from the stores, like an SLP
+vectorizer on the graph:
+- STOREs to one buffer at consecutive addresses (`base + c`, `base + c + 1`, ...) become one vector STORE of a
+  width the renderer declares for the value's dtype (`Renderer.vector_widths`), their values one vector value;
+- a vector of lanes is built from its lanes: equal lanes broadcast, constants become a (V)CONST, LOADs at consecutive
+  addresses one vector LOAD, same ALU/CAST/BITCAST/REDUCE on every lane one vector op of vectorized sources
+  (a vector REDUCE is a vector accumulator);
+- an op whose dtypes the renderer cannot hold in vectors (bool comparisons in OpenCL, say) is computed per lane on
+  GEPs of its vectorized sources; lanes that are not alike (gathers, per-lane gates, differing ops) stay scalar and
+  are put together with VECTORIZE;
+- a scalar REDUCE whose value an unroll split into a balanced tree of the reduce op (the expander's lanes) gets a
+  vector accumulator over the tree's leaves and folds its lanes after the loop (a sum of 16M floats accumulates
+  in `<8 x float>`), when those leaves vectorize without gathers.
+Renderers that declare no vector widths get the program unchanged."""
+from __future__ import annotations
+from collections import Counter
+from typing import Mapping
+from tinyplug.uop.dtype import DType, PtrDType
+from tinyplug.uop.ops import Ops, GroupOp, UOp
+
+_LANEWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+_REDUCE_OPS = (Ops.ADD, Ops.MUL, Ops.MAX)
+
+def vector_widths(renderer) -> Mapping[DType, tuple[int, ...]]:
+  """The renderer's vector widths per scalar dtype (largest first); none declared means scalars only."""
+  return getattr(renderer, "vector_widths", None) or {}
+
+def split_offset(idx: UOp) -> tuple[frozenset, int]:
+  """An index as (the multiset of its non-constant terms, its constant part): equal keys differ by a constant."""
+  terms: Counter = Counter()
+  const, stack = 0, [idx]
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.ADD: stack.extend(x.src)
+    elif x.op is Ops.CONST: const += int(x.arg)
+    else: terms[x] += 1
+  return frozenset(terms.items()), const
+
+def _combine(op: Ops, vals: list[UOp]) -> UOp:
+  while len(vals) > 1:
+    vals = [UOp(op, vals[i].dtype, (vals[i], vals[i + 1])) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+  return vals[0]
+
+def has_gather(v: UOp) -> bool:
+  """Does building `v` fall back to scalar lanes anywhere (a VECTORIZE of lanes that are not all one value)?"""
+  return any(u.op is Ops.VECTORIZE and len(set(u.src)) > 1 for u in v.toposort())
+
+class Vectorizer:
+  def __init__(self, renderer):
+    self.widths = vector_widths(renderer)
+    self.native = getattr(renderer, "native_ops", None)
+    self.memo: dict[tuple[UOp, ...], UOp] = {}
+    self.lane_memo: dict[tuple[tuple[UOp, ...], int], UOp] = {}
+
+  def fits(self, dt: DType, n: int) -> bool:
+    return dt.count == 1 and not isinstance(dt, PtrDType) and n in self.widths.get(dt, ())
+
+  def native_op(self, op: Ops) -> bool: return self.native is None or op in self.native or op in (Ops.CAST, Ops.BITCAST)
+
+  # ---- a vector whose lane k is lanes[k] ----
+  def vec(self, lanes: tuple[UOp, ...]) -> UOp:
+    if (hit := self.memo.get(lanes)) is None: hit = self.memo[lanes] = self._build(lanes)
+    return hit
+
+  def _build(self, lanes: tuple[UOp, ...]) -> UOp:
+    first, n = lanes[0], len(lanes)
+    vdt = first.dtype.vec(n)
+    if all(x is first for x in lanes):
+      return UOp.const(vdt, first.arg) if first.op is Ops.CONST else UOp(Ops.VECTORIZE, vdt, lanes)
+    if all(x.op is Ops.CONST for x in lanes): return UOp(Ops.VCONST, vdt, arg=tuple(x.arg for x in lanes))
+    if not _alike(lanes): return self.gather(lanes)
+    if first.op is Ops.LOAD: return self.load(lanes)
+    if first.op is Ops.REDUCE: return self.reduce(lanes)
+    if first.op in _LANEWISE:
+      srcs = [tuple(x.src[i] for x in lanes) for i in range(len(first.src))]
+      if self.native_op(first.op) and all(self.fits(s[0].dtype, n) for s in srcs):
+        return UOp(first.op, vdt, tuple(self.vec(s) for s in srcs), first.arg)
+      return UOp(Ops.VECTORIZE, vdt, tuple(self.lane(lanes, k) for k in range(n)))
+    return self.gather(lanes)
+
+  def gather(self, lanes: tuple[UOp, ...]) -> UOp:
+    return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(len(lanes)), lanes)
+
+  def lane(self, lanes: tuple[UOp, ...], k: int) -> UOp:
+    """Lane k of a group, computed from the vectorized sources where they vectorize (GEP), else from its own lanes."""
+    key = (lanes, k)
+    if (hit := self.lane_memo.get(key)) is not None: return hit
+    first = lanes[0]
+    if self.fits(first.dtype, len(lanes)) and (first.op not in _LANEWISE or self._vector_op_ok(lanes)):
+      out = gep(self.vec(lanes), k)
+    elif first.op in _LANEWISE and _alike(lanes):
+      out = UOp(first.op, first.dtype, tuple(self.lane(tuple(x.src[i] for x in lanes), k) for i in range(len(first.src))),
+                first.arg)
+    else: out = lanes[k]
+    self.lane_memo[key] = out
+    return out
+
+  def _vector_op_ok(self, lanes: tuple[UOp, ...]) -> bool:
+    first = lanes[0]
+    return self.native_op(first.op) and all(self.fits(s.dtype, len(lanes)) for s in first.src) and _alike(lanes)
+
+  # ---- memory ----
+  def contiguous(self, indexes: tuple[UOp, ...]) -> bool:
+    """INDEXes of one buffer, one gate (or none), at consecutive addresses in lane order."""
+    first = indexes[0]
+    if any(i.op is not Ops.INDEX or i.src[0] is not first.src[0] or i.src[2:] != first.src[2:] for i in indexes): return False
+    key, start = split_offset(first.src[1])
+    for k, i in enumerate(indexes[1:], 1):
+      if split_offset(i.src[1]) != (key, start + k): return False
+    return True
+
+  def load(self, lanes: tuple[UOp, ...]) -> UOp:
+    index = lanes[0].src[0]
+    if not self.contiguous(tuple(x.src[0] for x in lanes)): return self.gather(lanes)
+    n = len(lanes)
+    vindex = UOp(Ops.INDEX, index.dtype.vec(n), index.src)
+    alt = (self.vec(tuple(x.src[1] for x in lanes)),) if len(lanes[0].src) > 1 else ()
+    return UOp(Ops.LOAD, lanes[0].dtype.vec(n), (vindex, *alt), lanes[0].arg)
+
+  def reduce(self, lanes: tuple[UOp, ...]) -> UOp:
+    first = lanes[0]
+    if any(x.src[1:] != first.src[1:] for x in lanes): return self.gather(lanes)
+    body = self.vec(tuple(x.src[0] for x in lanes))
+    # a vector accumulator fed by gathers is worse than per-lane accumulators (which may vectorize their unrolls)
+    if has_gather(body): return self.gather(lanes)
+    return UOp(Ops.REDUCE, first.dtype.vec(len(lanes)), (body, *first.src[1:]), first.arg)
+
+  # ---- the pass ----
+  def stores(self, sink: UOp) -> UOp:
+    groups: dict[tuple, list[tuple[int, UOp]]] = {}
+    for s in sink.src:
+      if s.op is not Ops.STORE or s.src[0].op is not Ops.INDEX or s.src[1].dtype.count != 1: continue
+      index = s.src[0]
+      key, off = split_offset(index.src[1])
+      groups.setdefault((index.src[0], index.src[2:], key, s.src[1].dtype), []).append((off, s))
+    replace: dict[UOp, UOp | None] = {}
+    for (_, _, _, dt), members in groups.items():
+      members.sort(key=lambda m: m[0])
+      for run in _runs(members):
+        for chunk in self._chunks(run, dt):
+          if len(chunk) < 2: continue
+          index = chunk[0].src[0]
+          vindex = UOp(Ops.INDEX, index.dtype.vec(len(chunk)), index.src)
+          value = self.vec(tuple(s.src[1] for s in chunk))
+          replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (vindex, value), chunk[0].arg)
+          for s in chunk[1:]: replace[s] = None
+    if not replace: return sink
+    src = tuple(replace.get(s, s) for s in sink.src)
+    return UOp(Ops.SINK, sink.dtype, tuple(s for s in src if s is not None), sink.arg)
+
+  def _chunks(self, run: list[UOp], dt: DType) -> list[list[UOp]]:
+    widths = self.widths.get(dt, ()) if dt.count == 1 else ()
+    out, i = [], 0
+    while i < len(run):
+      w = next((w for w in sorted(widths, reverse=True) if w <= len(run) - i), 1)
+      out.append(run[i:i + w])
+      i += w
+    return out
+
+  def scalar_loads(self, sink: UOp) -> UOp:
+    """Scalar LOADs left over at consecutive addresses (a row of A in a matmul's unrolled k loop) become one vector
+    LOAD and GEPs of it."""
+    groups: dict[tuple, list[tuple[int, UOp]]] = {}
+    for u in sink.toposort():
+      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+        index = u.src[0]
+        key, off = split_offset(index.src[1])
+        groups.setdefault((index.src[0], index.src[2:], key, u.dtype, u.src[1:]), []).append((off, u))
+    subs: dict[UOp, UOp] = {}
+    for (*_, dt, _alt), members in groups.items():
+      members = sorted(set(members), key=lambda m: m[0])
+      for run in _runs(members):
+        for chunk in self._chunks(run, dt):
+          if len(chunk) < 2: continue
+          v = self.load(tuple(chunk))
+          subs.update((x, gep(v, k)) for k, x in enumerate(chunk))
+    return sink.substitute(subs, name="vector loads") if subs else sink
+
+  def unrolled_reduces(self, sink: UOp) -> UOp:
+    """Scalar REDUCEs over an unroll tree get a vector accumulator (see the module docstring)."""
+    memo: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+      src = tuple(memo.get(s, s) for s in u.src)
+      new = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+      if new.op is Ops.REDUCE and new.dtype.count == 1 and new.arg in _REDUCE_OPS:
+        if (acc := self._vector_accumulator(new)) is not None: new = acc
+      if new is not u: memo[u] = new
+    return memo.get(sink, sink)
+
+  def _vector_accumulator(self, red: UOp) -> UOp | None:
+    best, level = None, [red.src[0]]
+    while all(x.op is red.arg and x.dtype == red.dtype for x in level):
+      level = [s for x in level for s in x.src]
+      if self.fits(red.dtype, len(level)) and not has_gather(body := self.vec(tuple(level))): best = (level, body)
+    if best is None: return None
+    leaves, body = best
+    acc = UOp(Ops.REDUCE, body.dtype, (body, *red.src[1:]), red.arg)
+    return _combine(red.arg, [gep(acc, k) for k in range(len(leaves))])
+
+def gep(v: UOp, k: int) -> UOp:
+  """Lane k of vector v, without a GEP where the lane is at hand (a VECTORIZE's source, a constant)."""
+  if v.op is Ops.VECTORIZE: return v.src[k]
+  if v.op is Ops.CONST: return UOp.const(v.dtype.scalar(), v.arg)
+  if v.op is Ops.VCONST: return UOp.const(v.dtype.scalar(), v.arg[k])
+  return UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,))
+
+def _alike(lanes: tuple[UOp, ...]) -> bool:
+  first = lanes[0]
+  return all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype and len(x.src) == len(first.src)
+             for x in lanes)
+
+def _runs(members: list[tuple[int, UOp]]) -> list[list[UOp]]:
+  """Stores sorted by offset -> runs at consecutive offsets (a repeated offset starts a new run)."""
+  runs: list[list[UOp]] = []
+  prev = None
+  for off, s in members:
+    if prev is not None and off == prev + 1: runs[-1].append(s)
+    else: runs.append([s])
+    prev = off
+  return runs
+
+def vectorize(sink: UOp, renderer) -> UOp:
+  """Lanes -> vectors where `renderer` declares vector widths for their dtype; unchanged otherwise."""
+  if not vector_widths(renderer): return sink
+  v = Vectorizer(renderer)
+  return v.scalar_loads(v.unrolled_reduces(v.stores(sink)))
