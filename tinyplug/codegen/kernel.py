@@ -89,7 +89,7 @@ class Kernel:
   def _swap(self, opt: Opt) -> UOp:
     a, b = self.axis_for(opt), self.axis_for(opt, opt.arg)
     if a is b: raise KernelOptError(f"{opt}: swaps axis {opt.axis} with itself")
-    return self.sink.substitute({a: _with_id(a, b.arg[0]), b: _with_id(b, a.arg[0])}, name="swap")
+    return replace_nodes(self.sink, {a: _with_id(a, b.arg[0]), b: _with_id(b, a.arg[0])})
 
   def _padto(self, opt: Opt) -> UOp:
     r = self.axis_for(opt)
@@ -129,6 +129,16 @@ class Kernel:
       raise KernelOptError(f"{opt}: the renderer launches work-groups; THREAD is for loop-running (CPU) renderers")
     if any(x.arg[1] == "thread" for x in self.ranges): raise KernelOptError(f"{opt}: the kernel already has a THREAD axis")
     if amt > MAX_THREADS: raise KernelOptError(f"{opt}: {amt} threads is more than {MAX_THREADS}")
+
+def replace_nodes(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """`sink` with each key of `mapping` replaced by its value, in one pass: a value is never replaced again, so two
+  RANGEs can trade places."""
+  memo = dict(mapping)
+  for u in sink.toposort():
+    if u in memo: continue
+    src = tuple(memo.get(x, x) for x in u.src)
+    if any(a is not b for a, b in zip(src, u.src)): memo[u] = UOp(u.op, u.dtype, src, u.arg)
+  return memo.get(sink, sink)
 
 def _with_id(r: UOp, axis_id: int) -> UOp: return UOp(Ops.RANGE, r.dtype, r.src, (axis_id, r.arg[1]))
 

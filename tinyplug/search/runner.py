@@ -26,6 +26,13 @@ def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
   except KernelOptError: return None
   return k
 
+def _scratch(buf):
+  """An allocated buffer with every byte written once: fresh host memory maps one shared zero page until it is
+  written, which would make every candidate look cache-resident and hide its real memory traffic."""
+  buf.ensure_allocated()
+  buf.copyin(memoryview(bytearray(buf.nbytes)))
+  return buf
+
 class Timer:
   """Compiles a kernel AST with given actions and times it on `device` with scratch buffers (min of a few runs)."""
   def __init__(self, ast: UOp, renderer, device: str):
@@ -39,7 +46,7 @@ class Timer:
     dev = Device[self.device]
     if self.bufs is None:
       gl = sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-      self.bufs = [Buffer(self.device, max(g.dtype.size, 1), g.dtype.base).ensure_allocated() for g in gl]
+      self.bufs = [_scratch(Buffer(self.device, max(g.dtype.size, 1), g.dtype.base)) for g in gl]
     try:
       prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
       times = []
