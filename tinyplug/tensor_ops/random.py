@@ -1,7 +1,9 @@
 """Random tensors from a counter-based generator: Threefry-2x32 (20 rounds, Salmon et al. 2011, "Random123").
 
 The bits are computed in the graph with uint32 ALU ops from an arange of counters and the seed, so the same seed
-gives the same numbers on every device. Each call takes fresh counters; `manual_seed` resets them.
+gives the same numbers on every device. Each call takes fresh counters; `manual_seed` resets them. The first counter
+of a call is read from a 2-word buffer, not baked into the kernel, so one compiled kernel serves every call and
+TinyJit can give each replay fresh counters (it logs the draws of the calls it captures in `RNGState.draws`).
 """
 from __future__ import annotations
 import math, time
@@ -16,6 +18,7 @@ class RNGState:
   """The seed and how many counters have been used since it was set."""
   seed: int = int(time.time())
   counter: int = 0
+  draws: list | None = None   # while a list: (the first-counter UOp, its counter) of each draw, for TinyJit
 
 def threefry2x32(x0, x1, key: tuple[int, int]):
   """Threefry-2x32-20 of the counter pair (x0, x1) under `key`; works on uint32 Tensors or Python ints."""
@@ -49,8 +52,10 @@ class RandomMixin:
     start = RNGState.counter
     RNGState.counter += half
     counters = cls.from_uop(arange_uop(half, device)).cast(dtypes.uint32)
-    lo = counters + (start & MASK32)
-    hi = counters._const_like((start >> 32) & MASK32)
+    first = cls([start & MASK32, (start >> 32) & MASK32], device=device, dtype=dtypes.uint32)
+    if RNGState.draws is not None: RNGState.draws.append((first.uop, start))
+    lo = counters + first[0:1].expand(half)
+    hi = first[1:2].expand(half)
     seed = RNGState.seed
     y0, y1 = threefry2x32(lo, hi, (seed & MASK32, (seed >> 32) & MASK32))
     return y0.cat(y1)[:n]
