@@ -6,6 +6,7 @@ from tinyplug import Context, Tensor, TinyJit, dtypes, nn
 from tinyplug.engine.jit import JitError
 from tinyplug.nn.optim import Adam, SGD
 from tinyplug.nn.state import get_parameters, get_state_dict, load_state_dict
+from tinyplug.tensor_ops.random import RNGState
 
 def data(i: int, shape=(3, 4)) -> np.ndarray:
   return np.random.default_rng(i).standard_normal(shape).astype(np.float32)
@@ -119,3 +120,66 @@ def test_jitted_training_every_device(device):
   eager_losses, _ = _train(False, 4, lambda ps: Adam(ps, lr=0.01))
   jit_losses, _ = _train(True, 4, lambda ps: Adam(ps, lr=0.01))
   np.testing.assert_allclose(jit_losses, eager_losses, rtol=1e-5, atol=1e-6)
+
+# ---------------- random numbers inside a jitted function ----------------
+
+def _draws(jit: bool, fn, calls: int = 5) -> list[np.ndarray]:
+  Tensor.manual_seed(3)
+  f = TinyJit(fn)
+  with Context(JIT=int(jit)):
+    return [f(Tensor(data(i, (2, 3)))).numpy().copy() for i in range(calls)]
+
+def test_rand_is_fresh_on_every_replay_and_matches_eager(device):
+  def f(x: Tensor) -> Tensor: return (x * 0 + Tensor.rand(2, 3)).realize()
+  eager, jitted = _draws(False, f), _draws(True, f)
+  for e, j in zip(eager, jitted): np.testing.assert_array_equal(j, e)
+  assert len({j.tobytes() for j in jitted}) == len(jitted)   # calls 3-5 are replays, each with new numbers
+
+def test_several_draws_and_the_sequence_after_the_jit(device):
+  """Two draws per call (rand and randn), then eager draws continue where the replays left off, like tinygrad."""
+  def f(x: Tensor) -> Tensor: return (x + Tensor.rand(2, 3) * Tensor.randn(3)).realize()
+  eager, jitted = _draws(False, f), _draws(True, f)
+  for e, j in zip(eager, jitted): np.testing.assert_allclose(j, e, rtol=1e-6, atol=1e-6)
+  after_jit = Tensor.rand(5).numpy()
+  _draws(False, f)
+  np.testing.assert_array_equal(after_jit, Tensor.rand(5).numpy())
+
+def test_dropout_masks_change_between_replays():
+  def f(x: Tensor) -> Tensor:
+    with Tensor.train(): return x.dropout(0.5).realize()
+  Tensor.manual_seed(0)
+  jf = TinyJit(f)
+  masks = [jf(Tensor.ones(64).contiguous()).numpy() != 0 for _ in range(5)]
+  assert len({m.tobytes() for m in masks}) == 5 and all(10 < m.sum() < 54 for m in masks)
+  Tensor.manual_seed(0)
+  eager = [f(Tensor.ones(64).contiguous()).numpy() != 0 for _ in range(5)]
+  for m, e in zip(masks, eager): np.testing.assert_array_equal(m, e)
+
+def test_jitted_training_with_dropout_equals_eager():
+  def train(jit: bool) -> list[float]:
+    Tensor.manual_seed(0)
+    lin = nn.Linear(6, 3)
+    opt = SGD(get_parameters(lin), lr=0.1)
+    def step(x: Tensor, y: Tensor) -> Tensor:
+      with Tensor.train():
+        opt.zero_grad()
+        loss = lin(x.dropout(0.3)).sparse_categorical_crossentropy(y).backward()
+        return loss.realize(*opt.schedule_step())
+    fn = TinyJit(step)
+    with Context(JIT=int(jit)):
+      return [fn(Tensor(data(i, (4, 6))), Tensor(np.arange(4, dtype=np.int32) % 3)).item() for i in range(5)]
+  np.testing.assert_allclose(train(True), train(False), rtol=1e-5, atol=1e-6)
+
+def test_jit_off_with_rand_and_shape_errors_with_rand():
+  def f(x: Tensor) -> Tensor: return (x + Tensor.rand(*x.shape)).realize()
+  with Context(JIT=0):
+    Tensor.manual_seed(1)
+    jf = TinyJit(f)
+    outs = [jf(Tensor(data(i))).numpy() for i in range(3)]
+    assert jf.captured is None and len({o.tobytes() for o in outs}) == 3
+  jf = TinyJit(f)
+  for i in range(3): jf(Tensor(data(i)))
+  counter = RNGState.counter
+  with pytest.raises(JitError, match=r"shape \(3, 4\).*to shape \(2, 4\)"): jf(Tensor(data(0, (2, 4))))
+  with pytest.raises(JitError, match="dtype"): jf(Tensor(data(0)).cast(dtypes.float16))
+  assert RNGState.counter == counter   # a refused call draws nothing

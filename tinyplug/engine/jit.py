@@ -9,18 +9,25 @@ launched directly on the same buffers, with the buffers of the tensor arguments 
 the new arguments' buffers; the function's Python does not run. Returned tensors are the ones from call 2, whose
 buffers now hold the new results. Arguments must keep their shapes, dtypes and devices. `JIT=0` runs eagerly.
 
+Random numbers (`Tensor.rand`, `randn`, `dropout`, ...) drawn inside the function are fresh on every replay: each
+replay writes the current RNG counter into the buffers the captured kernels read it from and advances the counter by
+what the function used, so jitted calls give the same sequence as eager calls (as in tinygrad). The seed is part of
+the kernels: `Tensor.manual_seed` with a new seed after the capture needs `.reset()`.
+
 What is not replayed: Python side effects, values read back to the host inside the function (`.item()`), and
 anything that would change the graph from call to call (shapes, Python control flow on data).
 """
 from __future__ import annotations
 import functools, time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 from tinyplug import events
 from tinyplug.engine import realize as _realize
 from tinyplug.helpers import DEBUG, JIT, GlobalCounters
 from tinyplug.tensor import Tensor
 from tinyplug.tensor_ops.graph import is_plain_buffer
+from tinyplug.tensor_ops.random import MASK32, RNGState
+from tinyplug.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 
@@ -46,10 +53,27 @@ class _Launch:
       self.vals = tuple(var_vals[v.arg[0]] for v in spec.vars)
     else: self.prg, self.global_size, self.local_size, self.vals, self.name = None, None, None, (), "copy"
 
+@dataclass
+class RngUse:
+  """The RNG counters one call used: each draw's counter buffer with its counter relative to the call's first,
+  and how many counters the call used in all."""
+  draws: list[tuple[Any, int]] = field(default_factory=list)
+  used: int = 0
+
+  def advance(self) -> None:
+    """Point every draw at fresh counters, from the current one on, and move the counter past them."""
+    import numpy as np
+    base = RNGState.counter
+    for buf, rel in self.draws:
+      buf.copyin(np.array([(base + rel) & MASK32, ((base + rel) >> 32) & MASK32], dtype=np.uint32))
+    RNGState.counter = base + self.used
+
 class CapturedJit:
   """The kernels of one call, the positions where the tensor arguments' buffers go, and the call's return value."""
-  def __init__(self, records: list[tuple], input_buffers: list, ret: Any, signature: list[_Signature]):
+  def __init__(self, records: list[tuple], input_buffers: list, ret: Any, signature: list[_Signature],
+               rng: RngUse | None = None):
     self.launches = [_Launch(runner, bufs, vv) for _item, runner, bufs, vv in records]
+    self.rng = rng or RngUse()
     by_id = {id(b): i for i, b in enumerate(input_buffers)}
     # (launch index, argument position within the launch, input index)
     self.input_slots = [(li, pos, by_id[id(b)]) for li, launch in enumerate(self.launches)
@@ -65,6 +89,7 @@ class CapturedJit:
       launch = launches[li]
       launch.bufs[pos] = input_buffers[ii]
       launch.handles[pos] = input_buffers[ii].handle
+    if self.rng.draws or self.rng.used: self.rng.advance()
     if DEBUG >= 2 or events.enabled("profile"):
       for launch in launches: _replay_one_reported(launch)
       return
@@ -112,6 +137,12 @@ def _realize_inputs(inputs: list[Tensor]) -> list:
   for b in bufs: b.ensure_allocated()
   return bufs
 
+def _rng_use(draws: list[tuple[UOp, int]], first_counter: int) -> RngUse:
+  """Where each draw's first counter lives: the host buffer it is created in (a captured copy moves it on)."""
+  from tinyplug.engine.realize import buffer_of
+  def host(u: UOp) -> UOp: return host(u.src[0]) if u.op is Ops.COPY else u
+  return RngUse([(buffer_of(host(u)), start - first_counter) for u, start in draws], RNGState.counter - first_counter)
+
 def _realize_outputs(ret: Any) -> None:
   outs = [ret] if isinstance(ret, Tensor) else [x for x in ret if isinstance(x, Tensor)] \
     if isinstance(ret, (tuple, list)) else [x for x in ret.values() if isinstance(x, Tensor)] if isinstance(ret, dict) else []
@@ -154,14 +185,16 @@ class TinyJit(Generic[R]):
       _realize_outputs(ret)
       self.cnt = 1
       return ret
-    # call 2: record every kernel the function runs
+    # call 2: record every kernel the function runs, and the random numbers it draws
     records: list[tuple] = []
-    _realize.capturing = records
+    draws: list[tuple[UOp, int]] = []
+    first_counter = RNGState.counter
+    _realize.capturing, RNGState.draws = records, draws
     try:
       ret = self.fxn(*args, **kwargs)
       _realize_outputs(ret)
-    finally: _realize.capturing = None
-    self.captured = CapturedJit(records, input_bufs, ret, signature)
+    finally: _realize.capturing, RNGState.draws = None, None
+    self.captured = CapturedJit(records, input_bufs, ret, signature, _rng_use(draws, first_counter))
     if DEBUG >= 1:
       print(f"TinyJit: captured {len(self.captured)} kernels of {getattr(self.fxn, '__name__', 'fn')} "
             f"with {len(inputs)} input tensors")
