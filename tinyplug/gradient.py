@@ -8,7 +8,8 @@ naturally; the results are plain UOps again.
 """
 from __future__ import annotations
 import math
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 from tinyplug.helpers import argsort
 from tinyplug.uop.ops import Ops, UOp
 
@@ -48,6 +49,27 @@ def _shrink_grad(g, out, x):
 
 def _no_grad(g, out, *srcs): return (None,) * len(srcs)
 
+@dataclass(frozen=True)
+class GradFn:
+  """The arg of a CUSTOM_GRAD node: `fn(g, out, *inputs, **params)` gives one gradient per input (None for none).
+  Params are a sorted tuple of (name, value) pairs so that equal calls build equal (hash-consed) nodes."""
+  fn: Callable
+  params: tuple[tuple[str, Any], ...] = ()
+
+def custom_gradient(value, inputs: tuple, fn: Callable, **params):
+  """`value` (a Tensor computed from `inputs`) whose gradient is `fn(g, value, *inputs, **params)` instead of what the
+  ops that built it would give. The marker node is stripped before scheduling, so the forward is `value` as built."""
+  from tinyplug.tensor import Tensor
+  marker = UOp(Ops.CUSTOM_GRAD, value.dtype, (value.uop, *(t.uop for t in inputs)), GradFn(fn, tuple(sorted(params.items()))))
+  return Tensor.from_uop(marker, value.requires_grad)
+
+def _custom_grad(g, out, value, *inputs):
+  spec: GradFn = out.uop.arg
+  grads = spec.fn(g, value, *inputs, **dict(spec.params))
+  if len(grads) != len(inputs): raise RuntimeError(f"custom gradient {spec.fn.__name__} gave {len(grads)} gradients "
+                                                   f"for {len(inputs)} inputs")
+  return (None, *grads)   # nothing flows through the ops that built the value
+
 GRADIENT_RULES: dict[Ops, Callable] = {
   # arithmetic
   Ops.ADD: lambda g, out, x, y: (g, g),
@@ -78,6 +100,7 @@ GRADIENT_RULES: dict[Ops, Callable] = {
   Ops.CONTIGUOUS: lambda g, out, x: (g,),
   Ops.COPY: lambda g, out, x, device: (g.to(x.device), None),
   Ops.DETACH: _no_grad,
+  Ops.CUSTOM_GRAD: _custom_grad,
   # piecewise constant: no gradient
   **{op: _no_grad for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV,
                              Ops.MOD, Ops.BITCAST, Ops.THREEFRY)},

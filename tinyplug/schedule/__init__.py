@@ -305,14 +305,16 @@ def _split_reduce(r: UOp) -> UOp | None:
   return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (op, (1,))),), r.shape)
 
 split_big_reduces = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split_reduce)])
+# a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value
+strip_custom_grads = PatternMatcher([(UPat(Ops.CUSTOM_GRAD, name="m"), lambda m: m.src[0])])
 
 def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp, UOp]]:
   """Schedule; where ASSIGNs read each other's old values (a.assign(f(b)); b.assign(g(a))), compute their values
   into buffers of their own first, then copy them into place."""
   snapshot: set[UOp] = set()
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
-  if any(n.op is Ops.REDUCE_AXIS for n in sink.toposort()):
-    renamed = graph_rewrite_map(sink, split_big_reduces, name="split big reduces")
+  if any(n.op is Ops.REDUCE_AXIS or n.op is Ops.CUSTOM_GRAD for n in sink.toposort()):
+    renamed = graph_rewrite_map(sink, strip_custom_grads + split_big_reduces, name="split big reduces")
     targets = [renamed[t] for t in targets]
   else: renamed = {n: n for n in sink.toposort()}
   for _ in range(8):

@@ -65,6 +65,7 @@ class NNMixin:
     if self.ndim < nd: raise ValueError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
     strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
     lead = self.ndim - nd
+    if all(d == 1 and s >= k for k, s, d in zip(kernel, strides, dilations)): return self._tiles(kernel, strides)
     x = self
     for j in range(nd):
       x = x.movedim(lead + j, -1)                               # (lead, o.., i_rest.., k.., i_j)
@@ -72,28 +73,62 @@ class NNMixin:
       x = x.movedim(-2, lead + j)                               # (lead, o..o_j, i_rest.., k..k_j)
     return x
 
+  def _tiles(self, kernel: Sequence[int], strides: Sequence[int]):
+    """_pool for windows that do not overlap (stride >= kernel, no dilation): one reshape of all the window dims,
+    (o*s,) -> (o, s), cut to (o, k). Index math stays affine, so the windows' gradient is elementwise too."""
+    nd, lead = len(kernel), self.ndim - len(kernel)
+    spatial = self.shape[lead:]
+    outs = [(i - k) // s + 1 for i, k, s in zip(spatial, kernel, strides)]
+    nil = (None,) * lead
+    x = self.pad(nil + tuple((0, max(0, o * s - i)) for i, o, s in zip(spatial, outs, strides)))
+    x = x.shrink(nil + tuple((0, o * s) for o, s in zip(outs, strides)))
+    x = x.reshape(self.shape[:lead] + tuple(v for o, s in zip(outs, strides) for v in (o, s)))
+    x = x.shrink(nil + tuple(v for k in kernel for v in (None, (0, k))))
+    return x.permute(tuple(range(lead)) + tuple(lead + 2 * j for j in range(nd)) + tuple(lead + 2 * j + 1 for j in range(nd)))
+
   def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dtype: DType | str | None = None):
-    """Convolution (really cross-correlation, like torch) over as many spatial dims as the weight has after 2."""
+    """Convolution (really cross-correlation, like torch) over as many spatial dims as the weight has after 2.
+
+    Its gradient is declared (gradient.custom_gradient): the input's is a transposed convolution of the output
+    gradient, the weight's a convolution over the batch. Differentiating the window view instead would build a
+    (batch, cin, out.., kernel..) window gradient and fold it back: two large kernels."""
     (bs, cin_total), (cout, cin) = self.shape[:2], weight.shape[:2]
-    kernel = weight.shape[2:]
-    nd = len(kernel)
+    nd = weight.ndim - 2
     if self.ndim != nd + 2:
       raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
     if groups * cin != cin_total or cout % groups:
       raise ValueError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
+    from tinyplug.gradient import custom_gradient
     pads = _spatial_padding(padding, nd)
     x = self.pad(((0, 0), (0, 0), *pads))
     # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read
     if any(b or a for b, a in pads): x = x.contiguous()
-    x = x._pool(kernel, stride, dilation)                                   # (bs, cin_total, o.., k..)
+    strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
+    out = x._conv_valid(weight, groups, strides, dilations, dtype)
+    out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
+    out = custom_gradient(out, (x, weight), _conv_backward, groups=groups, stride=strides, dilation=dilations)
+    return out if bias is None else out + bias.reshape((1, -1) + (1,) * nd)
+
+  def _conv_valid(self, weight, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...], dtype):
+    """The unpadded convolution as a window view times the weight, summed over (cin, kernel..)."""
+    (bs, _), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+    nd = len(kernel)
+    x = self._pool(kernel, stride, dilation)                                # (bs, cin_total, o.., k..)
     outs = x.shape[2:2 + nd]
     x = x.reshape((bs, groups, 1, cin) + outs + kernel)
     w = weight.reshape((1, groups, cout // groups, cin) + (1,) * nd + kernel)
     red = (3,) + tuple(range(4 + nd, 4 + 2 * nd))
-    out = (x * w).sum(red, dtype=dtype).reshape((bs, cout) + outs)
-    out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
-    return out if bias is None else out + bias.reshape((1, -1) + (1,) * nd)
+    return (x * w).sum(red, dtype=dtype).reshape((bs, cout) + outs)
+
+  def _spread(self, stride: Sequence[int]):
+    """Put stride-1 zeros between neighbours along every spatial dim: (n,) -> ((n-1)*stride + 1,)."""
+    if all(s == 1 for s in stride): return self
+    lead, spatial = self.shape[:2], self.shape[2:]
+    x = self.reshape(lead + tuple(v for n in spatial for v in (n, 1)))
+    x = x.pad(((0, 0), (0, 0), *[pair for s in stride for pair in ((0, 0), (0, s - 1))]))
+    x = x.reshape(lead + tuple(n * s for n, s in zip(spatial, stride)))
+    return x.shrink((None, None, *[(0, (n - 1) * s + 1) for n, s in zip(spatial, stride)]))
 
   def _pool_prepare(self, kernel_size, stride, padding, ceil_mode: bool, nd: int = 2):
     if ceil_mode: raise NotImplementedError("ceil_mode=True is not supported")
@@ -165,6 +200,25 @@ class NNMixin:
       return self.sparse_categorical_crossentropy(y, label_smoothing=label_smoothing, reduction=reduction)
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[-1]
     return _reduce_loss(-(self.log_softmax(-1) * y).sum(-1), reduction)
+
+def _conv_backward(g, out, x, w, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
+  """Gradients of the unpadded convolution out = conv(x, w): (d x, d w), each again a convolution."""
+  nd, kernel = w.ndim - 2, w.shape[2:]
+  (cout, cin), bs, spatial, outs = w.shape[:2], x.shape[0], x.shape[2:], g.shape[2:]
+  g = g.contiguous()  # read many times by both convolutions below: compute whatever produced it once
+  # d x: the transposed convolution, g spread by the stride and fully padded, with the flipped, transposed weight
+  wt = w.reshape(groups, cout // groups, cin, *kernel).transpose(1, 2).reshape(groups * cin, cout // groups, *kernel)
+  rest = [(i - d * (k - 1) - 1) % s for i, k, s, d in zip(spatial, kernel, stride, dilation)]   # rows no window reached
+  edge = [d * (k - 1) for k, d in zip(kernel, dilation)]
+  gx = g._spread(stride).conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation,
+                                padding=[v for e, r in reversed(list(zip(edge, rest))) for v in (e, e + r)])
+  # d w: a convolution over the batch. Channels become the batch and the batch the channels; g is the kernel, and
+  # stride and dilation trade places
+  xt = x.reshape(bs, groups, cin, *spatial).permute(2, 1, 0, *range(3, 3 + nd)).reshape(cin, groups * bs, *spatial)
+  gt = g.transpose(0, 1)                                                    # (cout, bs, o..)
+  gw = xt.conv2d(gt, groups=groups, stride=dilation, dilation=stride)       # (cin, cout, k'..) with k' >= k
+  gw = gw.shrink((None, None, *[(0, k) for k in kernel])).transpose(0, 1)
+  return gx.cast(x.dtype), gw.cast(w.dtype)
 
 def _reduce_loss(loss, reduction: str):
   if reduction == "none": return loss

@@ -31,6 +31,9 @@ class Ops(Enum):
   THREEFRY = auto()
   # ternary ALU
   WHERE = auto(); MULACC = auto()
+  # tensor level: CUSTOM_GRAD(value, *inputs, arg=GradFn) is `value` with its own gradient rule (gradient.py); last so
+  # that adding it renumbered no other op
+  CUSTOM_GRAD = auto()
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value

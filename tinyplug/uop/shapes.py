@@ -19,7 +19,7 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
     if op is Ops.SHRINK: return tuple(e - b for b, e in arg)
     if op is Ops.FLIP: return src
     return tuple(1 if i in arg[1] else s for i, s in enumerate(src))  # REDUCE_AXIS keeps reduced dims as 1
-  if op in (Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.CAST, Ops.AFTER):
+  if op in (Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.CAST, Ops.AFTER, Ops.CUSTOM_GRAD):
     return u.src[0].shape
   if op is Ops.BITCAST:
     shp = u.src[0].shape
