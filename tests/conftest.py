@@ -13,7 +13,4 @@ def devices_under_test() -> list[str]:
 @pytest.fixture(params=devices_under_test())
 def device(request):
   from tinyplug.device import Device
-  previous = Device._default   # None means 'not chosen yet': restoring it keeps DEV / auto-selection working
-  Device.DEFAULT = request.param
-  try: yield request.param
-  finally: Device._default = previous
+  with Device.use(request.param): yield request.param   # restores the previous choice, or 'not chosen yet'

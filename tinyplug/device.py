@@ -1,8 +1,8 @@
 """Devices: the registry behind `Device`, device buffers, and the interfaces a backend plugin implements."""
 from __future__ import annotations
-import difflib, functools
+import contextlib, difflib, functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 import numpy as np
 from tinyplug import events
 from tinyplug.helpers import getenv, DEBUG
@@ -167,7 +167,18 @@ class _DeviceRegistry:
         self._default = avail[0]
     return self._default
   @DEFAULT.setter
-  def DEFAULT(self, name: str) -> None: self._default = self.canonicalize(name)
+  def DEFAULT(self, name: str | None) -> None:
+    """`Device.DEFAULT = "PYTHON"` picks the device new tensors go to; None goes back to DEV / automatic choice."""
+    self._default = None if name is None else self.canonicalize(name)
+
+  @contextlib.contextmanager
+  def use(self, name: str | None) -> Iterator[str]:
+    """`with Device.use("PYTHON"):` sets the default device for a block, then restores the previous choice
+    (including 'not chosen yet', so DEV and automatic selection still apply afterwards)."""
+    previous = self._default
+    self.DEFAULT = name
+    try: yield self.DEFAULT
+    finally: self._default = previous
 
   def reset(self) -> None:
     """Forget opened devices and the default (tests)."""
