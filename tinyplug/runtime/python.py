@@ -61,14 +61,14 @@ def _alu(op: Ops, dtype: DType, src: list[Any], src_dtypes: list[DType]) -> Any:
   is_float = dtypes.is_float(dtype)
   if op is Ops.ADD: return np.add(src[0], src[1])
   if op is Ops.SUB: return np.subtract(src[0], src[1])
-  if op is Ops.MUL: return np.multiply(src[0], src[1]) if dtype != dtypes.bool else np.logical_and(src[0], src[1])
+  if op is Ops.MUL: return np.multiply(src[0], src[1]) if dtype.scalar() != dtypes.bool else np.logical_and(src[0], src[1])
   if op is Ops.FDIV: return np.divide(src[0], src[1])
   if op is Ops.IDIV: return _c_idiv(src[0], src[1])
   if op is Ops.MOD:
     b = src[1]
     return np.where(b == 0, 0, src[0] - b * _c_idiv(src[0], b)) if not is_float else np.fmod(src[0], b)
   if op is Ops.MAX: return np.maximum(src[0], src[1])
-  if op is Ops.NEG: return np.negative(src[0]) if dtype != dtypes.bool else np.logical_not(src[0])
+  if op is Ops.NEG: return np.negative(src[0]) if dtype.scalar() != dtypes.bool else np.logical_not(src[0])
   if op is Ops.CMPLT: return np.less(src[0], src[1])
   if op is Ops.CMPNE: return np.not_equal(src[0], src[1])
   if op is Ops.CMPEQ: return np.equal(src[0], src[1])
@@ -91,8 +91,8 @@ def _alu(op: Ops, dtype: DType, src: list[Any], src_dtypes: list[DType]) -> Any:
 def _cast(x: Any, dtype: DType, from_dtype: DType) -> Any:
   npdt = _reg(dtype)
   x = np.asarray(x)
-  if dtype == dtypes.bool: return x != 0
-  if dtype == dtypes.bfloat16: return _round_bf16(x.astype(np.float32))
+  if dtype.scalar() == dtypes.bool: return x != 0
+  if dtype.scalar() == dtypes.bfloat16: return _round_bf16(x.astype(np.float32))
   if dtypes.is_int(dtype) and dtypes.is_float(from_dtype):
     # C truncation; out-of-range and NaN are undefined in C: give 0 rather than a numpy warning
     x = np.where(np.isfinite(x), np.trunc(x), 0)
@@ -140,7 +140,7 @@ class PythonProgram:
         v[u] = ("reg", np.zeros(shape, dtype=_reg(u.dtype.base)), lanes)
       elif op is Ops.CONST or op is Ops.VCONST:   # a vector CONST broadcasts; VCONST has one value per lane
         v[u] = np.array(u.arg, dtype=_reg(u.dtype))
-        if u.dtype == dtypes.bfloat16: v[u] = _round_bf16(v[u])
+        if u.dtype.scalar() == dtypes.bfloat16: v[u] = _round_bf16(v[u])
       elif op is Ops.SPECIAL: v[u] = ids[u.arg[0]]
       elif op is Ops.RANGE:
         if u not in v: v[u] = np.int32(0)
@@ -159,13 +159,13 @@ class PythonProgram:
         gate = v[u.src[2]] if len(u.src) > 2 else None
         v[u] = (mem, idx, gate if gate is None or width == 1 else np.asarray(gate)[..., None], width)
       elif op is Ops.LOAD:
-        if u.dtype == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple):   # memory holds raw bits
+        if u.dtype.scalar() == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple):   # memory holds raw bits
           alt = _bf16_bits(v[u.src[1]]) if len(u.src) > 1 else None
           v[u] = _bf16_value(self._load(v[u.src[0]], alt, u.dtype, n))
         else: v[u] = self._load(v[u.src[0]], v[u.src[1]] if len(u.src) > 1 else None, u.dtype, n)
       elif op is Ops.STORE:
         val = v[u.src[1]]
-        if u.src[1].dtype == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple): val = _bf16_bits(val)
+        if u.src[1].dtype.scalar() == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple): val = _bf16_bits(val)
         self._store(v[u.src[0]], val, masks, n)
       elif op is Ops.IF: masks.append(v[u.src[0]])
       elif op is Ops.ENDIF: masks.pop()
@@ -173,9 +173,9 @@ class PythonProgram:
       elif op is Ops.CAST: v[u] = _cast(v[u.src[0]], u.dtype, u.src[0].dtype)
       elif op is Ops.BITCAST:
         x = v[u.src[0]]
-        if u.src[0].dtype == dtypes.bfloat16: x = _bf16_bits(x)
+        if u.src[0].dtype.scalar() == dtypes.bfloat16: x = _bf16_bits(x)
         out = np.ascontiguousarray(np.asarray(x)).view(_np(u.dtype))
-        v[u] = _bf16_value(out) if u.dtype == dtypes.bfloat16 else out
+        v[u] = _bf16_value(out) if u.dtype.scalar() == dtypes.bfloat16 else out
       elif op is Ops.VECTORIZE: v[u] = np.stack(np.broadcast_arrays(*[np.asarray(v[s]) for s in u.src]), axis=-1)
       elif op is Ops.GEP:
         x = v[u.src[0]]
@@ -183,7 +183,7 @@ class PythonProgram:
       elif op in GroupOp.ALU:
         out = _alu(op, u.dtype, [v[s] for s in u.src], [s.dtype for s in u.src])
         v[u] = np.asarray(out).astype(_reg(u.dtype), copy=False)
-        if u.dtype == dtypes.bfloat16: v[u] = _round_bf16(v[u])
+        if u.dtype.scalar() == dtypes.bfloat16: v[u] = _round_bf16(v[u])
       elif op is Ops.SINK or op is Ops.NOOP: pass
       else: raise NotImplementedError(f"the PYTHON device cannot run {op}")
       pc += 1
