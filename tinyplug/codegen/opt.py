@@ -3,6 +3,7 @@
 Explicit actions (from a search strategy) win; otherwise BEAM=n asks the selected strategy plugin (SEARCH=name,
 default beam); otherwise a hand-written heuristic; NOOPT=1 applies none."""
 from __future__ import annotations
+import math, os
 from typing import Any
 from tinyplug.helpers import BEAM, NOOPT, getenv
 from tinyplug.uop.ops import Ops, UOp
@@ -33,18 +34,83 @@ def _reuse(k: Kernel) -> list[int]:
   deps = [(set(x for x in u.toposort() if x.op is Ops.RANGE), max(u.src[0].src[0].dtype.size, 1)) for u in loads]
   return [sum(size for d, size in deps if r not in d) for r in k.loop_axes]
 
+# a reduction at least this long (elements) over an output of at least this many elements gets cache blocking
+BLOCK_MIN_REDUCE, BLOCK_MIN_OUTPUT = 256, 256 * 1024
+
+def _worth_blocking(k: Kernel) -> bool:
+  return math.prod(r.src[0].arg for r in k.reduce_axes) >= BLOCK_MIN_REDUCE and \
+    math.prod(r.src[0].arg for r in k.loop_axes) >= BLOCK_MIN_OUTPUT
+
+def _cpu_threads() -> int:
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except (AttributeError, OSError): return os.cpu_count() or 1
+
+def _block_for_cache(k: Kernel) -> None:
+  """Large matmul-like kernels: the outer tile axis is split so a block of its rows (a few hundred KB of the input
+  that does not depend on the innermost output axis) stays in L2 while the loop over the innermost axis streams
+  the other input past it; each reused column panel then comes from cache, not memory. Then one contiguous share
+  of the outermost loop per CPU thread."""
+  sizes = [r.src[0].arg for r in k.loop_axes]
+  if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
+    for amt in (16, 8, 4):
+      if sizes[outer] // amt >= 2 and _try(k, Opt(OptOps.SPLIT, outer, amt)): break
+  threads = _cpu_threads()
+  if threads > 1:
+    for axis in range(len(k.loop_axes)):
+      if _try(k, Opt(OptOps.THREAD, axis, threads)): break
+
+def _load_ranges(k: Kernel) -> list[set[UOp]]:
+  """For each load from global memory: the RANGEs its address depends on."""
+  loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+  return [set(x for x in u.toposort() if x.op is Ops.RANGE) for u in loads]
+
+# upcasted elements a small-window tile may reach when its vectors are not a power of two wide (measured on AVX-512:
+# 11x4 and 13x4 beat 11x8 and 13x8, 3x3x8 beats 3x3x4)
+SMALL_TILE_BUDGET = 72
+
+def _small_window_tile(k: Kernel) -> list[Opt] | None:
+  """Convolution-shaped CPU kernels whose innermost output axis is small and odd (an output width of 11 or 13, a
+  weight gradient's kernel width of 3): no power-of-two upcast fits it, so it is upcast whole (an axis of at most 4,
+  like a kernel width, together with the axis before it when that is as small). The second tile axis is one whose
+  loads do not depend on the axes already upcast (so each of its loads feeds a whole row of the tile), by up to 8
+  within SMALL_TILE_BUDGET; a reduce axis of at most 4 (the kernel width of a forward conv) is unrolled."""
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if not reduces or len(loops) < 2: return None
+  sizes, inner = [r.src[0].arg for r in loops], len(loops) - 1
+  if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)) or not _reuse(k)[inner]: return None
+  amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
+  if amt is None: return None
+  k = k.copy()
+  deps, reuse = _load_ranges(k), _reuse(k)
+  tiled = [inner]
+  if sizes[inner] <= 4 and sizes[inner - 1] <= 4 and reuse[inner - 1]: tiled.append(inner - 1)
+  for axis in tiled: _try(k, Opt(OptOps.UPCAST, axis, sizes[axis] if axis != inner else amt))
+  up = {loops[a] for a in tiled}
+  def clash(a: int) -> int: return sum(1 for d in deps if loops[a] in d and d & up)
+  others = sorted((a for a in range(tiled[-1]) if reuse[a]), key=lambda a: (clash(a), -reuse[a], -sizes[a]))
+  for axis in others:
+    if (amt := next((c for c in (8, 4, 2) if sizes[axis] % c == 0 and k.upcasted * c <= SMALL_TILE_BUDGET), None)) \
+       and _try(k, Opt(OptOps.UPCAST, axis, amt)): break
+  last = len(reduces) - 1
+  if reduces[last].src[0].arg <= 4: _try(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
+  return k.applied_opts
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
-  innermost output axis upcast by up to 16, another by up to 8, so each loaded value feeds many accumulators.
+  innermost output axis upcast by up to 16 (32 for large ones on CPUs), another by up to 8, so each loaded value
+  feeds many accumulators; large ones on CPUs are then blocked for the cache and split across threads.
   Other reductions unroll their loop; elementwise kernels upcast their fastest axis. GPU-style renderers also get a
   work-group on an output axis."""
   k = k.copy()
   loops, reduces = k.loop_axes, k.reduce_axes
   gpu = bool(k.renderer is not None and k.renderer.has_local and not getattr(k.renderer, "global_ids", False))
+  if not gpu and (small := _small_window_tile(k)) is not None: return small
   if reduces and len(loops) >= 2:
     reuse = _reuse(k)
     inner = len(loops) - 1
-    if reuse[inner] and (amt := _divisor(loops[inner].src[0].arg, (16, 8, 4, 2) if not gpu else (4, 2))):
+    big = k.renderer is not None and not k.renderer.has_local and _worth_blocking(k)   # loop-running (CPU) renderers
+    widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if big else (16, 8, 4, 2)
+    if reuse[inner] and (amt := _divisor(loops[inner].src[0].arg, widths)):
       _try(k, Opt(OptOps.UPCAST, inner, amt))
     # the second tile axis: the output axis the most loads do not depend on (each of their values is reused per lane)
     others = sorted((a for a in range(len(loops) - 1) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg))
@@ -54,6 +120,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     if k.upcasted <= 16:
       for amt in (4, 2):
         if _try(k, Opt(OptOps.UNROLL, 0, amt)): break
+    if big: _block_for_cache(k)
   elif reduces:
     size = reduces[0].src[0].arg
     for amt in (8, 4, 2):
