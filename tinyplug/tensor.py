@@ -42,7 +42,9 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   if not becomes: return
   keys = becomes.keys()
   for t in tensors:
-    if not keys.isdisjoint(t.uop.toposort()): t.uop = t.uop.substitute(becomes, name="apply becomes map")
+    u = t.uop
+    if (v := becomes.get(u)) is not None: t.uop = v   # the tensor itself was realized: no graph to rewrite
+    elif not keys.isdisjoint(u.toposort()): t.uop = u.substitute(becomes, name="apply becomes map")
 
 class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin):
   """A lazy n-dimensional array with automatic differentiation.

@@ -11,6 +11,7 @@ from tinyplug import events
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.schedule.indexing import const_index, linear_index, source_index
+from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -270,14 +271,30 @@ def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
   return pre, list(seen)
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The kernels that compute `targets`, in execution order, and what each realized node becomes."""
+  """The kernels that compute `targets`, in execution order, and what each realized node becomes.
+
+  A graph of the same structure as one scheduled before (other buffers, same constants) reuses that schedule
+  (cache.py); the rewrites are then not run again, so the visualizer shows them the first time only."""
+  sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
+  found = structure(sink)
+  if found is not None and (template := _templates.get(found[0])) is not None:
+    items, becomes = template.instantiate(found[1])
+    if events.enabled("schedule"):
+      events.emit("schedule", {"sink": sink, "items": tuple(items), "scope": events.current_scope() + ("schedule",)})
+    return items, becomes
   with events.scope("schedule", "schedule"), events.profile_span("schedule", f"schedule {len(targets)} outputs"):
     pre, afters = _expand_after(targets)
     s, renamed = _schedule_breaking_cycles(targets)
     if events.enabled("schedule"):  # the visualizer shows the tensor graph and the kernels it was split into
       events.emit("schedule", {"sink": s.sink, "items": tuple(pre + s.items), "scope": events.current_scope()})
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
-  return pre + s.items, becomes
+  items = pre + s.items
+  if found is not None and (template := make_template(found[1], items, becomes)) is not None:
+    if len(_templates) >= MAX_TEMPLATES: _templates.clear()
+    _templates[found[0]] = template
+  return items, becomes
+
+_templates: dict[tuple, Template] = {}   # graph structure -> its schedule (cache.py)
 
 _simplified: dict[UOp, UOp] = {}
 

@@ -33,12 +33,13 @@ class ElementwiseMixin:
     if isinstance(y, type(self)): return y
     if isinstance(y, UOp): return self.from_uop(y)
     if isinstance(y, (bool, int, float)):
-      if dtype is None:
-        keep = dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and isinstance(y, int))
-        dtype = self.dtype if keep else dtypes.from_py(y)
-      return self.from_uop(graph.const(y, dtype, self.device, ()), requires_grad=False)
+      return self.from_uop(graph.const(y, dtype or self._scalar_dtype(y), self.device, ()), requires_grad=False)
     if isinstance(y, (list, tuple, np.ndarray, np.generic)): return type(self)(y, device=self.device, dtype=dtype)
     raise TypeError(f"cannot combine a Tensor with {type(y).__name__}")
+
+  def _scalar_dtype(self, y: bool | int | float) -> DType:
+    keep = dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and isinstance(y, int))
+    return self.dtype if keep else dtypes.from_py(y)
 
   def _broadcast_to(self, shape: tuple[int, ...]):
     if self.shape == tuple(shape): return self
@@ -49,6 +50,11 @@ class ElementwiseMixin:
     return x._apply_uop(graph.expand, shape=tuple(shape))
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True):
+    if type(y) in (int, float, bool) and (not match_dtype or (dt := self._scalar_dtype(y)) == self.dtype):
+      # the common `x * 2.0`: the constant is made at x's shape at once (one node chain, one tensor)
+      c = self.from_uop(graph.const(y, self._scalar_dtype(y) if not match_dtype else dt, self.device, self.shape),
+                        requires_grad=False)
+      return (c, self) if reverse else (self, c)
     x, y = self, self._to_tensor(y)
     if x.device != y.device: raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
     if match_dtype and x.dtype != y.dtype:

@@ -1,0 +1,104 @@
+"""Schedule templates: a tensor graph seen before, on other buffers, gets its kernels without scheduling again.
+
+The scheduler's output depends only on the graph's structure: ops, dtypes, args (constants included), shapes and
+which inputs are the same buffer. `structure()` writes that down as a key with the buffers left out (each BUFFER is
+known by its position in the graph), and a template records the schedule in terms of positions: the kernel ASTs
+(which name buffers only as DEFINE_GLOBAL parameters) are shared, the output buffers are made fresh each time.
+So `t = (t + 1).realize()` in a loop schedules once. Templates hold no buffers, so they keep no memory alive."""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Any
+from tinyplug.uop.dtype import DType
+from tinyplug.uop.ops import GroupOp, Ops, UOp
+
+# graphs with other ops (AFTER/KERNEL from kernelize(), MULTI, ...) are scheduled every time
+_CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.CONST,
+  Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.DETACH, Ops.REDUCE_AXIS, Ops.DEFINE_VAR, Ops.BIND}
+_CACHEABLE_VALUES = frozenset(op._value_ for op in _CACHEABLE)   # an Enum hashes through a Python call, an int not
+MAX_TEMPLATES = 4096
+
+def _arg_key(arg: Any) -> Any:
+  # 0.0 == -0.0, 1 == 1.0 == True and nan != nan: keep the type and the bits apart (a miss is safe, a false hit not)
+  t = type(arg)
+  if t is float: return ("f", arg.hex())
+  if t is bool: return ("b", arg)
+  return arg
+
+def structure(sink: UOp) -> tuple[tuple, list[UOp]] | None:
+  """(key, the graph's nodes in toposort order), or None when the graph holds an op templates do not cover."""
+  nodes = list(sink.toposort())
+  pos: dict[UOp, int] = {}
+  key = []
+  unique = Ops.UNIQUE._value_
+  for i, n in enumerate(nodes):
+    op = n.op._value_
+    if op not in _CACHEABLE_VALUES: return None
+    pos[n] = i
+    key.append((op, id(n.dtype), None if op == unique else _arg_key(n.arg), tuple([pos[s] for s in n.src])))
+  return tuple(key), nodes
+
+# A reference to a buffer or node: r >= 0 is the node at position r of the graph, r < 0 the new buffer number -r-1.
+# A recipe rebuilds a UOp from references: each step is a reference (int) or (op, dtype, arg, indices of earlier steps).
+
+@dataclass(frozen=True)
+class Template:
+  outs: tuple[tuple[str, int, DType], ...]                 # device, size, dtype of each buffer the schedule makes
+  items: tuple[tuple[UOp | None, tuple[int, ...], dict, Any], ...]   # ast (None: a COPY), buffers, metadata, COPY arg
+  becomes: tuple[tuple[int, tuple], ...]                   # (position of a realized node, recipe of its value)
+
+  def instantiate(self, nodes: list[UOp]) -> tuple[list, dict[UOp, UOp]]:
+    from tinyplug.schedule import ScheduleItem
+    outs = [UOp.new_buffer(dev, size, dtype) for dev, size, dtype in self.outs]
+    def ref(r: int) -> UOp: return nodes[r] if r >= 0 else outs[-r - 1]
+    items = []
+    for ast, refs, meta, copy_arg in self.items:
+      bufs = tuple([ref(r) for r in refs])
+      if ast is None: ast = UOp(Ops.COPY, bufs[0].dtype, (bufs[1], bufs[0]), copy_arg)
+      items.append(ScheduleItem(ast, bufs, dict(meta)))
+    return items, {nodes[p]: _replay(recipe, ref) for p, recipe in self.becomes}
+
+def _replay(recipe: tuple, ref) -> UOp:
+  if len(recipe) == 1: return ref(recipe[0])
+  built: list[UOp] = []
+  for step in recipe:
+    if type(step) is int: built.append(ref(step))
+    else:
+      op, dtype, arg, srcs = step
+      built.append(UOp(op, dtype, tuple([built[i] for i in srcs]), arg))
+  return built[-1]
+
+def make_template(nodes: list[UOp], items: list, becomes: dict[UOp, UOp]) -> Template | None:
+  """The schedule (items, becomes) of the graph `nodes` in terms of positions; None if something is not expressible."""
+  pos = {n: i for i, n in enumerate(nodes)}
+  outs: dict[UOp, int] = {}
+  def ref(b: UOp) -> int | None:
+    if b in pos: return pos[b]
+    if b.op is not Ops.BUFFER or b.src[0].op is not Ops.UNIQUE: return None
+    if b not in outs: outs[b] = len(outs)
+    return -outs[b] - 1
+  titems = []
+  for it in items:
+    refs = [ref(b) for b in it.buf_uops]
+    if None in refs: return None
+    ast, copy_arg = it.ast, None
+    if ast.op is Ops.COPY:   # a COPY's "ast" names its buffers: rebuilt from them
+      if ast.src != (it.buf_uops[1], it.buf_uops[0]): return None
+      ast, copy_arg = None, it.ast.arg
+    elif any(u.op is Ops.BUFFER for u in ast.toposort()): return None
+    titems.append((ast, tuple(refs), dict(it.metadata), copy_arg))
+  tbecomes = []
+  for node, value in becomes.items():
+    if node not in pos or (recipe := _recipe(value, pos, outs)) is None: return None
+    tbecomes.append((pos[node], recipe))
+  return Template(tuple((b.src[1].arg, b.arg, b.dtype) for b in outs), tuple(titems), tuple(tbecomes))
+
+def _recipe(value: UOp, pos: dict[UOp, int], outs: dict[UOp, int]) -> tuple | None:
+  def leaf(u: UOp) -> int | None: return pos[u] if u in pos else (-outs[u] - 1 if u in outs else None)
+  steps: list = []
+  index: dict[UOp, int] = {}
+  for u in value.toposort(gate=lambda u: leaf(u) is None):
+    if (r := leaf(u)) is not None: steps.append(r)
+    elif u.op in (Ops.BUFFER, Ops.UNIQUE): return None   # a buffer the template would not know how to make
+    else: steps.append((u.op, u.dtype, u.arg, tuple(index[s] for s in u.src)))
+    index[u] = len(steps) - 1
+  return tuple(steps)
