@@ -29,9 +29,10 @@ __all__ = list(_LAZY)
 
 def _load_requested_plugins() -> None:
   # a recorder asked for on the command line (VIZ=1, TINY_PLUGINS=...) must see the program from its first rewrite
+  # (only turning a plugin on needs this: `TINY_PLUGINS=-x tinyplug list-plugins --no-import` must import nothing)
   from tinyplug.helpers import env_str
-  if env_str("TINY_PLUGINS") or env_str("VIZ") not in ("", "0"):
-    from tinyplug.plugins import get_plugin_manager
+  from tinyplug.plugins import get_plugin_manager, parse_plugin_request
+  if parse_plugin_request(env_str("TINY_PLUGINS"))[0] or env_str("VIZ") not in ("", "0"):
     get_plugin_manager(check=False)
 
 _load_requested_plugins()
