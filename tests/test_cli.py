@@ -138,3 +138,85 @@ def test_format_table_aligns_colored_cells():
   table = format_table(["A", "B"], [[colored("x", "red"), "1"], ["long", "2"]]).splitlines()
   from tinyplug.helpers import ansistrip
   assert [ansistrip(line).index(cell) for line, cell in zip(table, ["B", "1", "2"])] == [6, 6, 6]
+
+
+NOGPU = plugin_module("""
+  @hookimpl
+  def tinyplug_register_devices(register):
+    register(DeviceSpec(name="NOGPU", factory="tp_nogpu.nogpu:missing", probe=lambda: (False, "libnogpu.so not found")))
+""")
+
+
+def test_list_plugins_hides_disabled_and_unavailable_until_all(site):
+  site.add("tp-nogpu", {"nogpu": NOGPU})
+  result = site.run("list-plugins", TINY_PLUGINS="-optin")
+  assert result.returncode == 0, result.stderr
+  rows = rows_by_id(result.stdout.split("\n2 more")[0])
+  assert "optin" not in rows and "nogpu" not in rows and "greeter" in rows and "broken" in rows
+  assert "2 more not shown: nogpu (unavailable), optin (disabled)" in result.stdout and "--all" in result.stdout
+  rows = rows_by_id(site.run("list-plugins", "--all", TINY_PLUGINS="-optin").stdout)
+  assert "disabled" in rows["optin"] and "disabled by TINY_PLUGINS=-optin" in rows["optin"]
+  assert "unavailable" in rows["nogpu"] and "NOGPU: libnogpu.so not found" in rows["nogpu"]
+
+
+def test_list_plugins_no_import_reads_metadata_only(site):
+  site.add("tp-twin-a", {"twin": plugin_module()})
+  site.add("tp-twin-b", {"twin": plugin_module()}, package="tp_twin_b")
+  result = site.run("list-plugins", "--no-import", TINY_PLUGINS="-optin")
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines()[0].split() == ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "ENTRY", "POINT", "NOTE"]
+  rows = rows_by_id(result.stdout)
+  # the broken module raises on import: listed as installed, not failed, because it was never imported
+  assert "installed" in rows["broken"] and "tp_broken.broken" in rows["broken"] and "failed" not in rows["broken"]
+  assert "1.2.3" in rows["greeter"] and "tp_greeter.greeter" in rows["greeter"]
+  assert "disabled by TINY_PLUGINS=-optin" in rows["optin"]
+  assert "conflict" in rows["twin"] and "claimed by tp-twin-a 0.1.0 and tp-twin-b 0.1.0" in rows["twin"]
+  assert result.stderr == ""
+  strict = site.run("list-plugins", "--no-import", "--strict")
+  assert strict.returncode == 1 and "plugin 'twin' is conflict" in strict.stderr
+
+
+def test_list_plugins_no_import_in_process_imports_no_plugin_module(site, capsys):
+  code = ("import sys; from tinyplug.cli import main; rc = main(['list-plugins', '--no-import', '--json']); "
+          "print('RC', rc, 'LOADED', sorted(m for m in sys.modules if m.startswith('tp_')))")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=site.env(), timeout=60)
+  assert "RC 0 LOADED []" in result.stdout, result.stdout + result.stderr
+  doc = json.loads(result.stdout[:result.stdout.rindex("RC")])
+  plugins = {p["id"]: p for p in doc["plugins"]}
+  assert plugins["greeter"]["status"] == "installed" and plugins["greeter"]["entry_point"] == "tp_greeter.greeter"
+
+
+def test_list_plugins_strict_exit_code(site):
+  result = site.run("list-plugins", "--strict")
+  assert result.returncode == 1 and "error: plugin 'broken' is failed: ImportError: libbroken.so" in result.stderr
+  assert "greeter" in result.stdout   # the table is still printed
+  assert site.run("list-plugins").returncode == 0
+  assert site.run("list-plugins", "--strict", TINY_PLUGINS="-broken").returncode == 0   # disabled is not a failure
+  assert site.run("list-plugins", "--strict", "--json").returncode == 1
+
+
+def test_doctor_reports_plugins_devices_cache_and_default(site, tmp_path):
+  result = site.run("doctor", DEV="PYTHON", XDG_CACHE_HOME=str(tmp_path / "xdg"), TINY_PLUGINS="-opencl")
+  assert result.returncode == 1, result.stderr   # the broken plugin and GREETDEV are problems
+  out = result.stdout
+  assert f"python     {sys.version.split()[0]}" in out and "plugin API 1.0" in out
+  assert f"cache dir  {tmp_path / 'xdg' / 'tinyplug'}" in out and "CACHELEVEL=2" in out
+  assert "default    PYTHON (DEV=PYTHON)" in out
+  plugins = rows_by_id(out.split("plugins:\n")[1].split("\n\n")[0])
+  assert "active" in plugins["greeter"] and "failed" in plugins["broken"] and "disabled" in plugins["opencl"]
+  devices = rows_by_id(out.split("devices:\n")[1].split("\n\n")[0])
+  assert devices["PYTHON"].split()[1:3] == ["python", "ok"] and "ran a 1-element kernel" in devices["PYTHON"]
+  assert devices["GREETDEV"].split()[1:3] == ["greeter", "failed"]
+  assert "open: RuntimeError: device GREETDEV (plugin 'greeter') failed to open" in devices["GREETDEV"]
+  assert "- plugin 'broken' is failed: ImportError: libbroken.so: cannot open" in out
+  assert "- device GREETDEV is available but does not work" in out
+
+
+def test_doctor_json_healthy(plugin_site, tmp_path):
+  result = plugin_site.run("doctor", "--json", DEV="PYTHON", XDG_CACHE_HOME=str(tmp_path))
+  doc = json.loads(result.stdout)
+  assert doc["schema_version"] == 1 and doc["default_device"] == {"name": "PYTHON", "source": "DEV=PYTHON", "error": None}
+  devices = {d["name"]: d for d in doc["devices"]}
+  assert devices["PYTHON"]["status"] == "ok" and doc["cache"]["dir"] == str(tmp_path / "tinyplug")
+  assert all(d["status"] in ("ok", "unavailable") for d in doc["devices"]), doc["devices"]
+  assert (result.returncode == 0) == (doc["problems"] == []) and doc["problems"] == []

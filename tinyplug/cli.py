@@ -1,7 +1,8 @@
-"""`tinyplug` command line: core commands (list-plugins, env) plus the subcommands plugins register.
+"""`tinyplug` command line: core commands (list-plugins, env, doctor) plus the subcommands plugins register.
 
 Building the parser loads plugin registration modules only; a plugin command's `run` is imported when it runs.
-Exit codes: 0 success, 1 a command failed, 2 usage error.
+`list-plugins --no-import` loads none: it reads entry-point metadata only.
+Exit codes: 0 success, 1 a command failed (or `--strict` / `doctor` found a problem), 2 usage error.
 """
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import sys
 from typing import Any, Sequence
 
 from tinyplug.helpers import DEBUG, ENV_VARS, ContextVar, ansilen, colored, env_str
-from tinyplug.plugins import API_VERSION, CORE_COMMANDS, PluginManager, get_plugin_manager, host_version
+from tinyplug.plugins import (API_VERSION, CORE_COMMANDS, PROBLEM_STATUSES, PluginManager, get_plugin_manager,
+                              host_version)
 
 JSON_SCHEMA_VERSION = 1
 STATUS_COLORS = {"builtin": "cyan", "active": "green", "opt-in": "yellow", "disabled": "white",
-                 "unavailable": "yellow", "failed": "red", "incompatible": "red", "conflict": "red"}
+                 "unavailable": "yellow", "failed": "red", "incompatible": "red", "conflict": "red", "installed": "white"}
+HIDDEN_STATUSES = ("disabled", "unavailable")   # the table shows these only with --all
 PROVIDES_KEYS = ("devices", "renderers", "passes", "search", "listeners", "commands")
 
 
@@ -56,19 +59,40 @@ def plugin_report(pm: PluginManager) -> dict[str, Any]:
 
 
 def cmd_list_plugins(args: argparse.Namespace, pm: PluginManager) -> int:
-  if args.json:
-    print(json.dumps(plugin_report(pm), indent=2))
-    return 0
+  if args.json: print(json.dumps(plugin_report(pm), indent=2))
+  else: _print_plugin_table(pm, show_all=args.all or args.no_import, entry_points=args.no_import)
+  for error in pm.request_errors: print(f"error: {error}", file=sys.stderr)
+  if not args.strict: return 0
+  problems = [i for i in pm.plugins if i.status in PROBLEM_STATUSES]
+  for info in problems: print(f"error: plugin {info.id!r} is {info.status}: {info.reason} (--strict)", file=sys.stderr)
+  return 1 if problems or pm.request_errors else 0
+
+
+def _print_plugin_table(pm: PluginManager, show_all: bool, entry_points: bool) -> None:
+  """The plugin table; with `entry_points` (nothing imported, nothing provided yet) the ENTRY POINT column replaces
+  PROVIDES."""
   color = sys.stdout.isatty()
+  shown = [i for i in pm.plugins if show_all or i.status not in HIDDEN_STATUSES]
+  hidden = [i for i in pm.plugins if i not in shown]
   rows = []
-  for info in pm.plugins:
+  for info in shown:
     status = colored(info.status, STATUS_COLORS.get(info.status)) if color else info.status
     note = " ".join(info.reason.split())
-    rows.append([info.id, info.distribution or "?", info.version or "?", status, _provides_text(info.provides), note])
-  if rows: print(format_table(["NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES", "NOTE"], rows))
-  else: print("no tinyplug plugins are installed (entry-point group 'tinyplug')")
-  for error in pm.request_errors: print(f"error: {error}", file=sys.stderr)
-  return 0
+    what = info.module if entry_points else _provides_text(info.provides)
+    rows.append([info.id, info.distribution or "?", info.version or "?", status, what, note])
+  headers = ["NAME", "DISTRIBUTION", "VERSION", "STATUS", "ENTRY POINT" if entry_points else "PROVIDES", "NOTE"]
+  if rows: print(format_table(headers, rows))
+  elif not hidden: print("no tinyplug plugins are installed (entry-point group 'tinyplug')")
+  if hidden:
+    names = ", ".join(f"{i.id} ({i.status})" for i in hidden)
+    print(f"{len(hidden)} more not shown: {names}; `tinyplug list-plugins --all` shows them with the reasons")
+
+
+def cmd_doctor(args: argparse.Namespace, pm: PluginManager) -> int:
+  from tinyplug.doctor import doctor_report, format_report
+  report = doctor_report(pm)
+  print(json.dumps(report, indent=2) if args.json else format_report(report, format_table))
+  return 1 if report["problems"] else 0
 
 
 def _env_value(name: str) -> str:
@@ -93,9 +117,17 @@ def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
   parser.add_argument("--version", action="version", version=f"tinyplug {host_version()} (plugin API {API_VERSION})")
   sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-  p = sub.add_parser("list-plugins", help="show every installed plugin, its status and what it provides")
-  p.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
+  p = sub.add_parser("list-plugins", help="show the installed plugins, their status and what they provide")
+  p.add_argument("--json", action="store_true", help="print a JSON document (every plugin) instead of a table")
+  p.add_argument("--all", action="store_true", help="also show disabled and unavailable plugins, with the reasons")
+  p.add_argument("--no-import", action="store_true",
+                 help="list entry points from package metadata only, importing no plugin code")
+  p.add_argument("--strict", action="store_true",
+                 help="exit 1 when a plugin failed, is incompatible or conflicts (or a requested one is missing)")
   p.set_defaults(handler=cmd_list_plugins)
+  p = sub.add_parser("doctor", help="health report: versions, plugins, whether each device runs a kernel, cache dir")
+  p.add_argument("--json", action="store_true", help="print a JSON document instead of text")
+  p.set_defaults(handler=cmd_doctor)
   p = sub.add_parser("env", help="show every environment variable tinyplug reads, with its current value")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")
   p.set_defaults(handler=cmd_env)
@@ -137,8 +169,10 @@ def _first_positional(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
-  # the table shows plugin failures itself, so `list-plugins` loads quietly
-  pm = get_plugin_manager(check=False, quiet=_first_positional(argv) == "list-plugins")
+  command = _first_positional(argv)
+  if command == "list-plugins" and "--no-import" in argv: pm = PluginManager(quiet=True).scan()
+  # these commands show plugin failures themselves, so they load quietly
+  else: pm = get_plugin_manager(check=False, quiet=command in ("list-plugins", "doctor"))
   parser = build_parser(pm)
   try:
     args = parser.parse_args(argv)

@@ -27,8 +27,10 @@ from tinyplug.helpers import DEBUG, VIZ, env_str, suggest
 API_VERSION = "1.0"
 ENTRY_POINT_GROUP = "tinyplug"
 CORE_DISTRIBUTION = "tinyplug"
-CORE_COMMANDS = ("list-plugins", "env")
-STATUSES = ("builtin", "active", "opt-in", "disabled", "unavailable", "failed", "incompatible", "conflict")
+CORE_COMMANDS = ("list-plugins", "env", "doctor")
+# "installed" only appears with `list-plugins --no-import` (nothing was imported, so nothing more is known)
+STATUSES = ("builtin", "active", "opt-in", "disabled", "unavailable", "failed", "incompatible", "conflict", "installed")
+PROBLEM_STATUSES = ("failed", "incompatible", "conflict")
 LOADED_STATUSES = ("builtin", "active", "unavailable")  # the plugin's registrations are in the registries
 
 # first-party plugin id -> extra of the `tinyplug` distribution that installs it
@@ -179,8 +181,28 @@ class PluginManager:
 
   def load(self) -> PluginManager:
     """Load every installed plugin (each in its own error handling); never raises for a plugin's fault."""
+    for info, record in self._classify():
+      start = time.perf_counter()
+      self._load_one(info, record)
+      info.load_ms = (time.perf_counter() - start) * 1e3
+    self._check_requests()
+    if not self.quiet: self._warn_failures()
+    atexit.register(self._run_unconfigure)
+    return self
+
+  def scan(self) -> PluginManager:
+    """Statuses from the entry-point metadata alone, importing no plugin code (`list-plugins --no-import`):
+    conflicts and disabled plugins as `load` would find them, every other plugin "installed"."""
+    for info, _record in self._classify():
+      info.status, info.reason = "installed", "not imported (--no-import)"
+    self._statuses_final = True   # no devices to probe
+    return self
+
+  def _classify(self) -> list[tuple[PluginInfo, EntryPointRecord]]:
+    """A PluginInfo per entry point, in plugin-id order; returns those to load (not conflicting, not disabled)."""
     by_id: dict[str, list[EntryPointRecord]] = {}
     for record in self._entry_points: by_id.setdefault(record.id, []).append(record)
+    to_load = []
     for plugin_id in sorted(by_id):
       records = by_id[plugin_id]
       if len(records) > 1:
@@ -189,20 +211,13 @@ class PluginManager:
           info = self._new_info(r)
           info.status, info.reason = "conflict", f"plugin id {plugin_id!r} is claimed by {claimants}; uninstall one"
         continue
-      record = records[0]
-      info = self._new_info(record)
+      info = self._new_info(records[0])
       if plugin_id in self.disabled:
         info.status, info.reason = "disabled", f"disabled by TINY_PLUGINS=-{plugin_id}"
       elif not self.autoload and not info.builtin and plugin_id not in self.enabled:
         info.status, info.reason = "disabled", f"TINY_PLUGINS_AUTOLOAD=0; enable with TINY_PLUGINS={plugin_id}"
-      else:
-        start = time.perf_counter()
-        self._load_one(info, record)
-        info.load_ms = (time.perf_counter() - start) * 1e3
-    self._check_requests()
-    if not self.quiet: self._warn_failures()
-    atexit.register(self._run_unconfigure)
-    return self
+      else: to_load.append((info, records[0]))
+    return to_load
 
   def _new_info(self, record: EntryPointRecord) -> PluginInfo:
     info = PluginInfo(record.id, record.distribution, record.version, record.value,

@@ -1,0 +1,100 @@
+"""`tinyplug doctor`: a short health report of this installation.
+
+Python and core versions, each plugin's status and reason, each device's availability and whether it can allocate
+memory and run a 1-element kernel, the disk cache directory and the default device. `doctor_report` returns the
+facts as a dict (the `--json` document); `format_report` turns it into text. A problem is anything that stops work:
+a plugin that failed, is incompatible or conflicts, a requested plugin that is missing, a device that says it is
+available but cannot run, or no default device.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+from tinyplug.helpers import CACHELEVEL, cache_dir, env_str
+from tinyplug.plugins import API_VERSION, PROBLEM_STATUSES, PluginManager, host_version
+
+DOCTOR_SCHEMA_VERSION = 1
+
+
+def check_device(pm: PluginManager, name: str) -> dict[str, Any]:
+  """{"name", "plugin", "status": ok | unavailable | failed, "reason"}: probe, open, allocate, run `x + 1`."""
+  plugin = pm.devices[name][1]
+  ok, reason = pm.device_available(name)
+  if not ok: return {"name": name, "plugin": plugin, "status": "unavailable", "reason": reason}
+  step = "open"
+  start = time.perf_counter()
+  try:
+    import numpy as np
+
+    from tinyplug.device import Buffer, Device
+    from tinyplug.tensor import Tensor
+    from tinyplug.uop.dtype import dtypes
+    Device[name]
+    step = "allocate"
+    buf = Buffer(name, 1, dtypes.float32).ensure_allocated().copyin(np.array([1.5], dtype=np.float32))
+    if buf.numpy().tolist() != [1.5]: raise RuntimeError(f"copied 1.5 in, read {buf.numpy().tolist()} back")
+    step = "run"
+    got = (Tensor([1.5], device=name) + 1).numpy().tolist()
+    if got != [2.5]: raise RuntimeError(f"1.5 + 1 gave {got}")
+  except Exception as e:
+    return {"name": name, "plugin": plugin, "status": "failed", "reason": f"{step}: {type(e).__name__}: {e}"}
+  ms = (time.perf_counter() - start) * 1e3
+  return {"name": name, "plugin": plugin, "status": "ok", "reason": f"allocated and ran a 1-element kernel ({ms:.0f} ms)"}
+
+
+def _default_device() -> dict[str, Any]:
+  from tinyplug.device import Device
+  source = f"DEV={env_str('DEV')}" if env_str("DEV") else "automatic: the available device of highest priority"
+  try: return {"name": Device.DEFAULT, "source": source, "error": None}
+  except Exception as e: return {"name": None, "source": source, "error": f"{type(e).__name__}: {e}"}
+
+
+def _cache_info() -> dict[str, Any]:
+  path = cache_dir()
+  exists = os.path.isdir(path)
+  parent = path if exists else os.path.dirname(path)
+  return {"dir": path, "exists": exists, "writable": os.access(parent, os.W_OK), "cachelevel": CACHELEVEL.value}
+
+
+def doctor_report(pm: PluginManager) -> dict[str, Any]:
+  """Every fact `tinyplug doctor` prints, and the list of problems found."""
+  plugins = [{"id": i.id, "distribution": i.distribution, "version": i.version, "status": i.status, "reason": i.reason}
+             for i in pm.plugins]
+  devices = [check_device(pm, name) for name in pm.devices_by_priority()]
+  default = _default_device()
+  problems = [f"plugin {p['id']!r} is {p['status']}: {p['reason']}" for p in plugins if p["status"] in PROBLEM_STATUSES]
+  problems += list(pm.request_errors)
+  problems += [f"device {d['name']} is available but does not work ({d['reason']})" for d in devices
+               if d["status"] == "failed"]
+  if default["error"]: problems.append(f"no default device: {default['error']}")
+  elif not any(d["name"] == default["name"].partition(":")[0] and d["status"] == "ok" for d in devices):
+    problems.append(f"the default device {default['name']} does not work")
+  return {"schema_version": DOCTOR_SCHEMA_VERSION,
+          "python": {"version": platform.python_version(), "executable": sys.executable},
+          "tinyplug": {"version": host_version(), "api": API_VERSION},
+          "cache": _cache_info(), "default_device": default, "plugins": plugins, "devices": devices,
+          "problems": problems}
+
+
+def format_report(report: dict[str, Any], table: Any) -> str:
+  """The report as text; `table(headers, rows)` formats the plugin and device tables."""
+  cache, default = report["cache"], report["default_device"]
+  cache_state = ("exists" if cache["exists"] else "not created yet") + (", writable" if cache["writable"] else ", NOT writable")
+  lines = [f"python     {report['python']['version']} ({report['python']['executable']})",
+           f"tinyplug   {report['tinyplug']['version']} (plugin API {report['tinyplug']['api']})",
+           f"cache dir  {cache['dir']} ({cache_state}; CACHELEVEL={cache['cachelevel']})",
+           f"default    {default['name'] or default['error']} ({default['source']})", "", "plugins:"]
+  lines += ["  " + r for r in table(["NAME", "STATUS", "NOTE"], [[p["id"], p["status"], " ".join(p["reason"].split()) or "-"]
+                                                                for p in report["plugins"]]).splitlines()]
+  lines += ["", "devices:"]
+  lines += ["  " + r for r in table(["NAME", "PLUGIN", "STATUS", "NOTE"], [[d["name"], d["plugin"], d["status"],
+                                                                          " ".join(d["reason"].split()) or "-"]
+                                                                         for d in report["devices"]]).splitlines()]
+  lines.append("")
+  if report["problems"]: lines += [f"{len(report['problems'])} problem(s):", *(f"  - {p}" for p in report["problems"])]
+  else: lines.append("no problems found")
+  return "\n".join(lines)
