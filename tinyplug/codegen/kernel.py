@@ -119,6 +119,7 @@ class Kernel:
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcasted * amt > 256:
       raise KernelOptError(f"{opt}: more than 256 upcasted elements")
     if opt.op is OptOps.THREAD: self._check_thread(opt, amt)
+    if opt.op is OptOps.SPLIT and amt == n: raise KernelOptError(f"{opt}: splits off the whole axis of size {n}")
     top = opt.op in (OptOps.GROUPTOP, OptOps.THREAD)   # a thread takes one contiguous share of the axis
     # the thread axis gets the smallest id: it becomes the outermost loop, the one the runtime splits across threads
     inner_id = min(x.arg[0] for x in self.ranges) - 1 if opt.op is OptOps.THREAD else None

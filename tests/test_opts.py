@@ -1,0 +1,195 @@
+"""Optimisation actions SWAP, PADTO, THREAD and SPLIT (tinyplug/codegen/kernel.py): values against numpy on the PYTHON
+interpreter and on CPU (and CL when present), the errors for invalid uses, loop order, the heuristic's use of them
+for large matmuls (none with NOOPT) and the search's candidate list."""
+import numpy as np
+import pytest
+from tinyplug.codegen import get_program
+from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tinyplug.codegen.opt import heuristic_opts
+from tinyplug.device import Device
+from tinyplug.schedule import create_schedule
+from tinyplug.search.runner import candidate_actions
+from tinyplug.tensor import Tensor
+from tinyplug.uop.ops import Ops
+
+RNG = np.random.default_rng(0)
+
+def devices() -> list[str]:
+  out = ["PYTHON", "CPU"]
+  try:
+    Device["CL"]
+    out.append("CL")
+  except Exception: pass
+  return out
+
+def run(device: str, t: Tensor, opts: list[Opt]):
+  """Compile the last kernel computing `t` with exactly `opts` and run it; returns (result, program)."""
+  items, _ = create_schedule([t.uop])
+  for it in items[:-1]:   # inputs already realized: only copies could come first
+    raise AssertionError(f"expected one kernel, got {items}")
+  item = items[-1]
+  dev = Device[device]
+  spec = get_program(item.ast, dev.renderer, opts=opts)
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  bufs = [b.ensure_allocated() for b in item.bufs]
+  prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size,
+      vals=tuple(v.arg[1] for v in spec.vars), wait=True)
+  return bufs[0].numpy().reshape(t.shape), spec
+
+def matmul(device: str, n: int, k: int, m: int):
+  a, b = RNG.standard_normal((n, k)).astype(np.float32), RNG.standard_normal((k, m)).astype(np.float32)
+  return Tensor(a, device=device).realize() @ Tensor(b, device=device).realize(), a @ b
+
+def kernel(t: Tensor, device: str = "CPU") -> Kernel:
+  items, _ = create_schedule([t.uop])
+  return Kernel(items[-1].ast, Device[device].renderer)
+
+# matmul 27x5 @ 5x7: loop axes 0 (27), 1 (7), reduce axis 2 (5; for PADTO) / 0 (for UNROLL)
+MATMUL_OPTS = [
+  [Opt(OptOps.SWAP, 0, 1)],
+  [Opt(OptOps.PADTO, 0, 4)], [Opt(OptOps.PADTO, 1, 4)], [Opt(OptOps.PADTO, 2, 4)],
+  [Opt(OptOps.PADTO, 2, 4), Opt(OptOps.UNROLL, 0, 4)],
+  [Opt(OptOps.PADTO, 0, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.UPCAST, 1, 8)],
+  [Opt(OptOps.THREAD, 0, 3)], [Opt(OptOps.THREAD, 1, 7), Opt(OptOps.SWAP, 0, 1)],
+  [Opt(OptOps.SPLIT, 0, 3)], [Opt(OptOps.SPLIT, 0, 3), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.THREAD, 0, 7)],
+  [Opt(OptOps.UPCAST, 1, 7), Opt(OptOps.PADTO, 0, 8), Opt(OptOps.THREAD, 0, 4), Opt(OptOps.UNROLL, 0, 5)],
+  [Opt(OptOps.PADTO, 0, 8), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.SPLIT, 0, 2), Opt(OptOps.PADTO, 1, 8)],
+]
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("opts", MATMUL_OPTS, ids=str)
+def test_matmul_values(device, opts):
+  if device == "CL" and any(o.op is OptOps.THREAD for o in opts): pytest.skip("THREAD is for loop-running renderers")
+  t, want = matmul(device, 27, 5, 7)
+  res, spec = run(device, t, opts)
+  np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-5)
+  assert tuple(spec.applied_opts) == tuple(opts)
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("opts", [[Opt(OptOps.PADTO, 1, 8)], [Opt(OptOps.PADTO, 1, 8), Opt(OptOps.UNROLL, 0, 8)],
+                                  [Opt(OptOps.PADTO, 0, 4), Opt(OptOps.THREAD, 0, 2)]], ids=str)
+@pytest.mark.parametrize("op", ["max", "exp_sum"])
+def test_padded_reduce_keeps_identity(device, opts, op):
+  # exp(0) = 1 and max with 0 would both be wrong if padded iterations were not masked to the reduce's identity
+  if device == "CL" and any(o.op is OptOps.THREAD for o in opts): pytest.skip("THREAD is for loop-running renderers")
+  x = -np.abs(RNG.standard_normal((6, 27)).astype(np.float32)) - 1
+  xt = Tensor(x, device=device).realize()
+  t, want = (xt.max(axis=1), x.max(axis=1)) if op == "max" else (xt.exp().sum(axis=1), np.exp(x).sum(axis=1))
+  res, _ = run(device, t, opts)
+  np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-6)
+
+@pytest.mark.parametrize("device", devices())
+def test_padded_elementwise_stores_nothing_extra(device):
+  x = RNG.standard_normal(1000).astype(np.float32)
+  t = (Tensor(x, device=device).realize() * 2 + 1)
+  res, _ = run(device, t, [Opt(OptOps.PADTO, 0, 64), Opt(OptOps.UPCAST, 0, 4)])
+  np.testing.assert_allclose(res, x * 2 + 1, rtol=1e-6)
+
+def test_padded_output_is_not_written_past_its_end():
+  # the output lives in a larger buffer's first 1000 elements; the padded iterations must not write the rest
+  x = RNG.standard_normal(1000).astype(np.float32)
+  t = Tensor(x, device="CPU").realize() + 1
+  items, _ = create_schedule([t.uop])
+  dev = Device["CPU"]
+  spec = get_program(items[-1].ast, dev.renderer, opts=[Opt(OptOps.PADTO, 0, 64)])
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  out = np.full(1024 + 64, 7.0, dtype=np.float32)
+  src = items[-1].bufs[1].ensure_allocated()
+  prg(out, src.handle, wait=True)
+  np.testing.assert_allclose(out[:1000], x + 1, rtol=1e-6)
+  assert (out[1000:] == 7.0).all()
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_thread_axis_is_split_by_the_runtime(threads, monkeypatch):
+  from tinyplug_cpu_llvm import runtime
+  t, want = matmul("CPU", 24, 9, 10)
+  items, _ = create_schedule([t.uop])
+  dev = Device["CPU"]
+  spec = get_program(items[-1].ast, dev.renderer, opts=[Opt(OptOps.THREAD, 0, threads)] if threads > 1 else [])
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  monkeypatch.setattr(runtime, "n_threads", lambda: 4)
+  assert prg.threads() == (min(threads, 4) if threads > 1 else 1)   # small kernel: one thread without THREAD
+  calls = []
+  monkeypatch.setattr(dev.pool, "run", lambda fn, args, n: (calls.append(n), [fn(*args, c, n) for c in range(n)]))
+  bufs = [b.ensure_allocated() for b in items[-1].bufs]
+  prg(*[b.handle for b in bufs], wait=True)
+  np.testing.assert_allclose(bufs[0].numpy().reshape(24, 10), want, rtol=1e-5, atol=1e-5)
+  assert calls == ([min(threads, 4)] if threads > 1 else [])
+
+def test_thread_axis_is_the_outermost_loop():
+  t, _ = matmul("CPU", 24, 9, 10)
+  spec = get_program(create_schedule([t.uop])[0][-1].ast, Device["CPU"].renderer, opts=[Opt(OptOps.THREAD, 1, 5)])
+  first = next(u for u in spec.uops if u.op is Ops.RANGE)
+  assert first.arg[1] == "thread" and first.src[0].arg == 5
+  assert "split=1" in spec.src.split("\n", 1)[0]
+
+def test_swap_and_split_change_loop_order():
+  t, _ = matmul("CPU", 32, 8, 16)
+  def order(opts):
+    spec = get_program(create_schedule([t.uop])[0][-1].ast, Device["CPU"].renderer, opts=opts)
+    return [u.src[0].arg for u in spec.uops if u.op is Ops.RANGE and u.arg[1] != "reduce"]
+  assert order([]) == [32, 16]
+  assert order([Opt(OptOps.SWAP, 0, 1)]) == [16, 32]
+  assert order([Opt(OptOps.SPLIT, 0, 4)]) == [8, 16, 4]          # the inner part of a SPLIT is the innermost loop
+  assert order([Opt(OptOps.SPLIT, 0, 4), Opt(OptOps.SWAP, 0, 1)]) == [16, 8, 4]
+
+@pytest.mark.parametrize("opt, message", [
+  (Opt(OptOps.SWAP, 0, 0), "with itself"),
+  (Opt(OptOps.SWAP, 0, 5), "axis 5 does not exist"),
+  (Opt(OptOps.PADTO, 1, 7), "already a multiple"),
+  (Opt(OptOps.PADTO, 0, 64), "more than doubles"),
+  (Opt(OptOps.PADTO, 0, 1), "need an int >= 2"),
+  (Opt(OptOps.PADTO, 3, 4), "axis 3 does not exist"),
+  (Opt(OptOps.THREAD, 0, 4), "does not split"),
+  (Opt(OptOps.THREAD, 2, 3), "axis 2 does not exist"),
+  (Opt(OptOps.SPLIT, 0, 27), "the whole axis"),
+  (Opt(OptOps.SPLIT, 0, 4), "does not split"),
+])
+def test_invalid_uses_name_the_problem(opt, message):
+  t, _ = matmul("CPU", 27, 5, 7)
+  with pytest.raises(KernelOptError, match=message): kernel(t).apply_opt(opt)
+
+def test_one_thread_axis_and_not_on_gpu_renderers():
+  t, _ = matmul("CPU", 24, 9, 10)
+  k = kernel(t)
+  k.apply_opt(Opt(OptOps.THREAD, 0, 2))
+  with pytest.raises(KernelOptError, match="already has a THREAD axis"): k.apply_opt(Opt(OptOps.THREAD, 0, 2))
+  class GPU:
+    has_local, has_shared, global_ids, local_max = True, True, False, (256,)
+  with pytest.raises(KernelOptError, match="THREAD is for loop-running"):
+    Kernel(kernel(t).sink, GPU()).apply_opt(Opt(OptOps.THREAD, 0, 2))
+
+def test_heuristic_blocks_and_threads_large_matmuls_only(monkeypatch):
+  import tinyplug.codegen.opt as opt
+  monkeypatch.setattr(opt, "_cpu_threads", lambda: 2)
+  big = heuristic_opts(kernel(Tensor.empty(1024, 512, device="CPU") @ Tensor.empty(512, 1024, device="CPU")))
+  kinds = [o.op for o in big]
+  assert OptOps.SPLIT in kinds and Opt(OptOps.THREAD, 0, 2) in big and Opt(OptOps.UPCAST, 1, 32) in big
+  small = heuristic_opts(kernel(Tensor.empty(64, 64, device="CPU") @ Tensor.empty(64, 64, device="CPU")))
+  assert not {OptOps.SPLIT, OptOps.THREAD, OptOps.SWAP, OptOps.PADTO} & {o.op for o in small}
+  python = heuristic_opts(kernel(Tensor.empty(1024, 512, device="PYTHON") @ Tensor.empty(512, 1024, device="PYTHON"), "PYTHON"))
+  assert OptOps.THREAD not in {o.op for o in python}
+
+def test_heuristic_matmul_values_on_cpu():
+  t, want = matmul("CPU", 512, 256, 512)
+  k = kernel(t)
+  opts = heuristic_opts(k)
+  assert any(o.op is OptOps.SPLIT for o in opts)
+  res, _ = run("CPU", t, opts)
+  np.testing.assert_allclose(res, want, rtol=1e-4, atol=1e-3)
+
+def test_noopt_applies_nothing(monkeypatch):
+  import tinyplug.codegen.opt as opt
+  monkeypatch.setattr(opt, "NOOPT", 1)
+  t, want = matmul("CPU", 512, 256, 512)
+  spec = get_program(create_schedule([t.uop])[0][-1].ast, Device["CPU"].renderer)
+  assert spec.applied_opts == ()
+
+def test_search_candidates_include_the_new_actions():
+  t, _ = matmul("CPU", 32, 27, 16)
+  acts = candidate_actions(kernel(t))
+  ops = {o.op for o in acts}
+  assert {OptOps.SWAP, OptOps.PADTO, OptOps.SPLIT, OptOps.UPCAST, OptOps.UNROLL} <= ops
+  assert Opt(OptOps.PADTO, 2, 4) in acts and Opt(OptOps.SWAP, 0, 1) in acts
+  gpu_acts = candidate_actions(kernel(t, "PYTHON"))
+  assert not {OptOps.THREAD, OptOps.SPLIT, OptOps.SWAP} & {o.op for o in gpu_acts}
