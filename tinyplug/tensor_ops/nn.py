@@ -75,15 +75,17 @@ class NNMixin:
 
   def _tiles(self, kernel: Sequence[int], strides: Sequence[int]):
     """_pool for windows that do not overlap (stride >= kernel, no dilation): one reshape of all the window dims,
-    (o*s,) -> (o, s), cut to (o, k). Index math stays affine, so the windows' gradient is elementwise too."""
+    (n*s,) -> (n, s), cut to (o, k). Index math stays affine, so the windows' gradient is elementwise too. The
+    input is padded up to whole tiles rather than cut to o*s first: a reshape of a cut view would leave divisions
+    by the bigger dims' sizes in the gradient's index math that only its validity mask could simplify."""
     nd, lead = len(kernel), self.ndim - len(kernel)
     spatial = self.shape[lead:]
     outs = [(i - k) // s + 1 for i, k, s in zip(spatial, kernel, strides)]
+    tiles = [-(-i // s) for i, s in zip(spatial, strides)]
     nil = (None,) * lead
-    x = self.pad(nil + tuple((0, max(0, o * s - i)) for i, o, s in zip(spatial, outs, strides)))
-    x = x.shrink(nil + tuple((0, o * s) for o, s in zip(outs, strides)))
-    x = x.reshape(self.shape[:lead] + tuple(v for o, s in zip(outs, strides) for v in (o, s)))
-    x = x.shrink(nil + tuple(v for k in kernel for v in (None, (0, k))))
+    x = self.pad(nil + tuple((0, n * s - i) for i, n, s in zip(spatial, tiles, strides)))
+    x = x.reshape(self.shape[:lead] + tuple(v for n, s in zip(tiles, strides) for v in (n, s)))
+    x = x.shrink(nil + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k))))
     return x.permute(tuple(range(lead)) + tuple(lead + 2 * j for j in range(nd)) + tuple(lead + 2 * j + 1 for j in range(nd)))
 
   def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1,
