@@ -193,3 +193,13 @@ def test_search_candidates_include_the_new_actions():
   assert Opt(OptOps.PADTO, 2, 4) in acts and Opt(OptOps.SWAP, 0, 1) in acts
   gpu_acts = candidate_actions(kernel(t, "PYTHON"))
   assert not {OptOps.THREAD, OptOps.SPLIT, OptOps.SWAP} & {o.op for o in gpu_acts}
+
+def test_heuristic_pads_odd_matmul_sizes_and_stays_exact():
+  t, want = matmul("CPU", 1000, 300, 1000)
+  opts = heuristic_opts(kernel(t))
+  assert Opt(OptOps.PADTO, 1, 32) in opts and Opt(OptOps.UPCAST, 1, 32) in opts
+  res, _ = run("CPU", t, opts)
+  np.testing.assert_allclose(res, want, rtol=1e-4, atol=1e-3)
+  t, want = matmul("PYTHON", 100, 20, 100)
+  res, _ = run("PYTHON", t, [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PADTO, 0, 8)])
+  np.testing.assert_allclose(res, want, rtol=1e-4, atol=1e-4)

@@ -52,8 +52,9 @@ def _block_for_cache(k: Kernel) -> None:
   of the outermost loop per CPU thread."""
   sizes = [r.src[0].arg for r in k.loop_axes]
   if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
+    if not _divisor(sizes[outer], (16, 8, 4)): _pad_for_tile(k, outer, 16)
     for amt in (16, 8, 4):
-      if sizes[outer] // amt >= 2 and _try(k, Opt(OptOps.SPLIT, outer, amt)): break
+      if k.loop_axes[outer].src[0].arg // amt >= 2 and _try(k, Opt(OptOps.SPLIT, outer, amt)): break
   threads = _cpu_threads()
   if threads > 1:
     for axis in range(len(k.loop_axes)):
@@ -95,6 +96,12 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   if reduces[last].src[0].arg <= 4: _try(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
   return k.applied_opts
 
+def _pad_for_tile(k: Kernel, axis: int, width: int) -> None:
+  """An output axis a little short of a multiple of the tile width (1000 for 32) is padded up to one (the extra
+  iterations are masked), so it gets the full-width tile instead of a narrow one."""
+  n = k.loop_axes[axis].src[0].arg
+  if n >= width and n % width and -(-n // width) * width <= n * 5 // 4: _try(k, Opt(OptOps.PADTO, axis, width))
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (32 for large ones on CPUs), another by up to 8, so each loaded value
@@ -108,13 +115,16 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   if reduces and len(loops) >= 2:
     reuse = _reuse(k)
     inner = len(loops) - 1
-    big = k.renderer is not None and not k.renderer.has_local and _worth_blocking(k)   # loop-running (CPU) renderers
+    cpu = k.renderer is not None and not k.renderer.has_local   # loop-running renderers
+    big = cpu and _worth_blocking(k)
     widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if big else (16, 8, 4, 2)
-    if reuse[inner] and (amt := _divisor(loops[inner].src[0].arg, widths)):
+    if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
+    if reuse[inner] and (amt := _divisor(k.loop_axes[inner].src[0].arg, widths)):
       _try(k, Opt(OptOps.UPCAST, inner, amt))
     # the second tile axis: the output axis the most loads do not depend on (each of their values is reused per lane)
     others = sorted((a for a in range(len(loops) - 1) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg))
     for axis in others:
+      if cpu: _pad_for_tile(k, axis, 8)
       if (amt := _divisor(k.loop_axes[axis].src[0].arg, (8, 4, 2) if not gpu else (4, 2))) and _try(k, Opt(OptOps.UPCAST, axis, amt)):
         break
     if k.upcasted <= 16:
