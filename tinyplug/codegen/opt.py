@@ -78,14 +78,17 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   loops, reduces = k.loop_axes, k.reduce_axes
   if not reduces or len(loops) < 2: return None
   sizes, inner = [r.src[0].arg for r in loops], len(loops) - 1
-  if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)) or not _reuse(k)[inner]: return None
+  if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)): return None
   amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
   if amt is None: return None
   k = k.copy()
-  deps, reuse = _load_ranges(k), _reuse(k)
+  deps, reuse, red = _load_ranges(k), _reuse(k), set(reduces)
+  _try(k, Opt(OptOps.UPCAST, inner, amt))
+  # pooling has no value that stays the same across the row (a conv's weight): the row of outputs is the whole tile
+  if not any(loops[inner] not in d and d & red for d in deps): return k.applied_opts
   tiled = [inner]
   if sizes[inner] <= 4 and sizes[inner - 1] <= 4 and reuse[inner - 1]: tiled.append(inner - 1)
-  for axis in tiled: _try(k, Opt(OptOps.UPCAST, axis, sizes[axis] if axis != inner else amt))
+  if len(tiled) > 1: _try(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
   up = {loops[a] for a in tiled}
   def clash(a: int) -> int: return sum(1 for d in deps if loops[a] in d and d & up)
   others = sorted((a for a in range(tiled[-1]) if reuse[a]), key=lambda a: (clash(a), -reuse[a], -sizes[a]))

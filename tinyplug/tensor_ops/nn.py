@@ -109,8 +109,10 @@ class NNMixin:
     strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
     out = x._conv_valid(weight, groups, strides, dilations, dtype)
     out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
-    out = custom_gradient(out, (x, weight), _conv_backward, groups=groups, stride=strides, dilation=dilations)
-    return out if bias is None else out + bias.reshape((1, -1) + (1,) * nd)
+    if bias is not None: out = out + bias.reshape((1, -1) + (1,) * nd)
+    # the bias is an input too, so that its gradient reads the one materialized output gradient
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return custom_gradient(out, inputs, _conv_backward, groups=groups, stride=strides, dilation=dilations)
 
   def _conv_valid(self, weight, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...], dtype):
     """The unpadded convolution as a window view times the weight, summed over (cin, kernel..)."""
@@ -203,8 +205,8 @@ class NNMixin:
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[-1]
     return _reduce_loss(-(self.log_softmax(-1) * y).sum(-1), reduction)
 
-def _conv_backward(g, out, x, w, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
-  """Gradients of the unpadded convolution out = conv(x, w): (d x, d w), each again a convolution."""
+def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
+  """Gradients of the unpadded convolution out = conv(x, w) (+ bias): (d x, d w[, d bias]), each again a convolution."""
   nd, kernel = w.ndim - 2, w.shape[2:]
   (cout, cin), bs, spatial, outs = w.shape[:2], x.shape[0], x.shape[2:], g.shape[2:]
   g = g.contiguous()  # read many times by both convolutions below: compute whatever produced it once
@@ -220,7 +222,8 @@ def _conv_backward(g, out, x, w, groups: int, stride: tuple[int, ...], dilation:
   gt = g.transpose(0, 1)                                                    # (cout, bs, o..)
   gw = xt.conv2d(gt, groups=groups, stride=dilation, dilation=stride)       # (cin, cout, k'..) with k' >= k
   gw = gw.shrink((None, None, *[(0, k) for k in kernel])).transpose(0, 1)
-  return gx.cast(x.dtype), gw.cast(w.dtype)
+  gb = tuple(g.sum((0, *range(2, 2 + nd))).cast(b.dtype) for b in bias)
+  return (gx.cast(x.dtype), gw.cast(w.dtype), *gb)
 
 def _reduce_loss(loss, reduction: str):
   if reduction == "none": return loss
