@@ -51,7 +51,7 @@ def test_cnn_loss_falls():
 
 @pytest.mark.slow
 def test_mnist_example_runs():
-  env = dict(os.environ, STEPS="12", BS="16", EVAL_BS="128")
+  env = dict(os.environ, STEPS="12", BS="16", EVAL_BS="128", DATASETS_OFFLINE="1")   # never the network in tests
   r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mnist.py")], env=env, capture_output=True,
                      text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]
