@@ -53,6 +53,17 @@ class _Linearizer:
     for u in root.toposort():
       if u not in self.done and u.op not in (Ops.RANGE, Ops.SINK) and self.rdeps[u] <= opened: self.need(u)
 
+  def hoist_reduces(self, root: UOp) -> None:
+    """Emit the reductions that the loops open now are enough for, before an inner loop opens: a row kernel
+    (softmax) reduces each row once, not once per output element of the row."""
+    opened = set(self.open)
+    pending = [u for u in root.toposort() if u.op is Ops.REDUCE and u not in self.done]
+    # a loop variable shared with a reduction that must wait stays for later: both run in one loop then
+    waiting = {r for u in pending if not self.rdeps[u] <= opened for r in u.src[1:]}
+    for u in pending:
+      if u in self.done or not self.rdeps[u] <= opened: continue
+      if all(waiting.isdisjoint(x.src[1:]) for x in u.toposort() if x.op is Ops.REDUCE): self.need(u)
+
   def open_loop(self, r: UOp) -> None:
     self.need(r.src[0])
     self.done[r] = self.emit(r)
@@ -95,7 +106,9 @@ class _Linearizer:
   def run(self) -> list[UOp]:
     loops = sorted((u for u in self.order if u.op is Ops.RANGE and u.arg[1] != "reduce"), key=lambda r: r.arg)
     self.hoist(self.sink)
-    for r in loops: self.open_loop(r)
+    for r in loops:
+      self.open_loop(r)
+      self.hoist_reduces(self.sink)
     for s in self.sink.src: self.need(s)
     for r in reversed(loops): self.close_loop(r)
     return self.out
