@@ -148,6 +148,22 @@ class _FunctionBuilder:
     """A call to libm's exp2f/log2f/sinf (or the double ones), marked with its libmvec vector variants so the
     vectorisers can call those (`_ZGVeN16v_exp2f` does 16 lanes at once) instead of one scalar call per lane."""
     t = reg_type(dt)
+    fname = self._declare_libm(base, dt)
+    return self.op(f"call {t} @{fname}({t} {x}) {self.libm_attrs[fname]}")
+
+  def libm_vector_call(self, base: str, dt: DType, x: str) -> str | None:
+    """A vector's exp2/log2/sin (upcast lanes) as one libmvec call when a variant of exactly its width exists;
+    LLVM's own vector intrinsic would become one scalar libm call per lane."""
+    scalar = dt.scalar()
+    if scalar not in (dtypes.float32, dtypes.float64): return None
+    fname = self._declare_libm(base, scalar)
+    isa = next((i for i in self.vector_isas if _VECLEN[i][0 if scalar == dtypes.float32 else 1] == dt.count), None)
+    if isa is None: return None
+    t = reg_type(dt)
+    return self.op(f"call {t} @_ZGV{isa}N{dt.count}v_{fname}({t} {x})")
+
+  def _declare_libm(self, base: str, dt: DType) -> str:
+    t = reg_type(dt)
     fname = base + ("f" if dt == dtypes.float32 else "")
     if fname not in self.libm_attrs:
       variants = []
@@ -159,7 +175,7 @@ class _FunctionBuilder:
       self.decls[fname] = f"declare {t} @{fname}({t}) #1"
       self.libm_attrs[fname] = f"#{len(self.libm_attrs) + 2}"
       self.libm_variants[fname] = variants
-    return self.op(f"call {t} @{fname}({t} {x}) {self.libm_attrs[fname]}")
+    return fname
 
   # ---- which loop the threads share ----
   def _pick_split_range(self) -> UOp | None:
@@ -576,6 +592,8 @@ class _FunctionBuilder:
       if op is Ops.MULACC: return self.call("fmuladd", dt, a[0], a[1], a[2])
       if op in _LIBM and self.vector_isas and dt in (dtypes.float32, dtypes.float64):
         return self.libm_call(_LIBM[op], dt, a[0])
+      if op in _LIBM and self.vector_isas and dt.count > 1 and (v := self.libm_vector_call(_LIBM[op], dt, a[0])):
+        return v
       unary = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
       if op in unary: return self.call(unary[op], dt, a[0])
       if op is Ops.POW: return self.call("pow", dt, a[0], a[1])
