@@ -4,7 +4,7 @@ A node is materialized ("realized") when it is asked for, is CONTIGUOUS, COPY or
 result is used by more than elementwise math on the way to one kernel's output. Everything else fuses into the
 kernel that consumes it, and movement ops turn into index arithmetic (indexing.py)."""
 from __future__ import annotations
-import math
+import functools, math
 from dataclasses import dataclass, field
 from typing import Any
 from tinyplug import events
@@ -43,6 +43,21 @@ def buffer_base(x: UOp) -> UOp:
   while x.op in GroupOp.Movement or x.op in (Ops.DETACH, Ops.AFTER, Ops.ASSIGN): x = x.src[0]
   return x
 
+# the longest row (elements) a row kernel keeps in cache between its passes
+ROW_FUSE_MAX = 1 << 15
+
+@functools.cache
+def _keeps_loops_on(device: str) -> bool:
+  from tinyplug.device import Device   # the renderer's kind decides; asked once per device
+  try: renderer = Device[device].renderer
+  except (RuntimeError, ValueError): return False
+  return not renderer.has_local and not getattr(renderer, "global_ids", False)
+
+def _keeps_loops(sink: UOp) -> bool:
+  """Whether the kernels of this graph run as loops (CPU-style), where a row kernel can loop over a row many times."""
+  dev = sink.src[0].device if sink.src else None
+  return isinstance(dev, str) and _keeps_loops_on(dev)
+
 class ScheduleCycle(RuntimeError):
   def __init__(self, assigns: list[UOp]):
     super().__init__("ASSIGNs read each other's old values")
@@ -74,9 +89,54 @@ class _Scheduler:
       elif n.op is Ops.BITCAST and n.dtype.itemsize != n.src[0].dtype.itemsize:
         raise NotImplementedError("a bitcast that changes the element size is not supported yet; cast instead")
     # reductions, consumers first, so each sees the final decision for what is downstream of it
+    by_rule: set[UOp] = set()
     for n in reversed(self.nodes):
-      if n.op is Ops.REDUCE_AXIS and n not in must and not self._fuses_into_one_output(n, must): must.add(n)
+      if n.op is Ops.REDUCE_AXIS and n not in must and not self._fuses_into_one_output(n, must): by_rule.add(n)
+    must |= by_rule
+    if by_rule and _keeps_loops(self.sink): self._fuse_rows(must, by_rule)
     self.realized = {n: None for n in self.nodes if n in must}
+
+  # ---- row kernels: reductions broadcast back over their own axes (softmax, layernorm) ----
+  def _fuse_rows(self, must: set[UOp], candidates: set[UOp]) -> None:
+    """On a device that runs loops, a reduction whose result is broadcast back along the axes it reduced is computed
+    inside the kernel that uses it, once per row (the linearizer hoists it out of the row's loop): softmax's max, sum
+    and normalised write become one kernel that reads each row from memory once and from cache after."""
+    # consumers first: softmax's sum joins the output's kernel, then its max (used by both) can join too
+    for r in reversed(self.nodes):
+      if r in candidates and self._row_fusable(r, must): must.discard(r)
+
+  def _row_fusable(self, r: UOp, must: set[UOp]) -> bool:
+    axes, shape = r.arg[1], r.src[0].shape
+    if math.prod(shape[a] for a in axes) > ROW_FUSE_MAX: return False
+    # the row's axes must be the innermost loops, so one pass of the outer loops sees each row once
+    if any(s != 1 and a not in axes for a, s in enumerate(shape) if a > min(axes)): return False
+    # what is recomputed for every row must not hide another reduction (a matmul would run once per use)
+    inner = r.src[0].toposort(gate=lambda u: u not in must)
+    if any(u.op is Ops.REDUCE_AXIS and u not in must for u in inner): return False
+    return self._row_consumers_end_once(r, axes, shape, must)
+
+  def _row_consumers_end_once(self, r: UOp, axes: tuple[int, ...], shape: tuple[int, ...], must: set[UOp]) -> bool:
+    """Every path from r stays on its rows (elementwise, broadcast back along `axes`, reduced along them again) and
+    they all end in one realized node computed over the same rows."""
+    ends: set[UOp] = set()
+    stack, seen = [r], set()
+    while stack:
+      x = stack.pop()
+      for c in self.children.get(x, []):
+        if c in seen: continue
+        seen.add(c)
+        if c in must:
+          same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
+          if c.op in (Ops.COPY, Ops.SINK) or not same_rows: return False
+          ends.add(c)
+        elif c.op in GroupOp.Elementwise or c.op is Ops.DETACH: stack.append(c)
+        elif c.op is Ops.EXPAND and c.shape == shape and all(a in axes for a, (s, d) in
+                                                             enumerate(zip(c.src[0].shape, shape)) if s != d):
+          stack.append(c)
+        elif c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape: stack.append(c)
+        else: return False
+      if len(ends) > 1: return False
+    return len(ends) == 1
 
   def _fuses_into_one_output(self, r: UOp, must: set[UOp]) -> bool:
     ends: set[UOp] = set()
