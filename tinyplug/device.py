@@ -85,14 +85,20 @@ class Buffer:
   @property
   def is_allocated(self) -> bool: return self._handle is not None
   def ensure_allocated(self) -> Buffer:
-    if self._handle is None:
-      from tinyplug.helpers import GlobalCounters
-      with events.profile_span("alloc", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
-        self._handle = Device[self.device].allocator.alloc(self.nbytes)
-      GlobalCounters.mem_used += self.nbytes
+    if self._handle is None: self._allocate()
     return self
+  def _allocate(self) -> None:
+    from tinyplug.helpers import GlobalCounters
+    allocator = Device[self.device].allocator
+    if events.enabled("profile"):   # the span's name is only built for a listener: a tiny op allocates every time
+      with events.profile_span("alloc", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
+        self._handle = allocator.alloc(self.nbytes)
+    else: self._handle = allocator.alloc(self.nbytes)
+    GlobalCounters.mem_used += self.nbytes
   @property
-  def handle(self) -> Any: return self.ensure_allocated()._handle
+  def handle(self) -> Any:
+    h = self._handle
+    return h if h is not None else self.ensure_allocated()._handle
   def copyin(self, data: np.ndarray | bytes | memoryview) -> Buffer:
     mv = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data).cast("B")
     if mv.nbytes != self.nbytes:
@@ -112,8 +118,11 @@ class Buffer:
     if getattr(self, "_handle", None) is not None:
       try:
         from tinyplug.helpers import GlobalCounters
-        with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
-          Device[self.device].allocator.free(self._handle, self.nbytes)
+        allocator = Device[self.device].allocator
+        if events.enabled("profile"):
+          with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
+            allocator.free(self._handle, self.nbytes)
+        else: allocator.free(self._handle, self.nbytes)
         GlobalCounters.mem_used -= self.nbytes
       except Exception: pass
   def __repr__(self) -> str:
@@ -140,6 +149,7 @@ class _DeviceRegistry:
     return resolved + sep + rest
 
   def __getitem__(self, name: str) -> Compiled:
+    if (dev := self._opened.get(name)) is not None: return dev   # already canonical and open: the common case
     full = self.canonicalize(name)
     if (dev := self._opened.get(full)) is not None: return dev
     base = full.partition(":")[0]
