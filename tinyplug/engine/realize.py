@@ -31,7 +31,7 @@ class CompiledRunner:
     lib = dev.compiler.compile_cached(spec.src)
     self.prg = dev.make_program(spec, lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
-    vals = tuple(var_vals[v.arg[0]] for v in self.spec.vars)
+    vals = tuple([var_vals[v.arg[0]] for v in self.spec.vars]) if self.spec.vars else ()
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)
 
@@ -86,11 +86,12 @@ def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None
     _debug_line(item.metadata.get("name", "copy"), dest.device, bufs, tm, 0, dest.nbytes)
     return
   device = bufs[0].device
-  runner = get_runner(device, item.ast)
-  for b in bufs: b.ensure_allocated()
-  with events.profile_span("run", runner.spec.name, device) as info:
-    tm = runner(bufs, var_vals or {}, wait=DEBUG >= 2 or events.enabled("profile"))
-    info["device_time_s"] = tm
+  runner = get_runner(device, item.ast)   # the runner allocates the buffers it is given
+  if events.enabled("profile"):
+    with events.profile_span("run", runner.spec.name, device) as info:
+      tm = runner(bufs, var_vals or {}, wait=True)
+      info["device_time_s"] = tm
+  else: tm = runner(bufs, var_vals or {}, wait=DEBUG >= 2)
   _debug_line(runner.spec.name, device, bufs, tm, runner.spec.estimates.get("ops", 0),
               runner.spec.estimates.get("mem", 0), runner.spec.global_size)
 
