@@ -44,7 +44,8 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   for t in tensors:
     u = t.uop
     if (v := becomes.get(u)) is not None: t.uop = v   # the tensor itself was realized: no graph to rewrite
-    elif not keys.isdisjoint(u.toposort()): t.uop = u.substitute(becomes, name="apply becomes map")
+    elif not graph.is_realized(u) and not keys.isdisjoint(u.toposort()):   # a buffer view holds no computation
+      t.uop = u.substitute(becomes, name="apply becomes map")
 
 class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin):
   """A lazy n-dimensional array with automatic differentiation.

@@ -21,8 +21,19 @@ def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=devi
 
 def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...] = ()) -> UOp:
   """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
+  # `x + 1.0` in a loop asks for the same constant each time: the three nodes are built once (they hold no buffer)
+  key = None
+  if type(value) in (int, float, bool):   # 0.0 and -0.0, 1 and True are different constants
+    key = (type(value), value.hex() if type(value) is float else value, dtype, device, tuple(shape))
+    if (hit := _consts.get(key)) is not None: return hit
   c = UOp(Ops.CONST, dtype, (device_uop(device),), dtypes.as_const(value, dtype))
-  return expand(reshape(c, (1,) * len(shape)), shape)
+  ret = expand(reshape(c, (1,) * len(shape)), shape)
+  if key is not None:
+    if len(_consts) >= 4096: _consts.clear()
+    _consts[key] = ret
+  return ret
+
+_consts: dict[tuple, UOp] = {}
 
 def const_like(u: UOp, value: Any, dtype: DType | None = None) -> UOp:
   return const(value, dtype or u.dtype, u.device, u.shape)
