@@ -203,3 +203,15 @@ def test_heuristic_pads_odd_matmul_sizes_and_stays_exact():
   t, want = matmul("PYTHON", 100, 20, 100)
   res, _ = run("PYTHON", t, [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.PADTO, 0, 8)])
   np.testing.assert_allclose(res, want, rtol=1e-4, atol=1e-4)
+
+def test_beam_starts_from_the_heuristic():
+  from tinyplug.search.strategies import BeamSearch
+  t, _ = matmul("CPU", 1024, 512, 1024)
+  k = kernel(t)
+  hand = heuristic_opts(k)
+  timed = []
+  def timer(opts):   # the heuristic's actions are the fastest; everything else is slower
+    timed.append(list(opts))
+    return 1.0 if list(opts) == hand else 2.0
+  assert BeamSearch().search(k, timer, 2, lambda s: None) == hand
+  assert timed[0] == hand and [] in timed
