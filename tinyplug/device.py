@@ -5,16 +5,46 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 import numpy as np
 from tinyplug import events
-from tinyplug.helpers import getenv, DEBUG
+from tinyplug.helpers import ContextVar, getenv, DEBUG
 from tinyplug.uop.dtype import DType, dtypes, to_np_dtype
 from tinyplug.uop.ops import UOp
+
+LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
+LRU_MIN = ContextVar("LRU_MIN", 1 << 20, "the smallest freed block (bytes) kept for reuse")
+LRU_MAX = ContextVar("LRU_MAX", 1 << 30, "at most this many freed bytes are kept per device")
 
 # ---------------- the interfaces a backend implements ----------------
 
 class Allocator:
-  """Raw device memory. Subclasses implement _alloc/_free/_copyin/_copyout on opaque handles."""
-  def alloc(self, nbytes: int) -> Any: return self._alloc(max(nbytes, 1))
-  def free(self, handle: Any, nbytes: int) -> None: self._free(handle, nbytes)
+  """Raw device memory. Subclasses implement _alloc/_free/_copyin/_copyout on opaque handles.
+
+  Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all) and handed out again for the same
+  size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
+  So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks are always fresh."""
+  def alloc(self, nbytes: int) -> Any:
+    nbytes = max(nbytes, 1)
+    if (blocks := self._free_blocks().get(nbytes)):
+      self._kept_bytes -= nbytes
+      return blocks.pop()
+    try: return self._alloc(nbytes)
+    except Exception:
+      if not self._kept_bytes: raise
+      self.release_kept()   # out of memory, perhaps: give the kept blocks back and try once more
+      return self._alloc(nbytes)
+  def free(self, handle: Any, nbytes: int) -> None:
+    blocks = self._free_blocks()
+    if LRU and nbytes >= LRU_MIN.value and self._kept_bytes + nbytes <= LRU_MAX.value:
+      blocks.setdefault(nbytes, []).append(handle)
+      self._kept_bytes += nbytes
+    else: self._free(handle, nbytes)
+  def release_kept(self) -> None:
+    """Free every kept block for real."""
+    for nbytes, blocks in self._free_blocks().items():
+      for handle in blocks: self._free(handle, nbytes)
+    self._kept, self._kept_bytes = {}, 0
+  def _free_blocks(self) -> dict[int, list]:
+    if "_kept" not in self.__dict__: self._kept, self._kept_bytes = {}, 0   # subclasses need not call __init__
+    return self._kept
   def _alloc(self, nbytes: int) -> Any: raise NotImplementedError
   def _free(self, handle: Any, nbytes: int) -> None: pass
   def _copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError

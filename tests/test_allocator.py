@@ -1,0 +1,62 @@
+"""The allocator keeps big freed blocks for reuse (LRU): the same memory comes back for the same size."""
+import numpy as np
+import pytest
+from tinyplug import Tensor
+from tinyplug.device import HostAllocator
+from tinyplug.helpers import Context
+
+class Counting(HostAllocator):
+  def __init__(self): self.allocs, self.frees = 0, 0
+  def _alloc(self, nbytes):
+    self.allocs += 1
+    return super()._alloc(nbytes)
+  def _free(self, handle, nbytes): self.frees += 1
+
+def test_big_block_is_reused_for_the_same_size():
+  a = Counting()
+  h = a.alloc(1 << 20)
+  a.free(h, 1 << 20)
+  assert a.frees == 0 and a.alloc(1 << 20) is h and a.allocs == 1
+  assert a.alloc(1 << 20) is not h and a.allocs == 2   # the kept block was handed out already
+
+def test_small_blocks_and_other_sizes_are_fresh():
+  a = Counting()
+  h = a.alloc(64)
+  a.free(h, 64)
+  assert a.frees == 1 and a.alloc(64) is not h
+  big = a.alloc(1 << 20)
+  a.free(big, 1 << 20)
+  assert a.alloc((1 << 20) + 4) is not big
+
+def test_lru_off_and_cap_free_at_once():
+  a = Counting()
+  with Context(LRU=0):
+    a.free(a.alloc(1 << 20), 1 << 20)
+  assert a.frees == 1
+  with Context(LRU_MAX=1 << 20):
+    x, y = a.alloc(1 << 20), a.alloc(1 << 20)
+    a.free(x, 1 << 20); a.free(y, 1 << 20)
+  assert a.frees == 2   # only one block fits under the cap
+
+def test_release_kept_and_retry_after_a_failed_alloc():
+  class Failing(Counting):
+    fail = False
+    def _alloc(self, nbytes):
+      if self.fail and self.frees == 0: raise MemoryError("device full")
+      return super()._alloc(nbytes)
+  a = Failing()
+  a.free(a.alloc(1 << 20), 1 << 20)
+  a.fail = True
+  a.alloc(2 << 20)   # fails once, gives the kept block back, succeeds
+  assert a.frees == 1
+  b = Failing()
+  b.fail = True
+  with pytest.raises(MemoryError, match="device full"): b.alloc(1 << 20)   # nothing kept: the error is the device's
+
+def test_reused_memory_gives_correct_results(device):
+  # the same big output size again and again: values stay right though the memory is recycled
+  n = 1 << 19
+  x = np.random.default_rng(0).random(n, dtype=np.float32)
+  t = Tensor(x)
+  for k in range(3):
+    np.testing.assert_allclose(((t * (k + 1)) + 1).numpy(), x * (k + 1) + 1, rtol=1e-6)
