@@ -144,7 +144,10 @@ class NNMixin:
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False):
     k, s, pads = self._pool_prepare(kernel_size, stride, padding, ceil_mode)
-    x = self.pad(tuple(pads), value=dtypes.min(self.dtype))
+    # the gradient marks where the input equals the max; computed inline in two kernels, the input could round
+    # differently in each (LLVM may contract a*b+c into an FMA in one and not the other), match nowhere and leave a
+    # window with no gradient. Read from one buffer, both see the same bits (free when it is a buffer already).
+    x = self.contiguous().pad(tuple(pads), value=dtypes.min(self.dtype))
     return x._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
