@@ -8,6 +8,9 @@ from tinyplug.uop.ops import Ops
 from tinyplug.tensor_ops import graph
 
 Axis = int | Sequence[int] | None
+# ln 2 in two float32 parts: the high one has 15 significant bits, so n * _LN2_HI is exact for |n| < 512
+_LN2_HI = 0.693145751953125
+_LN2_LO = math.log(2) - _LN2_HI
 
 class ReduceMixin:
   __slots__ = ()
@@ -83,6 +86,14 @@ class ReduceMixin:
   def cummax(self, axis: int = 0): return self._scan(axis, dtypes.min(self.dtype), "max")
 
   # ---- softmax family ----
+  def _exp_shifted(self):
+    """exp of values <= 0 (x - max), within a few ulp for float32: exp2(x * log2 e) alone loses |x| * 2^-24 to the
+    rounding of the product (2e-6 relative at x = -30). x = n*ln2 + r with n = trunc(x * log2 e) and r taken off in
+    two parts (n * _LN2_HI is exact); then exp2(n) * exp2(r * log2 e)."""
+    if self.dtype != dtypes.float32: return self.exp()
+    n = (self * (1 / math.log(2))).maximum(-160.0).trunc()     # the clamp keeps -inf out of inf - inf
+    r = (self - n * _LN2_HI) - n * _LN2_LO
+    return n.exp2() * (r * (1 / math.log(2))).exp2()
   def logsumexp(self, axis: Axis = None, keepdim: bool = False):
     m = self.max(axis, keepdim=True).detach()
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
@@ -90,9 +101,9 @@ class ReduceMixin:
   def softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
     shifted = x - x.max(axis, keepdim=True).detach()
-    e = shifted.exp()
+    e = shifted._exp_shifted()
     return e / e.sum(axis, keepdim=True)
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
     shifted = x - x.max(axis, keepdim=True).detach()
-    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+    return shifted - shifted._exp_shifted().sum(axis, keepdim=True).log()
