@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Training throughput of the MNIST example's model in tinyplug, tinygrad and PyTorch, in one run.
 
-    python benchmarks/train_bench.py [--steps 40] [--warmup 3] [--chain 64] [--json results.json]
+    python benchmarks/train_bench.py [--steps 40] [--warmup 3] [--chain 64] [--json results.json] [--kernels 5]
 
 Model: Conv2d(1,16,3) -> relu -> maxpool2 -> Conv2d(16,32,3) -> relu -> maxpool2 -> Linear(800,10), batch 64 of
 28x28, sparse categorical cross-entropy, Adam. tinyplug and tinygrad run a TinyJit-ed step; PyTorch runs eagerly
 with 2 threads. Each framework runs in its own subprocess (tinygrad with DEV=CPU, which needs clang). Every step
 feeds a fresh batch from numpy and reads the loss back, as a training loop does.
+
+--kernels N: afterwards N more tinyplug steps run with a profile listener (each kernel waited for), and the
+best time of every kernel of the step is listed, largest first: where a step's time goes.
 
 Dispatch cost: a jitted function of `--chain` tiny dependent kernels ((x * 1.0001 + 1).contiguous() on 16 floats),
 so the replay time is almost all per-kernel launch overhead; reported as microseconds per kernel.
@@ -39,7 +42,22 @@ def _timed_chain(fn, make_input, calls: int = 20) -> float:
 
 # ---------------- workers (each runs in its own process) ----------------
 
-def worker_tinyplug(steps: int, warmup: int, chain: int) -> dict:
+def _kernel_times(step, batches) -> list[tuple[str, float]]:
+  """(kernel name, best seconds) for each launch of a jitted step, over the given steps, from profile events."""
+  from tinyplug import events
+  runs: list[list[tuple[str, float]]] = []
+  def listen(ev):
+    if ev.kind == "run": runs[-1].append((ev.name, ev.info.get("device_time_s") or (ev.end_ns - ev.start_ns) * 1e-9))
+  events.subscribe("profile", listen, owner="train_bench")
+  try:
+    for x, y in batches:
+      runs.append([])
+      step(x, y)
+  finally: events.unsubscribe("profile", listen)
+  full = [r for r in runs if len(r) == len(runs[-1])]
+  return [(name, min(r[i][1] for r in full)) for i, (name, _) in enumerate(full[-1])]
+
+def worker_tinyplug(steps: int, warmup: int, chain: int, kernels: int = 0) -> dict:
   from tinyplug import Tensor, TinyJit, Device, nn
   from tinyplug.nn.optim import Adam
   from tinyplug.nn.state import get_parameters
@@ -58,6 +76,7 @@ def worker_tinyplug(steps: int, warmup: int, chain: int) -> dict:
     return loss.realize(*opt.schedule_step())
   out = _timed_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(steps + warmup), warmup)
   out["kernels_per_step"] = len(jstep.captured)
+  if kernels: out["kernel_times"] = _kernel_times(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(kernels))
   @TinyJit
   def chain_fn(x):
     for _ in range(chain): x = (x * 1.0001 + 1).contiguous()
@@ -76,7 +95,7 @@ def _tinygrad_launches(jit) -> int | None:
     return sum(1 for u in jit.captured.linear.toposort() if u.op is Ops.CALL)
   except Exception: return None
 
-def worker_tinygrad(steps: int, warmup: int, chain: int) -> dict:
+def worker_tinygrad(steps: int, warmup: int, chain: int, kernels: int = 0) -> dict:
   from tinygrad import Tensor, TinyJit, Device, nn, Context
   from tinygrad.nn.optim import Adam
   from tinygrad.nn.state import get_parameters
@@ -107,7 +126,7 @@ def worker_tinygrad(steps: int, warmup: int, chain: int) -> dict:
   out["device"] = Device.DEFAULT
   return out
 
-def worker_torch(steps: int, warmup: int, chain: int) -> dict:
+def worker_torch(steps: int, warmup: int, chain: int, kernels: int = 0) -> dict:
   import torch
   torch.set_num_threads(2)
   model = torch.nn.Sequential(torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -132,7 +151,7 @@ def run_worker(name: str, args) -> dict:
   env = dict(os.environ)
   if name == "tinygrad": env["DEV"] = "CPU"
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--steps", str(args.steps), "--warmup",
-         str(args.warmup), "--chain", str(args.chain)]
+         str(args.warmup), "--chain", str(args.chain), "--kernels", str(args.kernels)]
   try: r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
   except subprocess.TimeoutExpired: return {"error": f"timed out after {args.timeout}s"}
   lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -148,10 +167,12 @@ def main() -> None:
   ap.add_argument("--only", default="tinyplug,tinygrad,torch")
   ap.add_argument("--timeout", type=int, default=900)
   ap.add_argument("--json", help="also write the results here")
+  ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                  help="then N profiled tinyplug steps: every kernel's best time, largest first")
   ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.worker:
-    print("RESULT " + json.dumps(WORKERS[args.worker](args.steps, args.warmup, args.chain)), flush=True)
+    print("RESULT " + json.dumps(WORKERS[args.worker](args.steps, args.warmup, args.chain, args.kernels)), flush=True)
     return
   results = {}
   for name in args.only.split(","):
@@ -173,6 +194,12 @@ def main() -> None:
     r = results.get(name, {})
     if "us_per_kernel" in r:
       print(f"| {name} | {r['us_per_kernel']:.1f} | {r.get('chain_launch_items', r.get('chain_kernels'))} |")
+  if times := results.get("tinyplug", {}).get("kernel_times"):
+    total = sum(t for _, t in times)
+    print(f"\ntinyplug kernels of one step, best of {args.kernels} profiled steps (sum {total * 1e3:.2f} ms):\n")
+    print("| kernel | µs | share |")
+    print("|---|---:|---:|")
+    for name, t in sorted(times, key=lambda nt: -nt[1])[:20]: print(f"| {name} | {t * 1e6:.0f} | {t / total:.0%} |")
   if args.json:
     with open(args.json, "w") as f: json.dump(results, f, indent=2)
 
