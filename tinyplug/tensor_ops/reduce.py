@@ -4,13 +4,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 from tinyplug.uop.dtype import DType, dtypes, sum_acc_dtype, to_dtype
-from tinyplug.uop.ops import Ops
+import numpy as np
+from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 
 Axis = int | Sequence[int] | None
-# ln 2 in two float32 parts: the high one has 15 significant bits, so n * _LN2_HI is exact for |n| < 512
-_LN2_HI = 0.693145751953125
-_LN2_LO = math.log(2) - _LN2_HI
+# log2 e as a float32, and what that float32 misses of it
+_LOG2E = float(np.float32(1 / math.log(2)))
+_LOG2E_LO = 1 / math.log(2) - _LOG2E
 
 class ReduceMixin:
   __slots__ = ()
@@ -87,13 +88,15 @@ class ReduceMixin:
 
   # ---- softmax family ----
   def _exp_shifted(self):
-    """exp of values <= 0 (x - max), within a few ulp for float32: exp2(x * log2 e) alone loses |x| * 2^-24 to the
-    rounding of the product (2e-6 relative at x = -30). x = n*ln2 + r with n = trunc(x * log2 e) and r taken off in
-    two parts (n * _LN2_HI is exact); then exp2(n) * exp2(r * log2 e)."""
+    """exp of values <= 0 (x - max), within ~1e-7 for float32: exp2(x * log2 e) alone loses the rounding of the
+    product (|x| * 2^-24: 2e-6 relative at x = -30). Its rounding error comes from a fused multiply-add (0 on a
+    device without one), and exp2(y + err) = exp2(y) * (1 + err * ln 2) to far below float32 precision."""
     if self.dtype != dtypes.float32: return self.exp()
-    n = (self * (1 / math.log(2))).maximum(-160.0).trunc()     # the clamp keeps -inf out of inf - inf
-    r = (self - n * _LN2_HI) - n * _LN2_LO
-    return n.exp2() * (r * (1 / math.log(2))).exp2()
+    y = self * _LOG2E
+    err = self._apply_uop(lambda u, l2e, minus: UOp(Ops.MULACC, u.dtype, (u, l2e, minus)), self._const_like(_LOG2E), -y)
+    err = (err + self * _LOG2E_LO).detach()
+    # exp2(y) is 0 far below -126 (and at -inf, where err is nan): no correction there
+    return (y < -160.0).where(0.0, y.exp2() * (err * math.log(2) + 1.0))
   def logsumexp(self, axis: Axis = None, keepdim: bool = False):
     m = self.max(axis, keepdim=True).detach()
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
@@ -101,9 +104,12 @@ class ReduceMixin:
   def softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
     shifted = x - x.max(axis, keepdim=True).detach()
-    e = shifted._exp_shifted()
-    return e / e.sum(axis, keepdim=True)
+    # the sum is ruled by the terms near the max, where exp2(x * log2 e) is accurate: only the outputs need the
+    # careful exp (a fused row kernel computes exp once per pass over the row either way). The gradient flows
+    # through the plain one, so the terms of softmax's gradient still cancel exactly.
+    e = shifted.exp()
+    return (e + (shifted._exp_shifted() - e).detach()) / e.sum(axis, keepdim=True)
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
     shifted = x - x.max(axis, keepdim=True).detach()
-    return shifted - shifted._exp_shifted().sum(axis, keepdim=True).log()
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
