@@ -41,37 +41,33 @@ class NNMixin:
   def sequential(self, layers: Sequence[Callable]): return functools.reduce(lambda x, f: f(x), layers, self)
 
   # ---- sliding windows ----
-  def _windows_last(self, k: int, stride: int, dilation: int):
-    """(..., i) -> (..., o, k) with out[..., a, b] = self[..., a*stride + b*dilation], as one chain of views.
-
-    Repeat the row R times and read it with a row pitch of i+dilation: position b*(i+dilation) + a*stride of the
-    repeated row holds element (b*dilation + a*stride) mod i, and that index never wraps for a valid window."""
-    i = self.shape[-1]
-    o = (i - dilation * (k - 1) - 1) // stride + 1
-    if o <= 0: raise ValueError(f"kernel {k} (dilation {dilation}) does not fit in an input of size {i}")
-    pre = self.shape[:-1]
-    reps = math.ceil(k * (i + dilation) / i)
-    x = self.unsqueeze(-2).expand(pre + (reps, i)).reshape(pre + (reps * i,))
-    x = x.shrink(tuple(None for _ in pre) + ((0, k * (i + dilation)),)).reshape(pre + (k, i + dilation))
-    cols = o * stride
-    x = x.pad(tuple(None for _ in pre) + (None, (0, max(0, cols - i - dilation))))
-    x = x.shrink(tuple(None for _ in pre) + (None, (0, cols)))
-    x = x.reshape(pre + (k, o, stride)).shrink(tuple(None for _ in pre) + (None, None, (0, 1)))
-    return x.reshape(pre + (k, o)).transpose(-1, -2)
-
   def _pool(self, kernel: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1):
-    """(..., i1..in) -> (..., o1..on, k1..kn): every window of the last len(kernel) dims."""
+    """(..., i1..in) -> (..., o1..on, k1..kn) with out[.., a.., b..] = self[.., a*stride + b*dilation ..]: every
+    window of the last len(kernel) dims, as one chain of views for all of them at once.
+
+    Each dim's row is repeated R times and read with a row pitch of i+dilation: position b*(i+dilation) + a*stride
+    of the repeated row holds element (b*dilation + a*stride) mod i, and that index never wraps for a valid window."""
     nd = len(kernel)
     if self.ndim < nd: raise ValueError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
     strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
-    lead = self.ndim - nd
+    lead, pre, spatial = self.ndim - nd, self.shape[:self.ndim - nd], self.shape[self.ndim - nd:]
+    outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations)]
+    for i, k, d, o in zip(spatial, kernel, dilations, outs):
+      if o <= 0: raise ValueError(f"kernel {k} (dilation {d}) does not fit in an input of size {i}")
     if all(d == 1 and s >= k for k, s, d in zip(kernel, strides, dilations)): return self._tiles(kernel, strides)
-    x = self
-    for j in range(nd):
-      x = x.movedim(lead + j, -1)                               # (lead, o.., i_rest.., k.., i_j)
-      x = x._windows_last(kernel[j], strides[j], dilations[j])  # (..., k.., o_j, k_j)
-      x = x.movedim(-2, lead + j)                               # (lead, o..o_j, i_rest.., k..k_j)
-    return x
+    nil = (None,) * lead
+    def per_dim(*parts): return tuple(v for p in zip(*parts) for v in p)
+    reps = [math.ceil(k * (i + d) / i) for i, k, d in zip(spatial, kernel, dilations)]
+    x = self.reshape(pre + per_dim([1] * nd, spatial)).expand(pre + per_dim(reps, spatial))
+    x = x.reshape(pre + tuple(r * i for r, i in zip(reps, spatial)))
+    x = x.shrink(nil + tuple((0, k * (i + d)) for i, k, d in zip(spatial, kernel, dilations)))
+    x = x.reshape(pre + per_dim(kernel, [i + d for i, d in zip(spatial, dilations)]))
+    # each row of i+d to o*stride columns (a negative pad cuts), then every stride-th column
+    x = x.pad(nil + per_dim([None] * nd, [(0, o * s - i - d) for i, d, o, s in zip(spatial, dilations, outs, strides)]))
+    x = x.reshape(pre + tuple(v for k, o, s in zip(kernel, outs, strides) for v in (k, o, s)))
+    x = x.shrink(nil + tuple(v for _ in range(nd) for v in (None, None, (0, 1))))
+    x = x.reshape(pre + per_dim(kernel, outs))
+    return x.permute(tuple(range(lead)) + tuple(lead + 2 * j + 1 for j in range(nd)) + tuple(lead + 2 * j for j in range(nd)))
 
   def _tiles(self, kernel: Sequence[int], strides: Sequence[int]):
     """_pool for windows that do not overlap (stride >= kernel, no dilation): one reshape of all the window dims,
