@@ -48,15 +48,11 @@ ROW_FUSE_MAX = 1 << 15
 
 @functools.cache
 def _keeps_loops_on(device: str) -> bool:
+  """Whether kernels on `device` run as loops (CPU-style), where a row kernel can walk a row several times."""
   from tinyplug.device import Device   # the renderer's kind decides; asked once per device
   try: renderer = Device[device].renderer
   except (RuntimeError, ValueError): return False
   return not renderer.has_local and not getattr(renderer, "global_ids", False)
-
-def _keeps_loops(sink: UOp) -> bool:
-  """Whether the kernels of this graph run as loops (CPU-style), where a row kernel can loop over a row many times."""
-  dev = sink.src[0].device if sink.src else None
-  return isinstance(dev, str) and _keeps_loops_on(dev)
 
 class ScheduleCycle(RuntimeError):
   def __init__(self, assigns: list[UOp]):
@@ -93,7 +89,7 @@ class _Scheduler:
     for n in reversed(self.nodes):
       if n.op is Ops.REDUCE_AXIS and n not in must and not self._fuses_into_one_output(n, must): by_rule.add(n)
     must |= by_rule
-    if by_rule and _keeps_loops(self.sink): self._fuse_rows(must, by_rule)
+    if by_rule: self._fuse_rows(must, by_rule)
     self.realized = {n: None for n in self.nodes if n in must}
 
   # ---- row kernels: reductions broadcast back over their own axes (softmax, layernorm) ----
@@ -106,6 +102,7 @@ class _Scheduler:
       if r in candidates and self._row_fusable(r, must): must.discard(r)
 
   def _row_fusable(self, r: UOp, must: set[UOp]) -> bool:
+    if not isinstance(r.device, str) or not _keeps_loops_on(r.device): return False
     axes, shape = r.arg[1], r.src[0].shape
     if math.prod(shape[a] for a in axes) > ROW_FUSE_MAX: return False
     # the row's axes must be the innermost loops, so one pass of the outer loops sees each row once
