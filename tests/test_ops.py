@@ -218,6 +218,20 @@ def test_movement(name, shape, fn):
 def test_pad(padding, value):
   check_op([(3, 4)], lambda x: F.pad(x, padding, value=value), lambda x: x.pad(padding, value=value))
 
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape,padding", [((2, 7), (2, 3)), ((2, 3, 5, 6), (1, 2, 0, 3)), ((1, 2, 5, 6), (3, 0, 4, 1)),
+                                           ((1, 2, 3, 4, 5), (1, 1, 2, 0, 0, 2))])
+def test_pad_modes(mode, shape, padding):
+  check_op([shape], lambda x: F.pad(x, padding, mode=mode), lambda x: x.pad(padding, mode=mode))
+
+def test_pad_mode_errors():
+  x = Tensor.ones(2, 3)
+  with pytest.raises(ValueError, match="not one of"): x.pad((1, 1), mode="mirror")
+  with pytest.raises(ValueError, match="too large"): x.pad((3, 0), mode="reflect")   # reflect needs pad < size
+  with pytest.raises(ValueError, match="too large"): x.pad((0, 4), mode="circular")
+  with pytest.raises(ValueError, match="non-negative"): x.pad((-1, 1), mode="replicate")
+  assert x.pad((5, 5), mode="replicate").shape == (2, 13)
+
 def test_pad_pairs_and_shrink():
   check_op([(3, 4)], lambda x: F.pad(x, (2, 1, 0, 1)), lambda x: x.pad(((0, 1), (2, 1))))
   check_op([(3, 4)], lambda x: F.pad(x, (0, 0, 1, 1)), lambda x: x.pad((None, None)).pad(((1, 1), None)))

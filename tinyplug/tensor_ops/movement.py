@@ -20,6 +20,8 @@ def _flat_padding_to_pairs(padding: Sequence[int], ndim: int) -> list[tuple[int,
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
   return pairs
 
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
 class MovementMixin:
   __slots__ = ()
   def reshape(self, shape, *args):
@@ -48,14 +50,17 @@ class MovementMixin:
     return self._broadcast_to(tuple(o if n in (-1, None) else n for o, n in zip(old, new)))
 
   def pad(self, padding: Sequence, mode: str = "constant", value: float = 0.0):
-    """Pad with `value`. `padding` is torch-style flat ints (last dim first) or one (before, after) or None per dim.
-    Negative amounts cut elements away."""
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported; only 'constant' is")
+    """Pad with `value` (mode "constant"), or with the mirror image of the edge ("reflect", the edge itself not
+    repeated), copies of the edge element ("replicate") or the other end ("circular"), as torch's F.pad.
+    `padding` is torch-style flat ints (last dim first) or one (before, after) or None per dim. Negative amounts cut
+    elements away."""
+    if mode not in _PAD_MODES: raise ValueError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
     if all(isinstance(p, int) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
       if len(padding) != self.ndim:
         raise ValueError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
       pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    if mode != "constant": return self._pad_from_edges(pairs, mode)
     x = self
     if any(b < 0 or a < 0 for b, a in pairs):
       x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
@@ -65,6 +70,26 @@ class MovementMixin:
     inside = x._const_like(True, dtypes.bool)._apply_uop(graph.pad, padding=tuple(pairs))
     return inside.where(padded, value)
   def pad2d(self, padding: Sequence[int], value: float = 0.0): return self.pad(tuple(padding), value=value)
+  def _pad_from_edges(self, pairs: Sequence[tuple[int, int]], mode: str):
+    """Non-constant pads, one dim at a time: the pieces before and after are views of the dim itself (flipped for
+    reflect), joined with cat."""
+    x = self
+    for dim, ((before, after), n) in enumerate(zip(pairs, self.shape)):
+      if before == after == 0: continue
+      if before < 0 or after < 0: raise ValueError(f"pad mode {mode!r} needs non-negative padding, got {tuple(pairs)}")
+      limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
+      if n == 0 or (limit is not None and max(before, after) > limit):
+        raise ValueError(f"pad mode {mode!r}: padding ({before}, {after}) of dim {dim} is too large for its size {n}")
+      def part(start: int, stop: int):
+        return x.shrink(tuple((start, stop) if d == dim else None for d in range(x.ndim)))
+      if mode == "reflect": pieces = (part(1, before + 1).flip(dim), x, part(n - 1 - after, n - 1).flip(dim))
+      elif mode == "circular": pieces = (part(n - before, n), x, part(0, after))
+      else:
+        edge = lambda i, k: part(i, i + 1).expand(tuple(k if d == dim else s for d, s in enumerate(x.shape)))
+        pieces = (edge(0, before), x, edge(n - 1, after))
+      keep = [p for p in pieces if p.shape[dim]]
+      x = keep[0].cat(*keep[1:], dim=dim)
+    return x
 
   def shrink(self, bounds: Sequence):
     """Keep [start, end) of each dim; None keeps a dim whole."""
