@@ -430,7 +430,9 @@ def test_conv2d_flat_padding_and_conv1d():
            lambda x, w: x.conv2d(w, stride=2, padding=1), atol=1e-5, rtol=1e-4)
 
 POOL = [dict(kernel_size=2), dict(kernel_size=3, stride=1), dict(kernel_size=(2, 3), stride=(1, 2)), dict(kernel_size=3, padding=1, stride=2),
-        dict(kernel_size=2, dilation=2, stride=1)]
+        dict(kernel_size=2, dilation=2, stride=1), dict(kernel_size=2, ceil_mode=True),
+        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), dict(kernel_size=(2, 3), stride=(2, 2), ceil_mode=True),
+        dict(kernel_size=2, stride=3, padding=1, ceil_mode=True), dict(kernel_size=2, dilation=2, stride=2, ceil_mode=True)]
 
 @pytest.mark.parametrize("cfg", POOL, ids=str)
 def test_pool2d(cfg):

@@ -130,29 +130,42 @@ class NNMixin:
     x = x.reshape(lead + tuple(n * s for n, s in zip(spatial, stride)))
     return x.shrink((None, None, *[(0, (n - 1) * s + 1) for n, s in zip(spatial, stride)]))
 
-  def _pool_prepare(self, kernel_size, stride, padding, ceil_mode: bool, nd: int = 2):
-    if ceil_mode: raise NotImplementedError("ceil_mode=True is not supported")
-    k = make_tuple(kernel_size, nd)
+  def _pool_prepare(self, kernel_size, stride, padding, dilation, ceil_mode: bool, nd: int = 2):
+    """Kernel, stride, and (before, after) pads per dim of the pooled input, plus the extra right pad ceil_mode adds:
+    enough for one more window whenever that window starts inside the input or its left padding (torch's rule)."""
+    k, d = make_tuple(kernel_size, nd), make_tuple(dilation, nd)
     s = k if stride is None else make_tuple(stride, nd)
-    pads = [(0, 0)] * (self.ndim - nd) + _spatial_padding(padding, nd)
-    return k, s, pads
+    spatial_pads = _spatial_padding(padding, nd)
+    extra = [0] * nd
+    if ceil_mode:
+      for j, (i, kj, sj, dj, (pb, pa)) in enumerate(zip(self.shape[-nd:], k, s, d, spatial_pads)):
+        span = i + pb + pa - dj * (kj - 1) - 1
+        out = -(-span // sj) + 1
+        if (out - 1) * sj >= i + pb: out -= 1
+        extra[j] = max(0, (out - 1) * sj - span)
+    pads = [(0, 0)] * (self.ndim - nd) + spatial_pads
+    return k, s, pads, [(0, 0)] * (self.ndim - nd) + [(0, e) for e in extra]
 
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False):
-    k, s, pads = self._pool_prepare(kernel_size, stride, padding, ceil_mode)
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
     # the gradient marks where the input equals the max; computed inline in two kernels, the input could round
     # differently in each (LLVM may contract a*b+c into an FMA in one and not the other), match nowhere and leave a
     # window with no gradient. Read from one buffer, both see the same bits (free when it is a buffer already).
+    pads = [(b, a + e) for (b, a), (_, e) in zip(pads, extra)]
     x = self.contiguous().pad(tuple(pads), value=dtypes.min(self.dtype))
     return x._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
-    k, s, pads = self._pool_prepare(kernel_size, stride, padding, ceil_mode)
+    """Mean of each window. With count_include_pad the padding counts in the divisor; the part of a ceil_mode window
+    beyond the padding never does (torch's rule)."""
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
     axes = tuple(range(-len(k), 0))
-    windows = self.pad(tuple(pads))._pool(k, s, dilation)
-    if count_include_pad: return windows.mean(axes)
-    counts = self._const_like(1.0, dtypes.default_float).pad(tuple(pads))._pool(k, s, dilation).sum(axes)
-    return windows.sum(axes) / counts
+    windows = self.pad(tuple(pads)).pad(tuple(extra))._pool(k, s, dilation)
+    if count_include_pad and not any(e for _, e in extra): return windows.mean(axes)
+    ones = self._const_like(1.0, dtypes.default_float)
+    counted = ones.pad(tuple(pads), value=1.0 if count_include_pad else 0.0).pad(tuple(extra))
+    return windows.sum(axes) / counted._pool(k, s, dilation).sum(axes)
 
   def _tri_mask(self, diagonal: int, upper: bool):
     r, c = self.shape[-2], self.shape[-1]
