@@ -26,6 +26,11 @@ class MovementMixin:
   __slots__ = ()
   def reshape(self, shape, *args):
     new = _shape_args(shape, args)
+    # plain non-negative int sizes (the usual case) need none of the checks below
+    if not all(type(s) is int and s >= 0 for s in new): new = self._reshape_sizes(new)
+    return self._apply_uop(graph.reshape, shape=new)
+  def _reshape_sizes(self, new: tuple) -> tuple[int, ...]:
+    """Sizes with None (keep that dim) and one -1 (whatever is left) resolved; bad sizes raise."""
     if len(new) > 0 and any(s is None for s in new):
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if not all(isinstance(s, int) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
@@ -36,7 +41,7 @@ class MovementMixin:
       if known == 0 or self.numel() % known:
         raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new}")
       new = tuple(self.numel() // known if s == -1 else s for s in new)
-    return self._apply_uop(graph.reshape, shape=new)
+    return new
   def view(self, shape, *args): return self.reshape(shape, *args)
 
   def permute(self, order, *args):

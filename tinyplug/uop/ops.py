@@ -60,7 +60,7 @@ class GroupOp:
 def _arg_key(arg: Any) -> Any:
   # floats need their sign and NaN-ness in the cache key: 0.0 == -0.0 and nan != nan would merge or split wrongly
   if type(arg) is float: return (float, arg.hex()) if arg == arg else (float, "nan")
-  if type(arg) is tuple and any(type(a) is float for a in arg): return tuple(_arg_key(a) for a in arg)
+  if type(arg) is tuple and float in map(type, arg): return tuple(_arg_key(a) for a in arg)
   return arg
 
 _unique_ids = itertools.count()
@@ -98,6 +98,7 @@ class UOpMeta(type):
     return obj
 
 _PLAIN_ARGS = (type(None), int, str, bool)
+_MISSING = object()
 _new_object, _set_field = object.__new__, object.__setattr__
 
 def _drop_key(ref: _CacheRef, cache: dict = UOpMeta.ucache) -> None:
@@ -294,10 +295,13 @@ class UOp(metaclass=UOpMeta):
   # ---- tensor-level facts (shape and device of graph nodes; None where a node has no shape) ----
   @property
   def shape(self) -> tuple[int, ...] | None:
+    # read on every Tensor op many times over: a hit must not build a closure or run an import
+    if (c := self._cache) is not None and (s := c.get("shape", _MISSING)) is not _MISSING: return s
     from tinyplug.uop.shapes import shape_of
     return self._cached("shape", lambda: shape_of(self))
   @property
   def device(self) -> str | tuple[str, ...] | None:
+    if (c := self._cache) is not None and (d := c.get("device", _MISSING)) is not _MISSING: return d
     from tinyplug.uop.shapes import device_of
     return self._cached("device", lambda: device_of(self))
   @property
