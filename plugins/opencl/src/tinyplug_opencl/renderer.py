@@ -6,7 +6,7 @@ DEFINE_REG a private array. Pure values used once are inlined; loads and values 
 
 Storage types differ from value types in two places: bool lives in buffers as uchar (OpenCL forbids bool pointers
 in kernel arguments), and half without cl_khr_fp16 lives in memory as half but is computed in float through
-`vload_half` / `vstore_half`."""
+`vload_half` / `vstore_half`, each new value rounded back to half (so the bits are those of half math)."""
 from __future__ import annotations
 import math
 from typing import Any
@@ -110,6 +110,8 @@ class OpenCLRenderer(Renderer):
   # ---- ALU ----
   def render_alu(self, u: UOp, s: list[str]) -> str:
     text = self._render_alu(u, s)
+    # half computed in float (no cl_khr_fp16): round every new value to half, so results are those of half math
+    if self._half_storage(u.dtype) and u.op not in _EXACT_IN_HALF: return f"tp_round_half({text})"
     # C promotes char/short operands to int: bring the result back, so max() and friends see one type
     if u.dtype.scalar() in _SMALL_INTS and u.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ): return f"(({self.value_type(u.dtype)}){text})"
     return text
@@ -268,7 +270,9 @@ class OpenCLRenderer(Renderer):
         elif op is Ops.GEP:
           lanes = "".join(_SWIZZLE[i] for i in u.arg)
           text = f"{s[0]}.s{lanes}"
-        else: text = self.render_alu(u, s)
+        else:
+          text = self.render_alu(u, s)
+          if "tp_round_half" in text: needs.add("halfbits")
         if uses.get(u, 0) == 1 and op is not Ops.GEP: self.names[u] = text
         else: define(u, "alu" if op not in (Ops.CAST, Ops.BITCAST) else "cast", text)
       elif op in (Ops.SINK, Ops.NOOP): pass
@@ -287,6 +291,9 @@ class OpenCLRenderer(Renderer):
     return "\n".join(prelude + [head] + locals_ + body + ["}"]) + "\n"
 
 # without cl_khr_fp16 a half value lives in a float: rounding and bit access go through vstore_half/vload_half
+# ops whose result is one of their (already half) operands, or exact: no rounding needed
+_EXACT_IN_HALF = frozenset({Ops.MAX, Ops.NEG, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.TRUNC})
+
 _HALF_HELPERS = """inline float tp_round_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h); }
 inline ushort tp_half_to_bits(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return h; }
 inline float tp_half_from_bits(ushort h) { return vload_half(0, (__private half*)&h); }"""
