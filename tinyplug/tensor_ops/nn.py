@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
+from tinyplug.tensor_ops.template import graph_template
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
 def _spatial_padding(padding: int | Sequence[int], nd: int) -> list[tuple[int, int]]:
@@ -84,6 +85,7 @@ class NNMixin:
     x = x.shrink(nil + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k))))
     return x.permute(tuple(range(lead)) + tuple(lead + 2 * j for j in range(nd)) + tuple(lead + 2 * j + 1 for j in range(nd)))
 
+  @graph_template
   def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dtype: DType | str | None = None):
     """Convolution (really cross-correlation, like torch) over as many spatial dims as the weight has after 2.

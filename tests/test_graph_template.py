@@ -1,0 +1,77 @@
+"""Graph templates (tensor_ops/template.py): a composite method's graph is built once per input signature and
+rebuilt over new inputs; results, gradients and gradient flags must be those of building it afresh."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tinyplug import Tensor
+from tinyplug.tensor_ops import template
+from tinyplug.tensor_ops.template import graph_template
+
+def _conv_pair(seed: int, **kw):
+  rng = np.random.default_rng(seed)
+  x, w, b = rng.standard_normal((2, 3, 7, 6)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32), \
+    rng.standard_normal(4).astype(np.float32)
+  return x, w, b
+
+@pytest.mark.parametrize("bias_as", ["positional", "keyword", "none"])
+def test_conv2d_template_reused_with_new_inputs(device, bias_as):
+  outs = []
+  for seed in range(3):   # the same signature three times: built once, rebuilt twice
+    x, w, b = _conv_pair(seed)
+    tx, tw, tb = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True), Tensor(b, requires_grad=True)
+    if bias_as == "positional": out = tx.conv2d(tw, tb, padding=1)
+    elif bias_as == "keyword": out = tx.conv2d(tw, bias=tb, padding=1)
+    else: out = tx.conv2d(tw, padding=1)
+    out.square().sum().backward()
+    px, pw, pb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ref = F.conv2d(px, pw, pb if bias_as != "none" else None, padding=1)
+    ref.square().sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-3)
+    if bias_as != "none": np.testing.assert_allclose(tb.grad.numpy(), pb.grad.numpy(), rtol=1e-4, atol=1e-3)
+    outs.append(out.numpy())
+  assert not np.allclose(outs[0], outs[1])   # really the new inputs, not the first call's
+
+def test_gradient_flags_and_modes_are_part_of_the_key():
+  x, w, _ = _conv_pair(0)
+  assert Tensor(x, requires_grad=True).conv2d(Tensor(w)).requires_grad is True
+  assert Tensor(x, requires_grad=False).conv2d(Tensor(w, requires_grad=False)).requires_grad is False
+  Tensor.no_grad = True
+  try: assert Tensor(x, requires_grad=True).conv2d(Tensor(w, requires_grad=True)).requires_grad is False
+  finally: Tensor.no_grad = False
+  assert Tensor(x, requires_grad=True).conv2d(Tensor(w, requires_grad=True)).requires_grad is True
+
+@pytest.mark.parametrize("kw,ref", [
+  (dict(padding=1), lambda x, w: F.conv2d(x, w, padding=1)),
+  (dict(padding=[1, 0]), lambda x, w: F.conv2d(x, w, padding=(1, 0))),
+  (dict(stride=2), lambda x, w: F.conv2d(x, w, stride=2)),
+  (dict(dilation=2, padding=2), lambda x, w: F.conv2d(x, w, dilation=2, padding=2)),
+  (dict(padding=(1, 2, 0, 1)), lambda x, w: F.conv2d(F.pad(x, (1, 2, 0, 1)), w)),
+], ids=["pad1", "pad_list", "stride2", "dilation2", "pad_flat4"])
+def test_other_arguments_pick_other_templates(kw, ref):
+  x, w, _ = _conv_pair(1)
+  for _ in range(2):   # the second call comes from the template
+    got = Tensor(x).conv2d(Tensor(w), **kw).numpy()
+    np.testing.assert_allclose(got, ref(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
+
+def test_built_once_list_arguments_frozen_unhashable_ones_skip():
+  calls = []
+  @graph_template
+  def scaled(self, scale):
+    calls.append(1)
+    return self * scale[0]
+  a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
+  assert scaled(a, (2.0,)).tolist() == [2.0, 4.0] and scaled(b, (2.0,)).tolist() == [6.0, 8.0]
+  assert len(calls) == 1   # built once, rebuilt over b
+  assert scaled(a, [3.0]).tolist() == [3.0, 6.0] and scaled(b, [3.0]).tolist() == [9.0, 12.0] and len(calls) == 2
+  assert scaled(a, np.array([5.0])).tolist() == [5.0, 10.0] and len(calls) == 3   # unhashable: built directly
+  assert scaled(a, np.array([5.0])).tolist() == [5.0, 10.0] and len(calls) == 4
+
+def test_a_template_holds_no_memory():
+  from tinyplug.engine.realize import has_buffer
+  x, w, b = _conv_pair(2)
+  Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1).realize()
+  holders = [h for hs, _, _ in template._templates.values() for h in hs]
+  assert holders and all(h.base.op.name == "BUFFER" and not has_buffer(h.base) for h in holders)
