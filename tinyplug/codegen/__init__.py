@@ -129,7 +129,9 @@ def estimate(ast: UOp) -> dict:
     count = 1
     for r in d: count *= iters[r]
     if u.op in GroupOp.ALU and u.dtype.scalar().name != "bool" and not _is_index_math(u): ops += count
-    elif u.op is Ops.REDUCE: ops += count
+    elif u.op is Ops.REDUCE:
+      ops += count
+      deps[u] = d - frozenset(u.src[1:])   # its value is per outer iteration: users do not repeat the reduce loops
   for u in ast.toposort():
     if u.op is Ops.DEFINE_GLOBAL: mem += max(u.dtype.size, 0) * u.dtype.itemsize
   return {"ops": ops, "mem": mem}
