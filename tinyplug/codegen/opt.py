@@ -157,7 +157,12 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     for amt in (8, 4, 2):
       if size >= 4 * amt and _try(k, Opt(OptOps.UNROLL, 0, amt)): break
   elif loops:
-    for amt in (4, 2):
+    inner = loops[-1].src[0].arg
+    # 4 where it divides the row; otherwise, on CPUs and for big kernels, the widest divisor up to 16 (a 26- or 11-wide row of
+    # index-heavy work, like a pool's gradient, is upcast by 13 or 11 rather than by 2 or not at all)
+    small = math.prod(r.src[0].arg for r in loops) < 4096   # tiny kernels keep the simple rule (and their code)
+    choices = (4, 2) if gpu or small or inner % 4 == 0 else tuple(d for d in range(16, 1, -1) if inner % d == 0)
+    for amt in choices:
       if _try(k, Opt(OptOps.UPCAST, len(loops) - 1, amt)): break
   if gpu:
     for axis in reversed(range(len(k.loop_axes))):
