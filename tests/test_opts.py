@@ -22,19 +22,22 @@ def devices() -> list[str]:
   except Exception: pass
   return out
 
-def run(device: str, t: Tensor, opts: list[Opt]):
-  """Compile the last kernel computing `t` with exactly `opts` and run it; returns (result, program)."""
-  items, _ = create_schedule([t.uop])
-  for it in items[:-1]:   # inputs already realized: only copies could come first
-    raise AssertionError(f"expected one kernel, got {items}")
-  item = items[-1]
+def run_kernel(device: str, item, opts: list[Opt]):
+  """Compile schedule item `item` with exactly `opts` and run it on its buffers; returns (output values, program)."""
   dev = Device[device]
   spec = get_program(item.ast, dev.renderer, opts=opts)
   prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
   bufs = [b.ensure_allocated() for b in item.bufs]
   prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size,
       vals=tuple(v.arg[1] for v in spec.vars), wait=True)
-  return bufs[0].numpy().reshape(t.shape), spec
+  return bufs[0].numpy().copy(), spec
+
+def run(device: str, t: Tensor, opts: list[Opt]):
+  """Compile the one kernel computing `t` with exactly `opts` and run it; returns (result, program)."""
+  items, _ = create_schedule([t.uop])
+  if len(items) != 1: raise AssertionError(f"expected one kernel, got {items}")   # inputs are realized already
+  out, spec = run_kernel(device, items[0], opts)
+  return out.reshape(t.shape), spec
 
 def matmul(device: str, n: int, k: int, m: int):
   a, b = RNG.standard_normal((n, k)).astype(np.float32), RNG.standard_normal((k, m)).astype(np.float32)

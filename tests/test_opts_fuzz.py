@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import numpy as np
 import pytest
-from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt
 from tinyplug.device import Device
 from tinyplug.engine.realize import run_item
@@ -17,6 +16,7 @@ from tinyplug.schedule import create_schedule
 from tinyplug.search.runner import candidate_actions
 from tinyplug.tensor import Tensor
 from tinyplug.uop.ops import Ops
+from test_opts import run_kernel
 
 TRIALS = {"CPU": 25, "PYTHON": 25, "CL": 4}   # random action sequences per kernel (PoCL compiles slowly)
 MAX_ACTIONS = 4    # actions per sequence
@@ -58,14 +58,7 @@ def _kernels(device: str, name: str):
     if items and items[-1].ast.op is Ops.SINK: out.append(items[-1])
   return out
 
-def _run(device: str, item, opts: list[Opt]) -> np.ndarray:
-  dev = Device[device]
-  spec = get_program(item.ast, dev.renderer, opts=opts)
-  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
-  bufs = [b.ensure_allocated() for b in item.bufs]
-  prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size,
-      vals=tuple(v.arg[1] for v in spec.vars), wait=True)
-  return bufs[0].numpy().copy()
+def _run(device: str, item, opts: list[Opt]) -> np.ndarray: return run_kernel(device, item, opts)[0]
 
 def _random_actions(k: Kernel, rng: random.Random) -> list[Opt]:
   for _ in range(rng.randint(1, MAX_ACTIONS)):
