@@ -173,6 +173,26 @@ def test_bitcast():
   np.testing.assert_array_equal(Tensor(a).bitcast("int32").numpy(), a.view(np.int32))
   np.testing.assert_array_equal(Tensor(a.view(np.uint32)).bitcast("float32").numpy(), a)
 
+_UINT = {1: ("uint8", np.uint8, torch.int8), 2: ("uint16", np.uint16, torch.int16), 8: ("uint64", np.uint64, torch.int64)}
+
+@pytest.mark.parametrize("to", ["uint8", "int8", "int16", "float16", "bfloat16", "int64", "float64"])
+def test_bitcast_changing_size(device, to):
+  # like torch's view(dtype): the last dim scales, little-endian bytes; and back again to the same bits
+  from tinyplug.device import Device
+  if device == "CL" and (to == "bfloat16" or (to == "float64" and not getattr(Device["CL"].renderer, "has_fp64", False))):
+    pytest.skip(f"OpenCL has no {to} here")
+  a = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+  want = torch.tensor(a).view(getattr(torch, to))
+  got = Tensor(a).bitcast(to)
+  assert got.shape == tuple(want.shape) and got.dtype.itemsize == want.element_size()
+  uname, npu, tint = _UINT[want.element_size()]
+  np.testing.assert_array_equal(got.bitcast(uname).numpy(), want.view(tint).numpy().view(npu))
+  np.testing.assert_array_equal(got.bitcast("float32").numpy(), a)
+
+def test_bitcast_errors():
+  with pytest.raises(ValueError, match="does not divide"): Tensor.ones(3, 3).bitcast("float64")
+  with pytest.raises(ValueError, match="bool"): Tensor.ones(2, 4, dtype="uint8").bitcast("bool").bitcast("int32")
+
 def test_half_math():
   check_op([(4, 5), (4, 5)], lambda a, b: a * b + a, dtype=np.float16, atol=1e-2, rtol=1e-2, grad=False)
   check_op([(4, 5)], lambda x: x.exp().sum(1), dtype=np.float16, atol=5e-2, rtol=1e-2, grad=False)

@@ -4,7 +4,7 @@ Python scalars do not upcast tensors (an int tensor times 2.5 is float, a half t
 tinygrad and PyTorch. Everything transcendental reduces to EXP2, LOG2, SIN, SQRT and RECIPROCAL.
 """
 from __future__ import annotations
-import math
+import functools, math
 from typing import Any
 import numpy as np
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
@@ -12,6 +12,7 @@ from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 
 LN2 = math.log(2)
+_UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """The shape all of `shapes` broadcast to (aligned on the right); a mismatch raises a ValueError naming them."""
@@ -271,12 +272,30 @@ class ElementwiseMixin:
     dtype = to_dtype(dtype)
     return self if self.dtype == dtype else self._apply_uop(graph.cast, dtype=dtype)
   def bitcast(self, dtype: DType | str):
+    """Reinterpret the bits as `dtype`, like torch's view(dtype): to a smaller element the last dim grows (little
+    endian: the low bytes first), to a bigger one it shrinks."""
     dtype = to_dtype(dtype)
     if self.dtype == dtype: return self
     if dtype.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
         raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim does not divide")
+      if dtypes.bool in (dtype, self.dtype): raise ValueError(f"cannot bitcast {self.dtype} to {dtype}: bool has no bits to share")
+      return self._bitcast_resize(dtype)
     return self._apply_uop(graph.bitcast, dtype=dtype)
+  def _bitcast_resize(self, dtype: DType):
+    """A size-changing bitcast as shifts and masks on unsigned ints of each size (works on every device)."""
+    small, big = sorted((self.dtype.itemsize, dtype.itemsize))
+    ratio, bits = big // small, 8 * small
+    src_u, dst_u = _UINT_OF_SIZE[self.dtype.itemsize], _UINT_OF_SIZE[dtype.itemsize]
+    x, lead, n = self.bitcast(src_u), self.shape[:-1], self.shape[-1]
+    if self.dtype.itemsize > dtype.itemsize:   # split each element into `ratio` pieces
+      mask = (1 << bits) - 1
+      parts = [((x >> (bits * i)) & mask).cast(dst_u) for i in range(ratio)]
+      out = parts[0].stack(*parts[1:], dim=-1).reshape(lead + (n * ratio,))
+    else:                                      # join each `ratio` neighbours into one element
+      x = x.reshape(lead + (n // ratio, ratio)).cast(dst_u)
+      out = functools.reduce(lambda acc, i: acc | (x[..., i] << (bits * i)), range(1, ratio), x[..., 0])
+    return out.bitcast(dtype)
   def float(self): return self.cast(dtypes.float32)
   def half(self): return self.cast(dtypes.float16)
   def double(self): return self.cast(dtypes.float64)
