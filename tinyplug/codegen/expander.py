@@ -12,7 +12,7 @@ def _lanes(ranges: list[UOp]):
   for values in itertools.product(*(range(r.src[0].arg) for r in ranges)):
     yield {r: UOp.const(dtypes.index, v) for r, v in zip(ranges, values)}
 
-def _combine(op: Ops, vals: list[UOp]) -> UOp:
+def balanced_tree(op: Ops, vals: list[UOp]) -> UOp:
   # a balanced tree keeps dependency chains short
   while len(vals) > 1:
     vals = [UOp(op, vals[i].dtype, (vals[i], vals[i + 1])) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
@@ -26,7 +26,7 @@ def expand_unrolls(sink: UOp) -> UOp:
     if new.op is Ops.REDUCE and any(r.arg[1] == "unroll" for r in new.src[1:]):
       unrolled = [r for r in new.src[1:] if r.arg[1] == "unroll"]
       rest = tuple(r for r in new.src[1:] if r.arg[1] != "unroll")
-      body = _combine(new.arg, [new.src[0].substitute(lane) for lane in _lanes(unrolled)])
+      body = balanced_tree(new.arg, [new.src[0].substitute(lane) for lane in _lanes(unrolled)])
       new = UOp(Ops.REDUCE, new.dtype, (body, *rest), new.arg) if rest else body
     if new is not u: memo[u] = new
   return memo.get(sink, sink)

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Mapping
 from tinyplug.uop.dtype import DType, PtrDType
 from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.codegen.expander import balanced_tree
 
 _LANEWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
 _REDUCE_OPS = (Ops.ADD, Ops.MUL, Ops.MAX)
@@ -37,11 +38,6 @@ def split_offset(idx: UOp) -> tuple[frozenset, int]:
     elif x.op is Ops.CONST: const += int(x.arg)
     else: terms[x] += 1
   return frozenset(terms.items()), const
-
-def _combine(op: Ops, vals: list[UOp]) -> UOp:
-  while len(vals) > 1:
-    vals = [UOp(op, vals[i].dtype, (vals[i], vals[i + 1])) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
-  return vals[0]
 
 def has_gather(v: UOp) -> bool:
   """Does building `v` fall back to scalar lanes anywhere (a VECTORIZE of lanes that are not all one value)?"""
@@ -197,7 +193,7 @@ class Vectorizer:
     if best is None: return None
     leaves, body = best
     acc = UOp(Ops.REDUCE, body.dtype, (body, *red.src[1:]), red.arg)
-    return _combine(red.arg, [gep(acc, k) for k in range(len(leaves))])
+    return balanced_tree(red.arg, [gep(acc, k) for k in range(len(leaves))])
 
 def gep(v: UOp, k: int) -> UOp:
   """Lane k of vector v, without a GEP where the lane is at hand (a VECTORIZE's source, a constant)."""
