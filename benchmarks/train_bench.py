@@ -57,26 +57,31 @@ def _kernel_times(step, batches) -> list[tuple[str, float]]:
   full = [r for r in runs if len(r) == len(runs[-1])]
   return [(name, min(r[i][1] for r in full)) for i, (name, _) in enumerate(full[-1])]
 
-def worker_tinyplug(steps: int, warmup: int, chain: int, kernels: int = 0) -> dict:
-  from tinyplug import Tensor, TinyJit, Device, nn
-  from tinyplug.nn.optim import Adam
-  from tinyplug.nn.state import get_parameters
+def _model_and_optimizer(nn, get_parameters, Adam):
+  """The benchmark's CNN and its Adam, from either framework's modules (tinyplug and tinygrad share the API)."""
   class Model:
     def __init__(self): self.c1, self.c2, self.l1 = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 32, 3), nn.Linear(800, 10)
     def __call__(self, x):
       x = self.c2(self.c1(x).relu().max_pool2d(2)).relu().max_pool2d(2)
       return self.l1(x.flatten(1))
   model = Model()
-  opt = Adam(get_parameters(model), lr=1e-3)
+  return model, Adam(get_parameters(model), lr=1e-3)
+
+def worker_tinyplug(steps: int, warmup: int, chain: int, kernels: int = 0) -> dict:
+  from tinyplug import Tensor, TinyJit, Device, nn
+  from tinyplug.nn.optim import Adam
+  from tinyplug.nn.state import get_parameters
+  model, opt = _model_and_optimizer(nn, get_parameters, Adam)
   @TinyJit
   @Tensor.train()
   def jstep(x, y):
     opt.zero_grad()
     loss = model(x).sparse_categorical_crossentropy(y).backward()
     return loss.realize(*opt.schedule_step())
-  out = _timed_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(steps + warmup), warmup)
+  def step(x, y): return jstep(Tensor(x), Tensor(y)).item()
+  out = _timed_steps(step, _batches(steps + warmup), warmup)
   out["kernels_per_step"] = len(jstep.captured)
-  if kernels: out["kernel_times"] = _kernel_times(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(kernels))
+  if kernels: out["kernel_times"] = _kernel_times(step, _batches(kernels))
   @TinyJit
   def chain_fn(x):
     for _ in range(chain): x = (x * 1.0001 + 1).contiguous()
@@ -99,13 +104,7 @@ def worker_tinygrad(steps: int, warmup: int, chain: int, kernels: int = 0) -> di
   from tinygrad import Tensor, TinyJit, Device, nn, Context
   from tinygrad.nn.optim import Adam
   from tinygrad.nn.state import get_parameters
-  class Model:
-    def __init__(self): self.c1, self.c2, self.l1 = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 32, 3), nn.Linear(800, 10)
-    def __call__(self, x):
-      x = self.c2(self.c1(x).relu().max_pool2d(2)).relu().max_pool2d(2)
-      return self.l1(x.flatten(1))
-  model = Model()
-  opt = Adam(get_parameters(model), lr=1e-3)
+  model, opt = _model_and_optimizer(nn, get_parameters, Adam)
   @TinyJit
   def jstep(x, y):
     with Context(TRAINING=1):   # tinygrad 0.14 spells Tensor.train() as the TRAINING context variable
