@@ -100,3 +100,105 @@ def test_pool_survives_fork(run):
       os._exit(2)
   _, status = os.waitpid(pid, 0)
   assert os.waitstatus_to_exitcode(status) == 0
+
+# ---------------- the pool itself ----------------
+
+_ARGS_IR = """
+define void @argk(ptr %out, i32 %a, i64 %b, ptr %other, i32 %core, i32 %n) {
+  %slot = mul i32 %core, 4
+  %s64 = sext i32 %slot to i64
+  %p0 = getelementptr i64, ptr %out, i64 %s64
+  %a64 = sext i32 %a to i64
+  store i64 %a64, ptr %p0
+  %p1 = getelementptr i64, ptr %p0, i64 1
+  store i64 %b, ptr %p1
+  %p2 = getelementptr i64, ptr %p0, i64 2
+  %o = ptrtoint ptr %other to i64
+  store i64 %o, ptr %p2
+  %p3 = getelementptr i64, ptr %p0, i64 3
+  %n64 = sext i32 %n to i64
+  store i64 %n64, ptr %p3
+  ret void
+}
+"""
+
+def _args_kernel():
+  import ctypes
+  from tinyplug.device import Device
+  from tinyplug_cpu_llvm.compiler import symbol_for
+  dev = Device["CPU"]
+  addr = dev.load(symbol_for(_ARGS_IR), dev.compiler.compile_cached(_ARGS_IR))
+  return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32,
+                          ctypes.c_int32)(addr)
+
+def _native_or_skip():
+  import platform, sys
+  from tinyplug_cpu_llvm.threads import NativeThreadPool, pool
+  if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64"):
+    pytest.skip("the native pool is for Linux on x86-64/aarch64")
+  p = pool()
+  assert isinstance(p, NativeThreadPool), "the native pool should build on this platform"
+  return p
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6])
+def test_native_pool_passes_every_argument_to_every_core(n):
+  p = _native_or_skip()
+  fn = _args_kernel()
+  out, other = np.zeros(4 * 8, np.int64), np.zeros(4, np.int64)
+  for a, b in [(-7, 2**40 + 3), (2**31 - 1, -(2**62))]:
+    out[:] = 0
+    p.run(fn, [out.ctypes.data, a, b, other.ctypes.data], n)
+    rows = out.reshape(8, 4)
+    for core in range(8):
+      want = [a, b, other.ctypes.data, n] if core < n else [0, 0, 0, 0]
+      assert rows[core].tolist() == want, f"core {core} of {n}"
+
+@pytest.mark.parametrize("spin_us", [0, 2000])
+def test_native_pool_sleeping_and_spinning_workers(run, spin_us):
+  # with CPU_SPIN_US=0 every job wakes the workers from their futex; with spinning they catch it on the fly
+  import time
+  from tinyplug.helpers import Context
+  _native_or_skip()
+  uops = _matvec_like(64, 2048)
+  a = np.random.rand(64 * 2048).astype(np.float32)
+  want = np.sin(a.astype(np.float64)).reshape(64, 2048).sum(1)
+  with Context(CPU_SPIN_US=spin_us):
+    for i in range(20):
+      o = np.zeros(64, np.float32)
+      run(uops, [o, a], threads=2 + i % 3)
+      np.testing.assert_allclose(o, want, rtol=1e-4)
+      if i % 5 == 0: time.sleep(0.005)   # longer than any spin: the workers are asleep for the next one
+
+def test_python_callables_run_on_the_python_pool():
+  from tinyplug_cpu_llvm.threads import pool
+  seen = []
+  pool().run(lambda x, core, n: seen.append((x, core, n)), [5], 3)
+  assert sorted(seen) == [(5, 0, 3), (5, 1, 3), (5, 2, 3)]
+  with pytest.raises(ZeroDivisionError):
+    pool().run(lambda core, n: 1 // (core - 1), [], 2)
+  pool().run(lambda core, n: seen.append(core), [], 2)    # the pool survives a failing job
+
+def test_process_exits_cleanly_right_after_a_parallel_kernel():
+  # the workers are still spinning in JIT code when the interpreter shuts down: stopping them must not hang or crash
+  import os, subprocess, sys
+  code = ("import numpy as np\nfrom tinyplug import Tensor\n"
+          "x = Tensor(np.ones((512, 512), np.float32))\n"
+          "print(float((x @ x).sum().item()))\n")
+  for _ in range(3):
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "CPU_THREADS": "2", "DEV": "CPU"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(512.0 ** 3)
+
+def test_native_pool_close_stops_workers_and_a_later_job_starts_new_ones():
+  p = _native_or_skip()
+  fn = _args_kernel()
+  out, other = np.zeros(4 * 8, np.int64), np.zeros(4, np.int64)
+  p.run(fn, [out.ctypes.data, 1, 2, other.ctypes.data], 3)
+  old = list(p.workers)
+  p.close()
+  for t in old: t.join(timeout=10)   # back in Python, the thread function returns
+  assert not any(t.is_alive() for t in old) and p.workers == []
+  out[:] = 0
+  p.run(fn, [out.ctypes.data, 3, 4, other.ctypes.data], 2)
+  assert out.reshape(8, 4)[:3].tolist() == [[3, 4, other.ctypes.data, 2]] * 2 + [[0, 0, 0, 0]]

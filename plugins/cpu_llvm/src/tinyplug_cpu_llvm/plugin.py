@@ -6,6 +6,7 @@ TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
                    "description": "CPU backend: LLVM IR compiled with llvmlite for the host CPU, multi-threaded"}
 
 CPU_THREADS = ContextVar("CPU_THREADS", 0, "threads the CPU device runs large kernels on; 0 means every core this process may use")
+CPU_SPIN_US = ContextVar("CPU_SPIN_US", 2000, "microseconds an idle CPU worker thread waits for the next kernel before it sleeps")
 
 def probe() -> tuple[bool, str]:
   """llvmlite installed? (found, not imported: importing it loads libLLVM)"""

@@ -1,10 +1,10 @@
-"""The CPU device: 64-byte aligned host memory, objects JIT-loaded with MCJIT, kernels called through ctypes on a
-persistent pool of threads (ctypes releases the GIL, so the threads run the kernel in parallel).
+"""The CPU device: 64-byte aligned host memory, objects JIT-loaded with MCJIT, kernels called through ctypes; a large
+one runs on every core through the process's thread pool (threads.py).
 
 `DEV=CPU` (or `CPU:LLVM`) uses the host CPU and all its features; `DEV=CPU:LLVM:<cpu>,<+feature,...>` overrides
 them, e.g. `CPU:LLVM:znver4,+avx2`, or `CPU:LLVM:x86-64` for a baseline build."""
 from __future__ import annotations
-import ctypes, os, queue, threading, time
+import ctypes, os, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
@@ -12,6 +12,7 @@ from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.plugin import CPU_THREADS
 from tinyplug_cpu_llvm.renderer import LLVMRenderer, META_PREFIX
+from tinyplug_cpu_llvm.threads import pool
 
 ALIGN = 64
 # kernels with fewer loop-body executions than this run on one thread: waking the pool costs more than it saves
@@ -44,40 +45,6 @@ def _address(handle: Any) -> int:
   raise TypeError(f"not CPU memory: {type(handle).__name__}")
 
 # ---------------- threads ----------------
-
-class ThreadPool:
-  """Persistent workers; `run(fn, args, n)` calls fn(*args, core_id, n) for core_id in 0..n-1 and waits.
-  The calling thread takes core 0 itself."""
-  def __init__(self):
-    self.workers: list[queue.SimpleQueue] = []
-    self.done: queue.SimpleQueue = queue.SimpleQueue()
-    self.lock = threading.Lock()
-    self.pid = os.getpid()
-
-  def _grow(self, n: int) -> None:
-    if self.pid != os.getpid():   # a forked child has none of the parent's threads: start over
-      self.workers, self.done, self.pid = [], queue.SimpleQueue(), os.getpid()
-    while len(self.workers) < n - 1:
-      q: queue.SimpleQueue = queue.SimpleQueue()
-      threading.Thread(target=self._work, args=(q,), daemon=True, name=f"tinyplug-cpu-{len(self.workers)+1}").start()
-      self.workers.append(q)
-
-  def _work(self, q: queue.SimpleQueue) -> None:
-    while True:
-      fn, args, core, n = q.get()
-      try: fn(*args, core, n); self.done.put(None)
-      except BaseException as e: self.done.put(e)
-
-  def run(self, fn: Callable, args: list, n: int) -> None:
-    with self.lock:   # one parallel kernel at a time
-      self._grow(n)
-      for core in range(1, n): self.workers[core - 1].put((fn, args, core, n))
-      err = None
-      try: fn(*args, 0, n)
-      except BaseException as e: err = e
-      for _ in range(1, n):
-        if (e := self.done.get()) is not None and err is None: err = e
-      if err is not None: raise err
 
 def n_threads() -> int:
   """CPU_THREADS, or every core this process may run on (its affinity mask, which taskset/containers narrow)."""
@@ -153,7 +120,6 @@ class CPUDevice(Compiled):
     cpu, features = parse_device(name)
     compiler = LLVMCompiler(cpu, features)
     super().__init__(name, CPUAllocator(), LLVMRenderer(vector_math_isas(compiler.features)), compiler)
-    self.pool = ThreadPool()
     self._engine = None
     self._loaded: dict[str, int] = {}
     self._lock = LLVM_LOCK
@@ -174,5 +140,10 @@ class CPUDevice(Compiled):
       self._loaded[symbol] = addr
       if DEBUG >= 6: print(f"CPU: loaded {symbol} at {addr:#x}")
       return addr
+
+  @property
+  def pool(self):
+    """The process's worker threads (shared by every CPU device)."""
+    return pool()
 
   def make_program(self, spec: ProgramSpec, lib: bytes) -> Callable[..., float]: return CPUProgram(self, spec, lib)
