@@ -28,6 +28,9 @@ CASES = {
   "odd_sizes": ((_f32(7, 13),), lambda a: a.exp2() + 1, lambda a: np.exp2(a) + 1),
   "shifted": ((_f32(66),), lambda a: a[1:65] * a[:64], lambda a: a[1:65] * a[:64]),
   "padded": ((_f32(16, 16),), lambda a: a.pad(((1, 0), (1, 2))) + 1, lambda a: np.pad(a, ((1, 0), (1, 2))) + 1),
+  # reads one to the left and right of each element of a zero-padded row: the edge lanes are gated per lane
+  "padded_neighbours": ((_f32(8, 32),), lambda a: a.pad(((0, 0), (1, 1)))[:, :32] * 2 + a.pad(((0, 0), (1, 1)))[:, 2:],
+                        lambda a: np.pad(a, ((0, 0), (1, 1)))[:, :32] * 2 + np.pad(a, ((0, 0), (1, 1)))[:, 2:]),
   "transposed": ((_f32(32, 16),), lambda a: a.permute(1, 0) * 2, lambda a: a.T * 2),
   "where": ((_f32(8, 64), _f32(8, 64)), lambda a, b: (a < b).where(a, b) + a.maximum(b),
             lambda a, b: np.where(a < b, a, b) + np.maximum(a, b)),
@@ -85,6 +88,16 @@ def test_llvm_source_has_vector_types():
   (spec,) = _kernels(Tensor(_f32(16, 256), device="PYTHON").sum(1), LLVMRenderer(), opts=[Opt(OptOps.UNROLL, 0, 8)])
   assert "alloca [1 x <8 x float>]" in spec.src and "fadd reassoc contract <8 x float>" in spec.src
 
+def test_llvm_per_lane_gates_are_one_masked_load():
+  # a padded row read at an offset: its edge lanes are gated, its middle ones not; one masked vector load, whose
+  # mask is an integer of lane bits (not a mask register shuffled lane by lane)
+  pytest.importorskip("tinyplug_cpu_llvm")
+  from tinyplug_cpu_llvm.renderer import LLVMRenderer
+  inputs, prog, _ = CASES["padded_neighbours"]
+  (spec,) = _kernels(prog(Tensor(inputs[0], device="PYTHON")), LLVMRenderer(), opts=[Opt(OptOps.UPCAST, 1, 16)])
+  assert "@llvm.masked.load.v16f32.p0(" in spec.src and "bitcast i16 " in spec.src
+  assert "insertelement <16 x i1>" not in spec.src
+
 def test_opencl_source_has_vector_types():
   pytest.importorskip("tinyplug_opencl")
   from tinyplug_opencl.renderer import OpenCLRenderer
@@ -123,7 +136,8 @@ def _run_lowered(renderer, out: Tensor) -> np.ndarray:
     dev.make_program(spec, b"")(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size)
   return bufs[0].numpy()[:out.numel()].reshape(out.shape)
 
-@pytest.mark.parametrize("name", ["chain", "sum_all", "sum_rows", "matmul", "matmul_odd", "padded", "shifted", "where"])
+@pytest.mark.parametrize("name", ["chain", "sum_all", "sum_rows", "matmul", "matmul_odd", "padded", "shifted", "where",
+                                  "padded_neighbours"])
 def test_opencl_programs_on_python_interpreter(name):
   pytest.importorskip("tinyplug_opencl")
   from tinyplug_opencl.renderer import OpenCLRenderer
@@ -157,9 +171,19 @@ def test_contiguous_stores_become_one_vector_store():
   assert store.src[0].dtype.v == 4 and store.src[1].dtype == dtypes.float.vec(4)
   assert any(u.op is Ops.LOAD and u.dtype == dtypes.float.vec(4) for u in out.toposort())
 
-def test_strided_loads_and_per_lane_gates_fall_back_to_lanes():
+def test_per_lane_gates_make_a_masked_vector_load_where_bools_vectorize():
   g = [UOp(Ops.SPECIAL, dtypes.index, (), ("gidx1", 2)) < k for k in range(4)]
   out = Vectorizer(PythonRenderer()).stores(_store_graph([0, 1, 2, 3], gates=g))
+  (store,) = out.src
+  assert store.src[1].dtype == dtypes.float.vec(4)
+  (load,) = [u for u in out.toposort() if u.op is Ops.LOAD]
+  assert load.dtype == dtypes.float.vec(4) and load.src[0].src[2].dtype == dtypes.bool.vec(4)   # one gate per lane
+
+def test_strided_loads_and_per_lane_gates_fall_back_to_lanes():
+  class NoBoolVectors(PythonRenderer):   # like OpenCL: no bool vectors, so no vector of gates either
+    vector_widths = {dt: w for dt, w in PythonRenderer.vector_widths.items() if dt != dtypes.bool}
+  g = [UOp(Ops.SPECIAL, dtypes.index, (), ("gidx1", 2)) < k for k in range(4)]
+  out = Vectorizer(NoBoolVectors()).stores(_store_graph([0, 1, 2, 3], gates=g))
   (store,) = out.src
   assert store.src[1].dtype == dtypes.float.vec(4)
   assert not any(u.op is Ops.LOAD and u.dtype.count > 1 for u in out.toposort())   # per-lane gates: scalar loads

@@ -17,7 +17,7 @@ Renderers that declare no vector widths get the program unchanged."""
 from __future__ import annotations
 from collections import Counter
 from typing import Mapping
-from tinyplug.uop.dtype import DType, PtrDType
+from tinyplug.uop.dtype import DType, PtrDType, dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.codegen.expander import balanced_tree
 
@@ -40,8 +40,9 @@ def split_offset(idx: UOp) -> tuple[frozenset, int]:
   return frozenset(terms.items()), const
 
 def has_gather(v: UOp) -> bool:
-  """Does building `v` fall back to scalar lanes anywhere (a VECTORIZE of lanes that are not all one value)?"""
-  return any(u.op is Ops.VECTORIZE and len(set(u.src)) > 1 for u in v.toposort())
+  """Does building `v` fall back to scalar lanes anywhere (a VECTORIZE of lanes that are not all one value)? Gates
+  put together lane by lane do not count: a few scalar compares, mostly of one value (a padded row's middle)."""
+  return any(u.op is Ops.VECTORIZE and u.dtype.scalar() != dtypes.bool and len(set(u.src)) > 1 for u in v.toposort())
 
 class Vectorizer:
   def __init__(self, renderer):
@@ -57,7 +58,12 @@ class Vectorizer:
 
   # ---- a vector whose lane k is lanes[k] ----
   def vec(self, lanes: tuple[UOp, ...]) -> UOp:
-    if (hit := self.memo.get(lanes)) is None: hit = self.memo[lanes] = self._build(lanes)
+    if (hit := self.memo.get(lanes)) is None:
+      hit = self._build(lanes)
+      # gates whose lanes simplified differently (a row's edges) are cheaper as a few scalar compares put together
+      # than as vector compares of gathered indices
+      if hit.dtype.scalar() == dtypes.bool and hit.op is not Ops.VECTORIZE and has_gather(hit): hit = self.gather(lanes)
+      self.memo[lanes] = hit
     return hit
 
   def _build(self, lanes: tuple[UOp, ...]) -> UOp:
@@ -66,7 +72,7 @@ class Vectorizer:
     if all(x is first for x in lanes):
       return UOp.const(vdt, first.arg) if first.op is Ops.CONST else UOp(Ops.VECTORIZE, vdt, lanes)
     if all(x.op is Ops.CONST for x in lanes): return UOp(Ops.VCONST, vdt, arg=tuple(x.arg for x in lanes))
-    if not _alike(lanes): return self.gather(lanes)
+    if not _alike(lanes): return self.vec(lifted) if (lifted := _lift_where(lanes)) is not None else self.gather(lanes)
     if first.op is Ops.LOAD: return self.load(lanes)
     if first.op is Ops.REDUCE: return self.reduce(lanes)
     if first.op in _LANEWISE:
@@ -98,21 +104,30 @@ class Vectorizer:
     return self.native_op(first.op) and all(self.fits(s.dtype, len(lanes)) for s in first.src) and _alike(lanes)
 
   # ---- memory ----
-  def contiguous(self, indexes: tuple[UOp, ...]) -> bool:
-    """INDEXes of one buffer, one gate (or none), at consecutive addresses in lane order."""
+  def contiguous(self, indexes: tuple[UOp, ...], lane_gates: bool = False) -> bool:
+    """INDEXes of one buffer at consecutive addresses in lane order, under one gate (or none); with `lane_gates`,
+    under any gates."""
     first = indexes[0]
-    if any(i.op is not Ops.INDEX or i.src[0] is not first.src[0] or i.src[2:] != first.src[2:] for i in indexes): return False
+    if any(i.op is not Ops.INDEX or i.src[0] is not first.src[0] or (i.src[2:] != first.src[2:] and not lane_gates)
+           for i in indexes): return False
     key, start = split_offset(first.src[1])
     for k, i in enumerate(indexes[1:], 1):
       if split_offset(i.src[1]) != (key, start + k): return False
     return True
 
   def load(self, lanes: tuple[UOp, ...]) -> UOp:
-    index = lanes[0].src[0]
-    if not self.contiguous(tuple(x.src[0] for x in lanes)): return self.gather(lanes)
-    n = len(lanes)
-    vindex = UOp(Ops.INDEX, index.dtype.vec(n), index.src)
-    alt = (self.vec(tuple(x.src[1] for x in lanes)),) if len(lanes[0].src) > 1 else ()
+    index, n = lanes[0].src[0], len(lanes)
+    indexes = tuple(x.src[0] for x in lanes)
+    if not self.contiguous(indexes):
+      # gates that differ per lane (a padded row's edges) make a masked vector load where the renderer holds bools in
+      # vectors; the gates themselves vectorize like any other value
+      if not self.fits(dtypes.bool, n) or not self.contiguous(indexes, lane_gates=True): return self.gather(lanes)
+      true = UOp.const(dtypes.bool, True)
+      gate = self.vec(tuple(i.src[2] if len(i.src) > 2 else true for i in indexes))
+      vindex = UOp(Ops.INDEX, index.dtype.vec(n), (index.src[0], index.src[1], gate))
+    else: vindex = UOp(Ops.INDEX, index.dtype.vec(n), index.src)
+    alt = (self.vec(tuple(x.src[1] if len(x.src) > 1 else UOp.const(x.dtype, 0) for x in lanes)),) \
+      if any(len(x.src) > 1 for x in lanes) else ()
     return UOp(Ops.LOAD, lanes[0].dtype.vec(n), (vindex, *alt), lanes[0].arg)
 
   def reduce(self, lanes: tuple[UOp, ...]) -> UOp:
@@ -206,6 +221,16 @@ def _alike(lanes: tuple[UOp, ...]) -> bool:
   first = lanes[0]
   return all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype and len(x.src) == len(first.src)
              for x in lanes)
+
+def _lift_where(lanes: tuple[UOp, ...]) -> tuple[UOp, ...] | None:
+  """Lanes where some are `where(gate, x, other)` and the rest plain values like x (a padded row: the simplifier
+  dropped the always-true gate of its middle lanes) as where-lanes throughout, the plain ones under a True gate."""
+  wheres = [x for x in lanes if x.op is Ops.WHERE]
+  if not wheres or len(wheres) == len(lanes): return None
+  plain = [x for x in lanes if x.op is not Ops.WHERE]
+  if not _alike(tuple(plain + [w.src[1] for w in wheres])): return None
+  true, other = UOp.const(dtypes.bool, True), wheres[0].src[2]
+  return tuple(x if x.op is Ops.WHERE else UOp(Ops.WHERE, x.dtype, (true, x, other)) for x in lanes)
 
 def _runs(members: list[tuple[int, UOp]]) -> list[list[UOp]]:
   """Stores sorted by offset -> runs at consecutive offsets (a repeated offset starts a new run)."""

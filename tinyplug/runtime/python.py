@@ -157,7 +157,8 @@ class PythonProgram:
         width = u.dtype.v if isinstance(u.dtype, PtrDType) else 1
         idx = v[u.src[1]] if width == 1 else np.asarray(v[u.src[1]])[..., None] + np.arange(width)
         gate = v[u.src[2]] if len(u.src) > 2 else None
-        v[u] = (mem, idx, gate if gate is None or width == 1 else np.asarray(gate)[..., None], width)
+        lane_gates = len(u.src) > 2 and u.src[2].dtype.count > 1   # one gate per lane already
+        v[u] = (mem, idx, gate if gate is None or width == 1 or lane_gates else np.asarray(gate)[..., None], width)
       elif op is Ops.LOAD:
         if u.dtype.scalar() == dtypes.bfloat16 and not isinstance(v[u.src[0]][0], tuple):   # memory holds raw bits
           alt = _bf16_bits(v[u.src[1]]) if len(u.src) > 1 else None

@@ -383,10 +383,12 @@ class _FunctionBuilder:
     base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
     it = reg_type(idx.dtype)
     i = self.r[idx]
-    if gate is not None and u.src[2].dtype.count == 1 and idx.dtype.count == 1:
+    lane_gates = gate is not None and u.src[2].dtype.count > 1
+    if gate is not None and not lane_gates and idx.dtype.count == 1:
       # a gated access reads/writes a safe address (element 0) when the gate is off
       i = self.op(f"select i1 {gate}, {it} {i}, {it} {literal(0, idx.dtype)}")
-    self.r[u] = self.op(f"getelementptr inbounds {mem_type(base)}, ptr {self.r[buf]}, {it} {i}", "p")
+    # with a gate per lane the row may start outside the buffer (a masked load never touches those lanes)
+    self.r[u] = self.op(f"getelementptr {'' if lane_gates else 'inbounds '}{mem_type(base)}, ptr {self.r[buf]}, {it} {i}", "p")
     self.gates[u] = gate
 
   def _lanes(self, u: UOp) -> int:
@@ -399,6 +401,8 @@ class _FunctionBuilder:
     alt = self.r[u.src[1]] if len(u.src) > 1 else None
     dt = u.dtype
     ptrs, vgate = self.r[index], index.src[2] if len(index.src) > 2 else None
+    if index.src[1].dtype.count == 1 and vgate is not None and vgate.dtype.count > 1 and mem_type(dt) == reg_type(dt):
+      return self.masked_load(u, ptrs, self.r[vgate], alt)
     if index.src[1].dtype.count > 1 or (vgate is not None and vgate.dtype.count > 1):
       return self.load_lanes(u, index, alt)
     raw = self.op(f"load {mem_type(dt)}, ptr {ptrs}, align {dt.scalar().itemsize}")
@@ -407,6 +411,15 @@ class _FunctionBuilder:
       if alt is None: alt = literal(0, dt)
       val = self.op(f"select i1 {gate}, {reg_type(dt)} {val}, {reg_type(dt)} {alt}")
     return val
+
+  def masked_load(self, u: UOp, ptr: str, mask: str, alt: str | None) -> str:
+    """Consecutive lanes, each under its own gate: one llvm.masked.load (lanes whose gate is off are not read)."""
+    dt = u.dtype
+    t, sc = reg_type(dt), reg_type(dt.scalar())
+    name = f"llvm.masked.load.v{dt.count}{'f' if dtypes.is_float(dt.scalar()) else 'i'}{dt.scalar().itemsize * 8}.p0"
+    self.decls[name] = f"declare {t} @{name}(ptr, i32, <{dt.count} x i1>, {t})"
+    return self.op(f"call {t} @{name}(ptr {ptr}, i32 {dt.scalar().itemsize}, <{dt.count} x i1> {mask}, "
+                   f"{t} {alt if alt is not None else literal(0, dt)})")
 
   def load_lanes(self, u: UOp, index: UOp, alt: str | None) -> str:
     """A gather, or a vector load with one gate per lane: one scalar access per lane."""
@@ -510,9 +523,26 @@ class _FunctionBuilder:
     if len(set(lanes)) == 1:
       one = self.op(f"insertelement <1 x {sc}> poison, {sc} {lanes[0]}, i32 0")
       return self.op(f"shufflevector <1 x {sc}> {one}, <1 x {sc}> poison, <{len(lanes)} x i32> zeroinitializer")
+    if sc == "i1" and len(lanes) <= 64: return self.bool_vector(lanes)
     out = "poison"
     for i, v in enumerate(lanes): out = self.op(f"insertelement {t} {out}, {sc} {v}, i32 {i}")
     return out
+
+  def bool_vector(self, lanes: list[str]) -> str:
+    """Bools put together lane by lane (gates of a row's lanes: mostly one value, a few edges) as an integer whose bit
+    k is lane k: one select and or per distinct value, then a bitcast, where inserting lane by lane costs a mask
+    register shuffle per lane."""
+    n, groups = len(lanes), {}
+    for k, v in enumerate(lanes): groups.setdefault(v, []).append(k)
+    it, acc = f"i{n}", "0"
+    for v, ks in groups.items():
+      bits = sum(1 << k for k in ks)
+      bits = bits - (1 << n) if bits >= 1 << (n - 1) else bits   # as a signed iN literal
+      if v in ("true", "1"): part = str(bits)
+      elif v in ("false", "0"): continue
+      else: part = self.op(f"select i1 {v}, {it} {bits}, {it} 0")
+      acc = part if acc == "0" else self.op(f"or {it} {acc}, {part}")
+    return self.op(f"bitcast {it} {acc} to <{n} x i1>")
 
   def render_gep(self, u: UOp) -> str:
     src = u.src[0]
