@@ -10,7 +10,7 @@ from tinyplug.uop.dtype import DType, dtypes, to_np_dtype
 from tinyplug.uop.ops import UOp
 
 LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
-LRU_MIN = ContextVar("LRU_MIN", 1 << 20, "the smallest freed block (bytes) kept for reuse")
+LRU_MIN = ContextVar("LRU_MIN", 1 << 16, "the smallest freed block (bytes) kept for reuse")
 LRU_MAX = ContextVar("LRU_MAX", 1 << 30, "at most this many freed bytes are kept per device")
 
 # ---------------- the interfaces a backend implements ----------------
