@@ -73,5 +73,33 @@ def test_a_template_holds_no_memory():
   from tinyplug.engine.realize import has_buffer
   x, w, b = _conv_pair(2)
   Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1).realize()
-  holders = [h for hs, _, _ in template._templates.values() for h in hs]
+  holders = [h for built in template._templates.values() for h in built.holders]
   assert holders and all(h.base.op.name == "BUFFER" and not has_buffer(h.base) for h in holders)
+
+def test_rebuilt_output_brings_its_schedule_key_and_aliased_inputs_do_not():
+  from tinyplug.schedule.cache import structure
+  from tinyplug.uop.ops import Ops, UOp
+  from tinyplug.uop.dtype import dtypes
+  @graph_template
+  def mix(self, other):
+    return (self * 2 + other.flip(0)).relu().sum(0)
+  rng = np.random.default_rng(3)
+  an, bn = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+  a, b = Tensor(an).realize(), Tensor(bn).realize()
+  ref = lambda x, y: np.maximum(x * 2 + y[::-1], 0).sum(0)
+  for x, y, xn, yn in [(a, b, an, bn), (b, a, bn, an), (a, a, an, an), (b, b, bn, bn), (a, b, an, bn)]:
+    out = mix(x, y)
+    hint = (out.uop._cache or {}).get("sink_structure")
+    assert (hint is not None) == (x is not y)   # the same buffer twice is another graph: walked as usual
+    if hint is not None:   # the hint is what walking the graph gives
+      sink = UOp(Ops.SINK, dtypes.void, (out.uop,))
+      walked = list(sink.toposort())
+      key, nodes = structure(sink)
+      assert len(nodes) == len(walked) and set(nodes) == set(walked)
+      del out.uop._cache["sink_structure"]
+      assert structure(sink) == (key, walked)   # the very key and order a walk finds
+      out.uop._cache["sink_structure"] = hint
+    np.testing.assert_allclose(out.numpy(), ref(xn, yn), rtol=1e-5, atol=1e-5)
+  lazy = mix(a + 1, b)   # an input that is a graph, not a buffer: no hint, still right
+  assert "sink_structure" not in (lazy.uop._cache or {})
+  np.testing.assert_allclose(lazy.numpy(), ref(an + 1, bn), rtol=1e-5, atol=1e-5)

@@ -25,7 +25,12 @@ def _arg_key(arg: Any) -> Any:
   return arg
 
 def structure(sink: UOp) -> tuple[tuple, list[UOp]] | None:
-  """(key, the graph's nodes in toposort order), or None when the graph holds an op templates do not cover."""
+  """(key, the graph's nodes in toposort order), or None when the graph holds an op templates do not cover.
+
+  A graph template's output (tensor_ops/template.py) realized as it is brings its key along: no walk then."""
+  if len(sink.src) == 1 and sink.arg is None and (c := sink.src[0]._cache) is not None and \
+     (hint := c.get("sink_structure")) is not None:
+    return hint[0], [*hint[1], sink.src[0], sink]
   nodes = list(sink.toposort())
   pos: dict[UOp, int] = {}
   key = []
@@ -55,7 +60,12 @@ class Template:
       bufs = tuple([ref(r) for r in refs])
       if ast is None: ast = UOp(Ops.COPY, bufs[0].dtype, (bufs[1], bufs[0]), copy_arg)
       items.append(ScheduleItem(ast, bufs, dict(meta)))
-    return items, {nodes[p]: _replay(recipe, ref) for p, recipe in self.becomes}
+    built: dict[tuple, UOp] = {}   # a realized node and the view over it often become the same
+    becomes = {}
+    for p, recipe in self.becomes:
+      if (v := built.get(recipe)) is None: v = built[recipe] = _replay(recipe, ref)
+      becomes[nodes[p]] = v
+    return items, becomes
 
 def _replay(recipe: tuple, ref) -> UOp:
   if len(recipe) == 1: return ref(recipe[0])

@@ -3,15 +3,34 @@ dtypes, devices and gradient flags and on its other arguments, so it is built on
 later calls rebuild it over their own inputs: one UOp per node instead of a chain of Tensor methods (conv2d: ~25
 of them, validation and all).
 
+A template also knows the scheduler's structure key of its graph (schedule/cache.py), so when the rebuilt output is
+realized as it is, over inputs shaped like the placeholders, the scheduler need not walk the graph to find it.
+
 Only for methods whose graph does not look at their inputs beyond that (not, say, whether an input is a buffer
 already). Placeholders are unallocated BUFFER views, so a template holds no memory."""
 from __future__ import annotations
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable
-from tinyplug.uop.ops import UOp
+from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import Ops, UOp
 
 MAX_TEMPLATES = 1024
-_templates: dict[tuple, tuple[tuple[UOp, ...], tuple[UOp, ...], bool | None]] = {}   # holders, nodes, grad flag
+
+@dataclass(frozen=True)
+class Built:
+  holders: tuple[UOp, ...]          # the placeholder inputs
+  order: tuple[UOp, ...]            # every node of the graph, toposorted (the placeholders' own nodes included)
+  requires_grad: bool | None
+  # the nodes that depend on an input, in order: (position in `order`, op, dtype, arg, positions of their sources)
+  steps: tuple[tuple[int, Ops, Any, Any, tuple[int, ...]], ...]
+  holder_pos: tuple[int, ...]       # position of each placeholder in `order`
+  # the scheduler's structure of SINK(output): its key and, for each node of it below the output, where the node is:
+  # (-1, position in `order`) or (k, position in input k's own toposort)
+  structure: tuple[tuple, tuple[tuple[int, int], ...]] | None
+  view_keys: tuple[tuple, ...]      # the structure key of each placeholder on its own (an input must match it)
+
+_templates: dict[tuple, Built] = {}
 
 def _frozen(x: Any) -> Any:
   """x as a hashable key part (lists become tuples); a TypeError says it cannot be one."""
@@ -19,14 +38,51 @@ def _frozen(x: Any) -> Any:
   hash(x)
   return x
 
-def _rebuild(order: tuple[UOp, ...], mapping: dict[UOp, UOp]) -> UOp:
-  """The template's nodes (in toposort order) rebuilt with the placeholders swapped for the inputs."""
-  new = dict(mapping)
-  for u in order:
-    if u in new: continue
-    src = tuple([new.get(s, s) for s in u.src])
-    new[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
-  return new[order[-1]]
+def view_key(u: UOp) -> tuple | None:
+  """The scheduler's structure key of `u` alone (its buffers left out), kept on the node: inputs are long-lived."""
+  from tinyplug.schedule.cache import structure
+  def key() -> tuple | None:
+    found = structure(UOp(Ops.SINK, dtypes.void, (u,)))
+    return None if found is None else found[0]
+  return u._cached("view_key", key)
+
+def _build(holders: tuple[UOp, ...], out: UOp, requires_grad: bool | None) -> Built:
+  order = tuple(out.toposort())
+  index = {u: i for i, u in enumerate(order)}
+  holder_pos = tuple(index[h] for h in holders)
+  dependent, steps = set(holder_pos), []
+  for i, u in enumerate(order):
+    if i in dependent or not any(index[s] in dependent for s in u.src): continue
+    dependent.add(i)
+    steps.append((i, u.op, u.dtype, u.arg, tuple(index[s] for s in u.src)))
+  return Built(holders, order, requires_grad, tuple(steps), holder_pos, *_structure_of(holders, out, index))
+
+def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
+  from tinyplug.schedule.cache import structure
+  found = structure(UOp(Ops.SINK, dtypes.void, (out,)))
+  keys = tuple(view_key(h) for h in holders)
+  if found is None or None in keys or len({h.base for h in holders}) != len(holders): return None, keys
+  key, nodes = found
+  own = {}   # a placeholder's own nodes (its BUFFER, ...) are found in the matching input's toposort
+  for k, h in enumerate(holders):
+    for j, u in enumerate(h.toposort()):
+      if u.op is not Ops.DEVICE: own.setdefault(u, (k, j))
+  return (key, tuple(own.get(u, (-1, index[u])) for u in nodes[:-2])), keys
+
+def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
+  """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow."""
+  vals = list(t.order)
+  for p, u in zip(t.holder_pos, inputs): vals[p] = u
+  for p, op, dtype, arg, srcs in t.steps: vals[p] = UOp(op, dtype, tuple([vals[i] for i in srcs]), arg)
+  out = vals[-1]
+  if t.structure is not None and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)) and \
+     len({u.base for u in inputs}) == len(inputs):
+    key, where = t.structure
+    tops = [tuple(u.toposort()) for u in inputs]
+    # the nodes below the output, in the key's order (the output itself is not kept: it would refer to itself)
+    below = tuple([vals[j] if k < 0 else tops[k][j] for k, j in where])
+    out._cached("sink_structure", lambda: (key, below))
+  return out
 
 def graph_template(fn: Callable) -> Callable:
   """Decorate a Tensor method; its tensor arguments (positional or keyword) become the template's inputs, every other
@@ -51,7 +107,6 @@ def graph_template(fn: Callable) -> Callable:
       out = fn(holders[0], *[next(pos) if isinstance(a, tt) else a for a in args],
                **{k: by_name.get(k, v) for k, v in kwargs.items()})
       if len(_templates) >= MAX_TEMPLATES: _templates.clear()
-      hit = _templates[key] = (tuple(h.uop for h in holders), tuple(out.uop.toposort()), out.requires_grad)
-    holder_uops, order, requires_grad = hit
-    return tt.from_uop(_rebuild(order, dict(zip(holder_uops, (t.uop for t in tensors)))), requires_grad)
+      hit = _templates[key] = _build(tuple(h.uop for h in holders), out.uop, out.requires_grad)
+    return tt.from_uop(_rebuild(hit, [t.uop for t in tensors]), hit.requires_grad)
   return wrapper
