@@ -34,6 +34,19 @@ class TestHashConsing:
   def test_pickle_gives_the_same_node(self):
     x = UOp.variable("a", 0, 9) * 3
     assert pickle.loads(pickle.dumps(x)) is x
+  def test_pickled_dtypes_hash_like_fresh_ones_in_another_process(self):
+    # a dtype caches its hash, which covers its name (a str: hashed differently per process); pickles leave it out
+    import os, subprocess, sys
+    blob = pickle.dumps([dtypes.float.ptr(7), dtypes.half.vec(4), UOp(Ops.CONST, dtypes.float.vec(2), arg=1.5)])
+    hash(dtypes.float.ptr(7))
+    code = ("import pickle, sys; from tinyplug.uop import UOp, Ops, dtypes\n"
+            "p, v, c = pickle.loads(sys.stdin.buffer.read())\n"
+            "assert {dtypes.float.ptr(7): 1}.get(p) == 1 and {dtypes.half.vec(4): 2}.get(v) == 2\n"
+            "assert c is UOp(Ops.CONST, dtypes.float.vec(2), arg=1.5)\n")
+    for seed in ("1", "2"):
+      r = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=60,
+                         env={**os.environ, "PYTHONHASHSEED": seed})
+      assert r.returncode == 0, r.stderr.decode()
 
 class TestConstants:
   def test_signed_zero_is_distinct(self):

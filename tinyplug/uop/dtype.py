@@ -1,7 +1,7 @@
 """Data types: scalar, vector and pointer dtypes, and the promotion lattice shared with PyTorch/tinygrad."""
 from __future__ import annotations
 import functools, math, struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 ConstType = float | int | bool
@@ -57,6 +57,17 @@ class PtrDType(DType):
     return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self.base, self.local, 1, self.size)
   def __repr__(self) -> str:
     return f"{self.base!r}.ptr({self.size}{', local=True' if self.local else ''})" + (f".vec({self.v})" if self.v != 1 else "")
+
+def _cached_hash(self: DType) -> int:
+  # dtypes are hashed on every dict lookup that keys on one; a frozen dataclass's own hash rebuilds the field tuple
+  # (and the scalar dtype's hash inside it) each time
+  h = self.__dict__.get("_hash")
+  if h is None: object.__setattr__(self, "_hash", h := hash((type(self),) + tuple(getattr(self, f.name) for f in fields(self))))
+  return h
+def _reduce(self: DType) -> tuple:   # pickles carry the fields only: a string's hash differs between processes
+  return type(self), tuple(getattr(self, f.name) for f in fields(self))
+DType.__hash__ = PtrDType.__hash__ = _cached_hash   # type: ignore[method-assign]
+DType.__reduce__ = _reduce   # type: ignore[method-assign,assignment]
 
 class dtypes:
   void: Final = DType(-1, 0, "void", None)

@@ -6,6 +6,8 @@ from typing import Any, Callable, Iterator
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
 
 class Ops(Enum):
+  # members are singletons: hash by identity in C (Enum's own __hash__ is a Python call on every dict/set lookup)
+  __hash__ = object.__hash__
   # graph structure and identity
   SINK = auto(); NOOP = auto(); UNIQUE = auto(); DEVICE = auto(); KERNEL = auto(); CUSTOM = auto(); CUSTOMI = auto()
   # buffers and variables
