@@ -19,8 +19,24 @@ from tinyplug.tensor_ops.reduce import ReduceMixin
 from tinyplug.tensor_ops.nn import NNMixin
 from tinyplug.tensor_ops import graph
 
-# every live Tensor, so that realize() can point all of them at the buffers that now hold their values
-_live_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
+# references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
+class _TensorRef(weakref.ref):
+  __slots__ = ("tid",)
+
+_live_refs: dict[int, _TensorRef] = {}
+
+def _forget(ref: _TensorRef, refs: dict = _live_refs) -> None: refs.pop(ref.tid, None)
+
+def _track(t: Tensor) -> None:
+  ref = _TensorRef(t, _forget)
+  ref.tid = t._tid
+  _live_refs[t._tid] = ref
+
+def live_tensors() -> list[Tensor]:
+  """Every Tensor alive now."""
+  return [t for r in list(_live_refs.values()) if (t := r()) is not None]
+
 _tensor_ids = itertools.count()
 
 def canonical_device(device: str | None) -> str:
@@ -36,7 +52,7 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
 
   Only nodes that some live tensor holds are substituted; intermediate buffers the schedule made on the way stay
   out of the graphs (so gradients keep flowing through them)."""
-  tensors = list(_live_tensors.values())
+  tensors = live_tensors()
   held = {t.uop for t in tensors}
   becomes = {k: v for k, v in becomes.items() if k in held}
   if not becomes: return
@@ -70,7 +86,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     self._tid = next(_tensor_ids)
-    _live_tensors[self._tid] = self
+    _track(self)
 
   # ---- building blocks used by every mixin ----
   @classmethod
@@ -78,7 +94,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
     t.uop, t.requires_grad, t.grad, t._tid = uop, requires_grad, None, next(_tensor_ids)
-    _live_tensors[t._tid] = t
+    _track(t)
     return t
 
   def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
@@ -236,7 +252,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
     nodes = self.uop.toposort()
-    targets = [t for t in list(_live_tensors.values()) if t.requires_grad and t.uop in nodes]
+    targets = [t for t in live_tensors() if t.requires_grad and t.uop in nodes]
     if not targets: return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")

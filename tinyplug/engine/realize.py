@@ -1,6 +1,6 @@
 """Realize: schedule tensor-level UOps, compile each kernel once, run them, and report with DEBUG."""
 from __future__ import annotations
-import time, weakref
+import time
 from typing import Any
 from tinyplug import events
 from tinyplug.device import Buffer, Device, ProgramSpec
@@ -8,19 +8,18 @@ from tinyplug.helpers import DEBUG, GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import ScheduleItem, create_schedule
 
-# the device memory behind each BUFFER uop; it lives as long as the uop does
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# the device memory behind a BUFFER uop lives in the uop's own cache, as long as the uop does
 
 def buffer_of(u: UOp) -> Buffer:
   """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
   while u.op is not Ops.BUFFER:
-    if u.op in (Ops.RESHAPE, Ops.AFTER): u = u.src[0]
+    if u.op is Ops.RESHAPE or u.op is Ops.AFTER: u = u.src[0]
     else: raise ValueError(f"{u.op} is not a buffer")
-  if (b := _buffers.get(u)) is None:
-    _buffers[u] = b = Buffer(u.src[1].arg, u.arg, u.dtype)
-  return b
+  c = u._cache
+  if c is not None and (b := c.get("buffer")) is not None: return b
+  return u._cached("buffer", lambda: Buffer(u.src[1].arg, u.arg, u.dtype))
 
-def has_buffer(u: UOp) -> bool: return u in _buffers
+def has_buffer(u: UOp) -> bool: return u._cache is not None and "buffer" in u._cache
 
 # ---------------- compiled programs, cached by (device, ast) ----------------
 

@@ -251,6 +251,8 @@ class NativeThreadPool:
     self._run = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4, ctypes.c_int32, ctypes.c_int32)(addr["tp_run"])
     self._stop = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(addr["tp_stop"])
     self._trampolines: dict[tuple, int] = {}
+    # id of a ctypes function -> (the function, kept so that its id stays its own; its address; its trampoline)
+    self._entries: dict[int, tuple[Any, int, int]] = {}
     self.lock = threading.Lock()
     self._start()
     atexit.register(self.close)
@@ -259,12 +261,14 @@ class NativeThreadPool:
     self.state = ctypes.create_string_buffer(STATE_BYTES)
     self.addr = ctypes.addressof(self.state)
     self.workers: list[threading.Thread] = []
-    self.pid = os.getpid()
+    self.pid, self.spin_us = os.getpid(), None
 
   def _set_spin(self) -> None:
-    spin_ns = max(0, int(CPU_SPIN_US.value)) * 1000
+    if (spin_us := CPU_SPIN_US.value) == self.spin_us: return
+    spin_ns = max(0, int(spin_us)) * 1000
     ctypes.c_int64.from_address(self.addr + SPIN).value = spin_ns
     ctypes.c_int64.from_address(self.addr + SPIN + 8).value = min(spin_ns, 50_000)   # then yield between looks
+    self.spin_us = spin_us
 
   def _grow(self, n: int) -> None:
     if self.pid != os.getpid(): self._start()   # a forked child has none of the parent's threads: start over
@@ -287,16 +291,20 @@ class NativeThreadPool:
         addr = self._trampolines[types] = self.engine.get_function_address(name)
     return addr
 
+  def _entry(self, fn: Callable) -> tuple[Any, int, int] | None:
+    if (hit := self._entries.get(id(fn))) is None:
+      if (argtypes := getattr(fn, "argtypes", None)) is None: return None
+      types = tuple(_CTYPE_IR[t] for t in argtypes[:-2])
+      hit = self._entries[id(fn)] = (fn, ctypes.cast(fn, ctypes.c_void_p).value, self.trampoline(types))
+    return hit
+
   def run(self, fn: Callable, args: list, n: int) -> None:
-    argtypes = getattr(fn, "argtypes", None)
-    if argtypes is None:    # not a ctypes function: run it on Python threads
+    if (entry := self._entry(fn)) is None:    # not a ctypes function: run it on Python threads
       return _python_pool().run(fn, args, n)
-    types = tuple(_CTYPE_IR[t] for t in argtypes[:-2])
-    argv = (ctypes.c_int64 * max(1, len(args)))(*[int(a) for a in args])
+    argv = (ctypes.c_int64 * max(1, len(args)))(*args)
     with self.lock:   # one parallel kernel at a time
       self._grow(n)
-      self._run(self.addr, self.trampoline(types), ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(argv),
-                n, len(self.workers))
+      self._run(self.addr, entry[2], entry[1], ctypes.addressof(argv), n, len(self.workers))
 
   def close(self) -> None:
     """Stop the workers (at exit: they must be out of the JIT's code before the engine is freed)."""
