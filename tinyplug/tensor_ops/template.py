@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 from tinyplug.uop.dtype import dtypes
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import Ops, UOp, uop_maker
 
 MAX_TEMPLATES = 1024
 
@@ -22,8 +22,8 @@ class Built:
   holders: tuple[UOp, ...]          # the placeholder inputs
   order: tuple[UOp, ...]            # every node of the graph, toposorted (the placeholders' own nodes included)
   requires_grad: bool | None
-  # the nodes that depend on an input, in order: (position in `order`, op, dtype, arg, positions of their sources)
-  steps: tuple[tuple[int, Ops, Any, Any, tuple[int, ...]], ...]
+  # the nodes that depend on an input, in order: where in `order`, how to make one, where in `order` its sources are
+  steps: tuple[tuple[int, Callable[[tuple], UOp], tuple[int, ...]], ...]   # (position, maker, positions of sources)
   holder_pos: tuple[int, ...]       # position of each placeholder in `order`
   # the scheduler's structure of SINK(output): its key and, for each node of it below the output, where the node is:
   # (-1, position in `order`) or (k, position in input k's own toposort)
@@ -54,7 +54,7 @@ def _build(holders: tuple[UOp, ...], out: UOp, requires_grad: bool | None) -> Bu
   for i, u in enumerate(order):
     if i in dependent or not any(index[s] in dependent for s in u.src): continue
     dependent.add(i)
-    steps.append((i, u.op, u.dtype, u.arg, tuple(index[s] for s in u.src)))
+    steps.append((i, uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src)))
   return Built(holders, order, requires_grad, tuple(steps), holder_pos, *_structure_of(holders, out, index))
 
 def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
@@ -73,7 +73,7 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
   """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow."""
   vals = list(t.order)
   for p, u in zip(t.holder_pos, inputs): vals[p] = u
-  for p, op, dtype, arg, srcs in t.steps: vals[p] = UOp(op, dtype, tuple([vals[i] for i in srcs]), arg)
+  for p, make, srcs in t.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
   out = vals[-1]
   if t.structure is not None and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)) and \
      len({u.base for u in inputs}) == len(inputs):

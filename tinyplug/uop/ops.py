@@ -88,16 +88,29 @@ class UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
     if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
     dtype = _canonical_dtype(dtype)
-    # op._value_ stands for op: Enum's __hash__ is a Python call, an int's is not
-    key = (op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg))
-    if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
-    obj = _new_object(cls)  # what UOp.__init__ does, without its Python frame
-    _set_field(obj, "op", op); _set_field(obj, "dtype", dtype); _set_field(obj, "src", src)
-    _set_field(obj, "arg", arg); _set_field(obj, "_cache", None)
-    ref = _CacheRef(obj, _drop_key)
-    ref.key = key
-    UOpMeta.ucache[key] = ref
-    return obj
+    # op._value_ stands for op: an int hashes faster than an object
+    return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
+
+def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
+  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one."""
+  if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
+  obj = _new_object(UOp)  # what UOp.__init__ does, without its Python frame
+  _set_field(obj, "op", op); _set_field(obj, "dtype", dtype); _set_field(obj, "src", src)
+  _set_field(obj, "arg", arg); _set_field(obj, "_cache", None)
+  ref = _CacheRef(obj, _drop_key)
+  ref.key = key
+  UOpMeta.ucache[key] = ref
+  return obj
+
+def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
+  """A function src -> UOp(op, dtype, src, arg) that works out the rest of the cache key once (for code that builds
+  the same kind of node over and over, like graph templates)."""
+  dtype = _canonical_dtype(dtype)
+  opv, dtid, argkey = op._value_, id(dtype), arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)
+  def make(src: tuple) -> UOp:
+    if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
+    return _intern((opv, dtid, src, argkey), op, dtype, src, arg)
+  return make
 
 _PLAIN_ARGS = (type(None), int, str, bool)
 _MISSING = object()
