@@ -202,3 +202,21 @@ def test_native_pool_close_stops_workers_and_a_later_job_starts_new_ones():
   out[:] = 0
   p.run(fn, [out.ctypes.data, 3, 4, other.ctypes.data], 2)
   assert out.reshape(8, 4)[:3].tolist() == [[3, 4, other.ctypes.data, 2]] * 2 + [[0, 0, 0, 0]]
+
+def test_mid_sized_kernels_split_only_while_the_workers_are_awake(run):
+  from tinyplug.device import Device, ProgramSpec
+  from tinyplug.helpers import Context
+  p = _native_or_skip()
+  dev = Device["CPU"]
+  uops = _matvec_like(30, 1000)    # 30 + 30*1000 loop-body executions: between the two thresholds
+  src = dev.renderer.render("k", uops)
+  mid = dev.make_program(ProgramSpec("k", tuple(uops), src), dev.compiler.compile_cached(src))
+  a = np.random.rand(64 * 2048).astype(np.float32)
+  with Context(CPU_THREADS=2, CPU_SPIN_US=200_000):
+    run(_matvec_like(64, 2048), [np.zeros(64, np.float32), a], threads=2)   # a parallel kernel: workers awake now
+    assert p.awake() and mid.threads() == 2
+    p.last_done -= 1.0     # as if the last parallel kernel ran a second ago: the workers sleep
+    assert not p.awake() and mid.threads() == 1
+    o = np.zeros(30, np.float32)
+    run(uops, [o, a[:30000]], threads=2)
+    np.testing.assert_allclose(o, np.sin(a[:30000].astype(np.float64)).reshape(30, 1000).sum(1), rtol=1e-4)

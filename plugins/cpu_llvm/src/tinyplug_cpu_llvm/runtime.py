@@ -17,6 +17,9 @@ from tinyplug_cpu_llvm.threads import pool
 ALIGN = 64
 # kernels with fewer loop-body executions than this run on one thread: waking the pool costs more than it saves
 PARALLEL_MIN_WORK = 1 << 16
+# ... unless the workers are still awake from the last parallel kernel (they wait a while for the next one): then a
+# share starts within a microsecond and kernels from this size on split (conv2d's pad kernel: 36 -> 27 us)
+PARALLEL_MIN_WORK_AWAKE = 1 << 14
 
 # ---------------- memory ----------------
 
@@ -81,8 +84,9 @@ class CPUProgram:
     if not self.splittable: return 1
     # an explicit THREAD action: its axis (the outermost loop) has that many shares, at most one per thread
     if self.thread_opt is not None: return max(1, min(n_threads(), self.thread_opt))
-    if self.work < PARALLEL_MIN_WORK: return 1
-    return max(1, min(n_threads(), self.work // (PARALLEL_MIN_WORK // 2)))
+    if self.work < PARALLEL_MIN_WORK_AWAKE: return 1
+    least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
+    return max(1, min(n_threads(), self.work // (least // 2))) if self.work >= least else 1
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
     args = [_address(b) for b in bufs] + [int(v) for v in vals]

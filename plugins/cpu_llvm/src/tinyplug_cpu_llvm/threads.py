@@ -7,7 +7,7 @@ who wants it) and then sleeps on a futex. A kernel that follows another within t
 within a microsecond or so; waking a sleeping thread through Python and the OS took 10-140 us here, more than a
 third of a 200 us kernel. Elsewhere, or if the native pool cannot be built, a plain Python pool does the job."""
 from __future__ import annotations
-import atexit, ctypes, os, platform, queue, sys, threading
+import atexit, ctypes, os, platform, queue, sys, threading, time
 from typing import Any, Callable
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.plugin import CPU_SPIN_US
@@ -33,6 +33,8 @@ class PyThreadPool:
       fn, args, core, n = q.get()
       try: fn(*args, core, n); self.done.put(None)
       except BaseException as e: self.done.put(e)
+
+  def awake(self) -> bool: return False   # its workers sleep between jobs
 
   def run(self, fn: Callable, args: list, n: int) -> None:
     with self.lock:   # one parallel kernel at a time
@@ -261,7 +263,7 @@ class NativeThreadPool:
     self.state = ctypes.create_string_buffer(STATE_BYTES)
     self.addr = ctypes.addressof(self.state)
     self.workers: list[threading.Thread] = []
-    self.pid, self.spin_us = os.getpid(), None
+    self.pid, self.spin_us, self.last_done = os.getpid(), None, 0.0
 
   def _set_spin(self) -> None:
     if (spin_us := CPU_SPIN_US.value) == self.spin_us: return
@@ -305,6 +307,12 @@ class NativeThreadPool:
     with self.lock:   # one parallel kernel at a time
       self._grow(n)
       self._run(self.addr, entry[2], entry[1], ctypes.addressof(argv), n, len(self.workers))
+      self.last_done = time.perf_counter()
+
+  def awake(self) -> bool:
+    """Are the workers (very likely) still looking for work, so that a job starts on them at once? Within the first
+    half of their spin after the last job."""
+    return bool(self.workers) and time.perf_counter() - self.last_done < (self.spin_us or 0) * 0.5e-6
 
   def close(self) -> None:
     """Stop the workers (at exit: they must be out of the JIT's code before the engine is freed)."""
