@@ -220,3 +220,19 @@ def test_mid_sized_kernels_split_only_while_the_workers_are_awake(run):
     o = np.zeros(30, np.float32)
     run(uops, [o, a[:30000]], threads=2)
     np.testing.assert_allclose(o, np.sin(a[:30000].astype(np.float64)).reshape(30, 1000).sum(1), rtol=1e-4)
+
+def test_python_pool_runs_kernels_where_the_native_one_cannot_be_built(run, monkeypatch):
+  # other platforms (or a failed build) get the portable pool: same results, same interface
+  from tinyplug_cpu_llvm import threads
+  monkeypatch.setattr(threads, "_pool", threads.PyThreadPool())
+  assert not threads.pool().awake()
+  uops = _matvec_like(64, 2048)
+  a = np.random.rand(64 * 2048).astype(np.float32)
+  o1, o2 = np.zeros(64, np.float32), np.zeros(64, np.float32)
+  run(uops, [o1, a], threads=1)
+  run(uops, [o2, a], threads=3)
+  np.testing.assert_array_equal(o1, o2)
+  fn = _args_kernel()
+  out, other = np.zeros(4 * 8, np.int64), np.zeros(4, np.int64)
+  threads.pool().run(fn, [out.ctypes.data, -3, 5, other.ctypes.data], 2)
+  assert out.reshape(8, 4)[:2].tolist() == [[-3, 5, other.ctypes.data, 2]] * 2
