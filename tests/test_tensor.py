@@ -132,6 +132,25 @@ def test_realized_tensors_feed_later_graphs():
   assert z.uop.src[0].base.op is Ops.BUFFER
   assert z.tolist() == [3.0, 5.0, 7.0]
 
+def test_realizing_a_node_updates_newer_graphs_and_older_holders_of_it():
+  # tensors whose node is older than every realized node are passed over: check what must not be
+  a = Tensor([1.0, 2.0, 3.0]).realize()
+  old = a + 1                    # the node first, held by an older tensor
+  bystander = Tensor([7.0]) * 3  # unrelated, lazy, older than the realized node's users
+  newer = old * 2                # a newer graph that contains the node
+  again = a + 1                  # hash-consed: the very node of `old`
+  assert again.uop is old.uop
+  again.realize()
+  assert old.uop is again.uop and old.uop.base.op is Ops.BUFFER
+  assert newer.uop.op is Ops.MUL and newer.uop.src[0].base.op is Ops.BUFFER   # reads the buffer, no recompute
+  assert bystander.uop.op is Ops.MUL
+  assert newer.tolist() == [4.0, 6.0, 8.0] and old.tolist() == [2.0, 3.0, 4.0] and bystander.tolist() == [21.0]
+
+def test_uops_are_newer_than_their_sources():
+  x = Tensor([1.0]).uop
+  y = (x + 1) * 2
+  assert all(s.seq < u.seq for u in y.toposort() for s in u.src)
+
 def test_schedule_then_run():
   from tinyplug.engine.realize import run_schedule
   x, y = Tensor([1, 2, 3, 4]), Tensor([5, 6, 7, 8])

@@ -51,8 +51,12 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   """Point live tensors at what their uops became, substituting inside every graph that uses them.
 
   Only nodes that some live tensor holds are substituted; intermediate buffers the schedule made on the way stay
-  out of the graphs (so gradients keep flowing through them)."""
-  tensors = live_tensors()
+  out of the graphs (so gradients keep flowing through them). A tensor whose node is older than every realized one
+  cannot hold or contain one (a node is newer than the nodes below it): the params and buffers of a model are
+  passed over at the cost of one comparison each."""
+  if not becomes: return
+  oldest = min(k.seq for k in becomes)
+  tensors = [t for r in list(_live_refs.values()) if (t := r()) is not None and t.uop.seq >= oldest]
   held = {t.uop for t in tensors}
   becomes = {k: v for k, v in becomes.items() if k in held}
   if not becomes: return

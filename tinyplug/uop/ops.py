@@ -66,6 +66,8 @@ def _arg_key(arg: Any) -> Any:
   return arg
 
 _unique_ids = itertools.count()
+# creation order: a node is always newer than every node below it (hash-consing hands out the first one made)
+_next_seq = itertools.count().__next__
 
 # DTypes are frozen dataclasses: hashing or comparing one walks all its fields. The UOp cache keys on the id of
 # one canonical object per distinct dtype instead, found by the id of the dtype given (kept alive with its entry).
@@ -96,7 +98,7 @@ def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
   obj = _new_object(UOp)  # what UOp.__init__ does, without its Python frame
   _set_field(obj, "op", op); _set_field(obj, "dtype", dtype); _set_field(obj, "src", src)
-  _set_field(obj, "arg", arg); _set_field(obj, "_cache", None)
+  _set_field(obj, "arg", arg); _set_field(obj, "_cache", None); _set_field(obj, "seq", _next_seq())
   ref = _CacheRef(obj, _drop_key)
   ref.key = key
   UOpMeta.ucache[key] = ref
@@ -122,7 +124,7 @@ def _drop_key(ref: _CacheRef, cache: dict = UOpMeta.ucache) -> None:
 
 class UOp(metaclass=UOpMeta):
   """An IR node: `op` on `src` with a `dtype` and an `arg`. Never mutate one; build a new one."""
-  __slots__ = ("op", "dtype", "src", "arg", "_cache", "__weakref__")
+  __slots__ = ("op", "dtype", "src", "arg", "_cache", "seq", "__weakref__")
   op: Ops
   dtype: DType
   src: tuple[UOp, ...]
@@ -132,7 +134,7 @@ class UOp(metaclass=UOpMeta):
     if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
     object.__setattr__(self, "op", op); object.__setattr__(self, "dtype", dtype)
     object.__setattr__(self, "src", src); object.__setattr__(self, "arg", arg)
-    object.__setattr__(self, "_cache", None)
+    object.__setattr__(self, "_cache", None); object.__setattr__(self, "seq", _next_seq())
   def __setattr__(self, name: str, value: Any) -> None: raise AttributeError("UOp is immutable; build a new one with .replace()")
   def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg)
   def replace(self, **kwargs) -> UOp:
