@@ -75,8 +75,10 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
   for p, u in zip(t.holder_pos, inputs): vals[p] = u
   for p, make, srcs in t.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
   out = vals[-1]
-  if t.structure is not None and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)) and \
-     len({u.base for u in inputs}) == len(inputs):
+  # inputs that are views of buffers only (a lazy input's graph is not walked: in a long lazy chain that would be
+  # a walk of everything before it per call)
+  if t.structure is not None and all(u.base.op is Ops.BUFFER for u in inputs) and \
+     len({u.base for u in inputs}) == len(inputs) and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)):
     key, where = t.structure
     tops = [tuple(u.toposort()) for u in inputs]
     # the nodes below the output, in the key's order (the output itself is not kept: it would refer to itself)
