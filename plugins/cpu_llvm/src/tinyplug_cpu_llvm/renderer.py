@@ -600,8 +600,10 @@ class _FunctionBuilder:
     t = reg_type(dt)
     sc = dt.scalar()
     is_float, is_bool, unsigned = dtypes.is_float(sc), sc == dtypes.bool, dtypes.is_unsigned(sc)
-    # reductions may reassociate (vectorized sums); everything else only contracts a*b+c into an fma
-    fm = "reassoc contract " if self.reassociable(u) else "contract "
+    # reductions may reassociate (vectorized sums); everything else only contracts a*b+c into an fma, except in half:
+    # a CPU with native half math (AVX512-FP16) would then round a*b+a once where numpy and torch round twice
+    contract = "" if sc == dtypes.float16 else "contract "
+    fm = f"reassoc {contract}" if self.reassociable(u) else contract
     if op is Ops.WHERE:
       return self.op(f"select {reg_type(u.src[0].dtype)} {a[0]}, {t} {a[1]}, {t} {a[2]}")
     if op in GroupOp.Comparison:
