@@ -177,13 +177,20 @@ entry:
   store atomic i32 0, ptr %donep seq_cst, align 4
   call void @post(ptr %st)
   call void %tramp(ptr %fn, ptr %argv, i32 0, i32 %n)
+  call void @wait_count(ptr %st, ptr %donep, i32 %workers)
+  ret void
+}}
+
+; wait (never sleeping: the workers are busy for us) until the counter at %c reaches %target
+define internal void @wait_count(ptr %st, ptr %c, i32 %target) {{
+entry:
   br label %wait
 wait:
-  %d = load atomic i32, ptr %donep acquire, align 4
-  %all = icmp sge i32 %d, %workers
+  %v = load atomic i32, ptr %c acquire, align 4
+  %all = icmp sge i32 %v, %target
   br i1 %all, label %out, label %again
 again:
-  %d2 = call i32 @wait_change(ptr %st, ptr %donep, i32 %d, i1 false)
+  %v2 = call i32 @wait_change(ptr %st, ptr %c, i32 %v, i1 false)
   br label %wait
 out:
   ret void
@@ -209,15 +216,7 @@ entry:
   %exitp = getelementptr i8, ptr %st, i64 {EXITED}
   store atomic i32 1, ptr %stopp seq_cst, align 4
   call void @post(ptr %st)
-  br label %wait
-wait:
-  %e = load atomic i32, ptr %exitp acquire, align 4
-  %all = icmp sge i32 %e, %workers
-  br i1 %all, label %out, label %again
-again:
-  %e2 = call i32 @wait_change(ptr %st, ptr %exitp, i32 %e, i1 false)
-  br label %wait
-out:
+  call void @wait_count(ptr %st, ptr %exitp, i32 %workers)
   ret void
 }}
 """
