@@ -102,6 +102,9 @@ class Compiled:
     if self.runtime is None: raise NotImplementedError(f"device {self.name} cannot run programs")
     return self.runtime(spec.name, lib)
   def synchronize(self) -> None: pass
+  def describe(self) -> str:
+    """One line on what this device is and how it runs (for `tinyplug doctor`); empty if nothing to say."""
+    return ""
 
 # ---------------- buffers ----------------
 

@@ -33,7 +33,7 @@ def check_device(pm: PluginManager, name: str) -> dict[str, Any]:
     from tinyplug.device import Buffer, Device
     from tinyplug.tensor import Tensor
     from tinyplug.uop.dtype import dtypes
-    Device[name]
+    about = Device[name].describe()
     step = "allocate"
     buf = Buffer(name, 1, dtypes.float32).ensure_allocated().copyin(np.array([1.5], dtype=np.float32))
     if buf.numpy().tolist() != [1.5]: raise RuntimeError(f"copied 1.5 in, read {buf.numpy().tolist()} back")
@@ -43,7 +43,8 @@ def check_device(pm: PluginManager, name: str) -> dict[str, Any]:
   except Exception as e:
     return {"name": name, "plugin": plugin, "status": "failed", "reason": f"{step}: {type(e).__name__}: {e}"}
   ms = (time.perf_counter() - start) * 1e3
-  return {"name": name, "plugin": plugin, "status": "ok", "reason": f"allocated and ran a 1-element kernel ({ms:.0f} ms)"}
+  return {"name": name, "plugin": plugin, "status": "ok",
+          "reason": f"allocated and ran a 1-element kernel ({ms:.0f} ms)" + (f"; {about}" if about else "")}
 
 
 def _default_device() -> dict[str, Any]:

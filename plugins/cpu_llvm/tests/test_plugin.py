@@ -78,3 +78,13 @@ def test_aligned_allocations():
   for n in (1, 3, 17, 1000):
     b = Buffer("CPU", n, dtypes.float).ensure_allocated()
     assert b.handle.addr % 64 == 0
+
+def test_doctor_says_what_the_cpu_device_is():
+  from tinyplug.device import Device
+  from tinyplug_cpu_llvm.runtime import n_threads
+  about = Device["CPU"].describe()
+  assert about.startswith("LLVM ") and f"{n_threads()} threads (" in about
+  out = _cli("doctor", "--json", env={"CPU_SPIN_US": "123"})
+  cpu = next(d for d in json.loads(out.stdout)["devices"] if d["name"] == "CPU")
+  assert cpu["status"] == "ok" and "LLVM " in cpu["reason"], cpu
+  assert "idle spin 123 us" in cpu["reason"] or "Python pool" in cpu["reason"], cpu

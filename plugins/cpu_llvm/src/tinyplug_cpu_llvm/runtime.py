@@ -145,6 +145,13 @@ class CPUDevice(Compiled):
       if DEBUG >= 6: print(f"CPU: loaded {symbol} at {addr:#x}")
       return addr
 
+  def describe(self) -> str:
+    from tinyplug_cpu_llvm.threads import NativeThreadPool
+    from tinyplug_cpu_llvm.plugin import CPU_SPIN_US
+    llvm = ".".join(map(str, init_llvm().llvm_version_info))
+    kind = f"native pool, idle spin {CPU_SPIN_US.value} us" if isinstance(self.pool, NativeThreadPool) else "Python pool"
+    return f"LLVM {llvm} for {self.compiler.cpu}, {n_threads()} threads ({kind})"
+
   @property
   def pool(self):
     """The process's worker threads (shared by every CPU device)."""

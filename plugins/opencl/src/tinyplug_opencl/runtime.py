@@ -222,6 +222,7 @@ class CLDevice(Compiled):
     return CLProgram(self, spec.name, self.compiler.program_for(lib_bytes))
 
   def synchronize(self) -> None: check("clFinish", lib().clFinish(self.queue))
+  def describe(self) -> str: return f"{self.info['name']} ({self.info['version']}, driver {self.info['driver']})"
 
 def device_info(device: int) -> dict[str, Any]:
   """What the renderer and the compile cache need to know about a device."""
