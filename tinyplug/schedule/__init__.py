@@ -6,7 +6,7 @@ kernel that consumes it, and movement ops turn into index arithmetic (indexing.p
 from __future__ import annotations
 import functools, math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 from tinyplug import events
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
@@ -30,6 +30,8 @@ class ScheduleItem:
   def bufs(self) -> list:
     from tinyplug.engine.realize import buffer_of
     return [buffer_of(b) for b in self.buf_uops]
+
+_GO = object()   # _consumer_ends: walk on through this consumer
 
 # ops a reduction's result may flow through and still be computed inside the consumer's kernel
 _FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}
@@ -115,27 +117,28 @@ class _Scheduler:
   def _row_consumers_end_once(self, r: UOp, axes: tuple[int, ...], shape: tuple[int, ...], must: set[UOp]) -> bool:
     """Every path from r stays on its rows (elementwise, broadcast back along `axes`, reduced along them again) and
     they all end in one realized node computed over the same rows."""
-    ends: set[UOp] = set()
-    stack, seen = [r], set()
-    while stack:
-      x = stack.pop()
-      for c in self.children.get(x, []):
-        if c in seen: continue
-        seen.add(c)
-        if c in must:
-          same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
-          if c.op in (Ops.COPY, Ops.SINK) or not same_rows: return False
-          ends.add(c)
-        elif c.op in GroupOp.Elementwise or c.op is Ops.DETACH: stack.append(c)
-        elif c.op is Ops.EXPAND and c.shape == shape and all(a in axes for a, (s, d) in
-                                                             enumerate(zip(c.src[0].shape, shape)) if s != d):
-          stack.append(c)
-        elif c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape: stack.append(c)
-        else: return False
-      if len(ends) > 1: return False
-    return len(ends) == 1
+    def step(x: UOp, c: UOp) -> UOp | object | None:
+      if c in must:
+        same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
+        return None if c.op in (Ops.COPY, Ops.SINK) or not same_rows else c
+      if c.op in GroupOp.Elementwise or c.op is Ops.DETACH: return _GO
+      if c.op is Ops.EXPAND and c.shape == shape and \
+         all(a in axes for a, (s, d) in enumerate(zip(c.src[0].shape, shape)) if s != d): return _GO
+      if c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape: return _GO
+      return None
+    ends = self._consumer_ends(r, step)
+    return ends is not None and len(ends) == 1
 
   def _fuses_into_one_output(self, r: UOp, must: set[UOp]) -> bool:
+    def step(x: UOp, c: UOp) -> UOp | object | None:
+      if c.op is Ops.SINK: return x
+      if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return None
+      return c if c in must else _GO
+    return self._consumer_ends(r, step) is not None
+
+  def _consumer_ends(self, r: UOp, step: Callable[[UOp, UOp], Any]) -> set[UOp] | None:
+    """Walk the graph up from r: for each consumer c of a node x, `step(x, c)` says _GO (walk on through c), a node
+    (a path ends there) or None (not allowed). The one end (or none), or None if refused or paths end in two places."""
     ends: set[UOp] = set()
     stack, seen = [r], set()
     while stack:
@@ -143,12 +146,11 @@ class _Scheduler:
       for c in self.children.get(x, []):
         if c in seen: continue
         seen.add(c)
-        if c.op is Ops.SINK: ends.add(x); continue
-        if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return False
-        if c in must: ends.add(c)
-        else: stack.append(c)
-      if len(ends) > 1: return False
-    return len(ends) <= 1
+        if (res := step(x, c)) is None: return None
+        if res is _GO: stack.append(c)
+        else: ends.add(res)
+      if len(ends) > 1: return None
+    return ends
 
   # ---- building kernels ----
   def build(self) -> None:
