@@ -159,6 +159,7 @@ def test_rounding():
 
 def test_text_utilities(monkeypatch):
   monkeypatch.delenv("NO_COLOR", raising=False)
+  monkeypatch.setenv("FORCE_COLOR", "1")   # pytest's stdout is no terminal
   red = colored("hi", "red")
   assert red != "hi" and ansistrip(red) == "hi" and ansilen(red) == 2
   assert colored("hi", "RED") != red and colored("hi", None) == "hi"

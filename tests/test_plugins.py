@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -385,27 +386,38 @@ def test_listener_kinds_match_the_event_bus():
   assert set(LISTENER_KINDS) == set(events.KINDS)
 
 
+def run_checked(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+  """`subprocess.run` that fails the test with the command's stdout and stderr when it exits non-zero."""
+  done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+  assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+  return done
+
+
 @pytest.mark.slow
 def test_example_plugin_installs_into_a_venv(tmp_path):
-  """Build and install examples/plugin_example with pip, then list plugins and run its command."""
+  """Build and install examples/plugin_example with pip, then list plugins and run its command.
+
+  The venv sees this test environment's packages (pip, setuptools>=70.1 as the build backend without `wheel`, the
+  core) through a .pth file, not the base interpreter's, so the build requirements are the ones requirements-dev.txt
+  declares wherever the tests run."""
   source = tmp_path / "plugin_example"
   shutil.copytree(REPO_ROOT / "examples" / "plugin_example", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
   env_dir = tmp_path / "venv"
-  venv.create(env_dir, system_site_packages=True, with_pip=False)
+  venv.create(env_dir, system_site_packages=False, with_pip=False)
   python = str(env_dir / "bin" / "python")
+  site_dir = run_checked([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+  (Path(site_dir) / "outer_env.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
   env = {k: v for k, v in os.environ.items() if k not in ("TINY_PLUGINS", "VIZ", "PYTHONPATH")}
   env["PYTHONPATH"] = str(REPO_ROOT)  # the core from this checkout, installed or not
-  pip = [python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(source)]
-  subprocess.run(pip, env=env, check=True, timeout=300, capture_output=True)
-  out = subprocess.run([python, "-m", "tinyplug", "list-plugins", "--json"], env=env, check=True, capture_output=True,
-                       text=True, timeout=60).stdout
+  run_checked([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(source)],
+              env=env, timeout=300)
+  out = run_checked([python, "-m", "tinyplug", "list-plugins", "--json"], env=env, timeout=60).stdout
   example = next(p for p in json.loads(out)["plugins"] if p["id"] == "example")
   assert example["distribution"] == "tinyplug-example" and example["status"] == "active"
   assert example["provides"]["passes"] == ["example.fold_double_neg"] and example["provides"]["commands"] == ["hello"]
   assert example["provides"]["search"] == ["example_random"]
-  hello = subprocess.run([python, "-m", "tinyplug", "hello", "--name", "venv"], env=env, capture_output=True, text=True,
-                         timeout=60)
-  assert hello.returncode == 0 and "hello, venv" in hello.stdout
+  hello = run_checked([python, "-m", "tinyplug", "hello", "--name", "venv"], env=env, timeout=60)
+  assert "hello, venv" in hello.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -71,12 +71,11 @@ def cmd_list_plugins(args: argparse.Namespace, pm: PluginManager) -> int:
 def _print_plugin_table(pm: PluginManager, show_all: bool, entry_points: bool) -> None:
   """The plugin table; with `entry_points` (nothing imported, nothing provided yet) the ENTRY POINT column replaces
   PROVIDES."""
-  color = sys.stdout.isatty()
   shown = [i for i in pm.plugins if show_all or i.status not in HIDDEN_STATUSES]
   hidden = [i for i in pm.plugins if i not in shown]
   rows = []
   for info in shown:
-    status = colored(info.status, STATUS_COLORS.get(info.status)) if color else info.status
+    status = colored(info.status, STATUS_COLORS.get(info.status))
     note = " ".join(info.reason.split())
     what = info.module if entry_points else _provides_text(info.provides)
     rows.append([info.id, info.distribution or "?", info.version or "?", status, what, note])

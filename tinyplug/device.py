@@ -1,6 +1,6 @@
 """Devices: the registry behind `Device`, device buffers, and the interfaces a backend plugin implements."""
 from __future__ import annotations
-import contextlib, difflib, functools
+import contextlib, difflib, functools, sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 import numpy as np
@@ -163,6 +163,10 @@ class Buffer:
 
 # ---------------- the registry ----------------
 
+SLOW_FALLBACK_HINT = ("tinyplug: no compiled device is installed, so kernels run on the PYTHON reference interpreter "
+                      "(hundreds of times slower); pip install 'tinyplug[cpu]' adds the LLVM CPU backend "
+                      "(DEV=PYTHON picks the interpreter on purpose and hides this line)")
+
 class _DeviceRegistry:
   """`Device[name]` opens a device through the plugin that provides it; `Device.DEFAULT` is the one in use."""
   def __init__(self):
@@ -208,6 +212,7 @@ class _DeviceRegistry:
         avail = self.available()
         if not avail: raise RuntimeError("no device is available; see `tinyplug list-plugins`")
         self._default = avail[0]
+        if self._default == "PYTHON": print(SLOW_FALLBACK_HINT, file=sys.stderr)
     return self._default
   @DEFAULT.setter
   def DEFAULT(self, name: str | None) -> None:

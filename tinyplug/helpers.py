@@ -308,12 +308,20 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _COLORS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
 
 
-def colored(text: str, color: str | None, background: bool = False) -> str:
-  """`text` wrapped in an ANSI colour code ('red', 'green', ...; 'BRIGHT' names in upper case).
+def use_color(stream: Any = None) -> bool:
+  """Whether text written to `stream` (default stdout) gets ANSI colours: NO_COLOR (non-empty) turns them off,
+  else FORCE_COLOR (not "0") turns them on, else only a terminal gets them (the order Python's own REPL uses)."""
+  if os.environ.get("NO_COLOR", ""): return False
+  if os.environ.get("FORCE_COLOR", "") not in ("", "0"): return True
+  stream = sys.stdout if stream is None else stream
+  try: return stream.isatty()
+  except (AttributeError, ValueError): return False  # no isatty, or a closed stream
 
-  Returns `text` unchanged when `color` is None or when NO_COLOR is set.
-  """
-  if color is None or "NO_COLOR" in os.environ: return text
+
+def colored(text: str, color: str | None, background: bool = False, stream: Any = None) -> str:
+  """`text` wrapped in an ANSI colour code ('red', 'green', ...; 'BRIGHT' names in upper case) when `stream`
+  (default stdout) should get colours (see `use_color`); otherwise `text` unchanged."""
+  if color is None or not use_color(stream): return text
   code = 10 * background + 60 * color.isupper() + 30 + _COLORS.index(color.lower())
   return f"\x1b[{code}m{text}\x1b[0m"
 

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from tinyplug.helpers import DEBUG, VIZ, env_str, suggest
 
@@ -122,6 +122,14 @@ def install_hint(plugin_id: str) -> str:
   """How to install a first-party plugin, or an empty string for ids we do not publish."""
   extra = FIRST_PARTY_EXTRAS.get(plugin_id)
   return f"install it with: pip install 'tinyplug[{extra}]'" if extra else ""
+
+
+def plugin_suggestion(name: str, installed: Iterable[str]) -> str:
+  """A did-you-mean for a plugin id, knowing that users often type the pip extra (`cpu`) for the id (`cpu_llvm`)."""
+  by_extra = {extra: pid for pid, extra in FIRST_PARTY_EXTRAS.items() if extra != pid}
+  if name in by_extra:
+    return f" (did you mean {by_extra[name]!r}? {name!r} is the pip extra tinyplug[{name}]; the plugin id is {by_extra[name]!r})"
+  return suggest(name, {*installed, *FIRST_PARTY_EXTRAS} - {name})
 
 
 def _api_problem(declared: Any) -> str | None:
@@ -349,12 +357,15 @@ class PluginManager:
       if info is None:
         why = "VIZ is set, which needs plugin 'viz_web'" if name == "viz_web" and self.viz else \
           f"plugin {name!r} was requested in TINY_PLUGINS"
-        hint = suggest(name, {*installed, *FIRST_PARTY_EXTRAS} - {name})
+        hint = plugin_suggestion(name, installed)
         extra = install_hint(name)
         self.request_errors.append(f"{why}, but it is not installed{hint}" + (f"; {extra}" if extra else ""))
       elif info.status in ("failed", "incompatible", "conflict"):
         self.request_errors.append(f"plugin {name!r} ({info.dist_label}) was requested but is {info.status}: {info.reason}")
         if info.exception is not None: self._request_causes.append(info.exception)
+    for name in sorted(self.disabled - set(installed) - set(FIRST_PARTY_EXTRAS)):
+      if (hint := plugin_suggestion(name, installed)) and not self.quiet:
+        print(f"tinyplug: TINY_PLUGINS=-{name} names no installed plugin{hint}", file=sys.stderr)
     if self.strict:
       for info in self._infos:
         if info.status in ("failed", "incompatible", "conflict") and info.id not in self.enabled:

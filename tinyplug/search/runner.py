@@ -115,9 +115,14 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
   strategy = pm.load_factory(spec.factory)()
   timer = Timer(sink, renderer, renderer.device)
   st = time.perf_counter()
-  opts = strategy.search(Kernel(sink, renderer), timer, width, _progress)
+  kernel = Kernel(sink, renderer)
+  label = f"{name}={width} {renderer.device} kernel {'x'.join(map(str, kernel.full_shape)) or 'scalar'}"
+  # shown before the first candidate: timing the starting points already compiles kernels
+  _progress(f"{label}: timing the starting points")
+  opts = strategy.search(kernel, timer, width,
+                         lambda text: _progress(f"{label} {time.perf_counter()-st:5.1f}s: {text}"))
   _progress("")
-  if sys.stderr.isatty(): print(f"\r\033[K{name}: {opts} in {time.perf_counter()-st:.2f}s", file=sys.stderr)
+  if sys.stderr.isatty(): print(f"\r\033[K{label}: {opts} in {time.perf_counter()-st:.2f}s", file=sys.stderr)
   if events.enabled("search"): events.emit("search", {"strategy": name, "opts": opts, "seconds": time.perf_counter() - st})
   if CACHELEVEL >= 1:
     try:

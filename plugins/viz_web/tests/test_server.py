@@ -113,7 +113,7 @@ def test_listens_on_loopback_only(monkeypatch):
 
 def test_real_server_serves_concurrently(big_trace):
   """A slow request (a 5,000-node step) does not block a small one: heavy work runs in threads."""
-  import httpx, uvicorn
+  import httpx2 as httpx, uvicorn  # starlette 1.x pairs with httpx2
   sock = bind_socket(0)
   port = sock.getsockname()[1]
   server = uvicorn.Server(uvicorn.Config(create_app(big_trace), log_level="warning", lifespan="off"))

@@ -49,7 +49,7 @@ def list_contexts(view: TraceView, out) -> None:
   info = view.contexts()["contexts"]
   print(f"run {t.run}: {t.path} ({len(t.files)} file{'s' if len(t.files) != 1 else ''}, {len(t.nodes)} nodes, "
         f"{len(t.spans)} profile spans)", file=out)
-  for w in t.warnings: print(colored(f"warning: {w}", "yellow"), file=out)
+  for w in t.warnings: print(colored(f"warning: {w}", "yellow", stream=out), file=out)
   for c in t.contexts:
     if c.parent is not None: continue
     n_matches = sum(len(s.matches) for s in c.steps)
@@ -57,7 +57,7 @@ def list_contexts(view: TraceView, out) -> None:
     if c.id in times: extra = f"  runs {len(times[c.id])}  tm {_us(sum(times[c.id])).strip()}"
     dev = f"  {c.kernel['device']}" if c.kernel else ""
     color = "cyan" if c.kind == "kernel" else "magenta" if c.kind == "schedule" else "white"
-    print(f"{colored(f'{c.display:28s}', color)} {c.kind:8s}{dev}  {len(c.steps)} steps  {n_matches} matches{extra}"
+    print(f"{colored(f'{c.display:28s}', color, stream=out)} {c.kind:8s}{dev}  {len(c.steps)} steps  {n_matches} matches{extra}"
           + (f"  {c.loc}" if c.loc else ""), file=out)
     if c.schedule:
       for k in info[c.id]["kernels"]: print(f"    kernel {k['name']}", file=out)
@@ -66,7 +66,7 @@ def list_contexts(view: TraceView, out) -> None:
     print("profile tracks: " + ", ".join(f"{tr['name']} ({len(tr['events'])})" for tr in tracks), file=out)
 
 def print_context(view: TraceView, c: Context, out) -> None:
-  print(f"{colored(c.display, 'cyan')}  {c.kind}" + (f"  at {c.loc}" if c.loc else ""), file=out)
+  print(f"{colored(c.display, 'cyan', stream=out)}  {c.kind}" + (f"  at {c.loc}" if c.loc else ""), file=out)
   if c.schedule:
     print(f"kernels ({len(c.schedule['items'])}):", file=out)
     names = view.contexts()["contexts"][c.id]["kernels"]
@@ -80,32 +80,32 @@ def print_step(view: TraceView, c: Context, s: Step, match: int | None, out) -> 
   t = view.trace
   rep = replay(t, s)
   get = rep.get
-  print(colored(f"{c.display} / {s.title}", "cyan") + f"  ({len(s.matches)} matches, {_us(s.end - s.start).strip()}, "
+  print(colored(f"{c.display} / {s.title}", "cyan", stream=out) + f"  ({len(s.matches)} matches, {_us(s.end - s.start).strip()}, "
         f"called at {s.caller})", file=out)
   if match is None:
-    print(colored("--- graph before", "yellow"), file=out)
+    print(colored("--- graph before", "yellow", stream=out), file=out)
     print("\n".join(render_expr(get, s.input)), file=out)
   for k, m in enumerate(s.matches, 1):
     if match is not None and k != match: continue
-    print(colored(f"--- match {k}: {m.location} ({m.owner}) {_us(m.time_ns).strip()}", "yellow"), file=out)
+    print(colored(f"--- match {k}: {m.location} ({m.owner}) {_us(m.time_ns).strip()}", "yellow", stream=out), file=out)
     for line in view.match_detail(c.id, s.index, k)["diff"][2:]:
       color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
-      print(colored(line, color), file=out)
+      print(colored(line, color, stream=out), file=out)
   root = rep.roots[match if match is not None else -1]
-  print(colored("--- graph after" + (f" match {match}" if match is not None else ""), "yellow"), file=out)
+  print(colored("--- graph after" + (f" match {match}" if match is not None else ""), "yellow", stream=out), file=out)
   print("\n".join(render_expr(get, root)), file=out)
   if c.kernel is not None and match is None: print_code(view, c, out)
 
 def print_code(view: TraceView, c: Context, out) -> None:
   code = view.code(c.id)
-  print(colored(f"--- UOp list of {c.display} ({len(code['uops'])} uops)", "yellow"), file=out)
+  print(colored(f"--- UOp list of {c.display} ({len(code['uops'])} uops)", "yellow", stream=out), file=out)
   for i, op, dtype, src, arg in code["uops"]:
     print(f"{i:4d} {op:16s} {dtype:24s} {str(src):16s} {arg}", file=out)
-  print(colored(f"--- code of {c.display} for {code['device']}", "yellow"), file=out)
+  print(colored(f"--- code of {c.display} for {code['device']}", "yellow", stream=out), file=out)
   print(code["src"], file=out)
 
 def print_track(view: TraceView, track: dict, out) -> None:
-  print(colored(f"--- {track['name']}", "yellow"), file=out)
+  print(colored(f"--- {track['name']}", "yellow", stream=out), file=out)
   if track["type"] == "memory":
     print(f"peak {track['peak']} bytes", file=out)
     for ts, total, kind, name, nbytes in track["events"]:
@@ -113,7 +113,7 @@ def print_track(view: TraceView, track: dict, out) -> None:
     return
   for start, dur, name, kind, ctx, info in track["events"]:
     link = f"  -> {view.trace.contexts[ctx].display}" if ctx is not None else ""
-    print(f"*** {track['name']:8s} {colored(f'{name:26s}', 'cyan')} {kind:8s} tm {_us(dur)}/{_us(start).strip()}{link}", file=out)
+    print(f"*** {track['name']:8s} {colored(f'{name:26s}', 'cyan', stream=out)} {kind:8s} tm {_us(dur)}/{_us(start).strip()}{link}", file=out)
 
 def kernels_json(view: TraceView, out) -> None:
   t = view.trace
