@@ -118,3 +118,15 @@ def test_disabling_an_extra_name_warns_instead_of_doing_nothing_silently():
   done = subprocess.run([sys.executable, "-c", "from tinyplug import Device; print(Device.DEFAULT)"],
                         env=clean_env(TINY_PLUGINS="-cpu"), capture_output=True, text=True, timeout=120, check=True)
   assert "TINY_PLUGINS=-cpu names no installed plugin (did you mean 'cpu_llvm'?" in done.stderr
+
+
+def test_the_user_guide_training_loop_runs_as_written(tmp_path):
+  """docs/user_guide.md's training loop is run exactly as the page shows it: it learns, saves and reloads."""
+  from plugin_fixtures import REPO_ROOT
+  text = (REPO_ROOT / "docs" / "user_guide.md").read_text()
+  code = text.split("```python\n", 1)[1].split("```", 1)[0]
+  done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                        timeout=600)
+  assert done.returncode == 0, done.stderr
+  accuracy = float(done.stdout.split("train accuracy ")[1].split("%")[0])
+  assert accuracy > 90 and "reloaded the weights" in done.stdout and (tmp_path / "mlp.safetensors").exists()
