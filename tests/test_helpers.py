@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from subprocess_checks import run_checked
 
 from tinyplug import helpers
 from tinyplug.helpers import (BEAM, CACHELEVEL, DEBUG, ENV_VARS, JIT, NOOPT, SEARCH, Context, ContextVar, GlobalCounters,
@@ -201,5 +201,5 @@ def test_every_variable_is_documented_in_env_vars_md():
 def test_helpers_import_is_stdlib_only():
   code = ("import sys; import tinyplug.helpers; "
           "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pluggy'))))")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout
+  out = run_checked([sys.executable, "-c", code], cwd=REPO_ROOT).stdout
   assert out.strip() == ""

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import pytest
+from subprocess_checks import run_checked
 from tinyplug.helpers import colored, use_color
 
 ESC = "\x1b["
@@ -43,14 +44,11 @@ def test_colors_follow_the_stream_and_the_standard_variables(monkeypatch):
 
 def test_piped_debug_output_and_cli_have_no_escape_codes(tmp_path):
   code = "from tinyplug import Tensor; (Tensor([1.0, 2.0]) + 1).realize()"
-  piped = subprocess.run([sys.executable, "-c", code], env=clean_env(DEBUG="2"), capture_output=True, text=True,
-                         timeout=120, check=True)
+  piped = run_checked([sys.executable, "-c", code], env=clean_env(DEBUG="2"), timeout=120)
   assert "***" in piped.stdout and ESC not in piped.stdout
-  forced = subprocess.run([sys.executable, "-c", code], env=clean_env(DEBUG="2", FORCE_COLOR="1"), capture_output=True,
-                          text=True, timeout=120, check=True)
+  forced = run_checked([sys.executable, "-c", code], env=clean_env(DEBUG="2", FORCE_COLOR="1"), timeout=120)
   assert ESC in forced.stdout
-  table = subprocess.run([sys.executable, "-m", "tinyplug", "list-plugins"], env=clean_env(), capture_output=True,
-                         text=True, timeout=120, check=True)
+  table = run_checked([sys.executable, "-m", "tinyplug", "list-plugins"], env=clean_env(), timeout=120)
   assert "cpu_llvm" in table.stdout and ESC not in table.stdout
 
 
@@ -85,23 +83,19 @@ def test_beam_shows_progress_on_a_terminal_only(tmp_path):
   shown = run_in_terminal([sys.executable, "-c", BEAM_SCRIPT], env)
   assert "128.0" in shown
   assert "beam=1 CPU kernel" in shown and "timing the starting points" in shown and "candidates" in shown
-  piped = subprocess.run([sys.executable, "-c", BEAM_SCRIPT], env=env, capture_output=True, text=True, timeout=300,
-                         check=True)
+  piped = run_checked([sys.executable, "-c", BEAM_SCRIPT], env=env, timeout=300)
   assert "128.0" in piped.stdout and "candidates" not in piped.stderr and "\r" not in piped.stderr
 
 
 def test_automatic_fallback_to_the_python_interpreter_says_how_to_get_a_fast_device():
   code = "from tinyplug import Tensor; print((Tensor([1, 2]) + 1).tolist()); print((Tensor([3]) * 2).tolist())"
-  only_builtin = subprocess.run([sys.executable, "-c", code], env=clean_env(TINY_PLUGINS_AUTOLOAD="0"),
-                                capture_output=True, text=True, timeout=120, check=True)
+  only_builtin = run_checked([sys.executable, "-c", code], env=clean_env(TINY_PLUGINS_AUTOLOAD="0"), timeout=120)
   assert only_builtin.stdout.split() == ["[2,", "3]", "[6]"]
   hint = [line for line in only_builtin.stderr.splitlines() if "PYTHON reference interpreter" in line]
   assert len(hint) == 1 and "pip install 'tinyplug[cpu]'" in hint[0]
-  chosen = subprocess.run([sys.executable, "-c", code], env=clean_env(DEV="PYTHON"), capture_output=True, text=True,
-                          timeout=120, check=True)
+  chosen = run_checked([sys.executable, "-c", code], env=clean_env(DEV="PYTHON"), timeout=120)
   assert "reference interpreter" not in chosen.stderr
-  default = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=120,
-                           check=True)
+  default = run_checked([sys.executable, "-c", code], env=clean_env(), timeout=120)
   assert "reference interpreter" not in default.stderr
 
 
@@ -115,8 +109,8 @@ def test_an_extra_name_in_tiny_plugins_suggests_the_plugin_id(request_text):
 
 
 def test_disabling_an_extra_name_warns_instead_of_doing_nothing_silently():
-  done = subprocess.run([sys.executable, "-c", "from tinyplug import Device; print(Device.DEFAULT)"],
-                        env=clean_env(TINY_PLUGINS="-cpu"), capture_output=True, text=True, timeout=120, check=True)
+  done = run_checked([sys.executable, "-c", "from tinyplug import Device; print(Device.DEFAULT)"],
+                     env=clean_env(TINY_PLUGINS="-cpu"), timeout=120)
   assert "TINY_PLUGINS=-cpu names no installed plugin (did you mean 'cpu_llvm'?" in done.stderr
 
 
@@ -125,8 +119,6 @@ def test_the_user_guide_training_loop_runs_as_written(tmp_path):
   from plugin_fixtures import REPO_ROOT
   text = (REPO_ROOT / "docs" / "user_guide.md").read_text()
   code = text.split("```python\n", 1)[1].split("```", 1)[0]
-  done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
-                        timeout=600)
-  assert done.returncode == 0, done.stderr
+  done = run_checked([sys.executable, "-c", code], cwd=tmp_path, env=clean_env(), timeout=600)
   accuracy = float(done.stdout.split("train accuracy ")[1].split("%")[0])
   assert accuracy > 90 and "reloaded the weights" in done.stdout and (tmp_path / "mlp.safetensors").exists()

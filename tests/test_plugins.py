@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from plugin_fixtures import REPO_ROOT, plugin_module, plugin_site  # noqa: F401  (plugin_site is a fixture)
+from subprocess_checks import run_checked
 
 from tinyplug.helpers import Context
 from tinyplug.hookspecs import DeviceSpec, ListenerSpec, PassSpec
@@ -357,7 +358,7 @@ def test_unconfigure_runs_at_exit(plugin_site, tmp_path):
       open({str(marker)!r}, "w").write("bye")
   """)})
   code = "from tinyplug.plugins import get_plugin_manager; get_plugin_manager(check=False)"
-  subprocess.run([sys.executable, "-c", code], env=plugin_site.env(), check=True, timeout=60)
+  run_checked([sys.executable, "-c", code], env=plugin_site.env(), timeout=60)
   assert marker.read_text() == "bye"
 
 
@@ -384,13 +385,6 @@ def test_listener_kinds_match_the_event_bus():
   from tinyplug import events
   from tinyplug.hookspecs import LISTENER_KINDS
   assert set(LISTENER_KINDS) == set(events.KINDS)
-
-
-def run_checked(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-  """`subprocess.run` that fails the test with the command's stdout and stderr when it exits non-zero."""
-  done = subprocess.run(cmd, capture_output=True, text=True, **kw)
-  assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-  return done
 
 
 @pytest.mark.slow
