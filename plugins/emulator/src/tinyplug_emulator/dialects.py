@@ -1,0 +1,66 @@
+"""Source dialects the emulator compiles: what clang needs to turn one rendered kernel into a host shared object.
+
+A dialect names the device whose renderer writes it (MOCK+CL runs the CL renderer's code), the renderer options that
+describe the emulated device, the builtins library that implements its device functions on the runtime, and how to
+add the entry thunk `void tp_entry(void **args, int *vars)` that calls the kernel with its real parameter types.
+Adding a dialect (CUDA C, Metal through a stand-in header, LLVM IR with rewritten intrinsics) is one more entry in
+DIALECTS; nothing else in the emulator changes."""
+from __future__ import annotations
+import re
+from dataclasses import dataclass, field
+
+class DialectError(ValueError):
+  """The source is not a kernel this dialect understands (no kernel signature found)."""
+
+@dataclass(frozen=True)
+class Dialect:
+  name: str                                   # "opencl"
+  device: str                                 # the device whose renderer writes this dialect: "CL"
+  version: str                                # bump when the translation changes: part of every cache key
+  compile_flags: tuple[str, ...]              # clang flags for the kernel and the builtins source
+  builtins: str | None = None                 # file beside this module with the dialect's device functions
+  renderer_options: dict = field(default_factory=dict)   # keyword arguments for the renderer: the emulated device
+
+  def with_entry(self, src: str) -> str:
+    """The source with the entry thunk appended."""
+    raise NotImplementedError
+  def uses_barrier(self, src: str) -> bool:
+    """Whether the kernel may reach a barrier: then every work-item runs as a fiber."""
+    raise NotImplementedError
+  def uses_local_memory(self, src: str) -> bool:
+    """Whether the kernel declares work-group memory: then its groups run one after another on one host thread
+    (that memory is one static array per kernel)."""
+    raise NotImplementedError
+
+_OPENCL_KERNEL = re.compile(r"(?:__kernel|kernel)\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{")
+
+class OpenCLDialect(Dialect):
+  """OpenCL C 1.2 through clang's own OpenCL front-end, for the host: the exact rendered text, no rewriting."""
+  def with_entry(self, src: str) -> str:
+    m = _OPENCL_KERNEL.search(src)
+    if m is None: raise DialectError("no `__kernel void name(...)` signature in the OpenCL C source")
+    name, params = m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
+    args, n_ptr, n_var = [], 0, 0
+    for p in params:
+      if "*" in p:
+        ptr_type = p[:p.rindex("*") + 1].replace("restrict", "").strip()
+        if "__global" not in ptr_type and "global" not in ptr_type.split(): ptr_type = "__global " + ptr_type
+        args.append(f"({ptr_type})args[{n_ptr}]")
+        n_ptr += 1
+      else:
+        ctype = p.rsplit(None, 1)[0] if len(p.split()) > 1 else "int"
+        args.append(f"({ctype})vars[{n_var}]")
+        n_var += 1
+    thunk = f"void tp_entry(__global void **args, int *vars) {{ {name}({', '.join(args)}); }}"
+    return f"{src}\n{thunk}\n"
+  def uses_barrier(self, src: str) -> bool: return re.search(r"\b(work_group_)?barrier\s*\(", src) is not None
+  def uses_local_memory(self, src: str) -> bool: return re.search(r"\b(__local|local)\b", src) is not None
+
+OPENCL = OpenCLDialect(
+  name="opencl", device="CL", version="1", builtins="opencl_builtins.cl",
+  compile_flags=("-x", "cl", "-cl-std=CL1.2", "-Xclang", "-fdeclare-opencl-builtins", "-Xclang",
+                 "-finclude-default-header", "-ffp-contract=off", "-O2", "-fPIC", "-w"),
+  renderer_options={"extensions": ("cl_khr_fp16", "cl_khr_fp64"), "local_max": (256, 256, 64),
+                    "max_work_group_size": 256, "shared_max": 32768, "device_name": "tinyplug emulator"})
+
+DIALECTS: dict[str, Dialect] = {"CL": OPENCL}

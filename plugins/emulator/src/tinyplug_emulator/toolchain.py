@@ -1,0 +1,104 @@
+"""Finding clang, running it, and the emulator's on-disk cache of shared objects.
+
+Every shared object lives under `<cache dir>/emulator/` as `<key>.so` with a `<key>.so.sha256` beside it; the digest is
+checked before the file is loaded, and a missing, damaged or mismatched entry is rebuilt, never loaded."""
+from __future__ import annotations
+import functools, hashlib, os, re, shutil, subprocess, tempfile
+from tinyplug.helpers import CACHELEVEL, cache_dir
+from tinyplug_emulator.settings import EMU_CLANG
+MIN_CLANG = 15   # OpenCL C with -fdeclare-opencl-builtins, __builtin_convertvector on half, x86 _Float16
+
+class ToolchainError(RuntimeError):
+  """clang is missing, too old, or failed on a kernel (the message carries clang's output)."""
+
+@functools.cache
+def _probe_clang(explicit: str) -> tuple[str | None, str, str]:
+  """(path, version text, reason it cannot be used)."""
+  names = [explicit] if explicit else ["clang"] + [f"clang-{v}" for v in range(22, MIN_CLANG - 1, -1)]
+  best: tuple[int, str, str] | None = None
+  reasons = []
+  for name in names:
+    path = shutil.which(name)
+    if path is None: continue
+    try: out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+      reasons.append(f"{path}: {e}")
+      continue
+    m = re.search(r"clang version (\d+)\.", out)
+    if not m:
+      reasons.append(f"{path}: unrecognised --version output")
+      continue
+    major = int(m.group(1))
+    if major < MIN_CLANG:
+      reasons.append(f"{path} is clang {major}, older than {MIN_CLANG}")
+      continue
+    if best is None or major > best[0]: best = (major, path, out.splitlines()[0].strip())
+    if explicit: break
+  if best is None:
+    looked = explicit or "clang, clang-22 ... clang-15"
+    why = "; ".join(reasons) or f"none of {looked} is on PATH"
+    return None, "", f"no suitable clang ({why}); install one (Debian: apt-get install clang-19) or set EMU_CLANG"
+  return best[1], best[2], ""
+
+def find_clang() -> tuple[str | None, str, str]:
+  """(clang path or None, its version line, why it is unusable). Cached per EMU_CLANG value."""
+  return _probe_clang(EMU_CLANG.value)
+
+def clang() -> tuple[str, str]:
+  """(path, version line) of the clang to use, or ToolchainError with the reason."""
+  path, version, reason = find_clang()
+  if path is None: raise ToolchainError(reason)
+  return path, version
+
+def run_clang(args: list[str], what: str, source: str | None = None) -> None:
+  path, _ = clang()
+  proc = subprocess.run([path, *args], capture_output=True, text=True)
+  if proc.returncode != 0:
+    detail = (proc.stderr or proc.stdout).strip()
+    raise ToolchainError(f"clang failed on {what}:\n{detail}" + (f"\n--- source ---\n{source}" if source else ""))
+
+# ---------------- the cache ----------------
+
+def emulator_dir() -> str: return os.path.join(cache_dir(), "emulator")
+
+def digest(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
+
+def verified_path(name: str) -> str | None:
+  """The path of cached `<name>.so` when its checksum file matches its content, else None."""
+  path = os.path.join(emulator_dir(), name + ".so")
+  try:
+    with open(path, "rb") as f: data = f.read()
+    with open(path + ".sha256") as f: expected = f.read().strip()
+  except OSError: return None
+  return path if digest(data) == expected else None
+
+def store(name: str, data: bytes) -> str:
+  """Write `<name>.so` and its checksum atomically; returns the path. Falls back to a private temporary directory
+  when the cache directory cannot be written (a read-only home must not stop the emulator)."""
+  for base in (emulator_dir(), _private_dir()):
+    try:
+      os.makedirs(base, exist_ok=True)
+      path = os.path.join(base, name + ".so")
+      for target, payload in ((path, data), (path + ".sha256", digest(data).encode())):
+        fd, tmp = tempfile.mkstemp(dir=base, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f: f.write(payload)
+        os.replace(tmp, target)
+      return path
+    except OSError: continue
+  raise ToolchainError(f"cannot write the compiled kernel anywhere (tried {emulator_dir()} and {_private_dir()})")
+
+@functools.cache
+def _private_dir() -> str: return tempfile.mkdtemp(prefix="tinyplug-emulator-")
+
+def build_shared(name: str, build) -> str:
+  """The path of a verified `<name>.so`, building it with `build(out_path)` (into a temporary directory) when the
+  cache has no good copy. With CACHELEVEL=0 the result goes to a private temporary directory only."""
+  if CACHELEVEL >= 1 and (path := verified_path(name)) is not None: return path
+  with tempfile.TemporaryDirectory(prefix="tinyplug-emu-") as tmp:
+    out = os.path.join(tmp, name + ".so")
+    build(out)
+    with open(out, "rb") as f: data = f.read()
+  if CACHELEVEL >= 1: return store(name, data)
+  path = os.path.join(_private_dir(), name + ".so")
+  with open(path, "wb") as f: f.write(data)
+  return path
