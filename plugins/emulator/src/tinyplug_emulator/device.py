@@ -4,13 +4,13 @@ The renderer comes from the registry (the plugin that renders for <device>), bui
 describe the emulated device. Buffers are host memory; with EMU_BOUNDS they sit against an inaccessible page."""
 from __future__ import annotations
 import ctypes, hashlib, os, threading
-from typing import Any, Callable
+from typing import Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
 from tinyplug.helpers import DEBUG
 from tinyplug.uop.ops import Ops
 from tinyplug_emulator import native
-from tinyplug_emulator.dialects import DIALECTS, Dialect
+from tinyplug_emulator.dialects import C_TYPE_SIZES, DIALECTS, Dialect
 from tinyplug_emulator.native import EmulatorError, LaunchOptions
 from tinyplug_emulator.settings import EMU_BOUNDS, EMU_ORDER, EMU_SEED, EMU_STACK_KB, EMU_THREADS
 from tinyplug_emulator.toolchain import build_shared, clang, digest, run_clang, store, verified_path
@@ -132,11 +132,13 @@ class EmulatorProgram:
     self.fibers = dev.dialect.uses_barrier(spec.src)
     self.serial_groups = dev.dialect.uses_local_memory(spec.src)
     params = sorted((u for u in spec.uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-    self.param_dtypes = [u.dtype.base.scalar() for u in params]
+    # (element size, name) of each buffer parameter: from the program, or from the source's signature (hand-written)
+    self.param_types = [(u.dtype.base.scalar().itemsize, u.dtype.base.scalar().name) for u in params] or \
+      [(C_TYPE_SIZES.get(t, 1), t) for t in dev.dialect.pointer_types(spec.src)]
 
   def __call__(self, *bufs: HostMemory, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
     import time
-    handles = [_Arg(b, self.param_dtypes[i] if i < len(self.param_dtypes) else None) for i, b in enumerate(bufs)]
+    handles = [_Arg(b, *(self.param_types[i] if i < len(self.param_types) else (1, "bytes"))) for i, b in enumerate(bufs)]
     local = tuple(local_size) if local_size is not None else (1, 1, 1)
     order = str(EMU_ORDER.value)
     start = time.perf_counter()
@@ -172,11 +174,10 @@ class EmulatorProgram:
 class _Arg:
   """A buffer argument as the launch sees it: address, guarded mapping, element size and dtype for messages."""
   __slots__ = ("mem", "address", "nbytes", "lo", "hi", "itemsize", "size", "dtype_name")
-  def __init__(self, mem: HostMemory, dtype: Any):
+  def __init__(self, mem: HostMemory, itemsize: int, dtype_name: str):
     self.mem, self.address, self.nbytes, self.lo, self.hi = mem, mem.address, mem.nbytes, mem.lo, mem.hi
-    self.itemsize = dtype.itemsize if dtype is not None else 1
+    self.itemsize, self.dtype_name = max(itemsize, 1), dtype_name
     self.size = self.nbytes // self.itemsize
-    self.dtype_name = dtype.name if dtype is not None else "bytes"
 
 class EmulatorDevice(Compiled):
   """`MOCK+CL`: the CL renderer's OpenCL C, compiled by clang for the host and run on the emulator."""

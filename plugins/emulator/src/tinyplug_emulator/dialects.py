@@ -24,6 +24,9 @@ class Dialect:
   def with_entry(self, src: str) -> str:
     """The source with the entry thunk appended."""
     raise NotImplementedError
+  def pointer_types(self, src: str) -> list[str]:
+    """The element type (C spelling) of each buffer parameter, in order."""
+    raise NotImplementedError
   def uses_barrier(self, src: str) -> bool:
     """Whether the kernel may reach a barrier: then every work-item runs as a fiber."""
     raise NotImplementedError
@@ -36,10 +39,15 @@ _OPENCL_KERNEL = re.compile(r"(?:__kernel|kernel)\s+void\s+(\w+)\s*\(([^)]*)\)\s
 
 class OpenCLDialect(Dialect):
   """OpenCL C 1.2 through clang's own OpenCL front-end, for the host: the exact rendered text, no rewriting."""
-  def with_entry(self, src: str) -> str:
+  def _signature(self, src: str) -> tuple[str, list[str]]:
     m = _OPENCL_KERNEL.search(src)
     if m is None: raise DialectError("no `__kernel void name(...)` signature in the OpenCL C source")
-    name, params = m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
+    return m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
+  def pointer_types(self, src: str) -> list[str]:
+    drop = {"__global", "global", "const", "__constant", "constant", "volatile"}
+    return [" ".join(w for w in p[:p.rindex("*")].split() if w not in drop) for p in self._signature(src)[1] if "*" in p]
+  def with_entry(self, src: str) -> str:
+    name, params = self._signature(src)
     args, n_ptr, n_var = [], 0, 0
     for p in params:
       if "*" in p:
@@ -62,5 +70,10 @@ OPENCL = OpenCLDialect(
                  "-finclude-default-header", "-ffp-contract=off", "-O2", "-fPIC", "-w"),
   renderer_options={"extensions": ("cl_khr_fp16", "cl_khr_fp64"), "local_max": (256, 256, 64),
                     "max_work_group_size": 256, "shared_max": 32768, "device_name": "tinyplug emulator"})
+
+# element sizes of the C scalar types buffers hold, for bounds reports
+C_TYPE_SIZES = {"char": 1, "uchar": 1, "unsigned char": 1, "bool": 1, "short": 2, "ushort": 2, "half": 2, "int": 4,
+                "uint": 4, "float": 4, "long": 8, "ulong": 8, "double": 8, "signed char": 1, "__half": 2,
+                "unsigned int": 4, "unsigned short": 2, "long long": 8, "unsigned long long": 8}
 
 DIALECTS: dict[str, Dialect] = {"CL": OPENCL}
