@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers_ops import check_op
-from tinyplug import Tensor
+from tinyplug import Tensor, dtypes
 
 pytestmark = pytest.mark.usefixtures("device")
 
@@ -179,8 +179,8 @@ _UINT = {1: ("uint8", np.uint8, torch.int8), 2: ("uint16", np.uint16, torch.int1
 def test_bitcast_changing_size(device, to):
   # like torch's view(dtype): the last dim scales, little-endian bytes; and back again to the same bits
   from tinyplug.device import Device
-  if device == "CL" and (to == "bfloat16" or (to == "float64" and not getattr(Device["CL"].renderer, "has_fp64", False))):
-    pytest.skip(f"OpenCL has no {to} here")
+  supported = Device[device].renderer.supported_dtypes
+  if supported is not None and getattr(dtypes, to) not in supported: pytest.skip(f"{device} has no {to}")
   a = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
   want = torch.tensor(a).view(getattr(torch, to))
   got = Tensor(a).bitcast(to)

@@ -3,7 +3,7 @@
 The renderer comes from the registry (the plugin that renders for <device>), built with the dialect's options that
 describe the emulated device. Buffers are host memory; with EMU_BOUNDS they sit against an inaccessible page."""
 from __future__ import annotations
-import ctypes, hashlib, os, threading
+import ctypes, functools, os, threading
 from typing import Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
@@ -80,11 +80,11 @@ class EmulatorCompiler(Compiler):
     libs = self.support_libraries()
     name = f"kernel-{self.key(src)[:32]}"
     def build(out: str) -> None:
+      EmulatorCompiler.compiles += 1
       path = out[:-3] + self._suffix()
       with open(path, "w") as f: f.write(self.dialect.with_entry(src))
       run_clang([*self.dialect.compile_flags, "-shared", path, "-x", "none", *libs, "-lm", "-o", out,
                  f"-Wl,-rpath,{os.path.dirname(libs[0])}"], f"a {self.dialect.name} kernel", src)
-    EmulatorCompiler.compiles += 1
     path = build_shared(name, build)
     with open(path, "rb") as f: data = f.read()
     self._paths[digest(data)] = path
@@ -105,6 +105,7 @@ class EmulatorCompiler(Compiler):
       self._paths[d] = path
     return path
 
+@functools.cache
 def _builtins_library(dialect: Dialect, runtime_path: str) -> str:
   here = os.path.dirname(os.path.abspath(__file__))
   src_path = os.path.join(here, dialect.builtins)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 class DialectError(ValueError):
   """The source is not a kernel this dialect understands (no kernel signature found)."""
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dialect:
   name: str                                   # "opencl"
   device: str                                 # the device whose renderer writes this dialect: "CL"
