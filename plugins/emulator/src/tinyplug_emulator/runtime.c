@@ -17,7 +17,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#define TP_RUNTIME_VERSION 1
+#define TP_RUNTIME_VERSION 2
 enum { ORDER_FORWARD = 0, ORDER_REVERSE = 1, ORDER_SHUFFLE = 2 };
 enum { ERR_NONE = 0, ERR_DIVERGENCE = 1, ERR_BARRIER_SITES = 2, ERR_OOB = 3, ERR_SEGV = 4, ERR_FPE = 5,
        ERR_STACK = 6, ERR_NO_FIBERS = 7, ERR_ALLOC = 8 };
@@ -53,7 +53,11 @@ typedef struct {
 } tp_launch;
 
 typedef struct {
+#if defined(__x86_64__)
+  void *sp;          // saved stack pointer of a suspended fiber (tp_switch)
+#else
   ucontext_t ctx;
+#endif
   int state;
   void *site;
 } tp_fiber;
@@ -66,7 +70,11 @@ typedef struct {   // per host thread
   int nfibers_alloc;
   char *stacks;
   size_t stack_bytes, stacks_len;
+#if defined(__x86_64__)
+  void *sched_sp;
+#else
   ucontext_t sched;
+#endif
   sigjmp_buf recover;
   void *altstack;
 } tp_thread;
@@ -100,13 +108,60 @@ static void report(int code, int64_t index, int buffer, int is_store, uint64_t a
   pthread_mutex_unlock(&L->error_lock);
 }
 
+// ---------------- switching between fibers ----------------
+#if defined(__x86_64__)
+// Save the callee-saved registers and the SSE/x87 control words on this stack, store the stack pointer in *from,
+// continue on `to` (a stack saved the same way). No system call: swapcontext's signal-mask syscalls cost microseconds.
+__attribute__((naked, noinline)) static void tp_switch(void **from, void *to) {
+  __asm__ volatile(
+    "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
+    "subq $8, %rsp\n stmxcsr (%rsp)\n fnstcw 4(%rsp)\n"
+    "movq %rsp, (%rdi)\n movq %rsi, %rsp\n"
+    "ldmxcsr (%rsp)\n fldcw 4(%rsp)\n addq $8, %rsp\n"
+    "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n");
+}
+#endif
+
+static void fiber_main(void);
+static void to_scheduler(tp_fiber *f) {
+#if defined(__x86_64__)
+  tp_switch(&f->sp, T.sched_sp);
+#else
+  swapcontext(&f->ctx, &T.sched);
+#endif
+}
+static void to_fiber(tp_fiber *f) {
+#if defined(__x86_64__)
+  tp_switch(&T.sched_sp, f->sp);
+#else
+  swapcontext(&T.sched, &f->ctx);
+#endif
+}
+static void start_fiber(tp_fiber *f, char *stack, size_t size) {
+#if defined(__x86_64__)
+  uint64_t *top = (uint64_t *)(((uintptr_t)(stack + size) & ~(uintptr_t)15) - 16);
+  top[0] = (uint64_t)(uintptr_t)fiber_main;   // tp_switch's `ret` lands here, with the stack as after a call
+  top[1] = 0;
+  uint64_t *sp = top - 7;                      // six registers and the control words
+  memset(sp, 0, 7 * sizeof(uint64_t));
+  sp[0] = 0x1F80 | ((uint64_t)0x037F << 32);   // default MXCSR, default x87 control word
+  f->sp = sp;
+#else
+  getcontext(&f->ctx);
+  f->ctx.uc_stack.ss_sp = stack;
+  f->ctx.uc_stack.ss_size = size;
+  f->ctx.uc_link = &T.sched;
+  makecontext(&f->ctx, fiber_main, 0);
+#endif
+}
+
 void tp_barrier(void) {
   if (!T.in_kernel) return;
   if (T.fibers == NULL || !T.launch->fibers) { report(ERR_NO_FIBERS, 0, -1, 0, 0); siglongjmp(T.recover, 1); }
   tp_fiber *f = &T.fibers[T.cur];
   f->state = FIBER_AT_BARRIER;
   f->site = __builtin_return_address(0);
-  swapcontext(&f->ctx, &T.sched);
+  to_scheduler(f);
 }
 
 // ---------------- fault handling ----------------
@@ -228,8 +283,13 @@ static int ensure_fibers(int n, size_t stack_bytes) {
 
 static void fiber_main(void) {
   T.launch->entry(T.launch->args, T.launch->vars);
-  T.fibers[T.cur].state = FIBER_DONE;   // returning resumes the scheduler through uc_link
-}
+  tp_fiber *f = &T.fibers[T.cur];
+  f->state = FIBER_DONE;
+#if defined(__x86_64__)
+  to_scheduler(f);                      // never resumed
+  __builtin_unreachable();
+#endif
+}                                       // ucontext: returning resumes the scheduler through uc_link
 
 static uint64_t next_random(uint64_t *s) {   // splitmix64
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -257,11 +317,7 @@ static void run_group(tp_launch *L, uint64_t linear, uint32_t *order) {
   size_t each = T.stack_bytes + (size_t)sysconf(_SC_PAGESIZE);
   for (uint32_t i = 0; i < n; i++) {
     tp_fiber *f = &T.fibers[i];
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = T.stacks + each * i + (each - T.stack_bytes);
-    f->ctx.uc_stack.ss_size = T.stack_bytes;
-    f->ctx.uc_link = &T.sched;
-    makecontext(&f->ctx, fiber_main, 0);
+    start_fiber(f, T.stacks + each * i + (each - T.stack_bytes), T.stack_bytes);
     f->state = FIBER_READY; f->site = NULL;
   }
   for (;;) {
@@ -269,7 +325,7 @@ static void run_group(tp_launch *L, uint64_t linear, uint32_t *order) {
       uint32_t k = order[i];
       if (T.fibers[k].state != FIBER_READY) continue;
       T.cur = (int)k; set_local(k);
-      swapcontext(&T.sched, &T.fibers[k].ctx);
+      to_fiber(&T.fibers[k]);
       if (atomic_load(&L->failed)) return;
     }
     uint32_t waiting = 0, done = 0, first_done = n, first_other = n;
