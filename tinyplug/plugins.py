@@ -35,10 +35,10 @@ LOADED_STATUSES = ("builtin", "active", "unavailable")  # the plugin's registrat
 
 # first-party plugin id -> extra of the `tinyplug` distribution that installs it
 FIRST_PARTY_EXTRAS = {"cpu_llvm": "cpu", "opencl": "opencl", "cuda": "cuda", "metal": "metal", "amd": "amd",
-                      "viz_web": "viz"}
+                      "viz_web": "viz", "emulator": "emulator"}
 # device name -> first-party plugin that provides it (for install hints)
 DEVICE_PLUGINS = {"CPU": "cpu_llvm", "CL": "opencl", "CUDA": "cuda", "METAL": "metal", "AMD": "amd",
-                  "PYTHON": "python"}
+                  "PYTHON": "python", "MOCK+CL": "emulator"}
 
 
 class PluginError(RuntimeError):
