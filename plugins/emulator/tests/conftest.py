@@ -36,3 +36,29 @@ def _run_kernel(dev, src: str, arrays: list[np.ndarray], groups, local, vals=())
 def run_kernel():
   """`run_kernel(dev, src, arrays, groups, local, vals=())` -> the arrays after the kernel ran."""
   return _run_kernel
+
+def _run_dialect_kernel(dialect, src: str, arrays: list[np.ndarray], groups, local, vals=()) -> list[np.ndarray]:
+  """Like run_kernel, for a dialect whose device has no renderer installed (CUDA C written by hand)."""
+  from tinyplug.device import ProgramSpec
+  from tinyplug_emulator.device import EmulatorAllocator, EmulatorCompiler, EmulatorProgram
+  ok, reason = emulator_available()
+  if not ok: pytest.skip(f"emulator unavailable: {reason}")
+  compiler, alloc = EmulatorCompiler(dialect), EmulatorAllocator()
+  handles = [alloc._alloc(a.nbytes) for a in arrays]
+  try:
+    for h, a in zip(handles, arrays): alloc._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    name = dialect._signature(src)[0]
+    spec = ProgramSpec(name=name, uops=(), src=src, global_size=tuple(groups), local_size=tuple(local),
+                       outs=tuple(range(len(arrays))))
+    prg = EmulatorProgram(compiler, spec, compiler.compile_cached(src))
+    prg(*handles, global_size=tuple(groups), local_size=tuple(local), vals=tuple(vals))
+    out = [np.empty_like(a) for a in arrays]
+    for o, h in zip(out, handles): alloc._copyout(memoryview(o).cast("B"), h)
+    return out
+  finally:
+    for h, a in zip(handles, arrays): alloc._free(h, a.nbytes)
+
+@pytest.fixture
+def run_dialect_kernel():
+  """`run_dialect_kernel(dialect, src, arrays, groups, local, vals=())` -> the arrays after the kernel ran."""
+  return _run_dialect_kernel

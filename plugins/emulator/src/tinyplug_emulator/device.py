@@ -66,6 +66,8 @@ class EmulatorCompiler(Compiler):
     self._memory: dict[str, bytes] = {}
     self._paths: dict[str, str] = {}   # digest of a shared object's bytes -> a verified file holding them
     self._lock = threading.Lock()
+    here = os.path.dirname(os.path.abspath(__file__))
+    self._headers_digest = digest(b"".join(open(os.path.join(here, h), "rb").read() for h in dialect.headers))
 
   def support_libraries(self) -> list[str]:
     """Paths of the runtime and the dialect's builtins, loaded with global symbols (kernels link against them)."""
@@ -74,7 +76,8 @@ class EmulatorCompiler(Compiler):
     return [runtime_path, _builtins_library(self.dialect, runtime_path)]
 
   def key(self, src: str) -> str:
-    return digest(f"{self.cachekey}\n{' '.join(self.dialect.compile_flags)}\n{self.support_libraries()}\n{src}".encode())
+    return digest(f"{self.cachekey}\n{' '.join(self.dialect.compile_flags)}\n{self.support_libraries()}\n"
+                  f"{self._headers_digest}\n{src}".encode())
 
   def compile(self, src: str) -> bytes:
     libs = self.support_libraries()
@@ -90,7 +93,7 @@ class EmulatorCompiler(Compiler):
     self._paths[digest(data)] = path
     return data
 
-  def _suffix(self) -> str: return {"opencl": ".cl"}.get(self.dialect.name, ".src")
+  def _suffix(self) -> str: return {"opencl": ".cl", "cuda": ".cu"}.get(self.dialect.name, ".src")
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
@@ -126,16 +129,17 @@ def _threads() -> int:
 
 class EmulatorProgram:
   """`prg(*buffers, global_size=, local_size=, vals=, wait=)`: global_size counts work-groups, as in the ProgramSpec."""
-  def __init__(self, dev: EmulatorDevice, spec: ProgramSpec, lib: bytes):
+  def __init__(self, compiler: EmulatorCompiler, spec: ProgramSpec, lib: bytes):
+    dialect = compiler.dialect
     self.name, self.spec = spec.name, spec
-    self.lib = ctypes.CDLL(dev.compiler.path_for(lib))
+    self.lib = ctypes.CDLL(compiler.path_for(lib))
     self.entry = ctypes.cast(self.lib.tp_entry, ctypes.c_void_p).value
-    self.fibers = dev.dialect.uses_barrier(spec.src)
-    self.serial_groups = dev.dialect.uses_local_memory(spec.src)
+    self.fibers = dialect.uses_barrier(spec.src)
+    self.serial_groups = dialect.uses_local_memory(spec.src)
     params = sorted((u for u in spec.uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     # (element size, name) of each buffer parameter: from the program, or from the source's signature (hand-written)
     self.param_types = [(u.dtype.base.scalar().itemsize, u.dtype.base.scalar().name) for u in params] or \
-      [(C_TYPE_SIZES.get(t, 1), t) for t in dev.dialect.pointer_types(spec.src)]
+      [(C_TYPE_SIZES.get(t, 1), t) for t in dialect.pointer_types(spec.src)]
 
   def __call__(self, *bufs: HostMemory, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
     import time
@@ -193,7 +197,7 @@ class EmulatorDevice(Compiled):
     if DEBUG >= 1: print(f"{name}: {self.describe()}")
 
   def make_program(self, spec: ProgramSpec, lib: bytes) -> Callable[..., float | None]:
-    return EmulatorProgram(self, spec, lib)
+    return EmulatorProgram(self.compiler, spec, lib)
 
   def describe(self) -> str:
     return (f"{self.dialect.name} kernels compiled by {self.compiler.clang_version}, run as fibers on {_threads()} "

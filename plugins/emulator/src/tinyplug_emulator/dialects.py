@@ -6,8 +6,10 @@ add the entry thunk `void tp_entry(void **args, int *vars)` that calls the kerne
 Adding a dialect (CUDA C, Metal through a stand-in header, LLVM IR with rewritten intrinsics) is one more entry in
 DIALECTS; nothing else in the emulator changes."""
 from __future__ import annotations
-import re
+import os, re
 from dataclasses import dataclass, field
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 class DialectError(ValueError):
   """The source is not a kernel this dialect understands (no kernel signature found)."""
@@ -19,6 +21,7 @@ class Dialect:
   version: str                                # bump when the translation changes: part of every cache key
   compile_flags: tuple[str, ...]              # clang flags for the kernel and the builtins source
   builtins: str | None = None                 # file beside this module with the dialect's device functions
+  headers: tuple[str, ...] = ()               # files beside this module the translation includes (cache keys)
   renderer_options: dict = field(default_factory=dict)   # keyword arguments for the renderer: the emulated device
 
   def with_entry(self, src: str) -> str:
@@ -64,6 +67,33 @@ class OpenCLDialect(Dialect):
   def uses_barrier(self, src: str) -> bool: return re.search(r"\b(work_group_)?barrier\s*\(", src) is not None
   def uses_local_memory(self, src: str) -> bool: return re.search(r"\b(__local|local)\b", src) is not None
 
+
+_CUDA_KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)\s*\{")
+
+class CUDADialect(Dialect):
+  """CUDA C and HIP-style C, compiled as C++ with a stand-in header (cuda_prelude.h): ids, __syncthreads, __shared__
+  memory, half as _Float16 rounded per operation, CUDA's vector structs and a few half intrinsics."""
+  def _signature(self, src: str) -> tuple[str, list[str]]:
+    m = _CUDA_KERNEL.search(src)
+    if m is None: raise DialectError("no `__global__ void name(...)` signature in the CUDA C source")
+    return m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
+  def pointer_types(self, src: str) -> list[str]:
+    drop = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
+    return [" ".join(w for w in p[:p.rindex("*")].split() if w not in drop) for p in self._signature(src)[1] if "*" in p]
+  def with_entry(self, src: str) -> str:
+    name, params = self._signature(src)
+    args, n_ptr, n_var = [], 0, 0
+    for p in params:
+      if "*" in p:
+        args.append(f"({p[:p.rindex('*') + 1].replace('__restrict__', '').strip()})args[{n_ptr}]")
+        n_ptr += 1
+      else:
+        args.append(f"({p.rsplit(None, 1)[0] if len(p.split()) > 1 else 'int'})vars[{n_var}]")
+        n_var += 1
+    return f'{src}\nextern "C" void tp_entry(void **args, int *vars) {{ {name}({", ".join(args)}); }}\n'
+  def uses_barrier(self, src: str) -> bool: return re.search(r"\b(__syncthreads|__barrier_sync|bar_sync)\s*\(", src) is not None
+  def uses_local_memory(self, src: str) -> bool: return False   # __shared__ is thread_local: groups may run in parallel
+
 OPENCL = OpenCLDialect(
   name="opencl", device="CL", version="1", builtins="opencl_builtins.cl",
   compile_flags=("-x", "cl", "-cl-std=CL1.2", "-Xclang", "-fdeclare-opencl-builtins", "-Xclang",
@@ -76,4 +106,11 @@ C_TYPE_SIZES = {"char": 1, "uchar": 1, "unsigned char": 1, "bool": 1, "short": 2
                 "uint": 4, "float": 4, "long": 8, "ulong": 8, "double": 8, "signed char": 1, "__half": 2,
                 "unsigned int": 4, "unsigned short": 2, "long long": 8, "unsigned long long": 8}
 
-DIALECTS: dict[str, Dialect] = {"CL": OPENCL}
+CUDA = CUDADialect(
+  name="cuda", device="CUDA", version="1", headers=("cuda_prelude.h",),
+  compile_flags=("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-Xclang",
+                 "-ffloat16-excess-precision=none", "-include", os.path.join(_HERE, "cuda_prelude.h"),
+                 "-I", os.path.join(_HERE, "include"), "-w"),
+  renderer_options={})
+
+DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA}

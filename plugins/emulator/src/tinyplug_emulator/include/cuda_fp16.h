@@ -1,0 +1,2 @@
+// Stand-in for CUDA's cuda_fp16.h on the emulator: half and its helpers come from cuda_prelude.h.
+#pragma once
