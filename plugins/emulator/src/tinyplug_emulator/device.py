@@ -93,7 +93,7 @@ class EmulatorCompiler(Compiler):
     self._paths[digest(data)] = path
     return data
 
-  def _suffix(self) -> str: return {"opencl": ".cl", "cuda": ".cu"}.get(self.dialect.name, ".src")
+  def _suffix(self) -> str: return {"opencl": ".cl", "cuda": ".cu", "llvm-ir": ".ll"}.get(self.dialect.name, ".src")
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:

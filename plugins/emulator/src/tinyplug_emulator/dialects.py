@@ -94,6 +94,72 @@ class CUDADialect(Dialect):
   def uses_barrier(self, src: str) -> bool: return re.search(r"\b(__syncthreads|__barrier_sync|bar_sync)\s*\(", src) is not None
   def uses_local_memory(self, src: str) -> bool: return False   # __shared__ is thread_local: groups may run in parallel
 
+# GPU intrinsics -> (runtime function, dimension); the id functions return i64 in the runtime, i32 here
+_LLVM_INTRINSICS = {
+  **{f"llvm.amdgcn.workitem.id.{d}": ("tp_local_id", i) for i, d in enumerate("xyz")},
+  **{f"llvm.amdgcn.workgroup.id.{d}": ("tp_group_id", i) for i, d in enumerate("xyz")},
+  **{f"llvm.nvvm.read.ptx.sreg.tid.{d}": ("tp_local_id", i) for i, d in enumerate("xyz")},
+  **{f"llvm.nvvm.read.ptx.sreg.ctaid.{d}": ("tp_group_id", i) for i, d in enumerate("xyz")},
+  **{f"llvm.nvvm.read.ptx.sreg.ntid.{d}": ("tp_local_size", i) for i, d in enumerate("xyz")},
+  **{f"llvm.nvvm.read.ptx.sreg.nctaid.{d}": ("tp_num_groups", i) for i, d in enumerate("xyz")},
+}
+_LLVM_BARRIERS = ("llvm.amdgcn.s.barrier", "llvm.nvvm.barrier0")
+_LLVM_DEFINE = re.compile(r"^define\s+(?:[\w\s]*?\s)?void\s+@([\w.$]+)\s*\(([^)]*)\)", re.M)
+_LLVM_REWRITES = [   # (pattern, replacement), applied in order to the whole module
+  (re.compile(r"^\s*target (datalayout|triple)\s*=.*$", re.M), ""),           # the host's own
+  (re.compile(r"(unnamed_addr |local_unnamed_addr )?addrspace\(3\) global"), r"thread_local \1global"),  # work-group memory
+  (re.compile(r"\s*addrspace\(\d+\)"), ""),                                  # one flat address space
+  (re.compile(r"\baddrspacecast\b"), "bitcast"),
+  (re.compile(r"\b(amdgpu_kernel|ptx_kernel|spir_kernel|amdgpu_cs|amdgpu_gfx)\s+"), ""),
+  (re.compile(r'\s*"(target-cpu|target-features|tune-cpu)"="[^"]*"'), ""),
+]
+
+class LLVMIRDialect(Dialect):
+  """LLVM IR written for AMDGPU or NVPTX, lowered to the host: the work-item/group id and barrier intrinsics become
+  runtime calls (the barrier stays `convergent`), address spaces are dropped (work-group memory, addrspace(3), becomes
+  thread_local), GPU calling conventions and target attributes are removed; then clang compiles it like C."""
+  def _signature(self, src: str) -> tuple[str, list[str]]:
+    kernels = [m for m in _LLVM_DEFINE.finditer(src) if not m.group(1).startswith("tp.")]
+    if not kernels: raise DialectError("no `define void @name(...)` kernel in the LLVM IR")
+    m = kernels[0]
+    return m.group(1), [p.strip() for p in m.group(2).split(",") if p.strip()]
+  def pointer_types(self, src: str) -> list[str]:
+    return ["bytes" for p in self._signature(src)[1] if p.split()[0] == "ptr"]   # opaque pointers carry no type
+  def with_entry(self, src: str) -> str:
+    used = [name for name in _LLVM_INTRINSICS if f"@{name}(" in src]
+    barriers = [name for name in _LLVM_BARRIERS if f"@{name}(" in src]
+    unknown = sorted(set(re.findall(r"@(llvm\.(?:amdgcn|nvvm|r600)\.[\w.]+)", src)) - set(used) - set(barriers))
+    if unknown: raise DialectError(f"the emulator has no lowering for the GPU intrinsic(s) {', '.join(unknown)}")
+    text = "\n".join(line for line in src.splitlines()
+                     if not (line.startswith("declare") and any(f"@{n}(" in line for n in used + barriers)))
+    for pattern, repl in _LLVM_REWRITES: text = pattern.sub(repl, text)
+    helpers = []
+    for name in used:
+      func, dim = _LLVM_INTRINSICS[name]
+      text = text.replace(f"@{name}(", f"@tp.{name}(")
+      helpers.append(f"define internal i32 @tp.{name}() alwaysinline {{\n  %v = call i64 @{func}(i32 {dim})\n"
+                     f"  %t = trunc i64 %v to i32\n  ret i32 %t\n}}")
+    for name in barriers: text = text.replace(f"call void @{name}(", "call void @tp_barrier(")
+    runtime_decls = {f"declare i64 @{f}(i32)" for f, _ in (_LLVM_INTRINSICS[n] for n in used)}
+    if barriers: runtime_decls.add("declare void @tp_barrier() convergent nounwind")
+    name, params = self._signature(text)
+    loads, args, n_ptr, n_var = [], [], 0, 0
+    for k, p in enumerate(params):
+      ty = p.split()[0]
+      if ty == "ptr":
+        loads += [f"  %a{k}.p = getelementptr ptr, ptr %args, i64 {n_ptr}", f"  %a{k} = load ptr, ptr %a{k}.p"]
+        n_ptr += 1
+      else:
+        loads += [f"  %a{k}.p = getelementptr i32, ptr %vars, i64 {n_var}", f"  %a{k}.w = load i32, ptr %a{k}.p"]
+        loads.append(f"  %a{k} = {'sext i32 %a' + str(k) + '.w to ' + ty if ty != 'i32' else 'add i32 0, %a' + str(k) + '.w'}")
+        n_var += 1
+      args.append(f"{ty} %a{k}")
+    thunk = "\n".join(["define void @tp_entry(ptr %args, ptr %vars) {", *loads, f"  call void @{name}({', '.join(args)})",
+                       "  ret void", "}"])
+    return "\n".join([text, *sorted(runtime_decls), *helpers, thunk]) + "\n"
+  def uses_barrier(self, src: str) -> bool: return any(f"@{n}(" in src for n in _LLVM_BARRIERS)
+  def uses_local_memory(self, src: str) -> bool: return False   # addrspace(3) globals become thread_local
+
 OPENCL = OpenCLDialect(
   name="opencl", device="CL", version="1", builtins="opencl_builtins.cl",
   compile_flags=("-x", "cl", "-cl-std=CL1.2", "-Xclang", "-fdeclare-opencl-builtins", "-Xclang",
@@ -113,4 +179,6 @@ CUDA = CUDADialect(
                  "-I", os.path.join(_HERE, "include"), "-w"),
   renderer_options={})
 
-DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA}
+LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="1", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"))
+
+DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA, "AMD": LLVM_IR}
