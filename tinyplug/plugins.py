@@ -395,7 +395,7 @@ class PluginManager:
         if len(down) == len(info.devices):
           info.status, info.reason = "unavailable", "; ".join(down)
         elif down:
-          info.reason = "; ".join([*info.conflicts, *(f"device {d} unavailable" for d in down)])
+          info.reason = "; ".join([*info.conflicts, *(f"unavailable: device {d}" for d in down)])
       self._statuses_final = True
     return list(self._infos)
 
