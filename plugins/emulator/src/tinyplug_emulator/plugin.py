@@ -17,7 +17,7 @@ def probe(target: str) -> tuple[bool, str]:
   if path is None: return False, reason
   from tinyplug.plugins import get_plugin_manager
   if not get_plugin_manager(check=False).renderers_for(target):
-    return False, f"no active plugin renders for device {target} (the emulator runs that renderer's code)"
+    return False, f"no active plugin renders for {target} (the emulator runs that renderer's code)"
   return True, ""
 
 def _probe_for(target: str):
