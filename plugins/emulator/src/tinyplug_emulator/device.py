@@ -76,8 +76,9 @@ class EmulatorCompiler(Compiler):
     return [runtime_path, _builtins_library(self.dialect, runtime_path)]
 
   def key(self, src: str) -> str:
+    """Hashes what clang is given (the source with its thunk, flags, headers), its version and the libraries."""
     return digest(f"{self.cachekey}\n{' '.join(self.dialect.compile_flags)}\n{self.support_libraries()}\n"
-                  f"{self._headers_digest}\n{src}".encode())
+                  f"{self._headers_digest}\n{self.dialect.with_entry(src)}".encode())
 
   def compile(self, src: str) -> bytes:
     libs = self.support_libraries()
@@ -93,7 +94,7 @@ class EmulatorCompiler(Compiler):
     self._paths[digest(data)] = path
     return data
 
-  def _suffix(self) -> str: return {"opencl": ".cl", "cuda": ".cu", "llvm-ir": ".ll"}.get(self.dialect.name, ".src")
+  def _suffix(self) -> str: return {"opencl": ".cl", "cuda": ".cu", "llvm-ir": ".ll", "metal": ".metal"}.get(self.dialect.name, ".src")
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
@@ -113,9 +114,10 @@ def _builtins_library(dialect: Dialect, runtime_path: str) -> str:
   here = os.path.dirname(os.path.abspath(__file__))
   src_path = os.path.join(here, dialect.builtins)
   with open(src_path, "rb") as f: src = f.read()
-  name = native.library_name(f"{dialect.name}-builtins", src, " ".join(dialect.compile_flags), runtime_path)
+  flags = dialect.builtins_flags or dialect.compile_flags
+  name = native.library_name(os.path.splitext(dialect.builtins)[0], src, " ".join(flags), runtime_path)
   def build(out: str) -> None:
-    run_clang([*dialect.compile_flags, "-shared", src_path, "-x", "none", runtime_path, "-lm", "-o", out,
+    run_clang([*flags, "-shared", src_path, "-x", "none", runtime_path, "-lm", "-o", out,
                f"-Wl,-soname,{name}.so"], f"the {dialect.name} builtins")
   path = build_shared(name, build)
   native.load_global(path)

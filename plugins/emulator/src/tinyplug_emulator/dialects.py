@@ -22,6 +22,7 @@ class Dialect:
   compile_flags: tuple[str, ...]              # clang flags for the kernel and the builtins source
   builtins: str | None = None                 # file beside this module with the dialect's device functions
   headers: tuple[str, ...] = ()               # files beside this module the translation includes (cache keys)
+  builtins_flags: tuple[str, ...] | None = None   # clang flags for the builtins file (default: compile_flags)
   renderer_options: dict = field(default_factory=dict)   # keyword arguments for the renderer: the emulated device
 
   def with_entry(self, src: str) -> str:
@@ -160,6 +161,47 @@ class LLVMIRDialect(Dialect):
   def uses_barrier(self, src: str) -> bool: return any(f"@{n}(" in src for n in _LLVM_BARRIERS)
   def uses_local_memory(self, src: str) -> bool: return False   # addrspace(3) globals become thread_local
 
+_METAL_KERNEL = re.compile(r"\bkernel\s+void\s+(\w+)\s*\(")
+_METAL_IDS = {"threadgroup_position_in_grid": "get_group_id", "thread_position_in_threadgroup": "get_local_id",
+              "thread_position_in_grid": "get_global_id", "threads_per_threadgroup": "get_local_size",
+              "threadgroups_per_grid": "get_num_groups"}
+_METAL_VECTOR_CTOR = re.compile(r"(?<![\w)])((?:float|half|int|uint|short|ushort|char|uchar|long|ulong|bool)[2348])\(")
+
+class MetalDialect(Dialect):
+  """Metal Shading Language through clang's C++ for OpenCL with a `metal_stdlib` stand-in (include/metal_stdlib):
+  Metal's address spaces are OpenCL's, the built-ins are the OpenCL ones. The one rewrite: Metal's vector
+  constructors `float4(a, b, c, d)` become OpenCL vector literals `(float4)(a, b, c, d)`. Kernel parameters with a
+  position attribute ([[thread_position_in_threadgroup]] ...) are filled from the work-item's ids by the thunk."""
+  def _signature(self, src: str) -> tuple[str, list[str]]:
+    m = _METAL_KERNEL.search(src)
+    if m is None: raise DialectError("no `kernel void name(...)` signature in the Metal source")
+    depth, i = 1, m.end()
+    while depth and i < len(src):
+      depth += {"(": 1, ")": -1}.get(src[i], 0)
+      i += 1
+    return m.group(1), [p.strip() for p in src[m.end():i - 1].split(",") if p.strip()]
+  def pointer_types(self, src: str) -> list[str]:
+    drop = {"device", "const", "constant", "volatile"}
+    return [" ".join(w for w in p[:p.rindex("*")].split() if w not in drop) for p in self._signature(src)[1] if "*" in p]
+  def with_entry(self, src: str) -> str:
+    name, params = self._signature(src)
+    args, n_ptr = [], 0
+    for p in params:
+      attr = re.search(r"\[\[\s*(\w+)", p)
+      decl = re.sub(r"\[\[.*?\]\]", "", p).strip()
+      if attr and attr.group(1) in _METAL_IDS:
+        fn, ty = _METAL_IDS[attr.group(1)], decl.split()[0]
+        lanes = ", ".join(f"({ty[:-1]}){fn}({d})" for d in range(3))
+        args.append(f"({ty})({lanes})" if ty[-1] == "3" else f"({ty}){fn}(0)")
+      elif "*" in decl:
+        args.append(f"({decl[:decl.rindex('*') + 1]})args[{n_ptr}]")
+        n_ptr += 1
+      else: raise DialectError(f"the emulator passes only buffers and thread positions to Metal kernels, not {p!r}")
+    body = _METAL_VECTOR_CTOR.sub(r"(\1)(", src)
+    return f'{body}\nextern "C" void tp_entry(__global void **args, int *vars) {{ {name}({", ".join(args)}); }}\n'
+  def uses_barrier(self, src: str) -> bool: return re.search(r"\bthreadgroup_barrier\s*\(", src) is not None
+  def uses_local_memory(self, src: str) -> bool: return re.search(r"\bthreadgroup\s+\w+\s+\w+\s*\[", src) is not None
+
 OPENCL = OpenCLDialect(
   name="opencl", device="CL", version="1", builtins="opencl_builtins.cl",
   compile_flags=("-x", "cl", "-cl-std=CL1.2", "-Xclang", "-fdeclare-opencl-builtins", "-Xclang",
@@ -181,4 +223,12 @@ CUDA = CUDADialect(
 
 LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="1", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"))
 
-DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA, "AMD": LLVM_IR}
+METAL = MetalDialect(
+  name="metal", device="METAL", version="1", builtins="opencl_builtins.cl", headers=("include/metal_stdlib",),
+  builtins_flags=OPENCL.compile_flags,   # the same library as OpenCL C: C++ for OpenCL mangles built-ins alike
+  compile_flags=("-x", "clcpp", "-cl-std=clc++2021", "-Xclang", "-fdeclare-opencl-builtins", "-Xclang",
+                 "-finclude-default-header", "-I", os.path.join(_HERE, "include"), "-ffp-contract=off", "-O2", "-fPIC",
+                 "-w"),
+  renderer_options={})
+
+DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA, "AMD": LLVM_IR, "METAL": METAL}

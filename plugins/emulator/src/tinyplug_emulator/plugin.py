@@ -6,9 +6,9 @@ from tinyplug_emulator import settings  # noqa: F401  (declares the EMU_* settin
 
 TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
                    "description": "GPU emulator: a GPU renderer's exact source compiled by clang for the host, work-items "
-                                  "as fibers (MOCK+CL; MOCK+CUDA and MOCK+AMD once those renderers are installed)"}
+                                  "as fibers (MOCK+CL; MOCK+CUDA, MOCK+AMD, MOCK+METAL once those renderers are installed)"}
 
-EMULATED = {"CL": "OpenCL C", "CUDA": "CUDA C", "AMD": "LLVM IR (AMDGPU)"}   # the device whose renderer's code runs, and the dialect it writes
+EMULATED = {"CL": "OpenCL C", "CUDA": "CUDA C", "AMD": "LLVM IR (AMDGPU)", "METAL": "Metal Shading Language"}   # the device whose renderer's code runs, and the dialect it writes
 
 def probe(target: str) -> tuple[bool, str]:
   """A suitable clang, and an active plugin that renders for the real device."""
