@@ -66,8 +66,7 @@ class EmulatorCompiler(Compiler):
     self._memory: dict[str, bytes] = {}
     self._paths: dict[str, str] = {}   # digest of a shared object's bytes -> a verified file holding them
     self._lock = threading.Lock()
-    here = os.path.dirname(os.path.abspath(__file__))
-    self._headers_digest = digest(b"".join(open(os.path.join(here, h), "rb").read() for h in dialect.headers))
+    self._headers_digest = digest(b"".join(_read(h) for h in dialect.headers))
 
   def support_libraries(self) -> list[str]:
     """Paths of the runtime and the dialect's builtins, loaded with global symbols (kernels link against them)."""
@@ -94,7 +93,7 @@ class EmulatorCompiler(Compiler):
     self._paths[digest(data)] = path
     return data
 
-  def _suffix(self) -> str: return {"opencl": ".cl", "cuda": ".cu", "llvm-ir": ".ll", "metal": ".metal"}.get(self.dialect.name, ".src")
+  def _suffix(self) -> str: return _SUFFIXES.get(self.dialect.name, ".src")
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
@@ -109,11 +108,16 @@ class EmulatorCompiler(Compiler):
       self._paths[d] = path
     return path
 
+_SUFFIXES = {"opencl": ".cl", "cuda": ".cu", "llvm-ir": ".ll", "metal": ".metal"}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+def _read(name: str) -> bytes:
+  with open(os.path.join(_HERE, name), "rb") as f: return f.read()
+
 @functools.cache
 def _builtins_library(dialect: Dialect, runtime_path: str) -> str:
-  here = os.path.dirname(os.path.abspath(__file__))
-  src_path = os.path.join(here, dialect.builtins)
-  with open(src_path, "rb") as f: src = f.read()
+  src_path = os.path.join(_HERE, dialect.builtins)
+  src = _read(dialect.builtins)
   flags = dialect.builtins_flags or dialect.compile_flags
   name = native.library_name(os.path.splitext(dialect.builtins)[0], src, " ".join(flags), runtime_path)
   def build(out: str) -> None:
