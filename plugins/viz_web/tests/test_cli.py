@@ -13,10 +13,15 @@ def test_lists_schedules_and_kernels(small_trace):
   assert "E_3" in r.stdout and "E_16" in r.stdout and "schedule 1" in r.stdout and "runs 1" in r.stdout
   assert "\x1b[" not in r.stdout
 
-def test_colour_unless_no_color(small_trace):
-  env = dict(os.environ); env.pop("NO_COLOR", None)
-  r = subprocess.run([sys.executable, "-m", "tinyplug", "viz", "cli", small_trace], capture_output=True, text=True, env=env)
-  assert "\x1b[" in r.stdout
+def test_colour_only_on_a_terminal_or_when_forced(small_trace):
+  env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+  cmd = [sys.executable, "-m", "tinyplug", "viz", "cli", small_trace]
+  piped = subprocess.run(cmd, capture_output=True, text=True, env=env)
+  assert piped.returncode == 0 and "E_" in piped.stdout and "\x1b[" not in piped.stdout
+  forced = subprocess.run(cmd, capture_output=True, text=True, env={**env, "FORCE_COLOR": "1"})
+  assert "\x1b[" in forced.stdout
+  both = subprocess.run(cmd, capture_output=True, text=True, env={**env, "FORCE_COLOR": "1", "NO_COLOR": "1"})
+  assert "\x1b[" not in both.stdout
 
 def test_schedule_lists_its_kernels(small_trace):
   r = viz("cli", small_trace, "-s", "TINY", "-i", "schedule 2", env={"NO_COLOR": "1"})
