@@ -26,7 +26,7 @@ from tinyplug.engine import realize as _realize
 from tinyplug.helpers import DEBUG, JIT, GlobalCounters
 from tinyplug.tensor import Tensor
 from tinyplug.tensor_ops.graph import is_plain_buffer
-from tinyplug.tensor_ops.random import MASK32, RNGState
+from tinyplug.tensor_ops.random import RNGState, rng_words
 from tinyplug.uop.ops import Ops, UOp
 
 R = TypeVar("R")
@@ -65,7 +65,7 @@ class RngUse:
     import numpy as np
     base = RNGState.counter
     for buf, rel in self.draws:
-      buf.copyin(np.array([(base + rel) & MASK32, ((base + rel) >> 32) & MASK32], dtype=np.uint32))
+      buf.copyin(np.array(rng_words(base + rel), dtype=np.uint32))
     RNGState.counter = base + self.used
 
 class CapturedJit:

@@ -33,6 +33,9 @@ class Optimizer:
     self.params: list[Tensor] = _dedup([p for p in params if p.requires_grad])
     if not self.params: raise ValueError("the optimizer got no parameters with requires_grad (an empty model?)")
     self.buffers: list[Tensor] = _dedup([p for p in params if not p.requires_grad])
+    # parameters get their buffers now (one schedule for all), so that the first step already updates them in place
+    # and compiles the same kernels as every later step
+    self.params[0].realize(*self.params[1:])
     self.device = self.params[0].device
     # the learning rate is a tensor so that a schedule can change it without recompiling: opt.lr.assign(...)
     self.lr = _own_buffer(Tensor([lr], dtype=dtypes.float32, device=self.device, requires_grad=False))

@@ -2,8 +2,9 @@
 
 The bits are computed in the graph with uint32 ALU ops from an arange of counters and the seed, so the same seed
 gives the same numbers on every device. Each call takes fresh counters; `manual_seed` resets them. The first counter
-of a call is read from a 2-word buffer, not baked into the kernel, so one compiled kernel serves every call and
-TinyJit can give each replay fresh counters (it logs the draws of the calls it captures in `RNGState.draws`).
+of a call and the seed are read from a 4-word buffer, not baked into the kernel, so one compiled kernel serves every
+call and every seed (a new process, whose default seed is the time, finds its kernels in the disk cache), and TinyJit
+can give each replay fresh counters (it logs the draws of the calls it captures in `RNGState.draws`).
 """
 from __future__ import annotations
 import math, time
@@ -20,10 +21,11 @@ class RNGState:
   counter: int = 0
   draws: list | None = None   # while a list: (the first-counter UOp, its counter) of each draw, for TinyJit
 
-def threefry2x32(x0, x1, key: tuple[int, int]):
-  """Threefry-2x32-20 of the counter pair (x0, x1) under `key`; works on uint32 Tensors or Python ints."""
-  ks = (key[0] & MASK32, key[1] & MASK32, (key[0] ^ key[1] ^ THREEFRY_PARITY) & MASK32)
-  def add(a, b): return (a + b) & MASK32 if isinstance(a, int) else a + b
+def threefry2x32(x0, x1, key: tuple):
+  """Threefry-2x32-20 of the counter pair (x0, x1) under `key` (two words); works on uint32 Tensors or Python ints,
+  for the counters and the key alike."""
+  def add(a, b): return (a + b) & MASK32 if isinstance(a, int) and isinstance(b, int) else a + b
+  ks = (add(key[0], 0), add(key[1], 0), add(key[0] ^ key[1] ^ THREEFRY_PARITY, 0))
   def rotl(v, r): return ((v << r) & MASK32) | (v >> (32 - r)) if isinstance(v, int) else (v << r) | (v >> (32 - r))
   x0, x1 = add(x0, ks[0]), add(x1, ks[1])
   for r in range(20):
@@ -31,12 +33,23 @@ def threefry2x32(x0, x1, key: tuple[int, int]):
     x1 = rotl(x1, THREEFRY_ROTATIONS[r % 8]) ^ x0
     if r % 4 == 3:   # key injection after every 4 rounds
       n = r // 4 + 1
-      x0, x1 = add(x0, ks[n % 3]), add(x1, (ks[(n + 1) % 3] + n) & MASK32)
+      x0, x1 = add(x0, ks[n % 3]), add(x1, add(ks[(n + 1) % 3], n))
   return x0, x1
+
+def rng_words(counter: int) -> list[int]:
+  """The 4-word buffer a draw reads: its first counter and the seed, low words first."""
+  seed = RNGState.seed
+  return [counter & MASK32, (counter >> 32) & MASK32, seed & MASK32, (seed >> 32) & MASK32]
 
 def _uniform_bits(dtype: DType) -> int:
   """How many random bits a value in [0, 1) of `dtype` can hold exactly (so it never rounds up to 1)."""
   return min(24, dtypes.finfo(dtype)[1] + 1) if dtypes.is_float(dtype) else 24
+
+def _finish(out, contiguous: bool, requires_grad):
+  """A random tensor's last step: materialized once (by default, see `rand`), with its requires_grad."""
+  if contiguous: out = out.contiguous()
+  out.requires_grad = requires_grad
+  return out
 
 class RandomMixin:
   __slots__ = ()
@@ -52,17 +65,17 @@ class RandomMixin:
     start = RNGState.counter
     RNGState.counter += half
     counters = cls.from_uop(arange_uop(half, device)).cast(dtypes.uint32)
-    first = cls([start & MASK32, (start >> 32) & MASK32], device=device, dtype=dtypes.uint32)
+    first = cls(rng_words(start), device=device, dtype=dtypes.uint32)   # counter and seed: data, not code
     if RNGState.draws is not None: RNGState.draws.append((first.uop, start))
     lo = counters + first[0:1].expand(half)
     hi = first[1:2].expand(half)
-    seed = RNGState.seed
-    y0, y1 = threefry2x32(lo, hi, (seed & MASK32, (seed >> 32) & MASK32))
+    y0, y1 = threefry2x32(lo, hi, (first[2:3].expand(half), first[3:4].expand(half)))
     return y0.cat(y1)[:n]
 
   @classmethod
-  def rand(cls, *shape, **kwargs):
-    """Uniform in [0, 1)."""
+  def rand(cls, *shape, contiguous: bool = True, **kwargs):
+    """Uniform in [0, 1). Materialized in a buffer of its own unless `contiguous=False`: a consumer such as a
+    matmul reading a weight would otherwise run the 20 hash rounds again for every use of every element."""
     shape = argfix(*shape)
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
     if not dtypes.is_float(dtype): raise ValueError(f"rand needs a float dtype, not {dtype}")
@@ -71,48 +84,49 @@ class RandomMixin:
     nbits = _uniform_bits(dtype)
     bits = cls._random_bits(n, device) >> (32 - nbits)
     out = (bits.cast(dtypes.float32) * (2.0 ** -nbits)).cast(dtype).reshape(shape)
+    if contiguous: out = out.contiguous()
     out.requires_grad = rg
     return out
 
   @classmethod
-  def randn(cls, *shape, **kwargs):
+  def randn(cls, *shape, contiguous: bool = True, **kwargs):
     """Standard normal (Box-Muller on two uniforms)."""
     shape = argfix(*shape)
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
-    u = cls.rand(2, *shape, device=device, dtype=dtypes.float32)
-    out = ((u[0] * (2 * math.pi)).cos() * ((1 - u[1]).log() * -2).sqrt()).cast(dtype)
-    out.requires_grad = rg
-    return out
+    u = cls.rand(2, *shape, device=device, dtype=dtypes.float32, contiguous=False)
+    return _finish(((u[0] * (2 * math.pi)).cos() * ((1 - u[1]).log() * -2).sqrt()).cast(dtype), contiguous, rg)
 
   @classmethod
-  def randint(cls, *shape, low: int = 0, high: int = 10, **kwargs):
+  def randint(cls, *shape, low: int = 0, high: int = 10, contiguous: bool = True, **kwargs):
     if high <= low: raise ValueError(f"randint needs low < high, got low={low} high={high}")
     dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
     if not dtypes.is_int(dtype): raise ValueError(f"randint needs an integer dtype, not {dtype}")
-    return (cls.rand(*shape, **kwargs) * (high - low)).floor().cast(dtype) + low
+    out = (cls.rand(*shape, contiguous=False, **kwargs) * (high - low)).floor().cast(dtype) + low
+    return out.contiguous() if contiguous else out
 
   @classmethod
-  def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, **kwargs):
+  def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, contiguous: bool = True, **kwargs):
     dtype = kwargs.pop("dtype", None)
     rg = kwargs.pop("requires_grad", None)
-    out = ((high - low) * cls.rand(*shape, **kwargs) + low).cast(dtype or dtypes.default_float)
-    out.requires_grad = rg
-    return out
+    out = ((high - low) * cls.rand(*shape, contiguous=False, **kwargs) + low).cast(dtype or dtypes.default_float)
+    return _finish(out, contiguous, rg)
 
   @classmethod
-  def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, **kwargs):
+  def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, contiguous: bool = True, **kwargs):
     rg = kwargs.pop("requires_grad", None)
-    out = std * cls.randn(*shape, **kwargs) + mean
-    out.requires_grad = rg
-    return out
+    return _finish(std * cls.randn(*shape, contiguous=False, **kwargs) + mean, contiguous, rg)
 
   @classmethod
-  def scaled_uniform(cls, *shape, **kwargs):
-    return cls.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (math.prod(argfix(*shape)) ** -0.5)
+  def scaled_uniform(cls, *shape, contiguous: bool = True, **kwargs):
+    rg = kwargs.pop("requires_grad", None)
+    out = cls.uniform(*shape, low=-1.0, high=1.0, contiguous=False, **kwargs) * (math.prod(argfix(*shape)) ** -0.5)
+    return _finish(out, contiguous, rg)
   @classmethod
-  def glorot_uniform(cls, *shape, **kwargs):
+  def glorot_uniform(cls, *shape, contiguous: bool = True, **kwargs):
     s = argfix(*shape)
-    return cls.uniform(*s, low=-1.0, high=1.0, **kwargs) * math.sqrt(6 / (s[0] + math.prod(s[1:])))
+    rg = kwargs.pop("requires_grad", None)
+    out = cls.uniform(*s, low=-1.0, high=1.0, contiguous=False, **kwargs) * math.sqrt(6 / (s[0] + math.prod(s[1:])))
+    return _finish(out, contiguous, rg)
   @classmethod
   def kaiming_uniform(cls, *shape, a: float = 0.01, **kwargs):
     s = argfix(*shape)

@@ -62,3 +62,42 @@ def test_memory_cache_and_key():
   assert comp.compile_cached(src) is lib and type(comp).compiles - before <= 1
   assert comp.key(src) != comp.key(src + " ")
   assert lib[:4] == b"\x7fELF"
+
+# a small training loop as a user writes it: no manual_seed (the seed is the time, different in each process),
+# weights from Tensor.uniform/kaiming, dropout drawing random numbers inside the jitted step, Adam
+TRAIN_SCRIPT = textwrap.dedent("""
+  import numpy as np
+  from tinyplug import Tensor, TinyJit, nn
+  from tinyplug.nn.optim import Adam
+  from tinyplug.nn.state import get_parameters
+  from tinyplug.engine import realize
+  from tinyplug_cpu_llvm.compiler import LLVMCompiler
+  class Net:
+    def __init__(self): self.c, self.l1, self.l2 = nn.Conv2d(1, 2, 3), nn.Linear(2 * 4 * 4, 8), nn.Linear(8, 3)
+    def __call__(self, x): return self.l2(self.l1(self.c(x).relu().flatten(1)).relu().dropout(0.25))
+  net = Net()
+  opt = Adam(get_parameters(net), lr=1e-2)
+  @TinyJit
+  @Tensor.train()
+  def step(x, y):
+    opt.zero_grad()
+    loss = net(x).sparse_categorical_crossentropy(y).backward()
+    return loss.realize(*opt.schedule_step())
+  rng = np.random.default_rng(0)
+  losses = [step(Tensor(rng.standard_normal((4, 1, 6, 6), dtype=np.float32)),
+                 Tensor(rng.integers(0, 3, 4).astype(np.int32))).item() for _ in range(4)]
+  assert all(np.isfinite(losses)), losses
+  print("KERNELS", len(realize._runners), "COMPILES", LLVMCompiler.compiles)
+""")
+
+def test_second_training_process_gets_every_kernel_from_the_disk_cache(tmp_path):
+  e = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "DEV": "CPU"}
+  runs = []
+  for _ in range(2):
+    out = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT], capture_output=True, text=True, timeout=600, env=e)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    runs.append((int(words[words.index("KERNELS") + 1]), int(words[words.index("COMPILES") + 1])))
+  (kernels1, compiles1), (kernels2, compiles2) = runs
+  assert kernels1 == kernels2 > 10 and compiles1 > 10   # the same kernels, each compiled once in the first process
+  assert compiles2 == 0, f"the second process compiled {compiles2} of its {kernels2} kernels again"

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Time to the first training step, cold and warm disk cache, in tinyplug, tinygrad and PyTorch, in one run.
+
+    python benchmarks/first_step.py [--models mlp,cnn] [--only tinyplug,tinygrad,torch] [--rounds 1] [--steps 6]
+
+Models (the same in each framework):
+  mlp  Linear(32,64) relu Linear(64,64) relu Linear(64,10), batch 128, cross-entropy, Adam
+  cnn  examples/mnist.py's model: uint8 28x28 input normalised, Conv2d(1,16,3) relu maxpool2 Conv2d(16,32,3) relu
+       maxpool2 Linear(800,10), batch 64, cross-entropy, Adam
+tinyplug and tinygrad run a TinyJit-ed `zero_grad; loss.backward(); opt.step()` (tinygrad with DEV=CPU); PyTorch
+runs eagerly with 2 threads. Every run is a fresh process (import and model creation are timed apart from the
+steps). "cold": the run gets an empty cache folder (XDG_CACHE_HOME, which both tinyplug and tinygrad use);
+"warm": a second process with the same folder. Step 1 runs the Python and compiles; TinyJit captures on step 2 and
+replays from step 3, so "first steps" (steps 1+2) is what a user waits before training runs at full speed.
+tinyplug's rows also say how many kernels went through codegen and how many LLVM compilations ran (a warm run
+should compile nothing).
+"""
+from __future__ import annotations
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
+
+T0 = time.perf_counter()
+
+def _batches(model: str, n: int):
+  import numpy as np
+  rng = np.random.default_rng(0)
+  if model == "mlp": return [(rng.standard_normal((128, 32), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32))
+                             for _ in range(n)]
+  return [(rng.integers(0, 256, (64, 1, 28, 28)).astype(np.uint8), rng.integers(0, 10, 64).astype(np.int32))
+          for _ in range(n)]
+
+def _make_model(model: str, nn):
+  """The benchmark's model from tinyplug's or tinygrad's `nn` (they share the API)."""
+  if model == "mlp":
+    class MLP:
+      def __init__(self): self.l1, self.l2, self.l3 = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
+      def __call__(self, x): return self.l3(self.l2(self.l1(x).relu()).relu())
+    return MLP()
+  class CNN:   # examples/mnist.py's Model (batchnorm off)
+    def __init__(self): self.c1, self.c2, self.l1 = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 32, 3), nn.Linear(800, 10)
+    def __call__(self, x):
+      x = (x.float() / 255.0 - 0.1307) / 0.3081
+      x = self.c2(self.c1(x).relu().max_pool2d(2)).relu().max_pool2d(2)
+      return self.l1(x.flatten(1))
+  return CNN()
+
+def _time_steps(step, batches) -> list[float]:
+  times = []
+  for x, y in batches:
+    st = time.perf_counter()
+    step(x, y)
+    times.append(time.perf_counter() - st)
+  return times
+
+# ---------------- workers (each runs in its own process) ----------------
+
+def worker_tinyplug(model: str, steps: int) -> dict:
+  from tinyplug import Tensor, TinyJit, Device, nn
+  from tinyplug.nn.optim import Adam
+  from tinyplug.nn.state import get_parameters
+  from tinyplug.engine import realize
+  t_import = time.perf_counter() - T0
+  Tensor.manual_seed(0)
+  m = _make_model(model, nn)
+  opt = Adam(get_parameters(m), lr=1e-3)
+  Tensor.realize(*get_parameters(m))
+  t_setup = time.perf_counter() - T0 - t_import
+  @TinyJit
+  @Tensor.train()
+  def jstep(x, y):
+    opt.zero_grad()
+    loss = m(x).sparse_categorical_crossentropy(y).backward()
+    return loss.realize(*opt.schedule_step())
+  compiler = Device[Device.DEFAULT].compiler
+  before = (getattr(type(compiler), "compiles", 0), len(realize._runners))
+  times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT,
+          "compiles": getattr(type(compiler), "compiles", 0) - before[0], "codegen": len(realize._runners) - before[1]}
+
+def worker_tinygrad(model: str, steps: int) -> dict:
+  from tinygrad import Tensor, TinyJit, Device, nn, Context
+  from tinygrad.nn.optim import Adam
+  from tinygrad.nn.state import get_parameters
+  t_import = time.perf_counter() - T0
+  Tensor.manual_seed(0)
+  m = _make_model(model, nn)
+  opt = Adam(get_parameters(m), lr=1e-3)
+  Tensor.realize(*get_parameters(m))
+  t_setup = time.perf_counter() - T0 - t_import
+  @TinyJit
+  def jstep(x, y):
+    with Context(TRAINING=1):   # tinygrad 0.14 spells Tensor.train() as the TRAINING context variable
+      opt.zero_grad()
+      loss = m(x).sparse_categorical_crossentropy(y).backward()
+      return loss.realize(*opt.schedule_step())
+  times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT}
+
+def worker_torch(model: str, steps: int) -> dict:
+  import torch
+  t_import = time.perf_counter() - T0
+  torch.set_num_threads(2)
+  torch.manual_seed(0)
+  if model == "mlp":
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                            torch.nn.Linear(64, 10))
+    prep = lambda x: torch.from_numpy(x)
+  else:
+    m = torch.nn.Sequential(torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                            torch.nn.Conv2d(16, 32, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                            torch.nn.Linear(800, 10))
+    prep = lambda x: (torch.from_numpy(x).float() / 255.0 - 0.1307) / 0.3081
+  opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+  t_setup = time.perf_counter() - T0 - t_import
+  def step(x, y):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(m(prep(x)), torch.from_numpy(y).long())
+    loss.backward()
+    opt.step()
+    return loss.item()
+  return {"import_s": t_import, "setup_s": t_setup, "steps": _time_steps(step, _batches(model, steps)),
+          "device": f"cpu, {torch.get_num_threads()} threads"}
+
+WORKERS = {"tinyplug": worker_tinyplug, "tinygrad": worker_tinygrad, "torch": worker_torch}
+
+# ---------------- driver ----------------
+
+def _clang_path(tmp: str) -> str:
+  """PATH with a `clang` on it: tinygrad's CPU device calls `clang`; Debian installs it as clang-19."""
+  path = os.environ.get("PATH", "")
+  if shutil.which("clang") or not (versioned := shutil.which("clang-19")): return path
+  os.makedirs(bindir := os.path.join(tmp, "bin"), exist_ok=True)
+  if not os.path.exists(link := os.path.join(bindir, "clang")): os.symlink(versioned, link)
+  return bindir + os.pathsep + path
+
+def run_worker(name: str, model: str, cache: str, args) -> dict:
+  env = dict(os.environ, XDG_CACHE_HOME=cache)
+  if name == "tinygrad": env.update(DEV="CPU", PATH=_clang_path(tempfile.gettempdir()))
+  cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--models", model, "--steps", str(args.steps)]
+  try: r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+  except subprocess.TimeoutExpired: return {"error": f"timed out after {args.timeout}s"}
+  lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+  if r.returncode != 0 or not lines: return {"error": (r.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+  return json.loads(lines[-1][len("RESULT "):])
+
+def _better(a: dict | None, b: dict) -> dict:
+  if a is None or "error" in a: return b
+  if "error" in b: return a
+  return b if sum(b["steps"][:2]) < sum(a["steps"][:2]) else a
+
+def _fmt(s: float) -> str: return f"{s:.2f} s" if s >= 0.1 else f"{s * 1e3:.1f} ms"
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--models", default="mlp,cnn")
+  ap.add_argument("--only", default="tinyplug,tinygrad,torch")
+  ap.add_argument("--steps", type=int, default=6, help="steps per run (the last ones show the replay speed)")
+  ap.add_argument("--rounds", type=int, default=1, help="repeat everything, taking turns; keep each row's best")
+  ap.add_argument("--timeout", type=int, default=900)
+  ap.add_argument("--json", help="also write the results here")
+  ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+  args = ap.parse_args()
+  if args.worker:
+    print("RESULT " + json.dumps(WORKERS[args.worker](args.models, args.steps)), flush=True)
+    return
+  results: dict[tuple, dict] = {}
+  for _ in range(args.rounds):
+    for model in args.models.split(","):
+      for name in args.only.split(","):
+        with tempfile.TemporaryDirectory(prefix="first_step_") as cache:
+          for state in ("cold", "warm"):
+            if name == "torch" and state == "warm": continue   # PyTorch has no compile cache
+            print(f"running {name} {model} {state} ...", file=sys.stderr, flush=True)
+            key = (model, name, state)
+            results[key] = _better(results.get(key), run_worker(name, model, cache, args))
+  cpu = _cpu_name()
+  print(f"\ntime to first training step ({cpu}; best of {args.rounds} round(s)); replay = median of steps 3+\n")
+  print("| model | framework | cache | import | setup | step 1 | step 2 | first steps (1+2) | replay | "
+        "vs tinyplug (1+2) | codegen / LLVM compiles |")
+  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+  for (model, name, state), r in results.items():
+    if "error" in r:
+      print(f"| {model} | {name} | {state} | error: {r['error']} | | | | | | | |")
+      continue
+    st = r["steps"]
+    base = results.get((model, "tinyplug", state), {}).get("steps")
+    ratio = f"{sum(st[:2]) / sum(base[:2]):.2f}x" if base else "-"
+    replay = sorted(st[2:])[len(st[2:]) // 2] if len(st) > 2 else float("nan")
+    counts = f"{r['codegen']} / {r['compiles']}" if "compiles" in r else ""
+    print(f"| {model} | {name} | {state} | {_fmt(r['import_s'])} | {_fmt(r['setup_s'])} | {_fmt(st[0])} | "
+          f"{_fmt(st[1])} | {_fmt(sum(st[:2]))} | {_fmt(replay)} | {ratio} | {counts} |")
+  if args.json:
+    with open(args.json, "w") as f: json.dump({"cpu": cpu, "results": [[*k, v] for k, v in results.items()]}, f)
+
+def _cpu_name() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown CPU")
+  except OSError: name = "unknown CPU"
+  return f"{name}, {os.cpu_count()} cores"
+
+if __name__ == "__main__": main()
