@@ -12,6 +12,20 @@ def _lanes(ranges: list[UOp]):
   for values in itertools.product(*(range(r.src[0].arg) for r in ranges)):
     yield {r: UOp.const(dtypes.index, v) for r, v in zip(ranges, values)}
 
+def lane_copies(root: UOp, ranges: list[UOp]) -> list[UOp]:
+  """`root` once per lane of `ranges`, each range replaced by its value: only the nodes that depend on a range are
+  rebuilt, in one walk per lane (cost: lanes x the dependent part, not lanes x a pattern rewrite of the graph)."""
+  rs = set(ranges)
+  dependent: dict[UOp, None] = {}
+  for u in root.toposort():
+    if u not in rs and any(s in rs or s in dependent for s in u.src): dependent[u] = None
+  copies = []
+  for lane in _lanes(ranges):
+    memo: dict[UOp, UOp] = dict(lane)
+    for u in dependent: memo[u] = UOp(u.op, u.dtype, tuple([memo.get(s, s) for s in u.src]), u.arg)
+    copies.append(memo.get(root, root))
+  return copies
+
 def balanced_tree(op: Ops, vals: list[UOp]) -> UOp:
   # a balanced tree keeps dependency chains short
   while len(vals) > 1:
@@ -26,7 +40,7 @@ def expand_unrolls(sink: UOp) -> UOp:
     if new.op is Ops.REDUCE and any(r.arg[1] == "unroll" for r in new.src[1:]):
       unrolled = [r for r in new.src[1:] if r.arg[1] == "unroll"]
       rest = tuple(r for r in new.src[1:] if r.arg[1] != "unroll")
-      body = balanced_tree(new.arg, [new.src[0].substitute(lane) for lane in _lanes(unrolled)])
+      body = balanced_tree(new.arg, lane_copies(new.src[0], unrolled))
       new = UOp(Ops.REDUCE, new.dtype, (body, *rest), new.arg) if rest else body
     if new is not u: memo[u] = new
   return memo.get(sink, sink)
@@ -36,8 +50,9 @@ def expand_upcasts(sink: UOp) -> UOp:
   if not upcast: return sink
   stores = []
   for s in sink.src:
-    mine = [r for r in upcast if r in s.toposort()]
-    stores.extend(s.substitute(lane) for lane in _lanes(mine)) if mine else stores.append(s)
+    below = s.toposort()
+    mine = [r for r in upcast if r in below]
+    stores.extend(lane_copies(s, mine)) if mine else stores.append(s)
   return UOp(Ops.SINK, sink.dtype, tuple(stores), sink.arg)
 
 def expand(sink: UOp) -> UOp:

@@ -23,6 +23,21 @@ class _Linearizer:
       if u.op is Ops.RANGE: deps = deps | {u}
       elif u.op is Ops.REDUCE: deps = deps - set(u.src[1:])
       self.rdeps[u] = deps
+    # bit masks, one pass over the graph, so that the questions below cost O(1) per REDUCE, not a walk each:
+    # below[u]: the REDUCEs under u (u included); red_loops[u]: the loops of those REDUCEs
+    self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
+    self.reduce_bit = {u: 1 << i for i, u in enumerate(self.reduces)}
+    loop_bit = {u: 1 << i for i, u in enumerate(x for x in self.order if x.op is Ops.RANGE)}
+    self.below: dict[UOp, int] = {}
+    self.red_loops: dict[UOp, int] = {}
+    for u in self.order:
+      below = red_loops = 0
+      for s in u.src: below, red_loops = below | self.below[s], red_loops | self.red_loops[s]
+      if u.op is Ops.REDUCE:
+        below |= self.reduce_bit[u]
+        for r in u.src[1:]: red_loops |= loop_bit[r]
+      self.below[u], self.red_loops[u] = below, red_loops
+    self.loop_bits = lambda loops: sum(loop_bit[r] for r in set(loops))
     self.out: list[UOp] = []
     self.done: dict[UOp, UOp] = {}
     self.open: list[UOp] = []
@@ -57,12 +72,13 @@ class _Linearizer:
     """Emit the reductions that the loops open now are enough for, before an inner loop opens: a row kernel
     (softmax) reduces each row once, not once per output element of the row."""
     opened = set(self.open)
-    pending = [u for u in root.toposort() if u.op is Ops.REDUCE and u not in self.done]
+    pending = [u for u in (self.reduces if root is self.sink else root.toposort()) if u.op is Ops.REDUCE
+               and u not in self.done]
     # a loop variable shared with a reduction that must wait stays for later: both run in one loop then
-    waiting = {r for u in pending if not self.rdeps[u] <= opened for r in u.src[1:]}
+    waiting = self.loop_bits(r for u in pending if not self.rdeps[u] <= opened for r in u.src[1:])
     for u in pending:
       if u in self.done or not self.rdeps[u] <= opened: continue
-      if all(waiting.isdisjoint(x.src[1:]) for x in u.toposort() if x.op is Ops.REDUCE): self.need(u)
+      if not self.red_loops[u] & waiting: self.need(u)
 
   def open_loop(self, r: UOp) -> None:
     self.need(r.src[0])
@@ -78,11 +94,12 @@ class _Linearizer:
     """Emit `red` together with every other REDUCE over the same loops that can run now: one loop, many accumulators."""
     ranges = sorted(red.src[1:], key=lambda r: r.arg)
     opened = set(self.open)
-    group = [x for x in self.order if x.op is Ops.REDUCE and x not in self.done and set(x.src[1:]) == set(ranges)
+    group = [x for x in self.reduces if x not in self.done and set(x.src[1:]) == set(ranges)
              and self.rdeps[x] <= opened]
     if red not in group: group.append(red)
     # a reduce that needs another one of the group must wait for the next loop
-    group = [x for x in group if not any(y is not x and y in x.src[0].toposort() for y in group)] or [red]
+    in_group = sum(self.reduce_bit.get(x, 0) for x in group)
+    group = [x for x in group if not self.below.get(x.src[0], 0) & in_group] or [red]
     slots = []
     for x in group:
       acc = self.emit(UOp(Ops.DEFINE_REG, x.dtype.ptr(1), arg=self.n_regs))
