@@ -1,6 +1,7 @@
 """Optimisation actions SWAP, PADTO, THREAD and SPLIT (tinyplug/codegen/kernel.py): values against numpy on the PYTHON
 interpreter and on CPU (and CL when present), the errors for invalid uses, loop order, the heuristic's use of them
 for large matmuls (none with NOOPT) and the search's candidate list."""
+import math
 import numpy as np
 import pytest
 from tinyplug.codegen import get_program
@@ -218,3 +219,16 @@ def test_beam_starts_from_the_heuristic():
     return 1.0 if list(opts) == hand else 2.0
   assert BeamSearch().search(k, timer, 2, lambda s: None) == hand
   assert timed[0] == hand and [] in timed
+
+def test_heuristic_tile_shrinks_with_the_work_of_small_matmuls():
+  # a small matmul's code size (and compile time) grows with the register tile; its run time barely changes
+  def lanes(m, k, n):
+    opts = heuristic_opts(kernel(Tensor.empty(m, k, device="CPU") @ Tensor.empty(k, n, device="CPU")))
+    return math.prod(o.arg for o in opts if o.op in (OptOps.UPCAST, OptOps.UNROLL)), opts
+  small, opts = lanes(128, 32, 64)                   # 262k multiply-adds: an MLP layer's step
+  assert small <= 64 and any(o.op is OptOps.UPCAST for o in opts)
+  assert lanes(128, 256, 128)[0] == 64               # 4M: a middle budget
+  assert lanes(512, 256, 512)[0] >= 256              # 64M: the full 32x8 tile
+  t, want = matmul("CPU", 128, 32, 64)
+  res, _ = run("CPU", t, opts)
+  np.testing.assert_allclose(res, want, rtol=1e-4, atol=1e-3)

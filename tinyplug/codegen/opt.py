@@ -41,6 +41,14 @@ def _worth_blocking(k: Kernel) -> bool:
   return math.prod(r.src[0].arg for r in k.reduce_axes) >= BLOCK_MIN_REDUCE and \
     math.prod(r.src[0].arg for r in k.loop_axes) >= BLOCK_MIN_OUTPUT
 
+# the register tile of a small reduction is capped by its work (multiply-adds): a 32x8 tile of a 128x64x32 matmul
+# is ~2,400 UOps that take LLVM ~0.3 s to compile, to save microseconds per run; (least work, most upcasted elements)
+TILE_BUDGETS = ((1 << 24, 256), (1 << 21, 64), (0, 16))
+
+def _tile_budget(k: Kernel) -> int:
+  work = math.prod(r.src[0].arg for r in k.loop_axes) * math.prod(r.src[0].arg for r in k.reduce_axes)
+  return next(budget for least, budget in TILE_BUDGETS if work >= least)
+
 def _cpu_threads() -> int:
   try: return max(1, len(os.sched_getaffinity(0)))
   except (AttributeError, OSError): return os.cpu_count() or 1
@@ -139,6 +147,9 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     big = cpu and _worth_blocking(k)
     # 32 lanes (two AVX-512 registers per tile row) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
     widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if cpu else (16, 8, 4, 2)
+    budget = _tile_budget(k) if cpu else 256
+    # the row takes at most half the budget's lanes in a small tile (8x2 rather than 16x1: the second axis reuses loads)
+    widths = tuple(w for w in widths if w * (1 if budget == 256 else 2) <= budget) or (2,)
     if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
     if reuse[inner] and (amt := _divisor(k.loop_axes[inner].src[0].arg, widths)):
       _try(k, Opt(OptOps.UPCAST, inner, amt))
@@ -146,7 +157,8 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     others = sorted((a for a in range(len(loops) - 1) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg))
     for axis in others:
       if cpu: _pad_for_tile(k, axis, 8)
-      if (amt := _divisor(k.loop_axes[axis].src[0].arg, (8, 4, 2) if not gpu else (4, 2))) and _try(k, Opt(OptOps.UPCAST, axis, amt)):
+      choices = tuple(c for c in ((8, 4, 2) if not gpu else (4, 2)) if k.upcasted * c <= budget)
+      if (amt := _divisor(k.loop_axes[axis].src[0].arg, choices)) and _try(k, Opt(OptOps.UPCAST, axis, amt)):
         break
     if k.upcasted <= 16:
       for amt in (4, 2):
