@@ -2,6 +2,7 @@
 """Time to the first training step, cold and warm disk cache, in tinyplug, tinygrad and PyTorch, in one run.
 
     python benchmarks/first_step.py [--models mlp,cnn] [--only tinyplug,tinygrad,torch] [--rounds 1] [--steps 6]
+    git worktree add /tmp/before <commit>; python benchmarks/first_step.py --only tinyplug --before /tmp/before
 
 Models (the same in each framework):
   mlp  Linear(32,64) relu Linear(64,64) relu Linear(64,10), batch 128, cross-entropy, Adam
@@ -9,7 +10,8 @@ Models (the same in each framework):
        maxpool2 Linear(800,10), batch 64, cross-entropy, Adam
 tinyplug and tinygrad run a TinyJit-ed `zero_grad; loss.backward(); opt.step()` (tinygrad with DEV=CPU); PyTorch
 runs eagerly with 2 threads. Every run is a fresh process (import and model creation are timed apart from the
-steps). "cold": the run gets an empty cache folder (XDG_CACHE_HOME, which both tinyplug and tinygrad use);
+steps; setup is creating the model and the optimiser, as a user's script does: no manual_seed, no explicit realize).
+"cold": the run gets an empty cache folder (XDG_CACHE_HOME, which both tinyplug and tinygrad use);
 "warm": a second process with the same folder. Step 1 runs the Python and compiles; TinyJit captures on step 2 and
 replays from step 3, so "first steps" (steps 1+2) is what a user waits before training runs at full speed.
 tinyplug's rows also say how many kernels went through codegen and how many LLVM compilations ran (a warm run
@@ -59,10 +61,8 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   from tinyplug.nn.state import get_parameters
   from tinyplug.engine import realize
   t_import = time.perf_counter() - T0
-  Tensor.manual_seed(0)
   m = _make_model(model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
-  Tensor.realize(*get_parameters(m))
   t_setup = time.perf_counter() - T0 - t_import
   @TinyJit
   @Tensor.train()
@@ -81,10 +81,8 @@ def worker_tinygrad(model: str, steps: int) -> dict:
   from tinygrad.nn.optim import Adam
   from tinygrad.nn.state import get_parameters
   t_import = time.perf_counter() - T0
-  Tensor.manual_seed(0)
   m = _make_model(model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
-  Tensor.realize(*get_parameters(m))
   t_setup = time.perf_counter() - T0 - t_import
   @TinyJit
   def jstep(x, y):
@@ -135,6 +133,9 @@ def _clang_path(tmp: str) -> str:
 def run_worker(name: str, model: str, cache: str, args) -> dict:
   env = dict(os.environ, XDG_CACHE_HOME=cache)
   if name == "tinygrad": env.update(DEV="CPU", PATH=_clang_path(tempfile.gettempdir()))
+  if name == "tinyplug-before":   # the core package of another checkout shadows the installed one
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (args.before, env.get("PYTHONPATH")) if p)
+    name = "tinyplug"
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--models", model, "--steps", str(args.steps)]
   try: r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
   except subprocess.TimeoutExpired: return {"error": f"timed out after {args.timeout}s"}
@@ -157,15 +158,18 @@ def main() -> None:
   ap.add_argument("--rounds", type=int, default=1, help="repeat everything, taking turns; keep each row's best")
   ap.add_argument("--timeout", type=int, default=900)
   ap.add_argument("--json", help="also write the results here")
+  ap.add_argument("--before", metavar="CHECKOUT", help="also run the tinyplug core of another checkout (a git "
+                  "worktree of an older commit) as 'tinyplug-before', taking turns with the installed one")
   ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.worker:
     print("RESULT " + json.dumps(WORKERS[args.worker](args.models, args.steps)), flush=True)
     return
+  names = args.only.split(",") + (["tinyplug-before"] if args.before else [])
   results: dict[tuple, dict] = {}
   for _ in range(args.rounds):
     for model in args.models.split(","):
-      for name in args.only.split(","):
+      for name in names:
         with tempfile.TemporaryDirectory(prefix="first_step_") as cache:
           for state in ("cold", "warm"):
             if name == "torch" and state == "warm": continue   # PyTorch has no compile cache
