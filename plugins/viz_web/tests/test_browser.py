@@ -2,55 +2,18 @@
 and the profiler, search, reload a deep link, and the speed of a big graph.
 
 Skipped only when /usr/bin/chromium is missing and CI is not set; in CI these must run."""
-import os, re, shutil, threading, time
+import os, re
 import pytest
-
-CHROMIUM = "/usr/bin/chromium"
+from conftest import CHROMIUM, ready, serve_in_thread, stop_server
 if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
   pytest.skip("needs /usr/bin/chromium (apt-get install -y chromium); runs in CI", allow_module_level=True)
-from playwright.sync_api import expect, sync_playwright   # noqa: E402 (in CI a missing playwright is an error)
-import uvicorn   # noqa: E402
-from tinyplug_viz_web.commands import bind_socket   # noqa: E402
-from tinyplug_viz_web.server import create_app   # noqa: E402
-
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
-SHOTS = os.environ.get("VIZ_SCREENSHOTS")   # set to a folder to keep screenshots of every test
-
-def _serve(path):
-  sock = bind_socket(0)
-  server = uvicorn.Server(uvicorn.Config(create_app(path), log_level="warning", lifespan="off"))
-  t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-  t.start()
-  while not server.started: time.sleep(0.02)
-  return server, t, sock, f"http://127.0.0.1:{sock.getsockname()[1]}"
+from playwright.sync_api import expect   # noqa: E402 (in CI a missing playwright is an error)
 
 @pytest.fixture(scope="module")
 def urls(small_trace, big_trace):
-  servers = [_serve(small_trace), _serve(big_trace)]
+  servers = [serve_in_thread(small_trace), serve_in_thread(big_trace)]
   yield [s[3] for s in servers]
-  for server, t, sock, _ in servers:
-    server.should_exit = True; t.join(10); sock.close()
-
-@pytest.fixture(scope="module")
-def browser():
-  with sync_playwright() as p:   # launch() gives every run a fresh, temporary user-data-dir
-    b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-    yield b
-    b.close()
-
-@pytest.fixture
-def page(browser, request):
-  pg = browser.new_page(viewport={"width": 1600, "height": 1000})
-  errors = []
-  pg.on("pageerror", lambda e: errors.append(str(e)))
-  yield pg
-  if SHOTS: os.makedirs(SHOTS, exist_ok=True); pg.screenshot(path=os.path.join(SHOTS, f"{request.node.name}.png"))
-  pg.close()
-  assert not errors, errors
-
-def ready(pg, prefix, timeout=15000):
-  pg.wait_for_function(f"(document.body.dataset.ready || '').startsWith({prefix!r})", timeout=timeout)
+  for s in servers: stop_server(s)
 
 def graph_state(pg):
   return pg.evaluate("[document.querySelector('#graph').dataset.nodes, document.querySelector('#viewport').innerHTML.length,"
@@ -86,7 +49,7 @@ def test_up_down_and_enter(page, urls):
   page.keyboard.press("Enter")
   expect(page.locator(".steps")).to_have_count(0)
   page.keyboard.press("ArrowDown")
-  page.wait_for_function("!(document.body.dataset.ready || '').startsWith('graph:0:') && document.body.dataset.ready !== ''")
+  page.wait_for_function("() => !(document.body.dataset.ready || '').startsWith('graph:0:') && document.body.dataset.ready !== ''")
   assert "ctx=1" in page.url
 
 def test_code_uops_and_profiler(page, urls):
@@ -143,10 +106,10 @@ def test_deep_link_reopens_the_same_view(page, urls):
   page.locator(".ctx-head", has_text="E_3").click()
   ready(page, "graph:")
   page.keyboard.press("ArrowRight")
-  page.wait_for_function("(document.body.dataset.ready || '').endsWith(':1')")
+  page.wait_for_function("() => (document.body.dataset.ready || '').endsWith(':1')")
   url, crumb, state = page.url, page.inner_text("#crumb"), graph_state(page)
   page.reload()
-  page.wait_for_function("(document.body.dataset.ready || '').endsWith(':1')")
+  page.wait_for_function("() => (document.body.dataset.ready || '').endsWith(':1')")
   assert page.url == url and page.inner_text("#crumb") == crumb and graph_state(page) == state
   page.goto(urls[0] + "/#view=profiler")
   ready(page, "profiler")

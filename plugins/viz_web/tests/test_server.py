@@ -8,7 +8,7 @@ from tinyplug_viz_web.server import create_app
 
 @pytest.fixture(scope="module")
 def client(small_trace):
-  return TestClient(create_app(small_trace))
+  return TestClient(create_app(small_trace), base_url="http://127.0.0.1")
 
 def _kernel(client, name):
   ctxs = client.get("/api/trace").json()["contexts"]
@@ -95,7 +95,7 @@ def test_bad_trace_gives_a_clear_page(tmp_path, small_trace, kind):
     path.mkdir()
     src = [f for f in os.listdir(small_trace) if f.startswith("trace-")][0]
     (path / "trace-1.jsonl").write_text(open(os.path.join(small_trace, src)).read()[:40])
-  c = TestClient(create_app(str(path)))
+  c = TestClient(create_app(str(path)), base_url="http://127.0.0.1")
   page = c.get("/")
   assert page.status_code == 422 and "cannot open this trace" in page.text and "Traceback" not in page.text
   api = c.get("/api/trace")
@@ -113,32 +113,25 @@ def test_listens_on_loopback_only(monkeypatch):
 
 def test_real_server_serves_concurrently(big_trace):
   """A slow request (a 5,000-node step) does not block a small one: heavy work runs in threads."""
-  import httpx2 as httpx, uvicorn  # starlette 1.x pairs with httpx2
-  sock = bind_socket(0)
-  port = sock.getsockname()[1]
-  server = uvicorn.Server(uvicorn.Config(create_app(big_trace), log_level="warning", lifespan="off"))
-  t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-  t.start()
+  import urllib.request
+  from conftest import serve_in_thread, stop_server
+  srv = serve_in_thread(big_trace)
+  base = srv[3]
+  def fetch(path):
+    with urllib.request.urlopen(base + path, timeout=60) as r: return r.status, r.read()
   try:
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-      try:
-        if httpx.get(base + "/api/trace", timeout=10).status_code == 200: break
-      except httpx.HTTPError: time.sleep(0.05)
+    assert fetch("/api/trace")[0] == 200
     results = {}
-    def slow(): results["slow"] = httpx.get(base + "/api/step?ctx=0&step=0&upto=2500", timeout=60)
+    def slow(): results["slow"] = fetch("/api/step?ctx=0&step=0&upto=2500")
     th = threading.Thread(target=slow); th.start()
     time.sleep(0.05)
     st = time.perf_counter()
-    fast = httpx.get(base + "/api/trace", timeout=60)
+    fast = fetch("/api/trace")
     fast_s = time.perf_counter() - st
     th.join()
-    assert fast.status_code == 200 and results["slow"].status_code == 200
+    assert fast[0] == 200 and results["slow"][0] == 200
     assert fast_s < 1.0, f"a small request waited {fast_s:.2f}s behind a big one"
     # a big step opens with a part of its matches, well under 1 MB
-    first = httpx.get(base + "/api/step?ctx=0&step=0", timeout=60)
-    assert len(first.content) < 1_000_000 and first.json()["upto"] >= 100
-  finally:
-    server.should_exit = True
-    t.join(10)
-    sock.close()
+    status, body = fetch("/api/step?ctx=0&step=0")
+    assert len(body) < 1_000_000 and json.loads(body)["upto"] >= 100
+  finally: stop_server(srv)

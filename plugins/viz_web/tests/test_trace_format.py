@@ -1,5 +1,5 @@
 """Round trips of the trace format: what the recorder writes, the reader reads back; bad files give clear errors."""
-import json, os, signal, subprocess, sys, textwrap, time
+import json, os, signal, stat, subprocess, sys, textwrap, time
 import pytest
 from tinyplug_viz_web.graph import replay
 from tinyplug_viz_web.reader import TraceError, load_trace
@@ -147,3 +147,22 @@ def test_worker_processes_join_the_run(tmp_path):
   t = load_trace(trace)
   assert len({c.pid for c in t.contexts}) == 3
   assert sorted(c.display for c in t.contexts if c.kind == "kernel") == ["E_16", "E_16 n2", "E_3"]
+
+def test_trace_files_are_private_and_argv_is_redacted(tmp_path):
+  """Traces hold code and names of a user's program: created 0600 in a 0700 folder; secrets in argv are masked."""
+  code = textwrap.dedent(f"""
+    import sys
+    sys.argv = ["train.py", "--api-key=abc123", "--token", "tok456", "--password", "pw789", "--lr", "0.1", "-v",
+                "--AUTH_SECRET=s3"]
+    sys.path.insert(0, {os.path.dirname(__file__)!r})
+    import tracegen
+    with tracegen.recording({str(tmp_path / 'run')!r}, "argv"): tracegen.add_two_vectors()
+  """)
+  subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+  files = os.listdir(tmp_path / "run")
+  assert stat.S_IMODE(os.stat(tmp_path / "run").st_mode) == 0o700
+  for f in files: assert stat.S_IMODE(os.stat(tmp_path / "run" / f).st_mode) == 0o600
+  text = open(tmp_path / "run" / files[0]).read()
+  for secret in ("abc123", "tok456", "pw789", "s3\""): assert secret not in text
+  argv = json.loads(text.splitlines()[0])["argv"]
+  assert argv[:3] == ["train.py", "--api-key=<redacted>", "--token"] and "--lr" in argv and "0.1" in argv

@@ -50,3 +50,22 @@ def big_rewrite(n_terms: int = 1250) -> None:
              for i in range(0, len(terms), 2)]
   with events.scope("kernel", "big_graph"):
     graph_rewrite(terms[0].sink(), symbolic, name="big symbolic")
+
+EVIL_NAME = 'q" onmouseover="window.__pwned=1" x=".py'
+
+def evil_pattern_file(folder: str) -> None:
+  """A rewrite whose pattern lives in a file named like an HTML attribute injection (issue 19, attack 1)."""
+  import importlib.util
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
+  from tinyplug.uop.rewrite import graph_rewrite
+  path = os.path.join(folder, EVIL_NAME)
+  with open(path, "w") as f:
+    f.write("from tinyplug.uop.ops import Ops\nfrom tinyplug.uop.upat import UPat, PatternMatcher\n"
+            "pm = PatternMatcher([(UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var('y'),)),)), lambda y: y)])\n")
+  spec = importlib.util.spec_from_file_location("evil_patterns", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  x = UOp.variable("x", 0, 10)
+  with events.scope("kernel", "evil_kernel"):
+    graph_rewrite(UOp(Ops.NEG, dtypes.int, (UOp(Ops.NEG, dtypes.int, (x,)),)).sink(), mod.pm, name="evil pass")

@@ -4,7 +4,7 @@ Graphs are stored as a table of nodes with stable integer ids (one "node" record
 record names its input and output by id and lists its matches as (before id, after id, pattern file:line, plugin,
 time). No live UOp is kept, so tracing never keeps a buffer alive."""
 from __future__ import annotations
-import os, sys, threading, time
+import linecache, os, sys, threading, time
 from typing import Any
 from tinyplug import events
 from tinyplug.helpers import cache_dir, env_str
@@ -33,6 +33,8 @@ def user_location(depth: int = 2) -> str | None:
     frame = frame.f_back
   return None
 
+SOURCE_BEFORE, SOURCE_AFTER = 3, 9    # lines kept around a pattern's location (the viewer shows no other source)
+
 class Recorder:
   """Turns bus events into trace records. One per process (a forked child reuses it with its own file)."""
   def __init__(self, folder: str, run_id: str, worker: bool):
@@ -47,13 +49,14 @@ class Recorder:
     self.open_ctx: dict[tuple[int, tuple[str, ...]], int] = {}            # (thread, scope path) -> context id
     self.last_kernel: dict[tuple[int, str], int] = {}                     # (thread, kernel name) -> context id
     self.default_ctx: int | None = None
+    self.sources_seen: set[tuple[str, int]] = set()
     self.pid = os.getpid()
 
   def _check_fork(self) -> None:
     if os.getpid() != self.pid:  # a forked worker: same ids would clash with the parent's file, so start over
       self.pid, self.worker = os.getpid(), True
       self.tag = ("viz_web.node_id", id(self), os.getpid())
-      self.by_key, self.open_ctx, self.last_kernel = {}, {}, {}
+      self.by_key, self.open_ctx, self.last_kernel, self.sources_seen = {}, {}, {}, set()
       self.next_node = self.next_ctx = self.next_rewrite = 0
       self.default_ctx = None
 
@@ -86,6 +89,20 @@ class Recorder:
       if u._cache is None: object.__setattr__(u, "_cache", {})
       u._cache[tag] = nid
     return known(root)  # type: ignore[return-value]
+
+  # ---- source text: the viewer never reads files, it shows the lines captured here ----
+  def source(self, file: str, line: int, out: list[dict], before: int = SOURCE_BEFORE, after: int = SOURCE_AFTER) -> None:
+    if (file, line) in self.sources_seen or not file.endswith(".py"): return
+    self.sources_seen.add((file, line))
+    lo = max(1, line - before)
+    lines = [linecache.getline(file, n).rstrip("\n") for n in range(lo, line + after + 1)]
+    while lines and not lines[-1]: lines.pop()
+    if lines: out.append({"t": "source", "file": file, "start": lo, "lines": lines})
+
+  def caller_source(self, loc: str | None, out: list[dict]) -> None:
+    if not loc: return
+    file, _, line = loc.rpartition(":")
+    if line.isdigit(): self.source(file, int(line), out, 0, 0)
 
   # ---- contexts ----
   def _ctx_for(self, path: tuple[str, ...]) -> tuple[int, str | None]:
@@ -123,6 +140,8 @@ class Recorder:
       inp, outp = self.intern(e.input, out), self.intern(e.output, out)
       matches = [[self.intern(m.before, out), self.intern(m.after, out), m.file, m.line, m.owner, m.time_ns]
                  for m in e.matches]
+      for m in e.matches: self.source(m.file, m.line, out)
+      self.caller_source(e.caller, out)
       ctx, pass_name = self._ctx_for(e.scope)
       rid = self.next_rewrite
       self.next_rewrite += 1

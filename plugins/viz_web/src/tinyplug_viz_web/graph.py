@@ -237,15 +237,6 @@ def match_diff(trace: Trace, rep: Replay, step: Step, k: int) -> list[str]:
   after = render_expr(get, m.after)
   return list(difflib.unified_diff(before, after, "before", "after", lineterm="", n=max(len(before), len(after))))
 
-def source_lines(file: str, line: int, context: int = 3) -> list[tuple[int, str]]:
-  """The lines around a pattern's location, read from disk (python files only), for the right sidebar."""
-  if not file.endswith(".py"): return []
-  try:
-    with open(file, encoding="utf-8", errors="replace") as f: text = f.read().splitlines()
-  except OSError: return []
-  lo, hi = max(1, line - context), min(len(text), line + context + 6)
-  return [(i, text[i - 1]) for i in range(lo, hi + 1)]
-
 # ---- exports ----
 
 def graph_json(trace: Trace, rep: Replay, k: int) -> dict:

@@ -3,10 +3,10 @@ deltas, match details, kernel code, the profile timeline, search, hot rules and 
 
 Everything here is plain data in, plain data (JSON-ready) out; the server runs it in worker threads."""
 from __future__ import annotations
-import linecache, os, threading, time
+import os, threading, time
 from collections import OrderedDict
 from typing import Any
-from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable, source_lines
+from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable
 from tinyplug_viz_web.reader import Context, Node, Step, Trace, TraceError, load_trace
 
 HOST_KINDS = ("schedule", "codegen", "compile")     # host work; run and copy spans go on their device's track
@@ -108,7 +108,7 @@ class TraceView:
       out = {"ctx": ctx, "step": step, "title": s.title, "total": total, "start": start, "upto": upto,
              "deltas": rep.display[start:upto]}
       if start == 0:
-        out.update({"caller": s.caller, "caller_src": _line(s.caller), "time_ns": s.end - s.start,
+        out.update({"caller": s.caller, "caller_src": self.trace.source_line(s.caller), "time_ns": s.end - s.start,
                     "nodes": rep.base_records(),
                     "matches": [{"loc": m.location, "short": f"{short_path(m.file)}:{m.line}", "owner": m.owner,
                                  "time_ns": m.time_ns} for m in s.matches]})
@@ -119,7 +119,7 @@ class TraceView:
     if not 1 <= match <= len(s.matches): raise KeyError(f"step {s.title!r} has matches 1..{len(s.matches)}, not {match}")
     m = s.matches[match - 1]
     return {"match": match, "loc": m.location, "file": m.file, "line": m.line, "owner": m.owner, "time_ns": m.time_ns,
-            "source": source_lines(m.file, m.line), "diff": match_diff(self.trace, rep, s, match)}
+            "source": self.trace.source_lines(m.file, m.line), "diff": match_diff(self.trace, rep, s, match)}
 
   def export_graph(self, ctx: int, step: int, match: int, fmt: str) -> str | dict:
     if fmt not in ("json", "dot"): raise KeyError(f"unknown graph export format {fmt!r}: use json or dot")
@@ -252,14 +252,8 @@ class TraceView:
     out = sorted(rows.values(), key=lambda r: -r["time_ns"])
     for r in out:
       r["contexts"] = len(r["contexts"])
-      r["source"] = linecache.getline(r["loc"].rsplit(":", 1)[0], int(r["loc"].rsplit(":", 1)[1])).strip() \
-        if r["loc"].rsplit(":", 1)[0].endswith(".py") else ""
+      r["source"] = self.trace.source_line(r["loc"])
     return {"rows": out}
-
-def _line(loc: str) -> str:
-  file, _, line = loc.rpartition(":")
-  if not file.endswith(".py") or not line.isdigit(): return ""
-  return linecache.getline(file, int(line)).strip()
 
 def _language(src: str) -> str:
   head = src.lstrip()[:200]

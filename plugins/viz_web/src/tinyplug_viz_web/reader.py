@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from tinyplug_viz_web.trace_format import FILE_PREFIX, FILE_SUFFIX, FORMAT_NAME, FORMAT_VERSION
 
+CONTEXT_KINDS = ("schedule", "kernel", "other")
+
 class TraceError(Exception):
   """A trace that is missing, empty, corrupt or of an unknown version; the message says which and where."""
 
@@ -87,6 +89,16 @@ class Trace:
   warnings: list[str]
   headers: list[dict]
   key_index: dict[tuple, int] = field(default_factory=dict)
+  sources: dict[str, dict[int, str]] = field(default_factory=dict)   # file -> line -> text, as captured when recording
+
+  def source_lines(self, file: str, line: int, before: int = 3, after: int = 9) -> list[tuple[int, str]]:
+    """The captured lines around file:line (never read from disk: a trace may name any file)."""
+    text = self.sources.get(file, {})
+    return [(n, text[n]) for n in range(max(1, line - before), line + after + 1) if n in text]
+
+  def source_line(self, loc: str) -> str:
+    file, _, line = (loc or "").rpartition(":")
+    return self.sources.get(file, {}).get(int(line), "").strip() if line.isdigit() else ""
 
   def context(self, ctx: int) -> Context:
     if not isinstance(ctx, int) or not 0 <= ctx < len(self.contexts): raise KeyError(f"no context {ctx!r}")
@@ -156,6 +168,7 @@ def load_trace(path: str) -> Trace:
   rewrites: list[tuple[Context | None, Step]] = []
   kernels: list[tuple[dict, int | None, int]] = []
   schedules: list[tuple[dict, int | None]] = []
+  sources: dict[str, dict[int, str]] = {}
   try:
     for fname, header, records in loaded:
       pid = int(header.get("pid", 0))
@@ -171,7 +184,8 @@ def load_trace(path: str) -> Trace:
                                                  str(r.get("arg", "")))
         elif t == "ctx":
           ctx_map[int(r["id"])] = len(contexts)
-          contexts.append(Context(len(contexts), str(r["kind"]), str(r["name"]), cid(r.get("parent")), r.get("loc"),
+          kind = str(r["kind"]) if r["kind"] in CONTEXT_KINDS else "other"
+          contexts.append(Context(len(contexts), kind, str(r["name"]), cid(r.get("parent")), r.get("loc"),
                                   int(r["start"]) + shift, pid))
         elif t == "ctx_end":
           if (c := cid(r["id"])) is not None: contexts[c].end = int(r["end"]) + shift
@@ -195,10 +209,15 @@ def load_trace(path: str) -> Trace:
           spans.append(Span(str(r["kind"]), str(r["name"]), str(r.get("device", "HOST")), int(r["start"]) + shift,
                             int(r["end"]) + shift, r.get("info") if isinstance(r.get("info"), dict) else {}, pid,
                             cid(r.get("ctx"))))
+        elif t == "source":
+          start, text = int(r["start"]), sources.setdefault(str(r["file"]), {})
+          for n, ln in enumerate(r["lines"]): text.setdefault(start + n, str(ln))
         # unknown record types are skipped: newer minor additions stay readable
   except (KeyError, TypeError, ValueError) as e:
     raise TraceError(f"{path}: a record is malformed ({type(e).__name__}: {e})") from None
-  return _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings)
+  trace = _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings)
+  trace.sources = sources
+  return trace
 
 def _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings) -> Trace:
   for c in contexts:

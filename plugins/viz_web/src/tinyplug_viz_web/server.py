@@ -9,12 +9,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from tinyplug_viz_web.model import TraceView
 from tinyplug_viz_web.reader import TraceError
+from tinyplug_viz_web.security import LOOPBACK_NAMES, SecurityMiddleware
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC_DIR = os.path.join(HERE, "static")
@@ -48,7 +50,8 @@ def _int(request: Request, name: str, default: int | None = None) -> int:
   try: return int(raw)
   except ValueError: raise HTTPException(400, f"query parameter {name}={raw!r} is not an integer") from None
 
-def create_app(trace_path: str) -> Starlette:
+def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) -> Starlette:
+  """The app serving one trace; it answers only requests for `allowed_hosts` (loopback names)."""
   holder = TraceHolder(trace_path)
 
   def api(fn: Callable[[TraceView, Request], Any]) -> Callable:
@@ -119,6 +122,7 @@ def create_app(trace_path: str) -> Starlette:
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
   ]
   app = Starlette(routes=routes, exception_handlers={HTTPException: on_http_error, TraceError: on_trace_error,
-                                                      Exception: on_error})
+                                                      Exception: on_error},
+                  middleware=[Middleware(SecurityMiddleware, allowed_hosts=allowed_hosts)])
   app.state.trace_path = trace_path
   return app

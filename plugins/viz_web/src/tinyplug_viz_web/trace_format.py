@@ -3,7 +3,7 @@
 Every record is one JSON object on one line, written and flushed as it happens, so a killed program leaves every
 record but possibly a torn last line. Nothing in a trace is ever executed when it is read: it is plain JSON."""
 from __future__ import annotations
-import json, os, sys, threading, time
+import json, os, re, sys, threading, time
 from typing import Any, IO
 
 FORMAT_NAME = "tinyplug-trace"
@@ -12,6 +12,36 @@ FILE_PREFIX, FILE_SUFFIX = "trace-", ".jsonl"
 MAX_ARG_CHARS = 300           # a node's arg text is cut to this many characters
 
 def trace_file_name(pid: int) -> str: return f"{FILE_PREFIX}{pid}{FILE_SUFFIX}"
+
+# a flag whose name says it carries a secret: its value is left out of the recorded argv
+_SECRET_FLAG = re.compile(r"^--?[\w.-]*(token|key|passw(or)?d|pwd|secret|auth|credential|cookie|session)[\w.-]*$", re.I)
+REDACTED = "<redacted>"
+
+def redact_argv(argv: list[str]) -> list[str]:
+  """argv with the values of secret-looking flags masked: `--api-key=x` and `--token x` keep only the flag name."""
+  out: list[str] = []
+  hide_next = False
+  for a in argv:
+    a = str(a)
+    if hide_next:
+      out.append(REDACTED)
+      hide_next = False
+      continue
+    name, eq, _ = a.partition("=")
+    if _SECRET_FLAG.match(name):
+      if eq: out.append(f"{name}={REDACTED}")
+      else: out.append(a); hide_next = True
+    else: out.append(a)
+  return out
+
+def open_private(path: str) -> IO[str]:
+  """Open `path` for appending, created readable by its owner only (a trace holds a program's code and names)."""
+  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+  return os.fdopen(fd, "a", encoding="utf-8")
+
+def make_private_dir(path: str) -> None:
+  """Create `path` (and missing parents) with mode 0700."""
+  os.makedirs(path, mode=0o700, exist_ok=True)
 
 def json_safe(value: Any, depth: int = 0) -> Any:
   """A value JSON can hold: numbers, strings, bools and None as they are, lists and dicts recursively, else repr."""
@@ -37,13 +67,13 @@ class TraceWriter:
   def _open(self) -> IO[str]:
     pid = os.getpid()
     if self.file is not None and self.pid == pid: return self.file
-    os.makedirs(self.folder, exist_ok=True)
+    make_private_dir(self.folder)
     self.pid = pid
-    self.file = open(os.path.join(self.folder, trace_file_name(pid)), "a", encoding="utf-8")
+    self.file = open_private(os.path.join(self.folder, trace_file_name(pid)))
     self.records = 0
     self._write_line({"t": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, "run": self.run_id, "pid": pid,
                       "ppid": os.getppid(), "clock": {"perf_ns": time.perf_counter_ns(), "unix_ns": time.time_ns()},
-                      "argv": json_safe(list(sys.argv))})
+                      "argv": redact_argv(list(sys.argv))})
     return self.file
 
   def _write_line(self, record: dict) -> None:

@@ -38,6 +38,8 @@ function fmtBytes(b) {
   if (b < 1 << 30) return `${(b / (1 << 20)).toFixed(1)} MB`;
   return `${(b / (1 << 30)).toFixed(2)} GB`;
 }
+// a CSS class from a kind name in the trace: only known kinds, anything else is "other"
+const kindClass = (k) => ["kernel", "schedule", "other", "pass", "pattern", "node"].includes(k) ? k : "other";
 const shortPath = (p) => (p || "").split("/").slice(-2).join("/");
 
 // ----------------------------------------------------------------------------------------------------- URL state
@@ -75,7 +77,7 @@ function renderSidebar() {
     const nm = c.steps.reduce((a, s) => a + s.matches, 0);
     const open = expanded.has(c.id);
     const sel = state.ctx === c.id && (!open || state.step == null || state.view !== "graph") && state.view !== "profiler" && state.view !== "hot";
-    parts.push(`<div class="ctx" data-ctx="${c.id}"><div class="entry ctx-head ${c.kind}${sel ? " selected" : ""}" data-ctx="${c.id}" title="${esc(c.loc || "")}">` +
+    parts.push(`<div class="ctx" data-ctx="${+c.id}"><div class="entry ctx-head ${kindClass(c.kind)}${sel ? " selected" : ""}" data-ctx="${c.id}" title="${esc(c.loc || "")}">` +
       `<span class="tw">${c.steps.length ? (open ? "▾" : "▸") : ""}</span><span class="name">${esc(c.display)}</span>` +
       `<span class="count">${c.steps.length ? `(${c.steps.length})` : ""}${nm ? ` · ${nm}` : ""}</span></div>`);
     if (open) {
@@ -160,7 +162,7 @@ function updateCrumb() {
 }
 
 // ------------------------------------------------------------------------------------------------- graph view
-const OP_COLORS = {};
+const OP_COLORS = Object.create(null);   // looked up by op names that come from the trace
 (() => {
   const groups = {
     "#ffffc0": "ADD MUL SUB FDIV IDIV MOD MAX POW CMPLT CMPNE CMPEQ AND OR XOR SHL SHR THREEFRY WHERE MULACC EXP2 LOG2 SIN SQRT RECIPROCAL NEG TRUNC",
@@ -437,7 +439,7 @@ $("#node-info").addEventListener("click", (e) => {
 function renderDetails(st) {
   const c = state.ctx != null ? TRACE.contexts[state.ctx] : null;
   if (!c) { $("#details").innerHTML = `<h3>Trace</h3><div class="kv">${esc(TRACE.path)}</div><div class="kv">${TRACE.contexts.length} contexts · ${TRACE.nodes} nodes · ${TRACE.spans} profile spans</div>` + (TRACE.warnings.map(w => `<div class="d-del">${esc(w)}</div>`).join("")); $("#match-list").innerHTML = $("#match-info").innerHTML = ""; return; }
-  let h = `<h3>${esc(c.display)}</h3><div class="kv">${c.kind}${c.device ? ` on <b>${esc(c.device)}</b>` : ""}${c.pid ? ` · pid ${c.pid}` : ""}</div>`;
+  let h = `<h3>${esc(c.display)}</h3><div class="kv">${esc(c.kind)}${c.device ? ` on <b>${esc(c.device)}</b>` : ""}${c.pid ? ` · pid ${c.pid}` : ""}</div>`;
   if (c.loc) h += `<div class="loc">${esc(c.loc)}</div>`;
   if (c.kernels.length) h += `<div class="kv">kernels: ${c.kernels.map(k => k.ctx != null ? `<a href="#ctx=${k.ctx}">${esc(k.name)}</a>` : esc(k.name)).join(", ")}</div>`;
   if (st) {
@@ -478,7 +480,8 @@ async function showCode() {
 async function showUops() {
   const d = await api(`/api/code?ctx=${state.ctx}`);
   $("#uops").innerHTML = `<tr><th>#</th><th>op</th><th>dtype</th><th>src</th><th>arg</th></tr>` +
-    d.uops.map(([i, op, dt, src, arg]) => `<tr><td class="num">${i}</td><td style="color:${OP_COLORS[op] || "#ddd"}">${esc(op)}</td><td>${esc(dt)}</td><td class="mono">${esc(src.map(s => "%" + s).join(", "))}</td><td class="mono">${esc(arg)}</td></tr>`).join("");
+    d.uops.map(([i, op, dt, src, arg]) => `<tr><td class="num">${i}</td><td class="op">${esc(op)}</td><td>${esc(dt)}</td><td class="mono">${esc(src.map(s => "%" + s).join(", "))}</td><td class="mono">${esc(arg)}</td></tr>`).join("");
+  $("#uops").querySelectorAll("td.op").forEach(td => td.style.color = OP_COLORS[td.textContent] || "#ddd");
   renderDetails(null);
   document.body.dataset.ready = `uops:${state.ctx}`;
 }
@@ -643,7 +646,7 @@ async function runSearch() {
   if ($("#search").value.trim() !== q) return;
   searchResults = d.results; searchActive = -1;
   box.hidden = false;
-  box.innerHTML = d.results.length ? d.results.map((r, i) => `<div class="result" data-i="${i}"><span class="kind ${r.kind}">${r.kind}</span>${esc(r.label)}<span class="detail">${esc(r.detail)}</span></div>`).join("")
+  box.innerHTML = d.results.length ? d.results.map((r, i) => `<div class="result" data-i="${i}"><span class="kind ${kindClass(r.kind)}">${esc(r.kind)}</span>${esc(r.label)}<span class="detail">${esc(r.detail)}</span></div>`).join("")
     : `<div class="result muted">nothing matches ${esc(q)}</div>`;
 }
 function openResult(r) {

@@ -2,7 +2,9 @@
 // Returns HTML with <span class="hl-..."> around comments, strings, numbers, keywords, types and names.
 "use strict";
 const HL = (() => {
-  const esc = s => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  // text from a trace is data: escaped for both element text and quoted attribute values
+  const ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "`": "&#96;"};
+  const esc = s => String(s ?? "").replace(/[&<>"'`]/g, ch => ESC[ch]);
   const C_KW = new Set(("if else for while do return break continue switch case default struct union typedef static const " +
     "extern inline restrict volatile goto sizeof __global __local __kernel kernel global local __device__ __global__ " +
     "__shared__ __restrict__ device threadgroup constant using namespace template").split(" "));
