@@ -183,6 +183,7 @@ class _Scheduler:
       for d in sorted(after[i]): visit(d, stack)
       stack.pop(); done.add(i); order.append(i)
     for i in range(len(self.items)): visit(i, [])
+    self.ordered_nodes = [self.item_node[i] for i in order]   # the realized node of each item, in run order
     return [self.items[i] for i in order]
 
   def _new_output(self, n: UOp) -> UOp:
@@ -344,8 +345,10 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   with events.scope("schedule", "schedule"), events.profile_span("schedule", f"schedule {len(targets)} outputs"):
     pre, afters = _expand_after(targets)
     s, renamed = _schedule_breaking_cycles(targets)
-    if events.enabled("schedule"):  # the visualizer shows the tensor graph and the kernels it was split into
-      events.emit("schedule", {"sink": s.sink, "items": tuple(pre + s.items), "scope": events.current_scope()})
+    if events.enabled("schedule"):  # the visualizer shows the tensor graph, the kernels it was split into and why
+      from tinyplug.schedule.explain import explain
+      events.emit("schedule", {"sink": s.sink, "items": tuple(pre + s.items), "scope": events.current_scope(),
+                               "item_nodes": (None,) * len(pre) + tuple(s.ordered_nodes), "decisions": tuple(explain(s))})
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   items = pre + s.items
   if found is not None and (template := make_template(found[1], items, becomes)) is not None:
