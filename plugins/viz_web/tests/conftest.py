@@ -73,3 +73,9 @@ def page(browser, request):
 def ready(pg, prefix, timeout=15000):
   # a function, not an expression string: Playwright would eval a string, which the page's CSP refuses
   pg.wait_for_function("p => (document.body.dataset.ready || '').startsWith(p)", arg=prefix, timeout=timeout)
+
+@pytest.fixture(scope="session")
+def fusion_trace(tmp_path_factory):
+  """Two schedules on CPU: a softmax row kernel beside reductions that need kernels of their own, and a softmax whose
+  rows are over ROW_FUSE_MAX."""
+  return record_in_subprocess(str(tmp_path_factory.mktemp("viz") / "run-fusion"), "run-fusion", "fusion_example")

@@ -69,3 +69,10 @@ def evil_pattern_file(folder: str) -> None:
   x = UOp.variable("x", 0, 10)
   with events.scope("kernel", "evil_kernel"):
     graph_rewrite(UOp(Ops.NEG, dtypes.int, (UOp(Ops.NEG, dtypes.int, (x,)),)).sink(), mod.pm, name="evil pass")
+
+def fusion_example() -> None:
+  """A schedule with a row kernel (softmax over rows, on CPU) and reductions that need kernels of their own."""
+  from tinyplug.tensor import Tensor
+  x = Tensor.empty(4, 8)
+  (x.softmax(-1) + (x @ Tensor.empty(8, 8)).max(0)).realize()
+  Tensor.empty(2, 40000).softmax(-1).realize()   # rows over ROW_FUSE_MAX: one kernel per reduction

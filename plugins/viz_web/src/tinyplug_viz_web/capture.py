@@ -155,8 +155,16 @@ class Recorder:
       out: list[dict] = []
       sink = self.intern(e["sink"], out)
       items = [{"ast": self.intern(it.ast, out), "bufs": len(it.buf_uops)} for it in e["items"]]
+      for item, node in zip(items, e.get("item_nodes", ())):
+        if node is not None: item["node"] = self.intern(node, out)
+      decisions = []
+      for d in e.get("decisions", ()):   # why each kernel boundary is where it is (tinyplug.schedule.explain)
+        decisions.append([self.intern(d.node, out), int(d.realized), d.rule, d.detail, d.file, d.line])
+        self.source(d.file, d.line, out)
       ctx, _ = self._ctx_for(tuple(e.get("scope", ())))
-      out.append({"t": "schedule", "ctx": ctx, "sink": sink, "items": items})
+      rec = {"t": "schedule", "ctx": ctx, "sink": sink, "items": items}
+      if decisions: rec["decisions"] = decisions
+      out.append(rec)
       self.writer.write_many(out)
 
   def on_kernel(self, e: dict) -> None:

@@ -7,7 +7,8 @@ import os, threading, time
 from collections import OrderedDict
 from typing import Any
 from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable
-from tinyplug_viz_web.reader import Context, Node, Step, Trace, TraceError, load_trace
+from tinyplug_viz_web.fusion import SHARED, Split, boundaries, schedule_split, why_not_fused
+from tinyplug_viz_web.reader import Context, Match, Node, Step, Trace, TraceError, load_trace
 
 HOST_KINDS = ("schedule", "codegen", "compile")     # host work; run and copy spans go on their device's track
 MEMORY_KINDS = ("alloc", "free")
@@ -30,17 +31,47 @@ class TraceView:
   def open(cls, path: str) -> TraceView: return cls(load_trace(path))
 
   def _add_synthetic_steps(self) -> None:
-    """Schedules get 'tensor graph' and one 'kernel AST' view per kernel, so one can see how the graph was split."""
+    """Schedules get 'tensor graph' (coloured by kernel), 'split into kernels' (one match per scheduler decision)
+    and one 'kernel AST' view per kernel, so one can see how the graph was split and why."""
+    self.splits: dict[int, Split] = {}
     for c in self.trace.contexts:
       if c.schedule is None: continue
+      names = self.kernel_names(c)
       views = [Step(-1, c.id, None, "View tensor graph", c.loc or "", c.start, c.start, c.schedule["sink"],
                     c.schedule["sink"], [])]
-      for n, item in enumerate(c.schedule["items"]):
-        kname = self.trace.contexts[item["ctx"]].display if item["ctx"] is not None else self._item_name(item, n)
+      if (split := schedule_split(self.trace, c, names)) is not None:
+        self.splits[c.id] = split
+        views.append(self._split_step(c, split))
+      for item, kname in zip(c.schedule["items"], names):
         views.append(Step(-1, c.id, None, f"View AST of {kname}", c.loc or "", c.start, c.start, item["ast"],
                           item["ast"], []))
       c.steps[:0] = views
       for i, s in enumerate(c.steps): s.index = i
+
+  def kernel_names(self, c: Context) -> list[str]:
+    assert c.schedule is not None
+    return [self.trace.contexts[i["ctx"]].display if i["ctx"] is not None else self._item_name(i, n)
+            for n, i in enumerate(c.schedule["items"])]
+
+  def _split_step(self, c: Context, split: Split) -> Step:
+    """The scheduler's decisions as rewrite matches: each node that became a kernel is replaced by a KERNEL node
+    naming the kernel and its rule; each reduction computed as a row kernel is marked as such."""
+    nodes = self.trace.nodes
+    next_id = max(nodes) + 1 if nodes else 0
+    kernel_of = {k["node"]: k for k in split.kernels if k["node"] is not None}
+    matches = []
+    for d in split.decisions:
+      n = nodes[d["node"]]
+      if d["realized"] and d["node"] in kernel_of:
+        new = Node("KERNEL", n.dtype, n.src, f"{kernel_of[d['node']]['name']} <- {n.op}: {d['rule']}")
+      else: new = Node(n.op, n.dtype, n.src, f"{n.arg} [{d['rule']}]".strip())
+      nodes[next_id] = new
+      split.group[next_id] = split.group.get(d["node"], SHARED)
+      matches.append(Match(d["node"], next_id, d["file"], d["line"], "schedule", 0))
+      next_id += 1
+    sink = c.schedule["sink"]   # type: ignore[index]
+    return Step(-1, c.id, "schedule", f"split into {len(split.kernels)} kernels", c.loc or "", c.start, c.start,
+                sink, sink, matches)
 
   def _item_name(self, item: dict, n: int) -> str:
     """A schedule item that was not compiled in this trace: a copy, or a kernel compiled before tracing began."""
@@ -56,8 +87,9 @@ class TraceView:
         "id": c.id, "kind": c.kind, "name": c.name, "display": c.display, "parent": c.parent, "loc": c.loc,
         "start": c.start - t.t0, "end": None if c.end is None else c.end - t.t0, "children": c.children, "pid": c.pid,
         "has_code": c.kernel is not None, "device": c.kernel["device"] if c.kernel else None,
-        "kernels": [{"ctx": i["ctx"], "name": t.contexts[i["ctx"]].display if i["ctx"] is not None
-                     else self._item_name(i, n)} for n, i in enumerate(c.schedule["items"])] if c.schedule else [],
+        "kernels": [{"ctx": i["ctx"], "name": name} for i, name in zip(c.schedule["items"], self.kernel_names(c))]
+                   if c.schedule else [],
+        "has_split": c.id in self.splits,
         "steps": [{"i": s.index, "title": s.title, "pass": s.pass_name, "name": s.name, "caller": s.caller,
                    "matches": len(s.matches), "time_ns": s.end - s.start} for s in c.steps],
       })
@@ -112,7 +144,19 @@ class TraceView:
                     "nodes": rep.base_records(),
                     "matches": [{"loc": m.location, "short": f"{short_path(m.file)}:{m.line}", "owner": m.owner,
                                  "time_ns": m.time_ns} for m in s.matches]})
+        if (split := self.splits.get(ctx)) is not None and s.input == self.trace.contexts[ctx].schedule["sink"]:
+          out["split"] = self.split_json(split, rep)
     return out
+
+  def split_json(self, split: Split, rep: Replay) -> dict:
+    """A schedule's kernels, which kernel each shown node belongs to (by display id), and the kernel boundaries."""
+    groups = {rep.disp_of.get(real, real): g for real, g in split.group.items()}
+    return {"kernels": split.kernels, "groups": groups, "boundaries": boundaries(split), "shared": SHARED}
+
+  def why(self, ctx: int, a: int, b: int) -> dict:
+    c = self.trace.context(ctx)
+    if ctx not in self.splits: raise KeyError(f"{c.display} has no recorded scheduler decisions")
+    return why_not_fused(self.splits[ctx], a, b)
 
   def match_detail(self, ctx: int, step: int, match: int) -> dict:
     s, rep = self.replayed(ctx, step, match)

@@ -199,8 +199,13 @@ def load_trace(path: str) -> Trace:
           rewrites.append((contexts[c] if c is not None else None, step))
         elif t == "schedule":
           schedules.append(({"sink": node_base + int(r["sink"]),
-                             "items": [{"ast": node_base + int(i["ast"]), "bufs": int(i.get("bufs", 0)), "ctx": None}
-                                       for i in r["items"]]}, cid(r.get("ctx"))))
+                             "items": [{"ast": node_base + int(i["ast"]), "bufs": int(i.get("bufs", 0)), "ctx": None,
+                                        "node": None if i.get("node") is None else node_base + int(i["node"])}
+                                       for i in r["items"]],
+                             "decisions": [{"node": node_base + int(n), "realized": bool(real), "rule": str(rule),
+                                            "detail": str(detail), "file": str(f), "line": int(ln)}
+                                           for n, real, rule, detail, f, ln in r.get("decisions", ())]},
+                            cid(r.get("ctx"))))
         elif t == "kernel":
           kernels.append(({"name": str(r["name"]), "device": str(r.get("device", "")), "ast": node_base + int(r["ast"]),
                            "uops": [node_base + int(u) for u in r["uops"]], "src": str(r.get("src", "")),

@@ -81,6 +81,7 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
   def search(view: TraceView, r: Request): return view.search(r.query_params.get("q", ""))
   def hot(view: TraceView, r: Request): return view.hot_rules()
   def contexts(view: TraceView, r: Request): return view.contexts()
+  def why(view: TraceView, r: Request): return view.why(_int(r, "ctx"), _int(r, "a"), _int(r, "b"))
 
   def chrome(view: TraceView, r: Request) -> Response:
     body = json.dumps(view.chrome_trace(), separators=(",", ":"))
@@ -118,6 +119,7 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
     Route("/api/profile.chrome.json", api(chrome)),
     Route("/api/search", api(search)),
     Route("/api/hot", api(hot)),
+    Route("/api/why", api(why)),
     Route("/api/export/graph.{fmt:str}", api(export)),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
   ]

@@ -4,12 +4,14 @@
   tinyplug viz cli -s "schedule 1"         the kernels of a schedule and its steps
   tinyplug viz cli -s E_3 -i gpudims       a step: graph before, each match with its diff, graph after, UOps, code
   tinyplug viz cli -s TINY -i E_3 gpudims  the same, choosing the context with -i (as in tinygrad's VIZ)
+  tinyplug viz cli -s "schedule 1" --why r_4_8 E_4_8   why two kernels of a schedule were not fused
   tinyplug viz cli -s PYTHON               the timeline of one profile track
   tinyplug viz cli --json                  JSON lines: one per kernel, with timings, AST and code
 Colours are ANSI unless NO_COLOR is set."""
 from __future__ import annotations
 import json, sys
 from tinyplug.helpers import colored, suggest
+from tinyplug_viz_web.fusion import boundaries, find_kernel
 from tinyplug_viz_web.graph import node_label, render_expr, replay
 from tinyplug_viz_web.model import TraceView, short_path
 from tinyplug_viz_web.reader import Context, Step, TraceError
@@ -71,7 +73,15 @@ def print_context(view: TraceView, c: Context, out) -> None:
     print(f"kernels ({len(c.schedule['items'])}):", file=out)
     names = view.contexts()["contexts"][c.id]["kernels"]
     for n, (item, k) in enumerate(zip(c.schedule["items"], names), 1):
-      print(f"  {n:3d} {k['name']}  ({item['bufs']} buffers)", file=out)
+      print(f"  {n - 1:3d} {k['name']}  ({item['bufs']} buffers)", file=out)
+    if (split := view.splits.get(c.id)) is not None:
+      print("why each is a kernel of its own:", file=out)
+      for k in split.kernels:
+        print(f"  {k['i']:3d} {k['name']:20s} [{colored(k['rule'], 'yellow')}] {k['detail']}  ({short_path(k['loc'])})",
+              file=out)
+      print(f"kernel boundaries (producer -> consumer): {len(boundaries(split))}", file=out)
+      for b in boundaries(split):
+        print(f"  {split.kernels[b['a']]['name']} -> {split.kernels[b['b']]['name']}: {b['rule']}", file=out)
   print("steps:", file=out)
   for s in c.steps:
     print(f"  {s.index:3d} {s.title:40s} {len(s.matches):5d} matches  {_us(s.end - s.start)}  {short_path(s.caller)}", file=out)
@@ -133,7 +143,18 @@ def step_json(view: TraceView, c: Context, s: Step, out) -> None:
   g = view.step_graph(c.id, s.index)
   print(json.dumps({"type": "step", "context": c.display, **g}), file=out)
 
-def main(path: str, src: str | None, items: list[str], as_json: bool = False, list_only: bool = False, out=None) -> int:
+def print_why(view: TraceView, c: Context, a: str, b: str, as_json: bool, out) -> None:
+  split = view.splits.get(c.id)
+  if split is None:
+    raise TraceError(f"{c.display} has no recorded scheduler decisions (not a schedule, or one reused from the cache)")
+  try: ka, kb = find_kernel(split, a), find_kernel(split, b)
+  except KeyError as e: raise TraceError(str(e.args[0])) from None
+  d = view.why(c.id, ka, kb)
+  if as_json: print(json.dumps({"type": "why", "context": c.display, **d}), file=out)
+  else: print(d["text"] + (f"\nrule: {d['loc']}" if d["loc"] else ""), file=out)
+
+def main(path: str, src: str | None, items: list[str], as_json: bool = False, list_only: bool = False, out=None,
+         why: list[str] | None = None) -> int:
   out = out or sys.stdout
   view = TraceView.open(path)
   if src is None and not items:
@@ -159,6 +180,9 @@ def main(path: str, src: str | None, items: list[str], as_json: bool = False, li
     ctx = _find_context(view, name)
     if ctx is None:
       raise TraceError(f"no context named {name!r}{suggest(name, [c.display for c in view.trace.contexts])}")
+  if why:
+    print_why(view, ctx, why[0], why[1], as_json, out)
+    return 0
   if not items or list_only:
     if as_json: print(json.dumps({"type": "context", **view.contexts()["contexts"][ctx.id]}), file=out)
     else: print_context(view, ctx, out)

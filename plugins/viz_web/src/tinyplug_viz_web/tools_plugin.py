@@ -19,6 +19,8 @@ def add_arguments(parser):
                  help="narrow the selection: a context, then a rewrite step (pass name), then a match number")
   p.add_argument("--json", action="store_true", help="JSON lines: kernels with timings, AST and code (for scripts)")
   p.add_argument("--list", "--ls", action="store_true", help="list contexts (or, with -s, the steps of one)")
+  p.add_argument("--why", nargs=2, metavar=("KERNEL_A", "KERNEL_B"),
+                 help="with -s SCHEDULE: why these two kernels (names or numbers) were not fused into one")
   p = sub.add_parser("export", help="write the profile as Chrome trace-event JSON (opens in Perfetto)")
   p.add_argument("trace", nargs="?", help=TRACE_HELP)
   p.add_argument("-o", "--output", default="-", help="output file (default: stdout)")

@@ -174,6 +174,16 @@ const OP_COLORS = Object.create(null);   // looked up by op names that come from
   for (const [color, ops] of Object.entries(groups)) for (const op of ops.split(" ")) OP_COLORS[op] = color;
 })();
 const CHAR_W = 6.7, LINE_H = 13;
+// a schedule's tensor graph is coloured by the kernel that computes each node (split: /api/step's "split")
+let split = null;
+const KERNEL_COLORS = ["#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#f6bd60", "#84a59d", "#ffafcc",
+                       "#a2d2ff", "#e9c46a", "#b5e48c", "#f4a261", "#bde0fe", "#d4a373", "#caffbf", "#ffc6ff"];
+const kernelColor = (k) => KERNEL_COLORS[k % KERNEL_COLORS.length];
+function nodeFill(id, n) {
+  if (!split) return OP_COLORS[n[0]] || "#f0f0f0";
+  const g = split.groups[id];
+  return g === undefined ? "#e4e4e4" : g === split.shared ? "#ffffff" : kernelColor(g);
+}
 function labelLines(n) {
   const [op, dtype, arg] = n;
   const lines = [op, dtype];
@@ -244,6 +254,7 @@ async function showGraph() {
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
   const tLayout = performance.now() - t0;
   graphSize();
+  split = st.data.split || null;
   drawGraph(graph, lay, changed);
   const tDraw = performance.now() - t0;
   if (state.node != null && graph.has(state.node)) selectNode(state.node, true);
@@ -282,7 +293,7 @@ function drawGraph(graph, lay, changed) {
     const lines = labelLines(n), [w, h] = size[id], [x, y] = lay.pos[id];
     let text = "";
     lines.forEach((l, i) => text += `<tspan x="7" y="${(i + 1) * LINE_H}">${esc(l)}</tspan>`);
-    parts.push(`<g class="node${changed.has(id) ? " changed" : ""}" data-id="${id}" transform="translate(${x.toFixed(1)},${y.toFixed(1)})"><rect width="${w.toFixed(1)}" height="${h}" rx="4" fill="${OP_COLORS[n[0]] || "#f0f0f0"}"/><text>${text}</text></g>`);
+    parts.push(`<g class="node${changed.has(id) ? " changed" : ""}" data-id="${id}" transform="translate(${x.toFixed(1)},${y.toFixed(1)})"><rect width="${w.toFixed(1)}" height="${h}" rx="4" fill="${nodeFill(id, n)}"/><text>${text}</text></g>`);
   }
   for (const [id, n] of graph) for (const e of edgesInto(id, n, graph)) edgeParts.push(`<path class="edge" data-from="${e.s}" data-to="${id}" marker-end="url(#arrow)" d="${e.d}"/>`);
   $("#viewport").innerHTML = (box ? `<rect class="change-box" x="${box[0]}" y="${box[1]}" width="${box[2]}" height="${box[3]}" rx="6"/>` : "") +
@@ -332,7 +343,7 @@ function drawCanvas() {
   for (const [id, n] of g.graph) {
     if (!visible(id)) continue;
     const [x, y] = g.pos[id], [w, h] = g.size[id];
-    c.fillStyle = OP_COLORS[n[0]] || "#f0f0f0"; c.fillRect(x, y, w, h);
+    c.fillStyle = nodeFill(id, n); c.fillRect(x, y, w, h);
     const ring = id === sel ? "#ffffff" : parents.has(id) ? "#9ece6a" : sel != null && n[3].includes(sel) ? "#f7768e" : g.changed.has(id) ? "#ff9e64" : null;
     if (ring) { c.strokeStyle = ring; c.lineWidth = 3 / Math.max(view.k, 0.3); c.strokeRect(x, y, w, h); }
     if (showText) { c.fillStyle = "#111"; labelLines(n).forEach((l, i) => c.fillText(l, x + 7, y + (i + 1) * LINE_H)); }
@@ -428,6 +439,11 @@ function selectNode(id, centre) {
   $("#node-info").innerHTML = `<h3>Node #${id}</h3><div class="kv">op <b>${esc(n[0])}</b></div><div class="kv">dtype <b>${esc(n[1])}</b></div>` +
     (n[2] ? `<div class="kv">arg <b class="mono">${esc(n[2])}</b></div>` : "") +
     `<div class="kv">sources: ${n[3].map(ref).join(", ") || "none"}</div><div class="kv">used by: ${users.map(ref).join(", ") || "none"}</div>`;
+  if (split && split.groups[id] !== undefined) {
+    const g = split.groups[id];
+    $("#node-info").innerHTML += g === split.shared ? `<div class="kv">kernel: <b>several</b> (each recomputes it)</div>` :
+      `<div class="kv">kernel: <b>${esc(split.kernels[g].name)}</b></div><div class="muted">${esc(split.kernels[g].rule)}: ${esc(split.kernels[g].detail)}</div>`;
+  }
   if (centre) centreOn(id);
 }
 $("#node-info").addEventListener("click", (e) => {
@@ -446,12 +462,57 @@ function renderDetails(st) {
     const d = st.data;
     h += `<h3>${esc(d.title)}</h3><div class="kv">${d.matches.length} matches · ${fmtTime(d.time_ns)}</div><div class="loc">${esc(d.caller)}</div>`;
     if (d.caller_src) h += `<pre class="src">${HL.highlight(d.caller_src, "c")}</pre>`;
+    if (d.split) h += splitPanel(d.split);
     $("#match-list").innerHTML = d.total > 400 ? `<span class="muted">match ${state.match} of ${d.total} (← →)</span>` : d.matches.length ? [`<span class="chip${state.match === 0 ? " selected" : ""}" data-match="0">0</span>`,
       ...d.matches.map((m, i) => `<span class="chip${state.match === i + 1 ? " selected" : ""}" data-match="${i + 1}" title="${esc(m.short)} (${esc(m.owner)})">${i + 1}</span>`)].join("") : "";
     showMatch(st);
   } else { $("#match-list").innerHTML = ""; $("#match-info").innerHTML = ""; }
   $("#details").innerHTML = h;
+  $("#details").querySelectorAll("[data-swatch]").forEach(el => el.style.background = kernelColor(+el.dataset.swatch));
+  if (st && st.data.split) showWhy(st.data.split);
 }
+function splitPanel(sp) {
+  const opts = sp.kernels.map(k => `<option value="${k.i}">${k.i}: ${esc(k.name)}</option>`).join("");
+  const legend = sp.kernels.map(k => `<div class="kernel-row" data-kernel="${k.i}" title="${esc(k.detail)}"><span class="swatch" data-swatch="${k.i}"></span>` +
+    `${k.i}: <b>${esc(k.name)}</b> <span class="rule">${esc(k.rule)}</span></div>`).join("");
+  const bounds = sp.boundaries.map(b => `<div class="boundary" data-a="${b.a}" data-b="${b.b}">${esc(sp.kernels[b.a].name)} → ${esc(sp.kernels[b.b].name)}: <span class="rule">${esc(b.rule)}</span></div>`).join("");
+  return `<h3>Kernels (colours in the graph)</h3><div id="kernel-legend">${legend}</div>` +
+    `<h3>Why didn't these two fuse?</h3><div class="why-pick"><select id="why-a">${opts}</select> <select id="why-b">${opts}</select></div>` +
+    `<div id="why-answer" class="why-answer"></div><h3>Kernel boundaries (${sp.boundaries.length})</h3><div id="boundaries">${bounds || '<span class="muted">none</span>'}</div>`;
+}
+let whyPair = null;
+async function showWhy(sp, a, b) {
+  const sa = $("#why-a"), sb = $("#why-b");
+  if (!sa || !sb) return;
+  if (a == null) {   // default: the first boundary, or the pair picked last time in this schedule
+    const keep = whyPair && whyPair.ctx === state.ctx ? whyPair : null;
+    const first = sp.boundaries[0] || {a: 0, b: Math.min(1, sp.kernels.length - 1)};
+    a = keep ? keep.a : first.a; b = keep ? keep.b : first.b;
+  }
+  sa.value = a; sb.value = b;
+  whyPair = {ctx: state.ctx, a, b};
+  document.querySelectorAll("#boundaries .boundary").forEach(el => el.classList.toggle("selected", +el.dataset.a === a && +el.dataset.b === b));
+  const want = `${state.ctx}:${a}:${b}`;
+  const d = await api(`/api/why?ctx=${state.ctx}&a=${a}&b=${b}`);
+  if (`${state.ctx}:${whyPair.a}:${whyPair.b}` !== want) return;
+  const box = $("#why-answer");
+  box.textContent = d.text;
+  if (d.loc) { const loc = document.createElement("div"); loc.className = "loc"; loc.textContent = `rule: ${d.loc}`; box.appendChild(loc); }
+  box.dataset.rule = d.rule;
+}
+$("#details").addEventListener("change", (e) => {
+  if (!e.target.matches("#why-a, #why-b") || !split) return;
+  showWhy(split, +$("#why-a").value, +$("#why-b").value);
+});
+$("#details").addEventListener("click", (e) => {
+  const b = e.target.closest(".boundary");
+  if (b && split) { showWhy(split, +b.dataset.a, +b.dataset.b); return; }
+  const k = e.target.closest(".kernel-row");
+  if (k && split && graphGeom) {   // select the kernel's realized node in the graph
+    const node = split.kernels[+k.dataset.kernel].node;
+    if (node != null && graphGeom.graph.has(node)) { go({node}, true); selectNode(node, true); }
+  }
+});
 $("#match-list").addEventListener("click", (e) => { const c = e.target.closest(".chip"); if (c) go({match: +c.dataset.match, node: null}); });
 async function showMatch(st) {
   const k = state.match, box = $("#match-info");
