@@ -65,9 +65,8 @@ def test_mistakes_are_clear(small_trace, tmp_path):
   assert r.returncode == 1 and "not a tinyplug trace" in r.stderr and "Traceback" not in r.stderr
 
 def test_works_without_a_profile(small_trace, tmp_path):
-  src = [f for f in os.listdir(small_trace) if f.startswith("trace-")][0]
-  lines = [l for l in open(os.path.join(small_trace, src)) if '"t":"span"' not in l]
-  (tmp_path / "trace-1.jsonl").write_text("".join(lines))
+  from tracegen import trace_lines, write_compressed
+  write_compressed(str(tmp_path / "trace-1.jsonl.z"), [l for l in trace_lines(small_trace) if '"t":"span"' not in l])
   r = viz("cli", str(tmp_path), "-s", "E_3", "-i", "gpudims", env={"NO_COLOR": "1"})
   assert r.returncode == 0 and "--- code of E_3" in r.stdout
 

@@ -93,8 +93,8 @@ def test_bad_trace_gives_a_clear_page(tmp_path, small_trace, kind):
   if kind == "corrupt": path.mkdir(); (path / "trace-1.jsonl").write_text("this is not a trace\n")
   if kind == "truncated":
     path.mkdir()
-    src = [f for f in os.listdir(small_trace) if f.startswith("trace-")][0]
-    (path / "trace-1.jsonl").write_text(open(os.path.join(small_trace, src)).read()[:40])
+    from tracegen import trace_lines
+    (path / "trace-1.jsonl").write_text("\n".join(trace_lines(small_trace))[:40])
   c = TestClient(create_app(str(path)), base_url="http://127.0.0.1")
   page = c.get("/")
   assert page.status_code == 422 and "cannot open this trace" in page.text and "Traceback" not in page.text

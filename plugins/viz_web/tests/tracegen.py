@@ -76,3 +76,19 @@ def fusion_example() -> None:
   x = Tensor.empty(4, 8)
   (x.softmax(-1) + (x @ Tensor.empty(8, 8)).max(0)).realize()
   Tensor.empty(2, 40000).softmax(-1).realize()   # rows over ROW_FUSE_MAX: one kernel per reduction
+
+def trace_lines(folder: str) -> list[str]:
+  """The JSON lines of the (first) trace file of a run folder, decompressed."""
+  from tinyplug_viz_web.reader import run_files
+  import zlib
+  data = open(run_files(folder)[0], "rb").read()
+  d = zlib.decompressobj()
+  return (d.decompress(data) + d.flush()).decode().splitlines()
+
+def write_compressed(path: str, lines: list[str], finish: bool = True) -> None:
+  """Write JSON lines as a trace file does: one zlib stream, sync-flushed after every line."""
+  import zlib
+  z = zlib.compressobj()
+  with open(path, "wb") as f:
+    for ln in lines: f.write(z.compress((ln + "\n").encode()) + z.flush(zlib.Z_SYNC_FLUSH))
+    if finish: f.write(z.flush())

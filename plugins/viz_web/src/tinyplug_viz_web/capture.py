@@ -61,8 +61,8 @@ class Recorder:
       self.default_ctx = None
 
   # ---- nodes ----
-  def intern(self, root: Any, out: list[dict]) -> int:
-    """The id of `root`, appending a node record to `out` for every node not seen before (sources first).
+  def intern(self, root: Any, out: list) -> int:
+    """The id of `root`, appending a node (a list) to `out` for every node not seen before (sources first).
 
     A node's id is remembered in the UOp's own small cache dict (under a key unique to this recorder), which is
     much cheaper than a WeakKeyDictionary and keeps nothing alive: the id goes away with the UOp."""
@@ -85,13 +85,20 @@ class Recorder:
       if (nid := self.by_key.get(key)) is None:
         nid = self.by_key[key] = self.next_node
         self.next_node += 1
-        out.append({"t": "node", "id": nid, "op": key[0], "dtype": key[1], "src": list(src), "arg": arg})
+        # a node is [op, dtype, [its id minus each source's id], arg]: small numbers, no keys (see _write)
+        out.append([key[0], key[1], [nid - s for s in src], arg] if arg else [key[0], key[1], [nid - s for s in src]])
       if u._cache is None: object.__setattr__(u, "_cache", {})
       u._cache[tag] = nid
     return known(root)  # type: ignore[return-value]
 
+  def _write(self, first: int, out: list) -> None:
+    """Write one event's records: its new nodes (ids first, first+1, ...) as one `nodes` record, then the rest."""
+    nodes = [x for x in out if type(x) is list]
+    recs = [x for x in out if type(x) is not list]
+    self.writer.write_many(([{"t": "nodes", "id": first, "k": len(nodes), "n": nodes}] if nodes else []) + recs)
+
   # ---- source text: the viewer never reads files, it shows the lines captured here ----
-  def source(self, file: str, line: int, out: list[dict], before: int = SOURCE_BEFORE, after: int = SOURCE_AFTER) -> None:
+  def source(self, file: str, line: int, out: list, before: int = SOURCE_BEFORE, after: int = SOURCE_AFTER) -> None:
     if (file, line) in self.sources_seen or not file.endswith(".py"): return
     self.sources_seen.add((file, line))
     lo = max(1, line - before)
@@ -99,7 +106,7 @@ class Recorder:
     while lines and not lines[-1]: lines.pop()
     if lines: out.append({"t": "source", "file": file, "start": lo, "lines": lines})
 
-  def caller_source(self, loc: str | None, out: list[dict]) -> None:
+  def caller_source(self, loc: str | None, out: list) -> None:
     if not loc: return
     file, _, line = loc.rpartition(":")
     if line.isdigit(): self.source(file, int(line), out, 0, 0)
@@ -136,7 +143,7 @@ class Recorder:
   def on_rewrite(self, e: events.RewriteEvent) -> None:
     with self.lock:
       self._check_fork()
-      out: list[dict] = []
+      first, out = self.next_node, []
       inp, outp = self.intern(e.input, out), self.intern(e.output, out)
       matches = [[self.intern(m.before, out), self.intern(m.after, out), m.file, m.line, m.owner, m.time_ns]
                  for m in e.matches]
@@ -147,12 +154,12 @@ class Recorder:
       self.next_rewrite += 1
       out.append({"t": "rewrite", "id": rid, "ctx": ctx, "pass": pass_name, "name": e.name, "caller": e.caller,
                   "start": e.start_ns, "end": e.end_ns, "input": inp, "output": outp, "matches": matches})
-      self.writer.write_many(out)
+      self._write(first, out)
 
   def on_schedule(self, e: dict) -> None:
     with self.lock:
       self._check_fork()
-      out: list[dict] = []
+      first, out = self.next_node, []
       sink = self.intern(e["sink"], out)
       items = [{"ast": self.intern(it.ast, out), "bufs": len(it.buf_uops)} for it in e["items"]]
       for item, node in zip(items, e.get("item_nodes", ())):
@@ -165,18 +172,18 @@ class Recorder:
       rec = {"t": "schedule", "ctx": ctx, "sink": sink, "items": items}
       if decisions: rec["decisions"] = decisions
       out.append(rec)
-      self.writer.write_many(out)
+      self._write(first, out)
 
   def on_kernel(self, e: dict) -> None:
     with self.lock:
       self._check_fork()
-      out: list[dict] = []
+      first, out = self.next_node, []
       ast = self.intern(e["ast"], out)
       uops = [self.intern(u, out) for u in e["uops"]]
       ctx = self.last_kernel.get((threading.get_ident(), e["name"]))
       out.append({"t": "kernel", "ctx": ctx, "name": e["name"], "device": str(e.get("device", "")), "ast": ast,
                   "uops": uops, "src": str(e.get("src", "")), "opts": json_safe(e.get("opts", ()))})
-      self.writer.write_many(out)
+      self._write(first, out)
 
   def on_profile(self, e: events.ProfileEvent) -> None:
     with self.lock:

@@ -75,10 +75,12 @@ def export_chrome(path: str, output: str) -> int:
 def list_runs() -> int:
   import glob
   from tinyplug_viz_web.capture import runs_dir
-  runs = sorted((d for d in glob.glob(os.path.join(runs_dir(), "*")) if os.path.isdir(d)), key=os.path.getmtime, reverse=True)
+  from tinyplug_viz_web.reader import run_files, run_mtime
+  runs = sorted((d for d in glob.glob(os.path.join(runs_dir(), "*")) if os.path.isdir(d) and run_files(d)),
+                key=run_mtime, reverse=True)
   if not runs: print(f"no runs under {runs_dir()}")
   for d in runs:
-    files = glob.glob(os.path.join(d, "trace-*.jsonl"))
+    files = run_files(d)
     size = sum(os.path.getsize(f) for f in files)
     print(f"{d}  {len(files)} file{'s' if len(files) != 1 else ''}  {size / 1e3:.1f} KB")
   return 0

@@ -6,7 +6,8 @@ computes it incrementally: only the consumers of the replaced node are recompute
 a delta (node ids added and removed), so the browser gets the input graph once plus small deltas."""
 from __future__ import annotations
 import difflib
-from tinyplug_viz_web.reader import Node, Step, Trace
+from tinyplug_viz_web.nodes import Node
+from tinyplug_viz_web.reader import Step, Trace
 
 class ReplayError(Exception):
   pass
@@ -21,7 +22,10 @@ class Replay:
     then costs a few records to send, however deep the graph is."""
   def __init__(self, trace: Trace, step: Step):
     self.trace, self.step = trace, step
-    self.nodes, self.key_index = trace.nodes, trace.key_index
+    self.nodes = trace.nodes
+    # a rebuilt node equal to one the trace recorded for this step gets that node's id (exports and the final root
+    # then use the recorded ids); only this step's nodes can be such a node
+    self.key_index = {self.nodes[n]: n for n in _step_nodes(trace, step)}
     self.extra: dict[int, Node] = {}
     self.extra_keys: dict[tuple, int] = {}
     self.replace: dict[int, int] = {}
@@ -31,7 +35,7 @@ class Replay:
     self.refs: dict[int, int] = {}
     self.disp_of: dict[int, int] = {}              # real -> display id (kept after the node leaves the graph)
     self.live: dict[int, int] = {}                 # display id -> real node currently showing it
-    self.next_fresh = (max(trace.nodes) + 1) if trace.nodes else 0
+    self.next_fresh = trace.nodes.max_id() + 1
     self.deltas: list[tuple[list[int], list[int]]] = []       # real-id deltas per match
     self.display: list[dict] = []                              # display deltas per match
     root = self._evaluate(step.input)
@@ -172,6 +176,18 @@ class Replay:
 
   def base_records(self) -> dict[int, list]:
     return {self.disp_of[n]: [self.get(n).op, self.get(n).dtype, self.get(n).arg, list(self.get(n).src)] for n in self.base}
+
+def _step_nodes(trace: Trace, step: Step) -> set[int]:
+  roots = [step.input, step.output] + [x for m in step.matches for x in (m.before, m.after)]
+  seen: set[int] = set()
+  for r in roots:
+    if r in seen: continue
+    seen.add(r)
+    stack = [r]
+    while stack:
+      for s in trace.nodes[stack.pop()].src:
+        if s not in seen: seen.add(s); stack.append(s)
+  return seen
 
 def reachable(nodes: dict[int, Node], extra: dict[int, Node], root: int) -> list[int]:
   seen, stack, order = {root}, [root], []

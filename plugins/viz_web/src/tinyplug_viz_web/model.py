@@ -8,7 +8,8 @@ from collections import OrderedDict
 from typing import Any
 from tinyplug_viz_web.graph import Replay, graph_dot, graph_json, match_diff, reachable
 from tinyplug_viz_web.fusion import SHARED, Split, boundaries, schedule_split, why_not_fused
-from tinyplug_viz_web.reader import Context, Match, Node, Step, Trace, TraceError, load_trace
+from tinyplug_viz_web.nodes import Node
+from tinyplug_viz_web.reader import Context, Match, Step, Trace, TraceError, load_trace
 
 HOST_KINDS = ("schedule", "codegen", "compile")     # host work; run and copy spans go on their device's track
 MEMORY_KINDS = ("alloc", "free")
@@ -57,7 +58,7 @@ class TraceView:
     """The scheduler's decisions as rewrite matches: each node that became a kernel is replaced by a KERNEL node
     naming the kernel and its rule; each reduction computed as a row kernel is marked as such."""
     nodes = self.trace.nodes
-    next_id = max(nodes) + 1 if nodes else 0
+    next_id = nodes.max_id() + 1
     kernel_of = {k["node"]: k for k in split.kernels if k["node"] is not None}
     matches = []
     for d in split.decisions:
@@ -196,8 +197,8 @@ class TraceView:
     tracks: dict[str, list] = {}
     memory: dict[str, list] = {}
     for sp in sorted(t.spans, key=lambda x: x.start):
-      if sp.kind in MEMORY_KINDS:
-        memory.setdefault(sp.device, []).append(sp)
+      if sp.kind in MEMORY_KINDS:   # one memory track per device and process: their buffers are not shared
+        memory.setdefault(sp.device + (f" (pid {sp.pid})" if sp.pid != main_pid and len(pids) > 1 else ""), []).append(sp)
         continue
       track = "HOST" if sp.kind in HOST_KINDS or sp.device == "HOST" else sp.device
       if sp.pid != main_pid and len(pids) > 1: track += f" (pid {sp.pid})"

@@ -3,22 +3,16 @@
 Files of one run (one per process) are merged: each file's node, context and rewrite ids are shifted so they are
 unique across the run, and timestamps are moved onto the first file's clock. Reading never executes anything."""
 from __future__ import annotations
-import glob, json, os
+import glob, json, os, re, zlib
 from dataclasses import dataclass, field
 from typing import Any
-from tinyplug_viz_web.trace_format import FILE_PREFIX, FILE_SUFFIX, FORMAT_NAME, FORMAT_VERSION
+from tinyplug_viz_web.nodes import Node, NodeTable
+from tinyplug_viz_web.trace_format import FILE_PREFIX, FILE_SUFFIX, FORMAT_NAME, FORMAT_VERSION, PLAIN_SUFFIX
 
 CONTEXT_KINDS = ("schedule", "kernel", "other")
 
 class TraceError(Exception):
   """A trace that is missing, empty, corrupt or of an unknown version; the message says which and where."""
-
-@dataclass(frozen=True)
-class Node:
-  op: str
-  dtype: str
-  src: tuple[int, ...]
-  arg: str
 
 @dataclass
 class Match:
@@ -82,13 +76,13 @@ class Trace:
   path: str
   files: list[str]
   run: str
-  nodes: dict[int, Node]
+  nodes: NodeTable
   contexts: list[Context]
   spans: list[Span]
   t0: int
   warnings: list[str]
   headers: list[dict]
-  key_index: dict[tuple, int] = field(default_factory=dict)
+  incomplete: list[int] = field(default_factory=list)     # pids whose file has no `end` record (the process died)
   sources: dict[str, dict[int, str]] = field(default_factory=dict)   # file -> line -> text, as captured when recording
 
   def source_lines(self, file: str, line: int, before: int = 3, after: int = 9) -> list[tuple[int, str]]:
@@ -110,40 +104,84 @@ class Trace:
       raise KeyError(f"context {ctx} ({c.display}) has no step {step!r}; it has {len(c.steps)}")
     return c.steps[step]
 
+def _is_trace_file(name: str) -> bool:
+  base = os.path.basename(name)
+  return base.startswith(FILE_PREFIX) and (base.endswith(FILE_SUFFIX) or base.endswith(PLAIN_SUFFIX))
+
+def run_files(folder: str) -> list[str]:
+  """The trace files of a run folder (version 2 `.jsonl.z` and version 1 `.jsonl`)."""
+  return sorted(f for f in glob.glob(os.path.join(folder, f"{FILE_PREFIX}*")) if _is_trace_file(f))
+
 def trace_files(path: str) -> list[str]:
   if not os.path.exists(path): raise TraceError(f"trace not found: {path}")
   if os.path.isfile(path): return [path]
-  files = sorted(glob.glob(os.path.join(path, f"{FILE_PREFIX}*{FILE_SUFFIX}")))
+  files = run_files(path)
   if not files: raise TraceError(f"{path} holds no trace files ({FILE_PREFIX}<pid>{FILE_SUFFIX}); is it a VIZ run folder?")
   return files
 
-def latest_run(runs_dir: str) -> str:
-  """The most recently written run folder under `runs_dir`."""
-  candidates = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d) and
-                glob.glob(os.path.join(d, f"{FILE_PREFIX}*{FILE_SUFFIX}"))]
-  if not candidates: raise TraceError(f"no recorded runs under {runs_dir}; record one with VIZ=1 python your_script.py")
-  return max(candidates, key=os.path.getmtime)
+def run_mtime(folder: str) -> float:
+  """When a run last wrote anything: its newest trace file's modification time."""
+  return max((os.path.getmtime(f) for f in run_files(folder)), default=0.0)
 
-def _read_records(path: str, warnings: list[str]) -> tuple[dict, list[dict]]:
+def latest_run(runs_dir: str) -> str:
+  """The run that finished (last wrote) most recently under `runs_dir`."""
+  candidates = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d) and run_files(d)]
+  if not candidates: raise TraceError(f"no recorded runs under {runs_dir}; record one with VIZ=1 python your_script.py")
+  return max(candidates, key=run_mtime)
+
+def _decompress(data: bytes, name: str, warnings: list[str], chunk: int = 1 << 10) -> bytes:
+  """A zlib stream (or several, one after another), as far as it is intact: fed in chunks, so damage loses only
+  what comes after it."""
+  out: list[bytes] = []
+  pos = 0
+  d = zlib.decompressobj()
+  while pos < len(data):
+    piece = data[pos:pos + chunk]
+    try: out.append(d.decompress(piece))
+    except zlib.error:
+      warnings.append(f"{name}: compressed data is damaged within bytes {pos}..{pos + len(piece)}; "
+                      "the rest of the file was skipped")
+      break
+    pos += len(piece)
+    if d.eof:                     # a finished stream; another may follow (a second writer with the same pid)
+      rest = d.unused_data
+      pos -= len(rest)
+      if not rest.strip(b"\0"): break
+      d = zlib.decompressobj()
+  return b"".join(out)
+
+_NODES_HEAD = re.compile(rb'\{"t":"nodes","id":(\d+),"k":(\d+),"n":\[')
+
+def _read_records(path: str, warnings: list[str]) -> tuple[dict, list]:
   try:
     with open(path, "rb") as f: data = f.read()
   except OSError as e: raise TraceError(f"cannot read {path}: {e.strerror}") from None
+  name = os.path.basename(path)
+  if not data: raise TraceError(f"{path} is empty: the program wrote no trace records")
+  if path.endswith(FILE_SUFFIX) or data[:1] == b"\x78":
+    data = _decompress(data, name, warnings)
+    if not data: raise TraceError(f"{path} is not a tinyplug trace (no readable compressed data)")
   lines = data.split(b"\n")
-  torn = lines and lines[-1] != b""
-  if not any(lines): raise TraceError(f"{path} is empty: the program wrote no trace records")
-  records = []
+  torn = lines[-1] != b""
+  records: list = []
+  bad: list[int] = []
   for n, raw in enumerate(lines, 1):
     if not raw.strip(): continue
+    if (m := _NODES_HEAD.match(raw)) is not None and raw.endswith(b"]]}"):   # decoded later, when needed
+      records.append((int(m[1]), int(m[2]), raw))
+      continue
     try:
       rec = json.loads(raw)
       if not isinstance(rec, dict) or not isinstance(rec.get("t"), str): raise ValueError("not a trace record")
-    except (ValueError, UnicodeDecodeError) as e:
-      if n == len(lines) and torn:   # the program died while writing this line: keep everything before it
-        warnings.append(f"{os.path.basename(path)}: the last line is cut off (the program was killed?); it was skipped")
-        break
+    except (ValueError, UnicodeDecodeError):
       if n == 1: raise TraceError(f"{path} is not a tinyplug trace (line 1 is not a JSON trace header)") from None
-      raise TraceError(f"{path} is corrupt at line {n}: {str(e)[:120]}") from None
+      if n == len(lines) and torn:   # the program died while writing this line: keep everything before it
+        warnings.append(f"{name}: the last line is cut off (the program was killed?); it was skipped")
+      else: bad.append(n)
+      continue
     records.append(rec)
+  if bad:
+    warnings.append(f"{name}: {len(bad)} damaged line{'s' if len(bad) > 1 else ''} skipped (first at line {bad[0]})")
   if not records: raise TraceError(f"{path} holds no complete trace record")
   header = records[0]
   if header.get("t") != "header" or header.get("format") != FORMAT_NAME:
@@ -152,36 +190,61 @@ def _read_records(path: str, warnings: list[str]) -> tuple[dict, list[dict]]:
   if not isinstance(version, int) or version > FORMAT_VERSION:
     raise TraceError(f"{path} is trace format version {version!r}; this viewer reads versions up to {FORMAT_VERSION}: "
                      "upgrade tinyplug-viz-web")
+  if not isinstance(header.get("clock"), dict): header["clock"] = {"perf_ns": 0, "unix_ns": 0}
   return header, records[1:]
 
+class _Missing(KeyError):
+  """A record refers to a node the trace does not hold (lost lines): the record is skipped."""
+
 def load_trace(path: str) -> Trace:
-  """Read and merge every file of a run. Raises TraceError with a readable message for any problem."""
+  """Read and merge every file of a run. Raises TraceError with a readable message for a trace that cannot be read
+  at all; damaged parts (garbage lines, records that refer to lost nodes) are skipped and listed in `warnings`."""
   path = os.path.abspath(path)
   files = trace_files(path)
   warnings: list[str] = []
   loaded = [(f, *_read_records(f, warnings)) for f in files]
-  loaded.sort(key=lambda x: (x[1].get("ppid") in {h.get("pid") for _, h, _ in loaded}, x[1]["clock"]["unix_ns"]))
+  pids = {h.get("pid") for _, h, _ in loaded}
+  loaded.sort(key=lambda x: (x[1].get("ppid") in pids, x[1]["clock"].get("unix_ns", 0)))
   base_clock = loaded[0][1]["clock"]
-  nodes: dict[int, Node] = {}
+  nodes = NodeTable()
   contexts: list[Context] = []
   spans: list[Span] = []
   rewrites: list[tuple[Context | None, Step]] = []
   kernels: list[tuple[dict, int | None, int]] = []
   schedules: list[tuple[dict, int | None]] = []
   sources: dict[str, dict[int, str]] = {}
-  try:
-    for fname, header, records in loaded:
-      pid = int(header.get("pid", 0))
-      # this file's clock, moved onto the first file's: perf counters of different processes may not agree
-      shift = (header["clock"]["unix_ns"] - base_clock["unix_ns"]) - (header["clock"]["perf_ns"] - base_clock["perf_ns"])
-      node_base, ctx_base = (max(nodes) + 1 if nodes else 0), len(contexts)
-      ctx_map: dict[int, int] = {}
-      def cid(x: Any) -> int | None: return None if x is None else ctx_map.get(int(x))
-      for r in records:
-        t = r["t"]
-        if t == "node":
-          nodes[node_base + int(r["id"])] = Node(str(r["op"]), str(r["dtype"]), tuple(node_base + int(s) for s in r["src"]),
-                                                 str(r.get("arg", "")))
+  incomplete: list[int] = []
+  for fname, header, records in loaded:
+    pid = int(header.get("pid", 0) or 0)
+    clock = header["clock"]
+    # this file's clock, moved onto the first file's: perf counters of different processes may not agree
+    shift = (int(clock.get("unix_ns", 0)) - int(base_clock.get("unix_ns", 0))) - \
+            (int(clock.get("perf_ns", 0)) - int(base_clock.get("perf_ns", 0)))
+    node_base = nodes.max_id() + 1
+    ctx_map: dict[int, int] = {}
+    skipped: dict[str, int] = {}
+    def cid(x: Any) -> int | None: return None if x is None else ctx_map.get(int(x))
+    def nid(x: Any) -> int:
+      n = node_base + int(x)
+      if not nodes.has_id(n): raise _Missing(n)
+      return n
+    ended = False
+    for r in records:
+      if type(r) is tuple:
+        nodes.add_batch(node_base + r[0], r[1], r[2])
+        continue
+      t = r["t"]
+      try:
+        if t == "nodes":   # version 2: [op, dtype, [id - src id, ...], arg?] for ids first, first+1, ...
+          first = node_base + int(r["id"])
+          for k, a in enumerate(r["n"]):
+            n = first + k
+            src = tuple(n - int(d) for d in a[2])
+            if all(x in nodes for x in src): nodes[n] = Node(str(a[0]), str(a[1]), src, str(a[3]) if len(a) > 3 else "")
+            else: skipped["node"] = skipped.get("node", 0) + 1
+        elif t == "node":   # version 1
+          src = tuple(nid(x) for x in r["src"])
+          nodes[node_base + int(r["id"])] = Node(str(r["op"]), str(r["dtype"]), src, str(r.get("arg", "")))
         elif t == "ctx":
           ctx_map[int(r["id"])] = len(contexts)
           kind = str(r["kind"]) if r["kind"] in CONTEXT_KINDS else "other"
@@ -191,24 +254,21 @@ def load_trace(path: str) -> Trace:
           if (c := cid(r["id"])) is not None: contexts[c].end = int(r["end"]) + shift
         elif t == "rewrite":
           c = cid(r["ctx"])
-          m = [Match(node_base + int(b), node_base + int(a), str(f), int(ln), str(o), int(ns))
-               for b, a, f, ln, o, ns in r["matches"]]
+          m = [Match(nid(b), nid(a), str(f), int(ln), str(o), int(ns)) for b, a, f, ln, o, ns in r["matches"]]
           step = Step(int(r["id"]), -1 if c is None else c, r.get("pass"), str(r["name"]), str(r.get("caller", "")),
-                      int(r["start"]) + shift, int(r["end"]) + shift, node_base + int(r["input"]),
-                      node_base + int(r["output"]), m)
+                      int(r["start"]) + shift, int(r["end"]) + shift, nid(r["input"]), nid(r["output"]), m)
           rewrites.append((contexts[c] if c is not None else None, step))
         elif t == "schedule":
-          schedules.append(({"sink": node_base + int(r["sink"]),
-                             "items": [{"ast": node_base + int(i["ast"]), "bufs": int(i.get("bufs", 0)), "ctx": None,
-                                        "node": None if i.get("node") is None else node_base + int(i["node"])}
-                                       for i in r["items"]],
-                             "decisions": [{"node": node_base + int(n), "realized": bool(real), "rule": str(rule),
+          schedules.append(({"sink": nid(r["sink"]),
+                             "items": [{"ast": nid(i["ast"]), "bufs": int(i.get("bufs", 0)), "ctx": None,
+                                        "node": None if i.get("node") is None else nid(i["node"])} for i in r["items"]],
+                             "decisions": [{"node": nid(n), "realized": bool(real), "rule": str(rule),
                                             "detail": str(detail), "file": str(f), "line": int(ln)}
                                            for n, real, rule, detail, f, ln in r.get("decisions", ())]},
                             cid(r.get("ctx"))))
         elif t == "kernel":
-          kernels.append(({"name": str(r["name"]), "device": str(r.get("device", "")), "ast": node_base + int(r["ast"]),
-                           "uops": [node_base + int(u) for u in r["uops"]], "src": str(r.get("src", "")),
+          kernels.append(({"name": str(r["name"]), "device": str(r.get("device", "")), "ast": nid(r["ast"]),
+                           "uops": [nid(u) for u in r["uops"]], "src": str(r.get("src", "")),
                            "opts": r.get("opts")}, cid(r.get("ctx")), pid))
         elif t == "span":
           spans.append(Span(str(r["kind"]), str(r["name"]), str(r.get("device", "HOST")), int(r["start"]) + shift,
@@ -217,11 +277,19 @@ def load_trace(path: str) -> Trace:
         elif t == "source":
           start, text = int(r["start"]), sources.setdefault(str(r["file"]), {})
           for n, ln in enumerate(r["lines"]): text.setdefault(start + n, str(ln))
+        elif t == "end": ended = True
         # unknown record types are skipped: newer minor additions stay readable
-  except (KeyError, TypeError, ValueError) as e:
-    raise TraceError(f"{path}: a record is malformed ({type(e).__name__}: {e})") from None
+      except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        skipped[t] = skipped.get(t, 0) + 1
+    name = os.path.basename(fname)
+    if skipped:
+      warnings.append(f"{name}: skipped " + ", ".join(f"{v} {k} record{'s' if v > 1 else ''}" for k, v in skipped.items())
+                      + " that are malformed or refer to lost records")
+    if not ended and header.get("version", 1) >= 2 and header.get("ppid") not in pids:
+      incomplete.append(pid)
+      warnings.append(f"{name}: process {pid} did not finish (killed, or still running): this run is incomplete")
   trace = _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings)
-  trace.sources = sources
+  trace.sources, trace.incomplete = sources, incomplete
   return trace
 
 def _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, schedules, warnings) -> Trace:
@@ -271,5 +339,4 @@ def _assemble(path, files, loaded, nodes, contexts, spans, rewrites, kernels, sc
   headers = [h for _, h, _ in loaded]
   trace = Trace(path, files, str(headers[0].get("run", "")), nodes, contexts, spans, min(starts) if starts else 0,
                 warnings, headers)
-  trace.key_index = {(n.op, n.dtype, n.src, n.arg): i for i, n in nodes.items()}
   return trace

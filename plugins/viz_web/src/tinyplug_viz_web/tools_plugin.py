@@ -5,7 +5,7 @@ from tinyplug.hookspecs import CommandSpec, hookimpl
 
 TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default", "description": "`tinyplug viz`: open and export saved traces"}
 
-TRACE_HELP = "a trace folder or trace-*.jsonl file (default: the latest run under the tinyplug cache)"
+TRACE_HELP = "a trace folder or one trace-<pid>.jsonl.z file (default: the latest run under the tinyplug cache)"
 
 def add_arguments(parser):
   sub = parser.add_subparsers(dest="viz_command", metavar="SUBCOMMAND")

@@ -1,14 +1,17 @@
-"""The trace format (docs/trace_format.md): one folder per run, one JSON-lines file per process.
+"""The trace format (docs/trace_format.md): one folder per run, one file per process: JSON lines in a zlib stream.
 
-Every record is one JSON object on one line, written and flushed as it happens, so a killed program leaves every
-record but possibly a torn last line. Nothing in a trace is ever executed when it is read: it is plain JSON."""
+Every record is one JSON object on one line. Records are compressed and sync-flushed as they happen (one flush per
+batch), so a killed program leaves every record but possibly a torn last batch. Nothing in a trace is ever
+executed when it is read: it is plain JSON."""
 from __future__ import annotations
-import json, os, re, sys, threading, time
+import json, os, re, sys, threading, time, zlib
 from typing import Any, IO
 
 FORMAT_NAME = "tinyplug-trace"
-FORMAT_VERSION = 1
-FILE_PREFIX, FILE_SUFFIX = "trace-", ".jsonl"
+FORMAT_VERSION = 2
+FILE_PREFIX, FILE_SUFFIX = "trace-", ".jsonl.z"   # version 2: a zlib stream of JSON lines
+PLAIN_SUFFIX = ".jsonl"                             # version 1 (still read): plain JSON lines
+COMPRESS_LEVEL = 6
 MAX_ARG_CHARS = 300           # a node's arg text is cut to this many characters
 
 def trace_file_name(pid: int) -> str: return f"{FILE_PREFIX}{pid}{FILE_SUFFIX}"
@@ -34,10 +37,12 @@ def redact_argv(argv: list[str]) -> list[str]:
     else: out.append(a)
   return out
 
-def open_private(path: str) -> IO[str]:
+def open_private(path: str) -> IO[bytes]:
   """Open `path` for appending, created readable by its owner only (a trace holds a program's code and names)."""
   fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-  return os.fdopen(fd, "a", encoding="utf-8")
+  return os.fdopen(fd, "ab")
+
+def dumps(record: Any) -> str: return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 def make_private_dir(path: str) -> None:
   """Create `path` (and missing parents) with mode 0700."""
@@ -52,54 +57,53 @@ def json_safe(value: Any, depth: int = 0) -> Any:
   return repr(value)
 
 class TraceWriter:
-  """Appends records to `<folder>/trace-<pid>.jsonl`. A forked child notices the new pid and opens its own file."""
+  """Appends records to `<folder>/trace-<pid>.jsonl.z`. A forked child notices the new pid and opens its own file."""
   def __init__(self, folder: str, run_id: str):
     self.folder, self.run_id = folder, run_id
     self.lock = threading.RLock()
     self.pid: int | None = None
-    self.file: IO[str] | None = None
+    self.file: IO[bytes] | None = None
+    self.zip: Any = None
     self.records = 0
     self.closed = False           # after close (at exit) late records, e.g. frees during shutdown, are dropped
 
   @property
   def path(self) -> str: return os.path.join(self.folder, trace_file_name(self.pid or os.getpid()))
 
-  def _open(self) -> IO[str]:
+  def _open(self) -> None:
     pid = os.getpid()
-    if self.file is not None and self.pid == pid: return self.file
+    if self.file is not None and self.pid == pid: return
     make_private_dir(self.folder)
     self.pid = pid
     self.file = open_private(os.path.join(self.folder, trace_file_name(pid)))
+    self.zip = zlib.compressobj(COMPRESS_LEVEL)
     self.records = 0
-    self._write_line({"t": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, "run": self.run_id, "pid": pid,
-                      "ppid": os.getppid(), "clock": {"perf_ns": time.perf_counter_ns(), "unix_ns": time.time_ns()},
-                      "argv": redact_argv(list(sys.argv))})
-    return self.file
+    self._emit([{"t": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, "run": self.run_id, "pid": pid,
+                 "ppid": os.getppid(), "clock": {"perf_ns": time.perf_counter_ns(), "unix_ns": time.time_ns()},
+                 "argv": redact_argv(list(sys.argv))}])
 
-  def _write_line(self, record: dict) -> None:
+  def _emit(self, records: list) -> None:
     assert self.file is not None
-    self.file.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+    data = "".join(dumps(r) + "\n" for r in records).encode("utf-8", "surrogatepass")
+    self.file.write(self.zip.compress(data) + self.zip.flush(zlib.Z_SYNC_FLUSH))
     self.file.flush()
-    self.records += 1
+    self.records += len(records)
 
-  def write(self, record: dict) -> None:
-    with self.lock:
-      if self.closed and self.pid == os.getpid(): return
-      self._open()
-      self._write_line(record)
+  def write(self, record: dict) -> None: self.write_many([record])
 
-  def write_many(self, records: list[dict]) -> None:
-    """Several records in one write (then one flush): used for the nodes a rewrite record refers to."""
+  def write_many(self, records: list) -> None:
+    """Several records, compressed and flushed together (a rewrite and the nodes it refers to)."""
     if not records: return
     with self.lock:
       if self.closed and self.pid == os.getpid(): return
-      f = self._open()
-      f.write("".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n" for r in records))
-      f.flush()
-      self.records += len(records)
+      self._open()
+      self._emit(records)
 
   def close(self) -> None:
+    """Write the `end` record (a file without one is from a process that died) and finish the stream."""
     with self.lock:
-      if self.pid == os.getpid():
-        if self.file is not None: self.file.close()
-        self.file, self.closed = None, True
+      if self.pid == os.getpid() and self.file is not None:
+        self._emit([{"t": "end", "time": time.perf_counter_ns(), "records": self.records + 1}])
+        self.file.write(self.zip.flush(zlib.Z_FINISH))
+        self.file.close()
+      if self.pid == os.getpid(): self.file, self.closed = None, True
