@@ -214,8 +214,17 @@ def recorder() -> Recorder:
       else:
         folder, worker = env_str("VIZ_TRACE") or os.path.join(runs_dir(), new_run_id()), False
         os.environ[RUN_ENV] = os.path.abspath(folder)   # worker processes started from here join this run
+        _prune_old_runs(folder)
       _recorder = Recorder(os.path.abspath(folder), os.path.basename(os.path.normpath(folder)), worker)
     return _recorder
+
+def _prune_old_runs(current: str) -> None:
+  """Keep the cache's runs within VIZ_KEEP / VIZ_KEEP_MB when a new run starts there (never fatal)."""
+  from tinyplug_viz_web.retention import limits_from_env, prune
+  try:
+    keep, keep_bytes = limits_from_env()
+    if os.path.isdir(runs_dir()): prune(runs_dir(), keep, keep_bytes, spare=current)
+  except (OSError, ValueError) as e: print(f"viz: cannot prune old runs: {e}", file=sys.stderr)
 
 def disable() -> None:
   """Stop recording in this process (the `tinyplug viz` viewer calls it so that VIZ=1 there records nothing)."""

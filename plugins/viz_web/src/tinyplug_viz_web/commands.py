@@ -45,10 +45,11 @@ def run(args) -> int:
   capture.disable()   # the viewer itself records nothing, even when VIZ=1 is set
   sub = getattr(args, "viz_command", None)
   if sub is None:
-    print("usage: tinyplug viz {serve,cli,export,list} [TRACE] (see tinyplug viz --help)", file=sys.stderr)
+    print("usage: tinyplug viz {serve,cli,export,list,clean} [TRACE] (see tinyplug viz --help)", file=sys.stderr)
     return 2
   try:
     if sub == "list": return list_runs()
+    if sub == "clean": return clean_runs(args.keep)
     path = resolve_trace(args.trace)
     if sub == "serve": return serve_trace(path, args.port)
     if sub == "cli":
@@ -83,4 +84,14 @@ def list_runs() -> int:
     files = run_files(d)
     size = sum(os.path.getsize(f) for f in files)
     print(f"{d}  {len(files)} file{'s' if len(files) != 1 else ''}  {size / 1e3:.1f} KB")
+  return 0
+
+def clean_runs(keep: int) -> int:
+  from tinyplug_viz_web.capture import runs_dir
+  from tinyplug_viz_web.retention import recorded_runs, remove_run
+  if keep < 0: raise ValueError(f"--keep {keep}: give a number of runs, 0 or more")
+  runs = recorded_runs(runs_dir())
+  freed = sum(remove_run(r) for r in runs[keep:])
+  n = len(runs[keep:])
+  print(f"viz: removed {n} run{'s' if n != 1 else ''} ({freed / 1e6:.1f} MB) from {runs_dir()}; kept {len(runs[:keep])}")
   return 0

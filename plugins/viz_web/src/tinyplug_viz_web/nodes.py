@@ -42,6 +42,7 @@ class NodeTable:
   # ---- reading ----
   def has_id(self, i: int) -> bool:
     """Whether the trace holds an id (cheap: no decoding; a node may still turn out to be damaged)."""
+    if not self.gaps and not self.extra: return 0 <= i <= self.top   # ids 0..top, all there
     if i in self.extra: return True
     b = bisect.bisect_right(self.starts, i) - 1
     return b >= 0 and i < self.ends[b]

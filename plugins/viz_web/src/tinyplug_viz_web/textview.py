@@ -77,7 +77,7 @@ def print_context(view: TraceView, c: Context, out) -> None:
     if (split := view.splits.get(c.id)) is not None:
       print("why each is a kernel of its own:", file=out)
       for k in split.kernels:
-        print(f"  {k['i']:3d} {k['name']:20s} [{colored(k['rule'], 'yellow')}] {k['detail']}  ({short_path(k['loc'])})",
+        print(f"  {k['i']:3d} {k['name']:20s} [{colored(k['rule'], 'yellow', stream=out)}] {k['detail']}  ({short_path(k['loc'])})",
               file=out)
       print(f"kernel boundaries (producer -> consumer): {len(boundaries(split))}", file=out)
       for b in boundaries(split):

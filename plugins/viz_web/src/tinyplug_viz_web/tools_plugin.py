@@ -3,7 +3,7 @@
 It is on by default so that a saved trace can be opened without turning the recorder on."""
 from tinyplug.hookspecs import CommandSpec, hookimpl
 
-TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default", "description": "`tinyplug viz`: open and export saved traces"}
+TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default", "description": "`tinyplug viz`: open, export and clean saved traces"}
 
 TRACE_HELP = "a trace folder or one trace-<pid>.jsonl.z file (default: the latest run under the tinyplug cache)"
 
@@ -25,6 +25,8 @@ def add_arguments(parser):
   p.add_argument("trace", nargs="?", help=TRACE_HELP)
   p.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
   p = sub.add_parser("list", help="list the recorded runs, newest first")
+  p = sub.add_parser("clean", help="delete recorded runs under the tinyplug cache (all, or all but the newest N)")
+  p.add_argument("--keep", type=int, default=0, metavar="N", help="keep the newest N runs (default: 0)")
 
 @hookimpl
 def tinyplug_register_commands(register):
