@@ -159,3 +159,11 @@ def test_match_location_is_the_table_row_even_through_helpers():
   ])
   lines = [r.line for r in pm.rows]
   assert lines[1] == lines[0] + 1 and all(r.file == __file__ for r in pm.rows)
+
+def test_unsubscribe_takes_a_bound_method_again():
+  """`events.unsubscribe(kind, obj.method)` removes what `subscribe(kind, obj.method)` added (a new bound-method
+  object each time): a test that left `seen.append` subscribed made later 'no subscriber' checks fail."""
+  seen: list = []
+  events.subscribe("log", seen.append, owner="test")
+  events.unsubscribe("log", seen.append)
+  assert not events.enabled("log")

@@ -19,7 +19,8 @@ def subscribe(kind: str, callback: Callable[[Any], None], owner: str = "?") -> N
 
 def unsubscribe(kind: str, callback: Callable[[Any], None]) -> None:
   with _lock:
-    subs = [s for s in _subscribers.get(kind, []) if s[0] is not callback]
+    # `!=`, not `is not`: each `obj.method` access is a new bound-method object, equal to the subscribed one
+    subs = [s for s in _subscribers.get(kind, []) if s[0] != callback]
     if subs: _subscribers[kind] = subs
     else: _subscribers.pop(kind, None)
 
