@@ -344,7 +344,7 @@ function drawCanvas() {
     if (!visible(id)) continue;
     const [x, y] = g.pos[id], [w, h] = g.size[id];
     c.fillStyle = nodeFill(id, n); c.fillRect(x, y, w, h);
-    const ring = id === sel ? "#ffffff" : parents.has(id) ? "#9ece6a" : sel != null && n[3].includes(sel) ? "#f7768e" : g.changed.has(id) ? "#ff9e64" : null;
+    const ring = id === sel ? "#ff2d95" : parents.has(id) ? "#9ece6a" : sel != null && n[3].includes(sel) ? "#f7768e" : g.changed.has(id) ? "#ff9e64" : null;
     if (ring) { c.strokeStyle = ring; c.lineWidth = 3 / Math.max(view.k, 0.3); c.strokeRect(x, y, w, h); }
     if (showText) { c.fillStyle = "#111"; labelLines(n).forEach((l, i) => c.fillText(l, x + 7, y + (i + 1) * LINE_H)); }
   }

@@ -1,0 +1,47 @@
+"""Readability at 1280x720 (issue 21, item 4): links readable on the dark panels, the search box stays in view
+when the sidebar scrolls, the selected node's ring shows on pale nodes, the status line does not sit on nodes."""
+import os
+import pytest
+from conftest import CHROMIUM, ready, serve_in_thread, stop_server
+if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
+  pytest.skip("needs /usr/bin/chromium", allow_module_level=True)
+
+CONTRAST = """(sel) => {
+  const lum = (c) => { const v = c.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(x => { x = +x / 255;
+    return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); }); return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+  const el = document.querySelector(sel);
+  let bg = el, c = getComputedStyle(el).backgroundColor;
+  while (bg && (c === 'rgba(0, 0, 0, 0)' || c === 'transparent')) { bg = bg.parentElement; c = bg ? getComputedStyle(bg).backgroundColor : 'rgb(0,0,0)'; }
+  const a = lum(getComputedStyle(el).color), b = lum(c);
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }"""
+
+@pytest.fixture(scope="module")
+def url(fusion_trace):
+  srv = serve_in_thread(fusion_trace)
+  yield srv[3]
+  stop_server(srv)
+
+def test_readable_at_1280x720(browser, url):
+  page = browser.new_page(viewport={"width": 1280, "height": 720})
+  try:
+    page.goto(url + "/")
+    ready(page, "home")
+    page.locator(".ctx-head", has_text="schedule 1").click()
+    ready(page, "graph:")
+    assert page.locator("#details a").count() >= 1
+    assert page.evaluate(CONTRAST, "#details a") >= 4.5          # WCAG AA for normal text
+    assert page.locator("#toolbar").bounding_box()["height"] <= 40  # one row
+    # a long sidebar scrolled to its end still shows the search box
+    page.locator(".ctx-head", has_text="r_4_8_8").first.click()
+    ready(page, "graph:")
+    page.evaluate("document.querySelector('#left').scrollTop = 1e6")
+    assert page.evaluate("document.querySelector('#left').scrollTop") > 100
+    box, left = page.locator("#search").bounding_box(), page.locator("#left").bounding_box()
+    assert left["y"] <= box["y"] and box["y"] + box["height"] <= left["y"] + 80
+    # the selected node's ring differs clearly from white/pale fills; the status line has its own background
+    page.locator("g.node").first.click()
+    ring = page.evaluate("getComputedStyle(document.querySelector('g.node.selected rect')).stroke")
+    assert ring not in ("rgb(255, 255, 255)", "none")
+    assert page.evaluate("getComputedStyle(document.querySelector('#graph-status')).backgroundColor") not in \
+      ("rgba(0, 0, 0, 0)", "transparent")
+  finally: page.close()
