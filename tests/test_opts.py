@@ -7,7 +7,7 @@ import pytest
 from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.codegen.opt import heuristic_opts
-from tinyplug.device import Device
+from tinyplug.device import Device, Renderer
 from tinyplug.schedule import create_schedule
 from tinyplug.search.runner import candidate_actions
 from tinyplug.tensor import Tensor
@@ -125,7 +125,7 @@ def test_thread_axis_is_the_outermost_loop():
   spec = get_program(create_schedule([t.uop])[0][-1].ast, Device["CPU"].renderer, opts=[Opt(OptOps.THREAD, 1, 5)])
   first = next(u for u in spec.uops if u.op is Ops.RANGE)
   assert first.arg[1] == "thread" and first.src[0].arg == 5
-  assert "split=1" in spec.src.split("\n", 1)[0]
+  assert spec.thread_split and spec.thread_parts == 5
 
 def test_swap_and_split_change_loop_order():
   t, _ = matmul("CPU", 32, 8, 16)
@@ -158,8 +158,8 @@ def test_one_thread_axis_and_not_on_gpu_renderers():
   k = kernel(t)
   k.apply_opt(Opt(OptOps.THREAD, 0, 2))
   with pytest.raises(KernelOptError, match="already has a THREAD axis"): k.apply_opt(Opt(OptOps.THREAD, 0, 2))
-  class GPU:
-    has_local, has_shared, global_ids, local_max = True, True, False, (256,)
+  class GPU(Renderer):
+    launch, has_local, has_shared, local_max = "grid", True, True, (256,)
   with pytest.raises(KernelOptError, match="THREAD is for loop-running"):
     Kernel(kernel(t).sink, GPU()).apply_opt(Opt(OptOps.THREAD, 0, 2))
 

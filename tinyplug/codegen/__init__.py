@@ -4,7 +4,7 @@ import functools, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
-from tinyplug.device import ProgramSpec, Renderer
+from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.uop.rewrite import graph_rewrite
 from tinyplug.codegen.linearize import linearize
@@ -34,7 +34,7 @@ def _expand(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   return expand(sink)
 
 def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
-  if not ctx.renderer.has_local and not getattr(ctx.renderer, "global_ids", False): return sink
+  if ctx.renderer.runs_loops: return sink
   from tinyplug.codegen.gpu_lowering import lower_group_reduces
   sink = lower_group_reduces(sink, ctx.renderer)
   sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.renderer.global_max)
@@ -49,7 +49,7 @@ def _decompositions(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   return decompose_for(sink, ctx.renderer)
 
 def _final(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
-  extra = getattr(ctx.renderer, "extra_matcher", None)
+  extra = ctx.renderer.extra_matcher
   return graph_rewrite(sink, extra, ctx=ctx, name=stage) if extra is not None else sink
 
 def _identity(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
@@ -113,7 +113,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   ins = tuple(b.arg for b in bufs if b.arg not in outs)
   variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
   return ProgramSpec(ctx.name, tuple(uops), src, ctx.global_size, ctx.local_size, variables, outs, ins,
-                     tuple(ctx.applied_opts), estimate(ast))
+                     tuple(ctx.applied_opts), estimate(ast),
+                     thread_split=renderer.runs_loops and shareable_loop(uops) is not None, work=loop_work(uops))
 
 def estimate(ast: UOp) -> dict:
   """Rough work of a kernel: ALU ops and bytes moved, for DEBUG=2 GFLOP/s and GB/s."""

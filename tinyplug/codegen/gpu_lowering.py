@@ -60,7 +60,7 @@ def lower_group_reduces(sink: UOp, renderer=None) -> UOp:
   """Lower every REDUCE over "group" ranges to local memory + BARRIER (see the module docstring). Run before gpudims."""
   grouped = [u for u in sink.toposort() if u.op is Ops.REDUCE and any(r.arg[1] == "group" for r in u.src[1:])]
   if not grouped: return sink
-  if renderer is not None and not getattr(renderer, "has_shared", False):
+  if renderer is not None and not renderer.has_shared:
     raise ValueError(f"{type(renderer).__name__} has no shared memory: it cannot run a grouped reduction")
   group_ranges = _ranges(sink, "group")
   as_local = {g: UOp(Ops.RANGE, g.dtype, g.src, (g.arg[0], "local")) for g in group_ranges}
@@ -87,7 +87,7 @@ def lower_group_reduces(sink: UOp, renderer=None) -> UOp:
     read_idx = _substitute_outside_reduce_ranges(thread_idx, again)
     load = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, read_idx)),))
     replace[red] = UOp(Ops.REDUCE, red.dtype, (load, *again.values()), red.arg)
-  shared_max = getattr(renderer, "shared_max", 0) if renderer is not None else 0
+  shared_max = renderer.shared_max if renderer is not None else 0
   if shared_max and shared_bytes > shared_max:
     raise ValueError(f"grouped reductions need {shared_bytes} bytes of local memory; the device has {shared_max}")
   first_thread = None

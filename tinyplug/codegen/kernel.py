@@ -126,7 +126,7 @@ class Kernel:
     self.sink = split_range(self.sink, r, amt, _INNER_KIND[opt.op], top=top, inner_id=inner_id)
 
   def _check_thread(self, opt: Opt, amt: int) -> None:
-    if self.renderer is not None and self.renderer.has_local and not getattr(self.renderer, "global_ids", False):
+    if self.renderer is not None and self.renderer.uses_work_groups:
       raise KernelOptError(f"{opt}: the renderer launches work-groups; THREAD is for loop-running (CPU) renderers")
     if any(x.arg[1] == "thread" for x in self.ranges): raise KernelOptError(f"{opt}: the kernel already has a THREAD axis")
     if amt > MAX_THREADS: raise KernelOptError(f"{opt}: {amt} threads is more than {MAX_THREADS}")

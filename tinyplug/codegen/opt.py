@@ -137,13 +137,13 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   work-group on an output axis."""
   k = k.copy()
   loops, reduces = k.loop_axes, k.reduce_axes
-  gpu = bool(k.renderer is not None and k.renderer.has_local and not getattr(k.renderer, "global_ids", False))
+  gpu = k.renderer is not None and k.renderer.uses_work_groups
   if not gpu and _is_row_kernel(k): return _row_opts(k)
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if reduces and len(loops) >= 2:
     reuse = _reuse(k)
     inner = len(loops) - 1
-    cpu = k.renderer is not None and not k.renderer.has_local   # loop-running renderers
+    cpu = k.renderer is not None and k.renderer.runs_loops
     big = cpu and _worth_blocking(k)
     # 32 lanes (two AVX-512 registers per tile row) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
     widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if cpu else (16, 8, 4, 2)

@@ -26,7 +26,7 @@ _REDUCE_OPS = (Ops.ADD, Ops.MUL, Ops.MAX)
 
 def vector_widths(renderer) -> Mapping[DType, tuple[int, ...]]:
   """The renderer's vector widths per scalar dtype (largest first); none declared means scalars only."""
-  return getattr(renderer, "vector_widths", None) or {}
+  return renderer.vector_widths or {}
 
 def split_offset(idx: UOp) -> tuple[frozenset, int]:
   """An index as (the multiset of its non-constant terms, its constant part): equal keys differ by a constant."""
@@ -47,7 +47,7 @@ def has_gather(v: UOp) -> bool:
 class Vectorizer:
   def __init__(self, renderer):
     self.widths = vector_widths(renderer)
-    self.native = getattr(renderer, "native_ops", None)
+    self.native = renderer.native_ops
     self.memo: dict[tuple[UOp, ...], UOp] = {}
     self.lane_memo: dict[tuple[tuple[UOp, ...], int], UOp] = {}
 

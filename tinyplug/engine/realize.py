@@ -27,7 +27,7 @@ class CompiledRunner:
   def __init__(self, device: str, spec: ProgramSpec, compile_s: float):
     self.device, self.spec, self.compile_s = device, spec, compile_s
     dev = Device[device]
-    lib = dev.compiler.compile_cached(spec.src)
+    lib = dev.compiler.compile_program(spec)
     self.prg = dev.make_program(spec, lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
     vals = tuple([var_vals[v.arg[0]] for v in self.spec.vars]) if self.spec.vars else ()

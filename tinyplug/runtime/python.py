@@ -7,16 +7,16 @@ from __future__ import annotations
 import math, time
 from typing import Any, Callable
 import numpy as np
-from tinyplug.device import Compiled, Compiler, HostAllocator, ProgramSpec, Renderer
+from tinyplug.backend import LAUNCH_IDS, Compiled, Compiler, HostAllocator, ProgramSpec, Renderer
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, to_np_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 
 class PythonRenderer(Renderer):
   """The 'source' is a readable listing of the program; the interpreter runs the UOps themselves."""
   device = "PYTHON"
+  launch = LAUNCH_IDS     # every output element is a launch id, like a GPU, but the heuristic builds no work-groups
   has_local = True
   has_shared = True
-  global_ids = True
   global_max = (2**31 - 1, 65535, 65535)
   local_max = (1024, 1024, 64)
   shared_max = 65536

@@ -54,7 +54,7 @@ def _keeps_loops_on(device: str) -> bool:
   from tinyplug.device import Device   # the renderer's kind decides; asked once per device
   try: renderer = Device[device].renderer
   except (RuntimeError, ValueError): return False
-  return not renderer.has_local and not getattr(renderer, "global_ids", False)
+  return renderer.runs_loops
 
 class ScheduleCycle(RuntimeError):
   def __init__(self, assigns: list[UOp]):

@@ -6,6 +6,7 @@ from tinyplug import events
 from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir, suggest
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tinyplug.hookspecs.search import check_strategy
 
 def _thread_choices() -> tuple[int, ...]:
   try: n = len(os.sched_getaffinity(0))
@@ -17,7 +18,7 @@ THREAD_CHOICES = _thread_choices()   # one share per core, or two (uneven work e
 def candidate_actions(k: Kernel) -> list[Opt]:
   """Every single action worth trying next on `k`."""
   acts: list[Opt] = []
-  loops_run = k.renderer is None or not k.renderer.has_local   # CPU-style: loop order, blocking and threads matter
+  loops_run = k.renderer is None or k.renderer.runs_loops   # CPU-style: loop order, blocking and threads matter
   n_loop, n_reduce = len(k.loop_axes), len(k.reduce_axes)
   for axis in range(n_loop):
     acts += [Opt(OptOps.UPCAST, axis, a) for a in (2, 3, 4, 5, 7, 8, 16, 32)]
@@ -63,7 +64,7 @@ class Timer:
       gl = sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
       self.bufs = [_scratch(Buffer(self.device, max(g.dtype.size, 1), g.dtype.base)) for g in gl]
     try:
-      prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+      prg = dev.make_program(spec, dev.compiler.compile_program(spec))
       times: list[float] = []
       # a candidate far slower than the best so far is not run again (large kernels make search slow otherwise)
       while len(times) < 3 and (not times or times[0] < 2 * self.best):
@@ -113,6 +114,7 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
       if row is not None: return _opts_from_json(row[0])
     except sqlite3.Error: pass
   strategy = pm.load_factory(spec.factory)()
+  check_strategy(strategy, name)
   timer = Timer(sink, renderer, renderer.device)
   st = time.perf_counter()
   kernel = Kernel(sink, renderer)

@@ -1,8 +1,9 @@
-"""The built-in search strategies. A strategy has `search(kernel, timer, width, progress) -> list[Opt]`."""
+"""The built-in search strategies (`tinyplug.hookspecs.search.SearchStrategy` says what `search` receives)."""
 from __future__ import annotations
 import random
 from typing import Callable
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt
+from tinyplug.hookspecs.search import SearchStrategy
 from tinyplug.search.runner import apply_all, candidate_actions
 
 def _start(kernel: Kernel, timer: Callable[[list[Opt]], float]) -> list[tuple[float, list[Opt]]]:
@@ -14,7 +15,7 @@ def _start(kernel: Kernel, timer: Callable[[list[Opt]], float]) -> list[tuple[fl
   start = [(timer(hand), hand)] if hand and apply_all(kernel, hand) is not None else []
   return sorted(start + [(timer([]), [])], key=lambda t: t[0])
 
-class BeamSearch:
+class BeamSearch(SearchStrategy):
   """Keep the `width` fastest action lists; extend each by one action per step until nothing gets faster."""
   def search(self, kernel: Kernel, timer: Callable[[list[Opt]], float], width: int,
              progress: Callable[[str], None]) -> list[Opt]:
@@ -37,7 +38,7 @@ class BeamSearch:
       beam = best
     return beam[0][1]
 
-class RandomSearch:
+class RandomSearch(SearchStrategy):
   """Time `16 * width` random action lists (up to four actions each) and keep the fastest."""
   def search(self, kernel: Kernel, timer: Callable[[list[Opt]], float], width: int,
              progress: Callable[[str], None]) -> list[Opt]:

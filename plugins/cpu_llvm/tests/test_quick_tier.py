@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from tinyplug.device import Device
 from tinyplug.tensor import Tensor
-from tinyplug_cpu_llvm.compiler import QUICK_WORK, _work_of
+from tinyplug_cpu_llvm.compiler import QUICK_WORK
 
 def _src_and_tier(n: int, k: float):
   from tinyplug.codegen import get_program
@@ -12,17 +12,28 @@ def _src_and_tier(n: int, k: float):
   x = Tensor(np.linspace(-2, 2, n, dtype=np.float32), device="CPU")
   items, _ = create_schedule([((x * k) + 1.0).exp().uop])
   dev = Device["CPU"]
-  src = get_program(items[-1].ast, dev.renderer).src
-  return src, dev.compiler._tier(src)[0]
+  spec = get_program(items[-1].ast, dev.renderer)
+  before = type(dev.compiler).compiles
+  tiers = []
+  orig = dev.compiler._tier
+  dev.compiler._tier = lambda quick: tiers.append(orig(quick)[0]) or orig(quick)
+  try: dev.compiler.compile(spec.src, quick=spec.work <= QUICK_WORK)
+  finally: del dev.compiler._tier
+  assert type(dev.compiler).compiles == before + 1
+  return spec, tiers[0]
 
 def test_small_kernel_is_quick_and_big_kernel_is_optimised():
-  src, opt = _src_and_tier(64, 1.25)
-  assert _work_of(src) <= QUICK_WORK and opt == 0
-  src, opt = _src_and_tier(1 << 16, 1.25)
-  assert _work_of(src) > QUICK_WORK and opt == Device["CPU"].compiler.opt
+  spec, opt = _src_and_tier(64, 1.25)
+  assert spec.work <= QUICK_WORK and opt == 0
+  spec, opt = _src_and_tier(1 << 16, 1.25)
+  assert spec.work > QUICK_WORK and opt == Device["CPU"].compiler.opt
 
 def test_hand_written_ir_counts_as_big():
-  assert _work_of("define void @f() {\nentry:\n  ret void\n}") > QUICK_WORK
+  # compile_cached (no spec) is the full tier; a spec's work picks the quick one
+  comp = Device["CPU"].compiler
+  src = "define void @f() {\nentry:\n  ret void\n}"
+  assert comp.key(src) != comp.key(src, quick=True)
+  assert comp._tier(False)[0] == comp.opt
 
 @pytest.mark.parametrize("n", [37, 1000, 5000])
 def test_both_tiers_compute_the_same(n):

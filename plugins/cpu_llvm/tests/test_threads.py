@@ -23,11 +23,13 @@ def _matvec_like(N, M):
           UOp(Ops.END, dtypes.void, (k,)), fin, st(oi, fin), UOp(Ops.END, dtypes.void, (r,))]
 
 def test_split_marker_and_work():
+  from tinyplug.backend import ProgramSpec
   from tinyplug_cpu_llvm import LLVMRenderer
-  from tinyplug_cpu_llvm.runtime import parse_meta
-  src = LLVMRenderer().render("k", _matvec_like(1001, 333))
-  assert parse_meta(src) == {"split": 1, "work": 1001 + 1001 * 333}
-  assert "%core_id" in src and "%n_cores" in src
+  uops = _matvec_like(1001, 333)
+  src = LLVMRenderer().render("k", uops)
+  spec = ProgramSpec("k", tuple(uops), src)
+  assert spec.thread_split and spec.work == 1001 + 1001 * 333
+  assert "%core_id" in src and "%n_cores" in src and not src.startswith(";")
 
 @pytest.mark.parametrize("N", [1001, 7, 2])
 def test_same_result_with_1_and_2_threads(run, N):
@@ -55,8 +57,7 @@ def test_threads_used_for_big_kernels_only():
   with Context(CPU_THREADS=1): assert progs[0].threads() == 1
 
 def test_full_reduction_runs_on_one_thread():
-  from tinyplug_cpu_llvm import LLVMRenderer
-  from tinyplug_cpu_llvm.runtime import parse_meta
+  from tinyplug.backend import shareable_loop
   uops = _matvec_like(1, 100)
   # drop the output loop: a store outside every loop cannot be split
   r = uops[2]
@@ -67,7 +68,7 @@ def test_full_reduction_runs_on_one_thread():
     nu = u.replace(src=tuple(done.get(s, sub.get(s, s)) for s in u.src))
     done[u] = nu
     rebuilt.append(nu)
-  assert parse_meta(LLVMRenderer().render("k", rebuilt))["split"] == 0
+  assert shareable_loop(rebuilt) is None
 
 def test_tensor_level_threads(monkeypatch):
   from tinyplug.engine.realize import realize, buffer_of

@@ -17,13 +17,13 @@ def run_cl_source(src: str, name: str, arrays: list, global_size=(1, 1, 1), loca
   handles = []
   for a in arrays:
     h = dev.allocator.alloc(a.nbytes)
-    dev.allocator._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    dev.allocator.copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
     handles.append(h)
   prg(*handles, global_size=global_size, local_size=local_size, vals=vals, wait=True)
   out = []
   for a, h in zip(arrays, handles):
     res = np.empty_like(a)
-    dev.allocator._copyout(memoryview(res).cast("B"), h)
+    dev.allocator.copyout(memoryview(res).cast("B"), h)
     dev.allocator.free(h, a.nbytes)
     out.append(res)
   return out

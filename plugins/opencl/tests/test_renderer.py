@@ -114,7 +114,7 @@ def test_vectors_and_casts_bitcasts():
 def test_renderer_limits():
   r = OpenCLRenderer(local_max=(4096, 4096, 4096), max_work_group_size=1024, shared_max=65536)
   assert r.local_max == (1024, 1024, 1024) and r.shared_max == 65536 and r.has_local and r.has_shared
-  assert dtypes.float64 not in r.supported_dtypes
+  assert dtypes.float64 not in r.supported_dtypes()
 
 # ---- the rendered code runs (CL only) ----
 

@@ -30,7 +30,7 @@ def test_launch_returns_device_seconds_when_waiting(cl, run_source):
   t = prg(h, global_size=(64, 1, 1), local_size=(16, 1, 1), wait=True)
   assert isinstance(t, float) and 0 < t < 5
   out = np.empty(1024, np.float32)
-  dev.allocator._copyout(memoryview(out).cast("B"), h)
+  dev.allocator.copyout(memoryview(out).cast("B"), h)
   np.testing.assert_array_equal(out, 2.0 * np.arange(1024))
 
 def test_int_parameters(cl, run_source):

@@ -90,12 +90,6 @@ def disk_cache() -> DiskCache:
 # kernels with at most this many loop-body executions (the renderer's `work`) compile at O0
 QUICK_WORK = 1024
 
-def _work_of(src: str) -> int:
-  """The `work=` of the renderer's first-line comment; hand-written IR without it counts as big."""
-  first = src.split("\n", 1)[0]
-  if not first.startswith("; tinyplug-cpu"): return QUICK_WORK + 1
-  return next((int(kv[5:]) for kv in first.split() if kv.startswith("work=")), QUICK_WORK + 1)
-
 class LLVMCompiler(Compiler):
   """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
   compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
@@ -118,9 +112,11 @@ class LLVMCompiler(Compiler):
     self.cachekey = (f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
                      f"-{CODE_MODEL}-quick{QUICK_WORK}")
 
-  def key(self, src: str) -> str: return hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
+  def key(self, src: str, quick: bool = False) -> str:
+    return hashlib.sha256(f"{self.cachekey}{'-quick' if quick else ''}\n{src}".encode()).hexdigest()
 
-  def compile(self, src: str) -> bytes:
+  def compile(self, src: str, quick: bool = False) -> bytes:
+    """An object for `src`; `quick` (a kernel with little work) builds it without optimisation, in a few ms."""
     llvm = init_llvm()
     with self._lock:   # a TargetMachine is not safe to share between threads
       st = time.perf_counter()
@@ -129,7 +125,7 @@ class LLVMCompiler(Compiler):
       fns = [f for f in mod.functions if not f.is_declaration]
       if len(fns) != 1: raise ValueError(f"expected one function in the module, found {len(fns)}")
       fns[0].name = symbol_for(src)
-      opt, tm = self._tier(src)
+      opt, tm = self._tier(quick)
       mod.triple = tm.triple
       mod.data_layout = str(tm.target_data)
       pto = llvm.create_pipeline_tuning_options(speed_level=opt)
@@ -141,21 +137,25 @@ class LLVMCompiler(Compiler):
       if DEBUG >= 5: print(f"cpu_llvm: compiled {symbol_for(src)} in {(time.perf_counter()-st)*1e3:.2f} ms\n{mod}")
     return obj
 
-  def _tier(self, src: str):
-    """(IR opt level, TargetMachine): O0 for a kernel whose loop bodies run at most QUICK_WORK times in all (its
-    run takes microseconds either way, while O3 takes ~30 ms to compile it), else the configured level."""
-    if self.opt == 0 or _work_of(src) > QUICK_WORK: return self.opt, self.tm
+  def _tier(self, quick: bool):
+    """(IR opt level, TargetMachine): O0 for a quick kernel, else the configured level."""
+    if self.opt == 0 or not quick: return self.opt, self.tm
     if self._quick_tm is None: self._quick_tm = make_target_machine(self.cpu, self.features, 0)
     return 0, self._quick_tm
 
-  def compile_cached(self, src: str) -> bytes:
-    key = self.key(src)
+  def compile_program(self, spec) -> bytes:
+    """A kernel whose loop bodies run at most QUICK_WORK times in all (`spec.work`) compiles at O0: its run takes
+    microseconds either way, while O3 takes ~30 ms to compile it. Hand-written IR (compile_cached) counts as big."""
+    return self.compile_cached(spec.src, quick=spec.work is not None and spec.work <= QUICK_WORK)
+
+  def compile_cached(self, src: str, quick: bool = False) -> bytes:
+    key = self.key(src, quick)
     if (obj := self._memory.get(key)) is not None: return obj
     use_disk = CACHELEVEL >= 1
     if use_disk and (obj := disk_cache().get(key)) is not None:
       self._memory[key] = obj
       return obj
-    obj = self.compile(src)
+    obj = self.compile(src, quick)
     self._memory[key] = obj
     if use_disk: disk_cache().put(key, obj)
     return obj

@@ -11,14 +11,13 @@ How values are held:
 - Vectors (`dtype.count > 1`) are LLVM vectors `<n x T>`; vector loads/stores address consecutive elements.
 - Loops are phi-node loops; DEFINE_REG / DEFINE_LOCAL are allocas in the entry block (SROA turns them into registers).
 
-The first line of the output is a comment the runtime reads: `; tinyplug-cpu split=<0|1> work=<iterations>`."""
+The loop threads share is `tinyplug.backend.shareable_loop(uops)`, the one `ProgramSpec.thread_split` tells the
+runtime about."""
 from __future__ import annotations
 import math, re, struct
-from tinyplug.device import Renderer
+from tinyplug.backend import LAUNCH_LOOPS, Renderer, shareable_loop
 from tinyplug.uop.dtype import DType, PtrDType, dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
-
-META_PREFIX = "; tinyplug-cpu"
 
 _SCALAR_TYPES = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -80,12 +79,7 @@ class LLVMRenderer(Renderer):
   """Linear program -> LLVM IR text (one function, threading-aware; see the module docstring)."""
   device = "CPU"
   suffix = "ll"
-  has_local = False
-  has_shared = False
-  global_ids = False
-  supports_float4 = True
-  supports_vectors = True
-  native_ops = None
+  launch = LAUNCH_LOOPS
   # the vectorize stage groups lanes into LLVM vectors of up to 64 bytes (LLVM splits them on narrower targets)
   vector_widths = {dt: tuple(w for w in (16, 8, 4, 2) if w * dt.itemsize <= 64) for dt in _SCALAR_TYPES if dt != dtypes.void}
   def __init__(self, vector_isas: tuple[str, ...] = ()):
@@ -115,7 +109,7 @@ class _FunctionBuilder:
     self.ifs: list[str] = []
     self.open_ranges: list[UOp] = []
     self.contiguous: dict[UOp, bool] = {}
-    self.split_range = self._pick_split_range()
+    self.split_range = shareable_loop(uops)
     self.address_math = self._address_math()
     self.reduction_tree = self._reduction_trees()
 
@@ -177,23 +171,6 @@ class _FunctionBuilder:
       self.libm_variants[fname] = variants
     return fname
 
-  # ---- which loop the threads share ----
-  def _pick_split_range(self) -> UOp | None:
-    """The outermost output loop, when it is opened first, at depth 0, and every global store happens inside it
-    (else the kernel runs on one thread)."""
-    loops = [u for u in self.uops if u.op is Ops.RANGE and u.arg[1] != "reduce"]
-    if not loops: return None
-    first = min(loops, key=lambda u: u.arg)
-    open_loops: list[UOp] = []
-    for u in self.uops:
-      if u.op is Ops.RANGE:
-        if not open_loops and u is not first: return None
-        open_loops.append(u)
-      elif u.op is Ops.END and open_loops: open_loops.pop()
-      elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
-        if first not in open_loops: return None
-    return first
-
   def _address_math(self) -> set[UOp]:
     """Integer adds/muls that compute addresses: they get `nsw` (an in-bounds index never overflows), which lets
     LLVM see that neighbouring accesses are consecutive and vectorise them."""
@@ -205,21 +182,6 @@ class _FunctionBuilder:
       found.add(u)
       stack.extend(u.src)
     return found
-
-  def _work(self) -> int:
-    """Loop-body executions (an upper bound when loop ends are variables): what threading is decided on."""
-    sizes: list[int] = []
-    work = 0
-    for u in self.uops:
-      if u.op is Ops.RANGE:
-        end = u.src[0]
-        if end.op is Ops.CONST: n = int(end.arg)
-        elif end.op is Ops.DEFINE_VAR: n = int(end.arg[2])
-        else: n = 1 << 20
-        sizes.append(max(n, 0))
-        work += math.prod(sizes)
-      elif u.op is Ops.END and sizes: sizes.pop()
-    return work
 
   # ---- the function ----
   def build(self) -> str:
@@ -235,8 +197,7 @@ class _FunctionBuilder:
     params += ["i32 %core_id", "i32 %n_cores"]
     for u in self.uops: self.render_uop(u)
     if self.loops: raise ValueError(f"kernel {self.name}: a RANGE has no END")
-    head = f"{META_PREFIX} split={int(self.split_range is not None)} work={self._work()}"
-    body = [head, f"define void @{_ident(self.name)}({', '.join(params)}) #0 {{", "entry:"]
+    body = [f"define void @{_ident(self.name)}({', '.join(params)}) #0 {{", "entry:"]
     body += ["  " + a for a in self.allocas] + self.lines + ["  ret void", "}", ""]
     body += sorted(self.decls.values())
     body.append('attributes #0 = { nounwind "no-trapping-math"="true" }')

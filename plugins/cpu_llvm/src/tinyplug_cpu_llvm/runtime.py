@@ -11,7 +11,7 @@ from tinyplug.device import Allocator, Compiled, ProgramSpec
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.plugin import CPU_THREADS
-from tinyplug_cpu_llvm.renderer import LLVMRenderer, META_PREFIX
+from tinyplug_cpu_llvm.renderer import LLVMRenderer
 from tinyplug_cpu_llvm.threads import pool
 
 ALIGN = 64
@@ -35,10 +35,10 @@ class CPUMemory:
   def __repr__(self) -> str: return f"<CPUMemory {self.nbytes} bytes at {self.addr:#x}>"
 
 class CPUAllocator(Allocator):
-  def _alloc(self, nbytes: int) -> CPUMemory: return CPUMemory(nbytes)
-  def _copyin(self, dest: CPUMemory, src: memoryview) -> None:
+  def alloc(self, nbytes: int) -> CPUMemory: return CPUMemory(nbytes)
+  def copyin(self, dest: CPUMemory, src: memoryview) -> None:
     dest.array[:len(src)] = np.frombuffer(src, dtype=np.uint8)
-  def _copyout(self, dest: memoryview, src: CPUMemory) -> None:
+  def copyout(self, dest: memoryview, src: CPUMemory) -> None:
     np.frombuffer(dest, dtype=np.uint8)[:] = src.array[:len(dest)]
 
 def _address(handle: Any) -> int:
@@ -58,16 +58,6 @@ def n_threads() -> int:
 
 # ---------------- programs ----------------
 
-def parse_meta(src: str) -> dict[str, int]:
-  """The renderer's `; tinyplug-cpu split=1 work=123` line (absent for hand-written IR: one thread)."""
-  first = src.split("\n", 1)[0]
-  if not first.startswith(META_PREFIX): return {"split": 0, "work": 0}
-  return {k: int(v) for k, v in (kv.split("=") for kv in first[len(META_PREFIX):].split())}
-
-def thread_parts(spec: ProgramSpec) -> int | None:
-  """The size of the kernel's THREAD axis (an explicit THREAD optimisation action), or None for the implicit rule."""
-  return next((int(o.arg) for o in spec.applied_opts if getattr(o.op, "name", "") == "THREAD"), None)
-
 class CPUProgram:
   def __init__(self, device: CPUDevice, spec: ProgramSpec, lib: bytes):
     self.device, self.name = device, spec.name
@@ -76,9 +66,7 @@ class CPUProgram:
     argtypes = [ctypes.c_void_p] * n_bufs + [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32
                                              for v in spec.vars] + [ctypes.c_int32, ctypes.c_int32]
     self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
-    meta = parse_meta(spec.src)
-    self.splittable, self.work = bool(meta.get("split", 0)), meta.get("work", 0)
-    self.thread_opt = thread_parts(spec)
+    self.splittable, self.work, self.thread_opt = bool(spec.thread_split), int(spec.work or 0), spec.thread_parts
 
   def threads(self) -> int:
     if not self.splittable: return 1

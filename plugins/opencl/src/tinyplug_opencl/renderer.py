@@ -10,7 +10,7 @@ in kernel arguments), and half without cl_khr_fp16 lives in memory as half but i
 from __future__ import annotations
 import math
 from typing import Any
-from tinyplug.device import Renderer
+from tinyplug.backend import LAUNCH_GRID, Renderer
 from tinyplug.helpers import strip_parens
 from tinyplug.uop.dtype import DType, PtrDType, dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
@@ -35,10 +35,9 @@ class OpenCLRenderer(Renderer):
   """OpenCL C 1.2. The limits default to what every OpenCL device offers; the CL device passes its real ones."""
   device = "CL"
   suffix = "CL"
+  launch = LAUNCH_GRID
   has_local = True
   has_shared = True
-  supports_float4 = True
-  supports_vectors = True
   global_max = (2**31 - 1, 65535, 65535)
 
   def __init__(self, *, local_max: tuple[int, ...] = (256, 256, 64), max_work_group_size: int = 256,
@@ -53,11 +52,13 @@ class OpenCLRenderer(Renderer):
     self.vector_width = int(vector_width)
     self.device_name = device_name
     supported = set(_TYPE_NAMES) - ({dtypes.float64} if not self.has_fp64 else set())
-    self.supported_dtypes = frozenset(supported)
+    self._dtypes = [dt for dt in _TYPE_NAMES if dt in supported]
     # vector types for the vectorize stage: not bool (no bool vectors in OpenCL C), half only with cl_khr_fp16
     # (without it half values live in floats and every rounding goes through vstore_half one lane at a time)
     vectors = supported - {dtypes.bool} - ({dtypes.float16} if not self.has_fp16 else set())
     self.vector_widths = {dt: (16, 8, 4, 2) for dt in vectors}
+
+  def supported_dtypes(self) -> list[DType]: return list(self._dtypes)
 
   def __repr__(self) -> str:
     return (f"OpenCLRenderer(local_max={self.local_max}, shared_max={self.shared_max}, fp16={self.has_fp16}, "

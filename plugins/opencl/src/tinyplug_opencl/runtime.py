@@ -28,33 +28,22 @@ def describe_devices(found: list[tuple[int, int]]) -> str:
   return ", ".join(f"{i}: {cl.device_str(d, cl.CL_DEVICE_NAME)}" for i, (_, d) in enumerate(found))
 
 class CLAllocator(Allocator):
-  """cl_mem buffers. A freed buffer goes to a pool by size and the next allocation of that size takes it back: creating
-  buffers is cheap, but their first use is not (PoCL maps fresh memory on the first kernel that touches it)."""
+  """cl_mem buffers. Freed big ones are kept for reuse by the core's cache (LRU, LRU_MIN, LRU_MAX): their first use
+  is what costs (PoCL maps fresh memory on the first kernel that touches it); an out-of-memory error makes the core
+  release what it keeps and try once more."""
   def __init__(self, dev: CLDevice):
     self.dev = dev
-    self.pool: dict[int, list[c_void_p]] = {}
-  def _alloc(self, nbytes: int) -> c_void_p:
-    if (free := self.pool.get(nbytes)): return free.pop()
-    try: return self._create(nbytes)
-    except CLError as e:
-      if e.code not in (-4, -5, -6, -61): raise
-      self.release_pool()    # out of memory: give back what the pool holds and try once more
-      return self._create(nbytes)
-  def _create(self, nbytes: int) -> c_void_p:
+  def alloc(self, nbytes: int) -> c_void_p:
     err = c_int(0)
     mem = lib().clCreateBuffer(self.dev.context, cl.CL_MEM_READ_WRITE, nbytes, None, ctypes.byref(err))
     check("clCreateBuffer", err.value, f"({nbytes} bytes)")
     return c_void_p(mem)
-  def _free(self, handle: c_void_p, nbytes: int) -> None: self.pool.setdefault(max(nbytes, 1), []).append(handle)
-  def release_pool(self) -> None:
-    for handles in self.pool.values():
-      for h in handles: lib().clReleaseMemObject(h)
-    self.pool.clear()
-  def _copyin(self, dest: c_void_p, src: memoryview) -> None:
+  def free(self, handle: c_void_p, nbytes: int) -> None: lib().clReleaseMemObject(handle)
+  def copyin(self, dest: c_void_p, src: memoryview) -> None:
     if not src.nbytes: return
     host = (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else ctypes.create_string_buffer(src.tobytes(), src.nbytes)
     check("clEnqueueWriteBuffer", lib().clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, src.nbytes, host, 0, None, None))
-  def _copyout(self, dest: memoryview, src: c_void_p) -> None:
+  def copyout(self, dest: memoryview, src: c_void_p) -> None:
     if not dest.nbytes: return
     host = (ctypes.c_char * dest.nbytes).from_buffer(dest)
     check("clEnqueueReadBuffer", lib().clEnqueueReadBuffer(self.dev.queue, src, 1, 0, dest.nbytes, host, 0, None, None))

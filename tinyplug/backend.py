@@ -1,0 +1,254 @@
+"""The backend contract: what a device plugin implements, as base classes the core reads.
+
+A backend is a `Compiled` device made of four parts, each a subclass of a class below:
+
+  Allocator   raw device memory: alloc / free / copyin / copyout (the core adds a reuse cache around it)
+  Renderer    linear program -> source text; its class attributes declare what the target can do
+  Compiler    source text -> binary bytes (cached by the core's callers through `compile_cached`)
+  Program     what `Compiled.make_program(spec, binary)` returns: a callable that launches the kernel
+
+`ProgramSpec` is what codegen hands the device: the linear program, the rendered source and the launch policy
+(global/local sizes, the loop a multi-threaded runtime may share out, the work estimate). `SearchStrategy`
+(re-exported from `tinyplug.hookspecs.search`) is the contract of a kernel search plugin.
+
+This module imports only the IR (`tinyplug.uop`) and helpers: every layer may import it. docs/plugin_guide.md walks
+through a backend written against it; examples/plugin_example has a complete one."""
+from __future__ import annotations
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, runtime_checkable
+from tinyplug.helpers import ContextVar
+from tinyplug.uop.dtype import DType, dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+__all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "Compiler", "Program", "ProgramSpec", "Compiled",
+           "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work"]
+
+LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
+LRU_MIN = ContextVar("LRU_MIN", 1 << 16, "the smallest freed block (bytes) kept for reuse")
+LRU_MAX = ContextVar("LRU_MAX", 1 << 30, "at most this many freed bytes are kept per device")
+
+# ---------------- memory ----------------
+
+class Allocator:
+  """Raw memory of one device, on opaque handles. A plugin implements all four methods; `free` really frees
+  (the core keeps freed blocks for reuse itself, see `ReuseAllocator`)."""
+  def alloc(self, nbytes: int) -> Any:
+    """A new block of at least `nbytes` bytes (its contents are undefined); raise (e.g. MemoryError) when full."""
+    raise NotImplementedError
+  def free(self, handle: Any, nbytes: int) -> None:
+    """Give a block from `alloc(nbytes)` back to the device."""
+  def copyin(self, dest: Any, src: memoryview) -> None:
+    """Copy the bytes of `src` (a byte memoryview) to the start of block `dest`."""
+    raise NotImplementedError
+  def copyout(self, dest: memoryview, src: Any) -> None:
+    """Copy the first `len(dest)` bytes of block `src` into `dest` (a writable byte memoryview); the device
+    is synchronized before this is called."""
+    raise NotImplementedError
+
+class ReuseAllocator(Allocator):
+  """The core's reuse cache around a plugin's allocator; every `Compiled` device gets one.
+
+  Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all) and handed out again for the same
+  size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
+  So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks are always fresh."""
+  def __init__(self, raw: Allocator):
+    self.raw = raw
+    self._kept: dict[int, list] = {}
+    self._kept_bytes = 0
+  def alloc(self, nbytes: int) -> Any:
+    nbytes = max(nbytes, 1)
+    if (blocks := self._kept.get(nbytes)):
+      self._kept_bytes -= nbytes
+      return blocks.pop()
+    try: return self.raw.alloc(nbytes)
+    except Exception:
+      if not self._kept_bytes: raise
+      self.release_kept()   # out of memory, perhaps: give the kept blocks back and try once more
+      return self.raw.alloc(nbytes)
+  def free(self, handle: Any, nbytes: int) -> None:
+    nbytes = max(nbytes, 1)
+    if LRU and nbytes >= LRU_MIN.value and self._kept_bytes + nbytes <= LRU_MAX.value:
+      self._kept.setdefault(nbytes, []).append(handle)
+      self._kept_bytes += nbytes
+    else: self.raw.free(handle, nbytes)
+  def release_kept(self) -> None:
+    """Free every kept block for real."""
+    for nbytes, blocks in self._kept.items():
+      for handle in blocks: self.raw.free(handle, nbytes)
+    self._kept, self._kept_bytes = {}, 0
+  def copyin(self, dest: Any, src: memoryview) -> None: self.raw.copyin(dest, src)
+  def copyout(self, dest: memoryview, src: Any) -> None: self.raw.copyout(dest, src)
+  def __getattr__(self, name: str) -> Any:   # a plugin's extra methods (e.g. a device-side copy) stay reachable
+    if name == "raw": raise AttributeError(name)
+    return getattr(self.raw, name)
+
+class HostAllocator(Allocator):
+  """Memory in this process, as zero-filled numpy byte arrays (used by PYTHON and host-side CPU backends)."""
+  def alloc(self, nbytes: int) -> Any:
+    import numpy as np
+    return np.zeros(nbytes, dtype=np.uint8)
+  def copyin(self, dest: Any, src: memoryview) -> None:
+    import numpy as np
+    dest[:len(src)] = np.frombuffer(src, dtype=np.uint8)
+  def copyout(self, dest: memoryview, src: Any) -> None:
+    import numpy as np
+    np.frombuffer(dest, dtype=np.uint8)[:] = src[:len(dest)]
+
+# ---------------- renderers ----------------
+
+# launch models: how the output axes of a kernel are run
+LAUNCH_LOOPS = "loops"   # the program runs every output loop itself (CPU); a runtime may share out the outermost one
+LAUNCH_IDS = "ids"       # output axes become SPECIAL launch ids; no work-group tuning by the heuristic (an interpreter)
+LAUNCH_GRID = "grid"     # output axes become group ids x local ids; the heuristic builds work-groups (GPUs)
+LAUNCH_MODELS = (LAUNCH_LOOPS, LAUNCH_IDS, LAUNCH_GRID)
+
+def _all_scalar_dtypes() -> list[DType]:
+  return [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+          dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
+
+class Renderer:
+  """Turns a linear program (docs/architecture.md §4) into source text for one target.
+
+  Every capability the core asks about is declared here with its default; a renderer overrides the ones its target
+  has, as class attributes or (for limits only known once a device is open) instance attributes set in __init__.
+  The core reads these names and nothing else."""
+  device: str = ""                 # the device it renders for, e.g. "CL"
+  suffix: str = ""                 # a short name for the source language (file suffix, display)
+  # ---- launch model ----
+  launch: str = LAUNCH_LOOPS       # one of LAUNCH_MODELS: loops on the host / launch ids / group x local ids
+  has_local: bool = False          # work-groups: LOCAL actions and `lidx` ids (with launch ids or a grid)
+  has_shared: bool = False         # memory shared by a work-group, with barriers: GROUP reductions (DEFINE_LOCAL)
+  global_max: tuple[int, ...] | None = None   # the largest launch grid per dimension (None: no limit)
+  local_max: tuple[int, ...] | None = None    # the largest work-group per dimension
+  shared_max: int = 0              # bytes of shared memory per work-group (0: no declared limit)
+  # ---- what code it can express ----
+  native_ops: frozenset[Ops] | None = None    # ALU ops it renders; others are decomposed first (None: every op)
+  vector_widths: Mapping[DType, tuple[int, ...]] = {}   # vector widths per scalar dtype, widest first ({}: scalars)
+  tensor_cores: tuple = ()         # matrix-multiply units the optimiser may target (none are used yet)
+  extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
+
+  def supported_dtypes(self) -> list[DType]:
+    """The scalar dtypes this target computes and stores (default: all of them)."""
+    return _all_scalar_dtypes()
+  def render(self, name: str, uops: list[UOp]) -> str:
+    """Source text of one kernel function `name` running `uops` (a linear program in execution order)."""
+    raise NotImplementedError
+
+  # derived facts, in one place: the core asks these instead of combining attributes itself
+  @property
+  def runs_loops(self) -> bool:
+    """Output axes stay loops inside the program (CPU-style)."""
+    return self.launch == LAUNCH_LOOPS
+  @property
+  def uses_work_groups(self) -> bool:
+    """The heuristic and search build work-groups, and THREAD (a host-loop split) does not apply."""
+    return self.launch == LAUNCH_GRID
+
+# ---------------- compilers ----------------
+
+class Compiler:
+  """Turns source into a binary. `cachekey` names the compiler and its settings for on-disk caches (None: no cache)."""
+  cachekey: str | None = None
+  def compile(self, src: str) -> bytes:
+    """A binary for `src`; raise an error naming the problem when the source does not compile."""
+    return src.encode()
+  def compile_cached(self, src: str) -> bytes:
+    """`compile(src)`, from a cache when this source was compiled before (default: no cache)."""
+    return self.compile(src)
+  def compile_program(self, spec: ProgramSpec) -> bytes:
+    """What the engine calls for a kernel: a compiler may use the spec's launch fields (e.g. a quicker tier for
+    a kernel with little `work`). Default: `compile_cached(spec.src)`."""
+    return self.compile_cached(spec.src)
+
+# ---------------- programs ----------------
+
+def shareable_loop(uops: list[UOp] | tuple[UOp, ...]) -> UOp | None:
+  """The outermost output loop when threads may share it out: it is opened first, at depth 0, and every global
+  store happens inside it. A loop-running renderer that splits work across threads splits this one."""
+  loops = [u for u in uops if u.op is Ops.RANGE and u.arg[1] != "reduce"]
+  if not loops: return None
+  first = min(loops, key=lambda u: u.arg)
+  open_loops: list[UOp] = []
+  for u in uops:
+    if u.op is Ops.RANGE:
+      if not open_loops and u is not first: return None
+      open_loops.append(u)
+    elif u.op is Ops.END and open_loops: open_loops.pop()
+    elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+      if first not in open_loops: return None
+  return first
+
+def loop_work(uops: list[UOp] | tuple[UOp, ...]) -> int:
+  """Loop-body executions of a linear program (an upper bound when loop ends are variables)."""
+  sizes: list[int] = []
+  work = 0
+  for u in uops:
+    if u.op is Ops.RANGE:
+      end = u.src[0]
+      if end.op is Ops.CONST: n = int(end.arg)
+      elif end.op is Ops.DEFINE_VAR: n = int(end.arg[2])
+      else: n = 1 << 20
+      sizes.append(max(n, 0))
+      work += math.prod(sizes)
+    elif u.op is Ops.END and sizes: sizes.pop()
+  return work
+
+@dataclass(frozen=True)
+class ProgramSpec:
+  """A lowered kernel: the linear program, its source, and how to launch it.
+
+  global_size / local_size: the launch grid in groups and the work-group (renderers with launch ids).
+  vars: the DEFINE_VARs, passed after the buffers. outs / ins: buffer parameters written / only read.
+  thread_split: the outermost output loop may be shared out among threads (`shareable_loop`); loop-running
+    runtimes with threads split it. work: loop-body executions, what threading and compile tiers decide on.
+    Both are worked out from `uops` when not given.
+  estimates: ops and mem (bytes) for DEBUG=2."""
+  name: str
+  uops: tuple[UOp, ...]
+  src: str
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] | None = None
+  vars: tuple[UOp, ...] = ()
+  outs: tuple[int, ...] = (0,)
+  ins: tuple[int, ...] = ()
+  applied_opts: tuple = ()
+  estimates: dict = field(default_factory=dict, compare=False)
+  thread_split: bool | None = None
+  work: int | None = None
+  def __post_init__(self):
+    if self.thread_split is None: object.__setattr__(self, "thread_split", shareable_loop(self.uops) is not None)
+    if self.work is None: object.__setattr__(self, "work", loop_work(self.uops))
+  @property
+  def thread_parts(self) -> int | None:
+    """The size of the kernel's THREAD axis (an explicit THREAD action), or None: the runtime's own rule."""
+    return next((int(o.arg) for o in self.applied_opts if getattr(o.op, "name", "") == "THREAD"), None)
+
+@runtime_checkable
+class Program(Protocol):
+  """What `Compiled.make_program` returns: launches the kernel on raw buffer handles (DEFINE_GLOBAL order) and
+  variable values (`spec.vars` order); returns the kernel's run time in seconds when `wait`, else may return None."""
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+
+# ---------------- devices ----------------
+
+class Compiled:
+  """A device: allocator + renderer + compiler + a way to run a compiled program.
+
+  `allocator` is the plugin's raw allocator wrapped in the core's reuse cache (`self.allocator.raw` is the plugin's).
+  Pass `runtime` (a `(name, binary) -> Program` callable) or override `make_program`."""
+  def __init__(self, name: str, allocator: Allocator, renderer: Renderer, compiler: Compiler, runtime: Any = None):
+    self.name, self.renderer, self.compiler, self.runtime = name, renderer, compiler, runtime
+    self.allocator = allocator if isinstance(allocator, ReuseAllocator) else ReuseAllocator(allocator)
+  def make_program(self, spec: ProgramSpec, lib: bytes) -> Program:
+    """A callable `prg(*raw_buffers, global_size=, local_size=, vals=(), wait=False) -> seconds | None`."""
+    if self.runtime is None: raise NotImplementedError(f"device {self.name} cannot run programs")
+    return self.runtime(spec.name, lib)
+  def synchronize(self) -> None:
+    """Wait until every launched kernel and copy has finished."""
+  def describe(self) -> str:
+    """One line on what this device is and how it runs (for `tinyplug doctor`); empty if nothing to say."""
+    return ""
+
+from tinyplug.hookspecs.search import SearchStrategy  # noqa: E402  (the search contract lives with its hook)
