@@ -1,0 +1,82 @@
+"""The backend contract (tinyplug.backend): every installed device holds to it, and the core reads capabilities
+only through it."""
+import pathlib, re
+import numpy as np
+import pytest
+from tinyplug.backend import (LAUNCH_MODELS, Allocator, Compiled, Compiler, ProgramSpec, Renderer, ReuseAllocator,
+                              loop_work, shareable_loop)
+from tinyplug.device import Device
+from tinyplug.hookspecs.search import SearchStrategy, check_strategy
+from tinyplug.uop import Ops, UOp, dtypes
+from tinyplug.uop.dtype import DType
+
+CORE = pathlib.Path(__file__).resolve().parents[1] / "tinyplug"
+
+def test_each_device_holds_to_the_contract(device):
+  dev = Device[device]
+  assert isinstance(dev, Compiled) and isinstance(dev.renderer, Renderer) and isinstance(dev.compiler, Compiler)
+  assert isinstance(dev.allocator, ReuseAllocator) and isinstance(dev.allocator.raw, Allocator)
+  r = dev.renderer
+  assert r.launch in LAUNCH_MODELS
+  dts = r.supported_dtypes()
+  assert isinstance(dts, list) and dtypes.float32 in dts and all(isinstance(d, DType) for d in dts)
+  assert all(dt in dts and all(isinstance(w, int) and w > 1 for w in ws) for dt, ws in r.vector_widths.items())
+  if r.has_shared: assert r.has_local and r.launch != "loops"
+
+def test_every_device_reuses_big_blocks(device):
+  # LRU applies to every device: the core's cache sits in front of each plugin's allocator
+  a = Device[device].allocator
+  h = a.alloc(1 << 20)
+  a.free(h, 1 << 20)
+  assert a.alloc(1 << 20) is h
+  a.free(h, 1 << 20)
+  data = np.arange(1 << 18, dtype=np.float32)
+  a.copyin(h, memoryview(data).cast("B"))
+  out = np.empty_like(data)
+  Device[device].synchronize()
+  a.copyout(memoryview(out).cast("B"), h)
+  np.testing.assert_array_equal(out, data)
+
+def test_core_reads_no_capability_by_probing():
+  # capabilities are declared on Renderer with defaults; the core never guesses with getattr(renderer, ...)
+  offenders = [f"{p.relative_to(CORE)}:{i}" for p in CORE.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+               if re.search(r"getattr\((ctx\.)?(k\.|self\.)?renderer", line)]
+  assert offenders == []
+
+def _loop_program(n: int, m: int, store_outside: bool = False) -> list[UOp]:
+  out = UOp(Ops.DEFINE_GLOBAL, dtypes.float.ptr(n * m), arg=0)
+  i = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, n),), (0, "loop"))
+  j = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, m),), (1, "loop"))
+  idx = UOp(Ops.INDEX, out.dtype, (out, i * m + j))
+  st = UOp(Ops.STORE, dtypes.void, (idx, UOp.const(dtypes.float, 1.0)))
+  prog = [out, i, j, idx, st, UOp(Ops.END, dtypes.void, (j,)), UOp(Ops.END, dtypes.void, (i,))]
+  if store_outside: prog.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, UOp.const(dtypes.int, 0))),
+                                                             UOp.const(dtypes.float, 2.0))))
+  return prog
+
+def test_program_spec_launch_fields_are_worked_out_from_the_program():
+  prog = _loop_program(6, 7)
+  assert shareable_loop(prog) is prog[1] and loop_work(prog) == 6 + 6 * 7
+  spec = ProgramSpec("k", tuple(prog), "")
+  assert spec.thread_split and spec.work == 48 and spec.thread_parts is None
+  assert not ProgramSpec("k", tuple(_loop_program(6, 7, store_outside=True)), "").thread_split
+  assert not ProgramSpec("k", tuple(prog), "", thread_split=False).thread_split   # what the renderer says wins
+
+def test_get_program_fills_the_launch_policy():
+  from tinyplug.codegen import get_program
+  from tinyplug.schedule import create_schedule
+  from tinyplug.tensor import Tensor
+  x = Tensor.empty(64, 64, device="PYTHON")
+  ast = create_schedule([(x + 1).uop])[0][-1].ast
+  spec = get_program(ast, Device["PYTHON"].renderer)
+  assert not spec.thread_split and spec.work == 0            # launch ids: no loops for threads to share
+  assert spec.global_size != (1, 1, 1) and any(u.op is Ops.SPECIAL for u in spec.uops)
+
+def test_search_strategy_signature_is_checked():
+  class Good(SearchStrategy):
+    def search(self, kernel, timer, width, progress): return []
+  class Wrong:
+    def search(self, candidates, cost): return None
+  check_strategy(Good(), "good")
+  with pytest.raises(TypeError, match=r"'wrong'.*does not take \(kernel, timer, width, progress\)"): check_strategy(Wrong(), "wrong")
+  with pytest.raises(TypeError, match="no search"): check_strategy(object(), "none")
