@@ -181,6 +181,8 @@ class PluginManager:
     self._request_causes: list[BaseException] = []
     self._subscriptions: list[tuple[str, Callable[[Any], None]]] = []
     self._probe_cache: dict[str, tuple[bool, str]] = {}
+    # facts worked out from this plugin set (the codegen pipeline, pass factories' results): a new set starts empty
+    self.derived: dict[str, Any] = {}
     self._statuses_final = False
     self._closed = False
 

@@ -1,12 +1,14 @@
 """Codegen: a kernel AST becomes a linear program through named stages; plugin passes slot in between them."""
 from __future__ import annotations
-import functools, time
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
 from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.uop.rewrite import graph_rewrite
+from tinyplug.uop.upat import PatternMatcher
+from tinyplug.hookspecs.passes import CORE_STAGES, PipelineStep, order_passes
 from tinyplug.codegen.linearize import linearize
 from tinyplug.codegen.gpudims import add_gpudims
 from tinyplug.codegen.naming import kernel_name
@@ -52,59 +54,102 @@ def _final(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   extra = ctx.renderer.extra_matcher
   return graph_rewrite(sink, extra, ctx=ctx, name=stage) if extra is not None else sink
 
-def _identity(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
+def _unchanged(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
 
-CORE_STAGE_IMPL: dict[str, Callable[[UOp, KernelContext, str], UOp]] = {
-  "early": _identity, "symbolic_initial": _symbolic, "opt": _opt, "expand": _expand, "symbolic_postopt": _symbolic,
-  "gpudims": _gpudims, "devectorize": _vectorize, "decompositions": _decompositions, "symbolic_final": _symbolic,
-  "final": _final,
-}
+def _linearize(sink: UOp, ctx: KernelContext, stage: str) -> list[UOp]: return linearize(sink)
 
-@functools.cache
-def _pipeline(renderer_type: type) -> tuple:
-  from tinyplug.hookspecs.passes import CORE_STAGES, order_passes
+# The pipeline, in order: each core stage id (the public ids of `tinyplug.hookspecs.passes.CORE_STAGES`, which say what
+# each does) and what runs for it. Plugin passes are placed among them by `order_passes`.
+STAGES: tuple[tuple[str, Callable[[UOp, KernelContext, str], Any]], ...] = (
+  ("early", _unchanged),               # the AST as scheduled: an anchor for plugin passes, no core rules
+  ("symbolic_initial", _symbolic),
+  ("opt", _opt),
+  ("expand", _expand),
+  ("symbolic_postopt", _symbolic),
+  ("gpudims", _gpudims),
+  ("devectorize", _vectorize),
+  ("decompositions", _decompositions),
+  ("symbolic_final", _symbolic),
+  ("final", _final),
+  ("linearize", _linearize),           # the graph becomes the linear program (a list); later passes get the list
+)
+_STAGE_FN = dict(STAGES)
+if tuple(_STAGE_FN) != CORE_STAGES: raise ImportError("codegen STAGES and hookspecs.passes.CORE_STAGES disagree")
+
+def pipeline_steps(renderer: Renderer | None = None) -> tuple[PipelineStep, ...]:
+  """The ordered core stages and plugin passes of the loaded plugin set (`reset_plugins()` gives a new set, and so
+  a new pipeline). The renderer is not part of it: a pass's `when` decides per renderer as it runs."""
   from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager()
-  steps = order_passes(CORE_STAGES, pm.passes)
-  return tuple(s for s in steps if s.name != "linearize")
+  if (steps := pm.derived.get("codegen.pipeline")) is None:
+    steps = pm.derived["codegen.pipeline"] = tuple(order_passes(CORE_STAGES, pm.passes))
+  return steps
 
-def pipeline_steps(renderer: Renderer) -> tuple:
-  """The ordered stages and plugin passes a kernel goes through for this renderer."""
-  return _pipeline(type(renderer))
+def _plugin_rewrite(step: PipelineStep) -> Any:
+  """A pass's `rewrite` factory, called once per plugin set: a PatternMatcher or a function."""
+  from tinyplug.plugins import get_plugin_manager
+  pm = get_plugin_manager()
+  key = f"codegen.pass.{step.name}"
+  if key not in pm.derived:
+    rewrite = pm.load_factory(step.spec.rewrite)()
+    if isinstance(rewrite, PatternMatcher):
+      for row in rewrite.rows: row.owner = step.plugin   # matches are credited to the pass's plugin
+    elif not callable(rewrite):
+      raise TypeError(f"pass {step.name!r} (plugin {step.plugin!r}): rewrite factory returned {type(rewrite).__name__}, "
+                      "not a PatternMatcher or a function")
+    pm.derived[key] = (rewrite, _takes_ctx(rewrite))
+  return pm.derived[key]
 
-def _run_plugin_pass(step, sink: UOp, ctx: KernelContext) -> UOp:
+def _takes_ctx(fn: Any) -> bool:
+  """Whether a function pass takes (graph, ctx); one taking only the graph is called with it alone."""
+  if isinstance(fn, PatternMatcher): return False
+  try: inspect.signature(fn).bind(None, None)
+  except TypeError: return False
+  except ValueError: return True
+  return True
+
+def _run_plugin_pass(step: PipelineStep, x: Any, ctx: KernelContext, linear: bool) -> Any:
+  """A plugin pass on the kernel graph, or (after linearize) on the linear program, a list of UOps."""
   from tinyplug.plugins import get_plugin_manager
   spec = step.spec
-  if spec.when is not None and not get_plugin_manager().load_factory(spec.when)(ctx.renderer): return sink
-  rewrite = _plugin_rewrite(spec.rewrite)
-  if callable(rewrite) and not hasattr(rewrite, "rewrite"): return rewrite(sink)
-  for row in getattr(rewrite, "rows", ()): row.owner = step.plugin   # matches are credited to the pass's plugin
-  return graph_rewrite(sink, rewrite, ctx=ctx, bottom_up=spec.bottom_up, name=step.name)
+  if spec.when is not None and not get_plugin_manager().load_factory(spec.when)(ctx.renderer): return x
+  rewrite, takes_ctx = _plugin_rewrite(step)
+  if linear:
+    if isinstance(rewrite, PatternMatcher):
+      raise ValueError(f"pass {step.name!r} (plugin {step.plugin!r}) runs after linearize, on the linear program: its "
+                       "rewrite must be a function (uops, ctx) -> uops, not a PatternMatcher; anchor it before linearize")
+    out = rewrite(list(x), ctx) if takes_ctx else rewrite(list(x))
+    if not isinstance(out, list) or not all(isinstance(u, UOp) for u in out):
+      raise TypeError(f"pass {step.name!r} (plugin {step.plugin!r}) after linearize must return a list of UOps")
+    return out
+  if isinstance(rewrite, PatternMatcher):
+    return graph_rewrite(x, rewrite, ctx=ctx, bottom_up=spec.bottom_up, name=step.name)
+  return rewrite(x, ctx) if takes_ctx else rewrite(x)
 
-@functools.cache
-def _plugin_rewrite(ref):
-  """A pass's `rewrite` factory, called once: it returns a PatternMatcher or a sink -> sink function."""
-  from tinyplug.plugins import get_plugin_manager
-  return get_plugin_manager().load_factory(ref)()
+def run_pipeline(ast: UOp, renderer: Renderer, ctx: KernelContext, until: str | None = None) -> Any:
+  """Every step in order (or the steps before stage `until`): the linear program, or the graph `until` sees."""
+  x: Any = ast
+  linear = False
+  for step in pipeline_steps(renderer):
+    if step.name == until: break
+    with events.scope("pass", step.name):
+      if step.is_core: x = _STAGE_FN[step.name](x, ctx, step.name)
+      else: x = _run_plugin_pass(step, x, ctx, linear)
+    linear = linear or step.name == "linearize"
+  return x
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: KernelContext | None = None) -> UOp:
   """Every stage before linearize: the lowered kernel graph (useful to inspect, as in the seeds)."""
   if renderer is None:
     from tinyplug.device import Device
     renderer = Device[Device.DEFAULT].renderer
-  ctx = ctx or KernelContext(renderer)
-  sink = ast
-  for step in pipeline_steps(renderer):
-    with events.scope("pass", step.name):
-      sink = CORE_STAGE_IMPL[step.name](sink, ctx, step.name) if step.is_core else _run_plugin_pass(step, sink, ctx)
-  return sink
+  return run_pipeline(ast, renderer, ctx or KernelContext(renderer), until="linearize")
 
 def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
-  """Lower a kernel AST for `renderer`: run the pipeline, linearize, render."""
+  """Lower a kernel AST for `renderer`: run the pipeline (linearize included), render."""
   ctx = KernelContext(renderer, name=kernel_name(ast), opts=opts)
   with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
-    sink = full_rewrite_to_sink(ast, renderer, ctx)
-    uops = linearize(sink)
+    uops = run_pipeline(ast, renderer, ctx)
     src = renderer.render(ctx.name, uops)
   if events.enabled("kernel"): events.emit("kernel", {"name": ctx.name, "ast": ast, "uops": uops, "src": src,
                                                         "device": renderer.device, "opts": tuple(ctx.applied_opts)})

@@ -4,6 +4,10 @@ The codegen pipeline is the list `CORE_STAGES`, run in order. A plugin pass name
 - `stage="devectorize"`: it runs as part of that stage, after the core rules and before the next stage;
 - `after=(...)` / `before=(...)`: stage ids or other passes' names it must follow / precede.
 `order_passes` turns that into one deterministic list; install and registration order never matter.
+
+A pass's `rewrite` factory returns a PatternMatcher (run with `graph_rewrite`, its `ctx` the kernel's
+`KernelContext`, which has `.renderer`) or a function: `fn(sink, ctx) -> sink` (or `fn(sink)`) before linearize,
+`fn(uops, ctx) -> uops` after it. A PatternMatcher placed after linearize is refused with an error naming the pass.
 """
 from __future__ import annotations
 
@@ -14,19 +18,24 @@ from typing import Callable, Iterable, Mapping, Union
 from tinyplug.hookspecs.markers import hookspec
 from tinyplug.hookspecs.specs import PassSpec
 
-# Stable ids of the core codegen stages, in pipeline order. They are public API: renaming one is a major change.
+# Stable ids of the core codegen stages, in pipeline order (`tinyplug.codegen.STAGES` runs them). They are public API:
+# renaming one is a major change. Until linearize a step gets the kernel graph (a SINK of STOREs) and returns one;
+# after it, the linear program (a list of UOps) and returns one (function passes only).
 CORE_STAGES: tuple[str, ...] = (
-  "early",             # lower movement ops to index math, load collapse, range splitting
-  "symbolic_initial",  # first symbolic simplification of the kernel AST
-  "opt",               # optimisation actions (upcast/unroll/local/group), chosen by heuristics or search
-  "expand",            # expand UNROLL/UPCAST axes into vectors
+  "early",             # nothing: the kernel AST as the scheduler made it, for passes that want it unsimplified
+  "symbolic_initial",  # constant folding, identities, index arithmetic (div/mod by bounds)
+  "opt",               # optimisation actions (upcast/unroll/local/group/split/swap/padto/thread), explicit (search),
+                       # from the heuristic, or none with NOOPT=1
+  "expand",            # upcast/unroll axes become straight-line code: one scalar copy of the work per lane
   "symbolic_postopt",  # simplification after the optimisations
-  "gpudims",           # map ranges to global/local (grid/block) indices
-  "devectorize",       # split vectors the renderer cannot handle
-  "decompositions",    # rewrite ops the renderer lacks in terms of ops it has
+  "gpudims",           # renderers with launch ids: output loops become SPECIAL group/local ids; grouped reductions go
+                       # through local memory and a barrier (loop-running renderers: nothing)
+  "devectorize",       # lanes of upcast/unroll axes become vector UOps of the widths the renderer declares
+                       # (`Renderer.vector_widths`); the rest stays scalar lanes
+  "decompositions",    # ops the renderer lacks (`Renderer.native_ops`) in terms of ops it has
   "symbolic_final",    # last simplification before rendering
-  "final",             # renderer-specific final rewrites (the renderer's extra matcher)
-  "linearize",         # graph -> ordered list of UOps
+  "final",             # the renderer's own `extra_matcher`, if it has one
+  "linearize",         # REDUCEs become accumulators and loops; the graph becomes the linear program (a list)
 )
 
 

@@ -98,7 +98,8 @@ class PassSpec:
   name: unique id, by convention "<plugin id>.<pass>"; anchors of other passes refer to it.
   stage: a core stage id (see `CORE_STAGES`) this pass extends: it runs after that stage, before the next one.
   before / after: stage ids or pass names this pass must run before / after.
-  rewrite: factory (or "module:attr") returning a PatternMatcher or a `sink -> sink` callable.
+  rewrite: factory (or "module:attr") returning a PatternMatcher or a function `(sink, ctx) -> sink` (after linearize:
+    `(uops, ctx) -> uops`); ctx is the kernel's KernelContext, with `.renderer`.
   when: optional predicate `(renderer) -> bool`; the pass is skipped for renderers where it is False.
   bottom_up: apply the PatternMatcher bottom-up. version: bump it when the output changes (cache keys).
   """

@@ -1,0 +1,74 @@
+"""The codegen pipeline: one ordered list of stages, plugin passes placed among them (before and after linearize),
+function passes that receive the kernel's context, and a pipeline that follows the installed plugin set."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from plugin_fixtures import plugin_module, plugin_site  # noqa: F401  (plugin_site is a fixture)
+
+from tinyplug.codegen import STAGES, get_program, pipeline_steps
+from tinyplug.device import Device
+from tinyplug.hookspecs.passes import CORE_STAGES
+from tinyplug.plugins import get_plugin_manager
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.uop import Ops
+
+def _ast():
+  x = Tensor(np.arange(12, dtype=np.float32), device="PYTHON")
+  return create_schedule([(x * 2 + 1).uop])[0][-1].ast
+
+# a pass after linearize sees the linear program; it appends a NOOP (renderers skip it) so the test can see it ran
+PASSES = plugin_module("""
+  @hookimpl
+  def tinyplug_register_passes(register):
+    register(PassSpec(name="late.mark", after=("linearize",), rewrite="tp_late.impl:make_mark"))
+    register(PassSpec(name="late.seen", stage="final", rewrite="tp_late.impl:make_seen"))
+""")
+IMPL = """
+  from tinyplug.uop import Ops, UOp, dtypes
+  SEEN = []
+  def make_mark():
+    def mark(uops, ctx):
+      SEEN.append(("mark", ctx.renderer.device, any(u.op is Ops.RANGE or u.op is Ops.SPECIAL for u in uops)))
+      return uops + [UOp(Ops.NOOP, dtypes.void, (), "late.mark")]
+    return mark
+  def make_seen():
+    def seen(sink, ctx):
+      SEEN.append(("seen", ctx.renderer.device, sink.op.name))
+      return sink
+    return seen
+"""
+
+def test_stage_list_is_the_public_one():
+  assert tuple(name for name, _ in STAGES) == CORE_STAGES
+  steps = [s.name for s in pipeline_steps()]
+  assert steps[-1] == "linearize" and [s for s in steps if s in CORE_STAGES] == list(CORE_STAGES)
+
+def test_pass_after_linearize_runs_on_the_linear_program_and_function_passes_get_the_context(plugin_site):
+  plugin_site.add("tp-late", {"late": PASSES}, extra_files={"impl.py": IMPL})
+  names = [s.name for s in pipeline_steps()]
+  assert names.index("late.mark") > names.index("linearize") and names.index("late.seen") == names.index("final") + 1
+  import tp_late.impl as impl
+  spec = get_program(_ast(), Device["PYTHON"].renderer)
+  assert spec.uops[-1].op is Ops.NOOP and spec.uops[-1].arg == "late.mark"
+  assert ("seen", "PYTHON", "SINK") in impl.SEEN and ("mark", "PYTHON", True) in impl.SEEN
+  assert impl.SEEN.index(("seen", "PYTHON", "SINK")) < impl.SEEN.index(("mark", "PYTHON", True))
+
+def test_pattern_matcher_after_linearize_is_refused(plugin_site):
+  plugin_site.add("tp-bad", {"bad": plugin_module("""
+    from tinyplug.uop import PatternMatcher
+    @hookimpl
+    def tinyplug_register_passes(register):
+      register(PassSpec(name="bad.pm", after=("linearize",), rewrite=lambda: PatternMatcher([])))
+  """)})
+  with pytest.raises(ValueError, match=r"'bad.pm'.*after linearize.*function \(uops, ctx\)"):
+    get_program(_ast(), Device["PYTHON"].renderer)
+
+def test_reset_plugins_picks_up_a_newly_installed_pass(plugin_site):
+  before = [s.name for s in pipeline_steps()]
+  spec = get_program(_ast(), Device["PYTHON"].renderer)   # builds (and keeps) the pipeline of this plugin set
+  assert "late.mark" not in before and spec.uops[-1].op is not Ops.NOOP
+  plugin_site.add("tp-late", {"late": PASSES}, extra_files={"impl.py": IMPL})   # installs it, then reset_plugins()
+  assert "late.mark" in [s.name for s in pipeline_steps()]
+  assert get_program(_ast(), Device["PYTHON"].renderer).uops[-1].arg == "late.mark"
+  assert get_plugin_manager().derived["codegen.pipeline"] is pipeline_steps()   # kept with the plugin set
