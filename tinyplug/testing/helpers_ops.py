@@ -5,6 +5,15 @@ import numpy as np
 import torch
 from tinyplug import Tensor
 
+def requires_dtypes(*names: str) -> None:
+  """Skip the running test when the default device's renderer lacks one of these dtypes (`supported_dtypes()`)."""
+  import pytest
+  from tinyplug.device import Device
+  from tinyplug.uop.dtype import to_dtype
+  have = Device[Device.DEFAULT].renderer.supported_dtypes()
+  missing = [n for n in names if to_dtype("bool" if n == "bool_" else n) not in have]
+  if missing: pytest.skip(f"{Device.DEFAULT} has no {', '.join(missing)}")
+
 def make_inputs(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any], low: float, high: float, seed: int) -> list[np.ndarray]:
   rng = np.random.default_rng(seed)
   out = []

@@ -1,0 +1,56 @@
+"""examples/plugin_example as a third party ships it, found through a real entry point: its search strategy runs
+under BEAM=2, and its EXAMPLE device (C through the system compiler) passes tinyplug.testing's op suite."""
+from __future__ import annotations
+import os, subprocess, sys
+import numpy as np
+import pytest
+from plugin_fixtures import REPO_ROOT, make_dist, plugin_site  # noqa: F401  (plugin_site is a fixture)
+
+from tinyplug.helpers import Context
+from tinyplug.plugins import get_plugin_manager
+
+EXAMPLE_SRC = REPO_ROOT / "examples" / "plugin_example" / "src"
+
+@pytest.fixture
+def example(plugin_site):
+  plugin_site.monkeypatch.syspath_prepend(str(EXAMPLE_SRC))
+  make_dist(plugin_site.root, "tinyplug-example", entry_points={"example": "tinyplug_example.plugin"})
+  plugin_site.refresh()
+  yield plugin_site
+  for name in [m for m in sys.modules if m.startswith("tinyplug_example")]: del sys.modules[name]
+
+def test_example_search_strategy_runs_under_beam(example, tmp_path):
+  from tinyplug import Tensor
+  assert get_plugin_manager().get("example").status == "active"
+  a = np.random.default_rng(0).standard_normal((24, 40)).astype(np.float32)
+  b = np.random.default_rng(1).standard_normal((40, 16)).astype(np.float32)
+  with Context(BEAM=2, SEARCH="example_random", IGNORE_BEAM_CACHE=1, CACHELEVEL=0):
+    got = (Tensor(a, device="CPU") @ Tensor(b, device="CPU")).relu().numpy()
+  from tinyplug_example.search import RandomSearch
+  assert RandomSearch.runs >= 1
+  np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+def test_example_device_runs(example):
+  from tinyplug import Tensor
+  from tinyplug.device import Device
+  pytest.importorskip("tinyplug_example.device")
+  if not Device.available() or "EXAMPLE" not in Device.available(): pytest.skip("no C compiler for the EXAMPLE device")
+  a = np.arange(12, dtype=np.float32).reshape(3, 4)
+  t = Tensor(a, device="EXAMPLE")
+  np.testing.assert_allclose(((t * 2 + 1).exp2().sum(1)).numpy(), np.exp2(a * 2 + 1).sum(1), rtol=1e-6)
+  ints = np.array([7, -7, -2**31], dtype=np.int32)
+  want = (Tensor(ints, device="PYTHON") // Tensor(np.array([0, 0, -1], dtype=np.int32), device="PYTHON")).tolist()
+  got = (Tensor(ints, device="EXAMPLE") // Tensor(np.array([0, 0, -1], dtype=np.int32), device="EXAMPLE")).tolist()
+  assert got == want   # C would trap on x/0 and INT_MIN/-1; the device gives what every other device gives
+
+@pytest.mark.slow
+def test_example_device_passes_the_shipped_op_suite(example):
+  from tinyplug.device import Device
+  if "EXAMPLE" not in Device.available(): pytest.skip("no C compiler for the EXAMPLE device")
+  env = example.env(TINYPLUG_TEST_DEVICES="EXAMPLE")
+  env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLE_SRC), env["PYTHONPATH"]])
+  res = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "tinyplug.testing", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:randomly", "-x"], env=env, cwd=example.root, capture_output=True, text=True, timeout=1800)
+  tail = res.stdout[-3000:] + res.stderr[-2000:]
+  assert res.returncode == 0, tail
+  assert " passed" in tail and " failed" not in tail
