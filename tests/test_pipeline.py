@@ -72,3 +72,25 @@ def test_reset_plugins_picks_up_a_newly_installed_pass(plugin_site):
   assert "late.mark" in [s.name for s in pipeline_steps()]
   assert get_program(_ast(), Device["PYTHON"].renderer).uops[-1].arg == "late.mark"
   assert get_plugin_manager().derived["codegen.pipeline"] is pipeline_steps()   # kept with the plugin set
+
+def test_spec_checks_each_step_and_blames_the_pass(plugin_site):
+  from tinyplug.codegen.spec import SpecError
+  from tinyplug.helpers import Context
+  with Context(SPEC=2): assert get_program(_ast(), Device["PYTHON"].renderer).uops   # a good pipeline passes the checks
+  plugin_site.add("tp-broken", {"broken": plugin_module("""
+    @hookimpl
+    def tinyplug_register_passes(register):
+      register(PassSpec(name="broken.mix", stage="symbolic_final", rewrite="tp_broken.impl:make"))
+  """)}, extra_files={"impl.py": """
+    from tinyplug.uop import Ops, UOp, dtypes
+    def make():
+      def mix(sink, ctx):   # a float ADD whose operand is an int: against the IR's rules
+        st = sink.src[0]
+        bad = UOp(Ops.ADD, dtypes.float, (st.src[1], UOp.const(dtypes.int, 1)))
+        return sink.replace(src=(st.replace(src=(st.src[0], bad)),) + sink.src[1:])
+      return mix
+  """})
+  with Context(SPEC=2), pytest.raises(SpecError, match=r"after plugin pass broken.mix \(broken\).*Ops.ADD"):
+    get_program(_ast(), Device["PYTHON"].renderer)
+  with Context(SPEC=1), pytest.raises(SpecError, match=r"after final"):   # SPEC=1: the next core stage reports it
+    get_program(_ast(), Device["PYTHON"].renderer)

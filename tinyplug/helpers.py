@@ -161,8 +161,6 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1 re-runs the search eve
 VIZ = ContextVar("VIZ", 0, "1 turns on the viz_web plugin (same as TINY_PLUGINS=viz_web)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "disk cache use: 0 off, 1 compiled programs only, 2 programs and search results")
-PROFILE = ContextVar("PROFILE", 0, "1 records profile events (schedule/compile/run spans) even without viz")
-CAPTURE_PROCESS_REPLAY = ContextVar("CAPTURE_PROCESS_REPLAY", 0, "1 records codegen inputs for process replay")
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
 
 document_env("DEV", "", "device to run on, e.g. CPU, CL, CUDA, METAL, AMD, PYTHON; `DEV=CUDA:PTX` also picks a renderer")

@@ -4,6 +4,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
+from tinyplug.helpers import SPEC
 from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.uop.rewrite import graph_rewrite
@@ -130,12 +131,16 @@ def run_pipeline(ast: UOp, renderer: Renderer, ctx: KernelContext, until: str | 
   """Every step in order (or the steps before stage `until`): the linear program, or the graph `until` sees."""
   x: Any = ast
   linear = False
+  check = int(SPEC.value)
   for step in pipeline_steps(renderer):
     if step.name == until: break
     with events.scope("pass", step.name):
       if step.is_core: x = _STAGE_FN[step.name](x, ctx, step.name)
       else: x = _run_plugin_pass(step, x, ctx, linear)
     linear = linear or step.name == "linearize"
+    if check and (step.is_core or check >= 2):
+      from tinyplug.codegen.spec import verify
+      verify(x, step.name if step.is_core else f"plugin pass {step.name} ({step.plugin})")
   return x
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: KernelContext | None = None) -> UOp:
