@@ -12,7 +12,7 @@ from tinyplug.uop.upat import PatternMatcher
 from tinyplug.hookspecs.passes import CORE_STAGES, PipelineStep, order_passes
 from tinyplug.codegen.linearize import linearize
 from tinyplug.codegen.gpudims import add_gpudims
-from tinyplug.codegen.naming import kernel_name
+from tinyplug.schedule.naming import kernel_name
 
 @dataclass
 class KernelContext:

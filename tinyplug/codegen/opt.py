@@ -1,11 +1,11 @@
 """The "opt" stage: pick optimisation actions for a kernel and apply them.
 
-Explicit actions (from a search strategy) win; otherwise BEAM=n asks the selected strategy plugin (SEARCH=name,
-default beam); otherwise a hand-written heuristic; NOOPT=1 applies none."""
+Explicit actions win (the engine passes those a search strategy picked under BEAM=n); otherwise NOOPT=1 applies
+none; otherwise a hand-written heuristic."""
 from __future__ import annotations
 import math, os
 from typing import Any
-from tinyplug.helpers import BEAM, NOOPT, getenv
+from tinyplug.helpers import NOOPT, getenv
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 
@@ -13,7 +13,6 @@ def apply_optimisations(sink: UOp, ctx: Any) -> UOp:
   k = Kernel(sink, ctx.renderer)
   if ctx.opts is not None: opts = list(ctx.opts)
   elif NOOPT: opts = []
-  elif BEAM >= 1 and not getattr(ctx, "searching", False): opts = search_opts(sink, ctx)
   else: opts = heuristic_opts(k)
   for o in opts: k.apply_opt(o)
   ctx.applied_opts = list(k.applied_opts)
@@ -183,8 +182,3 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
       else: continue
       break
   return k.applied_opts
-
-def search_opts(sink: UOp, ctx: Any) -> list[Opt]:
-  from tinyplug.helpers import SEARCH
-  from tinyplug.search.runner import run_search
-  return run_search(str(SEARCH.value or "beam"), sink, ctx.renderer, int(BEAM.value))

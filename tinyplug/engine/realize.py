@@ -4,22 +4,11 @@ import time
 from typing import Any
 from tinyplug import events
 from tinyplug.device import Buffer, Device, ProgramSpec
-from tinyplug.helpers import DEBUG, GlobalCounters, colored
+from tinyplug.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import ScheduleItem, create_schedule
 
-# the device memory behind a BUFFER uop lives in the uop's own cache, as long as the uop does
-
-def buffer_of(u: UOp) -> Buffer:
-  """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
-  while u.op is not Ops.BUFFER:
-    if u.op is Ops.RESHAPE or u.op is Ops.AFTER: u = u.src[0]
-    else: raise ValueError(f"{u.op} is not a buffer")
-  c = u._cache
-  if c is not None and (b := c.get("buffer")) is not None: return b
-  return u._cached("buffer", lambda: Buffer(u.src[1].arg, u.arg, u.dtype))
-
-def has_buffer(u: UOp) -> bool: return u._cache is not None and "buffer" in u._cache
+from tinyplug.device import buffer_of, has_buffer  # noqa: F401  (they live with Buffer; imported from here too)
 
 # ---------------- compiled programs, cached by (device, ast) ----------------
 
@@ -42,7 +31,11 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     from tinyplug.codegen import get_program
     st = time.perf_counter()
     renderer = Device[device].renderer
-    spec = get_program(ast, renderer)
+    opts = None
+    if BEAM >= 1 and not NOOPT:   # the engine asks the search strategy; codegen only applies actions
+      from tinyplug.search.runner import search_kernel
+      opts = search_kernel(ast, renderer)
+    spec = get_program(ast, renderer, opts=opts)
     with events.profile_span("compile", spec.name, device):
       r = CompiledRunner(device, spec, time.perf_counter() - st)
     if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")

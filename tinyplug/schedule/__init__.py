@@ -23,12 +23,12 @@ class ScheduleItem:
   buf_uops: tuple[UOp, ...]
   metadata: dict = field(default_factory=dict, compare=False)
   def __repr__(self) -> str:
-    from tinyplug.codegen.naming import kernel_name
+    from tinyplug.schedule.naming import kernel_name
     what = kernel_name(self.ast) if self.ast.op is Ops.SINK else self.metadata.get("name", "copy")
     return f"<ScheduleItem {what} with {len(self.buf_uops)} buffers>"
   @property
   def bufs(self) -> list:
-    from tinyplug.engine.realize import buffer_of
+    from tinyplug.device import buffer_of
     return [buffer_of(b) for b in self.buf_uops]
 
 _GO = object()   # _consumer_ends: walk on through this consumer

@@ -99,6 +99,14 @@ def _db() -> sqlite3.Connection:
 def _opts_to_json(opts: list[Opt]) -> str: return json.dumps([[o.op.name, o.axis, o.arg] for o in opts])
 def _opts_from_json(text: str) -> list[Opt]: return [Opt(OptOps[n], a, g) for n, a, g in json.loads(text)]
 
+def search_kernel(ast: UOp, renderer) -> list[Opt]:
+  """BEAM=n: the actions the SEARCH strategy picks for the kernel `ast`, searched on the graph the "opt" stage sees.
+  The engine calls this and passes the actions down to codegen (codegen never calls a search)."""
+  from tinyplug.codegen import KernelContext, run_pipeline
+  from tinyplug.helpers import BEAM, SEARCH
+  sink = run_pipeline(ast, renderer, KernelContext(renderer), until="opt")
+  return run_search(str(SEARCH.value or "beam"), sink, renderer, int(BEAM.value))
+
 def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
   """The actions the strategy `name` picks for this kernel (from the disk cache when it searched before)."""
   from tinyplug.plugins import get_plugin_manager

@@ -1,0 +1,53 @@
+"""No core module imports a layer above its own (docs/architecture.md lists the layers), lazily or not; imports
+only a type checker reads (under `if TYPE_CHECKING:`) do not count."""
+import pathlib, re
+
+CORE = pathlib.Path(__file__).resolve().parents[1] / "tinyplug"
+
+# lowest first; a module may import its own layer and the ones below it
+LAYERS = [
+  {"uop", "helpers", "events", "hookspecs"},
+  {"backend", "plugins"},
+  {"renderer", "device", "runtime"},
+  {"schedule"},
+  {"codegen"},
+  {"search"},
+  {"engine.realize"},
+  {"tensor", "tensor_ops", "gradient"},
+  {"engine.jit", "nn"},
+  {"cli", "doctor", "testing", "__main__", "__init__"},
+]
+RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+IMPORT = re.compile(r"^(\s*)(?:from\s+(tinyplug(?:\.\w+)*)\s+import\s+([\w, ()]+)|import\s+(tinyplug(?:\.\w+)*))", re.M)
+
+def layer_of(parts: list[str]) -> str:
+  if not parts: return "__init__"
+  if parts[0] == "engine": return "engine." + parts[1] if len(parts) > 1 and parts[1] in ("jit", "realize") else "engine.realize"
+  return parts[0]
+
+def imports(path: pathlib.Path):
+  text = path.read_text()
+  type_only = [m.span() for m in re.finditer(r"^if TYPE_CHECKING:\n(?:[ \t]+.*\n)+", text, re.M)]
+  for m in IMPORT.finditer(text):
+    if any(a <= m.start() < b for a, b in type_only): continue
+    target = (m.group(2) or m.group(4)).split(".")[1:]
+    if m.group(2) == "tinyplug":   # from tinyplug import events, helpers, ...
+      for name in re.findall(r"\w+", m.group(3)): yield [name]
+    else: yield target
+
+def test_no_module_imports_a_higher_layer():
+  bad = []
+  for path in CORE.rglob("*.py"):
+    parts = list(path.relative_to(CORE).with_suffix("").parts)
+    if parts[-1] == "__init__": parts = parts[:-1]
+    mine = layer_of(parts)
+    for target in imports(path):
+      theirs = layer_of(target)
+      if theirs in RANK and RANK[theirs] > RANK[mine]: bad.append(f"{'/'.join(parts)} ({mine}) imports tinyplug.{'.'.join(target)} ({theirs})")
+  assert bad == []
+
+def test_every_core_module_has_a_layer():
+  for path in CORE.rglob("*.py"):
+    parts = list(path.relative_to(CORE).with_suffix("").parts)
+    if parts[-1] == "__init__": parts = parts[:-1]
+    assert layer_of(parts) in RANK, path
