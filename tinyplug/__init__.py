@@ -25,7 +25,13 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]: return sorted(list(globals()) + list(_LAZY))
 
-__all__ = list(_LAZY)
+def reset() -> None:
+  """Forget what tinyplug remembers between calls: compiled programs, schedule and graph templates, constants,
+  kernel names (every `tinyplug.caches.BoundedCache`, plugins' included). Tensors and their data are untouched."""
+  from tinyplug.caches import reset_caches
+  reset_caches()
+
+__all__ = list(_LAZY) + ["reset"]
 
 def _load_requested_plugins() -> None:
   # a recorder asked for on the command line (VIZ=1, TINY_PLUGINS=...) must see the program from its first rewrite

@@ -46,6 +46,13 @@ def _cast(key: str, raw: str, default: Any) -> Any:
   return raw
 
 
+def env_flag(key: str, default: bool = False) -> bool:
+  """Boolean environment variable `key`, read fresh on every call: 1/0, true/false, yes/no, on/off (any case);
+  unset gives `default`, anything else is a ValueError naming the variable. The one boolean parser."""
+  raw = os.environ.get(key)
+  return default if raw is None else _cast(key, raw, True)
+
+
 def env_str(key: str, default: str = "") -> str:
   """The raw text of environment variable `key`, read fresh on every call (not cached)."""
   return os.environ.get(key, default)

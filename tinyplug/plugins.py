@@ -22,7 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
-from tinyplug.helpers import DEBUG, VIZ, env_str, suggest
+from tinyplug.helpers import DEBUG, VIZ, env_flag, env_str, suggest
 
 API_VERSION = "1.0"
 ENTRY_POINT_GROUP = "tinyplug"
@@ -162,8 +162,8 @@ class PluginManager:
     self.enabled, self.disabled = parse_plugin_request(self.requested_text)
     self.viz = (VIZ.value > 0) if viz is None else viz
     if self.viz and "viz_web" not in self.disabled: self.enabled.add("viz_web")
-    self.autoload = env_str("TINY_PLUGINS_AUTOLOAD", "1").strip() not in ("0", "false", "no") if autoload is None else autoload
-    self.strict = env_str("TINY_PLUGINS_STRICT", "0").strip() in ("1", "true", "yes") if strict is None else strict
+    self.autoload = env_flag("TINY_PLUGINS_AUTOLOAD", True) if autoload is None else autoload
+    self.strict = env_flag("TINY_PLUGINS_STRICT") if strict is None else strict
     self.quiet = quiet
     self._entry_points = discover_entry_points() if entry_points is None else entry_points
     self._pm = pluggy.PluginManager("tinyplug")

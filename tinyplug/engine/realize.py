@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 from typing import Any
 from tinyplug import events
+from tinyplug.caches import BoundedCache
 from tinyplug.device import Buffer, Device, ProgramSpec
 from tinyplug.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
@@ -23,7 +24,7 @@ class CompiledRunner:
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)
 
-_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+_runners: BoundedCache = BoundedCache("engine.runners", 8192)   # (device, ast) -> compiled program
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   key = (device, ast)
@@ -40,7 +41,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
       r = CompiledRunner(device, spec, time.perf_counter() - st)
     if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")
     if DEBUG >= 4: print(spec.src)
-    _runners[key] = r
+    _runners.put(key, r)
   return r
 
 # ---------------- running a schedule ----------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip, hashlib, os, sys, urllib.request
 from dataclasses import dataclass
 import numpy as np
-from tinyplug.helpers import cache_dir, env_str
+from tinyplug.helpers import cache_dir, env_flag
 from tinyplug.uop.dtype import dtypes
 
 MNIST_MIRRORS = ("https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -141,7 +141,7 @@ def sklearn_digits(test_fraction: float = 0.2, seed: int = 0) -> DigitData:
 
 def offline_default() -> bool:
   """DATASETS_OFFLINE=1: never download; use cached files or the fallback."""
-  return env_str("DATASETS_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+  return env_flag("DATASETS_OFFLINE")
 
 def _load_numpy(label: str, mirrors: tuple[str, ...], files: dict[str, str], subdir: str, offline: bool | None,
                 timeout: float, verbose: bool, fallback: bool) -> DigitData:

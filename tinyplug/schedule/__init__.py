@@ -4,10 +4,11 @@ A node is materialized ("realized") when it is asked for, is CONTIGUOUS, COPY or
 result is used by more than elementwise math on the way to one kernel's output. Everything else fuses into the
 kernel that consumes it, and movement ops turn into index arithmetic (indexing.py)."""
 from __future__ import annotations
-import functools, math
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
+from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.schedule.indexing import const_index, linear_index, source_index
@@ -48,13 +49,15 @@ def buffer_base(x: UOp) -> UOp:
 # the longest row (elements) a row kernel keeps in cache between its passes
 ROW_FUSE_MAX = 1 << 15
 
-@functools.cache
+_loop_devices: BoundedCache = BoundedCache("schedule.loop_devices", 64)
+
 def _keeps_loops_on(device: str) -> bool:
   """Whether kernels on `device` run as loops (CPU-style), where a row kernel can walk a row several times."""
-  from tinyplug.device import Device   # the renderer's kind decides; asked once per device
-  try: renderer = Device[device].renderer
-  except (RuntimeError, ValueError): return False
-  return renderer.runs_loops
+  if (known := _loop_devices.get(device)) is not None: return known
+  from tinyplug.device import Device   # the renderer's launch model decides; asked once per device
+  try: loops = Device[device].renderer.runs_loops
+  except (RuntimeError, ValueError): loops = False
+  return _loop_devices.put(device, loops)
 
 class ScheduleCycle(RuntimeError):
   def __init__(self, assigns: list[UOp]):
@@ -352,11 +355,10 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   items = pre + s.items
   if found is not None and (template := make_template(found[1], items, becomes)) is not None:
-    if len(_templates) >= MAX_TEMPLATES: _templates.clear()
-    _templates[found[0]] = template
+    _templates.put(found[0], template)
   return items, becomes
 
-_templates: dict[tuple, Template] = {}   # graph structure -> its schedule (cache.py)
+_templates: BoundedCache = BoundedCache("schedule.templates", MAX_TEMPLATES)   # graph structure -> its schedule (cache.py)
 
 _simplified: dict[UOp, UOp] = {}
 

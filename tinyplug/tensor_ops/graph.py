@@ -6,6 +6,7 @@ Movement ops that would change nothing are left out, so equal computations build
 from __future__ import annotations
 import math
 from typing import Any
+from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
 
@@ -28,12 +29,10 @@ def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...] = ()) ->
     if (hit := _consts.get(key)) is not None: return hit
   c = UOp(Ops.CONST, dtype, (device_uop(device),), dtypes.as_const(value, dtype))
   ret = expand(reshape(c, (1,) * len(shape)), shape)
-  if key is not None:
-    if len(_consts) >= 4096: _consts.clear()
-    _consts[key] = ret
+  if key is not None: _consts.put(key, ret)
   return ret
 
-_consts: dict[tuple, UOp] = {}
+_consts: BoundedCache = BoundedCache("tensor.constants", 4096)
 
 def const_like(u: UOp, value: Any, dtype: DType | None = None) -> UOp:
   return const(value, dtype or u.dtype, u.device, u.shape)

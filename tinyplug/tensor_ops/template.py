@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable
+from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 
@@ -30,7 +31,7 @@ class Built:
   structure: tuple[tuple, tuple[tuple[int, int], ...]] | None
   view_keys: tuple[tuple, ...]      # the structure key of each placeholder on its own (an input must match it)
 
-_templates: dict[tuple, Built] = {}
+_templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 
 def _frozen(x: Any) -> Any:
   """x as a hashable key part (lists become tuples); a TypeError says it cannot be one."""
@@ -108,7 +109,6 @@ def graph_template(fn: Callable) -> Callable:
       by_name = dict(zip(names, holders[len(holders) - len(names):]))
       out = fn(holders[0], *[next(pos) if isinstance(a, tt) else a for a in args],
                **{k: by_name.get(k, v) for k, v in kwargs.items()})
-      if len(_templates) >= MAX_TEMPLATES: _templates.clear()
-      hit = _templates[key] = _build(tuple(h.uop for h in holders), out.uop, out.requires_grad)
+      hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
     return tt.from_uop(_rebuild(hit, [t.uop for t in tensors]), hit.requires_grad)
   return wrapper
