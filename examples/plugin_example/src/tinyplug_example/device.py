@@ -47,6 +47,8 @@ class CRenderer(CStyleRenderer):
       if u.op is Ops.IDIV:
         return f"(({b})==0 ? ({a}) : " + (f"({b})==-1 ? -({a}) : " if signed else "") + f"({a})/({b}))"
       return f"(({b})==0" + (f" || ({b})==-1" if signed else "") + f" ? 0 : ({a})%({b}))"
+    if u.op in self.call_ops and u.dtype.scalar() == dtypes.float32:   # expf, not exp in double: float math as elsewhere
+      return f"{self.call_ops[u.op]}f({', '.join(s)})"
     return super()._render_alu(u, s)
 
   def render_bitcast(self, u, x: str) -> str:   # through a union: portable C
