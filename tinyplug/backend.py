@@ -33,6 +33,7 @@ LRU_MAX = ContextVar("LRU_MAX", 1 << 30, "at most this many freed bytes are kept
 class Allocator:
   """Raw memory of one device, on opaque handles. A plugin implements all four methods; `free` really frees
   (the core keeps freed blocks for reuse itself, see `ReuseAllocator`)."""
+  reusable: bool = True   # False: the core hands back no freed block (e.g. each block needs a fresh guard page)
   def alloc(self, nbytes: int) -> Any:
     """A new block of at least `nbytes` bytes (its contents are undefined); raise (e.g. MemoryError) when full."""
     raise NotImplementedError
@@ -58,7 +59,7 @@ class ReuseAllocator(Allocator):
     self._kept_bytes = 0
   def alloc(self, nbytes: int) -> Any:
     nbytes = max(nbytes, 1)
-    if (blocks := self._kept.get(nbytes)):
+    if self.raw.reusable and (blocks := self._kept.get(nbytes)):
       self._kept_bytes -= nbytes
       return blocks.pop()
     try: return self.raw.alloc(nbytes)
@@ -68,7 +69,7 @@ class ReuseAllocator(Allocator):
       return self.raw.alloc(nbytes)
   def free(self, handle: Any, nbytes: int) -> None:
     nbytes = max(nbytes, 1)
-    if LRU and nbytes >= LRU_MIN.value and self._kept_bytes + nbytes <= LRU_MAX.value:
+    if LRU and self.raw.reusable and nbytes >= LRU_MIN.value and self._kept_bytes + nbytes <= LRU_MAX.value:
       self._kept.setdefault(nbytes, []).append(handle)
       self._kept_bytes += nbytes
     else: self.raw.free(handle, nbytes)

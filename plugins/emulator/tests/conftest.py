@@ -21,16 +21,16 @@ def _run_kernel(dev, src: str, arrays: list[np.ndarray], groups, local, vals=())
   from tinyplug.device import ProgramSpec
   handles = [dev.allocator.alloc(a.nbytes) for a in arrays]
   try:
-    for h, a in zip(handles, arrays): dev.allocator._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    for h, a in zip(handles, arrays): dev.allocator.copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
     spec = ProgramSpec(name=src.split("void", 1)[1].split("(", 1)[0].strip(), uops=(), src=src, global_size=tuple(groups),
                        local_size=tuple(local), outs=tuple(range(len(arrays))))
     prg = dev.make_program(spec, dev.compiler.compile_cached(src))
     prg(*handles, global_size=tuple(groups), local_size=tuple(local), vals=tuple(vals))
     out = [np.empty_like(a) for a in arrays]
-    for o, h in zip(out, handles): dev.allocator._copyout(memoryview(o).cast("B"), h)
+    for o, h in zip(out, handles): dev.allocator.copyout(memoryview(o).cast("B"), h)
     return out
   finally:
-    for h, a in zip(handles, arrays): dev.allocator._free(h, a.nbytes)
+    for h, a in zip(handles, arrays): dev.allocator.free(h, a.nbytes)
 
 @pytest.fixture
 def run_kernel():
@@ -44,19 +44,19 @@ def _run_dialect_kernel(dialect, src: str, arrays: list[np.ndarray], groups, loc
   ok, reason = emulator_available()
   if not ok: pytest.skip(f"emulator unavailable: {reason}")
   compiler, alloc = EmulatorCompiler(dialect), EmulatorAllocator()
-  handles = [alloc._alloc(a.nbytes) for a in arrays]
+  handles = [alloc.alloc(a.nbytes) for a in arrays]
   try:
-    for h, a in zip(handles, arrays): alloc._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    for h, a in zip(handles, arrays): alloc.copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
     name = dialect._signature(src)[0]
     spec = ProgramSpec(name=name, uops=(), src=src, global_size=tuple(groups), local_size=tuple(local),
                        outs=tuple(range(len(arrays))))
     prg = EmulatorProgram(compiler, spec, compiler.compile_cached(src))
     prg(*handles, global_size=tuple(groups), local_size=tuple(local), vals=tuple(vals))
     out = [np.empty_like(a) for a in arrays]
-    for o, h in zip(out, handles): alloc._copyout(memoryview(o).cast("B"), h)
+    for o, h in zip(out, handles): alloc.copyout(memoryview(o).cast("B"), h)
     return out
   finally:
-    for h, a in zip(handles, arrays): alloc._free(h, a.nbytes)
+    for h, a in zip(handles, arrays): alloc.free(h, a.nbytes)
 
 @pytest.fixture
 def run_dialect_kernel():

@@ -41,17 +41,13 @@ class HostMemory:
 
 class EmulatorAllocator(Allocator):
   """Host buffers. EMU_BOUNDS, read at each allocation, decides whether a buffer gets guard pages."""
-  def alloc(self, nbytes: int) -> HostMemory:
-    if EMU_BOUNDS.value: return self._alloc(nbytes)   # a reused block might lack the guard this mode needs
-    return super().alloc(nbytes)
-  def free(self, handle: HostMemory, nbytes: int) -> None:
-    if handle.hi: self._free(handle, nbytes)
-    else: super().free(handle, nbytes)
-  def _alloc(self, nbytes: int) -> HostMemory: return HostMemory(nbytes, int(EMU_BOUNDS.value))
-  def _free(self, handle: HostMemory, nbytes: int) -> None: handle.release()
-  def _copyin(self, dest: HostMemory, src: memoryview) -> None:
+  @property
+  def reusable(self) -> bool: return not EMU_BOUNDS.value   # a reused block might lack the guard this mode needs
+  def alloc(self, nbytes: int) -> HostMemory: return HostMemory(nbytes, int(EMU_BOUNDS.value))
+  def free(self, handle: HostMemory, nbytes: int) -> None: handle.release()
+  def copyin(self, dest: HostMemory, src: memoryview) -> None:
     if src.nbytes: ctypes.memmove(dest.address, (ctypes.c_char * src.nbytes).from_buffer_copy(src), src.nbytes)
-  def _copyout(self, dest: memoryview, src: HostMemory) -> None:
+  def copyout(self, dest: memoryview, src: HostMemory) -> None:
     if dest.nbytes: ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src.address, dest.nbytes)
 
 # ---------------- compiling ----------------
