@@ -1,10 +1,10 @@
 """`tinyplug doctor`: a short health report of this installation.
 
 Python and core versions, each plugin's status and reason, each device's availability and whether it can allocate
-memory and run a 1-element kernel, the disk cache directory and the default device. `doctor_report` returns the
+memory and run a 1-element kernel, the disk cache directory (is it safe; is every entry intact) and the default device. `doctor_report` returns the
 facts as a dict (the `--json` document); `format_report` turns it into text. A problem is anything that stops work:
 a plugin that failed, is incompatible or conflicts, a requested plugin that is missing, a device that says it is
-available but cannot run, or no default device.
+available but cannot run, an unsafe cache directory, a damaged cache entry, or no default device.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+from tinyplug.diskcache import check_cache_tree
 from tinyplug.helpers import CACHELEVEL, cache_dir, env_str
 from tinyplug.plugins import API_VERSION, PROBLEM_STATUSES, PluginManager, host_version
 
@@ -58,7 +59,9 @@ def _cache_info() -> dict[str, Any]:
   path = cache_dir()
   exists = os.path.isdir(path)
   parent = path if exists else os.path.dirname(path)
-  return {"dir": path, "exists": exists, "writable": os.access(parent, os.W_OK), "cachelevel": CACHELEVEL.value}
+  checked = check_cache_tree(path)
+  return {"dir": path, "exists": exists, "writable": os.access(parent, os.W_OK), "cachelevel": CACHELEVEL.value,
+          "unsafe": checked["unsafe"], "entries": checked["entries"], "bad_entries": checked["bad"]}
 
 
 def doctor_report(pm: PluginManager) -> dict[str, Any]:
@@ -71,13 +74,16 @@ def doctor_report(pm: PluginManager) -> dict[str, Any]:
   problems += list(pm.request_errors)
   problems += [f"device {d['name']} is available but does not work ({d['reason']})" for d in devices
                if d["status"] == "failed"]
+  cache = _cache_info()
+  if cache["unsafe"]: problems.append(f"the cache directory is not used: {cache['unsafe']}")
+  problems += [f"damaged cache entry (dropped and rebuilt when next used): {b}" for b in cache["bad_entries"]]
   if default["error"]: problems.append(f"no default device: {default['error']}")
   elif not any(d["name"] == default["name"].partition(":")[0] and d["status"] == "ok" for d in devices):
     problems.append(f"the default device {default['name']} does not work")
   return {"schema_version": DOCTOR_SCHEMA_VERSION,
           "python": {"version": platform.python_version(), "executable": sys.executable},
           "tinyplug": {"version": host_version(), "api": API_VERSION},
-          "cache": _cache_info(), "default_device": default, "plugins": plugins, "devices": devices,
+          "cache": cache, "default_device": default, "plugins": plugins, "devices": devices,
           "problems": problems}
 
 
@@ -85,6 +91,7 @@ def format_report(report: dict[str, Any], table: Any) -> str:
   """The report as text; `table(headers, rows)` formats the plugin and device tables."""
   cache, default = report["cache"], report["default_device"]
   cache_state = ("exists" if cache["exists"] else "not created yet") + (", writable" if cache["writable"] else ", NOT writable")
+  if cache["exists"]: cache_state += f", {cache['entries']} entries checked, {len(cache['bad_entries'])} damaged"
   lines = [f"python     {report['python']['version']} ({report['python']['executable']})",
            f"tinyplug   {report['tinyplug']['version']} (plugin API {report['tinyplug']['api']})",
            f"cache dir  {cache['dir']} ({cache_state}; CACHELEVEL={cache['cachelevel']})",

@@ -1,9 +1,10 @@
 """Kernel search: run the selected strategy plugin, time candidates on the real device, cache the answer on disk."""
 from __future__ import annotations
-import hashlib, json, os, pathlib, sqlite3, sys, time
+import hashlib, json, os, sys, time
 from typing import Any, Callable
 from tinyplug import events
-from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, cache_dir, suggest
+from tinyplug.diskcache import SealedTable
+from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, suggest
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.hookspecs.search import check_strategy
@@ -88,13 +89,8 @@ def _cache_key(strategy: str, version: str, ast: UOp, renderer, device: str, wid
                     pipeline_fingerprint(pipeline_steps(renderer)), str(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
-def _db() -> sqlite3.Connection:
-  path = pathlib.Path(cache_dir()) / "search.db"
-  path.parent.mkdir(parents=True, exist_ok=True)
-  conn = sqlite3.connect(path, timeout=30)
-  conn.execute("PRAGMA journal_mode=WAL")
-  conn.execute("CREATE TABLE IF NOT EXISTS search (key TEXT PRIMARY KEY, opts TEXT)")
-  return conn
+# search answers on disk, each row checked against its digest (tinyplug.diskcache)
+SEARCH_DB = SealedTable("search.db", "search_v2", "search")
 
 def _opts_to_json(opts: list[Opt]) -> str: return json.dumps([[o.op.name, o.axis, o.arg] for o in opts])
 def _opts_from_json(text: str) -> list[Opt]: return [Opt(OptOps[n], a, g) for n, a, g in json.loads(text)]
@@ -115,12 +111,8 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
     raise ValueError(f"unknown search strategy {name!r}{suggest(name, list(pm.search))}; installed: {sorted(pm.search)}")
   spec, _ = pm.search[name]
   key = _cache_key(name, spec.version, sink, renderer, renderer.device, width)
-  if CACHELEVEL >= 1 and not IGNORE_BEAM_CACHE:
-    try:
-      with _db() as conn:
-        row = conn.execute("SELECT opts FROM search WHERE key=?", (key,)).fetchone()
-      if row is not None: return _opts_from_json(row[0])
-    except sqlite3.Error: pass
+  if CACHELEVEL >= 1 and not IGNORE_BEAM_CACHE and (cached := _cached_opts(key, sink, renderer)) is not None:
+    return cached
   strategy = pm.load_factory(spec.factory)()
   check_strategy(strategy, name)
   timer = Timer(sink, renderer, renderer.device)
@@ -134,8 +126,17 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
   _progress("")
   if sys.stderr.isatty(): print(f"\r\033[K{label}: {opts} in {time.perf_counter()-st:.2f}s", file=sys.stderr)
   if events.enabled("search"): events.emit("search", {"strategy": name, "opts": opts, "seconds": time.perf_counter() - st})
-  if CACHELEVEL >= 1:
-    try:
-      with _db() as conn: conn.execute("INSERT OR REPLACE INTO search VALUES (?, ?)", (key, _opts_to_json(opts)))
-    except sqlite3.Error: pass
+  if CACHELEVEL >= 1: SEARCH_DB.put(key, _opts_to_json(opts).encode())
   return opts
+
+def _cached_opts(key: str, sink: UOp, renderer) -> list[Opt] | None:
+  """The stored answer for `key` if it is intact and still applies to this kernel; a row that does not parse or
+  apply is dropped (and reported once), so the search runs again instead of failing every run."""
+  if (payload := SEARCH_DB.get(key)) is None: return None
+  try:
+    opts = _opts_from_json(payload.decode())
+    if apply_all(Kernel(sink, renderer), opts) is not None: return opts
+    why = "its actions do not apply to the kernel"
+  except Exception as e: why = f"unreadable: {type(e).__name__}"   # whatever a damaged row holds
+  SEARCH_DB.drop(key, why)
+  return None

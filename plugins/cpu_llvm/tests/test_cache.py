@@ -101,3 +101,25 @@ def test_second_training_process_gets_every_kernel_from_the_disk_cache(tmp_path)
   (kernels1, compiles1), (kernels2, compiles2) = runs
   assert kernels1 == kernels2 > 10 and compiles1 > 10   # the same kernels, each compiled once in the first process
   assert compiles2 == 0, f"the second process compiled {compiles2} of its {kernels2} kernels again"
+
+@pytest.mark.parametrize("damage", ["empty", "random", "truncated", "swapped"])
+def test_damaged_object_is_dropped_and_compiled_again(tmp_path, damage):
+  """A damaged or substituted object in cpu_llvm.sqlite is never loaded: the run compiles it again, says so once,
+  and the next run is warm again."""
+  import sqlite3
+  assert _run(tmp_path, 7.5) == 2
+  db = tmp_path / "tinyplug" / "cpu_llvm.sqlite"
+  with sqlite3.connect(db) as conn:
+    rows = conn.execute("SELECT key, payload FROM cpu_llvm_objects_v2 ORDER BY key").fetchall()
+    assert len(rows) == 2
+    (k0, o0), (k1, o1) = rows
+    new = {"empty": (b"", o1), "random": (os.urandom(len(o0)), o1), "truncated": (o0[:len(o0) // 2], o1),
+           "swapped": (o1, o0)}[damage]
+    conn.execute("UPDATE cpu_llvm_objects_v2 SET payload=? WHERE key=?", (new[0], k0))
+    conn.execute("UPDATE cpu_llvm_objects_v2 SET payload=? WHERE key=?", (new[1], k1))
+  e = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "DEV": "CPU"}
+  out = subprocess.run([sys.executable, "-c", SCRIPT, "7.5"], capture_output=True, text=True, timeout=300, env=e)
+  assert out.returncode == 0, out.stderr                      # the value check inside SCRIPT passed too
+  assert int(out.stdout.split("COMPILES")[-1]) == (2 if damage == "swapped" else 1)
+  assert out.stderr.count("dropped a damaged entry of the cpu_llvm cache") == 1, out.stderr
+  assert _run(tmp_path, 7.5) == 0

@@ -80,6 +80,17 @@ def test_disk_cache_of_program_binaries(cl, tmp_path):
   assert _builds(tmp_path, CACHELEVEL="0") == (1, 0)     # off
   cached[0].write_bytes(b"garbage")                      # a corrupt entry is rebuilt from source, not an error
   assert _builds(tmp_path) == (1, 0)
+  assert _builds(tmp_path) == (0, 1)
+
+def test_truncated_cached_binary_never_reaches_the_driver(cl, tmp_path):
+  """A truncated program binary tripped an assertion inside PoCL (the process aborted): the digest stored with
+  each binary catches it first, and the program is built from source again."""
+  assert _builds(tmp_path) == (1, 0)
+  (path,) = (tmp_path / "tinyplug" / "opencl").glob("*.bin")
+  data = path.read_bytes()
+  path.write_bytes(data[:len(data) * 2 // 3])
+  assert _builds(tmp_path) == (1, 0)
+  assert _builds(tmp_path) == (0, 1)
 
 def test_probe_without_library(monkeypatch):
   from tinyplug_opencl import cl as clapi

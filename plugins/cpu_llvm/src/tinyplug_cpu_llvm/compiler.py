@@ -1,11 +1,12 @@
-"""LLVM IR -> a relocatable object for the host CPU, with llvmlite; cached in memory and in SQLite on disk.
+"""LLVM IR -> a relocatable object for the host CPU, with llvmlite; cached in memory and in SQLite on disk (checked).
 
 The object's one function is renamed to `symbol_for(src)` (a hash of the source), so every program can live in the
 same JIT engine without name clashes; the runtime looks it up by that name."""
 from __future__ import annotations
-import hashlib, os, sqlite3, threading, time
+import hashlib, threading, time
 from tinyplug.device import Compiler
-from tinyplug.helpers import CACHELEVEL, DEBUG, cache_dir
+from tinyplug.diskcache import SealedTable
+from tinyplug.helpers import CACHELEVEL, DEBUG
 from tinyplug_cpu_llvm import __version__
 
 _init_lock = threading.Lock()
@@ -42,50 +43,8 @@ def make_target_machine(cpu: str, features: str, opt: int = 3):
 
 CODE_MODEL = "large"
 
-class DiskCache:
-  """Compiled objects by key in one SQLite file; safe with several processes (WAL, busy timeout). Any SQLite
-  error makes a lookup miss and a store a no-op: the caller just compiles again."""
-  TABLE = "cpu_llvm_objects_v1"
-  def __init__(self, path: str | None = None):
-    self.path = path or os.path.join(cache_dir(), "cpu_llvm.sqlite")
-    self._conn: sqlite3.Connection | None = None
-    self._pid = -1
-    self._lock = threading.Lock()
-
-  def _connection(self) -> sqlite3.Connection:
-    if self._conn is None or self._pid != os.getpid():   # a forked child opens its own
-      os.makedirs(os.path.dirname(self.path), exist_ok=True)
-      conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-      conn.execute("PRAGMA busy_timeout=30000")
-      try: conn.execute("PRAGMA journal_mode=WAL")
-      except sqlite3.OperationalError: pass  # another process is switching it right now; it stays usable
-      conn.execute(f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, obj BLOB NOT NULL, created REAL)")
-      self._conn, self._pid = conn, os.getpid()
-    return self._conn
-
-  def get(self, key: str) -> bytes | None:
-    try:
-      with self._lock:
-        row = self._connection().execute(f"SELECT obj FROM {self.TABLE} WHERE key=?", (key,)).fetchone()
-      return bytes(row[0]) if row else None
-    except (sqlite3.Error, OSError) as e:
-      if DEBUG >= 2: print(f"cpu_llvm: disk cache read failed ({e}); compiling")
-      return None
-
-  def put(self, key: str, obj: bytes) -> None:
-    try:
-      with self._lock:
-        self._connection().execute(f"INSERT OR REPLACE INTO {self.TABLE} (key, obj, created) VALUES (?, ?, ?)",
-                                   (key, sqlite3.Binary(obj), time.time()))
-    except (sqlite3.Error, OSError) as e:
-      if DEBUG >= 2: print(f"cpu_llvm: disk cache write failed ({e})")
-
-_disk_caches: dict[str, DiskCache] = {}
-
-def disk_cache() -> DiskCache:
-  path = os.path.join(cache_dir(), "cpu_llvm.sqlite")
-  if path not in _disk_caches: _disk_caches[path] = DiskCache(path)
-  return _disk_caches[path]
+# compiled objects on disk, each row checked against its digest before it is loaded (tinyplug.diskcache)
+DISK_CACHE = SealedTable("cpu_llvm.sqlite", "cpu_llvm_objects_v2", "cpu_llvm")
 
 # kernels with at most this many loop-body executions (the renderer's `work`) compile at O0
 QUICK_WORK = 1024
@@ -152,10 +111,10 @@ class LLVMCompiler(Compiler):
     key = self.key(src, quick)
     if (obj := self._memory.get(key)) is not None: return obj
     use_disk = CACHELEVEL >= 1
-    if use_disk and (obj := disk_cache().get(key)) is not None:
+    if use_disk and (obj := DISK_CACHE.get(key)) is not None:
       self._memory[key] = obj
       return obj
     obj = self.compile(src, quick)
     self._memory[key] = obj
-    if use_disk: disk_cache().put(key, obj)
+    if use_disk: DISK_CACHE.put(key, obj)
     return obj

@@ -1,10 +1,11 @@
 """The CL device: context and in-order profiling queue, buffers, program builds with an in-memory and on-disk binary
 cache, and kernel launches that return the device time from profiling events when asked to wait."""
 from __future__ import annotations
-import ctypes, hashlib, os, tempfile, threading
+import ctypes, hashlib, os, threading
 from typing import Any, Callable
 from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
-from tinyplug.helpers import CACHELEVEL, DEBUG, cache_dir, env_str
+from tinyplug.diskcache import cache_path, read_sealed, write_sealed
+from tinyplug.helpers import CACHELEVEL, DEBUG, env_str
 from tinyplug_opencl import cl
 from tinyplug_opencl.cl import CLError, check, lib, c_size_t, c_uint, c_int, c_void_p
 from tinyplug_opencl.renderer import OpenCLRenderer
@@ -109,7 +110,7 @@ class CLCompiler(Compiler):
     check("clGetProgramInfo", lib().clGetProgramInfo(program, cl.CL_PROGRAM_BINARIES, ctypes.sizeof(ptrs), ptrs, None))
     return buf.raw
 
-  def _cache_path(self, src: str) -> str: return os.path.join(cache_dir(), "opencl", self._key(src) + ".bin")
+  def _cache_path(self, src: str) -> str | None: return cache_path("opencl", self._key(src) + ".bin")
 
   def compile(self, src: str) -> bytes:
     program = self._from_source(src)
@@ -122,15 +123,14 @@ class CLCompiler(Compiler):
     with self._lock:
       if (hit := self._by_src.get(src)) is not None: return hit
       path = self._cache_path(src) if CACHELEVEL >= 1 else None
-      binary = None
-      if path is not None and os.path.exists(path):
-        try:
-          with open(path, "rb") as f: binary = f.read()
-          self.programs[binary] = self.from_binary(binary)
-        except (OSError, CLError): binary = None    # a stale or corrupt entry: build from source instead
+      # read_sealed checks the binary against its digest (keyed with the source) before the driver sees it
+      binary = read_sealed(path, self._key(src), "opencl") if path is not None else None
+      if binary is not None:
+        try: self.programs[binary] = self.from_binary(binary)
+        except CLError: binary = None    # intact but the driver rejects it (a driver update): build from source
       if binary is None:
         binary = self.compile(src)
-        if path is not None and not binary.startswith(b"src:"): _write_atomic(path, binary)
+        if path is not None and not binary.startswith(b"src:"): write_sealed(path, self._key(src), binary)
       self._by_src[src] = binary
       return binary
 
@@ -140,14 +140,6 @@ class CLCompiler(Compiler):
         prg = self._from_source(lib_bytes[4:].decode()) if lib_bytes.startswith(b"src:") else self.from_binary(lib_bytes)
         self.programs[lib_bytes] = prg
       return prg
-
-def _write_atomic(path: str, data: bytes) -> None:
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f: f.write(data)
-    os.replace(tmp, path)
-  except OSError: pass   # the disk cache is an optimisation; a read-only home must not break compiling
 
 class CLProgram:
   """One kernel of a built program. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:

@@ -1,0 +1,222 @@
+"""On-disk caches that check what they read back: the one place that decides whether the cache directory is safe
+and whether an entry is intact.
+
+Every entry is stored with `entry_digest(key, payload)`, a SHA-256 over its key and its bytes. Keys are themselves
+hashes of everything the payload was made from (the kernel's source, compiler versions, target), so a payload
+stored under another key (swapped, truncated, zeroed, random bytes) fails the check, is dropped, is made again by
+the caller, and is reported once per cache and process. The digest catches damage and mix-ups; what keeps other
+users from writing entries at all is the directory check: the cache directory must be owned by the current user
+and not writable by group or others, and it is created 0700 (see docs/security.md).
+
+Two stores: `SealedTable`, a table in an SQLite file (several processes at once: WAL, busy timeout), and sealed
+files (`write_sealed`/`read_sealed`: a header naming the key and the digest, then the payload). `check_cache_tree`
+verifies every entry under the directory in either form, for `tinyplug doctor`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from tinyplug.helpers import cache_dir
+
+SEALED_MAGIC = b"tinyplug-sealed-v1\n"
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def entry_digest(key: str, payload: bytes) -> str:
+  """The checksum stored with an entry: binds the payload to the key it was stored under."""
+  return hashlib.sha256(key.encode() + b"\0" + bytes(payload)).hexdigest()
+
+
+def report_once(topic: str, message: str) -> None:
+  """Print `message` to stderr the first time `topic` comes up in this process (a damaged cache says so once)."""
+  with _lock:
+    if topic in _warned: return
+    _warned.add(topic)
+  print(f"tinyplug: {message}", file=sys.stderr)
+
+
+def unsafe_reason(path: str) -> str | None:
+  """Why an existing directory must not be trusted as a cache (owned by someone else, writable by group or
+  others), or None when it is fine."""
+  st = os.stat(path)
+  if not stat.S_ISDIR(st.st_mode): return f"{path} is not a directory"
+  if hasattr(os, "getuid") and st.st_uid != os.getuid():
+    return f"{path} is owned by uid {st.st_uid}, not by the current user (uid {os.getuid()})"
+  if hasattr(os, "getuid") and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); run `chmod go-w {path}`"
+  return None
+
+
+def cache_root() -> str | None:
+  """The cache directory, created 0700 when missing; None (reported once) when it is unsafe or cannot be made:
+  then nothing is read from or written to disk and every program is compiled in memory."""
+  path = cache_dir()
+  try:
+    if not os.path.isdir(path): os.makedirs(path, mode=0o700, exist_ok=True)
+    reason = unsafe_reason(path)
+  except OSError as e: reason = f"cannot create {path}: {e}"
+  if reason is None: return path
+  report_once("cache-dir", f"the disk cache is off: {reason}")
+  return None
+
+
+def cache_path(*parts: str) -> str | None:
+  """A path inside the cache directory (its parent folders made 0700), or None when the directory is unsafe."""
+  root = cache_root()
+  if root is None: return None
+  path = os.path.join(root, *parts)
+  try: os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+  except OSError: return None
+  return path
+
+
+def _bad(cache: str, key: str, why: str) -> None:
+  report_once(f"bad-entry:{cache}", f"dropped a damaged entry of the {cache} cache ({why}, key {key[:16]}...); "
+              "it is made again (`tinyplug doctor` checks every entry)")
+
+
+class SealedTable:
+  """`key -> payload` in a table of an SQLite file under the cache directory, each row with its digest. A row whose
+  digest does not match is deleted and reads as a miss. Any SQLite error makes a read miss and a write a no-op:
+  the disk cache is an optimisation, never a reason to fail."""
+
+  def __init__(self, filename: str, table: str, label: str | None = None):
+    self.filename, self.table, self.label = filename, table, label or table
+    self._conn: sqlite3.Connection | None = None
+    self._conn_for: tuple[int, str] | None = None
+    self._lock = threading.Lock()
+
+  def _connection(self) -> sqlite3.Connection | None:
+    path = cache_path(self.filename)
+    if path is None: return None
+    if self._conn is None or self._conn_for != (os.getpid(), path):   # a forked child opens its own
+      conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+      conn.execute("PRAGMA busy_timeout=30000")
+      try: conn.execute("PRAGMA journal_mode=WAL")
+      except sqlite3.OperationalError: pass   # another process is switching it right now; it stays usable
+      conn.execute(f"CREATE TABLE IF NOT EXISTS {self.table} "
+                   "(key TEXT PRIMARY KEY, payload BLOB NOT NULL, digest TEXT NOT NULL, created REAL)")
+      self._conn, self._conn_for = conn, (os.getpid(), path)
+    return self._conn
+
+  def get(self, key: str) -> bytes | None:
+    try:
+      with self._lock:
+        if (conn := self._connection()) is None: return None
+        row = conn.execute(f"SELECT payload, digest FROM {self.table} WHERE key=?", (key,)).fetchone()
+    except (sqlite3.Error, OSError): return None
+    if row is None: return None
+    payload = bytes(row[0]) if isinstance(row[0], (bytes, memoryview)) else None
+    if payload is None or row[1] != entry_digest(key, payload):
+      _bad(self.label, key, "checksum mismatch" if payload is not None else "not bytes")
+      self.delete(key)
+      return None
+    return payload
+
+  def put(self, key: str, payload: bytes) -> None:
+    try:
+      with self._lock:
+        if (conn := self._connection()) is None: return
+        conn.execute(f"INSERT OR REPLACE INTO {self.table} (key, payload, digest, created) VALUES (?, ?, ?, ?)",
+                     (key, sqlite3.Binary(payload), entry_digest(key, payload), time.time()))
+    except (sqlite3.Error, OSError): pass
+
+  def delete(self, key: str) -> None:
+    try:
+      with self._lock:
+        if (conn := self._connection()) is not None: conn.execute(f"DELETE FROM {self.table} WHERE key=?", (key,))
+    except (sqlite3.Error, OSError): pass
+
+  def drop(self, key: str, why: str) -> None:
+    """Delete an entry whose digest matched but whose content the caller found unusable, and say so once."""
+    _bad(self.label, key, why)
+    self.delete(key)
+
+
+def write_sealed(path: str, key: str, payload: bytes) -> None:
+  """Write `payload` to `path` atomically with a header naming its key and digest (errors are ignored)."""
+  try:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+      f.write(SEALED_MAGIC + key.encode() + b"\n" + entry_digest(key, payload).encode() + b"\n" + payload)
+    os.replace(tmp, path)
+  except OSError: pass
+
+
+def _parse_sealed(data: bytes) -> tuple[str, str, bytes] | None:
+  if not data.startswith(SEALED_MAGIC): return None
+  parts = data[len(SEALED_MAGIC):].split(b"\n", 2)
+  if len(parts) != 3: return None
+  try: return parts[0].decode(), parts[1].decode(), parts[2]
+  except UnicodeDecodeError: return None
+
+
+def read_sealed(path: str, key: str, label: str) -> bytes | None:
+  """The payload of a sealed file stored under `key`, or None: missing, or damaged (then deleted, reported once)."""
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError: return None
+  parsed = _parse_sealed(data)
+  why = ("not a sealed cache file" if parsed is None else "stored under another key" if parsed[0] != key else
+         "checksum mismatch" if parsed[1] != entry_digest(key, parsed[2]) else None)
+  if why is None: return parsed[2]   # type: ignore[index]
+  _bad(label, key, why)
+  try: os.unlink(path)
+  except OSError: pass
+  return None
+
+
+def _check_sqlite(path: str) -> tuple[int, list[str]]:
+  count, bad = 0, []
+  try:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+      tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+      for table in tables:
+        cols = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if not {"key", "payload", "digest"} <= cols: continue
+        for key, payload, digest in conn.execute(f"SELECT key, payload, digest FROM {table}"):
+          count += 1
+          if not isinstance(payload, bytes) or digest != entry_digest(str(key), payload):
+            bad.append(f"{os.path.basename(path)}: table {table}, key {str(key)[:16]}...: checksum mismatch")
+    finally: conn.close()
+  except sqlite3.Error as e: bad.append(f"{os.path.basename(path)}: not a readable SQLite database ({e})")
+  return count, bad
+
+
+def check_cache_tree(root: str | None = None) -> dict[str, Any]:
+  """Verify every entry under the cache directory: {"dir", "unsafe" (reason or None), "entries", "bad": [...]}.
+  SQLite files (`*.sqlite`, `*.db`) are checked table by table (tables with key/payload/digest columns), and
+  every file that starts with the sealed header is checked against its digest."""
+  root = root or cache_dir()
+  out: dict[str, Any] = {"dir": root, "unsafe": None, "entries": 0, "bad": []}
+  if not os.path.isdir(root): return out
+  out["unsafe"] = unsafe_reason(root)
+  for folder, _, files in os.walk(root):
+    for name in sorted(files):
+      path = os.path.join(folder, name)
+      if name.endswith((".sqlite", ".db")):
+        count, bad = _check_sqlite(path)
+        out["entries"] += count
+        out["bad"] += bad
+        continue
+      try:
+        with open(path, "rb") as f: head = f.read(len(SEALED_MAGIC))
+        if head != SEALED_MAGIC: continue
+        with open(path, "rb") as f: parsed = _parse_sealed(f.read())
+      except OSError: continue
+      out["entries"] += 1
+      if parsed is None or parsed[1] != entry_digest(parsed[0], parsed[2]):
+        out["bad"].append(f"{os.path.relpath(path, root)}: checksum mismatch")
+  return out
