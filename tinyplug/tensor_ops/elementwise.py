@@ -236,7 +236,14 @@ class ElementwiseMixin:
     return (self > 0).where(self, self.isnan().where(self, 0))   # relu(nan) is nan, as in torch
   def sigmoid(self): return (1 + (self._floats() * (-1 / LN2)).exp2()).reciprocal()
   def logsigmoid(self): return -(-self).softplus()
-  def tanh(self): return 2.0 * (2.0 * self._floats()).sigmoid() - 1.0
+  def tanh(self):
+    # 2*sigmoid(2x)-1 cancels to nothing near 0 (tanh(1e-8) gave 0): there, its odd series to x^11 is exact to
+    # float precision (the next term is below 1e-10 for |x| < 0.25)
+    x = self._floats()
+    far = 2.0 * (2.0 * x).sigmoid() - 1.0
+    x2 = x * x
+    near = x * (1.0 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835 + x2 * (-1382 / 155925))))))
+    return (x.abs() < 0.25).where(near, far)
   def leaky_relu(self, neg_slope: float = 0.01): return (self < 0).where(self * neg_slope, self)
   def elu(self, alpha: float = 1.0): return self.relu() - alpha * (1 - self.exp()).relu()
   def celu(self, alpha: float = 1.0): return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)

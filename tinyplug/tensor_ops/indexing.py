@@ -13,6 +13,29 @@ from tinyplug.tensor_ops import graph
 
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
+def _host_values(idx: Any) -> np.ndarray | None:
+  """An index tensor's values when they are already in memory (a realized, allocated buffer, or the host buffer a
+  tensor made from Python data is copied from), else None: checking them then costs one copy and no kernel, while
+  an index computed lazily in the graph is left unchecked."""
+  from tinyplug.engine.realize import buffer_of, has_buffer
+  from tinyplug.uop.ops import Ops
+  u = idx.uop
+  while u.op in (Ops.RESHAPE, Ops.COPY) or (u.op is Ops.CAST and dtypes.is_int(u.src[0].dtype)): u = u.src[0]
+  if u.op is Ops.BUFFER and u is not idx.uop.base and has_buffer(u) and buffer_of(u).is_allocated:
+    return buffer_of(u).numpy()    # the whole source buffer: exactly the index's elements (reshapes and copies only)
+  u = idx.uop
+  if not graph.is_realized(u) or not has_buffer(u.base) or not buffer_of(u.base).is_allocated: return None
+  return idx.numpy()
+
+def check_index_range(idx: Any, size: int, what: str, allow_negative: bool) -> None:
+  """IndexError (as torch raises) when an index tensor whose values are known holds one outside the valid range."""
+  values = _host_values(idx)
+  if values is None or values.size == 0: return
+  low = -size if allow_negative else 0
+  bad = values[(values < low) | (values >= size)]
+  if bad.size: raise IndexError(f"{what}: index {int(bad.flat[0])} is out of range for size {size} "
+                                f"(valid: {low} to {size - 1})")
+
 class IndexingMixin:
   __slots__ = ()
   def _index_items(self, indices: Any) -> list:
@@ -95,6 +118,7 @@ class IndexingMixin:
     x = x.expand(x.shape[:len(others)] + bshape + tuple(sizes))
     mask = None
     for j, ((_, idx), n) in enumerate(zip(tensor_idx, sizes)):
+      check_index_range(idx, n, f"index into dim {positions[j]}", allow_negative=True)
       idx = idx._broadcast_to(bshape)
       idx = (idx < 0).where(idx + n, idx)
       along_j = tuple(n if k == j else 1 for k in range(len(sizes)))
@@ -119,11 +143,28 @@ class IndexingMixin:
     proxy = cls.empty(*self.shape, device=self.device, dtype=work)
     selected = proxy[indices]
     value = value.cast(work)._broadcast_to(selected.shape)
-    placed, = selected.gradient(proxy, gradient=value)
     hit_proxy = cls.empty(*self.shape, device=self.device, dtype=dtypes.float32)
     hit_sel = hit_proxy[indices]
-    hits, = hit_sel.gradient(hit_proxy, gradient=hit_sel._const_like(1))
+    ones = hit_sel._const_like(1)
+    if (last := self._last_writes(indices)) is not None:   # duplicate targets: the last write wins, as in torch/numpy
+      value, ones = last.where(value, value._const_like(0)), last.where(ones, ones._const_like(0))
+    placed, = selected.gradient(proxy, gradient=value)
+    hits, = hit_sel.gradient(hit_proxy, gradient=ones)
     self.assign((hits > 0).where(placed.cast(self.dtype), self)).realize()
+
+  def _last_writes(self, indices: Any):
+    """For indices with tensors in them: a bool tensor over the selection, true where no later selected element
+    writes the same target (None when every target is written once). The targets' flat positions are selected
+    from an arange and compared on the host: setitem is eager anyway."""
+    items = indices if isinstance(indices, tuple) else (indices,)
+    if not any(isinstance(it, (type(self), list, np.ndarray)) for it in items): return None   # basic indexing
+    flat = type(self).arange(math.prod(self.shape), device=self.device).reshape(self.shape)[indices].numpy()
+    later = np.zeros(flat.size, dtype=bool)
+    _, first_from_end = np.unique(flat.ravel()[::-1], return_index=True)
+    later[:] = True
+    later[flat.size - 1 - first_from_end] = False        # the last occurrence of each target is kept
+    if not later.any(): return None
+    return type(self)(~later.reshape(flat.shape), device=self.device)
 
   def gather(self, dim: int, index):
     """out[i][j] = self[index[i][j]][j] for dim 0 (and so on), like torch.gather."""
@@ -131,6 +172,7 @@ class IndexingMixin:
     if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
       raise ValueError(f"gather: index shape {index.shape} does not fit self shape {self.shape} along dim {dim}")
     n = self.shape[d]
+    check_index_range(index, n, f"gather along dim {dim}", allow_negative=False)
     x = self.shrink(tuple((0, index.shape[i]) if i != d else None for i in range(self.ndim)))
     x = x.unsqueeze(-1).transpose(d, -1)                        # dim d moved last, a size-1 dim in its place
     x = x.expand(index.shape + (n,))
@@ -139,6 +181,7 @@ class IndexingMixin:
 
   def one_hot(self, num_classes: int = -1):
     if num_classes == -1: num_classes = int(self.max().item()) + 1
+    else: check_index_range(self, num_classes, "one_hot", allow_negative=False)
     return self.unsqueeze(-1).eq(type(self).arange(num_classes, device=self.device)).where(1, 0)
 
   def masked_fill(self, mask, value): return mask.where(value, self)

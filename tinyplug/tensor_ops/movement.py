@@ -136,9 +136,10 @@ class MovementMixin:
   def reshape_as(self, other): return self.reshape(other.shape)
 
   # ---- joining and splitting ----
-  def cat(self, *others, dim: int = 0):
-    """Join tensors along `dim`; every other dim must match."""
-    tensors = [self, *others]
+  def cat(*tensors, dim: int = 0):   # type: ignore[misc]
+    """Join tensors along `dim` (`a.cat(b, c)` or `Tensor.cat(a, b, c)`); every other dim must match."""
+    if not tensors: raise ValueError("cat needs at least one tensor: Tensor.cat(a, b, ...) or a.cat(b, ...)")
+    self, tensors = tensors[0], list(tensors)
     d = graph.normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
@@ -155,7 +156,9 @@ class MovementMixin:
     out = pieces[0]
     for p in pieces[1:]: out = out + p
     return out.cast(out_dtype)
-  def stack(self, *others, dim: int = 0):
+  def stack(*tensors, dim: int = 0):   # type: ignore[misc]
+    if not tensors: raise ValueError("stack needs at least one tensor: Tensor.stack(a, b, ...) or a.stack(b, ...)")
+    self, others = tensors[0], tensors[1:]
     d = graph.normalize_axis(dim, self.ndim + 1)
     return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
   def repeat(self, repeats, *args):

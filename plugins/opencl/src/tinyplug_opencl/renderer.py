@@ -84,10 +84,29 @@ class OpenCLRenderer(CStyleRenderer):
     if self._half_storage(u.dtype) and u.op not in _EXACT_IN_HALF:
       self.needs.add("halfbits")
       return f"tp_round_half({self._render_alu(u, s)})"
+    if u.op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype): return self._int_divmod(u, s[0], s[1])
     return super().render_alu(u, s)
 
   def render_where(self, u: UOp, s: list[str]) -> str:
     return f"select({s[2]}, {s[1]}, {s[0]})" if u.dtype.count > 1 else super().render_where(u, s)
+
+  _DIVMOD = {Ops.IDIV: "/", Ops.MOD: "%"}
+
+  def _int_divmod(self, u: UOp, x: str, y: str) -> str:
+    """C division that never traps and agrees with the other devices: x/0 is x and x%0 is 0; INT_MIN/-1 wraps to
+    INT_MIN and x%-1 is 0 (C leaves both undefined; PoCL gave INT_MIN%-1 = -1)."""
+    dt, divisor = u.dtype, u.src[1]
+    unsigned = dtypes.is_unsigned(dt)
+    if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({x}{self._DIVMOD[u.op]}{y})"
+    t, ut = self.value_type(dt), "u" + self.value_type(dt)
+    zero, minus1 = f"({t})(0)", f"({t})(-1)"   # vector literals: a char4 compares with char4, not int
+    bad = f"(({y})=={zero})" if unsigned else f"((({y})=={zero})|(({y})=={minus1}))"
+    safe = f"({bad}?({t})1:({y}))" if dt.count == 1 else f"select(({y}), ({t})(1), {bad})"
+    if u.op is Ops.MOD or unsigned: return f"(({x}){self._DIVMOD[u.op]}{safe})"
+    # -x in unsigned arithmetic (signed overflow is undefined); scalars are cast, vectors reinterpreted
+    negated = f"(({t})(({ut})0-({ut})({x})))" if dt.count == 1 else f"as_{t}(({ut})(0)-as_{ut}({x}))"
+    if dt.count == 1: return f"((({y})=={minus1})?{negated}:(({x})/{safe}))"
+    return f"select(({x})/{safe}, {negated}, (({y})=={minus1}))"
 
   def render_cast(self, u: UOp, x: str) -> str:
     dt = u.dtype

@@ -1,0 +1,87 @@
+"""Answers that used to be silently wrong, on every device: argmax with NaN, out-of-range indices, setitem with
+duplicate indices, tanh near 0, integer division and remainder by 0 and -1, cat of nothing."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import Tensor, dtypes
+
+NAN = float("nan")
+
+@pytest.mark.parametrize("data", [[1.0, NAN, 3.0], [NAN, 5.0, NAN], [2.0, 7.0, float("inf"), NAN], [[1.0, NAN], [4.0, 3.0]]])
+def test_argmax_argmin_with_nan_give_the_first_nan(device, data):
+  a = np.array(data, dtype=np.float32)
+  assert Tensor(a).argmax().item() == np.argmax(a) == torch.tensor(a).argmax().item()
+  assert Tensor(a).argmin().item() == np.argmin(a)
+  if a.ndim == 2:
+    np.testing.assert_array_equal(Tensor(a).argmax(1).numpy(), np.argmax(a, 1))
+    np.testing.assert_array_equal(Tensor(a).argmin(0).numpy(), np.argmin(a, 0))
+
+def test_out_of_range_indices_raise_like_torch(device):
+  x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  with pytest.raises(IndexError, match="index 5 is out of range for size 3"): x[:, [0, 5]]
+  with pytest.raises(IndexError, match="index -3 is out of range for size 2"): x[Tensor([-3])]
+  with pytest.raises(IndexError, match="index 2 is out of range for size 2"): x[[2]]
+  with pytest.raises(IndexError, match="gather along dim 1: index 3"): x.gather(1, Tensor([[0, 3], [1, 1]]))
+  with pytest.raises(IndexError, match="gather along dim 1: index -1"): x.gather(1, Tensor([[0, -1], [1, 1]]))
+  with pytest.raises(IndexError, match="one_hot: index 4 is out of range for size 4"): Tensor([1, 4]).one_hot(4)
+  # in range (negative indices count from the end) still matches torch
+  t = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  np.testing.assert_array_equal(x[:, [0, -1]].numpy(), t[:, [0, -1]].numpy())
+  np.testing.assert_array_equal(x[Tensor([-2, 1])].numpy(), t[torch.tensor([-2, 1])].numpy())
+  idx = Tensor([1, 0]).realize()                       # a realized index tensor is checked too
+  np.testing.assert_array_equal(x[idx].numpy(), t[[1, 0]].numpy())
+  with pytest.raises(IndexError): x[(idx + 5).realize()]
+
+@pytest.mark.parametrize("index, value", [([0, 0, 1], [1.0, 2.0, 3.0]), ([2, 0, 2, 2], [1.0, 2.0, 3.0, 4.0]),
+                                          ([1, -2], [5.0, 6.0])])
+def test_setitem_with_duplicate_indices_last_write_wins(device, index, value):
+  x, ref = Tensor.zeros(3).contiguous(), np.zeros(3, dtype=np.float32)
+  x[index] = Tensor(value)
+  ref[index] = value
+  t = torch.zeros(3)
+  t[torch.tensor(index)] = torch.tensor(value)
+  np.testing.assert_array_equal(x.numpy(), ref)
+  np.testing.assert_array_equal(ref, t.numpy())
+
+def test_setitem_2d_duplicates(device):
+  x, ref = Tensor.ones(3, 4).contiguous(), np.ones((3, 4), dtype=np.float32)
+  rows, cols, vals = [0, 2, 0], [1, 3, 1], [7.0, 8.0, 9.0]
+  x[rows, cols] = Tensor(vals)
+  ref[rows, cols] = vals
+  np.testing.assert_array_equal(x.numpy(), ref)
+  x[[1, 1]] = Tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]])     # whole rows, twice
+  ref[[1, 1]] = [[1.0, 2, 3, 4], [5, 6, 7, 8]]
+  np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_tanh_keeps_relative_precision_near_zero(device):
+  x = np.array([1e-8, -1e-6, 3e-5, 1e-3, -0.1, 0.2499, 0.25, 0.3, 1.0, -3.0, 10.0], dtype=np.float32)
+  got = Tensor(x).tanh().numpy()
+  want = np.tanh(x.astype(np.float64))
+  np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+  xt = Tensor(x, requires_grad=True)
+  (g,) = xt.tanh().sum().gradient(xt)
+  np.testing.assert_allclose(g.numpy(), 1 - want ** 2, rtol=1e-5, atol=1e-7)
+
+@pytest.mark.parametrize("dt, npdt", [(dtypes.int32, np.int32), (dtypes.int8, np.int8), (dtypes.int64, np.int64),
+                                      (dtypes.uint32, np.uint32)])
+def test_integer_division_edge_cases_agree_on_every_device(device, dt, npdt):
+  """x % 0 is 0 and x // 0 (truncating) is x; INT_MIN % -1 is 0 and INT_MIN / -1 wraps to INT_MIN."""
+  info = np.iinfo(npdt)
+  signed = info.min < 0
+  a = [info.min, info.min, -7 if signed else 9, 7, 0, 5, info.max]
+  b = [-1 if signed else 1, 0, 0, 0, 0, 3, 2]
+  ta, tb = Tensor(np.array(a, dtype=npdt), dtype=dt), Tensor(np.array(b, dtype=npdt), dtype=dt)
+  def tdiv(x, y): return (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1)   # C's truncating division
+  want_mod = [0 if y in (0, -1) else x - y * tdiv(x, y) for x, y in zip(a, b)]
+  want_mod = [r + y if r and (r < 0) != (y < 0) else r for r, y in zip(want_mod, b)]   # Python's sign rule
+  want_div = [x if y == 0 else x if (y == -1 and x == info.min) else tdiv(x, y) for x, y in zip(a, b)]
+  with np.errstate(over="ignore"):
+    assert (ta % tb).tolist() == want_mod
+    assert ta.div(tb, rounding_mode="trunc").tolist() == want_div
+
+def test_cat_and_stack_of_nothing_say_so():
+  with pytest.raises(ValueError, match="cat needs at least one tensor"): Tensor.cat()
+  with pytest.raises(ValueError, match="stack needs at least one tensor"): Tensor.stack()
+  a, b = Tensor([1.0, 2.0]), Tensor([3.0])
+  assert Tensor.cat(a, b).tolist() == a.cat(b).tolist() == [1.0, 2.0, 3.0]
+  assert Tensor.stack(a, a).tolist() == [[1.0, 2.0], [1.0, 2.0]]
