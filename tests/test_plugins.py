@@ -189,7 +189,7 @@ def test_same_device_from_two_plugins_is_a_conflict_for_the_later_id(plugin_site
   device = """
     @hookimpl
     def tinyplug_register_devices(register):
-      register(DeviceSpec(name="CPU", factory=lambda: None, description="{who}"))
+      register(DeviceSpec(name="MYDEV", factory=lambda: None, description="{who}"))
     @hookimpl
     def tinyplug_register_search(register):
       register(SearchSpec(name="{who}_search", factory=lambda: None))
@@ -197,10 +197,10 @@ def test_same_device_from_two_plugins_is_a_conflict_for_the_later_id(plugin_site
   plugin_site.add("tp-zeta", {"zeta": plugin_module(device.format(who="zeta"))})
   plugin_site.add("tp-alpha", {"alpha": plugin_module(device.format(who="alpha"))})
   pm = get_plugin_manager()
-  assert pm.devices["CPU"] == (pm.devices["CPU"][0], "alpha") and pm.devices["CPU"][0].description == "alpha"
+  assert pm.devices["MYDEV"] == (pm.devices["MYDEV"][0], "alpha") and pm.devices["MYDEV"][0].description == "alpha"
   zeta = pm.get("zeta")
   assert zeta.status == "active" and zeta.provides["devices"] == [] and zeta.provides["search"] == ["zeta_search"]
-  assert "'CPU'" in zeta.reason and "'zeta'" in zeta.reason and "'alpha'" in zeta.reason
+  assert "'MYDEV'" in zeta.reason and "'zeta'" in zeta.reason and "'alpha'" in zeta.reason
 
 
 def test_plugin_whose_only_registration_conflicts_has_conflict_status(plugin_site):

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from tinyplug.helpers import DEBUG, ENV_VARS, ContextVar, ansilen, colored, env_str
+from tinyplug.helpers import DEBUG, ENV_VARS, ContextVar, ansilen, colored, env_str, getenv
 from tinyplug.plugins import (API_VERSION, CORE_COMMANDS, PROBLEM_STATUSES, PluginManager, get_plugin_manager,
                               host_version)
 
@@ -162,6 +162,13 @@ def _run_plugin_command(args: argparse.Namespace, pm: PluginManager) -> int:
   return int(result or 0)
 
 
+def _cli_plugin_manager(quiet: bool) -> PluginManager:
+  """The plugin manager, loaded (if this is the first use) with each plugin's import and device probe bounded by
+  TINY_PLUGINS_TIMEOUT seconds: a plugin that hangs is reported as failed instead of hanging the command.
+  Commands show plugin failures themselves, so list-plugins and doctor load quietly."""
+  return get_plugin_manager(check=False, quiet=quiet, timeout=float(getenv("TINY_PLUGINS_TIMEOUT", 20.0)))
+
+
 def _first_positional(argv: Sequence[str]) -> str | None:
   return next((a for a in argv if not a.startswith("-")), None)
 
@@ -169,9 +176,11 @@ def _first_positional(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   command = _first_positional(argv)
+  if command is None and "--version" in argv:   # no plugin code runs for the version (a broken one cannot hang it)
+    print(f"tinyplug {host_version()} (plugin API {API_VERSION})")
+    return 0
   if command == "list-plugins" and "--no-import" in argv: pm = PluginManager(quiet=True).scan()
-  # these commands show plugin failures themselves, so they load quietly
-  else: pm = get_plugin_manager(check=False, quiet=command in ("list-plugins", "doctor"))
+  else: pm = _cli_plugin_manager(quiet=command in ("list-plugins", "doctor"))
   parser = build_parser(pm)
   try:
     args = parser.parse_args(argv)

@@ -16,7 +16,7 @@ from typing import Any
 
 from tinyplug.diskcache import check_cache_tree
 from tinyplug.helpers import CACHELEVEL, cache_dir, env_str
-from tinyplug.plugins import API_VERSION, PROBLEM_STATUSES, PluginManager, host_version
+from tinyplug.plugins import API_VERSION, PROBLEM_STATUSES, PluginManager, PluginTimeout, call_guarded, host_version
 
 DOCTOR_SCHEMA_VERSION = 1
 
@@ -48,6 +48,12 @@ def check_device(pm: PluginManager, name: str) -> dict[str, Any]:
           "reason": f"allocated and ran a 1-element kernel ({ms:.0f} ms)" + (f"; {about}" if about else "")}
 
 
+def _bounded_check(pm: PluginManager, name: str) -> dict[str, Any]:
+  """check_device, within the manager's timeout (the CLI's TINY_PLUGINS_TIMEOUT): a device that hangs is named."""
+  try: return call_guarded(lambda: check_device(pm, name), f"checking device {name}", pm.timeout)
+  except PluginTimeout as e: return {"name": name, "plugin": pm.devices[name][1], "status": "failed", "reason": str(e)}
+
+
 def _default_device() -> dict[str, Any]:
   from tinyplug.device import Device
   source = f"DEV={env_str('DEV')}" if env_str("DEV") else "automatic: the available device of highest priority"
@@ -68,9 +74,10 @@ def doctor_report(pm: PluginManager) -> dict[str, Any]:
   """Every fact `tinyplug doctor` prints, and the list of problems found."""
   plugins = [{"id": i.id, "distribution": i.distribution, "version": i.version, "status": i.status, "reason": i.reason}
              for i in pm.plugins]
-  devices = [check_device(pm, name) for name in pm.devices_by_priority()]
+  devices = [_bounded_check(pm, name) for name in pm.devices_by_priority()]
   default = _default_device()
   problems = [f"plugin {p['id']!r} is {p['status']}: {p['reason']}" for p in plugins if p["status"] in PROBLEM_STATUSES]
+  problems += [f"plugin {i.id!r}: {c}" for i in pm.plugins if i.status not in PROBLEM_STATUSES for c in i.conflicts]
   problems += list(pm.request_errors)
   problems += [f"device {d['name']} is available but does not work ({d['reason']})" for d in devices
                if d["status"] == "failed"]

@@ -174,6 +174,7 @@ document_env("DEV", "", "device to run on, e.g. CPU, CL, CUDA, METAL, AMD, PYTHO
 document_env("TINY_PLUGINS", "", "comma list of plugin ids: `id` turns a plugin on, `-id` turns it off")
 document_env("TINY_PLUGINS_AUTOLOAD", "1", "0 loads only built-in plugins plus those named in TINY_PLUGINS")
 document_env("TINY_PLUGINS_STRICT", "0", "1 makes any plugin failure an error instead of a warning")
+document_env("TINY_PLUGINS_TIMEOUT", 20, "seconds `tinyplug` commands wait for one plugin's import or device probe")
 document_env("NO_COLOR", "", "set to anything to turn off ANSI colours in terminal output")
 document_env("XDG_CACHE_HOME", "~/.cache", "base directory of tinyplug's disk cache (<base>/tinyplug)")
 

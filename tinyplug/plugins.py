@@ -45,6 +45,38 @@ class PluginError(RuntimeError):
   """A plugin that was asked for (TINY_PLUGINS, VIZ, TINY_PLUGINS_STRICT) is missing or could not be loaded."""
 
 
+class PluginPassError(RuntimeError):
+  """A plugin's rewrite pass raised while compiling a kernel; the message names the pass and the plugin."""
+
+
+class PluginTimeout(RuntimeError):
+  """A plugin's import or device probe did not finish in the time the CLI allows (TINY_PLUGINS_TIMEOUT)."""
+
+
+def call_guarded(fn: Callable[[], Any], what: str, timeout: float | None = None) -> Any:
+  """fn() for plugin code: a SystemExit (or any BaseException but KeyboardInterrupt) comes back as an ordinary
+  exception, so a plugin calling sys.exit cannot end the host; with `timeout`, fn runs in a daemon thread and a
+  call that does not return in time raises PluginTimeout naming `what` (the thread is left behind)."""
+  if timeout is None:
+    try: return fn()
+    except KeyboardInterrupt: raise
+    except Exception: raise
+    except BaseException as e: raise RuntimeError(f"{what} raised {type(e).__name__}({e})") from e
+  box: dict[str, Any] = {}
+  def run() -> None:
+    try: box["value"] = fn()
+    except BaseException as e: box["error"] = e   # re-raised (or converted) in the caller's thread
+  thread = threading.Thread(target=run, name=f"tinyplug: {what}", daemon=True)
+  thread.start()
+  thread.join(timeout)
+  if thread.is_alive(): raise PluginTimeout(f"{what} did not finish within {timeout:g} s (does it hang?)")
+  if "error" in box:
+    e = box["error"]
+    if isinstance(e, (Exception, KeyboardInterrupt)): raise e
+    raise RuntimeError(f"{what} raised {type(e).__name__}({e})") from e
+  return box.get("value")
+
+
 class EntryPointRecord(NamedTuple):
   id: str
   value: str           # "package.module" or "package.module:attr"
@@ -154,7 +186,8 @@ class PluginManager:
   """
 
   def __init__(self, *, requested: str | None = None, autoload: bool | None = None, strict: bool | None = None,
-               viz: bool | None = None, quiet: bool = False, entry_points: tuple[EntryPointRecord, ...] | None = None):
+               viz: bool | None = None, quiet: bool = False, entry_points: tuple[EntryPointRecord, ...] | None = None,
+               timeout: float | None = None):
     import pluggy
 
     from tinyplug.hookspecs import HOOKSPEC_MODULES
@@ -165,6 +198,7 @@ class PluginManager:
     self.autoload = env_flag("TINY_PLUGINS_AUTOLOAD", True) if autoload is None else autoload
     self.strict = env_flag("TINY_PLUGINS_STRICT") if strict is None else strict
     self.quiet = quiet
+    self.timeout = timeout   # seconds for one plugin's import or probe (the CLI sets it); None: no bound
     self._entry_points = discover_entry_points() if entry_points is None else entry_points
     self._pm = pluggy.PluginManager("tinyplug")
     for module in HOOKSPEC_MODULES: self._pm.add_hookspecs(module)
@@ -244,7 +278,7 @@ class PluginManager:
 
   def _load_one(self, info: PluginInfo, record: EntryPointRecord) -> None:
     try:
-      plugin = record.entry_point.load()
+      plugin = call_guarded(record.entry_point.load, f"importing plugin {info.id!r} ({record.value})", self.timeout)
     except Exception as e:
       return self._fail(info, "import", e)
 
@@ -278,13 +312,13 @@ class PluginManager:
     staged: dict[str, list[Any]] = {}
     subscribed: list[tuple[str, Callable[[Any], None]]] = []
     try:
-      self._call_registration_hooks(info.id, staged)
+      call_guarded(lambda: self._call_registration_hooks(info.id, staged), f"registering plugin {info.id!r}")
       phase = "activate"
       if staged.get("listeners"):
         from tinyplug import events
         from tinyplug.hookspecs import resolve_ref
         for spec in staged["listeners"]:
-          callback = resolve_ref(spec.factory)()
+          callback = call_guarded(resolve_ref(spec.factory), f"the {spec.kind} listener factory of {info.id!r}")
           if not callable(callback):
             raise TypeError(f"{spec.kind} listener factory returned {type(callback).__name__}, not a callable")
           events.subscribe(spec.kind, callback, info.id)
@@ -327,6 +361,9 @@ class PluginManager:
 
     for spec in staged.get("devices", []):
       names = (spec.name, *spec.aliases)
+      owners = {o for n in names if (o := self._device_owner(n)) is not None}
+      if owners and self._claims_device(info.id, spec.name) and not any(self._claims_device(o, spec.name) for o in owners):
+        for owner in owners: self._evict_device(owner, names, info.id)
       if any(taken("device", n, self._device_owner(n)) for n in names): continue
       self.devices[spec.name] = (spec, info.id)
       for alias in spec.aliases: self.device_aliases[alias] = spec.name
@@ -347,6 +384,26 @@ class PluginManager:
       self.listeners.append((spec, info.id))
       provides["listeners"].append(spec.kind)
     info.provides = provides
+
+  def _claims_device(self, plugin_id: str, device: str) -> bool:
+    """Whether `plugin_id` has the better claim to a device name: it is the first-party plugin for it (cpu_llvm for
+    CPU) or was asked for in TINY_PLUGINS. Then it wins over a plugin that registered the name first."""
+    return DEVICE_PLUGINS.get(device.upper()) == plugin_id or plugin_id in self.enabled
+
+  def _evict_device(self, owner: str, names: tuple[str, ...], winner: str) -> None:
+    """Take a device (and the owner's renderers for it) back from `owner`, who loses it to `winner`."""
+    info = next(i for i in self._infos if i.id == owner)
+    for canonical in dict.fromkeys(c for n in names if (c := self.resolve_device(n)) is not None):
+      self.devices.pop(canonical, None)
+      self.device_aliases = {a: c for a, c in self.device_aliases.items() if c != canonical}
+      for key in [k for k, (_, pid) in self.renderers.items() if k[0] == canonical and pid == owner]:
+        del self.renderers[key]
+        if f"{key[0]}:{key[1]}" in info.provides.get("renderers", []): info.provides["renderers"].remove(f"{key[0]}:{key[1]}")
+      if canonical in info.provides.get("devices", []): info.provides["devices"].remove(canonical)
+      info.conflicts.append(f"conflict: device {canonical!r} of plugin {owner!r} is also registered by plugin "
+                            f"{winner!r}, which keeps it (the first-party plugin for it, or named in TINY_PLUGINS)")
+    info.reason = "; ".join(info.conflicts)
+    if not any(info.provides.values()): info.status = "conflict"
 
   def _device_owner(self, name: str) -> str | None:
     canonical = self.resolve_device(name)
@@ -370,7 +427,7 @@ class PluginManager:
         print(f"tinyplug: TINY_PLUGINS=-{name} names no installed plugin{hint}", file=sys.stderr)
     if self.strict:
       for info in self._infos:
-        if info.status in ("failed", "incompatible", "conflict") and info.id not in self.enabled:
+        if (info.status in ("failed", "incompatible", "conflict") or info.conflicts) and info.id not in self.enabled:
           self.request_errors.append(f"plugin {info.id!r} ({info.dist_label}) is {info.status}: {info.reason} "
                                      "(TINY_PLUGINS_STRICT=1)")
           if info.exception is not None: self._request_causes.append(info.exception)
@@ -422,7 +479,7 @@ class PluginManager:
       else:
         try:
           from tinyplug.hookspecs import resolve_ref
-          ok, reason = resolve_ref(spec.probe)()
+          ok, reason = call_guarded(lambda: resolve_ref(spec.probe)(), f"the probe of device {canonical}", self.timeout)
           result = (bool(ok), str(reason))
         except Exception as e:
           result = (False, f"probe raised {type(e).__name__}: {e}")
@@ -472,7 +529,7 @@ class PluginManager:
     self._closed = True
     impls = self._pm.hook.tinyplug_unconfigure.get_hookimpls()
     for impl in sorted(impls, key=lambda i: i.plugin_name):
-      try: impl.function()
+      try: call_guarded(impl.function, f"tinyplug_unconfigure of plugin {impl.plugin_name!r}")
       except Exception as e:
         print(f"tinyplug: plugin {impl.plugin_name!r} raised in tinyplug_unconfigure: {type(e).__name__}: {e}",
               file=sys.stderr)
@@ -490,12 +547,13 @@ _manager_lock = threading.RLock()
 _loading = False
 
 
-def get_plugin_manager(check: bool = True, quiet: bool = False) -> PluginManager:
+def get_plugin_manager(check: bool = True, quiet: bool = False, timeout: float | None = None) -> PluginManager:
   """The process-wide plugin manager, loading plugins on first call (thread-safe).
 
   With `check` (the default), raise PluginError when a requested plugin is missing or failed, every time,
   so the problem is not forgotten; `tinyplug list-plugins` passes check=False to always show the table.
-  `quiet` suppresses the stderr lines for failed plugins (only matters on the loading call).
+  `quiet` suppresses the stderr lines for failed plugins and `timeout` bounds each plugin's import and device
+  probe in seconds (both only matter on the loading call; the CLI passes a timeout, library use does not).
   """
   global _manager, _loading
   manager = _manager
@@ -506,7 +564,7 @@ def get_plugin_manager(check: bool = True, quiet: bool = False) -> PluginManager
                            "move that code into a lazy factory")
       if _manager is None:
         _loading = True
-        try: _manager = PluginManager(quiet=quiet).load()
+        try: _manager = PluginManager(quiet=quiet, timeout=timeout).load()
         finally: _loading = False
       manager = _manager
   if check and manager.request_errors:

@@ -111,6 +111,13 @@ def _takes_ctx(fn: Any) -> bool:
 
 def _run_plugin_pass(step: PipelineStep, x: Any, ctx: KernelContext, linear: bool) -> Any:
   """A plugin pass on the kernel graph, or (after linearize) on the linear program, a list of UOps."""
+  from tinyplug.plugins import PluginPassError
+  try: return _apply_plugin_pass(step, x, ctx, linear)
+  except Exception as e:   # name the pass and its plugin: otherwise every realize fails with an anonymous error
+    raise PluginPassError(f"pass {step.name!r} of plugin {step.plugin!r} raised {type(e).__name__}: {e}; "
+                          f"turn the plugin off with TINY_PLUGINS=-{step.plugin}") from e
+
+def _apply_plugin_pass(step: PipelineStep, x: Any, ctx: KernelContext, linear: bool) -> Any:
   from tinyplug.plugins import get_plugin_manager
   spec = step.spec
   if spec.when is not None and not get_plugin_manager().load_factory(spec.when)(ctx.renderer): return x
