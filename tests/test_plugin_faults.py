@@ -75,12 +75,8 @@ BAD_PASS = """
 def test_raising_pass_is_named_with_its_plugin_and_the_fix(plugin_site):
   plugin_site.add("tp-bad", {"bad": plugin_module(BAD_PASS)})
   from tinyplug import Tensor
-  from tinyplug.codegen import _pipeline
-  _pipeline.cache_clear()
-  try:
-    with pytest.raises(PluginPassError, match=r"pass 'bad.divide' of plugin 'bad' raised ZeroDivisionError.*TINY_PLUGINS=-bad"):
-      (Tensor(np.arange(5, dtype=np.float32), device="PYTHON") * 7.25).numpy()
-  finally: _pipeline.cache_clear()
+  with pytest.raises(PluginPassError, match=r"pass 'bad.divide' of plugin 'bad' raised ZeroDivisionError.*TINY_PLUGINS=-bad"):
+    (Tensor(np.arange(5, dtype=np.float32), device="PYTHON") * 7.25).numpy()
   result = plugin_site.run("doctor")
   assert result.returncode == 1 and "pass 'bad.divide' of plugin 'bad'" in result.stdout, result.stdout
   assert "TINY_PLUGINS=-bad" in result.stdout
