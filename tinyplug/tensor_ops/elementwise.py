@@ -241,9 +241,11 @@ class ElementwiseMixin:
     # float precision (the next term is below 1e-10 for |x| < 0.25)
     x = self._floats()
     far = 2.0 * (2.0 * x).sigmoid() - 1.0
-    x2 = x * x
-    near = x * (1.0 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835 + x2 * (-1382 / 155925))))))
-    return (x.abs() < 0.25).where(near, far)
+    small = x.abs() < 0.25
+    xs = small.where(x, 0.0)   # the series only ever sees small x: x^11 of a large x would make the gradient NaN
+    x2 = xs * xs
+    near = xs * (1.0 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835 + x2 * (-1382 / 155925))))))
+    return small.where(near, far)
   def leaky_relu(self, neg_slope: float = 0.01): return (self < 0).where(self * neg_slope, self)
   def elu(self, alpha: float = 1.0): return self.relu() - alpha * (1 - self.exp()).relu()
   def celu(self, alpha: float = 1.0): return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
