@@ -26,6 +26,8 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     out.append(big.pop() if big else 1)
   return tuple(out)
 
+def _sigmoid_grad(g, s, x): return (g * s * (1 - s),)
+
 class ElementwiseMixin:
   __slots__ = ()
   # ---- broadcasting and promotion ----
@@ -234,7 +236,13 @@ class ElementwiseMixin:
   def relu(self):
     if not dtypes.is_float(self.dtype): return (self > 0).where(self, 0)
     return (self > 0).where(self, self.isnan().where(self, 0))   # relu(nan) is nan, as in torch
-  def sigmoid(self): return (1 + (self._floats() * (-1 / LN2)).exp2()).reciprocal()
+  def sigmoid(self):
+    x = self._floats()
+    s = (1 + (x * (-1 / LN2)).exp2()).reciprocal()
+    if not s.requires_grad: return s
+    # d/dx through the ops is -(1+e)^-2 * e*ln2: inf * 0 = NaN once exp2 overflows (x < -88); s*(1-s) is exact there
+    from tinyplug.gradient import custom_gradient
+    return custom_gradient(s, (x,), _sigmoid_grad)
   def logsigmoid(self): return -(-self).softplus()
   def tanh(self):
     # 2*sigmoid(2x)-1 cancels to nothing near 0 (tanh(1e-8) gave 0): there, its odd series to x^11 is exact to
