@@ -169,6 +169,10 @@ VIZ = ContextVar("VIZ", 0, "1 turns on the viz_web plugin (same as TINY_PLUGINS=
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "disk cache use: 0 off, 1 compiled programs only, 2 programs and search results")
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
+TRAINING = ContextVar("TRAINING", 0, "1 puts dropout, BatchNorm and optimiser steps in training mode (what "
+                                     "`Tensor.train()` and `Tensor.training = True` set)")
+TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1, "2 computes exp2, log2 and sin with tinyplug's own polynomial "
+                                                 "decompositions on every device, also where the renderer has them")
 
 document_env("DEV", "", "device to run on, e.g. CPU, CL, CUDA, METAL, AMD, PYTHON; `DEV=CUDA:PTX` also picks a renderer")
 document_env("TINY_PLUGINS", "", "comma list of plugin ids: `id` turns a plugin on, `-id` turns it off")
@@ -364,6 +368,12 @@ def cache_dir() -> str:
   """Directory for tinyplug's disk cache: $XDG_CACHE_HOME/tinyplug, else ~/.cache/tinyplug (not created here)."""
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "tinyplug")
+
+
+def temp(name: str, append_user: bool = False) -> str:
+  """The path of `name` in the system's temporary directory (`name.<user>` with append_user), as a str."""
+  import getpass, tempfile
+  return os.path.join(tempfile.gettempdir(), f"{name}.{getpass.getuser()}" if append_user else name)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools, math, weakref
 from typing import Any, ClassVar, Iterator, Sequence
 import numpy as np
+from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import DType, dtypes, to_dtype, to_np_dtype, from_np_dtype
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops.create import CreationMixin
@@ -67,14 +68,22 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
     elif not graph.is_realized(u) and not keys.isdisjoint(u.toposort()):   # a buffer view holds no computation
       t.uop = u.substitute(becomes, name="apply becomes map")
 
-class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin):
+class _TensorType(type):
+  # `Tensor.training` is the TRAINING context variable, so `Context(TRAINING=1)`, `Tensor.train()` and
+  # `Tensor.training = True` are one switch
+  @property
+  def training(cls) -> bool: return bool(TRAINING.value)
+  @training.setter
+  def training(cls, mode: bool) -> None: TRAINING.value = int(bool(mode))
+
+class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin,
+             metaclass=_TensorType):
   """A lazy n-dimensional array with automatic differentiation.
 
       x = Tensor([2.0], requires_grad=True)
       (grad,) = (x**2 + 3*x + 1).sum().gradient(x)   # grad.item() == 7.0
   """
   __slots__ = ("uop", "requires_grad", "grad", "_tid", "__weakref__")
-  training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,

@@ -21,6 +21,7 @@ import functools, math
 from fractions import Fraction
 from typing import Callable
 from tinyplug.device import Renderer
+from tinyplug.helpers import TRANSCENDENTAL
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.rewrite import graph_rewrite
@@ -291,6 +292,7 @@ RULES: dict[Ops, list[tuple[UPat, Callable]]] = {
   Ops.MOD: [(UPat(Ops.MOD, src=(UPat.var("a"), UPat.cvar("c", vec=False)), name="x"), mod_by_power_of_two)],
 }
 DECOMPOSABLE = frozenset(RULES)
+_TRANSCENDENTAL_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 
 @functools.cache
 def decompositions_for(missing: frozenset[Ops]) -> PatternMatcher:
@@ -302,8 +304,10 @@ def decompositions_for(missing: frozenset[Ops]) -> PatternMatcher:
 def decompose_for(sink: UOp, renderer: Renderer) -> UOp:
   """Rewrite the ops of `sink` that `renderer` lacks; raises NotImplementedError for a missing op left over
   (an integer POW, an IDIV by a non-power-of-two, FDIV and RECIPROCAL both missing, ...)."""
-  if renderer.native_ops is None: return sink
-  missing = DECOMPOSABLE - frozenset(renderer.native_ops)
+  # TRANSCENDENTAL>=2: exp2/log2/sin from the polynomials here, also where the renderer has its own
+  forced = _TRANSCENDENTAL_OPS if TRANSCENDENTAL >= 2 else frozenset()
+  if renderer.native_ops is None and not forced: return sink
+  missing = (DECOMPOSABLE - frozenset(renderer.native_ops) if renderer.native_ops is not None else frozenset()) | forced
   if not missing & {u.op for u in sink.toposort()}: return sink
   sink = graph_rewrite(sink, decompositions_for(missing), name="decompositions")
   if left := missing & {u.op for u in sink.toposort()}:

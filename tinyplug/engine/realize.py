@@ -5,7 +5,7 @@ from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.device import Buffer, Device, ProgramSpec
-from tinyplug.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored
+from tinyplug.helpers import BEAM, DEBUG, NOOPT, TRANSCENDENTAL, GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import ScheduleItem, create_schedule
 
@@ -24,10 +24,10 @@ class CompiledRunner:
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)
 
-_runners: BoundedCache = BoundedCache("engine.runners", 8192)   # (device, ast) -> compiled program
+_runners: BoundedCache = BoundedCache("engine.runners", 8192)   # (device, ast, TRANSCENDENTAL) -> compiled program
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-  key = (device, ast)
+  key = (device, ast, TRANSCENDENTAL.value)   # the setting changes the code of the same kernel
   if (r := _runners.get(key)) is None:
     from tinyplug.codegen import get_program
     st = time.perf_counter()

@@ -93,6 +93,11 @@ class ConvTranspose2d(Conv2d):
     return fn(x, self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation,
               padding=self.padding, output_padding=self.output_padding)
 
+def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                    output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> ConvTranspose2d:
+  """A ConvTranspose2d whose kernel has one spatial dimension (input (N, C, L))."""
+  return ConvTranspose2d(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias)
+
 def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride=1, dilation=1,
                    padding=0, output_padding=0) -> Tensor:
   """Transposed convolution (PyTorch's conv_transpose2d, any number of spatial dims) from a plain convolution:
@@ -202,6 +207,19 @@ class GroupNorm:
     if self.weight is None: return y
     return y * _channel_view(self.weight, x.ndim) + _channel_view(self.bias, x.ndim)
 
+class InstanceNorm:
+  """Normalises each (sample, channel) over its positions (N, C, ...), then scales and shifts per channel (affine)."""
+  def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
+    self.num_features, self.eps = num_features, eps
+    self.weight = Tensor.ones(num_features) if affine else None
+    self.bias = Tensor.zeros(num_features) if affine else None
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim < 3 or x.shape[1] != self.num_features:
+      raise ValueError(f"InstanceNorm({self.num_features}): input must be (N, {self.num_features}, ...), got {x.shape}")
+    y = _normalize(x.reshape(x.shape[0], x.shape[1], -1), (-1,), self.eps).reshape(x.shape)
+    if self.weight is None: return y
+    return y * _channel_view(self.weight, x.ndim) + _channel_view(self.bias, x.ndim)
+
 class RMSNorm:
   """x / sqrt(mean(x^2 over the last axis) + eps), times a learned weight."""
   def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
@@ -224,6 +242,29 @@ class Embedding:
     one_hot = (idx.unsqueeze(-1) == Tensor.arange(self.vocab_sz, device=idx.device)).cast(self.weight.dtype)
     return one_hot.matmul(self.weight)
 
+class LSTMCell:
+  """One step of an LSTM (PyTorch's gate order i, f, g, o): `h, c = cell(x, (h, c))`; no state means zeros.
+
+  Weights and biases start uniform in +-1/sqrt(hidden_size), as in PyTorch."""
+  def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+    bound = 1 / math.sqrt(hidden_size)
+    self.hidden_size = hidden_size
+    self.weight_ih = Tensor.uniform(4 * hidden_size, input_size, low=-bound, high=bound)
+    self.weight_hh = Tensor.uniform(4 * hidden_size, hidden_size, low=-bound, high=bound)
+    self.bias_ih = Tensor.uniform(4 * hidden_size, low=-bound, high=bound) if bias else None
+    self.bias_hh = Tensor.uniform(4 * hidden_size, low=-bound, high=bound) if bias else None
+  def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    if hc is None:
+      zeros = Tensor.zeros(*x.shape[:-1], self.hidden_size, dtype=x.dtype, device=x.device)
+      hc = (zeros, zeros)
+    h, c = hc
+    gates = x.matmul(self.weight_ih.transpose()) + h.matmul(self.weight_hh.transpose())
+    if self.bias_ih is not None: gates = gates + self.bias_ih + self.bias_hh
+    i, f, g, o = gates.chunk(4, dim=-1)
+    new_c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    new_h = o.sigmoid() * new_c.tanh()
+    return new_h.contiguous(), new_c.contiguous()
+
 class Dropout:
   """Zeroes each element with probability p while `Tensor.training`, scaling the rest by 1/(1-p)."""
   def __init__(self, p: float = 0.5):
@@ -231,5 +272,5 @@ class Dropout:
     self.p = p
   def __call__(self, x: Tensor) -> Tensor: return x.dropout(self.p)
 
-__all__ = ["Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+__all__ = ["Linear", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "InstanceNorm", "LSTMCell", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "LayerNorm", "LayerNorm2d", "GroupNorm", "RMSNorm", "Embedding", "Dropout", "optim", "state", "losses"]

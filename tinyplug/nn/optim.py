@@ -1,4 +1,4 @@
-"""Optimisers: SGD (momentum, nesterov, weight decay), LARS, Adam, AdamW, LAMB, and an OptimizerGroup.
+"""Optimisers: SGD (momentum, nesterov, weight decay), LARS, Adam, AdamW, LAMB, Muon, and an OptimizerGroup.
 
 A step builds every update lazily with `assign` (parameters, momentum buffers, moment estimates, step counters) and
 realizes them together, so one step is one schedule: `opt.step()`, or `loss.realize(*opt.schedule_step())` to also
@@ -162,6 +162,50 @@ def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 
   """Adam with decoupled weight decay, as torch.optim.AdamW."""
   return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
 
+def newton_schulz(g: Tensor, steps: int, coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+                  eps: float = 1e-7) -> Tensor:
+  """An approximately orthogonal matrix with the singular vectors of the 2-D `g` (Muon's quintic Newton-Schulz
+  iteration: X <- a*X + (b*A + c*A@A) @ X with A = X @ X.T, starting from g / |g|)."""
+  if g.ndim != 2: raise ValueError(f"newton_schulz needs a 2-D matrix, got shape {g.shape}")
+  if len(coefficients) != 3: raise ValueError(f"newton_schulz needs 3 coefficients, got {coefficients}")
+  a, b, c = coefficients
+  x = g.transpose() if g.shape[0] > g.shape[1] else g   # iterate on the wide side: the Gram matrix is the small one
+  x = x / x.square().sum().sqrt().maximum(eps)
+  for _ in range(steps):
+    gram = x.matmul(x.transpose())
+    x = a * x + (b * gram + c * gram.matmul(gram)).matmul(x)
+  return x.transpose() if g.shape[0] > g.shape[1] else x
+
+class Muon(Optimizer):
+  """Muon (momentum, then orthogonalised by Newton-Schulz), with torch.optim.Muon's rules: b = lerp(b, g, 1-momentum);
+  u = lerp(g, b, momentum) with nesterov else b; p = p*(1 - lr*wd) - lr*sqrt(max(1, rows/cols))*NS(u).
+  Parameters of more than 2 dimensions are flattened to (shape[0], -1) for the iteration."""
+  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight_decay: float = 0.1,
+               ns_steps: int = 5, ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+               nesterov: bool = True, eps: float = 1e-7):
+    super().__init__(params, lr)
+    if not 0.0 <= momentum < 1.0: raise ValueError(f"invalid momentum: {momentum} (must be in [0, 1))")
+    if weight_decay < 0: raise ValueError(f"invalid weight_decay: {weight_decay}")
+    if len(ns_coefficients) != 3: raise ValueError(f"ns_coefficients must be 3 numbers, got {ns_coefficients}")
+    for i, p in enumerate(self.params):
+      if p.ndim < 2: raise ValueError(f"Muon updates matrices; parameter {i} has shape {p.shape}")
+    self.momentum, self.wd, self.ns_steps, self.ns_coefficients = momentum, weight_decay, ns_steps, tuple(ns_coefficients)
+    self.nesterov, self.eps = nesterov, eps
+    self.b = [_state_like(t) for t in self.params]
+
+  def _step(self) -> tuple[list[Tensor], list[Tensor]]:
+    new_values = []
+    for i, t in enumerate(self.params):
+      g = t.grad.cast(self.b[i].dtype)
+      self.b[i].assign(self.momentum * self.b[i] + (1 - self.momentum) * g)
+      u = g + self.momentum * (self.b[i] - g) if self.nesterov else self.b[i]
+      rows, cols = t.shape[0], math.prod(t.shape[1:])
+      u = newton_schulz(u.reshape(rows, cols), self.ns_steps, self.ns_coefficients, self.eps).reshape(t.shape)
+      lr = self._lr(t)
+      scale = math.sqrt(max(1.0, rows / cols))
+      new_values.append(t.detach() * (1 - lr * self.wd) - (lr * scale) * u.cast(t.dtype))
+    return new_values, self.b
+
 # ---------------- gradient clipping ----------------
 
 def clip_grad_norm_(params: list[Tensor] | Optimizer, max_norm: float, norm_type: float = 2.0) -> Tensor:
@@ -181,4 +225,4 @@ def clip_grad_norm_(params: list[Tensor] | Optimizer, max_norm: float, norm_type
   for p in grads: p.grad = p.grad * scale.cast(p.grad.dtype)
   return total
 
-__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "LAMB", "Adam", "AdamW", "clip_grad_norm_"]
+__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "LAMB", "Adam", "AdamW", "Muon", "newton_schulz", "clip_grad_norm_"]

@@ -147,6 +147,12 @@ _FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.flo
 _UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 _INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | _UINTS
 _NAMED: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+# groups, as tinygrad names them (tuples in a fixed order: code iterates them to parametrize over dtypes)
+dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+dtypes.ints = dtypes.uints + dtypes.sints
+dtypes.all = dtypes.floats + dtypes.ints + (dtypes.bool,)
 # the canonical short name of each dtype, for repr
 _INVERSE_NAMES: dict[DType, str] = {}
 for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "half", "bfloat16", "float",

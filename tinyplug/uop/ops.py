@@ -183,7 +183,11 @@ class UOp(metaclass=UOpMeta):
 
   # ---- constructors ----
   @staticmethod
-  def const(dtype: DType, b: ConstType | tuple) -> UOp:
+  def const(b: ConstType | tuple | DType, dtype: DType | ConstType | tuple | None = None) -> UOp:
+    """A constant: `UOp.const(2.0, dtypes.float)` (tinygrad's order; the dtype defaults to the value's own).
+    The (dtype, value) order that tinyplug used first is still accepted."""
+    if isinstance(b, DType): b, dtype = dtype, b
+    elif dtype is None: dtype = dtypes.from_py(b)
     # fast path: an int that fits an integer dtype is already what truncate would give
     if type(b) is int and type((r := _dtype_range(dtype))[1]) is int and r[1] <= b <= r[2]: return UOp(Ops.CONST, dtype, arg=b)
     if isinstance(b, UOp): return b
