@@ -1,7 +1,8 @@
 """The lazy Tensor: every operation builds a tensor-level UOp graph; nothing runs until realize()/numpy()/tolist().
 
 The operations themselves live in small mixins under `tinyplug/tensor_ops/` (one module per job: creation, random,
-elementwise, movement, indexing, reduce, nn); this module holds the Tensor object, its bookkeeping (the weak registry
+elementwise, movement, indexing, reduce, nn, special functions, sorting, einsum, selection/scatter, resampling);
+this module holds the Tensor object, its bookkeeping (the weak registry
 of live tensors that realize() updates), realization, data access, devices and autograd entry points.
 """
 from __future__ import annotations
@@ -18,6 +19,11 @@ from tinyplug.tensor_ops.movement import MovementMixin
 from tinyplug.tensor_ops.indexing import IndexingMixin
 from tinyplug.tensor_ops.reduce import ReduceMixin
 from tinyplug.tensor_ops.nn import NNMixin
+from tinyplug.tensor_ops.special import SpecialMixin
+from tinyplug.tensor_ops.sorting import SortingMixin
+from tinyplug.tensor_ops.einsum import EinsumMixin
+from tinyplug.tensor_ops.selection import SelectionMixin
+from tinyplug.tensor_ops.resample import ResampleMixin
 from tinyplug.tensor_ops import graph
 
 # every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
@@ -77,7 +83,7 @@ class _TensorType(type):
   def training(cls, mode: bool) -> None: TRAINING.value = int(bool(mode))
 
 class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, IndexingMixin, ReduceMixin, NNMixin,
-             metaclass=_TensorType):
+             SpecialMixin, SortingMixin, EinsumMixin, SelectionMixin, ResampleMixin, metaclass=_TensorType):
   """A lazy n-dimensional array with automatic differentiation.
 
       x = Tensor([2.0], requires_grad=True)
@@ -163,11 +169,20 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def schedule(self, *others: Tensor) -> list:
     """The kernels that would compute these tensors, in order (not run: pass them to engine.realize.run_schedule).
 
-    As in tinygrad, the tensors now point at the output buffers, which hold their values once the schedule runs."""
+    As in tinygrad, the tensors now point at the output buffers, which hold their values once the schedule runs.
+    A schedule left unrun runs before anything else is realized or read (engine.realize.run_pending)."""
     from tinyplug.schedule import create_schedule
+    from tinyplug.engine.realize import defer
     items, becomes = create_schedule([t.uop for t in (self, *others)])
     _apply_becomes_map(becomes)
+    defer(items)
     return items
+
+  def schedule_linear(self, *others: Tensor) -> UOp:
+    """The schedule as one `LINEAR` UOp of `CALL(ast, *buffers)` nodes, one per kernel or copy (tinygrad's form);
+    like schedule(), it runs before anything else is realized unless run first."""
+    return UOp(Ops.LINEAR, dtypes.void, tuple(UOp(Ops.CALL, dtypes.void, (it.ast, *it.buf_uops))
+                                              for it in self.schedule(*others)))
 
   def kernelize(self, *others: Tensor) -> Tensor:
     """Group the graph into kernels without running them; the uops then show KERNEL nodes."""
@@ -182,7 +197,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
-    from tinyplug.engine.realize import buffer_of, realize
+    from tinyplug.engine.realize import buffer_of, realize, run_pending
+    run_pending()
     if graph.is_plain_buffer(self.uop): buf = self.uop.base
     else:
       target = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,))
@@ -240,8 +256,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self
 
   # ---- autograd ----
-  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
-    """d(self)/d(target) for each target, as new lazy tensors: `grad, = loss.gradient(x)`."""
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = True) -> list[Tensor]:
+    """d(self)/d(target) for each target, as new lazy tensors: `grad, = loss.gradient(x)`. A target the graph
+    does not use gets zeros (as in tinygrad; materialize_grads=False raises instead)."""
     from tinyplug.gradient import compute_gradient
     if gradient is None:
       if self.shape != ():

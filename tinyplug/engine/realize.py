@@ -1,6 +1,6 @@
 """Realize: schedule tensor-level UOps, compile each kernel once, run them, and report with DEBUG."""
 from __future__ import annotations
-import time
+import time, weakref
 from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
@@ -67,7 +67,32 @@ def _capture(item: ScheduleItem, bufs: list[Buffer], var_vals: dict[str, int] | 
   runner = None if item.ast.op is Ops.COPY else get_runner(bufs[0].device, item.ast)
   capturing.append((item, runner, bufs, var_vals or {}))
 
+# Schedules that Tensor.schedule() handed out and that have not run: their tensors already point at the output
+# buffers, so before anything else is realized or read they run (in order; `run_pending`), and a later run_schedule
+# of the same items skips them. Without this, a random tensor scheduled but not run would be computed afresh while
+# what depends on it read the scheduled buffer (two different draws), or a read would see an empty buffer.
+_pending: list[ScheduleItem] = []
+_ran_early: weakref.WeakSet = weakref.WeakSet()
+
+def defer(items: list[ScheduleItem]) -> None:
+  """Remember `items` as scheduled but not run."""
+  _pending.extend(items)
+
+def run_pending() -> None:
+  """Run every deferred schedule item that has not run yet."""
+  while _pending:
+    items = list(_pending)
+    _pending.clear()
+    for item in items:
+      run_item(item)
+      _ran_early.add(item)
+
 def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None:
+  if _pending or _ran_early:
+    if item in _ran_early:
+      _ran_early.discard(item)
+      return
+    if item in _pending: _pending.remove(item)
   bufs = item.bufs
   if capturing is not None: _capture(item, bufs, var_vals)
   if item.ast.op is Ops.COPY:
@@ -94,6 +119,7 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None =
 def realize(uops: list[UOp]) -> dict[UOp, UOp]:
   """Compute every given tensor-level UOp; returns what each realized node became (a BUFFER view)."""
   st = time.perf_counter()
+  if _pending: run_pending()
   schedule, becomes = create_schedule(uops)
   count_before = GlobalCounters.kernel_count
   run_schedule(schedule)

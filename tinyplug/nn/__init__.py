@@ -89,8 +89,7 @@ class ConvTranspose2d(Conv2d):
     fan_in = (out_channels // groups) * math.prod(self.kernel_size)
     self.bias = _fan_in_uniform(out_channels, fan_in) if bias else None
   def __call__(self, x: Tensor) -> Tensor:
-    fn = getattr(Tensor, "conv_transpose2d", None) or conv_transpose
-    return fn(x, self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation,
+    return x.conv_transpose2d(self.weight, self.bias, groups=self.groups, stride=self.stride, dilation=self.dilation,
               padding=self.padding, output_padding=self.output_padding)
 
 def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
@@ -100,24 +99,8 @@ def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, strid
 
 def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride=1, dilation=1,
                    padding=0, output_padding=0) -> Tensor:
-  """Transposed convolution (PyTorch's conv_transpose2d, any number of spatial dims) from a plain convolution:
-  spread the input by `stride`, pad by dilation*(k-1)-padding (+output_padding at the end), flip the kernel."""
-  nd = weight.ndim - 2
-  cin, cout_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
-  s, d, p, op = (_pair(v, nd) for v in (stride, dilation, padding, output_padding))
-  if x.ndim != nd + 2 or x.shape[1] != cin:
-    raise ValueError(f"conv_transpose: input {x.shape} does not fit weight {weight.shape}")
-  if any(si > 1 for si in s):   # stride-1 zeros between neighbours: (n,) -> (n, stride) -> (n*stride,) -> cut
-    n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
-    x = x.reshape(n, c, *[v for size in spatial for v in (size, 1)])
-    x = x.pad(((0, 0), (0, 0), *[pair for si in s for pair in ((0, 0), (0, si - 1))]))
-    x = x.reshape(n, c, *[size * si for size, si in zip(spatial, s)])
-    x = x.shrink(((0, n), (0, c), *[(0, (size - 1) * si + 1) for size, si in zip(spatial, s)]))
-  w = weight.reshape(groups, cin // groups, cout_g, *kernel).transpose(1, 2)
-  w = w.reshape(groups * cout_g, cin // groups, *kernel).flip(*range(2, 2 + nd))
-  edge = [di * (k - 1) - pi for di, k, pi in zip(d, kernel, p)]
-  x = x.pad(((0, 0), (0, 0), *[(e, e + o) for e, o in zip(edge, op)]))   # negative amounts cut
-  return x.conv2d(w, bias, groups=groups, dilation=dilation)
+  """Transposed convolution (Tensor.conv_transpose2d, any number of spatial dims)."""
+  return x.conv_transpose2d(weight, bias, groups, stride, dilation, padding, output_padding)
 
 # ---------------- normalisation ----------------
 

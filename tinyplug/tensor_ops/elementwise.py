@@ -259,8 +259,10 @@ class ElementwiseMixin:
   def celu(self, alpha: float = 1.0): return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
   def selu(self, alpha: float = 1.67326, gamma: float = 1.0507):
     return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
-  def gelu(self):
-    """The tanh approximation (torch's gelu(approximate='tanh')), as in tinygrad."""
+  def gelu(self, approximate: str = "tanh"):
+    """approximate='tanh' (the default, as in tinygrad) or 'none' (x * Phi(x) with erf), as torch's gelu."""
+    if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+    if approximate != "tanh": raise ValueError(f"gelu: approximate must be 'tanh' or 'none', not {approximate!r}")
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def quick_gelu(self): return self * (self * 1.702).sigmoid()
   def silu(self): return self * self.sigmoid()
@@ -277,7 +279,7 @@ class ElementwiseMixin:
   def softsign(self): return self / (1 + self.abs())
   def clip(self, min_=None, max_=None):
     """Clamp to [min_, max_] (either may be None); the gradient passes where min_ <= x <= max_, as in torch."""
-    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min_ or max_")
     out = self
     if min_ is not None: out = (out < min_).where(min_, out)
     if max_ is not None: out = (out > max_).where(max_, out)

@@ -16,7 +16,7 @@ def normalize_axis(axis: int, ndim: int) -> int:
   lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
   if not lo <= axis <= hi:
     raise IndexError(f"axis {axis} is out of range for a tensor with {ndim} dims (expected {lo} to {hi})")
-  return axis + ndim if axis < 0 else axis
+  return axis + ndim if axis < 0 and ndim > 0 else (0 if axis < 0 else axis)
 
 def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=device)
 

@@ -7,6 +7,8 @@ from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
+def _tuple(x, n: int) -> tuple[int, ...]: return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n
+
 def _spatial_padding(padding: int | Sequence[int], nd: int) -> list[tuple[int, int]]:
   """int: the same on every side; nd ints: (before=after) per spatial dim; 2*nd ints: torch-flat, last dim first."""
   if isinstance(padding, int): return [(padding, padding)] * nd
@@ -199,6 +201,30 @@ class NNMixin:
     if not type(self).training or p == 0: return self
     keep = type(self).rand(*self.shape, device=self.device) >= p
     return keep.where(self, 0) * (1 / (1 - p))
+  def conv_transpose2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0, output_padding=0):
+    """Transposed convolution (PyTorch's conv_transpose2d, any number of spatial dims) from a plain convolution:
+    spread the input by `stride`, pad by dilation*(k-1)-padding (+output_padding at the end), flip the kernel."""
+    x = self
+    nd = weight.ndim - 2
+    cin, cout_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    s, d, p, op = (_tuple(v, nd) for v in (stride, dilation, padding, output_padding))
+    if x.ndim != nd + 2 or x.shape[1] != cin:
+      raise ValueError(f"conv_transpose: input {x.shape} does not fit weight {weight.shape}")
+    if any(si > 1 for si in s):   # stride-1 zeros between neighbours: (n,) -> (n, stride) -> (n*stride,) -> cut
+      n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
+      x = x.reshape(n, c, *[v for size in spatial for v in (size, 1)])
+      x = x.pad(((0, 0), (0, 0), *[pair for si in s for pair in ((0, 0), (0, si - 1))]))
+      x = x.reshape(n, c, *[size * si for size, si in zip(spatial, s)])
+      x = x.shrink(((0, n), (0, c), *[(0, (size - 1) * si + 1) for size, si in zip(spatial, s)]))
+    w = weight.reshape(groups, cin // groups, cout_g, *kernel).transpose(1, 2)
+    w = w.reshape(groups * cout_g, cin // groups, *kernel).flip(*range(2, 2 + nd))
+    edge = [di * (k - 1) - pi for di, k, pi in zip(d, kernel, p)]
+    x = x.pad(((0, 0), (0, 0), *[(e, e + o) for e, o in zip(edge, op)]))   # negative amounts cut
+    return x.conv2d(w, bias, groups=groups, dilation=dilation)
+  def nll_loss(self, y, weight=None, ignore_index: int | None = None, reduction: str = "mean"):
+    """Negative log likelihood of these log-probabilities at class indices `y` (nn.losses.nll_loss)."""
+    from tinyplug.nn.losses import nll_loss   # the losses live in nn/losses.py; methods delegate to them
+    return nll_loss(self, y, weight, ignore_index, reduction)
   def binary_crossentropy(self, y, reduction: str = "mean"):
     return _reduce_loss(-(y * self.log() + (1 - y) * (1 - self).log()), reduction)
   def binary_crossentropy_logits(self, y, reduction: str = "mean"):

@@ -14,7 +14,8 @@ class ReduceMixin:
   def _axes(self, axis: Axis) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
     if isinstance(axis, int): axis = (axis,)
-    return tuple(sorted({graph.normalize_axis(a, self.ndim) for a in axis}))
+    axes = tuple(sorted({graph.normalize_axis(a, self.ndim) for a in axis}))
+    return axes if self.ndim else ()   # a 0-d tensor's axis 0 (or -1) is its one element: nothing to reduce
 
   def _reduce(self, op: Ops, axis: Axis = None, keepdim: bool = False):
     axes = self._axes(axis)
@@ -74,6 +75,7 @@ class ReduceMixin:
   # ---- scans ----
   def _scan(self, axis: int, fill, reduce_name: str):
     ax = graph.normalize_axis(axis, self.ndim)
+    if self.ndim == 0: return self
     n = self.shape[ax]
     if n == 0: return self
     x = self.transpose(ax, -1)
@@ -83,7 +85,6 @@ class ReduceMixin:
     return getattr(upto.where(rows, fill), reduce_name)(-1).transpose(ax, -1)
   def cumsum(self, axis: int = 0): return self._scan(axis, 0, "sum")
   def cumprod(self, axis: int = 0): return self._scan(axis, 1, "prod")
-  def cummax(self, axis: int = 0): return self._scan(axis, dtypes.min(self.dtype), "max")
 
   # ---- softmax family ----
   def logsumexp(self, axis: Axis = None, keepdim: bool = False):
@@ -92,9 +93,12 @@ class ReduceMixin:
     return out if keepdim else out.squeeze(self._axes(axis))
   def softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
+    if x.ndim == 0: return x.reshape(1).softmax(0).reshape(())
     e = (x - x.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)
+  def softmin(self, axis: int = -1, dtype: DType | str | None = None): return (-self).softmax(axis, dtype)
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
+    if x.ndim == 0: return x.reshape(1).log_softmax(0).reshape(())
     shifted = x - x.max(axis, keepdim=True).detach()
     return shifted - shifted.exp().sum(axis, keepdim=True).log()

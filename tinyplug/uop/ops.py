@@ -36,6 +36,8 @@ class Ops(Enum):
   # tensor level: CUSTOM_GRAD(value, *inputs, arg=GradFn) is `value` with its own gradient rule (gradient.py); last so
   # that adding it renumbered no other op
   CUSTOM_GRAD = auto()
+  # a schedule in tinygrad's form: LINEAR(CALL(kernel ast, *buffers), ...) (Tensor.schedule_linear)
+  LINEAR = auto(); CALL = auto()
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value

@@ -1,0 +1,88 @@
+"""Resampling and reshaping helpers built from the primitive movement ops: interpolate (a fixed weight matrix per
+spatial dim), unfold (sliding windows), repeat_interleave, pad_to / shrink_to, normalize."""
+from __future__ import annotations
+import math
+import numpy as np
+from tinyplug.uop.dtype import dtypes
+from tinyplug.tensor_ops import graph
+
+_MODES = ("linear", "nearest", "nearest-exact")
+
+def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.ndarray:
+  """(n_out, n_in) weights: output i is sum_j W[i, j] * input j, with torch's source coordinates."""
+  w = np.zeros((n_out, n_in), dtype=np.float64)
+  i = np.arange(n_out, dtype=np.float64)
+  if mode == "linear":
+    if align_corners: src = i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else i * 0
+    else: src = np.maximum((i + 0.5) * (n_in / n_out) - 0.5, 0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = src - lo
+    np.add.at(w, (np.arange(n_out), lo), 1 - frac)
+    np.add.at(w, (np.arange(n_out), hi), frac)
+  else:
+    src = np.floor((i + 0.5) * (n_in / n_out)) if mode == "nearest-exact" else np.floor(i * (n_in / n_out))
+    w[np.arange(n_out), np.minimum(src.astype(np.int64), n_in - 1)] = 1
+  return w
+
+class ResampleMixin:
+  __slots__ = ()
+  def interpolate(self, size, mode: str = "linear", align_corners: bool = False):
+    """Resize the trailing len(size) dims to `size`: 'linear' (bi-/trilinear over several dims), 'nearest' or
+    'nearest-exact', with torch's coordinate rules (align_corners for linear)."""
+    if mode not in _MODES: raise ValueError(f"interpolate: mode must be one of {_MODES}, not {mode!r}")
+    size = tuple(size)
+    if len(size) > self.ndim: raise ValueError(f"interpolate: size {size} has more dims than the input {self.shape}")
+    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.float32)
+    for d, n_out in zip(range(self.ndim - len(size), self.ndim), size):
+      n_in = x.shape[d]
+      if n_in == n_out and mode != "linear": continue
+      w = type(self)(_interp_matrix(n_in, n_out, mode, align_corners).astype(np.float32), device=self.device,
+                     dtype=x.dtype)
+      x = x.transpose(d, -1).matmul(w.transpose()).transpose(d, -1)
+    return x if x.dtype == self.dtype else x.round().cast(self.dtype) if dtypes.is_int(self.dtype) else x.cast(self.dtype)
+
+  def unfold(self, dim: int, size: int, step: int):
+    """Windows of `size` every `step` along `dim`, as a new last dim (torch.Tensor.unfold)."""
+    ax = graph.normalize_axis(dim, self.ndim)
+    if size < 0 or step <= 0: raise RuntimeError(f"unfold: size must be >= 0 and step > 0, got {size}, {step}")
+    n = self.shape[ax]
+    if size > n: raise RuntimeError(f"unfold: window {size} is larger than dim {dim} of size {n}")
+    count = (n - size) // step + 1
+    x = self.transpose(ax, -1)
+    windows = [x.shrink(tuple((0, s) for s in x.shape[:-1]) + ((k * step, k * step + size),)).unsqueeze(-2)
+               for k in range(count)]
+    out = windows[0].cat(*windows[1:], dim=-2) if len(windows) > 1 else windows[0]
+    return out.transpose(ax, -2)
+
+  def repeat_interleave(self, repeats: int, dim: int | None = None):
+    """Each element repeated `repeats` times along `dim` (over the flattened tensor when None)."""
+    x = self.flatten() if dim is None else self
+    ax = 0 if dim is None else graph.normalize_axis(dim, self.ndim)
+    shape = x.shape
+    x = x.unsqueeze(ax + 1).expand(shape[:ax + 1] + (repeats,) + shape[ax + 1:])
+    return x.reshape(shape[:ax] + (shape[ax] * repeats,) + shape[ax + 1:])
+
+  def pad_to(self, shape, *args, value=0):
+    """Pad at the end of each dim up to `shape` (None keeps a dim)."""
+    shape = tuple(shape) + args if not isinstance(shape, int) else (shape,) + args
+    if len(shape) != self.ndim: raise ValueError(f"pad_to: shape {shape} needs {self.ndim} dims")
+    if any(s is not None and s < n for s, n in zip(shape, self.shape)):
+      raise ValueError(f"pad_to: {shape} is smaller than {self.shape}")
+    return self.pad(tuple((0, 0 if s is None else s - n) for s, n in zip(shape, self.shape)), value=value)
+
+  def shrink_to(self, shape, *args):
+    """Keep the first `shape` elements of each dim (None keeps a dim)."""
+    shape = tuple(shape) + args if not isinstance(shape, int) else (shape,) + args
+    if len(shape) != self.ndim: raise ValueError(f"shrink_to: shape {shape} needs {self.ndim} dims")
+    if any(s is not None and s > n for s, n in zip(shape, self.shape)):
+      raise ValueError(f"shrink_to: {shape} is larger than {self.shape}")
+    return self.shrink(tuple((0, n if s is None else s) for s, n in zip(shape, self.shape)))
+
+  def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    """self / max(||self||_p along dim, eps), as torch.nn.functional.normalize."""
+    x = self._floats()
+    if p == 0: norm = x.ne(0).cast(x.dtype).sum(dim, keepdim=True)
+    elif math.isinf(p): norm = x.abs().max(dim, keepdim=True)
+    else: norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+    return x / norm.maximum(eps)
