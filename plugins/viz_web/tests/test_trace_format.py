@@ -108,6 +108,15 @@ def test_lost_lines_mid_file_skip_what_refers_to_them(small_trace, tmp_path):
       except KeyError as e: assert "is not in the trace" in str(e); lost += 1
   assert opened > lost >= 0
 
+def test_repeated_node_batch_is_skipped(small_trace, tmp_path):
+  """Damaged data can repeat an earlier batch of nodes (deflate copies earlier bytes): it is skipped, not fatal."""
+  lines = trace_lines(small_trace)
+  k = [i for i, l in enumerate(lines) if json.loads(l)["t"] == "nodes"]
+  lines.insert(k[2] + 1, lines[k[1]])
+  write_compressed(str(tmp_path / "trace-4.jsonl.z"), lines)
+  t = load_trace(str(tmp_path))
+  assert any("skipped 1 nodes record" in w for w in t.warnings) and t.contexts
+
 def test_damaged_compressed_data_keeps_what_came_before(small_trace, tmp_path):
   data = bytearray(open(os.path.join(small_trace, os.listdir(small_trace)[0]), "rb").read())
   for i in range(len(data) * 2 // 3, len(data) * 2 // 3 + 64): data[i] ^= 0x5A

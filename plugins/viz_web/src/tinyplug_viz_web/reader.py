@@ -231,7 +231,8 @@ def load_trace(path: str) -> Trace:
     ended = False
     for r in records:
       if type(r) is tuple:
-        nodes.add_batch(node_base + r[0], r[1], r[2])
+        try: nodes.add_batch(node_base + r[0], r[1], r[2])
+        except ValueError: skipped["nodes"] = skipped.get("nodes", 0) + 1   # overlaps an earlier batch: damaged
         continue
       t = r["t"]
       try:
