@@ -6,7 +6,7 @@ CORE = pathlib.Path(__file__).resolve().parents[1] / "tinyplug"
 
 # lowest first; a module may import its own layer and the ones below it
 LAYERS = [
-  {"uop", "helpers", "events", "hookspecs", "caches"},
+  {"uop", "dtype", "helpers", "events", "hookspecs", "caches", "diskcache"},
   {"backend", "plugins"},
   {"renderer", "device", "runtime"},
   {"schedule"},

@@ -109,10 +109,14 @@ def _takes_ctx(fn: Any) -> bool:
   except ValueError: return True
   return True
 
+class PassPlacementError(ValueError):
+  """A plugin pass whose kind does not fit where it is anchored (a PatternMatcher after linearize)."""
+
 def _run_plugin_pass(step: PipelineStep, x: Any, ctx: KernelContext, linear: bool) -> Any:
   """A plugin pass on the kernel graph, or (after linearize) on the linear program, a list of UOps."""
   from tinyplug.plugins import PluginPassError
   try: return _apply_plugin_pass(step, x, ctx, linear)
+  except PassPlacementError: raise   # the pipeline refusing the pass, not the pass failing
   except Exception as e:   # name the pass and its plugin: otherwise every realize fails with an anonymous error
     raise PluginPassError(f"pass {step.name!r} of plugin {step.plugin!r} raised {type(e).__name__}: {e}; "
                           f"turn the plugin off with TINY_PLUGINS=-{step.plugin}") from e
@@ -124,7 +128,7 @@ def _apply_plugin_pass(step: PipelineStep, x: Any, ctx: KernelContext, linear: b
   rewrite, takes_ctx = _plugin_rewrite(step)
   if linear:
     if isinstance(rewrite, PatternMatcher):
-      raise ValueError(f"pass {step.name!r} (plugin {step.plugin!r}) runs after linearize, on the linear program: its "
+      raise PassPlacementError(f"pass {step.name!r} (plugin {step.plugin!r}) runs after linearize, on the linear program: its "
                        "rewrite must be a function (uops, ctx) -> uops, not a PatternMatcher; anchor it before linearize")
     out = rewrite(list(x), ctx) if takes_ctx else rewrite(list(x))
     if not isinstance(out, list) or not all(isinstance(u, UOp) for u in out):

@@ -6,17 +6,7 @@ In tinygrad these are Tensor methods (`logits.sparse_categorical_crossentropy(Y)
 from __future__ import annotations
 from tinyplug.tensor import Tensor
 from tinyplug.uop.dtype import dtypes
-
-_REDUCTIONS = ("mean", "sum", "none")
-
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
-  if reduction == "mean": return loss.mean()
-  if reduction == "sum": return loss.sum()
-  if reduction == "none": return loss
-  raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
-
-def _check_reduction(reduction: str) -> None:
-  if reduction not in _REDUCTIONS: raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
+from tinyplug.tensor_ops.losses import _REDUCTIONS, _check_labels, _check_reduction, _one_hot, _reduce, nll_loss  # noqa: F401
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
   shifted = x - x.max(axis=axis, keepdim=True).detach()
@@ -25,16 +15,6 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 def logsigmoid(x: Tensor) -> Tensor:
   """log(sigmoid(x)), stable for large |x|: min(x, 0) - log(1 + exp(-|x|))."""
   return x.minimum(0) - (-x.abs()).exp().add(1).log()
-
-def _one_hot(labels: Tensor, num_classes: int, dtype=dtypes.float32) -> Tensor:
-  return (labels.unsqueeze(-1) == Tensor.arange(num_classes, device=labels.device)).cast(dtype)
-
-def _check_labels(x: Tensor, Y: Tensor, name: str, class_axis: int) -> None:
-  if not dtypes.is_int(Y.dtype): raise TypeError(f"{name}: class labels must be integers, got {Y.dtype}")
-  expected = x.shape[:class_axis] + x.shape[class_axis + 1:]
-  if tuple(Y.shape) != tuple(expected):
-    raise ValueError(f"{name}: labels of shape {Y.shape} do not fit predictions of shape {x.shape} "
-                     f"(expected labels of shape {expected})")
 
 def sparse_categorical_crossentropy(x: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                     reduction: str = "mean") -> Tensor:
@@ -61,20 +41,6 @@ def cross_entropy(x: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing
     target = Y
   if label_smoothing: target = target * (1 - label_smoothing) + label_smoothing / x.shape[axis]
   return _reduce(-(log_softmax(x, axis) * target).sum(axis=axis), reduction)
-
-def nll_loss(x: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
-             reduction: str = "mean") -> Tensor:
-  """Negative log likelihood of log-probabilities `x` (N, C, ...) at class indices `Y` (N, ...)."""
-  _check_reduction(reduction)
-  axis = 1 if x.ndim >= 2 else 0
-  _check_labels(x, Y, "nll_loss", axis)
-  target = _one_hot(Y, x.shape[axis], x.dtype)
-  if axis == 1 and x.ndim > 2: target = target.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
-  w = target if weight is None else target * weight.reshape(-1, *([1] * (x.ndim - axis - 1)))
-  if ignore_index is not None: w = w * (Y != ignore_index).cast(x.dtype).unsqueeze(axis)
-  loss = -(x * w).sum(axis=axis)
-  if reduction == "mean": return loss.sum() / w.sum()
-  return _reduce(loss, reduction)
 
 def binary_crossentropy(x: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
   """BCE of probabilities `x` against targets `Y` (logs clamped at -100, as PyTorch does)."""

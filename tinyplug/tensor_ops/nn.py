@@ -223,7 +223,7 @@ class NNMixin:
     return x.conv2d(w, bias, groups=groups, dilation=dilation)
   def nll_loss(self, y, weight=None, ignore_index: int | None = None, reduction: str = "mean"):
     """Negative log likelihood of these log-probabilities at class indices `y` (nn.losses.nll_loss)."""
-    from tinyplug.nn.losses import nll_loss   # the losses live in nn/losses.py; methods delegate to them
+    from tinyplug.tensor_ops.losses import nll_loss
     return nll_loss(self, y, weight, ignore_index, reduction)
   def binary_crossentropy(self, y, reduction: str = "mean"):
     return _reduce_loss(-(y * self.log() + (1 - y) * (1 - self).log()), reduction)
