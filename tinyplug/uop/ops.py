@@ -557,7 +557,7 @@ def _substitute_matcher():
   return PatternMatcher([(UPat(name="x"), _substitute)])
 
 def __getattr__(name: str):
-  # `from tinyplug.uop.ops import UPat, PatternMatcher, graph_rewrite` works, as in the seed documents
+  # `from tinyplug.uop.ops import UPat, PatternMatcher, graph_rewrite` works too (tinygrad's module path)
   if name in ("UPat", "PatternMatcher"):
     from tinyplug.uop import upat
     return getattr(upat, name)
