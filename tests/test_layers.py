@@ -51,3 +51,25 @@ def test_every_core_module_has_a_layer():
     parts = list(path.relative_to(CORE).with_suffix("").parts)
     if parts[-1] == "__init__": parts = parts[:-1]
     assert layer_of(parts) in RANK, path
+
+def test_only_ir_facts_live_in_a_uops_own_cache():
+  # a layer's own state about nodes (buffers, a trace's node ids) lives in a UOpMap; a UOp's cache is for IR facts,
+  # written only by the uop package; plugins never touch it
+  writes = re.compile(r"\b_cache\s*\[[^]]*\]\s*=(?!=)|__setattr__\([^)]*[\"']_cache[\"']")
+  bad = [str(p) for p in CORE.rglob("*.py") if "uop" not in p.relative_to(CORE).parts[:1] and writes.search(p.read_text())]
+  plugins = CORE.parent / "plugins"
+  bad += [str(p) for p in plugins.glob("*/src/**/*.py") if re.search(r"\._cache\b|\._cached\(", p.read_text())]
+  assert bad == []
+
+def test_uop_map_forgets_a_node_with_the_node():
+  import gc
+  from tinyplug.uop import UOp, UOpMap, dtypes
+  m: UOpMap[str] = UOpMap()
+  a = UOp.const(dtypes.int32, 123456789)
+  m[a] = "kept"
+  assert m.get(a) == "kept" and a in m and len(m) == 1 and list(m.items()) == [(a, "kept")]
+  del a
+  gc.collect()
+  assert len(m) == 0
+  b = UOp.const(dtypes.int32, 987654321)
+  assert m.get(b, "none") == "none" and m.setdefault(b, "x") == "x" and m.pop(b) == "x" and b not in m

@@ -8,6 +8,7 @@ from tinyplug import events
 from tinyplug.helpers import getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.sidetable import UOpMap
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
                               Renderer, ReuseAllocator)
 
@@ -69,18 +70,19 @@ class Buffer:
   def __repr__(self) -> str:
     return f"<buf real:{self.is_allocated} device:{self.device} size:{self.size} dtype:{self.dtype!r}>"
 
-# the device memory behind a BUFFER uop lives in the uop's own cache, as long as the uop does
+# the device memory behind a BUFFER uop lives as long as the uop does
+_BUFFERS: UOpMap[Buffer] = UOpMap()
 
 def buffer_of(u: UOp) -> Buffer:
   """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
   while u.op is not Ops.BUFFER:
     if u.op is Ops.RESHAPE or u.op is Ops.AFTER: u = u.src[0]
     else: raise ValueError(f"{u.op} is not a buffer")
-  c = u._cache
-  if c is not None and (b := c.get("buffer")) is not None: return b
-  return u._cached("buffer", lambda: Buffer(u.src[1].arg, u.arg, u.dtype))
+  if (b := _BUFFERS.get(u)) is not None: return b
+  _BUFFERS[u] = b = Buffer(u.src[1].arg, u.arg, u.dtype)
+  return b
 
-def has_buffer(u: UOp) -> bool: return u._cache is not None and "buffer" in u._cache
+def has_buffer(u: UOp) -> bool: return u in _BUFFERS
 
 # ---------------- the registry ----------------
 

@@ -1,42 +1,19 @@
 """GPU-style lowering shared by every renderer with work-groups (OpenCL, CUDA, Metal, AMD, the PYTHON interpreter).
 
-- `split_local(sink, axis, amt)`: an output axis becomes (axis/amt loop, amt "local"); gpudims maps the local part to
-  `lidx`, so a work-group of `amt` threads shares the axis.
-- `group_reduce(sink, axis, amt, top)`: a reduce axis becomes (axis/amt reduce, amt "group"): `amt` threads of a
-  work-group share one reduction (GROUP; GROUPTOP when `top`, where each thread reads a contiguous slice).
-- `lower_group_reduces(sink, renderer)`: the pass that makes "group" ranges real: each thread reduces its slice into
+The optimiser's LOCAL action maps an output axis to "local" ranges (gpudims turns them into `lidx`), and its GROUP and
+GROUPTOP actions split a reduce axis into "group" ranges that a work-group's threads share.
+`lower_group_reduces(sink, renderer)` is the pass that makes "group" ranges real: each thread reduces its slice into
   a register, writes it to `DEFINE_LOCAL[thread]`, a BARRIER waits for the whole group, every thread reduces the
   local array again (a loop over the group), and only the first thread of the group (`lidx == 0`) stores.
 
 A BARRIER orders the local loads after the local stores only through the program order the linearizer emits; the
 lowered SINK lists its BARRIERs before its STOREs, and the linearizer emits a SINK's sources in order."""
 from __future__ import annotations
-import math
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
 def _ranges(sink: UOp, kind: str) -> list[UOp]:
   return sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == kind), key=lambda r: r.arg)
-
-def _axis(sink: UOp, axis: int | UOp, kind: str) -> UOp:
-  if isinstance(axis, UOp): return axis
-  rngs = _ranges(sink, kind)
-  if not 0 <= axis < len(rngs): raise ValueError(f"the kernel has {len(rngs)} {kind} axes, not an axis {axis}")
-  return rngs[axis]
-
-def split_local(sink: UOp, axis: int | UOp, amt: int) -> UOp:
-  """Split output axis `axis` (an index among the "loop" RANGEs, or the RANGE itself) into (n/amt "loop", amt "local")."""
-  from tinyplug.codegen.kernel import split_range
-  r = _axis(sink, axis, "loop")
-  if amt <= 1 or r.src[0].arg % amt: raise ValueError(f"local size {amt} does not divide an axis of size {r.src[0].arg}")
-  return split_range(sink, r, amt, "local")
-
-def group_reduce(sink: UOp, reduce_axis: int | UOp, amt: int, top: bool = False) -> UOp:
-  """Split reduce axis `reduce_axis` into (n/amt "reduce", amt "group"); `top`: the group part is the slow index."""
-  from tinyplug.codegen.kernel import split_range
-  r = _axis(sink, reduce_axis, "reduce")
-  if amt <= 1 or r.src[0].arg % amt: raise ValueError(f"group size {amt} does not divide an axis of size {r.src[0].arg}")
-  return split_range(sink, r, amt, "group", top=top)
 
 def _linear(ranges: list[UOp]) -> tuple[UOp, int]:
   """Row-major index of `ranges` (last fastest) and the number of elements it spans."""

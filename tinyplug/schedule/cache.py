@@ -11,7 +11,7 @@ from typing import Any
 from tinyplug.uop.dtype import DType
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
-# graphs with other ops (AFTER/KERNEL from kernelize(), MULTI, ...) are scheduled every time
+# graphs with other ops (AFTER/KERNEL from kernelize(), ...) are scheduled every time
 _CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.CONST,
   Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.DETACH, Ops.REDUCE_AXIS, Ops.DEFINE_VAR, Ops.BIND, Ops.CUSTOM_GRAD}
 _CACHEABLE_VALUES = frozenset(op._value_ for op in _CACHEABLE)   # an Enum hashes through a Python call, an int not

@@ -9,20 +9,20 @@ class Ops(Enum):
   # members are singletons: hash by identity in C (Enum's own __hash__ is a Python call on every dict/set lookup)
   __hash__ = object.__hash__
   # graph structure and identity
-  SINK = auto(); NOOP = auto(); UNIQUE = auto(); DEVICE = auto(); KERNEL = auto(); CUSTOM = auto(); CUSTOMI = auto()
+  SINK = auto(); NOOP = auto(); UNIQUE = auto(); DEVICE = auto(); KERNEL = auto()
   # buffers and variables
-  BUFFER = auto(); BUFFER_VIEW = auto(); DEFINE_GLOBAL = auto(); DEFINE_LOCAL = auto(); DEFINE_REG = auto()
+  BUFFER = auto(); DEFINE_GLOBAL = auto(); DEFINE_LOCAL = auto(); DEFINE_REG = auto()
   DEFINE_VAR = auto(); BIND = auto()
   # constants
   CONST = auto(); VCONST = auto()
   # movement (tensor level; turned into index math by the scheduler)
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
   # tensor-level operations
-  COPY = auto(); ASSIGN = auto(); CONTIGUOUS = auto(); DETACH = auto(); REDUCE_AXIS = auto(); MULTI = auto(); AFTER = auto()
+  COPY = auto(); ASSIGN = auto(); CONTIGUOUS = auto(); DETACH = auto(); REDUCE_AXIS = auto(); AFTER = auto()
   # kernel-level
   INDEX = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); END = auto(); REDUCE = auto()
   IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto()
-  VECTORIZE = auto(); GEP = auto(); UNROLL = auto(); CONTRACT = auto(); WMMA = auto()
+  VECTORIZE = auto(); GEP = auto(); WMMA = auto()
   # conversions
   CAST = auto(); BITCAST = auto()
   # unary ALU

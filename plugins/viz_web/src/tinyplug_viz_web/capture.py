@@ -8,6 +8,7 @@ import linecache, os, sys, threading, time
 from typing import Any
 from tinyplug import events
 from tinyplug.helpers import cache_dir, env_str
+from tinyplug.uop import UOpMap
 from tinyplug_viz_web.trace_format import MAX_ARG_CHARS, TraceWriter, json_safe
 
 RUN_ENV = "TINYPLUG_VIZ_RUN"   # set by the first process of a run; worker processes inherit it and join the run
@@ -41,7 +42,7 @@ class Recorder:
     self.writer = TraceWriter(folder, run_id)
     self.worker = worker
     self.lock = threading.RLock()
-    self.tag = ("viz_web.node_id", id(self), os.getpid())                  # key of a node's id in UOp._cache
+    self.node_ids: UOpMap[int] = UOpMap()                                 # a node's id in this trace
     self.by_key: dict[tuple, int] = {}                                    # (op, dtype, src ids, arg) -> node id
     self.next_node = 0
     self.next_ctx = 0
@@ -55,7 +56,7 @@ class Recorder:
   def _check_fork(self) -> None:
     if os.getpid() != self.pid:  # a forked worker: same ids would clash with the parent's file, so start over
       self.pid, self.worker = os.getpid(), True
-      self.tag = ("viz_web.node_id", id(self), os.getpid())
+      self.node_ids = UOpMap()
       self.by_key, self.open_ctx, self.last_kernel, self.sources_seen = {}, {}, {}, set()
       self.next_node = self.next_ctx = self.next_rewrite = 0
       self.default_ctx = None
@@ -64,12 +65,8 @@ class Recorder:
   def intern(self, root: Any, out: list) -> int:
     """The id of `root`, appending a node (a list) to `out` for every node not seen before (sources first).
 
-    A node's id is remembered in the UOp's own small cache dict (under a key unique to this recorder), which is
-    much cheaper than a WeakKeyDictionary and keeps nothing alive: the id goes away with the UOp."""
-    tag = self.tag
-    def known(u: Any) -> int | None:
-      c = u._cache
-      return None if c is None else c.get(tag)
+    A node's id is remembered in this recorder's UOpMap: it keeps nothing alive and goes away with the UOp."""
+    known = self.node_ids.get
     if (nid := known(root)) is not None: return nid
     stack = [(root, False)]
     while stack:
@@ -87,8 +84,7 @@ class Recorder:
         self.next_node += 1
         # a node is [op, dtype, [its id minus each source's id], arg]: small numbers, no keys (see _write)
         out.append([key[0], key[1], [nid - s for s in src], arg] if arg else [key[0], key[1], [nid - s for s in src]])
-      if u._cache is None: object.__setattr__(u, "_cache", {})
-      u._cache[tag] = nid
+      self.node_ids[u] = nid
     return known(root)  # type: ignore[return-value]
 
   def _write(self, first: int, out: list) -> None:

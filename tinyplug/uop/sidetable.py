@@ -1,0 +1,59 @@
+"""UOpMap: facts a layer keeps about UOps that are not facts of the IR (a node's device buffer, a recorder's node id).
+
+A UOp's own cache holds only what follows from the node itself (its shape, toposort, bounds). State that belongs to
+a layer lives in that layer's UOpMap instead: an entry goes away with its node, and the map keeps no node alive."""
+from __future__ import annotations
+import weakref
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+V = TypeVar("V")
+_MISSING = object()
+
+class UOpMap(Generic[V]):
+  """A weak-keyed map from UOps (compared by identity, as hash-consing makes equal nodes the same object) to values.
+
+  Lookups are one dict access by `id(node)`: a node's weak reference removes its entry when the node dies, before its
+  id can be reused."""
+  __slots__ = ("_entries", "__weakref__")
+
+  def __init__(self) -> None:
+    self._entries: dict[int, tuple[weakref.ref, V]] = {}
+
+  def _forget(self, key: int) -> Callable[[weakref.ref], None]:
+    owner = weakref.ref(self)
+    def gone(_ref: weakref.ref) -> None:
+      if (m := owner()) is not None: m._entries.pop(key, None)
+    return gone
+
+  def get(self, node: Any, default: Any = None) -> V | Any:
+    e = self._entries.get(id(node))
+    return default if e is None else e[1]
+
+  def __getitem__(self, node: Any) -> V:
+    if (e := self._entries.get(id(node))) is None: raise KeyError(node)
+    return e[1]
+
+  def __setitem__(self, node: Any, value: V) -> None:
+    key = id(node)
+    e = self._entries.get(key)
+    self._entries[key] = (e[0] if e is not None else weakref.ref(node, self._forget(key)), value)
+
+  def setdefault(self, node: Any, value: V) -> V:
+    if (e := self._entries.get(id(node))) is not None: return e[1]
+    self[node] = value
+    return value
+
+  def pop(self, node: Any, default: Any = _MISSING) -> V | Any:
+    e = self._entries.pop(id(node), None)
+    if e is None:
+      if default is _MISSING: raise KeyError(node)
+      return default
+    return e[1]
+
+  def __contains__(self, node: Any) -> bool: return id(node) in self._entries
+  def __len__(self) -> int: return len(self._entries)
+  def clear(self) -> None: self._entries.clear()
+
+  def items(self) -> Iterator[tuple[Any, V]]:
+    for ref, value in list(self._entries.values()):
+      if (node := ref()) is not None: yield node, value
