@@ -167,14 +167,17 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
     uops = run_pipeline(ast, renderer, ctx)
     src = renderer.render(ctx.name, uops)
+  est = estimate(ast)
   if events.enabled("kernel"): events.emit("kernel", {"name": ctx.name, "ast": ast, "uops": uops, "src": src,
-                                                        "device": renderer.device, "opts": tuple(ctx.applied_opts)})
+                                                        "device": renderer.device, "opts": tuple(ctx.applied_opts),
+                                                        "estimates": est, "global_size": ctx.global_size,
+                                                        "local_size": ctx.local_size})
   bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
   outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
   ins = tuple(b.arg for b in bufs if b.arg not in outs)
   variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
   return ProgramSpec(ctx.name, tuple(uops), src, ctx.global_size, ctx.local_size, variables, outs, ins,
-                     tuple(ctx.applied_opts), estimate(ast),
+                     tuple(ctx.applied_opts), est,
                      thread_split=renderer.runs_loops and shareable_loop(uops) is not None, work=loop_work(uops))
 
 def estimate(ast: UOp) -> dict:

@@ -27,11 +27,11 @@ def test_readable_at_1280x720(browser, url):
     page.goto(url + "/")
     ready(page, "home")
     page.locator(".ctx-head", has_text="schedule 1").click()
-    ready(page, "graph:")
+    ready(page, "kernels:")
     assert page.locator("#details a").count() >= 1
     assert page.evaluate(CONTRAST, "#details a") >= 4.5          # WCAG AA for normal text
     assert page.locator("#toolbar").bounding_box()["height"] <= 40  # one row
-    assert page.locator("#profile-tools").is_hidden() and page.locator("#graph-tools").is_visible()
+    assert page.locator("#profile-tools").is_hidden() and page.locator("#graph-tools").is_hidden()   # a table
     # a long sidebar scrolled to its end still shows the search box
     for name in ("r_4_8_8", "r_8_4", "schedule 2", "r_2_40000", "E_2_40000"):   # expand contexts until it scrolls
       page.locator(".ctx-head", has_text=name).first.click()
@@ -43,6 +43,9 @@ def test_readable_at_1280x720(browser, url):
     box, left = page.locator("#search").bounding_box(), page.locator("#left").bounding_box()
     assert left["y"] <= box["y"] and box["y"] + box["height"] <= left["y"] + 80
     # the selected node's ring differs clearly from white/pale fills; the status line has its own background
+    page.evaluate("location.hash = '#ctx=0&step=0'")
+    ready(page, "graph:0:0")
+    assert page.locator("#graph-tools").is_visible() and page.locator("#toolbar").bounding_box()["height"] <= 40
     page.locator("g.node").first.click()
     ring = page.evaluate("getComputedStyle(document.querySelector('g.node.selected rect')).stroke")
     assert ring not in ("rgb(255, 255, 255)", "none")

@@ -179,6 +179,10 @@ class Recorder:
       ctx = self.last_kernel.get((threading.get_ident(), e["name"]))
       out.append({"t": "kernel", "ctx": ctx, "name": e["name"], "device": str(e.get("device", "")), "ast": ast,
                   "uops": uops, "src": str(e.get("src", "")), "opts": json_safe(e.get("opts", ()))})
+      est = e.get("estimates") or {}
+      if est: out[-1].update(ops=int(est.get("ops", 0)), mem=int(est.get("mem", 0)))
+      if e.get("global_size") is not None: out[-1]["global"] = [int(x) for x in e["global_size"]]
+      if e.get("local_size") is not None: out[-1]["local"] = [int(x) for x in e["local_size"]]
       self._write(first, out)
 
   def on_profile(self, e: events.ProfileEvent) -> None:

@@ -54,7 +54,8 @@ def run(args) -> int:
     if sub == "serve": return serve_trace(path, args.port)
     if sub == "cli":
       from tinyplug_viz_web.textview import main as cli_main
-      return cli_main(path, args.src, args.item, as_json=args.json, list_only=args.list, why=getattr(args, "why", None))
+      return cli_main(path, args.src, args.item, as_json=args.json, list_only=args.list, why=getattr(args, "why", None),
+                      kernels=getattr(args, "kernels", None))
     if sub == "export": return export_chrome(path, args.output)
   except (TraceError, ValueError) as e:
     print(f"viz: error: {e}", file=sys.stderr)

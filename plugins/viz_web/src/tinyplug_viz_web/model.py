@@ -173,6 +173,49 @@ class TraceView:
     if fmt == "dot": return graph_dot(self.trace, rep, match, f"{self.trace.contexts[ctx].display} {s.title} {match}")
     return graph_json(self.trace, rep, match)
 
+  # ---- kernel tables (what DEBUG=2 prints, as a table) ----
+  def _kernel_row(self, kctx: int | None, name: str, runs: list, bufs: int | None = None) -> dict:
+    k = self.trace.contexts[kctx].kernel if kctx is not None else None
+    ops, mem = (k.get("ops"), k.get("mem")) if k else (None, None)
+    if k is None and runs and runs[0].kind == "copy": mem = int(runs[0].info.get("nbytes", 0) or 0) or None
+    tm = sum(sp.end - sp.start for sp in runs) if runs else None
+    dev_s = [sp.info.get("device_time_s") for sp in runs]
+    # GFLOP/s and GB/s from the device's own time when every run has one (as DEBUG=2 does), else the span's
+    t_s = sum(dev_s) if runs and all(isinstance(x, (int, float)) and x > 0 for x in dev_s) else (tm or 0) / 1e9
+    rate = lambda n: n * len(runs) / t_s / 1e9 if n is not None and runs and t_s > 0 else None
+    return {"ctx": kctx, "name": name, "device": (k or {}).get("device") or (runs[0].device if runs else ""),
+            "global": (k or {}).get("global"), "local": (k or {}).get("local"), "bufs": bufs, "ops": ops, "mem": mem,
+            "runs": len(runs), "time_ns": tm, "gflops": rate(ops), "gbs": rate(mem)}
+
+  def kernel_table(self, ctx: int | None = None) -> dict:
+    """One row per kernel: launch dims, estimated work, time, GFLOP/s, GB/s. For a schedule (`ctx`), its items in run
+    order with the runs that followed it; without `ctx`, every kernel of the trace with all of its runs."""
+    t = self.trace
+    runs_of: dict[int, list] = {}
+    for sp in sorted(t.spans, key=lambda x: x.start):
+      if sp.kind == "run" and sp.ctx is not None: runs_of.setdefault(sp.ctx, []).append(sp)
+    if ctx is None:
+      rows = [self._kernel_row(c.id, c.display, runs_of.get(c.id, [])) for c in t.contexts if c.kernel is not None]
+      for i, r in enumerate(rows): r["i"] = i
+      return {"ctx": None, "title": "the trace", "rows": rows}
+    c = t.context(ctx)
+    if c.schedule is None: raise KeyError(f"{c.display} is not a schedule: it has no kernel table")
+    taken: set[int] = set()
+    copies = [sp for sp in sorted(t.spans, key=lambda x: x.start) if sp.kind == "copy" and sp.start >= c.start]
+    rows = []
+    for i, (item, name) in enumerate(zip(c.schedule["items"], self.kernel_names(c))):
+      kctx, run = item["ctx"], []
+      pool = runs_of.get(kctx, []) if kctx is not None else (copies if t.nodes[item["ast"]].op == "COPY" else [])
+      for sp in pool:   # this schedule's run of the item: the first one after the schedule began, not yet claimed
+        if sp.start >= c.start and id(sp) not in taken:
+          taken.add(id(sp))
+          run = [sp]
+          break
+      r = self._kernel_row(kctx, name, run, item["bufs"])
+      r["i"] = i
+      rows.append(r)
+    return {"ctx": ctx, "title": c.display, "rows": rows}
+
   # ---- code ----
   def code(self, ctx: int) -> dict:
     c = self.trace.context(ctx)

@@ -193,6 +193,9 @@ def _read_records(path: str, warnings: list[str]) -> tuple[dict, list]:
   if not isinstance(header.get("clock"), dict): header["clock"] = {"perf_ns": 0, "unix_ns": 0}
   return header, records[1:]
 
+def _opt_int(x: Any) -> int | None: return None if x is None else int(x)
+def _dims(x: Any) -> list[int] | None: return None if x is None else [int(d) for d in x]
+
 class _Missing(KeyError):
   """A record refers to a node the trace does not hold (lost lines): the record is skipped."""
 
@@ -270,7 +273,8 @@ def load_trace(path: str) -> Trace:
         elif t == "kernel":
           kernels.append(({"name": str(r["name"]), "device": str(r.get("device", "")), "ast": nid(r["ast"]),
                            "uops": [nid(u) for u in r["uops"]], "src": str(r.get("src", "")),
-                           "opts": r.get("opts")}, cid(r.get("ctx")), pid))
+                           "opts": r.get("opts"), "ops": _opt_int(r.get("ops")), "mem": _opt_int(r.get("mem")),
+                           "global": _dims(r.get("global")), "local": _dims(r.get("local"))}, cid(r.get("ctx")), pid))
         elif t == "span":
           spans.append(Span(str(r["kind"]), str(r["name"]), str(r.get("device", "HOST")), int(r["start"]) + shift,
                             int(r["end"]) + shift, r.get("info") if isinstance(r.get("info"), dict) else {}, pid,

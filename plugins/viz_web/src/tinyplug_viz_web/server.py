@@ -82,6 +82,8 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
   def hot(view: TraceView, r: Request): return view.hot_rules()
   def contexts(view: TraceView, r: Request): return view.contexts()
   def why(view: TraceView, r: Request): return view.why(_int(r, "ctx"), _int(r, "a"), _int(r, "b"))
+  def kernels(view: TraceView, r: Request):
+    return view.kernel_table(None if r.query_params.get("ctx") is None else _int(r, "ctx"))
 
   def chrome(view: TraceView, r: Request) -> Response:
     body = json.dumps(view.chrome_trace(), separators=(",", ":"))
@@ -120,6 +122,7 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
     Route("/api/search", api(search)),
     Route("/api/hot", api(hot)),
     Route("/api/why", api(why)),
+    Route("/api/kernels", api(kernels)),
     Route("/api/export/graph.{fmt:str}", api(export)),
     Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
   ]

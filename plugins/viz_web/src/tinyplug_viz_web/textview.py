@@ -6,6 +6,8 @@
   tinyplug viz cli -s TINY -i E_3 gpudims  the same, choosing the context with -i (as in tinygrad's VIZ)
   tinyplug viz cli -s "schedule 1" --why r_4_8 E_4_8   why two kernels of a schedule were not fused
   tinyplug viz cli -s PYTHON               the timeline of one profile track
+  tinyplug viz cli -k [gflops]             every kernel as DEBUG=2 prints it (launch size, time, GFLOP/s, GB/s), sorted
+  tinyplug viz cli -s "schedule 1" -k      the same for one schedule's kernels, this schedule's run of each
   tinyplug viz cli --json                  JSON lines: one per kernel, with timings, AST and code
 Colours are ANSI unless NO_COLOR is set."""
 from __future__ import annotations
@@ -71,9 +73,7 @@ def print_context(view: TraceView, c: Context, out) -> None:
   print(f"{colored(c.display, 'cyan', stream=out)}  {c.kind}" + (f"  at {c.loc}" if c.loc else ""), file=out)
   if c.schedule:
     print(f"kernels ({len(c.schedule['items'])}):", file=out)
-    names = view.contexts()["contexts"][c.id]["kernels"]
-    for n, (item, k) in enumerate(zip(c.schedule["items"], names), 1):
-      print(f"  {n - 1:3d} {k['name']}  ({item['bufs']} buffers)", file=out)
+    print_kernel_table(view.kernel_table(c.id)["rows"], out)
     if (split := view.splits.get(c.id)) is not None:
       print("why each is a kernel of its own:", file=out)
       for k in split.kernels:
@@ -85,6 +85,30 @@ def print_context(view: TraceView, c: Context, out) -> None:
   print("steps:", file=out)
   for s in c.steps:
     print(f"  {s.index:3d} {s.title:40s} {len(s.matches):5d} matches  {_us(s.end - s.start)}  {short_path(s.caller)}", file=out)
+
+def _dims(d: list[int] | None) -> str: return "x".join(map(str, d)) if d else "-"
+
+def print_kernel_table(rows: list[dict], out, sort: str | None = None) -> None:
+  """The kernels as DEBUG=2 prints them: one line each with launch size, time, GFLOP/s and GB/s."""
+  if sort: rows = sorted(rows, key=lambda r: (r.get(sort) is None, -(r.get(sort) or 0) if sort != "name" else r["name"]))
+  print(f"  {'#':>3s} {'kernel':26s} {'device':8s} {'global':>12s} {'local':>10s} {'args':>4s} {'runs':>4s} "
+        f"{'time':>11s} {'GFLOP/s':>9s} {'GB/s':>8s}", file=out)
+  for r in rows:
+    tm = _us(r["time_ns"]) if r["time_ns"] is not None else f"{'-':>11s}"
+    gf = f"{r['gflops']:9.2f}" if r["gflops"] is not None else f"{'-':>9s}"
+    gb = f"{r['gbs']:8.2f}" if r["gbs"] is not None else f"{'-':>8s}"
+    name = colored(f"{r['name']:26s}", "cyan", stream=out)
+    print(f"  {r['i']:3d} {name} {r['device']:8s} {_dims(r['global']):>12s} "
+          f"{_dims(r['local']):>10s} {r['bufs'] if r['bufs'] is not None else '-':>4} {r['runs']:4d} {tm:>11s} {gf} {gb}", file=out)
+
+def print_kernels(view: TraceView, c: Context | None, sort: str, as_json: bool, out) -> int:
+  table = view.kernel_table(None if c is None else c.id)
+  if as_json:
+    for r in table["rows"]: print(json.dumps({"type": "kernel_row", "table": table["title"], **r}), file=out)
+    return 0
+  print(colored(f"--- kernels of {table['title']}, by {sort}", "yellow", stream=out), file=out)
+  print_kernel_table(table["rows"], out, sort)
+  return 0
 
 def print_step(view: TraceView, c: Context, s: Step, match: int | None, out) -> None:
   t = view.trace
@@ -154,9 +178,11 @@ def print_why(view: TraceView, c: Context, a: str, b: str, as_json: bool, out) -
   else: print(d["text"] + (f"\nrule: {d['loc']}" if d["loc"] else ""), file=out)
 
 def main(path: str, src: str | None, items: list[str], as_json: bool = False, list_only: bool = False, out=None,
-         why: list[str] | None = None) -> int:
+         why: list[str] | None = None, kernels: str | None = None) -> int:
   out = out or sys.stdout
   view = TraceView.open(path)
+  if kernels is not None and (src is None or src.lower() in ALL_CONTEXTS) and not items:
+    return print_kernels(view, None, kernels, as_json, out)
   if src is None and not items:
     if as_json: kernels_json(view, out)
     else: list_contexts(view, out)
@@ -183,6 +209,9 @@ def main(path: str, src: str | None, items: list[str], as_json: bool = False, li
   if why:
     print_why(view, ctx, why[0], why[1], as_json, out)
     return 0
+  if kernels is not None:
+    if ctx.schedule is None: raise TraceError(f"{ctx.display} is not a schedule: -k shows a schedule's kernels or all kernels")
+    return print_kernels(view, ctx, kernels, as_json, out)
   if not items or list_only:
     if as_json: print(json.dumps({"type": "context", **view.contexts()["contexts"][ctx.id]}), file=out)
     else: print_context(view, ctx, out)

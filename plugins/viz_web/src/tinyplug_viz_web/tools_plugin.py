@@ -21,6 +21,10 @@ def add_arguments(parser):
   p.add_argument("--list", "--ls", action="store_true", help="list contexts (or, with -s, the steps of one)")
   p.add_argument("--why", nargs=2, metavar=("KERNEL_A", "KERNEL_B"),
                  help="with -s SCHEDULE: why these two kernels (names or numbers) were not fused into one")
+  p.add_argument("-k", "--kernels", nargs="?", const="time_ns", metavar="SORT",
+                 choices=("time_ns", "gflops", "gbs", "runs", "name", "ops", "mem"),
+                 help="the kernel table (as DEBUG=2 prints it) of the trace, or of the schedule given with -s, "
+                      "sorted by SORT (time_ns, gflops, gbs, runs, name, ops, mem; default time_ns)")
   p = sub.add_parser("export", help="write the profile as Chrome trace-event JSON (opens in Perfetto)")
   p.add_argument("trace", nargs="?", help=TRACE_HELP)
   p.add_argument("-o", "--output", default="-", help="output file (default: stdout)")

@@ -76,7 +76,7 @@ function renderSidebar() {
   for (const c of TRACE.contexts) {
     const nm = c.steps.reduce((a, s) => a + s.matches, 0);
     const open = expanded.has(c.id);
-    const sel = state.ctx === c.id && (!open || state.step == null || state.view !== "graph") && state.view !== "profiler" && state.view !== "hot";
+    const sel = state.ctx === c.id && (!open || state.step == null || state.view !== "graph") && !NAV_VIEWS.includes(state.view);
     parts.push(`<div class="ctx" data-ctx="${+c.id}"><div class="entry ctx-head ${kindClass(c.kind)}${sel ? " selected" : ""}" data-ctx="${c.id}" title="${esc(c.loc || "")}">` +
       `<span class="tw">${c.steps.length ? (open ? "▾" : "▸") : ""}</span><span class="name">${esc(c.display)}</span>` +
       `<span class="count">${c.steps.length ? `(${c.steps.length})` : ""}${nm ? ` · ${nm}` : ""}</span></div>`);
@@ -93,6 +93,7 @@ function renderSidebar() {
   }
   list.innerHTML = parts.join("");
   $("#nav-profiler").classList.toggle("selected", state.view === "profiler");
+  $("#nav-kernels").classList.toggle("selected", state.view === "kernels" && state.ctx == null);
   $("#nav-hot").classList.toggle("selected", state.view === "hot");
   const sel = list.querySelector(".selected");
   if (sel) sel.scrollIntoView({block: "nearest"});
@@ -104,16 +105,20 @@ $("#ctx-list").addEventListener("click", (e) => {
   if (el.dataset.step !== undefined) { go({ctx, step: +el.dataset.step, match: 0, node: null, view: "graph"}); return; }
   const c = TRACE.contexts[ctx];
   if (expanded.has(ctx) && state.ctx === ctx) expanded.delete(ctx); else expanded.add(ctx);
+  // clicking a schedule opens its kernel table (as DEBUG=2 prints it); its steps are listed below it
+  if (c.kernels.length) { go({ctx, step: null, match: 0, node: null, view: "kernels"}); return; }
   // clicking a kernel opens its first step with matches (or its first step)
   const first = c.steps.findIndex(s => s.matches > 0);
   go({ctx, step: c.steps.length ? (first >= 0 ? first : 0) : null, match: 0, node: null, view: c.steps.length ? "graph" : (c.has_code ? "code" : "graph")});
 });
-document.querySelectorAll(".nav-entry").forEach(el => el.addEventListener("click", () => go({view: el.dataset.view, node: null})));
+document.querySelectorAll(".nav-entry").forEach(el => el.addEventListener("click", () =>
+  go(el.dataset.view === "kernels" ? {view: "kernels", ctx: null, step: null, match: 0, node: null} : {view: el.dataset.view, node: null})));
+const NAV_VIEWS = ["profiler", "hot"];   // views of the whole trace (the kernels view is one when no schedule is picked)
 
 // ------------------------------------------------------------------------------------------------------- views
 function showView(view) {
-  for (const v of ["graph", "code", "uops", "profiler", "hot"]) $(`#${v}-view`).hidden = v !== view;
-  $("#graph-tools").hidden = view === "profiler" || view === "hot";
+  for (const v of ["graph", "code", "uops", "profiler", "hot", "kernels"]) $(`#${v}-view`).hidden = v !== view;
+  $("#graph-tools").hidden = view === "profiler" || view === "hot" || view === "kernels";
   $("#profile-tools").hidden = view !== "profiler";
   $("#btn-graph").classList.toggle("on", view === "graph");
   $("#btn-code").classList.toggle("on", view === "code");
@@ -139,6 +144,7 @@ async function apply(next) {
   try {
     if (state.view === "profiler") await showProfiler();
     else if (state.view === "hot") await showHot();
+    else if (state.view === "kernels") await showKernels();
     else if (state.view === "code") await showCode();
     else if (state.view === "uops") await showUops();
     else await showGraph();
@@ -149,11 +155,12 @@ function updateCrumb() {
   let h = "";
   if (state.view === "profiler") h = "<b>Profiler</b>";
   else if (state.view === "hot") h = "<b>Hot rules</b>: patterns by total match time";
+  else if (state.view === "kernels") h = c ? `<b>${esc(c.display)}</b> / kernels` : "<b>Kernels</b>: every kernel of the trace, all runs";
   else if (c) {
     h = `<b>${esc(c.display)}</b>`;
     const s = state.step != null ? c.steps[state.step] : null;
     if (s && state.view === "graph") h += ` / ${esc(s.title)}` + (s.matches ? ` / match ${state.match} of ${s.matches}` : "");
-    if (state.view !== "graph") h += ` / ${state.view === "code" ? "code" : "UOp list"}`;
+    if (state.view === "code" || state.view === "uops") h += ` / ${state.view === "code" ? "code" : "UOp list"}`;
   }
   $("#crumb").innerHTML = h;
   const q = `ctx=${state.ctx}&step=${state.step}&match=${state.match}`;
@@ -457,7 +464,7 @@ function renderDetails(st) {
   if (!c) { $("#details").innerHTML = `<h3>Trace</h3><div class="kv">${esc(TRACE.path)}</div><div class="kv">${TRACE.contexts.length} contexts · ${TRACE.nodes} nodes · ${TRACE.spans} profile spans</div>` + (TRACE.warnings.map(w => `<div class="d-del">${esc(w)}</div>`).join("")); $("#match-list").innerHTML = $("#match-info").innerHTML = ""; return; }
   let h = `<h3>${esc(c.display)}</h3><div class="kv">${esc(c.kind)}${c.device ? ` on <b>${esc(c.device)}</b>` : ""}${c.pid ? ` · pid ${c.pid}` : ""}</div>`;
   if (c.loc) h += `<div class="loc">${esc(c.loc)}</div>`;
-  if (c.kernels.length) h += `<div class="kv">kernels: ${c.kernels.map(k => k.ctx != null ? `<a href="#ctx=${k.ctx}">${esc(k.name)}</a>` : esc(k.name)).join(", ")}</div>`;
+  if (c.kernels.length) h += `<div class="kv"><a href="#view=kernels&ctx=${+c.id}" id="kernel-table-link">kernel table</a> · ${c.kernels.length} kernel${c.kernels.length > 1 ? "s" : ""}</div>`;
   if (st) {
     const d = st.data;
     h += `<h3>${esc(d.title)}</h3><div class="kv">${d.matches.length} matches · ${fmtTime(d.time_ns)}</div><div class="loc">${esc(d.caller)}</div>`;
@@ -678,6 +685,56 @@ function describe(hit) {
   return s;
 }
 window.addEventListener("resize", () => { if (state.view === "profiler" && prof) drawProfile(); });
+
+// ------------------------------------------------------------------------------------------------- kernel table
+// columns: [key, header, cell text]; numbers sort descending first, names ascending
+const dims = (d) => d ? d.join("×") : "";
+const KERNEL_COLS = [
+  ["i", "#", r => r.i], ["name", "kernel", r => r.name], ["device", "device", r => r.device],
+  ["global", "global", r => dims(r.global)], ["local", "local", r => dims(r.local)], ["bufs", "args", r => r.bufs ?? ""],
+  ["runs", "runs", r => r.runs], ["time_ns", "time", r => r.time_ns == null ? "" : fmtTime(r.time_ns)],
+  ["gflops", "GFLOP/s", r => r.gflops == null ? "" : r.gflops.toFixed(2)], ["gbs", "GB/s", r => r.gbs == null ? "" : r.gbs.toFixed(2)],
+  ["ops", "ops", r => r.ops ?? ""], ["mem", "bytes", r => r.mem == null ? "" : fmtBytes(r.mem)],
+];
+let kernelSort = {key: "i", desc: false}, kernelRows = null;
+async function showKernels() {
+  const c = state.ctx != null ? TRACE.contexts[state.ctx] : null;
+  const want = `${state.ctx}`;
+  const d = await api(c ? `/api/kernels?ctx=${c.id}` : "/api/kernels");
+  if (`${state.ctx}` !== want || state.view !== "kernels") return;
+  kernelRows = d.rows;
+  renderDetails(null);
+  const total = d.rows.reduce((a, r) => a + (r.time_ns || 0), 0);
+  $("#match-info").innerHTML = `<h3>Kernels</h3><div class="kv">${d.rows.length} kernels · ${fmtTime(total)} run time</div><div class="muted">click a header to sort, a row to open the kernel</div>`;
+  renderKernelTable();
+  document.body.dataset.ready = `kernels:${c ? c.id : "all"}`;
+}
+function renderKernelTable() {
+  const {key, desc} = kernelSort;
+  const rows = [...kernelRows].sort((a, b) => {
+    let x = a[key], y = b[key];
+    if (Array.isArray(x) || Array.isArray(y)) { x = x ? x.reduce((p, q) => p * q, 1) : -1; y = y ? y.reduce((p, q) => p * q, 1) : -1; }
+    if (x == null) return 1; if (y == null) return -1;
+    const o = typeof x === "string" ? x.localeCompare(y) : x - y;
+    return desc ? -o : o;
+  });
+  const head = KERNEL_COLS.map(([k, h]) => `<th data-key="${k}"${k === key ? ` class="sorted ${desc ? "desc" : "asc"}"` : ""}>${h}${k === key ? (desc ? " ▾" : " ▴") : ""}</th>`).join("");
+  const body = rows.map(r => `<tr class="click" data-ctx="${r.ctx ?? ""}">` + KERNEL_COLS.map(([k, , f]) =>
+    `<td class="${k === "name" ? "kname" : k === "device" ? "" : "num"}">${esc(String(f(r)))}</td>`).join("") + "</tr>").join("");
+  $("#kernels").innerHTML = `<thead><tr>${head}</tr></thead><tbody>${body}</tbody>`;
+}
+$("#kernels").addEventListener("click", (e) => {
+  const th = e.target.closest("th[data-key]");
+  if (th) {
+    const k = th.dataset.key;
+    kernelSort = kernelSort.key === k ? {key: k, desc: !kernelSort.desc} : {key: k, desc: !["i", "name", "device"].includes(k)};
+    renderKernelTable(); return;
+  }
+  const tr = e.target.closest("tr.click");
+  if (!tr || tr.dataset.ctx === "") return;
+  const c = TRACE.contexts[+tr.dataset.ctx], first = c.steps.findIndex(s => s.matches > 0);
+  go({ctx: c.id, step: c.steps.length ? Math.max(0, first) : null, match: 0, node: null, view: c.steps.length ? "graph" : "code"});
+});
 
 // ------------------------------------------------------------------------------------------------- hot rules
 async function showHot() {
