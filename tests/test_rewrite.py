@@ -115,6 +115,13 @@ class TestTracing:
     # the location is the line the pattern was written on (here the one-line fold_pm table at the top of this file)
     assert (m.file, m.line) == fold_pm.rows[0].upat.location == (__file__, 12)
     assert m.owner == __name__.split(".")[0] and m.time_ns >= 0
+  def test_substitute_names_the_line_that_called_it(self, trace):
+    x = const(2) + a
+    out = x.substitute({a: const(5)}, name="put 5"); line = sys._getframe().f_lineno
+    assert out is const(2) + const(5) and trace[-1].name == "put 5"
+    ev = trace[-1]
+    assert ev.caller == f"{__file__}:{line}" and ev.matches
+    assert {(m.file, m.line) for m in ev.matches} == {(__file__, line)}   # not the lookup rule inside ops.py
   def test_core_patterns_are_owned_by_core(self, trace):
     graph_rewrite((a + 3) + 4, symbolic)
     assert trace[-1].matches and {m.owner for m in trace[-1].matches} == {"core"}

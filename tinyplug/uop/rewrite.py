@@ -27,11 +27,17 @@ def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up:
 def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, replace: dict[UOp, UOp], frame) -> UOp:
   if not events.enabled("rewrite"): return _rewrite(sink, None, pm.pdict, ctx, bottom_up, replace)
   matches: list[events.RewriteMatch] = []
+  # a substitute's only rule is "look the node up in the mapping": the change belongs to the code that built the
+  # mapping, so both the step's caller and its matches name the line that called substitute
+  sub = frame.f_code is UOp.substitute.__code__ and frame.f_back is not None
+  if sub: frame = frame.f_back
+  where = (frame.f_code.co_filename, frame.f_lineno) if sub else None
   def tracked(u: UOp, c: Any) -> UOp | None:
     t0 = time.perf_counter_ns()
     ret, row = pm.rewrite_tracked(u, c)
     if row is not None and ret is not u:
-      matches.append(events.RewriteMatch(u, ret, row.file, row.line, row.owner, time.perf_counter_ns() - t0))
+      file, line = where or (row.file, row.line)
+      matches.append(events.RewriteMatch(u, ret, file, line, row.owner, time.perf_counter_ns() - t0))
     return ret
   caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
   start = time.perf_counter_ns()

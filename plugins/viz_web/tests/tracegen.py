@@ -77,6 +77,21 @@ def fusion_example() -> None:
   (x.softmax(-1) + (x @ Tensor.empty(8, 8)).max(0)).realize()
   Tensor.empty(2, 40000).softmax(-1).realize()   # rows over ROW_FUSE_MAX: one kernel per reduction
 
+def many_steps(n: int = 4) -> None:
+  """A kernel whose "expand" pass is n substitutes in a row (each swaps a shared constant), on a graph with a REDUCE
+  whose arg is an enum: for step groups, folded constants, clean labels and substitute call sites."""
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
+  x, one = UOp.variable("x", 0, 10), UOp.const(dtypes.int, 1)
+  g = UOp(Ops.SINK, dtypes.void, (UOp(Ops.ADD, dtypes.int, (UOp(Ops.MUL, dtypes.int, (x, one)), one)),
+                                  UOp(Ops.REDUCE, dtypes.int, (UOp(Ops.ADD, dtypes.int, (x, one)),), Ops.ADD)))
+  with events.scope("kernel", "many_steps"):
+    with events.scope("pass", "expand"):
+      for i in range(n):
+        new = UOp.const(dtypes.int, i + 2)
+        g = g.substitute({one: new}, name="swap const")   # SUBSTITUTE_LINE
+        one = new
+
 def trace_lines(folder: str) -> list[str]:
   """The JSON lines of the (first) trace file of a run folder, decompressed."""
   from tinyplug_viz_web.reader import run_files

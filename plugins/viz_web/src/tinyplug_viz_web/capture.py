@@ -4,7 +4,7 @@ Graphs are stored as a table of nodes with stable integer ids (one "node" record
 record names its input and output by id and lists its matches as (before id, after id, pattern file:line, plugin,
 time). No live UOp is kept, so tracing never keeps a buffer alive."""
 from __future__ import annotations
-import linecache, os, sys, threading, time
+import linecache, os, re, sys, threading, time
 from typing import Any
 from tinyplug import events
 from tinyplug.helpers import cache_dir, env_str
@@ -13,9 +13,12 @@ from tinyplug_viz_web.trace_format import MAX_ARG_CHARS, TraceWriter, json_safe
 
 RUN_ENV = "TINYPLUG_VIZ_RUN"   # set by the first process of a run; worker processes inherit it and join the run
 
+_ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*): [^<>]*>")
+
 def arg_text(arg: Any) -> str:
   if arg is None: return ""
   text = repr(arg)
+  if "<" in text: text = _ENUM_REPR.sub(r"\1", text)   # <Ops.ADD: 54> -> Ops.ADD
   return text if len(text) <= MAX_ARG_CHARS else text[:MAX_ARG_CHARS - 3] + "..."
 
 def dtype_text(dtype: Any) -> str:

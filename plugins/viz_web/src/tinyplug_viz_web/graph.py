@@ -5,7 +5,7 @@ input with the first k replacements applied everywhere (consumers rebuilt on top
 computes it incrementally: only the consumers of the replaced node are recomputed, and what changed is returned as
 a delta (node ids added and removed), so the browser gets the input graph once plus small deltas."""
 from __future__ import annotations
-import difflib
+import difflib, re
 from tinyplug_viz_web.nodes import Node
 from tinyplug_viz_web.reader import Step, Trace
 
@@ -207,8 +207,12 @@ def replay(trace: Trace, step: Step, upto: int | None = None) -> Replay:
 
 # ---- text ----
 
+_ENUM_REPR = re.compile(r"<([A-Za-z_][\w.]*): [^<>]*>")
+INLINE_OPS = frozenset({"CONST", "VCONST", "DEVICE", "UNIQUE", "LUNIQUE"})   # leaves printed where used, not named
+
 def node_label(n: Node) -> str:
-  return f"{n.op} {n.dtype}" + (f" {n.arg}" if n.arg else "")
+  arg = _ENUM_REPR.sub(r"\1", n.arg) if "<" in n.arg else n.arg   # traces from before the recorder cleaned enums
+  return f"{n.op} {n.dtype}" + (f" {arg}" if arg else "")
 
 def render_expr(get, root: int, max_lines: int = 400) -> list[str]:
   """An indented tree of the expression at `root`; a node seen before is printed as a reference (`^x3`)."""
@@ -217,7 +221,7 @@ def render_expr(get, root: int, max_lines: int = 400) -> list[str]:
   count: dict[int, int] = {}
   for n in _topo(get, root):
     for s in get(n).src: count[s] = count.get(s, 0) + 1
-  shared = {n for n, c in count.items() if c > 1}
+  shared = {n for n, c in count.items() if c > 1 and not (get(n).op in INLINE_OPS and not get(n).src)}
   lines: list[str] = []
   stack: list[tuple[int, int]] = [(root, 0)]
   while stack and len(lines) < max_lines:

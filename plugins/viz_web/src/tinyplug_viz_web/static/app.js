@@ -82,10 +82,19 @@ function renderSidebar() {
       `<span class="count">${c.steps.length ? `(${c.steps.length})` : ""}${nm ? ` · ${nm}` : ""}</span></div>`);
     if (open) {
       parts.push(`<div class="steps">`);
-      for (const s of c.steps) {
+      const stepHtml = (s) => {
         const ssel = state.ctx === c.id && state.step === s.i && (state.view === "graph");
-        parts.push(`<div class="entry step${s.matches ? "" : " empty"}${ssel ? " selected" : ""}" data-ctx="${c.id}" data-step="${s.i}" title="${esc(s.caller)}">` +
-          `${esc(s.title)}${s.matches ? ` <span class="n">- ${s.matches}</span>` : ""}</div>`);
+        return `<div class="entry step${s.matches ? "" : " empty"}${ssel ? " selected" : ""}" data-ctx="${c.id}" data-step="${s.i}" title="${esc(s.caller)}">` +
+          `${esc(s.title)}${s.matches ? ` <span class="n">- ${s.matches}</span>` : ""}</div>`;
+      };
+      for (const g of stepGroups(c)) {
+        if (g.steps.length < GROUP_MIN) { for (const s of g.steps) parts.push(stepHtml(s)); continue; }
+        const key = `${c.id}:${g.steps[0].i}`, inside = state.ctx === c.id && g.steps.some(s => s.i === state.step);
+        const gopen = openGroups.has(key) || (inside && state.view === "graph" && !closedGroups.has(key));
+        const nm = g.steps.reduce((a, s) => a + s.matches, 0);
+        parts.push(`<div class="entry group${inside && !gopen ? " selected" : ""}" data-group="${key}" data-ctx="${c.id}" title="${g.steps.length} consecutive steps of ${esc(g.name)}">` +
+          `<span class="tw">${gopen ? "▾" : "▸"}</span>${esc(g.name)} <span class="count">${g.steps.length} steps${nm ? ` · ${nm}` : ""}</span></div>`);
+        if (gopen) parts.push(`<div class="group-steps">${g.steps.map(stepHtml).join("")}</div>`);
       }
       parts.push(`</div>`);
     }
@@ -98,9 +107,24 @@ function renderSidebar() {
   const sel = list.querySelector(".selected");
   if (sel) sel.scrollIntoView({block: "nearest"});
 }
+// consecutive steps of one pass (or of one name, outside passes) are grouped when there are GROUP_MIN or more
+const GROUP_MIN = 3, openGroups = new Set(), closedGroups = new Set();
+function stepGroups(c) {
+  const out = [];
+  for (const s of c.steps) {
+    const name = s.pass || s.title, last = out[out.length - 1];
+    if (last && last.name === name) last.steps.push(s); else out.push({name, steps: [s]});
+  }
+  return out;
+}
 $("#ctx-list").addEventListener("click", (e) => {
   const el = e.target.closest(".entry");
   if (!el) return;
+  if (el.dataset.group) {
+    const key = el.dataset.group, isOpen = el.querySelector(".tw").textContent === "▾";
+    if (isOpen) { openGroups.delete(key); closedGroups.add(key); } else { openGroups.add(key); closedGroups.delete(key); }
+    renderSidebar(); return;
+  }
   const ctx = +el.dataset.ctx;
   if (el.dataset.step !== undefined) { go({ctx, step: +el.dataset.step, match: 0, node: null, view: "graph"}); return; }
   const c = TRACE.contexts[ctx];
@@ -131,6 +155,7 @@ $("#btn-graph").onclick = () => go({view: "graph", step: state.step ?? 0});
 $("#btn-code").onclick = () => go({view: "code"});
 $("#btn-uops").onclick = () => go({view: "uops"});
 $("#btn-fit").onclick = () => fitGraph();
+$("#btn-fold").onclick = () => { foldConsts = !foldConsts; $("#btn-fold").classList.toggle("on", !foldConsts); if (state.view === "graph") showGraph(); };
 $("#btn-prof-fit").onclick = () => { if (prof) { prof.t0 = 0; prof.t1 = prof.data.duration_ns * 1.02 || 1; drawProfile(); } };
 
 async function apply(next) {
@@ -191,11 +216,42 @@ function nodeFill(id, n) {
   const g = split.groups[id];
   return g === undefined ? "#e4e4e4" : g === split.shared ? "#ffffff" : kernelColor(g);
 }
+// `<Ops.ADD: 54>` (an enum's repr, in traces written before the recorder cleaned it) reads as `Ops.ADD`
+const cleanArg = (a) => a && a.includes("<") ? a.replace(/<([A-Za-z_][\w.]*): [^<>]*>/g, "$1") : a;
 function labelLines(n) {
-  const [op, dtype, arg] = n;
+  const [op, dtype, rawArg, , folded] = n, arg = cleanArg(rawArg);
   const lines = [op, dtype];
   if (arg) for (let i = 0; i < arg.length && lines.length < 5; i += 36) lines.push(arg.slice(i, i + 36) + (i + 36 < arg.length && lines.length === 4 ? "…" : ""));
+  if (folded) lines.push(...folded);
   return lines;
+}
+// Constants, devices and unique ids are folded into the label of the node that uses them (the Consts button shows
+// them as nodes again): one CONST used by a thousand nodes would otherwise pull a thousand edges across the graph.
+const FOLD_OPS = new Set(["CONST", "VCONST", "DEVICE", "UNIQUE", "LUNIQUE"]);
+let foldConsts = true;
+function foldGraph(graph) {
+  const used = new Set();
+  for (const n of graph.values()) for (const s of n[3]) used.add(s);
+  const memo = new Map();
+  const can = (id) => {
+    if (memo.has(id)) return memo.get(id);
+    memo.set(id, false);
+    const n = graph.get(id);
+    const ok = !!n && FOLD_OPS.has(n[0]) && used.has(id) && n[3].every(s => !graph.has(s) || can(s));
+    memo.set(id, ok);
+    return ok;
+  };
+  const shown = new Map(), into = new Map();
+  for (const [id, n] of graph) {
+    if (can(id)) continue;
+    const f = n[3].filter(s => graph.has(s) && can(s));
+    if (!f.length) { shown.set(id, n); continue; }
+    const lines = f.slice(0, 3).map(s => { const c = graph.get(s); into.has(s) || into.set(s, id); return `◂ ${c[0]} ${cleanArg(c[2]) || c[1]}`.slice(0, 40); });
+    if (f.length > 3) lines.push(`◂ +${f.length - 3} more`);
+    for (const s of f) into.has(s) || into.set(s, id);
+    shown.set(id, [n[0], n[1], n[2], n[3], lines]);
+  }
+  return {shown, into};
 }
 // graphs[k]: Map(display id -> [op, dtype, arg, src ids]) after k matches, built lazily from the deltas
 function graphAt(st, k) {
@@ -238,16 +294,18 @@ async function showGraph() {
   if (state.match > nm || state.match < 0) { state.match = Math.max(0, Math.min(nm, state.match)); writeHash(state, true); }
   renderDetails(st);
   const k = state.match;
-  const graph = graphAt(st, k);
+  const full = graphAt(st, k);
+  const {shown: graph, into} = foldConsts ? foldGraph(full) : {shown: full, into: new Map()};
   const changed = new Set();
   if (k > 0) {
     const d = st.deltas[k - 1];
-    for (const id of Object.keys(d.added)) changed.add(+id);
-    for (const id of Object.keys(d.changed)) changed.add(+id);
-    if (d.after != null && graph.has(d.after)) changed.add(d.after);   // the replacement itself
+    for (const id of Object.keys(d.added)) changed.add(into.get(+id) ?? +id);
+    for (const id of Object.keys(d.changed)) changed.add(into.get(+id) ?? +id);
+    if (d.after != null && full.has(d.after)) changed.add(into.get(d.after) ?? d.after);   // the replacement itself
   }
   $("#graph-status").textContent = `laying out ${graph.size} nodes…`;
-  let lay = st.layouts.get(k);
+  const layKey = `${k}:${foldConsts}`;
+  let lay = st.layouts.get(layKey);
   if (!lay) {
     const nodes = [], edges = [];
     for (const [id, n] of graph) {
@@ -256,15 +314,18 @@ async function showGraph() {
       for (const s of n[3]) if (graph.has(s)) edges.push([s, id]);
     }
     lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker.postMessage({id, nodes, edges}); });
-    st.layouts.set(k, lay);
+    st.layouts.set(layKey, lay);
   }
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
   const tLayout = performance.now() - t0;
   graphSize();
   split = st.data.split || null;
   drawGraph(graph, lay, changed);
+  graphGeom.full = full; graphGeom.into = into;
+  $("#graph").dataset.folded = full.size - graph.size;
   const tDraw = performance.now() - t0;
-  if (state.node != null && graph.has(state.node)) selectNode(state.node, true);
+  const pick = state.node != null ? (graph.has(state.node) ? state.node : into.get(state.node)) : null;
+  if (pick != null) selectNode(pick, true);
   else fitGraph();
   await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));   // count the paint in "shown in"
   const ms = performance.now() - t0;
@@ -326,7 +387,7 @@ function drawCanvas() {
   c.setTransform(1, 0, 0, 1, 0, 0); c.clearRect(0, 0, cv.width, cv.height);
   c.setTransform(dpr * view.k, 0, 0, dpr * view.k, dpr * view.x, dpr * view.y);
   const vx0 = -view.x / view.k, vy0 = -view.y / view.k, vx1 = vx0 + r.width / view.k, vy1 = vy0 + r.height / view.k;
-  const visible = (id) => { const [x, y] = g.pos[id], [w, h] = g.size[id]; return x + w >= vx0 && x <= vx1 && y + h >= vy0 && y <= vy1; };
+  const visible = (id) => { const p = g.pos[id]; if (!p) return false; const [x, y] = p, [w, h] = g.size[id]; return x + w >= vx0 && x <= vx1 && y + h >= vy0 && y <= vy1; };
   if (g.box) { c.fillStyle = "#ff9e6418"; c.strokeStyle = "#ff9e64"; c.lineWidth = 1 / view.k; c.fillRect(...g.box); c.strokeRect(...g.box); }
   c.lineWidth = 1.2 / Math.max(view.k, 0.5);
   const sel = g.sel;
@@ -442,9 +503,11 @@ function selectNode(id, centre) {
   const users = [...graph.keys()].filter(u => graph.get(u)[3].includes(id));
   for (const u of users) document.querySelector(`g.node[data-id="${u}"]`)?.classList.add("child");
   document.querySelectorAll(`path.edge[data-from="${id}"], path.edge[data-to="${id}"]`).forEach(p => p.classList.add("hot"));
-  const ref = (x) => `<a href="#" class="noderef" data-node="${x}">#${x} ${esc((graph.get(x) || ["?"])[0])}</a>`;
+  const full = graphGeom.full || graph;
+  const ref = (x) => graph.has(x) ? `<a href="#" class="noderef" data-node="${x}">#${x} ${esc(graph.get(x)[0])}</a>` :
+    `<span class="folded">#${x} ${esc((full.get(x) || ["?"])[0])} ${esc(cleanArg((full.get(x) || [])[2] || ""))}</span>`;
   $("#node-info").innerHTML = `<h3>Node #${id}</h3><div class="kv">op <b>${esc(n[0])}</b></div><div class="kv">dtype <b>${esc(n[1])}</b></div>` +
-    (n[2] ? `<div class="kv">arg <b class="mono">${esc(n[2])}</b></div>` : "") +
+    (n[2] ? `<div class="kv">arg <b class="mono">${esc(cleanArg(n[2]))}</b></div>` : "") +
     `<div class="kv">sources: ${n[3].map(ref).join(", ") || "none"}</div><div class="kv">used by: ${users.map(ref).join(", ") || "none"}</div>`;
   if (split && split.groups[id] !== undefined) {
     const g = split.groups[id];

@@ -1,0 +1,73 @@
+"""Big graphs and long step lists made readable (issue 21, item 3): constants folded into their users' labels,
+enum args shown as names, consecutive steps of one pass grouped (collapsible), substitute-driven steps named after
+the code that called substitute, not the lookup rule inside the core."""
+import os
+import pytest
+from conftest import CHROMIUM, ready, record_in_subprocess, serve_in_thread, stop_server
+from tinyplug_viz_web.model import TraceView
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+  return record_in_subprocess(str(tmp_path_factory.mktemp("viz") / "run-readable"), "run-readable",
+                              "many_steps", "simplify_example")
+
+def substitute_line() -> int:
+  here = os.path.join(os.path.dirname(__file__), "tracegen.py")
+  return next(i for i, ln in enumerate(open(here), 1) if "# SUBSTITUTE_LINE" in ln)
+
+def test_substitute_steps_name_their_caller_and_args_are_clean(trace):
+  view = TraceView.open(trace)
+  c = next(c for c in view.trace.contexts if c.name == "many_steps")
+  assert [s.title for s in c.steps] == ["expand: swap const"] * 4
+  where = f"tracegen.py:{substitute_line()}"
+  for s in c.steps:
+    assert s.caller.endswith(where) and s.matches
+    assert all(f"{m.file}:{m.line}".endswith(where) for m in s.matches)
+  assert view.trace.source_line(c.steps[0].caller).startswith("g = g.substitute(")   # the captured source line
+  args = {n.arg for _, n in view.trace.nodes.items() if n.op == "REDUCE"}
+  assert args == {"Ops.ADD"}
+
+@pytest.fixture(scope="module")
+def url(trace):
+  srv = serve_in_thread(trace)
+  yield srv[3]
+  stop_server(srv)
+
+LABELS = "[...document.querySelectorAll('g.node text')].map(t => [...t.querySelectorAll('tspan')].map(s => s.textContent))"
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+def test_grouped_steps_folded_constants_clean_labels(page, url):
+  page.goto(url + "/")
+  ready(page, "home")
+  page.locator(".ctx-head", has_text="many_steps").click()
+  ready(page, "graph:")
+  group = page.locator(".group", has_text="expand")
+  assert "4 steps" in group.inner_text() and page.locator(".group-steps .step").count() == 4   # open: holds the step
+  group.click()
+  assert page.locator(".group-steps").count() == 0 and "selected" in group.get_attribute("class")
+  group.click()
+  page.locator(".group-steps .step").nth(2).click()
+  ready(page, "graph:")
+  labels = page.evaluate(LABELS)
+  ops = [ln[0] for ln in labels]
+  assert "CONST" not in ops and int(page.get_attribute("#graph", "data-folded")) >= 1
+  assert any("◂ CONST 3" in ln for lab in labels for ln in lab)             # step 3's constant, in its users' labels
+  reduce_label = next(lab for lab in labels if lab[0] == "REDUCE")
+  assert "Ops.ADD" in reduce_label and not any("<" in ln for ln in reduce_label)
+  page.keyboard.press("ArrowRight")
+  page.wait_for_function("() => document.querySelector('#match-info').textContent.includes('Replaced')")
+  assert "tracegen.py" in page.inner_text("#match-info") and "ops.py" not in page.inner_text("#match-info .loc")
+  assert page.locator("g.node.changed").count() >= 1                          # a folded change marks its user
+  # the Consts button draws constants as nodes again
+  n_folded = len(labels)
+  page.click("#btn-fold")
+  page.wait_for_function("() => document.querySelector('#graph').dataset.folded === '0'")
+  assert "CONST" in [ln[0] for ln in page.evaluate(LABELS)]
+  assert page.locator("g.node").count() > n_folded
+
+def test_cli_prints_constants_inline_and_steps_with_their_caller(trace):
+  from test_kernels import viz
+  r = viz("cli", trace, "-s", "many_steps", "-i", "0")
+  assert r.returncode == 0, r.stderr
+  assert "CONST int 1" in r.stdout and "= CONST" not in r.stdout       # inline where used, never a named reference
+  assert "REDUCE int Ops.ADD" in r.stdout and f"tracegen.py:{substitute_line()}" in r.stdout
