@@ -92,6 +92,15 @@ def many_steps(n: int = 4) -> None:
         g = g.substitute({one: new}, name="swap const")   # SUBSTITUTE_LINE
         one = new
 
+def user_calls() -> None:
+  """Work caused by two lines of user code (each realizes kernels), and a profile span nested in another."""
+  from tinyplug.tensor import Tensor
+  a = Tensor.empty(4, 4).exp().realize()   # USER_LINE_A
+  (a.sum(0) * 2).realize()   # USER_LINE_B
+  with events.profile_span("schedule", "outer span"):
+    with events.profile_span("codegen", "inner span"):
+      with events.profile_span("compile", "innermost span"): pass
+
 def trace_lines(folder: str) -> list[str]:
   """The JSON lines of the (first) trace file of a run folder, decompressed."""
   from tinyplug_viz_web.reader import run_files

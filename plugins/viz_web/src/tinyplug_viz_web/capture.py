@@ -37,6 +37,8 @@ def user_location(depth: int = 2) -> str | None:
     frame = frame.f_back
   return None
 
+MEMORY_KINDS = ("alloc", "free")     # many and cheap: no call site walk for these
+
 SOURCE_BEFORE, SOURCE_AFTER = 3, 9    # lines kept around a pattern's location (the viewer shows no other source)
 
 class Recorder:
@@ -193,8 +195,14 @@ class Recorder:
       self._check_fork()
       scope = events.current_scope()
       ctx = self._ctx_for(scope)[0] if scope and e.kind == "codegen" else None
-      self.writer.write({"t": "span", "kind": e.kind, "name": e.name, "device": e.device, "start": e.start_ns,
-                         "end": e.end_ns, "info": json_safe(e.info), "ctx": ctx})
+      rec = {"t": "span", "kind": e.kind, "name": e.name, "device": e.device, "start": e.start_ns,
+             "end": e.end_ns, "info": json_safe(e.info), "ctx": ctx}
+      out: list = []
+      if e.kind not in MEMORY_KINDS and (loc := user_location(2)) is not None:   # the user's line behind the work
+        rec["loc"] = loc
+        self.caller_source(loc, out)
+      out.append(rec)
+      self.writer.write_many(out)
 
 # ---- the one recorder of this process, created by the first listener factory ----
 

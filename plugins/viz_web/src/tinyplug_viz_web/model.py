@@ -239,15 +239,19 @@ class TraceView:
     main_pid = t.headers[0].get("pid") if t.headers else None
     tracks: dict[str, list] = {}
     memory: dict[str, list] = {}
-    for sp in sorted(t.spans, key=lambda x: x.start):
+    user: dict[str, list] = {}
+    for sp in sorted(t.spans, key=lambda x: (x.start, x.start - x.end)):   # a span before the spans it contains
+      if sp.loc is not None: user.setdefault("USER" + (f" (pid {sp.pid})" if sp.pid != main_pid and len(pids) > 1 else ""), []).append(sp)
       if sp.kind in MEMORY_KINDS:   # one memory track per device and process: their buffers are not shared
         memory.setdefault(sp.device + (f" (pid {sp.pid})" if sp.pid != main_pid and len(pids) > 1 else ""), []).append(sp)
         continue
       track = "HOST" if sp.kind in HOST_KINDS or sp.device == "HOST" else sp.device
       if sp.pid != main_pid and len(pids) > 1: track += f" (pid {sp.pid})"
-      tracks.setdefault(track, []).append([sp.start - t.t0, sp.end - sp.start, sp.name, sp.kind, sp.ctx, sp.info])
-    order = sorted(tracks, key=lambda k: (not k.startswith("HOST"), k))
-    out_tracks = [{"name": k, "type": "spans", "events": tracks[k]} for k in order]
+      info = dict(sp.info, loc=sp.loc) if sp.loc else sp.info
+      tracks.setdefault(track, []).append([sp.start - t.t0, sp.end - sp.start, sp.name, sp.kind, sp.ctx, info])
+    for name, sps in user.items(): tracks[name] = self._user_spans(sps)
+    order = sorted(tracks, key=lambda k: (not k.startswith("USER"), not k.startswith("HOST"), k))
+    out_tracks = [{"name": k, "type": "spans", "events": tracks[k], "depth": _nesting(tracks[k])} for k in order]
     peak = 0
     for dev, evs in sorted(memory.items()):
       total, points, live = 0, [], {}
@@ -261,6 +265,21 @@ class TraceView:
                          "peak": max((p[1] for p in points), default=0)})
     end = max([sp.end for sp in t.spans] + [t.t0]) - t.t0
     return {"t0": t.t0, "duration_ns": end, "tracks": out_tracks, "peak_bytes": peak}
+
+  def _user_spans(self, sps: list) -> list:
+    """The USER track: one span per stretch of work caused by one line of user code (consecutive spans with the same
+    call site; a loop's next step comes after other lines' work, so it starts a new one), named by that line's source
+    text, e.g. `opt.step()` at train.py:31."""
+    out: list = []
+    for sp in sps:
+      last = out[-1] if out else None
+      if last is not None and last[5]["loc"] == sp.loc:
+        last[1] = max(last[1], sp.end - self.trace.t0 - last[0])
+        last[5]["spans"] += 1
+        continue
+      text = self.trace.source_line(sp.loc) or short_path(sp.loc)
+      out.append([sp.start - self.trace.t0, sp.end - sp.start, text, "user", None, {"loc": sp.loc, "spans": 1}])
+    return out
 
   def chrome_trace(self) -> dict:
     """The profile as Chrome trace-event JSON (what Perfetto and chrome://tracing open). Times are microseconds."""
@@ -342,6 +361,15 @@ class TraceView:
       r["contexts"] = len(r["contexts"])
       r["source"] = self.trace.source_line(r["loc"])
     return {"rows": out}
+
+def _nesting(events: list) -> list[int]:
+  """Each span's depth in a flame view: spans sorted by start (longer first) sit one below the open span they start in."""
+  depth, open_ends = [], []
+  for start, dur, *_ in events:
+    while open_ends and open_ends[-1] <= start: open_ends.pop()
+    depth.append(len(open_ends))
+    open_ends.append(start + dur)
+  return depth
 
 def _language(src: str) -> str:
   head = src.lstrip()[:200]

@@ -70,6 +70,7 @@ class Span:
   info: dict
   pid: int
   ctx: int | None = None         # the kernel context this span belongs to (codegen/compile/run), if known
+  loc: str | None = None         # file:line of the user code that caused it (realize, backward, step, item...)
 
 @dataclass
 class Trace:
@@ -278,7 +279,7 @@ def load_trace(path: str) -> Trace:
         elif t == "span":
           spans.append(Span(str(r["kind"]), str(r["name"]), str(r.get("device", "HOST")), int(r["start"]) + shift,
                             int(r["end"]) + shift, r.get("info") if isinstance(r.get("info"), dict) else {}, pid,
-                            cid(r.get("ctx"))))
+                            cid(r.get("ctx")), str(r["loc"]) if r.get("loc") else None))
         elif t == "source":
           start, text = int(r["start"]), sources.setdefault(str(r["file"]), {})
           for n, ln in enumerate(r["lines"]): text.setdefault(start + n, str(ln))

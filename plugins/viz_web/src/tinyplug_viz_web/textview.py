@@ -145,9 +145,13 @@ def print_track(view: TraceView, track: dict, out) -> None:
     for ts, total, kind, name, nbytes in track["events"]:
       print(f"{_us(ts)} {kind:5s} {name:20s} {nbytes:10d} B  total {total} B", file=out)
     return
-  for start, dur, name, kind, ctx, info in track["events"]:
+  depths = track.get("depth") or [0] * len(track["events"])
+  for (start, dur, name, kind, ctx, info), depth in zip(track["events"], depths):
     link = f"  -> {view.trace.contexts[ctx].display}" if ctx is not None else ""
-    print(f"*** {track['name']:8s} {colored(f'{name:26s}', 'cyan', stream=out)} {kind:8s} tm {_us(dur)}/{_us(start).strip()}{link}", file=out)
+    at = f"  at {short_path(info['loc'])}" if info.get("loc") else ""
+    label = ("  " * depth + name)[:40]   # nested spans indented under the span they run in (the flame view's rows)
+    print(f"*** {track['name']:8s} {colored(f'{label:40s}', 'cyan', stream=out)} {kind:8s} tm {_us(dur)}/{_us(start).strip()}{link}{at}",
+          file=out)
 
 def kernels_json(view: TraceView, out) -> None:
   t = view.trace

@@ -627,15 +627,9 @@ async function showProfiler() {
     let y = AXIS_H;
     for (const tr of data.tracks) {
       const t = {...tr, y};
-      if (tr.type === "spans") {
-        const rowsEnd = [];
-        t.rows = tr.events.map(ev => {
-          let r = rowsEnd.findIndex(end => end <= ev[0]);
-          if (r < 0) { r = rowsEnd.length; rowsEnd.push(0); }
-          rowsEnd[r] = ev[0] + ev[1];
-          return r;
-        });
-        t.h = Math.max(1, rowsEnd.length) * ROW_H;
+      if (tr.type === "spans") {   // a flame view: a span sits one row below the span it runs inside
+        t.rows = tr.depth;
+        t.h = (tr.depth.reduce((a, d) => Math.max(a, d), 0) + 1) * ROW_H;
       } else t.h = MEM_H;
       y += t.h + TRACK_GAP + 14;
       prof.tracks.push(t);
@@ -647,7 +641,7 @@ async function showProfiler() {
   drawProfile();
   document.body.dataset.ready = "profiler";
 }
-const KIND_COLORS = {schedule: "#bb9af7", codegen: "#7aa2f7", compile: "#e0af68", run: "#9ece6a", copy: "#2ac3de"};
+const KIND_COLORS = {schedule: "#bb9af7", codegen: "#7aa2f7", compile: "#e0af68", run: "#9ece6a", copy: "#2ac3de", user: "#c0caf5"};
 function drawProfile() {
   const cv = $("#profiler"), r = cv.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
   cv.width = r.width * dpr; cv.height = r.height * dpr;
@@ -744,6 +738,7 @@ function describe(hit) {
   let s = `${name}\n${kind} on ${hit.track.name}\nduration ${fmtTime(dur)}\nstart ${fmtTime(st)}`;
   if (info && info.device_time_s != null) s += `\ndevice time ${fmtTime(info.device_time_s * 1e9)}`;
   if (info && info.nbytes != null) s += `\n${fmtBytes(info.nbytes)}`;
+  if (info && info.loc) s += `\nat ${info.loc}` + (info.spans ? ` (${info.spans} spans of work)` : "");
   if (c != null) s += `\nkernel ${TRACE.contexts[c].display} (click for code)`;
   return s;
 }
