@@ -52,3 +52,25 @@ def test_readable_at_1280x720(browser, url):
     assert page.evaluate("getComputedStyle(document.querySelector('#graph-status')).backgroundColor") not in \
       ("rgba(0, 0, 0, 0)", "transparent")
   finally: page.close()
+
+def test_side_panels_resize_collapse_and_stay(browser, url):
+  page = browser.new_page(viewport={"width": 1280, "height": 720})
+  try:
+    page.goto(url + "/#ctx=0&step=0")
+    ready(page, "graph:0:0")
+    width = lambda sel: page.locator(sel).bounding_box()["width"]
+    left, centre = width("#left"), width("#center")
+    bar = page.locator("#resize-left").bounding_box()
+    x, y = bar["x"] + bar["width"] / 2, bar["y"] + 200
+    page.mouse.move(x, y); page.mouse.down(); page.mouse.move(x + 120, y, steps=4); page.mouse.up()
+    assert abs(width("#left") - (left + 120)) <= 2 and abs(width("#center") - (centre - 120)) <= 2
+    page.dblclick("#resize-right")                                    # hide the right panel: the graph gets its room
+    assert width("#right") == 0 and width("#center") > centre
+    page.reload()                                                     # both kept across a reload
+    ready(page, "graph:0:0")
+    assert abs(width("#left") - (left + 120)) <= 2 and width("#right") == 0
+    page.dblclick("#resize-right")
+    assert width("#right") > 200
+  finally:
+    page.evaluate("localStorage.clear()")
+    page.close()

@@ -881,6 +881,42 @@ function selectContext(id, dir) {
   go({ctx: id, step, match: 0, node: null, view: step == null && c.has_code ? "code" : "graph"});
 }
 
+// ------------------------------------------------------------------------------------------------- panels
+// the side panels: drag a divider to resize, double-click it to hide or show the panel; kept across reloads
+const PANEL_MIN = 120, panels = {left: 270, right: 360, leftHidden: false, rightHidden: false};
+try { Object.assign(panels, JSON.parse(localStorage.getItem("viz.panels") || "{}")); } catch { /* a damaged entry: defaults */ }
+function layoutPanels(save = true) {
+  const app = $("#app");
+  app.style.setProperty("--left-w", `${panels.leftHidden ? 0 : panels.left}px`);
+  app.style.setProperty("--right-w", `${panels.rightHidden ? 0 : panels.right}px`);
+  $("#left").classList.toggle("collapsed", panels.leftHidden);
+  $("#right").classList.toggle("collapsed", panels.rightHidden);
+  if (save) try { localStorage.setItem("viz.panels", JSON.stringify(panels)); } catch { /* storage off: not kept */ }
+  svgSize = null;
+  if (graphGeom) applyView();
+  if (state.view === "profiler" && prof) drawProfile();
+}
+document.querySelectorAll(".resizer").forEach(el => {
+  const side = el.dataset.side;
+  el.addEventListener("dblclick", () => { panels[side + "Hidden"] = !panels[side + "Hidden"]; layoutPanels(); });
+  el.addEventListener("mousedown", (e) => {
+    e.preventDefault();
+    const x0 = e.clientX, w0 = panels[side + "Hidden"] ? 0 : panels[side];
+    el.classList.add("dragging");
+    const move = (ev) => {
+      const dx = ev.clientX - x0, w = Math.round(side === "left" ? w0 + dx : w0 - dx);
+      const max = window.innerWidth - 300 - (side === "left" ? panels.right : panels.left);
+      panels[side + "Hidden"] = w < PANEL_MIN / 2;
+      if (!panels[side + "Hidden"]) panels[side] = Math.max(PANEL_MIN, Math.min(max, w));
+      layoutPanels(false);
+    };
+    const up = () => { el.classList.remove("dragging"); window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); layoutPanels(); };
+    window.addEventListener("mousemove", move);
+    window.addEventListener("mouseup", up);
+  });
+});
+layoutPanels(false);
+
 // ------------------------------------------------------------------------------------------------- start
 (async () => {
   try { TRACE = await api("/api/trace"); }
