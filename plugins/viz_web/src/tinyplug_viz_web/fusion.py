@@ -10,11 +10,41 @@ SHARED = -1          # a node computed by several kernels (each recomputes it), 
 
 @dataclass
 class Split:
+  """`group` (tensor-graph node id -> kernel index, or SHARED) and `reads` (kernel index -> the kernels whose output
+  it reads) walk the tensor graph: they are computed on first use, not when a trace opens."""
   kernels: list[dict]                         # {i, name, ctx, node, rule, detail, loc}
-  group: dict[int, int]                       # tensor-graph node id -> kernel index (or SHARED)
-  reads: dict[int, set[int]]                  # kernel index -> the kernels whose output it reads
+  trace: Trace
+  realized: dict[int, int]                    # node a kernel computes -> kernel index
   decisions: list[dict] = field(default_factory=list)
   by_node: dict[int, dict] = field(default_factory=dict)
+  alias: dict[int, int] = field(default_factory=dict)   # a node made for the split step -> the node it stands for
+  _walked: tuple[dict, dict] | None = None
+
+  @property
+  def group(self) -> dict[int, int]: return self._walk()[0]
+  @property
+  def reads(self) -> dict[int, set[int]]: return self._walk()[1]
+
+  def _walk(self) -> tuple[dict, dict]:
+    if self._walked is not None: return self._walked
+    nodes, realized = self.trace.nodes, self.realized
+    group: dict[int, int] = {}
+    reads: dict[int, set[int]] = {k: set() for k in range(len(self.kernels))}
+    for n, k in realized.items():
+      stack, seen = [n], {n}
+      while stack:
+        x = stack.pop()
+        if x in group and group[x] != k: group[x] = SHARED
+        else: group.setdefault(x, k)
+        for src in nodes[x].src:
+          if src in realized: reads[k].add(realized[src]); continue
+          if src in seen or nodes[src].op in STOP_OPS: continue
+          seen.add(src)
+          stack.append(src)
+    for k in reads: reads[k].discard(k)
+    for new, old in self.alias.items(): group[new] = group.get(old, SHARED)
+    self._walked = (group, reads)
+    return self._walked
 
 def schedule_split(trace: Trace, c: Context, names: list[str]) -> Split | None:
   """The split of schedule context `c` (None when the trace has no decisions for it: an older trace, or a
@@ -28,21 +58,7 @@ def schedule_split(trace: Trace, c: Context, names: list[str]) -> Split | None:
     d = by_node.get(it.get("node"), {})
     kernels.append({"i": k, "name": names[k], "ctx": it["ctx"], "node": it.get("node"), "rule": d.get("rule", ""),
                     "detail": d.get("detail", ""), "loc": f"{d['file']}:{d['line']}" if d else ""})
-  group: dict[int, int] = {}
-  reads: dict[int, set[int]] = {k: set() for k in range(len(kernels))}
-  for n, k in realized.items():
-    stack, seen = [n], {n}
-    while stack:
-      x = stack.pop()
-      if x in group and group[x] != k: group[x] = SHARED
-      else: group.setdefault(x, k)
-      for src in trace.nodes[x].src:
-        if src in realized: reads[k].add(realized[src]); continue
-        if src in seen or trace.nodes[src].op in STOP_OPS: continue
-        seen.add(src)
-        stack.append(src)
-  for k in reads: reads[k].discard(k)
-  return Split(kernels, group, reads, s["decisions"], by_node)
+  return Split(kernels, trace, realized, s["decisions"], by_node)
 
 def boundaries(split: Split) -> list[dict]:
   """Every producer -> consumer pair of kernels, with the rule that made the producer a kernel of its own."""

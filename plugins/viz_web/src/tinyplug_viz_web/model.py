@@ -67,7 +67,7 @@ class TraceView:
         new = Node("KERNEL", n.dtype, n.src, f"{kernel_of[d['node']]['name']} <- {n.op}: {d['rule']}")
       else: new = Node(n.op, n.dtype, n.src, f"{n.arg} [{d['rule']}]".strip())
       nodes[next_id] = new
-      split.group[next_id] = split.group.get(d["node"], SHARED)
+      split.alias[next_id] = d["node"]
       matches.append(Match(d["node"], next_id, d["file"], d["line"], "schedule", 0))
       next_id += 1
     sink = c.schedule["sink"]   # type: ignore[index]

@@ -151,6 +151,29 @@ def _decompress(data: bytes, name: str, warnings: list[str], chunk: int = 1 << 1
       d = zlib.decompressobj()
   return b"".join(out)
 
+def check_trace(path: str) -> dict:
+  """The header of a trace's first file, read from its first bytes only: a quick check that `path` is a readable trace
+  (the page is served at once while the whole trace loads). Raises TraceError as load_trace would."""
+  first = trace_files(os.path.abspath(path))[0]
+  try:
+    with open(first, "rb") as f: data = f.read(1 << 16)
+  except OSError as e: raise TraceError(f"cannot read {first}: {e.strerror}") from None
+  if not data: raise TraceError(f"{first} is empty: the program wrote no trace records")
+  if first.endswith(FILE_SUFFIX) or data[:1] == b"\x78":
+    try: data = zlib.decompressobj().decompress(data)
+    except zlib.error: data = b""
+    if not data: raise TraceError(f"{first} is not a tinyplug trace (no readable compressed data)")
+  line, nl, _ = data.partition(b"\n")
+  try: header = json.loads(line) if nl else None
+  except (ValueError, UnicodeDecodeError): header = None
+  if not isinstance(header, dict) or header.get("t") != "header" or header.get("format") != FORMAT_NAME:
+    raise TraceError(f"{first} is not a tinyplug trace (line 1 is not a JSON trace header)")
+  version = header.get("version")
+  if not isinstance(version, int) or version > FORMAT_VERSION:
+    raise TraceError(f"{first} is trace format version {version!r}; this viewer reads versions up to {FORMAT_VERSION}: "
+                     "upgrade tinyplug-viz-web")
+  return header
+
 _NODES_HEAD = re.compile(rb'\{"t":"nodes","id":(\d+),"k":(\d+),"n":\[')
 
 def _read_records(path: str, warnings: list[str]) -> tuple[dict, list]:

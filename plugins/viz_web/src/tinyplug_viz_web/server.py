@@ -12,23 +12,31 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 from tinyplug_viz_web.model import TraceView
-from tinyplug_viz_web.reader import TraceError
+from tinyplug_viz_web.reader import TraceError, check_trace
 from tinyplug_viz_web.security import LOOPBACK_NAMES, SecurityMiddleware
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC_DIR = os.path.join(HERE, "static")
+STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 TEMPLATES = Environment(loader=FileSystemLoader(os.path.join(HERE, "templates")), autoescape=select_autoescape(["html"]))
 
 class TraceHolder:
-  """Loads the trace once, on first use, in a worker thread; remembers a load error to report it on every request."""
+  """Loads the trace once, in a background thread started with the app (so it is read while the browser starts);
+  remembers a load error to report it on every request."""
   def __init__(self, path: str):
     self.path = path
     self.lock = threading.Lock()
     self.view: TraceView | None = None
     self.error: str | None = None
+
+  def start(self) -> None:
+    threading.Thread(target=self._load_quietly, name="viz-trace-load", daemon=True).start()
+
+  def _load_quietly(self) -> None:
+    try: self._load()
+    except TraceError: pass   # kept in self.error, reported on each request
 
   def _load(self) -> TraceView:
     with self.lock:
@@ -53,6 +61,7 @@ def _int(request: Request, name: str, default: int | None = None) -> int:
 def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) -> Starlette:
   """The app serving one trace; it answers only requests for `allowed_hosts` (loopback names)."""
   holder = TraceHolder(trace_path)
+  holder.start()
 
   def api(fn: Callable[[TraceView, Request], Any]) -> Callable:
     """A JSON endpoint: fn runs in a worker thread; KeyError -> 404, TraceError -> 422, ValueError -> 400."""
@@ -65,11 +74,14 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
     return endpoint
 
   async def index(request: Request) -> Response:
-    error = None
-    try: view = await holder.get()
-    except TraceError as e: error, view = str(e), None
-    html = TEMPLATES.get_template("index.html").render(trace_path=trace_path, error=error,
-                                                       run=view.trace.run if view else "")
+    # the page does not wait for the whole trace: its scripts and styles load while the trace does, and the page
+    # asks /api/trace (which waits) for the contents. A trace that is not one at all is refused here at once.
+    error, run = holder.error, ""
+    if holder.view is not None: run = holder.view.trace.run
+    elif error is None:
+      try: run = str((await run_in_threadpool(check_trace, trace_path)).get("run", ""))
+      except TraceError as e: error = str(e)
+    html = TEMPLATES.get_template("index.html").render(trace_path=trace_path, error=error, run=run)
     return HTMLResponse(html, status_code=200 if error is None else 422)
 
   def step(view: TraceView, r: Request):
@@ -111,6 +123,15 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
   async def on_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
 
+  # the page's few small assets, read once and served from memory on the event loop: no file or thread-pool work
+  # competes with the trace loading in the background when the page opens
+  assets = {name: (open(os.path.join(STATIC_DIR, name), "rb").read(), STATIC_TYPES[os.path.splitext(name)[1]])
+            for name in sorted(os.listdir(STATIC_DIR)) if os.path.splitext(name)[1] in STATIC_TYPES}
+  async def static(request: Request) -> Response:
+    hit = assets.get(request.path_params["name"])
+    if hit is None: raise HTTPException(404, "not found")
+    return Response(hit[0], media_type=hit[1], headers={"Cache-Control": "no-cache"})
+
   routes = [
     Route("/", index),
     Route("/api/trace", api(contexts)),
@@ -124,7 +145,7 @@ def create_app(trace_path: str, allowed_hosts: frozenset[str] = LOOPBACK_NAMES) 
     Route("/api/why", api(why)),
     Route("/api/kernels", api(kernels)),
     Route("/api/export/graph.{fmt:str}", api(export)),
-    Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    Route("/static/{name:path}", static),
   ]
   app = Starlette(routes=routes, exception_handlers={HTTPException: on_http_error, TraceError: on_trace_error,
                                                       Exception: on_error},

@@ -9,9 +9,16 @@ const expanded = new Set();                // contexts open in the sidebar
 const stepCache = new Map();               // "ctx:step" -> step graph data
 let current = null;                        // the step on screen: {key, data, sets: []}
 let layoutSeq = 0;
-const worker = new Worker("/static/layout_worker.js");
+// the layout worker starts with the first graph (starting a worker costs more than the home view itself)
+let layoutWorker = null;
 const pendingLayouts = new Map();
-worker.onmessage = (e) => { const cb = pendingLayouts.get(e.data.id); pendingLayouts.delete(e.data.id); if (cb) cb(e.data); };
+function worker() {
+  if (!layoutWorker) {
+    layoutWorker = new Worker("/static/layout_worker.js");
+    layoutWorker.onmessage = (e) => { const cb = pendingLayouts.get(e.data.id); pendingLayouts.delete(e.data.id); if (cb) cb(e.data); };
+  }
+  return layoutWorker;
+}
 
 // ---------------------------------------------------------------------------------------------------------------- utils
 async function api(path) {
@@ -313,7 +320,7 @@ async function showGraph() {
       nodes.push({id, w: Math.max(...lines.map(l => l.length)) * CHAR_W + 14, h: lines.length * LINE_H + 8});
       for (const s of n[3]) if (graph.has(s)) edges.push([s, id]);
     }
-    lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker.postMessage({id, nodes, edges}); });
+    lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker().postMessage({id, nodes, edges}); });
     st.layouts.set(layKey, lay);
   }
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;
@@ -925,4 +932,6 @@ layoutPanels(false);
   const initial = readHash();
   if (initial.ctx != null && initial.step != null) expanded.add(initial.ctx);   // a deep link opens its context
   await apply(initial);
+  // when the first view is painted, in ms since navigation began (benchmarks/viz_trace_size.py reads it)
+  requestAnimationFrame(() => setTimeout(() => window.__vizInteractiveMs = performance.now(), 0));
 })();
