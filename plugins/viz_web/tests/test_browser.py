@@ -130,6 +130,9 @@ def test_big_graph_draws_and_steps(page, urls):
   ready(page, "graph:0:0:0", timeout=60000)
   assert int(page.get_attribute("#graph", "data-nodes")) >= 5000
   assert page.get_attribute("#graph", "data-renderer") == "canvas"
+  # Fit is an overview: 1,250 inputs of one sum wrap into columns instead of a strip 40 times taller than wide
+  w, h, vw, vh = page.evaluate("[graphGeom.width, graphGeom.height, graphSize().width, graphSize().height]")
+  assert 1 / 3 <= (h / w) / (vh / vw) <= 3
   page.keyboard.press("ArrowRight")
   ready(page, "graph:0:0:1", timeout=60000)
   page.evaluate("location.hash = 'ctx=0&step=0&match=2000'")   # beyond the first chunk: fetched on demand

@@ -320,7 +320,7 @@ async function showGraph() {
       nodes.push({id, w: Math.max(...lines.map(l => l.length)) * CHAR_W + 14, h: lines.length * LINE_H + 8});
       for (const s of n[3]) if (graph.has(s)) edges.push([s, id]);
     }
-    lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker().postMessage({id, nodes, edges}); });
+    lay = await new Promise(res => { const id = ++layoutSeq; pendingLayouts.set(id, res); worker().postMessage({id, nodes, edges, aspect: graphSize().height / Math.max(1, graphSize().width)}); });
     st.layouts.set(layKey, lay);
   }
   if (`${state.ctx}:${state.step}:${state.match}` !== want) return;

@@ -46,21 +46,33 @@ function layout(msg) {
       l.forEach((i, k) => pos[i] = k / Math.max(1, l.length - 1));
     }
   }
-  // coordinates
+  // coordinates. A layer taller than the graph would be at the viewport's aspect ratio (a thousand inputs of one
+  // sum) wraps into several columns, so that the whole graph, fitted, is an overview rather than a thin strip.
   const x = new Float64Array(n), y = new Float64Array(n);
+  let area = 0;
+  for (const v of nodes) area += (v.w + RANK_GAP) * (v.h + NODE_GAP);
+  const maxH = Math.max(800, Math.sqrt(area * (msg.aspect || 0.6)));
+  const wrapped = new Set();
   let cx = 0;
   for (const l of layers) {
-    let w = 0;
-    for (const i of l) w = Math.max(w, nodes[i].w);
-    for (const i of l) x[i] = cx + (w - nodes[i].w) / 2;
-    cx += w + RANK_GAP;
+    let w = 0, total = 0;
+    for (const i of l) { w = Math.max(w, nodes[i].w); total += nodes[i].h + NODE_GAP; }
+    const cols = total > 2 * maxH ? Math.ceil(total / maxH) : 1;   // small graphs never wrap
+    if (cols > 1) wrapped.add(l);
+    let col = 0, cy = 0;
+    for (const i of l) {   // consecutive nodes (in barycenter order) fill a column top-down, then the next
+      if (cols > 1 && cy + nodes[i].h > total / cols && cy > 0 && col < cols - 1) { col++; cy = 0; }
+      x[i] = cx + col * (w + NODE_GAP * 2) + (w - nodes[i].w) / 2;
+      y[i] = cy; cy += nodes[i].h + NODE_GAP;
+    }
+    cx += cols * (w + NODE_GAP * 2) - NODE_GAP * 2 + RANK_GAP;
   }
-  // first pass: stack each layer; then move nodes toward the mean centre of their neighbours without overlapping
-  for (const l of layers) { let cy = 0; for (const i of l) { y[i] = cy; cy += nodes[i].h + NODE_GAP; } }
+  // then move nodes toward the mean centre of their neighbours without overlapping (wrapped layers stay put)
   const centre = i => y[i] + nodes[i].h / 2;
   for (let it = 0; it < 4; it++) {
     const down = it % 2 === 0;
     for (const l of (down ? layers : layers.slice().reverse())) {
+      if (wrapped.has(l)) continue;
       const nb = down ? preds : succs;
       const want = l.map(i => {
         const list = nb[i].length ? nb[i] : (down ? succs[i] : preds[i]);
@@ -77,6 +89,19 @@ function layout(msg) {
         if (y[i] + nodes[i].h + NODE_GAP > top) y[i] = top - nodes[i].h - NODE_GAP;
         top = y[i];
       }
+    }
+  }
+  // a layer pulled toward its neighbours may hang below the wrapped block: keep every layer within its height
+  if (wrapped.size) {
+    let H = maxH;
+    for (const l of wrapped) for (const i of l) H = Math.max(H, y[i] + nodes[i].h);
+    for (const l of layers) {
+      if (wrapped.has(l) || !l.length) continue;
+      let top = Infinity, bottom = -Infinity;
+      for (const i of l) { top = Math.min(top, y[i]); bottom = Math.max(bottom, y[i] + nodes[i].h); }
+      let d = bottom > H ? H - bottom : 0;
+      if (top + d < 0) d = -top;
+      if (d) for (const i of l) y[i] += d;
     }
   }
   const out = {};
