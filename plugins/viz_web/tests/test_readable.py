@@ -71,3 +71,11 @@ def test_cli_prints_constants_inline_and_steps_with_their_caller(trace):
   assert r.returncode == 0, r.stderr
   assert "CONST int 1" in r.stdout and "= CONST" not in r.stdout       # inline where used, never a named reference
   assert "REDUCE int Ops.ADD" in r.stdout and f"tracegen.py:{substitute_line()}" in r.stdout
+
+def test_schedule_steps_that_made_a_kernel_name_it(fusion_trace):
+  view = TraceView.open(fusion_trace)
+  for c in (c for c in view.trace.contexts if c.kind == "schedule"):
+    names = view.kernel_names(c)
+    simplify = [s.title for s in c.steps if s.name.startswith("simplify kernel")]
+    assert simplify and all(t.split(": ")[-1] in names for t in simplify), simplify
+    assert len(set(simplify)) == len(simplify)      # one per kernel, each named after its own

@@ -38,6 +38,9 @@ class TraceView:
     for c in self.trace.contexts:
       if c.schedule is None: continue
       names = self.kernel_names(c)
+      by_ast = {item["ast"]: kname for item, kname in zip(c.schedule["items"], names)}
+      for s in c.steps:   # a step that made a kernel's AST (e.g. "simplify kernel") is named after that kernel
+        if (kname := by_ast.get(s.output)) is not None and kname not in s.name: s.name = f"{s.name}: {kname}"
       views = [Step(-1, c.id, None, "View tensor graph", c.loc or "", c.start, c.start, c.schedule["sink"],
                     c.schedule["sink"], [])]
       if (split := schedule_split(self.trace, c, names)) is not None:
