@@ -126,6 +126,7 @@ class Renderer:
   # ---- what code it can express ----
   native_ops: frozenset[Ops] | None = None    # ALU ops it renders; others are decomposed first (None: every op)
   vector_widths: Mapping[DType, tuple[int, ...]] = {}   # vector widths per scalar dtype, widest first ({}: scalars)
+  vector_alu: bool = True          # False: vectors only carry loads and stores; math runs per lane (SIMT GPUs)
   tensor_cores: tuple = ()         # matrix-multiply units the optimiser may target (none are used yet)
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
 

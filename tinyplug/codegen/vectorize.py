@@ -13,7 +13,9 @@ vectorizer on the graph:
 - a scalar REDUCE whose value an unroll split into a balanced tree of the reduce op (the expander's lanes) gets a
   vector accumulator over the tree's leaves and folds its lanes after the loop (a sum of 16M floats accumulates
   in `<8 x float>`), when those leaves vectorize without gathers.
-Renderers that declare no vector widths get the program unchanged."""
+Renderers that declare no vector widths get the program unchanged. A renderer with `vector_alu = False` (a SIMT GPU,
+where every thread is scalar) gets vector LOADs and STOREs only: math, casts and reductions stay per lane, on GEPs of
+the loaded vectors, and their lanes are put together with VECTORIZE for a vector store."""
 from __future__ import annotations
 from collections import Counter
 from typing import Mapping
@@ -48,13 +50,16 @@ class Vectorizer:
   def __init__(self, renderer):
     self.widths = vector_widths(renderer)
     self.native = renderer.native_ops
+    self.vector_alu = renderer.vector_alu
     self.memo: dict[tuple[UOp, ...], UOp] = {}
     self.lane_memo: dict[tuple[tuple[UOp, ...], int], UOp] = {}
 
   def fits(self, dt: DType, n: int) -> bool:
     return dt.count == 1 and not isinstance(dt, PtrDType) and n in self.widths.get(dt, ())
 
-  def native_op(self, op: Ops) -> bool: return self.native is None or op in self.native or op in (Ops.CAST, Ops.BITCAST)
+  def native_op(self, op: Ops) -> bool:
+    """May lanes of `op` become one vector op?"""
+    return self.vector_alu and (self.native is None or op in self.native or op in (Ops.CAST, Ops.BITCAST))
 
   # ---- a vector whose lane k is lanes[k] ----
   def vec(self, lanes: tuple[UOp, ...]) -> UOp:
@@ -132,7 +137,7 @@ class Vectorizer:
 
   def reduce(self, lanes: tuple[UOp, ...]) -> UOp:
     first = lanes[0]
-    if any(x.src[1:] != first.src[1:] for x in lanes): return self.gather(lanes)
+    if not self.vector_alu or any(x.src[1:] != first.src[1:] for x in lanes): return self.gather(lanes)
     body = self.vec(tuple(x.src[0] for x in lanes))
     # a vector accumulator fed by gathers is worse than per-lane accumulators (which may vectorize their unrolls)
     if has_gather(body): return self.gather(lanes)
@@ -246,4 +251,5 @@ def vectorize(sink: UOp, renderer) -> UOp:
   """Lanes -> vectors where `renderer` declares vector widths for their dtype; unchanged otherwise."""
   if not vector_widths(renderer): return sink
   v = Vectorizer(renderer)
-  return v.scalar_loads(v.unrolled_reduces(v.stores(sink)))
+  stored = v.stores(sink)
+  return v.scalar_loads(v.unrolled_reduces(stored) if v.vector_alu else stored)

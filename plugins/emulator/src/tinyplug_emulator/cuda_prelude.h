@@ -1,7 +1,8 @@
 // CUDA C (and HIP-style C) on the emulator: compiled as C++ by clang with this header included first.
 // Thread and block ids come from the runtime; __syncthreads() is the runtime's barrier; __shared__ arrays are static
 // thread_local (a work-group runs on one host thread, so each group sees its own copy); half is _Float16, rounded
-// after every operation (-ffloat16-excess-precision=none).
+// after every operation (-ffloat16-excess-precision=none); __nv_bfloat16 is __bf16, likewise. What CUDA's headers and
+// built-ins give a kernel (vector types, bit reinterpretation, half/bf16 conversions) is defined here the same way.
 #pragma once
 #include <stdint.h>
 #include <math.h>
@@ -27,9 +28,11 @@ static inline tp_uint3 tp_ids(uint64_t (*f)(uint32_t)) { return tp_uint3{(unsign
 #define __shared__ static thread_local
 #define __restrict__ __restrict
 #define __constant__ static const
+#define __align__(n) __attribute__((aligned(n)))
 
 typedef _Float16 half;
 typedef _Float16 __half;
+typedef __bf16 __nv_bfloat16;
 static inline float __half2float(half x) { return (float)x; }
 static inline half __float2half(float x) { return (half)x; }
 static inline half hexp2(half x) { return (half)exp2f((float)x); }
@@ -39,12 +42,49 @@ static inline half hsin(half x) { return (half)sinf((float)x); }
 static inline half htrunc(half x) { return (half)truncf((float)x); }
 static inline half __hmax(half a, half b) { return a > b ? a : b; }
 
+// float/double -> __bf16 conversions are library calls clang emits; libgcc before GCC 13 lacks them: round to nearest
+// even here (double through float rounded to odd, so the result is rounded once)
+extern "C" __attribute__((weak, visibility("hidden"))) __bf16 __truncsfbf2(float x) {
+  uint32_t u = __builtin_bit_cast(uint32_t, x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __builtin_bit_cast(__bf16, (uint16_t)((u >> 16) | 0x40));
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __builtin_bit_cast(__bf16, (uint16_t)(u >> 16));
+}
+extern "C" __attribute__((weak, visibility("hidden"))) __bf16 __truncdfbf2(double x) {
+  float f = (float)x;
+  if (f == f && (double)f != x) {
+    uint32_t u = __builtin_bit_cast(uint32_t, f);
+    if (fabs((double)f) > fabs(x)) u -= 1;
+    f = __builtin_bit_cast(float, u | 1u);
+  }
+  return __truncsfbf2(f);
+}
+static inline half __double2half(double x) { return (half)x; }
+static inline __nv_bfloat16 __double2bfloat16(double x) { return (__nv_bfloat16)x; }
+static inline float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
+static inline float __uint_as_float(unsigned int x) { return __builtin_bit_cast(float, x); }
+static inline unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
+static inline long long __double_as_longlong(double x) { return __builtin_bit_cast(long long, x); }
+static inline double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
+static inline unsigned short __half_as_ushort(half x) { return __builtin_bit_cast(unsigned short, x); }
+static inline half __ushort_as_half(unsigned short x) { return __builtin_bit_cast(half, x); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return __builtin_bit_cast(unsigned short, x); }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __builtin_bit_cast(__nv_bfloat16, x); }
+
 template <typename T> static inline T max(T a, T b) { return a > b ? a : b; }
 template <typename T> static inline T min(T a, T b) { return a < b ? a : b; }
 
-#define TP_VEC2(T) struct T##2 { T x, y; }; static inline T##2 make_##T##2(T x, T y) { return T##2{x, y}; }
-#define TP_VEC4(T) struct T##4 { T x, y, z, w; }; \
-  static inline T##4 make_##T##4(T x, T y, T z, T w) { return T##4{x, y, z, w}; }
-TP_VEC2(float) TP_VEC4(float) TP_VEC2(int) TP_VEC4(int) TP_VEC2(double) TP_VEC4(double)
 typedef unsigned char uchar;
+typedef unsigned short ushort;
 typedef unsigned int uint;
+typedef long long longlong;
+typedef unsigned long long ulonglong;
+// CUDA's vector types: N-byte structs aligned to their size (up to 16), as in vector_types.h
+#define TP_VEC2(T, A) struct __attribute__((aligned(A))) T##2 { T x, y; }; \
+  static inline T##2 make_##T##2(T x, T y) { return T##2{x, y}; }
+#define TP_VEC4(T, A) struct __attribute__((aligned(A))) T##4 { T x, y, z, w; }; \
+  static inline T##4 make_##T##4(T x, T y, T z, T w) { return T##4{x, y, z, w}; }
+TP_VEC2(char, 2) TP_VEC4(char, 4) TP_VEC2(uchar, 2) TP_VEC4(uchar, 4) TP_VEC2(short, 4) TP_VEC4(short, 8)
+TP_VEC2(ushort, 4) TP_VEC4(ushort, 8) TP_VEC2(int, 8) TP_VEC4(int, 16) TP_VEC2(uint, 8) TP_VEC4(uint, 16)
+TP_VEC2(float, 8) TP_VEC4(float, 16) TP_VEC2(longlong, 16) TP_VEC2(ulonglong, 16) TP_VEC2(double, 16)
+TP_VEC4(double, 16) TP_VEC2(half, 4)

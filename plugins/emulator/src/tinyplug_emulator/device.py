@@ -209,8 +209,10 @@ def _renderer_for(target: str, dialect: Dialect):
   """The registered renderer of the real device, configured as the emulated device (falls back to its defaults)."""
   from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager()
-  found = pm.renderers_for(target)
-  if not found: raise RuntimeError(f"no plugin renders for device {target}: install the plugin that provides it")
-  factory = pm.load_factory(found[0][0].factory)
+  found = [spec for spec, _ in pm.renderers_for(target) if dialect.renderer in (None, spec.name)]
+  if not found:
+    which = f"the {dialect.renderer} renderer for device {target}" if dialect.renderer else f"a renderer for device {target}"
+    raise RuntimeError(f"no active plugin provides {which}: install the plugin that provides it")
+  factory = pm.load_factory(found[0].factory)
   try: return factory(**dialect.renderer_options)
   except TypeError: return factory()

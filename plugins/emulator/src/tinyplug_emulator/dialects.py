@@ -24,6 +24,8 @@ class Dialect:
   headers: tuple[str, ...] = ()               # files beside this module the translation includes (cache keys)
   builtins_flags: tuple[str, ...] | None = None   # clang flags for the builtins file (default: compile_flags)
   renderer_options: dict = field(default_factory=dict)   # keyword arguments for the renderer: the emulated device
+  renderer: str | None = None                 # the registered renderer (name) that writes this dialect; None: the
+                                              # device's default renderer
 
   def with_entry(self, src: str) -> str:
     """The source with the entry thunk appended."""
@@ -215,11 +217,11 @@ C_TYPE_SIZES = {"char": 1, "uchar": 1, "unsigned char": 1, "bool": 1, "short": 2
                 "unsigned int": 4, "unsigned short": 2, "long long": 8, "unsigned long long": 8}
 
 CUDA = CUDADialect(
-  name="cuda", device="CUDA", version="1", headers=("cuda_prelude.h",),
+  name="cuda", device="CUDA", version="2", headers=("cuda_prelude.h", "include/cuda_fp16.h", "include/cuda_bf16.h"),
   compile_flags=("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-Xclang",
-                 "-ffloat16-excess-precision=none", "-include", os.path.join(_HERE, "cuda_prelude.h"),
+                 "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none", "-include", os.path.join(_HERE, "cuda_prelude.h"),
                  "-I", os.path.join(_HERE, "include"), "-w"),
-  renderer_options={})
+  renderer="CUDA", renderer_options={})
 
 LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="1", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"))
 

@@ -16,8 +16,11 @@ def probe(target: str) -> tuple[bool, str]:
   path, _, reason = find_clang()
   if path is None: return False, reason
   from tinyplug.plugins import get_plugin_manager
-  if not get_plugin_manager(check=False).renderers_for(target):
-    return False, f"no active plugin renders for {target} (the emulator runs that renderer's code)"
+  from tinyplug_emulator.dialects import DIALECTS
+  wanted = DIALECTS[target].renderer
+  if not [s for s, _ in get_plugin_manager(check=False).renderers_for(target) if wanted in (None, s.name)]:
+    which = f"the {wanted} renderer" if wanted else "a renderer"
+    return False, f"no active plugin provides {which} for {target} (the emulator runs that renderer's code)"
   return True, ""
 
 def _probe_for(target: str):

@@ -1,0 +1,204 @@
+"""CUDA C from a linear program, through the core's C-style base (`tinyplug.renderer.cstyle`): the dialect is its
+tables (`blockIdx`/`threadIdx` ids, `__shared__` arrays, `__syncthreads()`, `extern "C" __global__` kernels with
+`__launch_bounds__`) and a few overrides.
+
+- A GPU thread is scalar: the renderer declares `vector_alu = False`, so vectors only carry loads and stores
+  (`float4`, `int4`, ... and `half4` / `bf16x4` structs from the prelude); math runs per lane.
+- A vector access is one 8- or 16-byte load only where the index is provably a multiple of the width (a misaligned
+  vector access faults on the GPU); elsewhere it is put together lane by lane.
+- half and bfloat16 come from `cuda_fp16.h` / `cuda_bf16.h`; their arithmetic and comparisons use the headers'
+  operators (rounded per operation, as numpy and torch do), conversions and math go through float (exact for
+  half/bf16 -> float, one rounding back), and from double through `__double2half` / `__double2bfloat16`.
+- Integer `/` and `%` never trap and agree with the other devices: x/0 is x, x%0 is 0, INT_MIN/-1 wraps.
+- Float -> integer casts go through a wide signed integer, as the CPU device does, so negative or large values wrap
+  the same way everywhere instead of saturating."""
+from __future__ import annotations
+import math
+from typing import Any
+from tinyplug.backend import LAUNCH_GRID
+from tinyplug.renderer.cstyle import CStyleRenderer, SMALL_INTS, is_ptr_of
+from tinyplug.uop.dtype import DType, dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+_TYPE_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+               dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+               dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "half",
+               dtypes.bfloat16: "__nv_bfloat16", dtypes.float32: "float", dtypes.float64: "double"}
+# CUDA's vector type names (half and bfloat16 vectors are structs the prelude defines)
+_VECTOR_NAMES = {dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
+                 dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "longlong", dtypes.uint64: "ulonglong",
+                 dtypes.float32: "float", dtypes.float64: "double", dtypes.float16: "half", dtypes.bfloat16: "bf16x"}
+_HALVES = (dtypes.float16, dtypes.bfloat16)
+# bit patterns: (to bits, from bits) per scalar type; integers reinterpret through their unsigned type
+_BITS = {dtypes.float32: ("__float_as_uint({})", "__uint_as_float({})"),
+         dtypes.float64: ("((unsigned long long)__double_as_longlong({}))", "__longlong_as_double((long long)({}))"),
+         dtypes.float16: ("__half_as_ushort({})", "__ushort_as_half({})"),
+         dtypes.bfloat16: ("__bfloat16_as_ushort({})", "__ushort_as_bfloat16({})")}
+_UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+_FLOAT_CALLS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
+                Ops.POW: "pow", Ops.MOD: "fmod"}
+
+def known_divisor(u: UOp) -> int:
+  """A number the integer value of `u` is always a multiple of (0: the value is 0)."""
+  if u.op is Ops.CONST: return abs(int(u.arg))
+  if u.op is Ops.ADD: return math.gcd(known_divisor(u.src[0]), known_divisor(u.src[1]))
+  if u.op is Ops.MUL: return known_divisor(u.src[0]) * known_divisor(u.src[1])
+  if u.op is Ops.SHL and u.src[1].op is Ops.CONST and 0 <= int(u.src[1].arg) < 62: return known_divisor(u.src[0]) << int(u.src[1].arg)
+  return 1
+
+class CUDARenderer(CStyleRenderer):
+  """CUDA C for NVRTC (and the emulator's CUDA dialect). `arch` ("sm_80") is the target the compiler builds for; the
+  limits are those every CUDA GPU since sm_50 has; the CUDA device passes its own."""
+  device = "CUDA"
+  suffix = "cu"
+  launch = LAUNCH_GRID
+  has_local = True
+  has_shared = True
+  global_max = (2**31 - 1, 65535, 65535)
+  vector_alu = False
+  # the dialect, as tables for the C-style base
+  kernel_prefix = 'extern "C" __global__ void'
+  type_names = _TYPE_NAMES
+  vector_lengths = (2, 4)
+  buffer_param = "{type}* __restrict__ {name}"
+  var_param = "{type} {name}"
+  shared_decl = "__shared__ __align__(16) {type} {name}[{size}];"
+  barrier_code = "__syncthreads();"
+  special_code = {"gidx": "blockIdx.{axis}", "lidx": "threadIdx.{axis}",
+                  "idx": "(blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis})"}
+  const_suffix = {dtypes.float32: "f", dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}
+  inf_code = "__int_as_float(0x7f800000)"
+  nan_code = "__int_as_float(0x7fffffff)"
+  helper_prefix = "__device__"
+
+  def __init__(self, arch: str = "sm_80", *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
+               shared_max: int = 49152):
+    self.arch = arch
+    self.local_max = tuple(min(int(x), max_threads) for x in local_max)
+    self.max_threads = int(max_threads)
+    self.shared_max = int(shared_max)
+    # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane)
+    self.vector_widths = {dt: tuple(w for w in (4, 2) if w * dt.itemsize <= 16) for dt in _VECTOR_NAMES}
+
+  def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
+
+  # ---- types ----
+  def value_type(self, dt: DType) -> str:
+    if dt.count == 1 or dt.scalar() not in _VECTOR_NAMES: return super().value_type(dt)
+    if dt.count not in self.vector_lengths: raise NotImplementedError(f"CUDA C has no vectors of {dt.count} elements")
+    if dt.scalar() in _HALVES: self.needs.add(("vector", dt.scalar(), dt.count))
+    return f"{_VECTOR_NAMES[dt.scalar()]}{dt.count}"
+
+  def render_const(self, value: Any, dt: DType) -> str:
+    if dt.count > 1: return self.render_vectorize(dt, [self.render_const(value, dt.scalar())] * dt.count)
+    if dt in _HALVES:   # a float literal, rounded once to half / bfloat16
+      return f"(({self.value_type(dt)}){super().render_const(value, dtypes.float32)})"
+    return super().render_const(value, dt)
+
+  def render_vectorize(self, dt: DType, parts: list[str]) -> str:
+    return f"make_{self.value_type(dt)}({', '.join(parts)})"
+
+  def render_gep(self, x: str, lanes: tuple[int, ...], dt: DType | None = None) -> str:
+    if len(lanes) == 1 and lanes[0] < 4: return f"{x}.{'xyzw'[lanes[0]]}"
+    return self.render_vectorize(dt.scalar().vec(len(lanes)), [f"{x}.{'xyzw'[i]}" for i in lanes])
+
+  # ---- ALU ----
+  def _render_alu(self, u: UOp, s: list[str]) -> str:
+    op, dt = u.op, u.dtype
+    if dt.count > 1: raise NotImplementedError(f"CUDA C computes per lane: {op} on {dt!r} reached the renderer")
+    if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(dt): return self._int_divmod(u, s[0], s[1])
+    if dt in _HALVES:   # half / bfloat16: + - * / and comparisons by the headers' operators, the rest in float
+      t = self.value_type(dt)
+      if op is Ops.MAX: return f"(({t}){self._float_max('float', [f'(float)({x})' for x in s])})"
+      if op in _FLOAT_CALLS: return f"(({t}){_FLOAT_CALLS[op]}f({', '.join(f'(float)({x})' for x in s)}))"
+    if dtypes.is_float(dt) and op is Ops.MAX: return self._float_max(self.value_type(dt), s)
+    if dtypes.is_float(dt) and op in _FLOAT_CALLS:
+      return f"{_FLOAT_CALLS[op]}{'f' if dt == dtypes.float32 else ''}({', '.join(s)})"
+    return super()._render_alu(u, s)
+
+  def _float_max(self, ctype: str, s: list[str]) -> str:
+    self.needs.add(("nanmax", ctype, False))
+    return f"tp_max_{ctype}({s[0]}, {s[1]})"
+
+  def render_nan_max(self, ctype: str, vector: bool) -> str:
+    return (f"{self.helper_prefix} {ctype} tp_max_{ctype}({ctype} a, {ctype} b) "
+            f"{{ return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }}")
+
+  def _int_divmod(self, u: UOp, x: str, y: str) -> str:
+    """x/0 is x and x%0 is 0; INT_MIN/-1 wraps to INT_MIN and x%-1 is 0, as on the other devices."""
+    dt, divisor = u.dtype, u.src[1]
+    sym = "/" if u.op is Ops.IDIV else "%"
+    if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({x}{sym}{y})"
+    t = self.value_type(dt)
+    unsigned = dtypes.is_unsigned(dt)
+    bad = f"(({y})==0)" if unsigned else f"((({y})==0)||(({y})==-1))"
+    safe = f"({bad}?({t})1:({y}))"
+    if u.op is Ops.MOD or unsigned: return f"(({t})(({x}){sym}{safe}))"
+    negated = f"(({t})(({_UNSIGNED[dt.itemsize]})0-({_UNSIGNED[dt.itemsize]})({x})))"   # -x without signed overflow
+    return f"((({y})==-1)?{negated}:(({t})(({x})/{safe})))"
+
+  # ---- conversions ----
+  def render_cast(self, u: UOp, x: str) -> str:
+    dst, src = u.dtype, u.src[0].dtype
+    if dst.count > 1: raise NotImplementedError(f"CUDA C computes per lane: a cast to {dst!r} reached the renderer")
+    t = self.value_type(dst)
+    if dst in _HALVES:
+      if src == dtypes.float64: return f"__double2{'half' if dst == dtypes.float16 else 'bfloat16'}({x})"
+      return f"(({t})((float)({x})))"
+    if src in _HALVES: return f"(({t})((float)({x})))" if dst != dtypes.float32 else f"((float)({x}))"
+    if dtypes.is_float(src) and dtypes.is_int(dst):
+      if dst in SMALL_INTS: return f"(({t})(int)({x}))"
+      if dst == dtypes.uint32: return f"(({t})(long long)({x}))"
+    return f"(({t})({x}))"
+
+  def render_bitcast(self, u: UOp, x: str) -> str:
+    src, dst = u.src[0].dtype.scalar(), u.dtype.scalar()
+    if u.dtype.count > 1 or u.src[0].dtype.count > 1: raise NotImplementedError("CUDA C bitcasts scalars only")
+    bits = _BITS[src][0].format(x) if src in _BITS else f"(({_UNSIGNED[src.itemsize]})({x}))"
+    return _BITS[dst][1].format(bits) if dst in _BITS else f"(({self.value_type(dst)})({bits}))"
+
+  # ---- memory: whole-vector accesses only where aligned ----
+  def _aligned(self, index: UOp, n: int) -> bool: return known_divisor(index.src[1]) % n == 0
+
+  def render_load(self, index: UOp, dt: DType) -> str:
+    mem = index.src[0]
+    if dt.count > 1 and mem.dtype.base.count == 1 and not self._aligned(index, dt.count):
+      idx = self.expr(index.src[1])
+      return self.render_vectorize(dt, [f"{self.names[mem]}[({idx})+{i}]" for i in range(dt.count)])
+    return super().render_load(index, dt)
+
+  def render_store(self, index: UOp, value: str, dt: DType) -> str:
+    mem = index.src[0]
+    if dt.count > 1 and mem.dtype.base.count == 1 and not self._aligned(index, dt.count):
+      idx = self.expr(index.src[1])
+      lanes = " ".join(f"{self.names[mem]}[({idx})+{i}] = tp_v.{'xyzw'[i]};" for i in range(dt.count))
+      return f"{{ {self.value_type(dt)} tp_v = {value}; {lanes} }}"
+    return super().render_store(index, value, dt)
+
+  # ---- kernel head and prelude ----
+  def render_kernel_head(self, name: str, params: list[str], uops: list[UOp]) -> str:
+    threads = 1
+    for u in uops:
+      if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"):
+        if not isinstance(u.arg[1], int): threads = 0; break
+        threads *= u.arg[1]
+    bounds = f" __launch_bounds__({threads})" if threads else ""
+    return f"{self.kernel_prefix}{bounds} {name}({', '.join(params)}) {{"
+
+  def note(self, u: UOp) -> None:
+    if is_ptr_of(u.dtype, dtypes.float16): self.needs.add("fp16")
+    if is_ptr_of(u.dtype, dtypes.bfloat16): self.needs.add("bf16")
+
+  def prelude(self) -> list[str]:
+    lines = []
+    if "fp16" in self.needs or any(isinstance(n, tuple) and n[1] == dtypes.float16 for n in self.needs):
+      lines.append("#include <cuda_fp16.h>")
+    if "bf16" in self.needs or any(isinstance(n, tuple) and n[1] == dtypes.bfloat16 for n in self.needs):
+      lines.append("#include <cuda_bf16.h>")
+    for _, sc, n in sorted((x for x in self.needs if isinstance(x, tuple) and x[0] == "vector"), key=str):
+      if (sc, n) == (dtypes.float16, 2): continue   # half2 and make_half2 come with cuda_fp16.h
+      t, name, fields = self.type_names[sc], f"{_VECTOR_NAMES[sc]}{n}", "xyzw"[:n]
+      lines.append(f"struct __align__({2 * n}) {name} {{ {t} {', '.join(fields)}; }};")
+      lines.append(f"{self.helper_prefix} {name} make_{name}({', '.join(f'{t} {f}' for f in fields)}) "
+                   f"{{ {name} r; {' '.join(f'r.{f} = {f};' for f in fields)} return r; }}")
+    return lines + super().prelude()

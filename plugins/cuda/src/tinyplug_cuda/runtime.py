@@ -1,0 +1,177 @@
+"""The CUDA device: the GPU's primary context and one stream, device memory from cuMemAlloc, host copies through
+pinned staging buffers, kernels loaded from cubins, launches timed with CUDA events when asked to wait.
+
+`DEV=CUDA` (the default renderer, CUDA C), `DEV=CUDA:PTX` (the PTX renderer), `DEV=CUDA:1` / `CUDA_DEVICE=1` (the
+second GPU); the parts combine (`CUDA:PTX:1`). Unverified on hardware in this repository's CI (no GPU there)."""
+from __future__ import annotations
+import ctypes, threading
+from typing import Any, Callable
+from tinyplug.backend import Allocator, Compiled, ProgramSpec
+from tinyplug.helpers import DEBUG, env_str
+from tinyplug_cuda import driver
+from tinyplug_cuda.driver import check, lib
+
+STAGING_BYTES = 16 << 20   # two pinned buffers of this size carry host <-> device copies
+
+def parse_name(name: str, renderers: list[str]) -> tuple[str | None, int]:
+  """`CUDA[:<renderer>][:<ordinal>]` -> (renderer name or None for the default, device ordinal)."""
+  renderer, ordinal = None, None
+  for part in [p for p in name.split(":")[1:] if p]:
+    if part.isdigit() and ordinal is None: ordinal = int(part)
+    elif part.upper() in renderers and renderer is None: renderer = part.upper()
+    else:
+      raise ValueError(f"{name!r}: {part!r} is neither a GPU ordinal nor a CUDA renderer ({', '.join(renderers)}); "
+                       "write CUDA, CUDA:1, CUDA:PTX or CUDA:PTX:1")
+  if ordinal is None: ordinal = int(env_str("CUDA_DEVICE") or 0)
+  return renderer, ordinal
+
+class CUDAAllocator(Allocator):
+  """cuMemAlloc'd device memory (never managed memory); copies go through two pinned host buffers in turn, so
+  copying one chunk into a staging buffer overlaps the DMA of the previous one."""
+  def __init__(self, dev: CUDADevice):
+    self.dev = dev
+    self.staging: list[tuple[ctypes.c_void_p, ctypes.c_void_p]] = []   # (pinned buffer, event marking its last use)
+    self._lock = threading.Lock()
+
+  def alloc(self, nbytes: int) -> ctypes.c_uint64:
+    self.dev.make_current()
+    ptr = ctypes.c_uint64(0)
+    check("cuMemAlloc", lib().cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 1)), f"{nbytes} bytes")
+    return ptr
+  def free(self, handle: ctypes.c_uint64, nbytes: int) -> None:
+    self.dev.make_current()
+    lib().cuMemFree_v2(handle)
+
+  def _staging(self) -> list[tuple[ctypes.c_void_p, ctypes.c_void_p]]:
+    if not self.staging:
+      for _ in range(2):
+        host, event = ctypes.c_void_p(), ctypes.c_void_p()
+        check("cuMemHostAlloc", lib().cuMemHostAlloc(ctypes.byref(host), STAGING_BYTES, driver.MEMHOSTALLOC_PORTABLE))
+        check("cuEventCreate", lib().cuEventCreate(ctypes.byref(event), driver.EVENT_DEFAULT))
+        check("cuEventRecord", lib().cuEventRecord(event, self.dev.stream))
+        self.staging.append((host, event))
+    return self.staging
+
+  def copyin(self, dest: ctypes.c_uint64, src: memoryview) -> None:
+    if not src.nbytes: return
+    self.dev.make_current()
+    data = (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src)
+    with self._lock:
+      bufs = self._staging()
+      for k, off in enumerate(range(0, src.nbytes, STAGING_BYTES)):
+        n = min(STAGING_BYTES, src.nbytes - off)
+        host, event = bufs[k % 2]
+        check("cuEventSynchronize", lib().cuEventSynchronize(event))   # the DMA that last read this buffer is done
+        ctypes.memmove(host, ctypes.addressof(data) + off, n)
+        check("cuMemcpyHtoDAsync", lib().cuMemcpyHtoDAsync_v2(dest.value + off, host, n, self.dev.stream))
+        check("cuEventRecord", lib().cuEventRecord(event, self.dev.stream))
+
+  def copyout(self, dest: memoryview, src: ctypes.c_uint64) -> None:
+    if not dest.nbytes: return
+    self.dev.make_current()
+    out = (ctypes.c_char * dest.nbytes).from_buffer(dest)
+    with self._lock:
+      host, _ = self._staging()[0]
+      for off in range(0, dest.nbytes, STAGING_BYTES):
+        n = min(STAGING_BYTES, dest.nbytes - off)
+        check("cuMemcpyDtoHAsync", lib().cuMemcpyDtoHAsync_v2(host, src.value + off, n, self.dev.stream))
+        check("cuStreamSynchronize", lib().cuStreamSynchronize(self.dev.stream))
+        ctypes.memmove(ctypes.addressof(out) + off, host, n)
+
+class CUDAProgram:
+  """One kernel of a loaded cubin. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:
+  global_size counts blocks (as in the ProgramSpec), local_size is the block."""
+  def __init__(self, dev: CUDADevice, name: str, binary: bytes):
+    self.dev, self.name = dev, name
+    dev.make_current()
+    self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+    image = ctypes.create_string_buffer(binary, len(binary))
+    check("cuModuleLoadData", lib().cuModuleLoadData(ctypes.byref(self.module), image), f"kernel {name}")
+    check("cuModuleGetFunction", lib().cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()))
+
+  def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
+    self.dev.make_current()
+    args = [ctypes.c_uint64(b.value) for b in bufs] + [ctypes.c_int32(int(v)) for v in vals]
+    params = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
+    grid = (tuple(int(g) for g in global_size) + (1, 1, 1))[:3]
+    block = (tuple(int(x) for x in local_size) + (1, 1, 1))[:3] if local_size is not None else (1, 1, 1)
+    start, end = self.dev.events if wait else (None, None)
+    if wait: check("cuEventRecord", lib().cuEventRecord(start, self.dev.stream))
+    check("cuLaunchKernel", lib().cuLaunchKernel(self.function, *grid, *block, 0, self.dev.stream, params, None),
+          f"kernel {self.name} grid {grid} block {block}")
+    if not wait: return None
+    check("cuEventRecord", lib().cuEventRecord(end, self.dev.stream))
+    check("cuEventSynchronize", lib().cuEventSynchronize(end))
+    ms = ctypes.c_float(0)
+    check("cuEventElapsedTime", lib().cuEventElapsedTime(ctypes.byref(ms), start, end))
+    return ms.value * 1e-3
+
+  def __del__(self):
+    try: lib().cuModuleUnload(self.module)
+    except Exception: pass
+
+class CUDADevice(Compiled):
+  """One GPU through the driver API: its primary context, one stream, a renderer for its architecture."""
+  def __init__(self, name: str = "CUDA"):
+    from tinyplug.plugins import get_plugin_manager
+    pm = get_plugin_manager()
+    specs = {spec.name: spec for spec, _ in pm.renderers_for("CUDA")}
+    renderer_name, ordinal = parse_name(name, list(specs))
+    ok, reason = driver.probe_driver()
+    if not ok: raise RuntimeError(reason)
+    L = lib()
+    count = ctypes.c_int(0)
+    check("cuDeviceGetCount", L.cuDeviceGetCount(ctypes.byref(count)))
+    if not 0 <= ordinal < count.value: raise RuntimeError(f"{name}: there is no GPU {ordinal} (the driver sees {count.value})")
+    self.device = ctypes.c_int(0)
+    check("cuDeviceGet", L.cuDeviceGet(ctypes.byref(self.device), ordinal))
+    self.context = ctypes.c_void_p()
+    check("cuDevicePrimaryCtxRetain", L.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device))
+    self._current = threading.local()
+    self.make_current()
+    self.stream = ctypes.c_void_p()
+    check("cuStreamCreate", L.cuStreamCreate(ctypes.byref(self.stream), 0))
+    self.events = (ctypes.c_void_p(), ctypes.c_void_p())
+    for e in self.events: check("cuEventCreate", L.cuEventCreate(ctypes.byref(e), driver.EVENT_DEFAULT))
+    self.info = device_info(self.device)
+    self.arch = f"sm_{self.info['cc'][0]}{self.info['cc'][1]}"
+    spec = specs[renderer_name] if renderer_name else next(iter(sorted(specs.values(), key=lambda s: -s.priority)))
+    renderer = pm.load_factory(spec.factory)(self.arch, local_max=self.info["block_max"], max_threads=self.info["threads"],
+                                             shared_max=self.info["shared"])
+    renderer.global_max = self.info["grid_max"]
+    from tinyplug_cuda.compiler import compiler_for
+    super().__init__(name, CUDAAllocator(self), renderer, compiler_for(spec.name, self.arch))
+    if DEBUG >= 1: print(f"{name}: {self.describe()}")
+
+  def make_current(self) -> None:
+    if getattr(self._current, "set", False): return
+    check("cuCtxSetCurrent", lib().cuCtxSetCurrent(self.context))
+    self._current.set = True
+
+  def make_program(self, spec: ProgramSpec, binary: bytes) -> Callable[..., float | None]:
+    return CUDAProgram(self, spec.name, binary)
+
+  def synchronize(self) -> None:
+    self.make_current()
+    check("cuStreamSynchronize", lib().cuStreamSynchronize(self.stream))
+
+  def describe(self) -> str:
+    return (f"{self.info['name']} ({self.arch}, {self.info['sms']} SMs, {self.info['memory'] >> 20} MiB, driver "
+            f"{self.info['driver']}), kernels by {type(self.renderer).__name__} via {type(self.compiler).__name__}")
+
+def device_info(device: ctypes.c_int) -> dict[str, Any]:
+  L = lib()
+  def attr(a: int) -> int:
+    v = ctypes.c_int(0)
+    check("cuDeviceGetAttribute", L.cuDeviceGetAttribute(ctypes.byref(v), a, device))
+    return v.value
+  name = ctypes.create_string_buffer(256)
+  check("cuDeviceGetName", L.cuDeviceGetName(name, 256, device))
+  mem, ver = ctypes.c_size_t(0), ctypes.c_int(0)
+  check("cuDeviceTotalMem", L.cuDeviceTotalMem_v2(ctypes.byref(mem), device))
+  check("cuDriverGetVersion", L.cuDriverGetVersion(ctypes.byref(ver)))
+  return {"name": name.value.decode(errors="replace"), "cc": (attr(driver.ATTR_CC_MAJOR), attr(driver.ATTR_CC_MINOR)),
+          "threads": attr(driver.ATTR_MAX_THREADS_PER_BLOCK), "block_max": tuple(attr(a) for a in driver.ATTR_MAX_BLOCK_DIM),
+          "grid_max": tuple(attr(a) for a in driver.ATTR_MAX_GRID_DIM), "shared": attr(driver.ATTR_MAX_SHARED_PER_BLOCK),
+          "sms": attr(driver.ATTR_MULTIPROCESSOR_COUNT), "memory": mem.value,
+          "driver": f"{ver.value // 1000}.{ver.value % 1000 // 10}"}
