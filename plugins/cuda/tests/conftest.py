@@ -26,6 +26,13 @@ def render_kernels(tensor, renderer=None, opts=None) -> list:
   renderer = renderer or CUDARenderer()
   return [get_program(item.ast, renderer, opts=opts) for item in items if item.ast.op.name == "SINK"]
 
+@pytest.fixture
+def mock_cuda():
+  """MOCK+CUDA as the default device for the test (skipped where the emulator is missing or unavailable)."""
+  from tinyplug.device import Device
+  dev = emulator_or_skip()
+  with Device.use(dev): yield dev
+
 def emulator_or_skip() -> str:
   from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager(check=False)

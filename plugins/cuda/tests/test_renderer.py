@@ -75,6 +75,7 @@ def test_literals_and_int_division():
   src = r.render("k", [a, b, c(0), x, y, UOp(Ops.IDIV, dtypes.int, (x, y)), store(a, c(1), UOp(Ops.IDIV, dtypes.int, (x, y)))])
   assert "==-1)?((int)((unsigned int)0-(unsigned int)(val0)))" in src   # INT_MIN/-1 wraps, x/0 is x: no trap
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_rendered_kernel_compiles_with_nvrtc(nvrtc, arch, render, kernel_table):
   sources = []

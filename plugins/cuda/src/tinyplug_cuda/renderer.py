@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 from tinyplug.backend import LAUNCH_GRID
+from tinyplug.helpers import env_str
 from tinyplug.renderer.cstyle import CStyleRenderer, SMALL_INTS, is_ptr_of
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
@@ -47,8 +48,8 @@ def known_divisor(u: UOp) -> int:
   return 1
 
 class CUDARenderer(CStyleRenderer):
-  """CUDA C for NVRTC (and the emulator's CUDA dialect). `arch` ("sm_80") is the target the compiler builds for; the
-  limits are those every CUDA GPU since sm_50 has; the CUDA device passes its own."""
+  """CUDA C for NVRTC (and the emulator's CUDA dialect). `arch` ("sm_80"; default CUDA_ARCH, else sm_80) is the GPU
+  it writes for; the limits are those every CUDA GPU since sm_50 has; the CUDA device passes its own."""
   device = "CUDA"
   suffix = "cu"
   launch = LAUNCH_GRID
@@ -71,9 +72,9 @@ class CUDARenderer(CStyleRenderer):
   nan_code = "__int_as_float(0x7fffffff)"
   helper_prefix = "__device__"
 
-  def __init__(self, arch: str = "sm_80", *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
+  def __init__(self, arch: str | None = None, *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
                shared_max: int = 49152):
-    self.arch = arch
+    self.arch = arch or env_str("CUDA_ARCH") or "sm_80"
     self.local_max = tuple(min(int(x), max_threads) for x in local_max)
     self.max_threads = int(max_threads)
     self.shared_max = int(shared_max)
