@@ -3,6 +3,8 @@
   python benchmarks/cpu_bench.py                  # everything; prints a markdown table
   python benchmarks/cpu_bench.py --only tinyplug,numpy --quick
   python benchmarks/cpu_bench.py --only tinyplug,numpy --workloads matmul_2048,softmax   # some workloads only
+  python benchmarks/cpu_bench.py --only tinyplug --variant "before:PYTHONPATH=/tmp/old:/tmp/old/plugins/cpu_llvm/src"
+                                                  # tinyplug again under other settings (another checkout, env vars)
 
 Each framework runs in its own subprocess (so env vars like DEV apply and memory is not shared) and reports the
 best wall time of a few runs of each workload, synchronised (the result is computed, not just scheduled).
@@ -234,6 +236,13 @@ WORKERS = {"tinyplug": worker_tinyplug, "numpy": worker_numpy, "torch": worker_t
 
 # ---------------- driver ----------------
 
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+  """`NAME:KEY=VALUE[,KEY=VALUE...]`: tinyplug run again with these environment variables, shown as peer NAME."""
+  name, _, pairs = text.partition(":")
+  env = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+  if not name or name in PEERS or not env: raise SystemExit(f"--variant {text!r}: want NEW_NAME:KEY=VALUE[,KEY=VALUE]")
+  return name, {"DEV": "CPU", **env}
+
 def run_peer(name: str, quick: bool) -> dict | str:
   kind, env = PEERS[name]
   cmd = [sys.executable, __file__, "--worker", kind, "--workloads", ",".join(SELECTED)] + (["--quick"] if quick else [])
@@ -279,14 +288,19 @@ def main() -> None:
                   f"({', '.join(WORKLOADS)})")
   ap.add_argument("--rounds", type=int, default=1, help="run every peer this many times, taking turns, and keep each "
                   "workload's best (a machine whose speed swings hurts whoever runs during a slow spell)")
+  ap.add_argument("--variant", action="append", default=[], help="NAME:KEY=VALUE[,KEY=VALUE]: also run tinyplug with "
+                  "these environment variables as peer NAME (PYTHONPATH=<another checkout> compares two versions)")
   args = ap.parse_args()
+  for text in args.variant:
+    name, env = parse_variant(text)
+    PEERS[name] = ("tinyplug", env)
   if args.workloads:
     words = [w for w in args.workloads.split(",") if w]
     SELECTED.intersection_update(k for k in WORKLOADS if any(w in k for w in words))
   if args.worker:
     print(json.dumps(WORKERS[args.worker](args.quick)))
     return
-  peers = [p for p in args.only.split(",") if p]
+  peers = [p for p in args.only.split(",") if p] + [parse_variant(t)[0] for t in args.variant]
   results: dict = {}
   for rnd in range(max(1, args.rounds)):
     for p in peers:
