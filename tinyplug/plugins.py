@@ -38,7 +38,7 @@ FIRST_PARTY_EXTRAS = {"cpu_llvm": "cpu", "opencl": "opencl", "cuda": "cuda", "me
                       "viz_web": "viz", "emulator": "emulator"}
 # device name -> first-party plugin that provides it (for install hints)
 DEVICE_PLUGINS = {"CPU": "cpu_llvm", "CL": "opencl", "CUDA": "cuda", "METAL": "metal", "AMD": "amd",
-                  "PYTHON": "python", "MOCK+CL": "emulator"}
+                  "PYTHON": "python", "MOCK+CL": "emulator", "MOCK+CUDA": "emulator"}
 
 
 class PluginError(RuntimeError):
