@@ -50,7 +50,8 @@ def test_grouped_steps_folded_constants_clean_labels(page, url):
   ready(page, "graph:")
   labels = page.evaluate(LABELS)
   ops = [ln[0] for ln in labels]
-  assert "CONST" not in ops and int(page.get_attribute("#graph", "data-folded")) >= 1
+  assert "CONST" not in ops and "RANGE" not in ops and int(page.get_attribute("#graph", "data-folded")) >= 3
+  assert "◂ RANGE 0 ‹16›" in labels[ops.index("REDUCE")]                    # a loop range, with its bound
   assert any("◂ CONST 3" in ln for lab in labels for ln in lab)             # step 3's constant, in its users' labels
   reduce_label = next(lab for lab in labels if lab[0] == "REDUCE")
   assert "Ops.ADD" in reduce_label and not any("<" in ln for ln in reduce_label)
@@ -62,7 +63,7 @@ def test_grouped_steps_folded_constants_clean_labels(page, url):
   n_folded = len(labels)
   page.click("#btn-fold")
   page.wait_for_function("() => document.querySelector('#graph').dataset.folded === '0'")
-  assert "CONST" in [ln[0] for ln in page.evaluate(LABELS)]
+  assert {"CONST", "RANGE"} <= {ln[0] for ln in page.evaluate(LABELS)}
   assert page.locator("g.node").count() > n_folded
 
 def test_cli_prints_constants_inline_and_steps_with_their_caller(trace):

@@ -83,8 +83,9 @@ def many_steps(n: int = 4) -> None:
   from tinyplug.uop.dtype import dtypes
   from tinyplug.uop.ops import Ops, UOp
   x, one = UOp.variable("x", 0, 10), UOp.const(dtypes.int, 1)
+  rng = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, 16),), 0)
   g = UOp(Ops.SINK, dtypes.void, (UOp(Ops.ADD, dtypes.int, (UOp(Ops.MUL, dtypes.int, (x, one)), one)),
-                                  UOp(Ops.REDUCE, dtypes.int, (UOp(Ops.ADD, dtypes.int, (x, one)),), Ops.ADD)))
+                                  UOp(Ops.REDUCE, dtypes.int, (UOp(Ops.ADD, dtypes.int, (x, one)), rng), Ops.ADD)))
   with events.scope("kernel", "many_steps"):
     with events.scope("pass", "expand"):
       for i in range(n):

@@ -232,9 +232,10 @@ function labelLines(n) {
   if (folded) lines.push(...folded);
   return lines;
 }
-// Constants, devices and unique ids are folded into the label of the node that uses them (the Consts button shows
-// them as nodes again): one CONST used by a thousand nodes would otherwise pull a thousand edges across the graph.
-const FOLD_OPS = new Set(["CONST", "VCONST", "DEVICE", "UNIQUE", "LUNIQUE"]);
+// Constants, devices, unique ids and loop ranges over constant bounds are folded into the label of the node that uses
+// them (the Consts button shows them as nodes again): one CONST or RANGE used by a hundred index computations would
+// otherwise pull a hundred edges across the graph.
+const FOLD_OPS = new Set(["CONST", "VCONST", "DEVICE", "UNIQUE", "LUNIQUE", "RANGE"]);
 let foldConsts = true;
 function foldGraph(graph) {
   const used = new Set();
@@ -253,7 +254,10 @@ function foldGraph(graph) {
     if (can(id)) continue;
     const f = n[3].filter(s => graph.has(s) && can(s));
     if (!f.length) { shown.set(id, n); continue; }
-    const lines = f.slice(0, 3).map(s => { const c = graph.get(s); into.has(s) || into.set(s, id); return `◂ ${c[0]} ${cleanArg(c[2]) || c[1]}`.slice(0, 40); });
+    const lines = f.slice(0, 3).map(s => {
+      const c = graph.get(s), inner = c[3].filter(x => graph.has(x)).map(x => cleanArg(graph.get(x)[2]) || graph.get(x)[0]);
+      return `◂ ${c[0]} ${cleanArg(c[2]) || c[1]}${inner.length ? ` ‹${inner.join(", ")}›` : ""}`.slice(0, 44);
+    });
     if (f.length > 3) lines.push(`◂ +${f.length - 3} more`);
     for (const s of f) into.has(s) || into.set(s, id);
     shown.set(id, [n[0], n[1], n[2], n[3], lines]);
