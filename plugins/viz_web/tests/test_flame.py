@@ -53,8 +53,13 @@ def url(trace):
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
 def test_flame_view_and_user_track_in_the_browser(page, url):
+  page.set_viewport_size({"width": 1280, "height": 720})
   page.goto(url + "/#view=profiler")
   ready(page, "profiler")
+  for span in (19.8e9, 0.9e6, None):                          # time labels never run into each other
+    page.evaluate("s => { prof.t0 = 0; prof.t1 = s || prof.data.duration_ns * 1.02; drawProfile(); }", span)
+    ticks = page.evaluate("prof.ticks")
+    assert len(ticks) >= 2 and all(b[0] - a[0] > a[1] + 3 for a, b in zip(ticks, ticks[1:])), (span, ticks)
   names = page.evaluate("prof.tracks.map(t => t.name)")
   assert names[0] == "USER" and "HOST" in names
   rows = page.evaluate("""() => { const t = prof.tracks.find(t => t.name === 'HOST');

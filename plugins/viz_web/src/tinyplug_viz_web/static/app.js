@@ -630,7 +630,7 @@ async function showUops() {
 
 // ------------------------------------------------------------------------------------------------- profiler
 let prof = null;
-const ROW_H = 18, TRACK_GAP = 8, LABEL_W = 150, AXIS_H = 24, MEM_H = 60;
+const ROW_H = 18, TRACK_GAP = 8, LABEL_W = 150, AXIS_H = 24, MEM_H = 60, TICK_PX = 90;
 async function showProfiler() {
   if (!prof) {
     const data = await api("/api/profile");
@@ -663,10 +663,13 @@ function drawProfile() {
   // time axis
   ctx.font = "11px monospace"; ctx.fillStyle = "#7a82a6"; ctx.strokeStyle = "#2a2c3d";
   const span = prof.t1 - prof.t0, step = Math.pow(10, Math.floor(Math.log10(span / 6)));
-  const tick = [1, 2, 5, 10].map(m => m * step).find(s => span / s <= 10);
+  // ticks at least TICK_PX apart, so that their labels never run into each other on a narrow view
+  const tick = [1, 2, 5, 10, 20, 50].map(m => m * step).find(s => span / s <= Math.max(1, W / TICK_PX));
+  prof.ticks = [];
   for (let t = Math.ceil(prof.t0 / tick) * tick; t <= prof.t1; t += tick) {
     const x = sx(t); ctx.beginPath(); ctx.moveTo(x, AXIS_H - 6); ctx.lineTo(x, r.height); ctx.stroke();
     ctx.fillText(fmtTime(t), x + 3, 12);
+    prof.ticks.push([x, ctx.measureText(fmtTime(t)).width]);
   }
   prof.boxes = [];
   for (const tr of prof.tracks) {
