@@ -66,10 +66,13 @@ def test_clicking_a_schedule_shows_its_sortable_kernel_table(page, url, fusion_t
   view = TraceView.open(fusion_trace)
   sched = [c for c in view.trace.contexts if c.kind == "schedule"][1]
   rows = view.kernel_table(sched.id)["rows"]
+  page.set_viewport_size({"width": 1280, "height": 720})
   page.goto(url + "/")
   ready(page, "home")
   page.locator(".ctx-head", has_text="schedule 2").click()
   ready(page, f"kernels:{sched.id}")
+  assert page.evaluate("(v => v.scrollWidth <= v.clientWidth)(document.querySelector('#kernels-view'))")   # fits
+  assert "ALU ops" in page.get_attribute("#kernels tbody tr >> nth=0", "title")
   heads = page.evaluate("[...document.querySelectorAll('#kernels th')].map(th => th.textContent)")
   assert {"kernel", "global", "time", "GFLOP/s", "GB/s"} <= {h.rstrip(" ▴▾") for h in heads}
   assert page.evaluate(CELLS, 1) == [r["name"] for r in rows]                    # run order first
