@@ -72,6 +72,9 @@ def test_cli_prints_constants_inline_and_steps_with_their_caller(trace):
   assert r.returncode == 0, r.stderr
   assert "CONST int 1" in r.stdout and "= CONST" not in r.stdout       # inline where used, never a named reference
   assert "REDUCE int Ops.ADD" in r.stdout and f"tracegen.py:{substitute_line()}" in r.stdout
+  r = viz("cli", trace, "-s", "many_steps")
+  head = next(ln for ln in r.stdout.splitlines() if "4 steps" in ln)
+  assert head.strip().startswith("expand: 4 steps") and r.stdout.count("    ") >= 4   # the group's steps indented
 
 def test_schedule_steps_that_made_a_kernel_name_it(fusion_trace):
   view = TraceView.open(fusion_trace)

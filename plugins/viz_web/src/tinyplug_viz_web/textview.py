@@ -19,6 +19,7 @@ from tinyplug_viz_web.model import TraceView, short_path
 from tinyplug_viz_web.reader import Context, Step, TraceError
 
 ALL_CONTEXTS = ("tiny", "all", "rewrites")
+GROUP_MIN = 3   # this many consecutive steps of one pass get a header (the web UI's GROUP_MIN)
 
 def _us(ns: float) -> str: return f"{ns / 1e3:9.2f}us" if ns < 1e7 else f"{ns / 1e6:9.2f}ms"
 
@@ -83,8 +84,17 @@ def print_context(view: TraceView, c: Context, out) -> None:
       for b in boundaries(split):
         print(f"  {split.kernels[b['a']]['name']} -> {split.kernels[b['b']]['name']}: {b['rule']}", file=out)
   print("steps:", file=out)
-  for s in c.steps:
-    print(f"  {s.index:3d} {s.title:40s} {len(s.matches):5d} matches  {_us(s.end - s.start)}  {short_path(s.caller)}", file=out)
+  groups: list[list[Step]] = []
+  for s in c.steps:   # consecutive steps of one pass under one header, as the web UI groups them
+    if groups and (groups[-1][0].pass_name or groups[-1][0].title) == (s.pass_name or s.title): groups[-1].append(s)
+    else: groups.append([s])
+  for g in groups:
+    pad = "  "
+    if len(g) >= GROUP_MIN:
+      print(f"  {g[0].pass_name or g[0].title}: {len(g)} steps, {sum(len(s.matches) for s in g)} matches", file=out)
+      pad = "    "
+    for s in g:
+      print(f"{pad}{s.index:3d} {s.title:40s} {len(s.matches):5d} matches  {_us(s.end - s.start)}  {short_path(s.caller)}", file=out)
 
 def _dims(d: list[int] | None) -> str: return "x".join(map(str, d)) if d else "-"
 
