@@ -9,7 +9,7 @@ from tinyplug_viz_web.model import TraceView
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
   return record_in_subprocess(str(tmp_path_factory.mktemp("viz") / "run-readable"), "run-readable",
-                              "many_steps", "simplify_example")
+                              "many_steps", "simplify_example", "deep_chain")
 
 def substitute_line() -> int:
   here = os.path.join(os.path.dirname(__file__), "tracegen.py")
@@ -83,3 +83,15 @@ def test_schedule_steps_that_made_a_kernel_name_it(fusion_trace):
     simplify = [s.title for s in c.steps if s.name.startswith("simplify kernel")]
     assert simplify and all(t.split(": ")[-1] in names for t in simplify), simplify
     assert len(set(simplify)) == len(simplify)      # one per kernel, each named after its own
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+def test_fit_shows_a_deep_graph_whole(page, url):
+  """A chain 600 ops deep is cut into bands of ranks stacked like lines of text: fitted, it fills the view
+  instead of being a thin strip (it was 40 times wider than the view's shape)."""
+  page.goto(url + "/")
+  ready(page, "home")
+  page.locator(".ctx-head", has_text="deep_chain").click()
+  ready(page, "graph:")
+  w, h, vw, vh = page.evaluate("[graphGeom.width, graphGeom.height, graphSize().width, graphSize().height]")
+  assert int(page.get_attribute("#graph", "data-nodes")) >= 600
+  assert 1 / 3 <= (h / w) / (vh / vw) <= 3, (w, h, vw, vh)

@@ -93,6 +93,18 @@ def many_steps(n: int = 4) -> None:
         g = g.substitute({one: new}, name="swap const")   # SUBSTITUTE_LINE
         one = new
 
+def deep_chain(n: int = 300) -> None:
+  """One rewrite of a chain of n*2 dependent ops (x*3+1, n times): a graph far deeper than wide."""
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
+  from tinyplug.uop.rewrite import graph_rewrite
+  from tinyplug.uop.symbolic import symbolic
+  x = UOp.variable("x", 0, 10)
+  for i in range(n):
+    x = UOp(Ops.ADD, dtypes.int, (UOp(Ops.MUL, dtypes.int, (x, UOp.const(dtypes.int, 3))), UOp.const(dtypes.int, i)))
+  with events.scope("kernel", "deep_chain"):
+    graph_rewrite(x.sink(), symbolic, name="deep symbolic")
+
 def user_calls() -> None:
   """Work caused by two lines of user code (each realizes kernels), and a profile span nested in another."""
   from tinyplug.tensor import Tensor

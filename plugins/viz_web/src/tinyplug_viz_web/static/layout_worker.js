@@ -2,7 +2,7 @@
 // 1. rank: longest path from the sources; 2. order within a rank: barycenter sweeps; 3. coordinates: ranks are
 // columns, nodes in a column are packed top-down near the mean height of their neighbours. O(sweeps * (V + E)).
 "use strict";
-const RANK_GAP = 56, NODE_GAP = 12, SWEEPS = 6;
+const RANK_GAP = 56, NODE_GAP = 12, SWEEPS = 6, BAND_GAP = 80;
 
 function layout(msg) {
   const nodes = msg.nodes;               // [{id, w, h}]
@@ -103,6 +103,27 @@ function layout(msg) {
       if (top + d < 0) d = -top;
       if (d) for (const i of l) y[i] += d;
     }
+  }
+  // a deep graph (a long chain of steps) far wider than it would be at the view's aspect ratio is cut into bands
+  // of consecutive ranks stacked top to bottom, like lines of text, so Fit shows it whole and not as a thin strip
+  const layerX = layers.map(l => l.length ? Math.min(...l.map(i => x[i])) : 0);
+  const totalW = Math.max(0, ...nodes.map((v, i) => x[i] + v.w));
+  const bandW = Math.max(1600, Math.sqrt(area / (msg.aspect || 0.6)));
+  if (totalW > 2 * bandW) {
+    let band = [], bandStart = 0, offsetY = 0;
+    const flush = () => {
+      if (!band.length) return;
+      let top = Infinity, bottom = -Infinity;
+      for (const l of band) for (const i of l) { top = Math.min(top, y[i]); bottom = Math.max(bottom, y[i] + nodes[i].h); }
+      for (const l of band) for (const i of l) { x[i] -= bandStart; y[i] += offsetY - top; }
+      offsetY += bottom - top + BAND_GAP;
+      band = [];
+    };
+    layers.forEach((l, r) => {
+      if (band.length && layerX[r] - bandStart > bandW) { flush(); bandStart = layerX[r]; }
+      band.push(l);
+    });
+    flush();
   }
   const out = {};
   let minY = Infinity;
