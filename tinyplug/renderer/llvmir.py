@@ -14,8 +14,10 @@ How values are held:
 
 What a target changes: a subclass of `LLVMIRRenderer` sets `builder` to a subclass of `LLVMFunctionBuilder` and
 overrides its hooks: `extra_params` (more function parameters), `render_special` (launch ids, e.g. intrinsics
-for AMDGPU/NVPTX), `float_call` (a math library call for an op), `footer` (attribute groups, globals),
-`function_attrs` (the function's attribute group)."""
+for AMDGPU/NVPTX), `define_local` (work-group memory: a GPU's shared-memory global instead of an alloca),
+`render_barrier` (a work-group barrier; nothing on a loop-running target), `float_call` (a math library call for an
+op), `footer` (attribute groups, globals); and on the renderer `function_attrs` (the function's attribute group) and
+`calling_convention` (e.g. `ptx_kernel`, `amdgpu_kernel`)."""
 from __future__ import annotations
 import math, re, struct
 from tinyplug.backend import LAUNCH_LOOPS, Renderer, shareable_loop
@@ -88,6 +90,7 @@ class LLVMIRRenderer(Renderer):
   vector_widths = LLVM_VECTOR_WIDTHS
   split_threads: bool = False        # add (core_id, n_cores) and share out the shareable loop
   function_attrs: str = 'nounwind "no-trapping-math"="true"'
+  calling_convention: str = ""       # written after `define`: a GPU kernel's (ptx_kernel, amdgpu_kernel)
   builder: type[LLVMFunctionBuilder]
   def render(self, name: str, uops: list[UOp]) -> str:
     return self.builder(name, list(uops), self).build()
@@ -143,6 +146,13 @@ class LLVMFunctionBuilder:
   def render_special(self, u: UOp) -> str:
     """The value of a SPECIAL launch id (`gidx0`, `lidx1`, ...)."""
     raise NotImplementedError(f"{type(self.renderer).__name__} runs loops, not launch ids: {u.arg[0]} (launch={self.renderer.launch!r})")
+  def define_local(self, u: UOp) -> str:
+    """The pointer to a DEFINE_LOCAL's memory (a loop-running target: an alloca, like a register array)."""
+    name = f"%local{len(self.allocas)}"
+    self.allocas.append(f"{name} = alloca [{max(u.dtype.size, 1)} x {mem_type(u.dtype.base)}], align 64")
+    return name
+  def render_barrier(self, u: UOp) -> None:
+    """A work-group barrier (a loop-running target runs one work-item at a time: nothing to wait for)."""
   def float_call(self, op: Ops, dt: DType, x: str) -> str | None:
     """A call computing a unary float op (exp2, log2, sin) instead of LLVM's intrinsic; None: the intrinsic."""
     return None
@@ -176,7 +186,8 @@ class LLVMFunctionBuilder:
     params += self.extra_params()
     for u in self.uops: self.render_uop(u)
     if self.loops: raise ValueError(f"kernel {self.name}: a RANGE has no END")
-    body = [f"define void @{_ident(self.name)}({', '.join(params)}) #0 {{", "entry:"]
+    cc = f"{self.renderer.calling_convention} " if self.renderer.calling_convention else ""
+    body = [f"define {cc}void @{_ident(self.name)}({', '.join(params)}) #0 {{", "entry:"]
     body += ["  " + a for a in self.allocas] + self.lines + ["  ret void", "}", ""]
     body += sorted(self.decls.values())
     body.append(f"attributes #0 = {{ {self.renderer.function_attrs} }}")
@@ -185,11 +196,13 @@ class LLVMFunctionBuilder:
 
   def render_uop(self, u: UOp) -> None:
     op = u.op
-    if op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP, Ops.BARRIER): return
+    if op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
+    if op is Ops.BARRIER: return self.render_barrier(u)
     if op is Ops.CONST: self.r[u] = literal(u.arg, u.dtype); return
     if op is Ops.VCONST: self.r[u] = literal(tuple(u.arg), u.dtype); return
-    if op in (Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
-      name = f"%{'reg' if op is Ops.DEFINE_REG else 'local'}{len(self.allocas)}"
+    if op is Ops.DEFINE_LOCAL: self.r[u] = self.define_local(u); return
+    if op is Ops.DEFINE_REG:
+      name = f"%reg{len(self.allocas)}"
       size = max(u.dtype.size, 1)
       self.allocas.append(f"{name} = alloca [{size} x {mem_type(u.dtype.base)}], align 64")
       self.r[u] = name

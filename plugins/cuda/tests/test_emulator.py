@@ -14,10 +14,10 @@ RNG = np.random.default_rng(0)
 
 def T(a) -> Tensor: return Tensor(a).realize()   # on the device first, so the kernel under test is the only one
 
-def run(out: Tensor, opts) -> tuple[np.ndarray, str]:
-  """Compile the one kernel computing `out` with exactly `opts`, run it on MOCK+CUDA; (result, source)."""
+def run(out: Tensor, opts, device: str = "MOCK+CUDA") -> tuple[np.ndarray, str]:
+  """Compile the one kernel computing `out` with exactly `opts`, run it on `device`; (result, source)."""
   (item,), _ = create_schedule([out.uop])
-  dev = Device["MOCK+CUDA"]
+  dev = Device[device]
   spec = get_program(item.ast, dev.renderer, opts=opts)
   prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
   bufs = [b.ensure_allocated() for b in item.bufs]
@@ -32,6 +32,16 @@ def test_group_reductions_through_shared_memory(mock_cuda, opts):
   got, src = run(T(a).sum(axis=1), opts)
   assert "__syncthreads();" in src and "__shared__" in src
   np.testing.assert_allclose(got, a.sum(1), rtol=1e-5, atol=1e-4)
+
+@pytest.mark.parametrize("opts", [[Opt(OptOps.GROUPTOP, 0, 64)], [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUP, 0, 32)]], ids=str)
+def test_ptx_renderer_on_the_emulator(mock_cuda, opts):
+  """MOCK+CUDA:PTX: the PTX renderer's NVPTX LLVM IR, its ids and barrier lowered to the emulator's runtime."""
+  a = RNG.standard_normal((8, 256)).astype(np.float32)
+  got, src = run(T(a).sum(axis=1), opts, "MOCK+CUDA:PTX")
+  assert "call void @llvm.nvvm.barrier0()" in src and "addrspace(3)" in src
+  np.testing.assert_allclose(got, a.sum(1), rtol=1e-5, atol=1e-4)
+  got, _ = run(T(a).exp2().max(axis=1), opts, "MOCK+CUDA:PTX")
+  np.testing.assert_allclose(got, np.exp2(a).max(1), rtol=1e-6)
 
 def test_half_and_bf16_math_round_like_numpy_and_torch(mock_cuda):
   import torch

@@ -13,10 +13,10 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True, timeout=300,
                         env={**os.environ, **env})
 
-def test_registered_with_cuda_c_as_the_default_renderer():
+def test_registered_with_both_renderers_cuda_c_first():
   pm = get_plugin_manager()
   assert pm.resolve_device("CUDA") == "CUDA" and pm.resolve_device("nv") == "CUDA"
-  assert [spec.name for spec, _ in pm.renderers_for("CUDA")][0] == "CUDA"   # CUDA C is the default
+  assert [spec.name for spec, _ in pm.renderers_for("CUDA")] == ["CUDA", "PTX"]   # CUDA C is the default
 
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
 def test_without_a_driver_the_plugin_is_unavailable_with_the_reason():

@@ -25,3 +25,4 @@ def tinyplug_register_devices(register) -> None:
 @hookimpl
 def tinyplug_register_renderers(register) -> None:
   register(RendererSpec(device="CUDA", name="CUDA", factory="tinyplug_cuda.renderer:CUDARenderer", priority=10))
+  register(RendererSpec(device="CUDA", name="PTX", factory="tinyplug_cuda.ptx:PTXRenderer", priority=0))

@@ -10,7 +10,7 @@ from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
 from tinyplug.helpers import DEBUG
 from tinyplug.uop.ops import Ops
 from tinyplug_emulator import native
-from tinyplug_emulator.dialects import C_TYPE_SIZES, DIALECTS, Dialect
+from tinyplug_emulator.dialects import C_TYPE_SIZES, Dialect, dialect_for
 from tinyplug_emulator.native import EmulatorError, LaunchOptions
 from tinyplug_emulator.settings import EMU_BOUNDS, EMU_ORDER, EMU_SEED, EMU_STACK_KB, EMU_THREADS
 from tinyplug_emulator.toolchain import build_shared, clang, digest, run_clang, store, verified_path
@@ -187,12 +187,13 @@ class _Arg:
     self.size = self.nbytes // self.itemsize
 
 class EmulatorDevice(Compiled):
-  """`MOCK+CL`: the CL renderer's OpenCL C, compiled by clang for the host and run on the emulator."""
+  """`MOCK+CL`: the CL renderer's OpenCL C, compiled by clang for the host and run on the emulator. `MOCK+CUDA:PTX`
+  names another renderer of the device (one the emulator has a dialect for)."""
   def __init__(self, name: str):
-    base = name.partition(":")[0].upper()
+    base, _, option = name.partition(":")
+    base = base.upper()
     target = base.partition("+")[2]
-    if target not in DIALECTS: raise ValueError(f"the emulator has no dialect for {target!r} (known: {', '.join(DIALECTS)})")
-    self.dialect = DIALECTS[target]
+    self.dialect = dialect_for(target, option.upper() or None)
     renderer = _renderer_for(target, self.dialect)
     renderer.device = base    # search timing and cache keys see the emulated device, not the real one
     super().__init__(name, EmulatorAllocator(), renderer, EmulatorCompiler(self.dialect))

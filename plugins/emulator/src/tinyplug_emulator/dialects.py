@@ -233,4 +233,18 @@ METAL = MetalDialect(
                  "-w"),
   renderer_options={})
 
+# the cuda plugin's PTX renderer writes LLVM IR for NVPTX: `MOCK+CUDA:PTX` runs it through the same lowering
+NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="1", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
+
 DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA, "AMD": LLVM_IR, "METAL": METAL}
+# other renderers of a device, selected by name (`MOCK+CUDA:PTX`): (device, renderer name) -> dialect
+RENDERER_DIALECTS: dict[tuple[str, str], Dialect] = {("CUDA", "PTX"): NVPTX_IR}
+
+def dialect_for(target: str, renderer: str | None = None) -> Dialect:
+  """The dialect of `target`'s default renderer, or of the renderer named (`MOCK+CUDA:PTX`)."""
+  if target not in DIALECTS: raise ValueError(f"the emulator has no dialect for {target!r} (known: {', '.join(DIALECTS)})")
+  if renderer is None or renderer == DIALECTS[target].renderer: return DIALECTS[target]
+  if (found := RENDERER_DIALECTS.get((target, renderer))) is None:
+    known = [DIALECTS[target].renderer or "(default)"] + [r for d, r in RENDERER_DIALECTS if d == target]
+    raise ValueError(f"the emulator runs no renderer {renderer!r} for {target} (known: {', '.join(known)})")
+  return found
