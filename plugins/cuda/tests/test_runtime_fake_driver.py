@@ -1,0 +1,60 @@
+"""The runtime's driver calls, against a stand-in libcuda.so.1 (fake_driver/libcuda.c, built here with the C compiler):
+probe, device open (name, sm_80, limits), allocation, copies through the pinned staging buffers (more than one chunk),
+cubins from NVRTC and nvJitLink loaded, launch geometry and parameters packed as the driver API expects, event timing,
+driver errors by name. No GPU semantics are checked: the fake runs no kernel code (the emulator does that)."""
+from __future__ import annotations
+import os, pathlib, shutil, subprocess, sys
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+
+@pytest.fixture(scope="module")
+def fake_driver(tmp_path_factory) -> str:
+  cc = shutil.which("cc") or shutil.which("clang-19") or shutil.which("clang") or shutil.which("gcc")
+  if cc is None: pytest.skip("no C compiler to build the fake driver")
+  out = tmp_path_factory.mktemp("fake_cuda")
+  subprocess.run([cc, "-shared", "-fPIC", "-O1", str(HERE / "fake_driver" / "libcuda.c"), "-o", str(out / "libcuda.so.1")],
+                 check=True, capture_output=True, timeout=120)
+  return str(out)
+
+SCRIPT = r'''
+import numpy as np
+from tinyplug.device import Device, ProgramSpec
+from tinyplug.helpers import Context
+dev = Device["CUDA"]
+print("OPEN", dev.arch, type(dev.renderer).__name__, dev.renderer.local_max, dev.renderer.shared_max, dev.describe())
+a = np.random.default_rng(0).integers(0, 255, size=(40 << 20) + 3, dtype=np.uint8)   # three staging chunks
+h = dev.allocator.alloc(a.nbytes)
+dev.allocator.copyin(h, memoryview(a))
+b = np.empty_like(a)
+dev.allocator.copyout(memoryview(b), h)
+print("ROUNDTRIP", np.array_equal(a, b))
+src = 'extern "C" __global__ void k(unsigned int* __restrict__ data0, int n) { data0[threadIdx.x] = n; }\n'
+prg = dev.make_program(ProgramSpec(name="k", uops=(), src=src), dev.compiler.compile_cached(src))
+out = dev.allocator.alloc(64)
+t = prg(out, global_size=(3, 2, 1), local_size=(32, 1, 1), vals=(7,), wait=True)
+got = np.zeros(7, np.uint32)
+dev.allocator.copyout(memoryview(got).cast("B"), out)
+print("LAUNCH", [int(x) for x in got], t)
+try: dev.make_program(ProgramSpec(name="k", uops=(), src=src), b"not a cubin")
+except RuntimeError as e: print("BADIMAGE", e)
+ptx = Device["CUDA:PTX"]
+print("PTX", type(ptx.renderer).__name__, type(ptx.compiler).__name__)
+from tinyplug import Tensor
+with Context(DEBUG=2):
+  r = (Tensor([1.0, 2.0], device="CUDA") + 1).realize()
+print("REALIZED", r.device)
+'''
+
+def test_runtime_against_a_fake_driver(fake_driver, nvrtc):
+  env = {**os.environ, "LD_LIBRARY_PATH": fake_driver + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")}
+  env.pop("DEV", None)
+  out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+  assert out.returncode == 0, out.stdout + out.stderr
+  lines = {l.split()[0]: l for l in out.stdout.splitlines() if l.split()}
+  assert lines["OPEN"].startswith("OPEN sm_80 CUDARenderer (1024, 1024, 64) 49152 Fake GPU (sm_80, 4 SMs, 1024 MiB, driver 13.0)")
+  assert lines["ROUNDTRIP"] == "ROUNDTRIP True"
+  assert lines["LAUNCH"] == "LAUNCH [3, 2, 1, 32, 1, 1, 7] 0.0015"   # grid, block, int parameter, event time
+  assert "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid (kernel k)" in lines["BADIMAGE"]
+  assert lines["PTX"] == "PTX PTXRenderer PTXCompiler"
+  assert "CUDA" in lines["REALIZED"] and "E_2" in out.stdout   # DEBUG=2 line of the launched kernel
