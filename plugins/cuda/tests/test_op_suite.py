@@ -11,14 +11,26 @@ import pytest
 SLICE = ("test_cast or test_bitcast or test_half_math or test_int_binary or test_where or test_reduce_ints_and_bools "
          "or test_argmax_argmin or test_matmul_ints_and_dot or test_special_values")
 
-@pytest.mark.slow
-def test_op_suite_on_the_emulator_with_the_cuda_renderer(mock_cuda):
-  env = {**os.environ, "TINYPLUG_TEST_DEVICES": "MOCK+CUDA"}
+# the PTX renderer (MOCK+CUDA:PTX: its NVPTX LLVM IR lowered to the host): a smaller slice, dtypes and reductions
+PTX_SLICE = ("test_cast or test_bitcast or test_half_math or test_where or test_reduce_ints_and_bools or test_argmax_argmin "
+             "or test_special_values")
+
+def run_suite(device: str, k: str, at_least: int) -> None:
+  env = {**os.environ, "TINYPLUG_TEST_DEVICES": device}
   args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
   full = os.environ.get("CUDA_SUITE") == "full"
-  if not full: args += ["-k", SLICE]
+  if not full: args += ["-k", k]
   out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=7200)
   tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
   assert out.returncode == 0, tail
   passed = re.search(r"(\d+) passed", tail)
-  assert passed and int(passed.group(1)) >= (550 if full else 60), tail
+  assert passed and int(passed.group(1)) >= (550 if full else at_least), tail
+
+@pytest.mark.slow
+def test_op_suite_on_the_emulator_with_the_cuda_renderer(mock_cuda):
+  run_suite("MOCK+CUDA", SLICE, 60)
+
+@pytest.mark.slow
+def test_op_suite_on_the_emulator_with_the_ptx_renderer(mock_cuda):
+  pytest.importorskip("llvmlite")
+  run_suite("MOCK+CUDA:PTX", PTX_SLICE, 25)
