@@ -65,7 +65,6 @@ def test_half_vectors_use_cuda_half2_and_a_half4_struct(render, tensor):
 
 def test_literals_and_int_division():
   r = CUDARenderer()
-  r.needs = set()
   assert r.render_const(math.inf, dtypes.float) == "__int_as_float(0x7f800000)"
   assert r.render_const(-math.inf, dtypes.half) == "((half)(-__int_as_float(0x7f800000)))"
   assert r.render_const(1.5, dtypes.bfloat16) == "((__nv_bfloat16)1.5f)"

@@ -75,6 +75,7 @@ class CUDARenderer(CStyleRenderer):
   def __init__(self, arch: str | None = None, *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
                shared_max: int = 49152):
     self.arch = arch or env_str("CUDA_ARCH") or "sm_80"
+    self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
     self.local_max = tuple(min(int(x), max_threads) for x in local_max)
     self.max_threads = int(max_threads)
     self.shared_max = int(shared_max)
