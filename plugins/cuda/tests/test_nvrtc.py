@@ -47,3 +47,8 @@ def test_disk_cache_is_keyed_and_sealed(nvrtc, tmp_path, monkeypatch):
       f.seek(-8, 2)
       f.write(b"XXXXXXXX")
     assert CUDACompiler("sm_80").compile_cached(GOOD) == binary and CUDACompiler.compiles == before + 2
+
+def test_wheel_folders_sort_newest_cuda_first(nvrtc):
+  # CUDA 13 wheels install under nvidia/cu13/, CUDA 12 ones under nvidia/<package>/: never mixed by accident
+  assert nvrtc.wheel_major("/site/nvidia/cu13/lib") == 13 and nvrtc.wheel_major("/site/nvidia/cuda_nvrtc/lib") == 12
+  assert nvrtc.wheel_major(nvrtc.include_dirs()[0]) == nvrtc.wheel_major(nvrtc.library_path())

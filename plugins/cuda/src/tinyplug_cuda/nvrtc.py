@@ -20,7 +20,12 @@ def _wheel_dirs(sub: str) -> list[str]:
     roots = list(nvidia.__path__)
   except ImportError: return []
   found = [d for r in roots for d in glob.glob(os.path.join(r, "*", sub)) if os.path.isdir(d)]
-  return sorted(found, key=lambda d: (os.path.basename(os.path.dirname(d)).startswith("cu"), d), reverse=True)
+  return sorted(found, key=lambda d: (wheel_major(d), d), reverse=True)
+
+def wheel_major(path: str) -> int:
+  """The CUDA major version of a wheel folder: `nvidia/cu13/...` is 13; CUDA 12 wheels use `nvidia/<package>/...`."""
+  m = re.search(r"[/\\]cu(\d+)[/\\]", path)
+  return int(m.group(1)) if m else 12
 
 def _toolkit_dirs(sub: str) -> list[str]:
   roots = [r for r in (env_str("CUDA_PATH"), "/usr/local/cuda", "/opt/cuda") if r]
@@ -45,6 +50,9 @@ def library_path() -> str:
 def include_dirs() -> tuple[str, ...]:
   """Folders holding cuda_fp16.h (the nvidia-cuda-runtime wheel's, else the toolkit's); empty if none."""
   dirs = [d for d in _wheel_dirs("include") + _toolkit_dirs("include") if os.path.exists(os.path.join(d, "cuda_fp16.h"))]
+  # headers of NVRTC's own CUDA major first: a CUDA 12 and a CUDA 13 wheel side by side must not be mixed
+  lib_major = wheel_major(library_path()) if "nvidia" in library_path() else None
+  dirs.sort(key=lambda d: wheel_major(d) != lib_major)
   return tuple(dirs[:1])
 
 @functools.cache
