@@ -47,8 +47,8 @@ def test_wheelhouse_installs_tinyplug_cuda_viz_offline(tmp_path):
   run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(wheelhouse),
        *map(str, srcs.values())], env)
   built = sorted(p.name.split("-")[0] for p in wheelhouse.glob("*.whl"))
-  assert built == sorted(["tinyplug", "tinyplug_cpu_llvm", "tinyplug_cuda", "tinyplug_emulator", "tinyplug_opencl",
-                          "tinyplug_viz_web"]), built
+  assert built == sorted(["tinyplug", *(f"tinyplug_{name}" for name in srcs if name != "tinyplug")]), built
+  assert {"tinyplug_cuda", "tinyplug_viz_web"} <= set(built)
   env_dir = tmp_path / "venv"
   venv.create(env_dir, system_site_packages=False, with_pip=False)
   python = str(env_dir / "bin" / "python")
