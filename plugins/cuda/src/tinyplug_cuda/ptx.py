@@ -154,7 +154,8 @@ class PTXCompiler(Compiler):
   """NVPTX LLVM IR -> PTX (llvmlite) -> cubin (nvJitLink), or the PTX itself (NUL-terminated) for the driver to JIT
   where nvJitLink is missing. Cached like CUDACompiler, keyed by LLVM's version, the architecture and the source."""
   def __init__(self, arch: str):
-    import llvmlite.binding as llvm
+    try: import llvmlite.binding as llvm
+    except ImportError as e: raise RuntimeError("the PTX renderer needs llvmlite: pip install 'tinyplug-cuda[ptx]'") from e
     self.arch = arch
     self.link = nvjitlink() is not None
     self.cachekey = f"cuda-ptx-llvm{'.'.join(map(str, llvm.llvm_version_info))}-{arch}-{'cubin' if self.link else 'ptx'}"
