@@ -83,13 +83,15 @@ def test_default_heuristic_gives_cl_a_work_group(cl):
   np.testing.assert_allclose(res, x * x)
   assert spec.local_size is not None and np.prod(spec.local_size) > 1
 
-def test_helpers_split_local_and_group_reduce():
-  from tinyplug.codegen.gpu_lowering import group_reduce, lower_group_reduces, split_local
+def test_local_and_group_actions_then_lowering():
+  from tinyplug.codegen.gpu_lowering import lower_group_reduces
+  from tinyplug.codegen.kernel import Kernel, KernelOptError
   (item,), _ = create_schedule([reduce(buffer("PYTHON", A), Ops.ADD, (1,))])
-  sink = split_local(item.ast, 0, 4)
-  sink = group_reduce(sink, 0, 16, top=True)
-  kinds = sorted(u.arg[1] for u in sink.toposort() if u.op is Ops.RANGE)
+  k = Kernel(item.ast, Device["PYTHON"].renderer)
+  k.apply_opt(Opt(OptOps.LOCAL, 0, 4))
+  k.apply_opt(Opt(OptOps.GROUPTOP, 0, 16))
+  kinds = sorted(u.arg[1] for u in k.sink.toposort() if u.op is Ops.RANGE)
   assert kinds == ["group", "local", "loop", "reduce"]
-  lowered = lower_group_reduces(sink)
+  lowered = lower_group_reduces(k.sink)
   assert lowered.src[0].op is Ops.BARRIER and not any(u.op is Ops.RANGE and u.arg[1] == "group" for u in lowered.toposort())
-  with pytest.raises(ValueError, match="does not divide"): split_local(item.ast, 0, 3)
+  with pytest.raises(KernelOptError, match="does not split"): Kernel(item.ast, k.renderer).apply_opt(Opt(OptOps.LOCAL, 0, 3))
