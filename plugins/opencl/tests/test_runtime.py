@@ -117,3 +117,34 @@ def test_import_does_not_load_opencl():
   code = "import sys, tinyplug, tinyplug_opencl, tinyplug_opencl.plugin; print('tinyplug_opencl.cl' in sys.modules)"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
   assert out.stdout.strip() == "False", out.stderr
+
+POCL_CHILD = textwrap.dedent("""
+  import os, sys
+  import numpy as np
+  from tinyplug import Tensor
+  assert (Tensor([1.0, 2.0], device="CL") * 3).numpy().tolist() == [3.0, 6.0]
+  print(os.environ.get("POCL_CACHE_DIR"), flush=True)
+  sys.stdin.readline()   # hold the slot until the test says so
+""")
+
+def test_each_process_gets_its_own_pocl_cache(cl, tmp_path):
+  # PoCL crashed when two processes built the same program in one shared kernel cache at the same time
+  env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+  env.pop("POCL_CACHE_DIR", None)
+  def start(): return subprocess.Popen([sys.executable, "-c", POCL_CHILD], env=env, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  first, second = start(), start()
+  try: dirs = [p.stdout.readline().strip() for p in (first, second)]
+  finally:
+    for p in (first, second): p.communicate("\n", timeout=120)
+  assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+  slots = str(tmp_path / "tinyplug" / "pocl")
+  assert sorted(dirs) == [os.path.join(slots, "0", "kcache"), os.path.join(slots, "1", "kcache")]
+  again = start()
+  out, err = again.communicate("\n", timeout=120)
+  assert again.returncode == 0, err
+  assert out.strip() == os.path.join(slots, "0", "kcache")   # a slot is reused once its process has gone
+  env["POCL_CACHE_DIR"] = str(tmp_path / "mine")
+  mine = start()
+  out, err = mine.communicate("\n", timeout=120)
+  assert mine.returncode == 0 and out.strip() == str(tmp_path / "mine"), err

@@ -2,8 +2,9 @@
 
 Every call goes through `check`, which turns an error code into a `CLError` naming the function and the code."""
 from __future__ import annotations
-import ctypes, ctypes.util, functools
+import ctypes, ctypes.util, functools, os
 from typing import Any
+from tinyplug.diskcache import cache_path
 
 c_size_t, c_uint, c_int, c_ulong, c_void_p = ctypes.c_size_t, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_void_p
 
@@ -102,8 +103,35 @@ class _Lib:
       fn.restype, fn.argtypes = restype, argtypes
       setattr(self, name, fn)
 
+POCL_SLOTS = 64
+_slot_lock: Any = None   # the open lock file of this process's PoCL cache slot, held for the life of the process
+
+def claim_pocl_cache() -> str | None:
+  """Give PoCL a kernel cache of this process's own, unless the user chose one (POCL_CACHE_DIR).
+
+  PoCL keeps one cache directory for every process, and two processes building the same program at once crash
+  inside it (one reads the program's files while the other rewrites them; `pytest -n 2` did). So each process
+  takes the first free slot under tinyplug's cache directory, a folder it holds an exclusive lock on while it
+  lives; later processes reuse the slots, so PoCL's cache stays warm. Returns the folder, or None."""
+  global _slot_lock
+  if "POCL_CACHE_DIR" in os.environ: return os.environ["POCL_CACHE_DIR"]
+  try: import fcntl
+  except ImportError: return None
+  for slot in range(POCL_SLOTS):
+    if (folder := cache_path("pocl", str(slot), "kcache")) is None: return None
+    try: f = open(os.path.join(os.path.dirname(folder), "lock"), "a")
+    except OSError: return None
+    try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      f.close()
+      continue
+    _slot_lock, os.environ["POCL_CACHE_DIR"] = f, folder
+    return folder
+  return None
+
 @functools.cache
 def lib() -> _Lib:
+  claim_pocl_cache()   # before the driver loads: PoCL reads its cache directory once, at start
   path = find_library()
   if path is None: raise RuntimeError("libOpenCL not found: install an OpenCL ICD loader and a driver "
                                       "(for a CPU device: apt-get install ocl-icd-libopencl1 pocl-opencl-icd)")
