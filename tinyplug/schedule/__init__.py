@@ -120,6 +120,12 @@ class _Scheduler:
   def _row_consumers_end_once(self, r: UOp, axes: tuple[int, ...], shape: tuple[int, ...], must: set[UOp]) -> bool:
     """Every path from r stays on its rows (elementwise, broadcast back along `axes`, reduced along them again) and
     they all end in one realized node computed over the same rows."""
+    ends = self._consumer_ends(r, self._row_step(axes, shape, must))
+    return ends is not None and len(ends) == 1
+
+  @staticmethod
+  def _row_step(axes: tuple[int, ...], shape: tuple[int, ...], must: set[UOp]) -> Callable[[UOp, UOp], Any]:
+    """The consumer rule of a row kernel (see _consumer_walk): stay on the rows, end in a node over the same rows."""
     def step(x: UOp, c: UOp) -> UOp | object | None:
       if c in must:
         same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
@@ -129,31 +135,41 @@ class _Scheduler:
          all(a in axes for a, (s, d) in enumerate(zip(c.src[0].shape, shape)) if s != d): return _GO
       if c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape: return _GO
       return None
-    ends = self._consumer_ends(r, step)
-    return ends is not None and len(ends) == 1
+    return step
 
   def _fuses_into_one_output(self, r: UOp, must: set[UOp]) -> bool:
+    return self._consumer_ends(r, self._fuse_step(must)) is not None
+
+  @staticmethod
+  def _fuse_step(must: set[UOp]) -> Callable[[UOp, UOp], Any]:
+    """The consumer rule of a reduction computed inside its consumer's kernel: elementwise math up to one output."""
     def step(x: UOp, c: UOp) -> UOp | object | None:
       if c.op is Ops.SINK: return x
       if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return None
       return c if c in must else _GO
-    return self._consumer_ends(r, step) is not None
+    return step
 
-  def _consumer_ends(self, r: UOp, step: Callable[[UOp, UOp], Any]) -> set[UOp] | None:
+  def _consumer_ends(self, r: UOp, step: Callable[[UOp, UOp], Any]) -> dict[UOp, None] | None:
+    """The one place the paths from r end (or none), or None if a consumer refused or they end in two places."""
+    ends, refused = self._consumer_walk(r, step)
+    return None if refused is not None or len(ends) > 1 else ends
+
+  def _consumer_walk(self, r: UOp, step: Callable[[UOp, UOp], Any], every_end: bool = False) -> tuple[dict[UOp, None], UOp | None]:
     """Walk the graph up from r: for each consumer c of a node x, `step(x, c)` says _GO (walk on through c), a node
-    (a path ends there) or None (not allowed). The one end (or none), or None if refused or paths end in two places."""
-    ends: set[UOp] = set()
+    (a path ends there) or None (c refuses). Returns (the ends reached, the refusing consumer or None); it stops at a
+    refusal, and at a second end unless `every_end` (schedule/explain.py wants them all to name them)."""
+    ends: dict[UOp, None] = {}
     stack, seen = [r], set()
     while stack:
       x = stack.pop()
       for c in self.children.get(x, []):
         if c in seen: continue
         seen.add(c)
-        if (res := step(x, c)) is None: return None
+        if (res := step(x, c)) is None: return ends, c
         if res is _GO: stack.append(c)
-        else: ends.add(res)
-      if len(ends) > 1: return None
-    return ends
+        else: ends[res] = None
+      if len(ends) > 1 and not every_end: return ends, None
+    return ends, None
 
   # ---- building kernels ----
   def build(self) -> None:

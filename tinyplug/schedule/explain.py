@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
-from tinyplug.uop.ops import GroupOp, Ops, UOp
+from tinyplug.uop.ops import Ops, UOp
 
 @dataclass(frozen=True)
 class Decision:
@@ -30,7 +30,7 @@ def _op_text(u: UOp) -> str:
 
 def explain(sched: Any) -> list[Decision]:
   """The reasons for every kernel boundary `sched` (a decided _Scheduler) drew, in graph order."""
-  from tinyplug.schedule import ROW_FUSE_MAX, is_contiguous_buffer, _FUSE_THROUGH, _keeps_loops_on
+  from tinyplug.schedule import ROW_FUSE_MAX, is_contiguous_buffer, _keeps_loops_on
   out: list[Decision] = []
   decide_at = _where(type(sched).decide)
   targets = set(sched.targets)
@@ -45,34 +45,25 @@ def explain(sched: Any) -> list[Decision]:
     elif realized and n in copy_sources: add(n, True, "copy-source", "copied to another device: computed into a buffer first")
     elif realized and n in targets: add(n, True, "target", "asked for (realize/numpy/a jit output): its value is stored")
     elif n.op is Ops.REDUCE_AXIS and realized:
-      rule, blocker = _reduce_blocker(sched, n, _FUSE_THROUGH)
+      rule, blocker = _reduce_blocker(sched, n)
       row_rule, why_not_row = _row_refusal(sched, n, ROW_FUSE_MAX, _keeps_loops_on)
       at = _where(type(sched)._row_fusable) if row_rule == "row-fuse-limit" else _where(type(sched)._fuses_into_one_output)
       add(n, True, row_rule if row_rule == "row-fuse-limit" else rule or "reduce-used-beyond-elementwise",
           (blocker or "its result is used by more than elementwise math") + "; " + why_not_row, at)
-    elif n.op is Ops.REDUCE_AXIS and not realized and _reduce_blocker(sched, n, _FUSE_THROUGH)[0]:
+    elif n.op is Ops.REDUCE_AXIS and not realized and _reduce_blocker(sched, n)[0]:
       axes = n.arg[1]
       add(n, False, "row-kernel", f"a reduction over axes {axes} (rows of {math.prod(n.src[0].shape[a] for a in axes)} "
           f"elements) broadcast back along them: computed inside its consumer's kernel once per row "
           f"(limit ROW_FUSE_MAX={ROW_FUSE_MAX})", _where(type(sched)._row_fusable))
   return out
 
-def _reduce_blocker(sched: Any, r: UOp, fuse_through: set) -> tuple[str, str]:
+def _reduce_blocker(sched: Any, r: UOp) -> tuple[str, str]:
   """(rule, sentence): why reduction r's result cannot be computed inside one consumer kernel with elementwise math
-  only; ("", "") if it can."""
-  ends: dict[UOp, None] = {}
-  stack, seen = [r], set()
-  while stack:
-    x = stack.pop()
-    for c in sched.children.get(x, []):
-      if c in seen: continue
-      seen.add(c)
-      if c.op is Ops.SINK: ends[x] = None; continue
-      if c.op not in fuse_through and c.op is not Ops.CONTIGUOUS:
-        return f"reduce-then-{c.op.name.lower().removesuffix('_axis')}", f"its result is used by {_op_text(c)}, which is not elementwise " \
-               f"math (a reduction's output is materialized before it is broadcast, padded or reduced again)"
-      if c in sched.realized: ends[c] = None
-      else: stack.append(c)
+  only; ("", "") if it can. The walk and its rule are the scheduler's own."""
+  ends, refused = sched._consumer_walk(r, sched._fuse_step(sched.realized), every_end=True)
+  if refused is not None:
+    return f"reduce-then-{refused.op.name.lower().removesuffix('_axis')}", f"its result is used by {_op_text(refused)}, " \
+           "which is not elementwise math (a reduction's output is materialized before it is broadcast, padded or reduced again)"
   if len(ends) > 1:
     names = ", ".join(_op_text(e) for e in list(ends)[:3])
     return "reduce-in-several-kernels", f"its result reaches {len(ends)} kernels ({names}): computing it in each " \
@@ -97,22 +88,11 @@ def _row_refusal(sched: Any, r: UOp, row_max: int, keeps_loops_on: Callable[[str
 
 def _rows_leave(sched: Any, r: UOp, axes: tuple[int, ...], shape: tuple[int, ...]) -> str:
   """Where the paths from r leave its rows, or the kernels they end in (the row kernel needs exactly one)."""
-  ends: dict[UOp, None] = {}
-  stack, seen = [r], set()
-  while stack:
-    x = stack.pop()
-    for c in sched.children.get(x, []):
-      if c in seen: continue
-      seen.add(c)
-      same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
-      if c in sched.realized or c.op is Ops.SINK:
-        if c.op in (Ops.COPY, Ops.SINK) or not same_rows:
-          return f"its result reaches {_op_text(c)}, a kernel that is not computed over the same rows"
-        ends[c] = None
-      elif c.op in GroupOp.Elementwise or c.op is Ops.DETACH or same_rows and c.op is Ops.REDUCE_AXIS: stack.append(c)
-      elif c.op is Ops.EXPAND and c.shape == shape and \
-           all(a in axes for a, (s, d) in enumerate(zip(c.src[0].shape, shape)) if s != d): stack.append(c)
-      else: return f"its result is used by {_op_text(c)}, which leaves the reduced rows"
+  ends, refused = sched._consumer_walk(r, sched._row_step(axes, shape, sched.realized), every_end=True)
+  if refused is not None:
+    if refused in sched.realized or refused.op is Ops.SINK:
+      return f"its result reaches {_op_text(refused)}, a kernel that is not computed over the same rows"
+    return f"its result is used by {_op_text(refused)}, which leaves the reduced rows"
   if len(ends) > 1:
     return f"its rows end in {len(ends)} kernels ({', '.join(_op_text(e) for e in list(ends)[:3])}), not one"
   return "its rows end in no single kernel"
