@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse, time
 import numpy as np
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
-from tinyplug.codegen.opt import heuristic_opts
+from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.device import Device
 from tinyplug.schedule import create_schedule
 from tinyplug.search.runner import Timer

@@ -11,7 +11,7 @@ LAYERS = [
   {"renderer", "device", "runtime"},
   {"schedule"},
   {"codegen"},
-  {"search"},
+  {"search", "passes"},
   {"engine.realize"},
   {"tensor", "tensor_ops", "gradient"},
   {"engine.jit", "nn"},

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
-from tinyplug.codegen.opt import heuristic_opts
+from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.device import Device, Renderer
 from tinyplug.schedule import create_schedule
 from tinyplug.search.runner import candidate_actions
@@ -164,7 +164,7 @@ def test_one_thread_axis_and_not_on_gpu_renderers():
     Kernel(kernel(t).sink, GPU()).apply_opt(Opt(OptOps.THREAD, 0, 2))
 
 def test_heuristic_blocks_and_threads_large_matmuls_only(monkeypatch):
-  import tinyplug.codegen.opt as opt
+  import tinyplug.passes.heuristic as opt
   monkeypatch.setattr(opt, "_cpu_threads", lambda: 2)
   big = heuristic_opts(kernel(Tensor.empty(1024, 512, device="CPU") @ Tensor.empty(512, 1024, device="CPU")))
   kinds = [o.op for o in big]
@@ -182,12 +182,12 @@ def test_heuristic_matmul_values_on_cpu():
   res, _ = run("CPU", t, opts)
   np.testing.assert_allclose(res, want, rtol=1e-4, atol=1e-3)
 
-def test_noopt_applies_nothing(monkeypatch):
-  import tinyplug.codegen.opt as opt
-  monkeypatch.setattr(opt, "NOOPT", 1)
+def test_noopt_applies_nothing():
+  from tinyplug.helpers import Context
   t, want = matmul("CPU", 512, 256, 512)
-  spec = get_program(create_schedule([t.uop])[0][-1].ast, Device["CPU"].renderer)
-  assert spec.applied_opts == ()
+  ast = create_schedule([t.uop])[0][-1].ast
+  assert get_program(ast, Device["CPU"].renderer).applied_opts   # the heuristic pass set is on
+  with Context(NOOPT=1): assert get_program(ast, Device["CPU"].renderer).applied_opts == ()
 
 def test_search_candidates_include_the_new_actions():
   t, _ = matmul("CPU", 32, 27, 16)

@@ -1,4 +1,4 @@
-"""The vectorize stage (tinyplug/codegen/vectorize.py): upcast/unroll lanes become vector UOps within the widths a
+"""The vectorize stage (tinyplug/passes/vectorize.py): upcast/unroll lanes become vector UOps within the widths a
 renderer declares, values stay equal to numpy on every device, and the PYTHON interpreter runs the vector programs
 that GPU-style renderers get."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from tinyplug import Tensor
 from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Opt, OptOps
-from tinyplug.codegen.vectorize import Vectorizer, split_offset
+from tinyplug.passes.vectorize import Vectorizer, split_offset
 from tinyplug.device import Device
 from tinyplug.runtime.python import PythonRenderer
 from tinyplug.schedule import create_schedule

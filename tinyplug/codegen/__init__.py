@@ -4,12 +4,12 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
-from tinyplug.helpers import SPEC
+from tinyplug.helpers import NOOPT, SPEC
 from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.uop.rewrite import graph_rewrite
 from tinyplug.uop.upat import PatternMatcher
-from tinyplug.hookspecs.passes import CORE_STAGES, PipelineStep, order_passes
+from tinyplug.hookspecs.passes import CORE_STAGES, PipelineStep, order_passes, pipeline_fingerprint
 from tinyplug.codegen.linearize import linearize
 from tinyplug.codegen.gpudims import add_gpudims
 from tinyplug.schedule.naming import kernel_name
@@ -22,15 +22,24 @@ class KernelContext:
   global_size: tuple[int, ...] = (1, 1, 1)
   local_size: tuple[int, ...] | None = None
   applied_opts: list = field(default_factory=list)
-  opts: Any = None                      # explicit optimisation actions (BEAM), or None for the heuristic
+  # the optimisation actions for this kernel once decided: the engine's (BEAM), none (NOOPT=1), or those a heuristic
+  # pass picked; None while undecided, which is what a heuristic pass looks for
+  opts: Any = None
 
-def _symbolic(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
-  from tinyplug.uop.symbolic import symbolic
-  return graph_rewrite(sink, symbolic, name=stage)
+  def apply_opts(self, sink: UOp, opts: Any) -> UOp:
+    """Apply optimisation actions to the kernel graph and record them as this kernel's decided actions (a heuristic
+    pass calls this with the actions it picked). Raises KernelOptError for an action that does not apply."""
+    from tinyplug.codegen.kernel import Kernel
+    k = Kernel(sink, self.renderer)
+    for o in opts: k.apply_opt(o)
+    self.opts, self.applied_opts = list(opts), list(k.applied_opts)
+    return k.sink
 
 def _opt(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
-  from tinyplug.codegen.opt import apply_optimisations
-  return apply_optimisations(sink, ctx)
+  # explicit actions (the engine's, from a search) are applied; NOOPT=1 decides "none"; otherwise the actions stay
+  # undecided for a heuristic pass of this stage (the `heuristic` pass set, or a third party's)
+  if ctx.opts is None and NOOPT: ctx.opts = []
+  return ctx.apply_opts(sink, ctx.opts) if ctx.opts is not None else sink
 
 def _expand(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   from tinyplug.codegen.expander import expand
@@ -42,10 +51,6 @@ def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   sink = lower_group_reduces(sink, ctx.renderer)
   sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.renderer.global_max)
   return sink
-
-def _vectorize(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
-  from tinyplug.codegen.vectorize import vectorize
-  return vectorize(sink, ctx.renderer)
 
 def _decompositions(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   from tinyplug.codegen.decompositions import decompose_for
@@ -60,17 +65,19 @@ def _unchanged(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
 def _linearize(sink: UOp, ctx: KernelContext, stage: str) -> list[UOp]: return linearize(sink)
 
 # The pipeline, in order: each core stage id (the public ids of `tinyplug.hookspecs.passes.CORE_STAGES`, which say what
-# each does) and what runs for it. Plugin passes are placed among them by `order_passes`.
+# each does) and what the core runs for it: what correct code needs, nothing more. What makes code faster or smaller
+# comes from pass-set plugins placed among these stages by `order_passes` (the first-party ones: `simplify` in the
+# symbolic stages, `heuristic` in opt, `vectorize` in devectorize; docs/architecture.md §3).
 STAGES: tuple[tuple[str, Callable[[UOp, KernelContext, str], Any]], ...] = (
   ("early", _unchanged),               # the AST as scheduled: an anchor for plugin passes, no core rules
-  ("symbolic_initial", _symbolic),
-  ("opt", _opt),
+  ("symbolic_initial", _unchanged),    # an anchor: simplification is a pass set (`simplify`)
+  ("opt", _opt),                       # explicit actions (BEAM) or none (NOOPT); a heuristic pass decides the rest
   ("expand", _expand),
-  ("symbolic_postopt", _symbolic),
+  ("symbolic_postopt", _unchanged),    # an anchor (`simplify`)
   ("gpudims", _gpudims),
-  ("devectorize", _vectorize),
-  ("decompositions", _decompositions),
-  ("symbolic_final", _symbolic),
+  ("devectorize", _unchanged),         # an anchor: vector UOps are a pass set (`vectorize`); scalars are correct
+  ("decompositions", _decompositions), # core: a renderer gets what it lacks from here, whatever pass sets are on
+  ("symbolic_final", _unchanged),      # an anchor (`simplify`)
   ("final", _final),
   ("linearize", _linearize),           # the graph becomes the linear program (a list); later passes get the list
 )
@@ -85,6 +92,22 @@ def pipeline_steps(renderer: Renderer | None = None) -> tuple[PipelineStep, ...]
   if (steps := pm.derived.get("codegen.pipeline")) is None:
     steps = pm.derived["codegen.pipeline"] = tuple(order_passes(CORE_STAGES, pm.passes))
   return steps
+
+def pipeline_key() -> str:
+  """The fingerprint of the loaded plugin set's ordered pipeline (every step's id, plugin and version), computed once
+  per plugin set: part of every compiled-program and search cache key."""
+  from tinyplug.plugins import get_plugin_manager
+  pm = get_plugin_manager()
+  if (key := pm.derived.get("codegen.fingerprint")) is None:
+    key = pm.derived["codegen.fingerprint"] = pipeline_fingerprint(pipeline_steps())
+  return key
+
+def heuristic_actions(sink: UOp, renderer: Renderer) -> list:
+  """The actions the active heuristic pass(es) pick for `sink`, the graph the "opt" stage sees (a search starts from
+  them): the opt stage with nothing decided and the passes placed after it, until expand. [] when no pass decides."""
+  ctx = KernelContext(renderer)
+  run_pipeline(sink, renderer, ctx, start="opt", until="expand")
+  return list(ctx.applied_opts)
 
 def _plugin_rewrite(step: PipelineStep) -> Any:
   """A pass's `rewrite` factory, called once per plugin set: a PatternMatcher or a function."""
@@ -138,12 +161,16 @@ def _apply_plugin_pass(step: PipelineStep, x: Any, ctx: KernelContext, linear: b
     return graph_rewrite(x, rewrite, ctx=ctx, bottom_up=spec.bottom_up, name=step.name)
   return rewrite(x, ctx) if takes_ctx else rewrite(x)
 
-def run_pipeline(ast: UOp, renderer: Renderer, ctx: KernelContext, until: str | None = None) -> Any:
-  """Every step in order (or the steps before stage `until`): the linear program, or the graph `until` sees."""
+def run_pipeline(ast: UOp, renderer: Renderer, ctx: KernelContext, until: str | None = None,
+                 start: str | None = None) -> Any:
+  """Every step in order (or those from stage `start` on, before stage `until`): the linear program, or the graph
+  `until` sees."""
   x: Any = ast
   linear = False
   check = int(SPEC.value)
-  for step in pipeline_steps(renderer):
+  steps = pipeline_steps(renderer)
+  if start is not None: steps = steps[[s.name for s in steps].index(start):]
+  for step in steps:
     if step.name == until: break
     with events.scope("pass", step.name):
       if step.is_core: x = _STAGE_FN[step.name](x, ctx, step.name)

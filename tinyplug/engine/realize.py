@@ -8,6 +8,7 @@ from tinyplug.device import Buffer, Device, ProgramSpec
 from tinyplug.helpers import BEAM, DEBUG, NOOPT, TRANSCENDENTAL, GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import ScheduleItem, create_schedule
+from tinyplug.codegen import pipeline_key
 
 from tinyplug.device import buffer_of, has_buffer  # noqa: F401  (they live with Buffer; imported from here too)
 
@@ -24,10 +25,12 @@ class CompiledRunner:
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)
 
-_runners: BoundedCache = BoundedCache("engine.runners", 8192)   # (device, ast, TRANSCENDENTAL) -> compiled program
+# (device, ast, TRANSCENDENTAL, NOOPT, BEAM, pipeline fingerprint) -> compiled program
+_runners: BoundedCache = BoundedCache("engine.runners", 8192)
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-  key = (device, ast, TRANSCENDENTAL.value)   # the setting changes the code of the same kernel
+  # the settings and the ordered passes of the loaded plugin set (ids, versions) change the code of the same kernel
+  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, pipeline_key())
   if (r := _runners.get(key)) is None:
     from tinyplug.codegen import get_program
     st = time.perf_counter()

@@ -83,10 +83,8 @@ def _progress(text: str) -> None:
   if sys.stderr.isatty(): print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
 
 def _cache_key(strategy: str, version: str, ast: UOp, renderer, device: str, width: int) -> str:
-  from tinyplug.codegen import pipeline_steps
-  from tinyplug.hookspecs.passes import pipeline_fingerprint
-  text = "\n".join([strategy, version, str(width), device, type(renderer).__qualname__,
-                    pipeline_fingerprint(pipeline_steps(renderer)), str(ast)])
+  from tinyplug.codegen import pipeline_key
+  text = "\n".join([strategy, version, str(width), device, type(renderer).__qualname__, pipeline_key(), str(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # search answers on disk, each row checked against its digest (tinyplug.diskcache)

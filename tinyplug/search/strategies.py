@@ -8,9 +8,10 @@ from tinyplug.search.runner import apply_all, candidate_actions
 
 def _start(kernel: Kernel, timer: Callable[[list[Opt]], float]) -> list[tuple[float, list[Opt]]]:
   """The search starts from no actions and from the heuristic's (timed first: a far slower baseline is then timed
-  once, not three times), so it refines the heuristic instead of rediscovering it and never ends up slower."""
-  from tinyplug.codegen.opt import heuristic_opts
-  try: hand = heuristic_opts(kernel)
+  once, not three times), so it refines the heuristic instead of rediscovering it and never ends up slower. The
+  heuristic is whichever pass set decides actions in the opt stage (none when it is turned off)."""
+  from tinyplug.codegen import heuristic_actions
+  try: hand = heuristic_actions(kernel.sink, kernel.renderer)
   except KernelOptError: hand = []
   start = [(timer(hand), hand)] if hand and apply_all(kernel, hand) is not None else []
   return sorted(start + [(timer([]), [])], key=lambda t: t[0])

@@ -1,22 +1,20 @@
-"""The "opt" stage: pick optimisation actions for a kernel and apply them.
+"""The `heuristic` pass set: a hand-written recipe of optimisation actions for kernels nobody chose actions for.
 
-Explicit actions win (the engine passes those a search strategy picked under BEAM=n); otherwise NOOPT=1 applies
-none; otherwise a hand-written heuristic."""
+Its one pass runs in the "opt" stage, after the core applied the actions that were decided already (the engine's,
+from a search under BEAM=n; none under NOOPT=1): where they are still undecided it picks them with `heuristic_opts`
+and applies them. Turned off (`TINY_PLUGINS=-heuristic`) kernels run as scheduled: plain loops, correct and slower."""
 from __future__ import annotations
 import math, os
-from typing import Any
-from tinyplug.helpers import NOOPT, getenv
+from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 
-def apply_optimisations(sink: UOp, ctx: Any) -> UOp:
-  k = Kernel(sink, ctx.renderer)
-  if ctx.opts is not None: opts = list(ctx.opts)
-  elif NOOPT: opts = []
-  else: opts = heuristic_opts(k)
-  for o in opts: k.apply_opt(o)
-  ctx.applied_opts = list(k.applied_opts)
-  return k.sink
+def make_pass() -> Callable[[UOp, Any], UOp]:
+  """The pass's factory (named by the plugin's PassSpec)."""
+  def heuristic_actions(sink: UOp, ctx: Any) -> UOp:
+    if ctx.opts is not None: return sink   # decided already: BEAM's actions, NOOPT's none, or another heuristic's
+    return ctx.apply_opts(sink, heuristic_opts(Kernel(sink, ctx.renderer)))
+  return heuristic_actions
 
 def _try(k: Kernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)

@@ -1,4 +1,7 @@
-"""Vectorize: groups of upcast/unroll lanes become vector UOps, within the widths the renderer declares.
+"""The `vectorize` pass set: groups of upcast/unroll lanes become vector UOps, within the widths the renderer declares.
+
+Its pass runs in the "devectorize" stage. Off (`TINY_PLUGINS=-vectorize`), every renderer gets scalar lanes, which
+is what a renderer declaring no vector widths always gets: correct, and left to the device compiler to vectorize.
 
 The expander leaves one scalar copy of the work per lane. This pass works bottom-up from the stores, like an SLP
 vectorizer on the graph:
@@ -246,6 +249,11 @@ def _runs(members: list[tuple[int, UOp]]) -> list[list[UOp]]:
     else: runs.append([s])
     prev = off
   return runs
+
+def make_pass():
+  """The pass's factory (named by the plugin's PassSpec)."""
+  def vector_lanes(sink: UOp, ctx) -> UOp: return vectorize(sink, ctx.renderer)
+  return vector_lanes
 
 def vectorize(sink: UOp, renderer) -> UOp:
   """Lanes -> vectors where `renderer` declares vector widths for their dtype; unchanged otherwise."""
