@@ -14,7 +14,8 @@ EXAMPLE_SRC = REPO_ROOT / "examples" / "plugin_example" / "src"
 @pytest.fixture
 def example(plugin_site):
   plugin_site.monkeypatch.syspath_prepend(str(EXAMPLE_SRC))
-  make_dist(plugin_site.root, "tinyplug-example", entry_points={"example": "tinyplug_example.plugin"})
+  make_dist(plugin_site.root, "tinyplug-example", entry_points={"example": "tinyplug_example.plugin",
+                                                                "example_heuristic": "tinyplug_example.heuristic_plugin"})
   plugin_site.refresh()
   yield plugin_site
   for name in [m for m in sys.modules if m.startswith("tinyplug_example")]: del sys.modules[name]
@@ -29,6 +30,36 @@ def test_example_search_strategy_runs_under_beam(example, tmp_path):
   from tinyplug_example.search import RandomSearch
   assert RandomSearch.runs >= 1
   np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+def test_example_heuristic_replaces_the_first_party_one(example):
+  """A third party's kernel-optimisation heuristic in place of the `heuristic` pass set: opt-in, turned on with the
+  first-party one off; kernels get its actions (and the search starts from them), and results stay right."""
+  from tinyplug import Tensor
+  from tinyplug.codegen import heuristic_actions, pipeline_steps
+  from tinyplug.codegen.kernel import Opt, OptOps
+  from tinyplug.device import Device
+  from tinyplug.engine.realize import get_runner
+  from tinyplug.schedule import create_schedule
+  pm = get_plugin_manager()
+  assert pm.get("example_heuristic").status == "opt-in" and pm.get("heuristic").status == "builtin"
+  a = np.random.default_rng(0).standard_normal((24, 40)).astype(np.float32)
+  b = np.random.default_rng(1).standard_normal((40, 16)).astype(np.float32)
+  def matmul_kernel(dev):
+    return create_schedule([(Tensor(a, device=dev).realize() @ Tensor(b, device=dev).realize()).uop])[0][-1].ast
+  first_party = get_runner("CPU", matmul_kernel("CPU")).spec.applied_opts
+  example.monkeypatch.setenv("TINY_PLUGINS", "example_heuristic,-heuristic")
+  example.refresh()
+  names = [s.name for s in pipeline_steps()]
+  assert "example_heuristic.actions" in names and "heuristic.actions" not in names
+  assert names.index("example_heuristic.actions") == names.index("opt") + 1
+  mine = [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)]   # the 24x16 output's inner axis by 4, k=40 by 4
+  for dev in ("CPU", "PYTHON"):
+    ast = matmul_kernel(dev)
+    assert list(get_runner(dev, ast).spec.applied_opts) == mine != list(first_party)
+    assert heuristic_actions(ast, Device[dev].renderer) == mine   # where BEAM starts from
+    got = (Tensor(a, device=dev) @ Tensor(b, device=dev)).numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+  with Context(NOOPT=1): assert get_runner("CPU", matmul_kernel("CPU")).spec.applied_opts == ()
 
 def test_example_device_runs(example):
   from tinyplug import Tensor

@@ -20,20 +20,23 @@ from tinyplug.hookspecs.specs import PassSpec
 
 # Stable ids of the core codegen stages, in pipeline order (`tinyplug.codegen.STAGES` runs them). They are public API:
 # renaming one is a major change. Until linearize a step gets the kernel graph (a SINK of STOREs) and returns one;
-# after it, the linear program (a list of UOps) and returns one (function passes only).
+# after it, the linear program (a list of UOps) and returns one (function passes only). The core does what correct
+# code needs; what makes it faster comes from pass sets placed at these stages (first-party: `simplify` at the three
+# symbolic stages, `heuristic` at opt, `vectorize` at devectorize), each a plugin that can be turned off.
 CORE_STAGES: tuple[str, ...] = (
   "early",             # nothing: the kernel AST as the scheduler made it, for passes that want it unsimplified
-  "symbolic_initial",  # constant folding, identities, index arithmetic (div/mod by bounds)
-  "opt",               # optimisation actions (upcast/unroll/local/group/split/swap/padto/thread), explicit (search),
-                       # from the heuristic, or none with NOOPT=1
+  "symbolic_initial",  # nothing in the core: simplification passes (constant folding, index arithmetic) go here
+  "opt",               # optimisation actions (upcast/unroll/local/group/split/swap/padto/thread) decided already are
+                       # applied: explicit ones (the engine's, from a search) or none with NOOPT=1; while undecided
+                       # (`ctx.opts is None`) a heuristic pass of this stage picks and applies them
   "expand",            # upcast/unroll axes become straight-line code: one scalar copy of the work per lane
-  "symbolic_postopt",  # simplification after the optimisations
+  "symbolic_postopt",  # nothing in the core: simplification after the optimisations
   "gpudims",           # renderers with launch ids: output loops become SPECIAL group/local ids; grouped reductions go
                        # through local memory and a barrier (loop-running renderers: nothing)
-  "devectorize",       # lanes of upcast/unroll axes become vector UOps of the widths the renderer declares
-                       # (`Renderer.vector_widths`); the rest stays scalar lanes
-  "decompositions",    # ops the renderer lacks (`Renderer.native_ops`) in terms of ops it has
-  "symbolic_final",    # last simplification before rendering
+  "devectorize",       # nothing in the core (scalar lanes are correct): vectorizing passes turn lanes into vector
+                       # UOps of the widths the renderer declares (`Renderer.vector_widths`)
+  "decompositions",    # ops the renderer lacks (`Renderer.native_ops`) in terms of ops it has: always core
+  "symbolic_final",    # nothing in the core: last simplification before rendering
   "final",             # the renderer's own `extra_matcher`, if it has one
   "linearize",         # REDUCEs become accumulators and loops; the graph becomes the linear program (a list)
 )
