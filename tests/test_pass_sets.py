@@ -1,7 +1,7 @@
 """The first-party pass sets (`heuristic`, `simplify`, `vectorize`) are plugins registered through the `tinyplug`
-entry-point group: listed with their passes, turned off with TINY_PLUGINS=-<id> with results staying right (a slice
-of the op suite on PYTHON, CPU and CL per pass set), and the ordered passes are part of the compiled-program and
-search cache keys. Decompositions a renderer needs stay in the core."""
+entry-point group: listed with their passes, turned off with TINY_PLUGINS=-<id> with results staying right (and a
+slice of the op suite per pass set on PYTHON, CPU and CL: test_pass_sets_ops.py), and the ordered passes are part of
+the compiled-program and search cache keys. Decompositions a renderer needs stay in the core."""
 from __future__ import annotations
 import json, os, pathlib, re, subprocess, sys
 import numpy as np
@@ -130,21 +130,3 @@ def test_no_core_module_imports_a_pass_set():
          and re.search(r"^\s*(from|import)\s+tinyplug\.passes\b|^\s*from\s+tinyplug\s+import\s+.*\bpasses\b",
                        p.read_text(), re.M)]
   assert bad == []
-
-# a slice of the op suite touching every kind of kernel the pass sets change (tiles, unrolls, padded and split axes,
-# vectors, row kernels); the full runs (every test, each pass set off, on PYTHON, CPU and CL) are in the report of
-# the change that made the pass sets plugins and take minutes each
-SLICE = "test_binary or test_pad or test_reduce_shapes or test_softmax or test_matmul or test_conv2d"
-
-@pytest.mark.slow
-@pytest.mark.parametrize("pass_set", sorted(PASS_SETS))
-def test_op_suite_slice_with_a_pass_set_off(pass_set):
-  devices = [d for d in ("PYTHON", "CPU", "CL") if d in Device.available()]
-  env = {k: v for k, v in os.environ.items() if not k.startswith("TINY_PLUGINS")}
-  env.update(TINY_PLUGINS=f"-{pass_set}", TINYPLUG_TEST_DEVICES=",".join(devices))
-  res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-x",
-                        str(REPO / "tests" / "test_ops.py"), "-k", SLICE], env=env, cwd=REPO, capture_output=True,
-                       text=True, timeout=1800)
-  tail = res.stdout[-3000:] + res.stderr[-2000:]
-  assert res.returncode == 0, tail
-  assert " passed" in tail and " failed" not in tail
