@@ -35,29 +35,28 @@ def collect_asts(model: str) -> list:
   return [k[1] for k in realize._runners if k not in before]
 
 def lower(ast, renderer) -> tuple[dict[str, float], object]:
-  """Seconds per stage of one lowering, and the program."""
+  """Seconds per pipeline step of one lowering (core stages and pass-set passes by their ids), and the program."""
   from tinyplug import events
-  from tinyplug.codegen import KernelContext, pipeline_steps, CORE_STAGE_IMPL, _run_plugin_pass
-  from tinyplug.codegen.linearize import linearize
+  from tinyplug.codegen import STAGES as CORE, KernelContext, pipeline_steps, _run_plugin_pass
   from tinyplug.codegen.naming import kernel_name
+  stage_fn = dict(CORE)
   ctx = KernelContext(renderer, name=kernel_name(ast))
   times: dict[str, float] = {}
-  sink = ast
+  x, linear = ast, False
   for step in pipeline_steps(renderer):
     st = time.perf_counter()
     with events.scope("pass", step.name):
-      sink = CORE_STAGE_IMPL[step.name](sink, ctx, step.name) if step.is_core else _run_plugin_pass(step, sink, ctx)
+      x = stage_fn[step.name](x, ctx, step.name) if step.is_core else _run_plugin_pass(step, x, ctx, linear)
+    linear = linear or step.name == "linearize"
     times[step.name] = times.get(step.name, 0.0) + time.perf_counter() - st
-  st = time.perf_counter()
-  uops = linearize(sink)
-  times["linearize"] = time.perf_counter() - st
+  uops = x
   st = time.perf_counter()
   src = renderer.render(ctx.name, uops)
   times["render"] = time.perf_counter() - st
   return times, (ctx.name, uops, src)
 
-STAGES = ("symbolic_initial", "opt", "expand", "symbolic_postopt", "devectorize", "decompositions", "symbolic_final",
-          "linearize", "render")
+STAGES = ("simplify.initial", "opt", "heuristic.actions", "expand", "simplify.postopt", "gpudims", "vectorize.lanes",
+          "decompositions", "simplify.final", "linearize", "render")
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -5,6 +5,7 @@
   python benchmarks/cpu_bench.py --only tinyplug,numpy --workloads matmul_2048,softmax   # some workloads only
   python benchmarks/cpu_bench.py --only tinyplug --variant "before:PYTHONPATH=/tmp/old:/tmp/old/plugins/cpu_llvm/src"
                                                   # tinyplug again under other settings (another checkout, env vars)
+  python benchmarks/cpu_bench.py --pass-sets      # tinyplug with each optimisation pass set off: what each one buys
 
 Each framework runs in its own subprocess (so env vars like DEV apply and memory is not shared) and reports the
 best wall time of a few runs of each workload, synchronised (the result is computed, not just scheduled).
@@ -33,6 +34,12 @@ PEERS = {   # name: (worker kind, extra environment)
   "tinygrad-clang": ("tinygrad", {"DEV": "CPU"}),
   "tinygrad-llvm": ("tinygrad", {"DEV": "CPU:LLVM"}),
 }
+
+# tinyplug with a first-party pass set turned off (TINY_PLUGINS=-<id>), and with all of them off (the core stages alone)
+PASS_SETS = ("heuristic", "simplify", "vectorize")
+PEERS.update({f"tinyplug-{p}": ("tinyplug", {"DEV": "CPU", "TINY_PLUGINS": f"-{p}"}) for p in PASS_SETS})
+PEERS["tinyplug-all"] = ("tinyplug", {"DEV": "CPU", "TINY_PLUGINS": ",".join(f"-{p}" for p in PASS_SETS)})
+DEFAULT_PEERS = ("tinyplug", "numpy", "torch", "tinygrad-clang", "tinygrad-llvm")
 
 SELECTED: set[str] = set(WORKLOADS)   # --workloads narrows this
 
@@ -282,7 +289,10 @@ def table(results: dict, peers: list[str]) -> str:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--worker", choices=sorted(WORKERS))
-  ap.add_argument("--only", default=",".join(PEERS), help="comma list of: " + ", ".join(PEERS))
+  ap.add_argument("--only", default=",".join(DEFAULT_PEERS), help="comma list of: " + ", ".join(PEERS))
+  ap.add_argument("--pass-sets", action="store_true", help="tinyplug as is, and with each optimisation pass set off "
+                  "(tinyplug-<id>: TINY_PLUGINS=-<id>; tinyplug-all: all of them off); X / tinyplug > 1: the pass set "
+                  "makes it that much faster")
   ap.add_argument("--quick", action="store_true", help="skip the 2048 matmul")
   ap.add_argument("--workloads", default="", help="comma list of words; run the workloads whose key contains one "
                   f"({', '.join(WORKLOADS)})")
@@ -301,6 +311,11 @@ def main() -> None:
     print(json.dumps(WORKERS[args.worker](args.quick)))
     return
   peers = [p for p in args.only.split(",") if p] + [parse_variant(t)[0] for t in args.variant]
+  if args.pass_sets: peers = ["tinyplug"] + [f"tinyplug-{p}" for p in PASS_SETS] + ["tinyplug-all"]
+  try:
+    from first_step import _cpu_name
+    print(f"CPU: {_cpu_name()}", file=sys.stderr)
+  except Exception: pass
   results: dict = {}
   for rnd in range(max(1, args.rounds)):
     for p in peers:
