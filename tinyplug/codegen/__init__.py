@@ -6,6 +6,7 @@ from typing import Any, Callable
 from tinyplug import events
 from tinyplug.helpers import NOOPT, SPEC
 from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
+from tinyplug.plugins import get_plugin_manager
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.uop.rewrite import graph_rewrite
 from tinyplug.uop.upat import PatternMatcher
@@ -95,8 +96,7 @@ def pipeline_steps(renderer: Renderer | None = None) -> tuple[PipelineStep, ...]
 
 def pipeline_key() -> str:
   """The fingerprint of the loaded plugin set's ordered pipeline (every step's id, plugin and version), computed once
-  per plugin set: part of every compiled-program and search cache key."""
-  from tinyplug.plugins import get_plugin_manager
+  per plugin set: part of every compiled-program and search cache key (asked once per realized kernel: kept cheap)."""
   pm = get_plugin_manager()
   if (key := pm.derived.get("codegen.fingerprint")) is None:
     key = pm.derived["codegen.fingerprint"] = pipeline_fingerprint(pipeline_steps())
