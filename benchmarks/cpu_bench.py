@@ -301,16 +301,15 @@ def main() -> None:
   ap.add_argument("--variant", action="append", default=[], help="NAME:KEY=VALUE[,KEY=VALUE]: also run tinyplug with "
                   "these environment variables as peer NAME (PYTHONPATH=<another checkout> compares two versions)")
   args = ap.parse_args()
-  for text in args.variant:
-    name, env = parse_variant(text)
-    PEERS[name] = ("tinyplug", env)
+  variants = [parse_variant(text) for text in args.variant]
+  for name, env in variants: PEERS[name] = ("tinyplug", env)
   if args.workloads:
     words = [w for w in args.workloads.split(",") if w]
     SELECTED.intersection_update(k for k in WORKLOADS if any(w in k for w in words))
   if args.worker:
     print(json.dumps(WORKERS[args.worker](args.quick)))
     return
-  peers = [p for p in args.only.split(",") if p] + [parse_variant(t)[0] for t in args.variant]
+  peers = [p for p in args.only.split(",") if p] + [name for name, _ in variants]
   if args.pass_sets: peers = ["tinyplug"] + [f"tinyplug-{p}" for p in PASS_SETS] + ["tinyplug-all"]
   try:
     from first_step import _cpu_name
