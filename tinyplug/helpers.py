@@ -168,6 +168,8 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1 re-runs the search eve
 VIZ = ContextVar("VIZ", 0, "1 turns on the viz_web plugin (same as TINY_PLUGINS=viz_web)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "disk cache use: 0 off, 1 compiled programs only, 2 programs and search results")
+KERNEL_CACHE_SIZE = ContextVar("KERNEL_CACHE_SIZE", 4096, "compiled kernels kept in memory per kernel cache (the "
+                               "least recently used go first); read when a cache is made")
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
 TRAINING = ContextVar("TRAINING", 0, "1 puts dropout, BatchNorm and optimiser steps in training mode (what "
                                      "`Tensor.train()` and `Tensor.training = True` set)")

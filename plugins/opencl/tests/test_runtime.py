@@ -72,6 +72,33 @@ def _builds(tmp_path, **env) -> tuple[int, int]:
   src, binary = out.stdout.split("BUILDS")[-1].split()
   return int(src), int(binary)
 
+def test_built_programs_are_bounded_and_released_when_dropped(cl, monkeypatch):
+  """A kernel per distinct Python scalar used to keep every built program forever: the least recently used go, each
+  released through clReleaseProgram; a dropped kernel builds again when it comes back."""
+  released = []
+  programs, by_src = cl.compiler.programs, cl.compiler._by_src
+  free = programs.on_evict
+  monkeypatch.setattr(programs, "on_evict", lambda prg: (released.append(prg.value), free(prg)))
+  monkeypatch.setattr(programs, "maxsize", 4)
+  monkeypatch.setattr(by_src, "maxsize", 4)
+  src = "__kernel void add{k}(__global int* a) {{ a[get_global_id(0)] += {k}; }}"
+  def run(k: int) -> np.ndarray:
+    lib = cl.compiler.compile_cached(src.format(k=k))
+    from tinyplug_opencl.runtime import CLProgram
+    prg = CLProgram(cl, f"add{k}", cl.compiler.program_for(lib))
+    h = cl.allocator.alloc(4 * 8)
+    cl.allocator.copyin(h, memoryview(np.arange(8, dtype=np.int32)).cast("B"))
+    prg(h, global_size=(8, 1, 1), wait=True)
+    out = np.empty(8, np.int32)
+    cl.allocator.copyout(memoryview(out).cast("B"), h)
+    cl.allocator.free(h, 4 * 8)
+    return out
+  for k in range(12):
+    np.testing.assert_array_equal(run(k), np.arange(8) + k)
+    assert len(programs) <= 4 and len(by_src) <= 4
+  assert len(released) == 12 - len(programs) == 8     # every program built and dropped was released once
+  np.testing.assert_array_equal(run(0), np.arange(8))   # dropped long ago: built again
+
 def test_disk_cache_of_program_binaries(cl, tmp_path):
   assert _builds(tmp_path) == (1, 0)
   cached = list((tmp_path / "tinyplug" / "opencl").glob("*.bin"))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib, threading, time
 from tinyplug.device import Compiler
 from tinyplug.diskcache import SealedTable
-from tinyplug.helpers import CACHELEVEL, DEBUG
+from tinyplug.caches import BoundedCache
+from tinyplug.helpers import CACHELEVEL, DEBUG, KERNEL_CACHE_SIZE
 from tinyplug_cpu_llvm import __version__
 
 _init_lock = threading.Lock()
@@ -65,7 +66,8 @@ class LLVMCompiler(Compiler):
     self.tm = make_target_machine(self.cpu, self.features, opt)
     self._quick_tm = None   # for kernels too small to be worth optimising (see QUICK_WORK)
     self._lock = LLVM_LOCK
-    self._memory: dict[str, bytes] = {}
+    # key -> object, least recently used dropped first (a kernel per distinct constant must not pile up forever)
+    self._memory: BoundedCache = BoundedCache("cpu_llvm.objects", KERNEL_CACHE_SIZE.value)
     version = ".".join(map(str, llvm.llvm_version_info))
     import llvmlite
     self.cachekey = (f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
@@ -109,12 +111,9 @@ class LLVMCompiler(Compiler):
 
   def compile_cached(self, src: str, quick: bool = False) -> bytes:
     key = self.key(src, quick)
-    if (obj := self._memory.get(key)) is not None: return obj
+    if (obj := self._memory.get_lru(key)) is not None: return obj
     use_disk = CACHELEVEL >= 1
-    if use_disk and (obj := DISK_CACHE.get(key)) is not None:
-      self._memory[key] = obj
-      return obj
-    obj = self.compile(src, quick)
-    self._memory[key] = obj
+    if use_disk and (obj := DISK_CACHE.get(key)) is not None: return self._memory.put(key, obj)
+    obj = self._memory.put(key, self.compile(src, quick))
     if use_disk: DISK_CACHE.put(key, obj)
     return obj

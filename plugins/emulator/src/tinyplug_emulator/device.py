@@ -7,7 +7,8 @@ import ctypes, functools, os, threading
 from typing import Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
-from tinyplug.helpers import DEBUG
+from tinyplug.caches import BoundedCache
+from tinyplug.helpers import DEBUG, KERNEL_CACHE_SIZE
 from tinyplug.uop.ops import Ops
 from tinyplug_emulator import native
 from tinyplug_emulator.dialects import C_TYPE_SIZES, Dialect, dialect_for
@@ -59,7 +60,7 @@ class EmulatorCompiler(Compiler):
     self.dialect = dialect
     _, self.clang_version = clang()
     self.cachekey = f"emulator-{dialect.name}-{dialect.version}-{self.clang_version}"
-    self._memory: dict[str, bytes] = {}
+    self._memory = BoundedCache("emulator.objects", KERNEL_CACHE_SIZE.value)   # source -> shared object (LRU)
     self._paths: dict[str, str] = {}   # digest of a shared object's bytes -> a verified file holding them
     self._lock = threading.Lock()
     self._headers_digest = digest(b"".join(_read(h) for h in dialect.headers))
@@ -93,7 +94,7 @@ class EmulatorCompiler(Compiler):
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
-      if (hit := self._memory.get(src)) is None: hit = self._memory[src] = self.compile(src)
+      if (hit := self._memory.get_lru(src)) is None: hit = self._memory.put(src, self.compile(src))
       return hit
 
   def path_for(self, lib: bytes) -> str:

@@ -5,7 +5,8 @@ import ctypes, hashlib, os, threading
 from typing import Any, Callable
 from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
 from tinyplug.diskcache import cache_path, read_sealed, write_sealed
-from tinyplug.helpers import CACHELEVEL, DEBUG, env_str
+from tinyplug.caches import BoundedCache
+from tinyplug.helpers import KERNEL_CACHE_SIZE, CACHELEVEL, DEBUG, env_str
 from tinyplug_opencl import cl
 from tinyplug_opencl.cl import CLError, check, lib, c_size_t, c_uint, c_int, c_void_p
 from tinyplug_opencl.renderer import OpenCLRenderer
@@ -56,8 +57,11 @@ class CLCompiler(Compiler):
   def __init__(self, dev: CLDevice):
     self.dev = dev
     self.cachekey = f"opencl-{hashlib.sha256(dev.identity.encode()).hexdigest()[:16]}"
-    self.programs: dict[bytes, c_void_p] = {}    # binary -> built program (so make_program needs no second build)
-    self._by_src: dict[str, bytes] = {}
+    # binary -> built program (so make_program needs no second build), released when dropped (a kernel made from it
+    # keeps it alive until the kernel goes); source -> binary. Both forget the least recently used first.
+    self.programs = BoundedCache("opencl.programs", KERNEL_CACHE_SIZE.value,
+                                 on_evict=lambda prg: lib().clReleaseProgram(prg))
+    self._by_src = BoundedCache("opencl.binaries", KERNEL_CACHE_SIZE.value)
     self._lock = threading.Lock()
 
   def _key(self, src: str) -> str:
@@ -116,29 +120,28 @@ class CLCompiler(Compiler):
     program = self._from_source(src)
     binary = self._binary(program)
     if not binary: binary = b"src:" + src.encode()    # a driver without binaries: the source is the "binary"
-    self.programs[binary] = program
+    self.programs.put(binary, program)
     return binary
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
-      if (hit := self._by_src.get(src)) is not None: return hit
+      if (hit := self._by_src.get_lru(src)) is not None: return hit
       path = self._cache_path(src) if CACHELEVEL >= 1 else None
       # read_sealed checks the binary against its digest (keyed with the source) before the driver sees it
       binary = read_sealed(path, self._key(src), "opencl") if path is not None else None
       if binary is not None:
-        try: self.programs[binary] = self.from_binary(binary)
+        try: self.programs.put(binary, self.from_binary(binary))
         except CLError: binary = None    # intact but the driver rejects it (a driver update): build from source
       if binary is None:
         binary = self.compile(src)
         if path is not None and not binary.startswith(b"src:"): write_sealed(path, self._key(src), binary)
-      self._by_src[src] = binary
-      return binary
+      return self._by_src.put(src, binary)
 
   def program_for(self, lib_bytes: bytes) -> c_void_p:
     with self._lock:
-      if (prg := self.programs.get(lib_bytes)) is None:
+      if (prg := self.programs.get_lru(lib_bytes)) is None:
         prg = self._from_source(lib_bytes[4:].decode()) if lib_bytes.startswith(b"src:") else self.from_binary(lib_bytes)
-        self.programs[lib_bytes] = prg
+        self.programs.put(lib_bytes, prg)
       return prg
 
 class CLProgram:
