@@ -7,7 +7,7 @@ import numpy as np
 from tinyplug import events
 from tinyplug.helpers import getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import Ops, UOp, check_buffer_size
 from tinyplug.uop.sidetable import UOpMap
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
                               Renderer, ReuseAllocator)
@@ -20,6 +20,7 @@ __all__ = ["Buffer", "Device", "buffer_of", "has_buffer", "Allocator", "Compiled
 class Buffer:
   """`size` elements of `dtype` on a device; memory is allocated on first use."""
   def __init__(self, device: str, size: int, dtype: DType):
+    check_buffer_size(size, dtype)
     self.device, self.size, self.dtype = device, size, dtype
     self._handle: Any = None
   @property

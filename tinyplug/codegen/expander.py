@@ -10,7 +10,7 @@ from tinyplug.uop.ops import Ops, UOp
 
 def _lanes(ranges: list[UOp]):
   for values in itertools.product(*(range(r.src[0].arg) for r in ranges)):
-    yield {r: UOp.const(dtypes.index, v) for r, v in zip(ranges, values)}
+    yield {r: UOp.const(r.dtype, v) for r, v in zip(ranges, values)}
 
 def lane_copies(root: UOp, ranges: list[UOp]) -> list[UOp]:
   """`root` once per lane of `ranges`, each range replaced by its value: only the nodes that depend on a range are

@@ -17,7 +17,7 @@ def _ranges(sink: UOp, kind: str) -> list[UOp]:
 
 def _linear(ranges: list[UOp]) -> tuple[UOp, int]:
   """Row-major index of `ranges` (last fastest) and the number of elements it spans."""
-  idx, size = UOp.const(dtypes.index, 0), 1
+  idx, size = UOp.const(ranges[0].dtype if ranges else dtypes.index, 0), 1
   for r in reversed(ranges):
     term = r if size == 1 else r * size
     idx = term if idx.op is Ops.CONST and idx.arg == 0 else term + idx
@@ -59,7 +59,7 @@ def lower_group_reduces(sink: UOp, renderer=None) -> UOp:
     # every thread reads the whole group's partials: the group axes become a reduce loop over local memory
     again = {}
     for g in gs:
-      again[as_local[g]] = UOp(Ops.RANGE, dtypes.index, g.src, (next_axis, "reduce"))
+      again[as_local[g]] = UOp(Ops.RANGE, g.dtype, g.src, (next_axis, "reduce"))
       next_axis += 1
     read_idx = _substitute_outside_reduce_ranges(thread_idx, again)
     load = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, read_idx)),))

@@ -29,7 +29,7 @@ def _assign(ranges: list[UOp], prefix: str, subs: dict[UOp, UOp], max_dims: int)
   sizes = [r.src[0].arg for r in ranges]
   dims = _dims(list(sizes), max_dims)
   # the innermost loop is dimension 0 (fastest varying), as GPUs number them
-  specials = [UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{len(dims)-1-i}", d)) for i, d in enumerate(dims)]
+  specials = [UOp(Ops.SPECIAL, ranges[0].dtype, (), (f"{prefix}{len(dims)-1-i}", d)) for i, d in enumerate(dims)]
   merged = len(ranges) - len(dims) + 1
   # the first `merged` ranges share specials[0]; unflatten them
   flat = specials[0]

@@ -172,8 +172,8 @@ def split_range(sink: UOp, r: UOp, amt: int, kind: str, top: bool = False, inner
   slow-moving one. REDUCEs over r reduce over both parts. The inner part gets `inner_id`, else a new largest id."""
   n, (axis_id, old_kind) = _size(r), r.arg
   new_id = 1 + max(u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE) if inner_id is None else inner_id
-  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n // amt),), (axis_id, old_kind))
-  inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (new_id, kind))
+  outer = UOp(Ops.RANGE, r.dtype, (UOp.const(r.dtype, n // amt),), (axis_id, old_kind))   # int32, or int64 when wide
+  inner = UOp(Ops.RANGE, r.dtype, (UOp.const(r.dtype, amt),), (new_id, kind))
   expr = inner * (n // amt) + outer if top else outer * amt + inner
   # one pass: other uses of r become the index expression; a REDUCE over r reduces over both parts instead
   memo: dict[UOp, UOp] = {r: expr}

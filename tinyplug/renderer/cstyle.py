@@ -190,7 +190,8 @@ class CStyleRenderer(Renderer):
     if prefix not in self.special_code: raise NotImplementedError(f"unknown SPECIAL {sname!r}")
     dim = int(sname[len(prefix):])
     size = u.arg[1] if isinstance(u.arg[1], int) else "?"
-    return f"int {sname} = {self.special_code[prefix].format(dim=dim, axis='xyz'[dim])}; /* {size} */"
+    # int, or a 64-bit type where the kernel indexes 2^31 elements or more (the scheduler widens its index math)
+    return f"{self.value_type(u.dtype)} {sname} = {self.special_code[prefix].format(dim=dim, axis='xyz'[dim])}; /* {size} */"
 
   # ---- the program ----
   def expr(self, u: UOp) -> str:
@@ -247,7 +248,7 @@ class CStyleRenderer(Renderer):
       elif op is Ops.RANGE:
         axis = u.arg[0] if isinstance(u.arg, tuple) else u.arg
         self.names[u] = nm = f"ridx{axis}"
-        line(f"for (int {nm} = 0; {nm} < {self.expr(u.src[0])}; {nm}++) {{")
+        line(f"for ({self.value_type(dt)} {nm} = 0; {nm} < {self.expr(u.src[0])}; {nm}++) {{")
         depth += 1
       elif op in (Ops.END, Ops.ENDIF):
         depth -= 1

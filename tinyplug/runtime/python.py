@@ -120,7 +120,7 @@ class PythonProgram:
     for prefix, flat, sizes in (("gidx", group, gsize), ("lidx", local, lsize)):
       rem = flat
       for d, s in enumerate(sizes):
-        ids[f"{prefix}{d}"] = (rem % s).astype(np.int32)
+        ids[f"{prefix}{d}"] = rem % s   # int64 here; each SPECIAL takes its own dtype (int32, or int64 when wide)
         rem = rem // s
     lanes = np.arange(n)
     var_iter = iter(vals)
@@ -133,7 +133,7 @@ class PythonProgram:
       if op is Ops.DEFINE_GLOBAL:
         base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
         v[u] = bufs[u.arg].view(_np(base))
-      elif op is Ops.DEFINE_VAR: v[u] = np.int32(next(var_iter))
+      elif op is Ops.DEFINE_VAR: v[u] = _reg(u.dtype).type(next(var_iter))
       elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_reg(u.dtype.base)), group)
       elif op is Ops.DEFINE_REG:   # a register array of vectors has one more axis, the vector lanes
         shape = (n, u.dtype.size) + ((u.dtype.base.count,) if u.dtype.base.count > 1 else ())
@@ -141,14 +141,14 @@ class PythonProgram:
       elif op is Ops.CONST or op is Ops.VCONST:   # a vector CONST broadcasts; VCONST has one value per lane
         v[u] = np.array(u.arg, dtype=_reg(u.dtype))
         if u.dtype.scalar() == dtypes.bfloat16: v[u] = _round_bf16(v[u])
-      elif op is Ops.SPECIAL: v[u] = ids[u.arg[0]]
+      elif op is Ops.SPECIAL: v[u] = ids[u.arg[0]].astype(_reg(u.dtype))
       elif op is Ops.RANGE:
-        if u not in v: v[u] = np.int32(0)
+        if u not in v: v[u] = _reg(u.dtype).type(0)
         if v[u] >= v[u.src[0]]:   # empty loop: skip to after its END
           pc = self._end_of(pc); v.pop(u); continue
       elif op is Ops.END:
         r = u.src[0]
-        v[r] = np.int32(v[r] + 1)
+        v[r] = _reg(r.dtype).type(v[r] + 1)
         if v[r] < v[r.src[0]]:
           pc = self.range_pc[r] + 1; continue
         v.pop(r)

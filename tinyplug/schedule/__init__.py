@@ -11,7 +11,7 @@ from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
-from tinyplug.schedule.indexing import const_index, linear_index, source_index
+from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
@@ -69,6 +69,8 @@ class _Scheduler:
     self.targets = targets
     self.sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
     self.nodes = list(self.sink.toposort())
+    # index math in 64 bits when any array here has 2^31 elements or more (int32 offsets would wrap)
+    self.wide_index = any(_too_big_for_int32(n) for n in self.nodes)
     self.children: dict[UOp, list[UOp]] = {}
     for n in self.nodes:
       for s in n.src: self.children.setdefault(s, []).append(n)
@@ -225,6 +227,9 @@ class _Scheduler:
     self._finish(n, out)
 
   def _kernel_item(self, n: UOp) -> None:
+    with wide_index(self.wide_index): self._build_kernel_item(n)
+
+  def _build_kernel_item(self, n: UOp) -> None:
     kb = _KernelBuilder(self, n)
     if n.op is Ops.ASSIGN:
       target, value = n.src
@@ -260,6 +265,13 @@ class _Scheduler:
     self.out_buffer[n] = out
     self.becomes[n] = out.reshape(n.shape)
 
+def _too_big_for_int32(n: UOp) -> bool:
+  if n.op is Ops.BUFFER: return n.arg > INT32_MAX
+  if n.op in (Ops.SINK, Ops.DEVICE, Ops.UNIQUE) or n.dtype == dtypes.void: return False
+  size = 1
+  for d in n.shape or (): size *= d if isinstance(d, int) else 1
+  return size > INT32_MAX
+
 class _KernelBuilder:
   """Builds one kernel's value expression: loads from realized inputs, index math for movement ops."""
   def __init__(self, sched: _Scheduler, root: UOp):
@@ -277,7 +289,7 @@ class _KernelBuilder:
     return self.globals[buf]
 
   def new_range(self, size: int, kind: str) -> UOp:
-    r = UOp(Ops.RANGE, dtypes.index, (const_index(size),), (self.next_axis, kind))
+    r = UOp(Ops.RANGE, index_dtype(), (const_index(size),), (self.next_axis, kind))
     self.next_axis += 1
     return r
 

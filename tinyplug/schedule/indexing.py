@@ -1,9 +1,24 @@
 """Movement ops become index arithmetic: given the indices into a view, the indices into its source."""
 from __future__ import annotations
-from tinyplug.uop.dtype import dtypes
+import contextlib, contextvars
+from typing import Iterator
+from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
 
-def const_index(v: int) -> UOp: return UOp.const(dtypes.index, v)
+INT32_MAX = 2**31 - 1
+# the dtype of the index math being built: int32, or int64 for a schedule that touches 2^31 elements or more
+_index_dtype: contextvars.ContextVar[DType] = contextvars.ContextVar("index_dtype", default=dtypes.index)
+
+def index_dtype() -> DType: return _index_dtype.get()
+
+@contextlib.contextmanager
+def wide_index(wide: bool) -> Iterator[None]:
+  """Build index math in int64 inside the block when `wide` (element counts past int32 would wrap)."""
+  token = _index_dtype.set(dtypes.int64 if wide else dtypes.index)
+  try: yield
+  finally: _index_dtype.reset(token)
+
+def const_index(v: int) -> UOp: return UOp.const(_index_dtype.get(), v)
 
 def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
   out, acc = [], 1

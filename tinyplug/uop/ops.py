@@ -86,6 +86,17 @@ def _canonical_dtype(dt: DType) -> DType:
 class _CacheRef(weakref.ref):
   __slots__ = ("key",)
 
+# no device addresses more than 2^47 bytes (128 TiB, the user address space of x86-64 and arm64): a larger buffer
+# is a mistake, and its byte count would wrap in a driver's size_t arithmetic (a tiny buffer, then heap reads)
+MAX_BUFFER_BYTES = 1 << 47
+
+def check_buffer_size(size: int, dtype: DType) -> None:
+  """ValueError for a buffer no device can hold (or a negative size), naming the size."""
+  nbytes = size * dtype.itemsize
+  if size < 0 or nbytes > MAX_BUFFER_BYTES:
+    raise ValueError(f"cannot create a buffer of {size} elements of {dtype!r} ({nbytes} bytes): "
+                     f"{'a negative size' if size < 0 else f'more than the {MAX_BUFFER_BYTES >> 40} TiB any device can address'}")
+
 class UOpMeta(type):
   # the weak cache: same (op, dtype, src, arg) gives the same object while anyone holds it
   ucache: dict[tuple, weakref.ReferenceType] = {}
@@ -221,6 +232,7 @@ class UOp(metaclass=UOpMeta):
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A tensor-level BUFFER of `size` elements on `device`, distinct from every other buffer."""
+    check_buffer_size(size, dtype)
     return UOp(Ops.BUFFER, dtype, (UOp.unique(), UOp(Ops.DEVICE, dtypes.void, arg=device)), size)
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))

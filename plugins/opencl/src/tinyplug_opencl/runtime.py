@@ -36,6 +36,9 @@ class CLAllocator(Allocator):
   def __init__(self, dev: CLDevice):
     self.dev = dev
   def alloc(self, nbytes: int) -> c_void_p:
+    # a byte count past size_t would wrap in ctypes (a 16-byte buffer for 2^62 floats, then heap reads)
+    if not 0 <= nbytes < 1 << (8 * ctypes.sizeof(c_size_t)):
+      raise ValueError(f"CL: cannot allocate {nbytes} bytes (size_t holds at most {(1 << 8 * ctypes.sizeof(c_size_t)) - 1})")
     err = c_int(0)
     mem = lib().clCreateBuffer(self.dev.context, cl.CL_MEM_READ_WRITE, nbytes, None, ctypes.byref(err))
     check("clCreateBuffer", err.value, f"({nbytes} bytes)")
