@@ -170,6 +170,9 @@ JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "disk cache use: 0 off, 1 compiled programs only, 2 programs and search results")
 KERNEL_CACHE_SIZE = ContextVar("KERNEL_CACHE_SIZE", 4096, "compiled kernels kept in memory per kernel cache (the "
                                "least recently used go first); read when a cache is made")
+SCALAR_ARGS = ContextVar("SCALAR_ARGS", 1, "1: a float32 constant that changes between runs of an otherwise equal "
+                         "graph (a Python scalar set every step) becomes a kernel argument from its second value on, so "
+                         "it compiles once, not once per value; 0 bakes every constant into the code")
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
 TRAINING = ContextVar("TRAINING", 0, "1 puts dropout, BatchNorm and optimiser steps in training mode (what "
                                      "`Tensor.train()` and `Tensor.training = True` set)")

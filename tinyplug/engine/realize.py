@@ -98,6 +98,7 @@ def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None
       return
     if item in _pending: _pending.remove(item)
   bufs = item.bufs
+  if item.var_vals: var_vals = {**item.var_vals, **var_vals} if var_vals else item.var_vals
   if capturing is not None: _capture(item, bufs, var_vals)
   if item.ast.op is Ops.COPY:
     dest, src = bufs

@@ -5,14 +5,16 @@ result is used by more than elementwise math on the way to one kernel's output. 
 kernel that consumes it, and movement ops turn into index arithmetic (indexing.py)."""
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from tinyplug import events
 from tinyplug.caches import BoundedCache
+from tinyplug.helpers import SCALAR_ARGS
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
+from tinyplug.schedule.scalars import parameterize
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -23,6 +25,7 @@ class ScheduleItem:
   ast: UOp
   buf_uops: tuple[UOp, ...]
   metadata: dict = field(default_factory=dict, compare=False)
+  var_vals: dict = field(default_factory=dict, compare=False)   # values of its DEFINE_VARs (scalars.py), by name
   def __repr__(self) -> str:
     from tinyplug.schedule.naming import kernel_name
     what = kernel_name(self.ast) if self.ast.op is Ops.SINK else self.metadata.get("name", "copy")
@@ -373,6 +376,12 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     if events.enabled("schedule"):
       events.emit("schedule", {"sink": sink, "items": tuple(items), "scope": events.current_scope() + ("schedule",)})
     return items, becomes
+  if found is not None and SCALAR_ARGS and (p := parameterize(*found)) is not None:
+    # the graph seen before with other float constants: schedule it with those as kernel arguments
+    new_targets, new, var_vals = p
+    items, becomes = create_schedule(new_targets)
+    items = [replace(it, var_vals={**it.var_vals, **var_vals}) if it.ast.op is Ops.SINK else it for it in items]
+    return items, {old: becomes[n] for old, n in new.items() if n in becomes}
   with events.scope("schedule", "schedule"), events.profile_span("schedule", f"schedule {len(targets)} outputs"):
     pre, afters = _expand_after(targets)
     s, renamed = _schedule_breaking_cycles(targets)

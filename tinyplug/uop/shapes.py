@@ -7,6 +7,7 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
   """The shape `u` has as a tensor, or None for nodes without one (kernel-level nodes, DEVICE, ...)."""
   op, arg = u.op, u.arg
   if op is Ops.BUFFER: return (arg,)
+  if op is Ops.BIND and len(u.src) == 2 and u.src[1].op is Ops.CONST: return u.src[1].shape   # shaped as its value
   if op is Ops.CONST or op is Ops.DEFINE_VAR or op is Ops.BIND:
     return () if u.src and u.src[-1].op is Ops.DEVICE else None
   if op is Ops.RESHAPE or op is Ops.EXPAND: return tuple(arg)
