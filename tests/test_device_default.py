@@ -44,3 +44,17 @@ def test_use_restores_the_previous_choice(restore_default):
   with pytest.raises(RuntimeError, match="boom"):
     with Device.use("PYTHON"): raise RuntimeError("boom")
   assert Device.DEFAULT == automatic_choice()
+
+def test_the_automatic_choice_probes_no_device_after_the_first_that_works():
+  """Choosing the default probed every device: on this machine that opened OpenCL (PoCL), about a second of a first
+  training step, for a device the program never used."""
+  import json, os, subprocess, sys
+  code = ("from tinyplug.device import Device; from tinyplug.plugins import get_plugin_manager; import json; "
+          "d = Device.DEFAULT; m = get_plugin_manager(); print(json.dumps([d, sorted(m._probe_cache), "
+          "m.devices_by_priority()]))")
+  env = {k: v for k, v in os.environ.items() if k not in ("DEV", "TINY_PLUGINS")}
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+  default, probed, by_priority = json.loads(out.stdout.strip().splitlines()[-1])
+  assert default == next(d for d in by_priority if d in probed)
+  assert probed == sorted(by_priority[:by_priority.index(default) + 1])   # the ones before it failed, none after
+  assert len(by_priority) > len(probed)

@@ -133,9 +133,11 @@ class _DeviceRegistry:
     if self._default is None:
       if (dev := getenv("DEV", "")): self._default = self.canonicalize(dev)
       else:
-        avail = self.available()
-        if not avail: raise RuntimeError("no device is available; see `tinyplug list-plugins`")
-        self._default = avail[0]
+        # the first device whose probe passes: the others are not probed (opening OpenCL to rule it out took ~1 s)
+        m = self._manager()
+        first = next((d for d in m.devices_by_priority() if m.device_available(d)[0]), None)
+        if first is None: raise RuntimeError("no device is available; see `tinyplug list-plugins`")
+        self._default = first
         if self._default == "PYTHON": print(SLOW_FALLBACK_HINT, file=sys.stderr)
     return self._default
   @DEFAULT.setter
