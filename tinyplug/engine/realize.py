@@ -40,9 +40,16 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     if BEAM >= 1 and not NOOPT:   # the engine asks the search strategy; codegen only applies actions
       from tinyplug.search.runner import search_kernel
       opts = search_kernel(ast, renderer)
+    st_codegen = time.perf_counter()
     spec = get_program(ast, renderer, opts=opts)
+    st_compile = time.perf_counter()
     with events.profile_span("compile", spec.name, device):
-      r = CompiledRunner(device, spec, time.perf_counter() - st)
+      r = CompiledRunner(device, spec, st_compile - st)
+    if DEBUG >= 2:   # what a first step waits for: building each kernel (compile includes a disk-cache hit)
+      print(f"*** {device:7s} built {colored(f'{spec.name:26s}', 'yellow')} "
+            + (f"search {(st_codegen - st) * 1e3:8.2f} ms " if opts is not None else "")
+            + f"codegen {(st_compile - st_codegen) * 1e3:8.2f} ms compile {(time.perf_counter() - st_compile) * 1e3:8.2f} ms"
+            + f" ({len(spec.uops)} uops)")
     if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")
     if DEBUG >= 4: print(spec.src)
     _runners.put(key, r)
