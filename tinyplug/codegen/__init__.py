@@ -4,7 +4,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
-from tinyplug.helpers import NOOPT, SPEC
+from tinyplug.helpers import CACHELEVEL, NOOPT, SPEC
 from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
 from tinyplug.plugins import get_plugin_manager
 from tinyplug.uop.ops import Ops, GroupOp, UOp
@@ -188,9 +188,25 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: Kernel
     renderer = Device[Device.DEFAULT].renderer
   return run_pipeline(ast, renderer, ctx or KernelContext(renderer), until="linearize")
 
+def _program_key(name: str, ast: UOp, renderer: Renderer, opts: Any) -> str | None:
+  """The disk-cache key of this lowering, or None when it must run (no disk cache, SPEC checks, a rewrite recorder)."""
+  if CACHELEVEL < 1 or SPEC or events.enabled("rewrite"): return None
+  from tinyplug.codegen.program_cache import program_key
+  return program_key(name, ast, renderer, opts, pipeline_steps(renderer))
+
 def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
-  """Lower a kernel AST for `renderer`: run the pipeline (linearize included), render."""
+  """Lower a kernel AST for `renderer`: run the pipeline (linearize included), render. With the disk cache on, a
+  kernel lowered before (by any process, with the same code and settings) is read back instead (program_cache.py)."""
   ctx = KernelContext(renderer, name=kernel_name(ast), opts=opts)
+  if (key := _program_key(ctx.name, ast, renderer, opts)) is not None:
+    from tinyplug.codegen import program_cache
+    if (cached := program_cache.load(key)) is not None:
+      if events.enabled("kernel"): events.emit("kernel", {"name": cached.name, "ast": ast, "uops": list(cached.uops),
+                                                            "src": cached.src, "device": renderer.device,
+                                                            "opts": cached.applied_opts, "estimates": cached.estimates,
+                                                            "global_size": cached.global_size,
+                                                            "local_size": cached.local_size})
+      return cached
   with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
     uops = run_pipeline(ast, renderer, ctx)
     src = renderer.render(ctx.name, uops)
@@ -203,9 +219,11 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
   ins = tuple(b.arg for b in bufs if b.arg not in outs)
   variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
-  return ProgramSpec(ctx.name, tuple(uops), src, ctx.global_size, ctx.local_size, variables, outs, ins,
+  spec = ProgramSpec(ctx.name, tuple(uops), src, ctx.global_size, ctx.local_size, variables, outs, ins,
                      tuple(ctx.applied_opts), est,
                      thread_split=renderer.runs_loops and shareable_loop(uops) is not None, work=loop_work(uops))
+  if key is not None: program_cache.store(key, spec)
+  return spec
 
 def estimate(ast: UOp) -> dict:
   """Rough work of a kernel: ALU ops and bytes moved, for DEBUG=2 GFLOP/s and GB/s."""

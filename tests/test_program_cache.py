@@ -1,0 +1,109 @@
+"""Codegen results on disk: a warm start skipped compiling but ran codegen for every kernel again (most of the first
+training steps with a warm cache: E_128_784, a weight's random init, took 1.2-1.8 s of codegen). Programs come back
+as the very same UOps; anything that changes the lowering changes the key; a damaged entry is rebuilt."""
+import json, os, subprocess, sys
+import numpy as np
+import pytest
+import tinyplug.codegen as codegen
+from tinyplug import Tensor, nn
+from tinyplug.codegen import program_cache
+from tinyplug.device import Device
+from tinyplug.helpers import Context
+from tinyplug.schedule import create_schedule
+
+def _kernels(device: str) -> list:
+  a = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6), device=device)
+  b = Tensor(np.ones((6, 3), dtype=np.float32), device=device)
+  outs = [(a @ b).relu(), a.softmax(-1), a.max(0), (a.cast("int32") * 3 // 2), nn.Linear(20, 7).weight.to(device) * 1]
+  return [it.ast for o in outs for it in create_schedule([o.uop])[0] if it.ast.op.name == "SINK"]
+
+def test_programs_come_back_as_the_same_uops(device):
+  renderer = Device[device].renderer
+  for ast in _kernels(device):
+    spec = codegen.get_program(ast, renderer)
+    back = program_cache.decode(program_cache.encode(spec))   # encode refuses what would not come back the same
+    assert back == spec and all(x is y for x, y in zip(back.uops, spec.uops)) and back.src == spec.src
+
+def test_the_key_follows_what_the_lowering_depends_on(monkeypatch):
+  renderer = Device["CPU"].renderer
+  ast = _kernels("CPU")[0]
+  steps = codegen.pipeline_steps(renderer)
+  key = program_cache.program_key("k", ast, renderer, None, steps)
+  assert key == program_cache.program_key("k", ast, renderer, None, steps)
+  with Context(NOOPT=1): assert program_cache.program_key("k", ast, renderer, None, steps) != key
+  with Context(DEBUG=3): assert program_cache.program_key("k", ast, renderer, None, steps) == key
+  assert program_cache.program_key("k2", ast, renderer, None, steps) != key
+  assert program_cache.program_key("k", _kernels("CPU")[1], renderer, None, steps) != key
+  monkeypatch.setitem(program_cache._source_digests, "tinyplug", "edited")   # tinyplug's source changed
+  assert program_cache.program_key("k", ast, renderer, None, steps) != key
+
+_RUN = """
+import json, numpy as np, tinyplug.codegen as codegen
+from tinyplug import Tensor, nn
+from tinyplug.nn.optim import Adam
+runs = [0]
+real = codegen.run_pipeline
+def counting(*a, **k):
+  runs[0] += 1
+  return real(*a, **k)
+codegen.run_pipeline = counting
+model = nn.Linear(12, 5)
+model.weight.assign(Tensor(np.random.default_rng(0).standard_normal((5, 12)).astype(np.float32))).realize()
+model.bias.assign(Tensor(np.linspace(-1, 1, 5, dtype=np.float32))).realize()   # the init is seeded by the clock
+opt = Adam([model.weight, model.bias], lr=0.01)
+x = Tensor(np.random.default_rng(1).standard_normal((8, 12)).astype(np.float32))
+with Tensor.train():
+  for _ in range(2):
+    opt.zero_grad()
+    loss = model(x).relu().sum()
+    loss.backward()
+    opt.step()
+print(json.dumps([runs[0], model.weight.numpy().tolist()]))
+"""
+
+def _run(cache: str, **env) -> tuple[int, np.ndarray]:
+  full = {k: v for k, v in os.environ.items() if k not in ("DEV", "VIZ", "TINY_PLUGINS")} | {"XDG_CACHE_HOME": cache} | env
+  out = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, env=full, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  runs, weight = json.loads(out.stdout.strip().splitlines()[-1])
+  return runs, np.array(weight)
+
+def test_a_warm_process_runs_no_codegen_and_gets_the_same_results(tmp_path):
+  cold_runs, cold = _run(str(tmp_path))
+  warm_runs, warm = _run(str(tmp_path))
+  assert cold_runs > 5 and warm_runs == 0
+  np.testing.assert_array_equal(warm, cold)
+  off_runs, off = _run(str(tmp_path), CACHELEVEL="0")
+  assert off_runs == cold_runs
+  np.testing.assert_array_equal(off, cold)
+
+def test_a_damaged_entry_is_rebuilt(tmp_path, capfd):
+  import sqlite3
+  from tinyplug.diskcache import entry_digest
+  _run(str(tmp_path))
+  db = tmp_path / "tinyplug" / "codegen.sqlite"
+  conn = sqlite3.connect(db)
+  keys = [k for (k,) in conn.execute("SELECT key FROM programs_v1")]
+  bad = b'{"not": "a program"}'   # intact (its digest matches) but unusable
+  conn.execute("UPDATE programs_v1 SET payload=?, digest=? WHERE key=?", (bad, entry_digest(keys[0], bad), keys[0]))
+  conn.execute("UPDATE programs_v1 SET payload=? WHERE key=?", (b"garbage", keys[1]))           # digest mismatch
+  conn.commit(); conn.close()
+  runs, weight = _run(str(tmp_path))
+  assert runs == 2
+  np.testing.assert_array_equal(weight, _run(str(tmp_path), CACHELEVEL="0")[1])
+  assert _run(str(tmp_path))[0] == 0
+
+def test_no_cache_while_rewrites_are_recorded(monkeypatch):
+  """The visualizer records every rewrite: a program read back would show none."""
+  from tinyplug import events
+  calls = []
+  monkeypatch.setattr(program_cache, "load", lambda key: calls.append(key))
+  renderer = Device["CPU"].renderer
+  ast = _kernels("CPU")[0]
+  codegen.get_program(ast, renderer)
+  assert len(calls) == 1
+  listener = lambda e: None
+  events.subscribe("rewrite", listener, owner="test")
+  try: codegen.get_program(ast, renderer)
+  finally: events.unsubscribe("rewrite", listener)
+  assert len(calls) == 1

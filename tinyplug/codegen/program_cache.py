@@ -1,0 +1,141 @@
+"""Codegen results on disk, so a warm start skips codegen as it already skips compiling (CACHELEVEL >= 1).
+
+A kernel's ProgramSpec is stored under a key that hashes everything its lowering depends on: the kernel AST (its
+full text, with its name), the renderer (class and settings), the ordered pass pipeline, the explicit optimisation
+actions, every setting except DEBUG, and the source files of tinyplug, of the renderer's package and of every
+plugin pass; a change to any of them misses instead of reusing stale code. The linear program is stored too
+(runtimes read it) in a JSON form of our own, never pickle; a program that would not come back as the very same
+UOps is not stored. Entries are checked against their digest before use (tinyplug.diskcache)."""
+from __future__ import annotations
+import hashlib, importlib.util, json, os
+from typing import Any
+from tinyplug.backend import ProgramSpec, Renderer
+from tinyplug.diskcache import SealedTable
+from tinyplug.helpers import ContextVar
+from tinyplug.uop.dtype import DType, PtrDType, dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+PROGRAMS = SealedTable("codegen.sqlite", "programs_v1", "codegen")
+_FORMAT = "1"
+
+class NotStorable(Exception): """A value the JSON form does not cover: the program is simply not stored."""
+
+# ---------------- the key ----------------
+
+_source_digests: dict[str, str] = {}
+
+def _package_digest(module: str) -> str:
+  """A hash of every .py file of the top-level package of `module` (once per process)."""
+  top = module.split(".")[0]
+  if (d := _source_digests.get(top)) is not None: return d
+  h = hashlib.sha256(top.encode())
+  spec = importlib.util.find_spec(top)
+  files: list[tuple[str, str]] = []
+  if spec is not None and spec.submodule_search_locations:
+    for root in spec.submodule_search_locations:
+      for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        files += [(os.path.relpath(os.path.join(dirpath, f), root), os.path.join(dirpath, f)) for f in filenames
+                  if f.endswith(".py")]
+  elif spec is not None and spec.origin and os.path.isfile(spec.origin): files = [(os.path.basename(spec.origin), spec.origin)]
+  for rel, path in sorted(files):
+    h.update(rel.encode())
+    with open(path, "rb") as f: h.update(hashlib.sha256(f.read()).digest())
+  _source_digests[top] = d = h.hexdigest()
+  return d
+
+def _canon(x: Any, depth: int = 0) -> str:
+  """A text of `x` that is the same in every process (sets sorted, objects by their fields)."""
+  if depth > 4: return "..."
+  if isinstance(x, (str, int, float, bool, type(None), DType, Ops)): return repr(x)
+  if isinstance(x, (list, tuple)): return "[" + ",".join(_canon(v, depth + 1) for v in x) + "]"
+  if isinstance(x, (set, frozenset)): return "{" + ",".join(sorted(_canon(v, depth + 1) for v in x)) + "}"
+  if isinstance(x, dict): return "{" + ",".join(sorted(f"{_canon(k, depth + 1)}:{_canon(v, depth + 1)}" for k, v in x.items())) + "}"
+  if hasattr(x, "__dict__"):
+    return type(x).__qualname__ + _canon({k: v for k, v in vars(x).items() if not k.startswith("_")}, depth + 1)
+  return type(x).__qualname__
+
+def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
+  from tinyplug.hookspecs.passes import pipeline_fingerprint
+  modules = {"tinyplug", type(renderer).__module__}
+  for s in steps:
+    ref = getattr(s.spec, "rewrite", None)
+    if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
+  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k != "DEBUG")
+  text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _canon(renderer),
+                    pipeline_fingerprint(steps), repr(opts), repr(settings),
+                    *sorted(f"{m}:{_package_digest(m)}" for m in modules), str(ast)])
+  return hashlib.sha256(text.encode()).hexdigest()
+
+# ---------------- the value: a ProgramSpec as JSON ----------------
+
+_DTYPES = {dt.name: dt for dt in dtypes.fields().values()}
+
+def _enc_dtype(dt: DType) -> Any:
+  if isinstance(dt, PtrDType): return {"p": [_enc_dtype(dt.base), dt.local, dt.v, dt.size]}
+  sc = dt.scalar()
+  if _DTYPES.get(sc.name) is not sc: raise NotStorable(f"dtype {dt!r}")
+  return [sc.name, dt.count]
+
+def _dec_dtype(x: Any) -> DType:
+  if isinstance(x, dict):
+    base, local, v, size = x["p"]
+    return _dec_dtype(base).ptr(size, local).vec(v)
+  return _DTYPES[x[0]].vec(x[1])
+
+def _enc(x: Any) -> Any:
+  if x is None or isinstance(x, (bool, str)): return x
+  if isinstance(x, int): return {"i": str(x)} if abs(x) >= 2**53 else x
+  if isinstance(x, float): return {"f": x.hex()}
+  if isinstance(x, tuple): return {"t": [_enc(v) for v in x]}
+  if isinstance(x, Ops): return {"o": x.name}
+  if isinstance(x, DType): return {"d": _enc_dtype(x)}
+  raise NotStorable(f"{type(x).__name__} argument")
+
+def _dec(x: Any) -> Any:
+  if not isinstance(x, dict): return x
+  (tag, v), = x.items()
+  if tag == "i": return int(v)
+  if tag == "f": return float.fromhex(v)
+  if tag == "t": return tuple(_dec(e) for e in v)
+  if tag == "o": return Ops[v]
+  if tag == "d": return _dec_dtype(v)
+  raise ValueError(f"unknown tag {tag!r}")
+
+def encode(spec: ProgramSpec) -> bytes:
+  """The spec as JSON bytes; NotStorable when something in it has no JSON form or would not come back the same."""
+  index = {u: i for i, u in enumerate(spec.uops)}
+  if len(index) != len(spec.uops) or any(s not in index for u in spec.uops for s in u.src): raise NotStorable("uops")
+  doc = {"name": spec.name, "src": spec.src, "global_size": list(spec.global_size),
+         "local_size": None if spec.local_size is None else list(spec.local_size),
+         "vars": [index[v] for v in spec.vars], "outs": list(spec.outs), "ins": list(spec.ins),
+         "opts": [[o.op.name, o.axis, o.arg] for o in spec.applied_opts], "estimates": spec.estimates,
+         "thread_split": spec.thread_split, "work": spec.work,
+         "uops": [[u.op.name, _enc_dtype(u.dtype), _enc(u.arg), [index[s] for s in u.src]] for u in spec.uops]}
+  data = json.dumps(doc, separators=(",", ":")).encode()
+  back = decode(data)
+  if back.uops != spec.uops or any(a is not b for a, b in zip(back.uops, spec.uops)) or back != spec:
+    raise NotStorable("the program does not come back the same")
+  return data
+
+def decode(data: bytes) -> ProgramSpec:
+  from tinyplug.codegen.kernel import Opt, OptOps
+  doc = json.loads(data)
+  uops: list[UOp] = []
+  for op, dt, arg, src in doc["uops"]:
+    uops.append(UOp(Ops[op], _dec_dtype(dt), tuple(uops[i] for i in src), _dec(arg)))
+  return ProgramSpec(doc["name"], tuple(uops), doc["src"], tuple(doc["global_size"]),
+                     None if doc["local_size"] is None else tuple(doc["local_size"]), tuple(uops[i] for i in doc["vars"]),
+                     tuple(doc["outs"]), tuple(doc["ins"]), tuple(Opt(OptOps[n], a, g) for n, a, g in doc["opts"]),
+                     doc["estimates"], thread_split=doc["thread_split"], work=doc["work"])
+
+def load(key: str) -> ProgramSpec | None:
+  if (data := PROGRAMS.get(key)) is None: return None
+  try: return decode(data)
+  except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:   # intact but unusable (an older form)
+    PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
+    return None
+
+def store(key: str, spec: ProgramSpec) -> None:
+  try: PROGRAMS.put(key, encode(spec))
+  except NotStorable: pass
