@@ -107,3 +107,14 @@ def test_no_cache_while_rewrites_are_recorded(monkeypatch):
   try: codegen.get_program(ast, renderer)
   finally: events.unsubscribe("rewrite", listener)
   assert len(calls) == 1
+
+def test_renderers_that_declare_other_capabilities_get_other_keys():
+  """A renderer subclass with fewer native ops (a class attribute) lowers differently: its key must differ."""
+  from tinyplug.runtime.python import PythonRenderer
+  from tinyplug.uop.ops import GroupOp, Ops
+  ast = _kernels("CPU")[1]
+  steps = codegen.pipeline_steps()
+  full = PythonRenderer()
+  partial = type("PythonRenderer", (PythonRenderer,), {"native_ops": frozenset(GroupOp.ALU) - {Ops.SUB},
+                                                     "__module__": PythonRenderer.__module__})()
+  assert program_cache.program_key("k", ast, full, None, steps) != program_cache.program_key("k", ast, partial, None, steps)

@@ -55,6 +55,16 @@ def _canon(x: Any, depth: int = 0) -> str:
     return type(x).__qualname__ + _canon({k: v for k, v in vars(x).items() if not k.startswith("_")}, depth + 1)
   return type(x).__qualname__
 
+def _settings_of(renderer: Renderer) -> str:
+  """The renderer's declared capabilities and settings: class attributes (through its bases) and instance fields."""
+  fields: dict[str, Any] = {}
+  for cls in reversed(type(renderer).__mro__):
+    for k, v in vars(cls).items():
+      if not k.startswith("__") and not callable(v) and not isinstance(v, (property, staticmethod, classmethod)):
+        fields[k] = v
+  fields.update(vars(renderer))
+  return _canon({k: v for k, v in fields.items() if not k.startswith("_")})
+
 def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
   from tinyplug.hookspecs.passes import pipeline_fingerprint
   modules = {"tinyplug", type(renderer).__module__}
@@ -62,7 +72,7 @@ def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple
     ref = getattr(s.spec, "rewrite", None)
     if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
   settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k != "DEBUG")
-  text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _canon(renderer),
+  text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
                     pipeline_fingerprint(steps), repr(opts), repr(settings),
                     *sorted(f"{m}:{_package_digest(m)}" for m in modules), str(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
