@@ -2,7 +2,7 @@
 
 A kernel's ProgramSpec is stored under a key that hashes everything its lowering depends on: the kernel AST (its
 full text, with its name), the renderer (class and settings), the ordered pass pipeline, the explicit optimisation
-actions, every setting except DEBUG, and the source files of tinyplug, of the renderer's package and of every
+actions, every setting except DEBUG (ContextVars and documented environment variables), and the source files of tinyplug, of the renderer's package and of every
 plugin pass; a change to any of them misses instead of reusing stale code. The linear program is stored too
 (runtimes read it) in a JSON form of our own, never pickle; a program that would not come back as the very same
 UOps is not stored. Entries are checked against their digest before use (tinyplug.diskcache)."""
@@ -11,7 +11,7 @@ import hashlib, importlib.util, json, os
 from typing import Any
 from tinyplug.backend import ProgramSpec, Renderer
 from tinyplug.diskcache import SealedTable
-from tinyplug.helpers import ContextVar
+from tinyplug.helpers import ENV_VARS, ContextVar
 from tinyplug.uop.dtype import DType, PtrDType, dtypes
 from tinyplug.uop.ops import Ops, UOp
 
@@ -71,7 +71,9 @@ def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple
   for s in steps:
     ref = getattr(s.spec, "rewrite", None)
     if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
-  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k != "DEBUG")
+  # every setting, and every documented environment variable (a module may read one into a constant)
+  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k != "DEBUG") + \
+             sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
   text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
                     pipeline_fingerprint(steps), repr(opts), repr(settings),
                     *sorted(f"{m}:{_package_digest(m)}" for m in modules), str(ast)])
