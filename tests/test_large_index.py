@@ -68,3 +68,12 @@ def test_a_real_array_past_2_to_the_31_elements():
   b = (a + 2).realize()
   del a
   assert b[N - 3:].tolist() == [3, 3, 3] and b[2**31 - 1:2**31 + 1].tolist() == [3, 3]
+
+def test_cuda_renders_64_bit_ids_and_loops():
+  """The CUDA renderer (C-style base) has no device here: its source is read for a 2^31+ kernel."""
+  cuda = pytest.importorskip("tinyplug_cuda.renderer")
+  items, _ = create_schedule([(Tensor.empty(N, dtype=dtypes.uint8, device="PYTHON") + 1).uop])
+  spec = get_program(items[-1].ast, cuda.CUDARenderer("sm_80"))
+  assert "long long gidx0" in spec.src and "-2147483632" not in spec.src and spec.name.endswith(str(N))
+  small, _ = create_schedule([(Tensor.empty(1000, dtype=dtypes.uint8, device="PYTHON") + 1).uop])
+  assert "long long" not in get_program(small[-1].ast, cuda.CUDARenderer("sm_80")).src

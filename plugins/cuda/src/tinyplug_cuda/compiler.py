@@ -4,7 +4,8 @@ from __future__ import annotations
 import hashlib, threading
 from tinyplug.backend import Compiler
 from tinyplug.diskcache import cache_path, read_sealed, write_sealed
-from tinyplug.helpers import CACHELEVEL
+from tinyplug.caches import BoundedCache
+from tinyplug.helpers import CACHELEVEL, KERNEL_CACHE_SIZE
 from tinyplug_cuda import nvrtc
 
 class CUDACompiler(Compiler):
@@ -14,7 +15,7 @@ class CUDACompiler(Compiler):
     self.arch = nvrtc.check_arch(arch)
     self.identity = nvrtc.identity()
     self.cachekey = f"cuda-{self.identity}-{self.arch}"
-    self._memory: dict[str, bytes] = {}
+    self._memory = BoundedCache("cuda.cubins", KERNEL_CACHE_SIZE.value)   # source -> cubin, least recently used go first
     self._lock = threading.Lock()
 
   def key(self, src: str) -> str:
@@ -26,15 +27,14 @@ class CUDACompiler(Compiler):
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
-      if (hit := self._memory.get(src)) is not None: return hit
+      if (hit := self._memory.get_lru(src)) is not None: return hit
       key = self.key(src)
       path = cache_path("cuda", key + ".cubin") if CACHELEVEL >= 1 else None
       binary = read_sealed(path, key, "cuda") if path is not None else None
       if binary is None:
         binary = self.compile(src)
         if path is not None: write_sealed(path, key, binary)
-      self._memory[src] = binary
-      return binary
+      return self._memory.put(src, binary)
 
 def compiler_for(renderer: str, arch: str) -> Compiler:
   """The compiler for what a renderer writes: CUDA C through NVRTC, PTX through nvJitLink."""
