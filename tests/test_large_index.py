@@ -77,3 +77,12 @@ def test_cuda_renders_64_bit_ids_and_loops():
   assert "long long gidx0" in spec.src and "-2147483632" not in spec.src and spec.name.endswith(str(N))
   small, _ = create_schedule([(Tensor.empty(1000, dtype=dtypes.uint8, device="PYTHON") + 1).uop])
   assert "long long" not in get_program(small[-1].ast, cuda.CUDARenderer("sm_80")).src
+
+def test_ptx_renders_64_bit_ids():
+  """The PTX renderer (LLVM IR base, NVPTX ids): 64-bit ids for a 2^31+ kernel, and the IR it writes parses."""
+  ptx = pytest.importorskip("tinyplug_cuda.ptx")
+  import llvmlite.binding as llvm
+  items, _ = create_schedule([(Tensor.empty(N, dtype=dtypes.uint8, device="PYTHON") + 1).uop])
+  spec = get_program(items[-1].ast, ptx.PTXRenderer("sm_80"))
+  assert "sext i32" in spec.src and "-2147483632" not in spec.src
+  llvm.parse_assembly(spec.src).verify()

@@ -144,7 +144,8 @@ class LLVMFunctionBuilder:
     """Function parameters after the buffers and variables."""
     return ["i32 %core_id", "i32 %n_cores"] if self.renderer.split_threads else []
   def render_special(self, u: UOp) -> str:
-    """The value of a SPECIAL launch id (`gidx0`, `lidx1`, ...)."""
+    """The value of a SPECIAL launch id (`gidx0`, `lidx1`, ...), of the SPECIAL's dtype: i32, or i64 in a kernel
+    over 2^31 elements or more (the scheduler widens its index math)."""
     raise NotImplementedError(f"{type(self.renderer).__name__} runs loops, not launch ids: {u.arg[0]} (launch={self.renderer.launch!r})")
   def define_local(self, u: UOp) -> str:
     """The pointer to a DEFINE_LOCAL's memory (a loop-running target: an alloca, like a register array)."""

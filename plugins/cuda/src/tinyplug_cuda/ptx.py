@@ -25,10 +25,12 @@ class NVPTXBuilder(LLVMFunctionBuilder):
     name = u.arg[0]
     prefix, dim = name.rstrip("0123456789"), int(name.lstrip("gilxd"))
     axis = "xyz"[dim]
+    t = "i64" if u.dtype.itemsize == 8 else "i32"   # i64 in a kernel over 2^31+ elements: widen before the math
+    def reg(r: str) -> str: return self.sreg(r, axis) if t == "i32" else self.op(f"sext i32 {self.sreg(r, axis)} to i64")
     if prefix == "idx":   # global id: block * block size + thread
-      block, size, thread = self.sreg("ctaid", axis), self.sreg("ntid", axis), self.sreg("tid", axis)
-      return self.op(f"add i32 {self.op(f'mul i32 {block}, {size}')}, {thread}")
-    return self.sreg(_SREG[prefix], axis)
+      block, size, thread = reg("ctaid"), reg("ntid"), reg("tid")
+      return self.op(f"add {t} {self.op(f'mul {t} {block}, {size}')}, {thread}")
+    return reg(_SREG[prefix])
 
   def define_local(self, u: UOp) -> str:
     glob = f"@shared{len(self.shared)}"
