@@ -11,6 +11,12 @@ from tinyplug.hookspecs.passes import CORE_STAGES
 from tinyplug.plugins import get_plugin_manager
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
+
+@pytest.fixture(autouse=True)
+def _no_program_cache():
+  """These tests watch the stages and passes run: a program read back from the disk cache would run none."""
+  from tinyplug.helpers import Context
+  with Context(CACHELEVEL=0): yield
 from tinyplug.uop import Ops
 
 def _ast():
