@@ -13,7 +13,7 @@ The roofline figures come from hand-written LLVM IR run through the cpu_llvm run
 (a = b + s*c) for memory bandwidth and independent vector FMA chains for peak fp32 FLOP/s.
 Never run from tests: it takes minutes."""
 from __future__ import annotations
-import argparse, json, os, subprocess, sys, time
+import argparse, json, os, re, subprocess, sys, time
 
 N_ELEM = 16 * 1024 * 1024
 WORKLOADS = {   # name: (description, flops, bytes moved at minimum)
@@ -246,7 +246,8 @@ WORKERS = {"tinyplug": worker_tinyplug, "numpy": worker_numpy, "torch": worker_t
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
   """`NAME:KEY=VALUE[,KEY=VALUE...]`: tinyplug run again with these environment variables, shown as peer NAME."""
   name, _, pairs = text.partition(":")
-  env = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+  # a comma starts the next pair only before KEY=, so values may hold commas (TINY_PLUGINS=-a,-b)
+  env = dict(pair.split("=", 1) for pair in re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", pairs) if pair)
   if not name or name in PEERS or not env: raise SystemExit(f"--variant {text!r}: want NEW_NAME:KEY=VALUE[,KEY=VALUE]")
   return name, {"DEV": "CPU", **env}
 
