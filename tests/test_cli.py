@@ -215,7 +215,10 @@ def test_doctor_reports_plugins_devices_cache_and_default(site, tmp_path):
 
 
 def test_doctor_json_healthy(plugin_site, tmp_path):
-  result = plugin_site.run("doctor", "--json", DEV="PYTHON", XDG_CACHE_HOME=str(tmp_path))
+  # a cold cache builds every device's first kernels (the emulator's runtime too): on a loaded 2-core machine that
+  # took longer than the default per-device limit, which the hanging-plugin tests cover
+  result = plugin_site.run("doctor", "--json", DEV="PYTHON", XDG_CACHE_HOME=str(tmp_path), TINY_PLUGINS_TIMEOUT="300",
+                             timeout=900)
   doc = json.loads(result.stdout)
   assert doc["schema_version"] == 1 and doc["default_device"] == {"name": "PYTHON", "source": "DEV=PYTHON", "error": None}
   devices = {d["name"]: d for d in doc["devices"]}

@@ -86,10 +86,10 @@ class PluginSite:
     env.update(extra)
     return env
 
-  def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python -m tinyplug <args>` in a subprocess seeing this site."""
+  def run(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m tinyplug <args>` in a subprocess seeing this site, with `env` added to its environment."""
     return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True,
-                          env=self.env(**env), cwd=self.root, timeout=120)
+                          env=self.env(**env), cwd=self.root, timeout=timeout)
 
 
 def _forget_modules(root: Path) -> None:
