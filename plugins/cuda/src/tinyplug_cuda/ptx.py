@@ -6,12 +6,14 @@ to the driver, which JIT-compiles it). Selected with `DEV=CUDA:PTX`.
 exp2, log2, sin and pow are left to the core's decompositions (NVPTX's hardware versions are approximations)."""
 from __future__ import annotations
 import ctypes, functools, hashlib, re, threading
-from tinyplug.backend import LAUNCH_GRID, Compiler
+from typing import Any
+from tinyplug.backend import Compiler
 from tinyplug.diskcache import cache_path, read_sealed, write_sealed
-from tinyplug.helpers import CACHELEVEL, env_str
+from tinyplug.helpers import CACHELEVEL
 from tinyplug.renderer.llvmir import LLVMFunctionBuilder, LLVMIRRenderer, mem_type
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
+from tinyplug_cuda.renderer import CUDATarget
 
 _SREG = {"gidx": "ctaid", "lidx": "tid"}
 
@@ -51,24 +53,15 @@ class NVPTXBuilder(LLVMFunctionBuilder):
     self.shared: list[str] = []
     return super().build()
 
-class PTXRenderer(LLVMIRRenderer):
-  """LLVM IR for NVPTX (the text the PTX compiler turns into PTX). Arguments as CUDARenderer's."""
-  device = "CUDA"
+class PTXRenderer(CUDATarget, LLVMIRRenderer):
+  """LLVM IR for NVPTX (the text the PTX compiler turns into PTX); arguments as CUDATarget's."""
   suffix = "ptx"
-  launch = LAUNCH_GRID
-  has_local = True
-  has_shared = True
-  global_max = (2**31 - 1, 65535, 65535)
-  vector_alu = False
   calling_convention = "ptx_kernel"
   native_ops = frozenset(GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
   builder = NVPTXBuilder
 
-  def __init__(self, arch: str | None = None, *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
-               shared_max: int = 49152):
-    self.arch = arch or env_str("CUDA_ARCH") or "sm_80"
-    self.local_max = tuple(min(int(x), max_threads) for x in local_max)
-    self.shared_max = int(shared_max)
+  def __init__(self, arch: str | None = None, **limits: Any):
+    super().__init__(arch, **limits)
     # vector loads and stores of up to 16 bytes (LLVM splits the ones it cannot prove aligned); no bool vectors
     self.vector_widths = {dt: tuple(w for w in (4, 2) if w * dt.itemsize <= 16)
                           for dt in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,

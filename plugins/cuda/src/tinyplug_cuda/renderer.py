@@ -47,16 +47,27 @@ def known_divisor(u: UOp) -> int:
   if u.op is Ops.SHL and u.src[1].op is Ops.CONST and 0 <= int(u.src[1].arg) < 62: return known_divisor(u.src[0]) << int(u.src[1].arg)
   return 1
 
-class CUDARenderer(CStyleRenderer):
-  """CUDA C for NVRTC (and the emulator's CUDA dialect). `arch` ("sm_80"; default CUDA_ARCH, else sm_80) is the GPU
-  it writes for; the limits are those every CUDA GPU since sm_50 has; the CUDA device passes its own."""
+class CUDATarget:
+  """What the CUDA C and the PTX renderer share: the device, its grid/block launch and limits. `arch` ("sm_80";
+  default CUDA_ARCH, else sm_80) is the GPU they write for; the limits default to those every CUDA GPU since sm_50
+  has, and the CUDA device passes its own. Vectors carry loads and stores only: math runs per lane."""
   device = "CUDA"
-  suffix = "cu"
   launch = LAUNCH_GRID
   has_local = True
   has_shared = True
   global_max = (2**31 - 1, 65535, 65535)
   vector_alu = False
+
+  def __init__(self, arch: str | None = None, *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
+               shared_max: int = 49152):
+    self.arch = arch or env_str("CUDA_ARCH") or "sm_80"
+    self.local_max = tuple(min(int(x), max_threads) for x in local_max)
+    self.max_threads = int(max_threads)
+    self.shared_max = int(shared_max)
+
+class CUDARenderer(CUDATarget, CStyleRenderer):
+  """CUDA C for NVRTC (and the emulator's CUDA dialect); arguments as CUDATarget's."""
+  suffix = "cu"
   # the dialect, as tables for the C-style base
   kernel_prefix = 'extern "C" __global__ void'
   type_names = _TYPE_NAMES
@@ -72,13 +83,9 @@ class CUDARenderer(CStyleRenderer):
   nan_code = "__int_as_float(0x7fffffff)"
   helper_prefix = "__device__"
 
-  def __init__(self, arch: str | None = None, *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
-               shared_max: int = 49152):
-    self.arch = arch or env_str("CUDA_ARCH") or "sm_80"
+  def __init__(self, arch: str | None = None, **limits: Any):
+    super().__init__(arch, **limits)
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
-    self.local_max = tuple(min(int(x), max_threads) for x in local_max)
-    self.max_threads = int(max_threads)
-    self.shared_max = int(shared_max)
     # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane)
     self.vector_widths = {dt: tuple(w for w in (4, 2) if w * dt.itemsize <= 16) for dt in _VECTOR_NAMES}
 
