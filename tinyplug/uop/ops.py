@@ -22,7 +22,7 @@ class Ops(Enum):
   # kernel-level
   INDEX = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); END = auto(); REDUCE = auto()
   IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto()
-  VECTORIZE = auto(); GEP = auto(); WMMA = auto()
+  VECTORIZE = auto(); GEP = auto()
   # conversions
   CAST = auto(); BITCAST = auto()
   # unary ALU

@@ -208,7 +208,7 @@ const OP_COLORS = Object.create(null);   // looked up by op names that come from
     "#c8f9d4": "RESHAPE PERMUTE EXPAND PAD SHRINK FLIP", "#ffc0c0": "LOAD", "#87ceeb": "STORE", "#c4a0f0": "RANGE END SPECIAL",
     "#ff7070": "REDUCE REDUCE_AXIS", "#a0c0ff": "BUFFER DEFINE_GLOBAL DEFINE_LOCAL DEFINE_REG DEFINE_VAR BIND",
     "#e0e0e0": "CONST VCONST", "#ffb060": "CONTIGUOUS COPY ASSIGN AFTER KERNEL", "#b0e0e0": "INDEX", "#d0b090": "CAST BITCAST",
-    "#ffffff": "SINK", "#c0d8a0": "DEVICE UNIQUE", "#f0c0f0": "VECTORIZE GEP UNROLL CONTRACT WMMA",
+    "#ffffff": "SINK", "#c0d8a0": "DEVICE UNIQUE", "#f0c0f0": "VECTORIZE GEP",
   };
   for (const [color, ops] of Object.entries(groups)) for (const op of ops.split(" ")) OP_COLORS[op] = color;
 })();
