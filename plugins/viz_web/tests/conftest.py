@@ -51,6 +51,18 @@ def stop_server(s) -> None:
   t.join(10)
   sock.close()
 
+# off CI, a machine without Debian's chromium skips the browser tests; in CI a missing browser fails them
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+
+def served(trace_fixture: str):
+  """A module-scoped fixture giving the base url of the web UI serving the trace the fixture `trace_fixture` makes."""
+  @pytest.fixture(scope="module")
+  def url(request):
+    srv = serve_in_thread(request.getfixturevalue(trace_fixture))
+    yield srv[3]
+    stop_server(srv)
+  return url
+
 @pytest.fixture(scope="session")
 def browser():
   from playwright.sync_api import sync_playwright

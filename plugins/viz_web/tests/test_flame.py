@@ -2,7 +2,7 @@
 in, and a USER track shows which line of user code (realize, backward, step, item) caused each stretch of work."""
 import os
 import pytest
-from conftest import CHROMIUM, ready, record_in_subprocess, serve_in_thread, stop_server
+from conftest import needs_chromium, ready, record_in_subprocess, served
 from tinyplug_viz_web.model import TraceView
 
 @pytest.fixture(scope="module")
@@ -45,13 +45,9 @@ def test_cli_track_indents_nested_spans_and_names_call_sites(trace):
   r = viz("cli", trace, "-s", "USER")
   assert r.returncode == 0 and line_of("USER_LINE_B") in r.stdout and "realize()" in r.stdout
 
-@pytest.fixture(scope="module")
-def url(trace):
-  srv = serve_in_thread(trace)
-  yield srv[3]
-  stop_server(srv)
+url = served("trace")
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+@needs_chromium
 def test_flame_view_and_user_track_in_the_browser(page, url):
   page.set_viewport_size({"width": 1280, "height": 720})
   page.goto(url + "/#view=profiler")

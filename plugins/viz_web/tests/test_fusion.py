@@ -2,7 +2,7 @@
 and "why didn't these two kernels fuse" answered in the web UI, the API and `tinyplug viz cli`."""
 import json, os, subprocess, sys
 import pytest
-from conftest import CHROMIUM, ready, serve_in_thread, stop_server
+from conftest import needs_chromium, ready, served
 from tinyplug_viz_web.model import TraceView
 
 def schedules(view):
@@ -72,13 +72,9 @@ def test_cli_lists_boundaries_and_answers_why(fusion_trace):
 
 # ---- in the browser ----
 
-@pytest.fixture(scope="module")
-def url(fusion_trace):
-  srv = serve_in_thread(fusion_trace)
-  yield srv[3]
-  stop_server(srv)
+url = served("fusion_trace")
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+@needs_chromium
 def test_tensor_graph_coloured_by_kernel_and_why_panel(page, url):
   page.goto(url + "/")
   ready(page, "home")
@@ -104,7 +100,7 @@ def test_tensor_graph_coloured_by_kernel_and_why_panel(page, url):
   page.wait_for_function("() => document.querySelector('#node-info').textContent.includes('kernel:')")
   assert "reduce-then-expand" in page.inner_text("#node-info")
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+@needs_chromium
 def test_split_step_walks_through_the_decisions(page, url):
   page.goto(url + "/")
   ready(page, "home")

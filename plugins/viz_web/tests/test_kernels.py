@@ -2,7 +2,7 @@
 GB/s), sortable, in the web UI (clicking a schedule), the API and `tinyplug viz cli -k`."""
 import json, os, subprocess, sys
 import pytest
-from conftest import CHROMIUM, ready, serve_in_thread, stop_server
+from conftest import needs_chromium, ready, served
 from tinyplug_viz_web.model import TraceView
 
 def viz(*args):
@@ -53,15 +53,11 @@ def test_cli_kernel_table_sorted(fusion_trace):
   r = viz("cli", fusion_trace, "-s", "r_8_4", "-k")
   assert r.returncode == 1 and "not a schedule" in r.stderr
 
-@pytest.fixture(scope="module")
-def url(fusion_trace):
-  srv = serve_in_thread(fusion_trace)
-  yield srv[3]
-  stop_server(srv)
+url = served("fusion_trace")
 
 CELLS = "(col) => [...document.querySelectorAll('#kernels tbody tr')].map(tr => tr.children[col].textContent)"
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+@needs_chromium
 def test_clicking_a_schedule_shows_its_sortable_kernel_table(page, url, fusion_trace):
   view = TraceView.open(fusion_trace)
   sched = [c for c in view.trace.contexts if c.kind == "schedule"][1]

@@ -2,7 +2,7 @@
 when the sidebar scrolls, the selected node's ring shows on pale nodes, the status line does not sit on nodes."""
 import os
 import pytest
-from conftest import CHROMIUM, ready, serve_in_thread, stop_server
+from conftest import CHROMIUM, ready, served
 if not os.path.exists(CHROMIUM) and not os.environ.get("CI"):
   pytest.skip("needs /usr/bin/chromium", allow_module_level=True)
 
@@ -15,11 +15,7 @@ CONTRAST = """(sel) => {
   const a = lum(getComputedStyle(el).color), b = lum(c);
   return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }"""
 
-@pytest.fixture(scope="module")
-def url(fusion_trace):
-  srv = serve_in_thread(fusion_trace)
-  yield srv[3]
-  stop_server(srv)
+url = served("fusion_trace")
 
 def test_readable_at_1280x720(browser, url):
   page = browser.new_page(viewport={"width": 1280, "height": 720})

@@ -3,7 +3,7 @@ enum args shown as names, consecutive steps of one pass grouped (collapsible), s
 the code that called substitute, not the lookup rule inside the core."""
 import os
 import pytest
-from conftest import CHROMIUM, ready, record_in_subprocess, serve_in_thread, stop_server
+from conftest import needs_chromium, ready, record_in_subprocess, served
 from tinyplug_viz_web.model import TraceView
 
 @pytest.fixture(scope="module")
@@ -27,15 +27,11 @@ def test_substitute_steps_name_their_caller_and_args_are_clean(trace):
   args = {n.arg for _, n in view.trace.nodes.items() if n.op == "REDUCE"}
   assert args == {"Ops.ADD"}
 
-@pytest.fixture(scope="module")
-def url(trace):
-  srv = serve_in_thread(trace)
-  yield srv[3]
-  stop_server(srv)
+url = served("trace")
 
 LABELS = "[...document.querySelectorAll('g.node text')].map(t => [...t.querySelectorAll('tspan')].map(s => s.textContent))"
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+@needs_chromium
 def test_grouped_steps_folded_constants_clean_labels(page, url):
   page.goto(url + "/")
   ready(page, "home")
@@ -84,7 +80,7 @@ def test_schedule_steps_that_made_a_kernel_name_it(fusion_trace):
     assert simplify and all(t.split(": ")[-1] in names for t in simplify), simplify
     assert len(set(simplify)) == len(simplify)      # one per kernel, each named after its own
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"), reason="needs /usr/bin/chromium")
+@needs_chromium
 def test_fit_shows_a_deep_graph_whole(page, url):
   """A chain 600 ops deep is cut into bands of ranks stacked like lines of text: fitted, it fills the view
   instead of being a thin strip (it was 40 times wider than the view's shape)."""
