@@ -7,7 +7,7 @@ of live tensors that realize() updates), realization, data access, devices and a
 """
 from __future__ import annotations
 import itertools, math, weakref
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import DType, dtypes, to_dtype, to_np_dtype, from_np_dtype

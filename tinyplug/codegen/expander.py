@@ -5,7 +5,6 @@ an upcast output axis gives each copy its own STORE (and its own accumulators), 
 not depend on it. The renderer's compiler (LLVM's SLP vectorizer, say) then turns neighbouring copies into vectors."""
 from __future__ import annotations
 import itertools
-from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
 def _lanes(ranges: list[UOp]):

@@ -1,7 +1,5 @@
 """GPU-style launch: the output loops of a kernel become SPECIAL group/local ids instead of RANGE loops."""
 from __future__ import annotations
-import math
-from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
 def loop_ranges(sink: UOp) -> list[UOp]:

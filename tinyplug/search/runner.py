@@ -1,7 +1,6 @@
 """Kernel search: run the selected strategy plugin, time candidates on the real device, cache the answer on disk."""
 from __future__ import annotations
 import hashlib, json, os, sys, time
-from typing import Any, Callable
 from tinyplug import events
 from tinyplug.diskcache import SealedTable
 from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, suggest

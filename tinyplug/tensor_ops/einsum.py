@@ -1,6 +1,5 @@
 """einsum and diagonals: index-notation products written as movement ops, one broadcast multiply and one sum."""
 from __future__ import annotations
-from typing import Sequence
 from tinyplug.tensor_ops import graph
 
 # labels standing for the dims an operand's '...' covers (never letters a formula can use)

@@ -11,7 +11,7 @@ from tinyplug.backend import Compiler
 from tinyplug.diskcache import cache_path, read_sealed, write_sealed
 from tinyplug.helpers import CACHELEVEL
 from tinyplug.renderer.llvmir import LLVMFunctionBuilder, LLVMIRRenderer, mem_type
-from tinyplug.uop.dtype import DType, dtypes
+from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug_cuda.renderer import CUDATarget
 

@@ -1,7 +1,7 @@
 """The CL device: context and in-order profiling queue, buffers, program builds with an in-memory and on-disk binary
 cache, and kernel launches that return the device time from profiling events when asked to wait."""
 from __future__ import annotations
-import ctypes, hashlib, os, threading
+import ctypes, hashlib, threading
 from typing import Any, Callable
 from tinyplug.device import Allocator, Compiled, Compiler, ProgramSpec
 from tinyplug.diskcache import cache_path, read_sealed, write_sealed
