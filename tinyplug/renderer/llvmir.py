@@ -13,10 +13,13 @@ How values are held:
 - Loops are phi-node loops; DEFINE_REG / DEFINE_LOCAL are allocas in the entry block (SROA turns them into registers).
 
 What a target changes: a subclass of `LLVMIRRenderer` sets `builder` to a subclass of `LLVMFunctionBuilder` and
-overrides its hooks: `extra_params` (more function parameters), `render_special` (launch ids, e.g. intrinsics
-for AMDGPU/NVPTX), `define_local` (work-group memory: a GPU's shared-memory global instead of an alloca),
+overrides its hooks: `buffer_param` (how a buffer parameter is declared: a GPU's global address space),
+`extra_params` (more function parameters), `render_special` (launch ids, e.g. intrinsics for AMDGPU/NVPTX),
+`define_local` (work-group memory: a GPU's shared-memory global instead of an alloca), `define_reg` (a private
+array: AMDGPU's allocas live in addrspace(5)),
 `render_barrier` (a work-group barrier; nothing on a loop-running target), `float_call` (a math library call for an
-op), `footer` (attribute groups, globals); and on the renderer `function_attrs` (the function's attribute group) and
+op), `footer` (attribute groups, globals), `function_attributes` (one kernel's attribute group, by default the
+renderer's); and on the renderer `function_attrs` (the function's attribute group) and
 `calling_convention` (e.g. `ptx_kernel`, `amdgpu_kernel`)."""
 from __future__ import annotations
 import math, re, struct
@@ -140,6 +143,10 @@ class LLVMFunctionBuilder:
   def splat(self, v, dt: DType) -> str: return literal(v, dt)
 
   # ---- hooks a target overrides ----
+  def buffer_param(self, u: UOp) -> str:
+    """The parameter declaring buffer `u` (a DEFINE_GLOBAL); sets `self.r[u]`, the pointer the body addresses it by."""
+    self.r[u] = f"%data{u.arg}"
+    return f"ptr noalias %data{u.arg}"
   def extra_params(self) -> list[str]:
     """Function parameters after the buffers and variables."""
     return ["i32 %core_id", "i32 %n_cores"] if self.renderer.split_threads else []
@@ -152,6 +159,11 @@ class LLVMFunctionBuilder:
     name = f"%local{len(self.allocas)}"
     self.allocas.append(f"{name} = alloca [{max(u.dtype.size, 1)} x {mem_type(u.dtype.base)}], align 64")
     return name
+  def define_reg(self, u: UOp) -> str:
+    """The pointer to a DEFINE_REG's private array (an alloca in the entry block; SROA makes it registers)."""
+    name = f"%reg{len(self.allocas)}"
+    self.allocas.append(f"{name} = alloca [{max(u.dtype.size, 1)} x {mem_type(u.dtype.base)}], align 64")
+    return name
   def render_barrier(self, u: UOp) -> None:
     """A work-group barrier (a loop-running target runs one work-item at a time: nothing to wait for)."""
   def float_call(self, op: Ops, dt: DType, x: str) -> str | None:
@@ -160,6 +172,9 @@ class LLVMFunctionBuilder:
   def footer(self) -> list[str]:
     """Module-level lines after the declarations (attribute groups, globals)."""
     return []
+  def function_attributes(self) -> str:
+    """The kernel's attribute group #0 (a GPU target adds what depends on the kernel, e.g. its work-group size)."""
+    return self.renderer.function_attrs
 
   def _address_math(self) -> set[UOp]:
     """Integer adds/muls that compute addresses: they get `nsw` (an in-bounds index never overflows), which lets
@@ -178,9 +193,7 @@ class LLVMFunctionBuilder:
     bufs = sorted((u for u in self.uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     variables = sorted((u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg)
     params = []
-    for u in bufs:
-      self.r[u] = f"%data{u.arg}"
-      params.append(f"ptr noalias %data{u.arg}")
+    for u in bufs: params.append(self.buffer_param(u))
     for u in variables:
       self.r[u] = f"%var_{_ident(u.arg[0])}"
       params.append(f"{reg_type(u.dtype)} {self.r[u]}")
@@ -191,7 +204,7 @@ class LLVMFunctionBuilder:
     body = [f"define {cc}void @{_ident(self.name)}({', '.join(params)}) #0 {{", "entry:"]
     body += ["  " + a for a in self.allocas] + self.lines + ["  ret void", "}", ""]
     body += sorted(self.decls.values())
-    body.append(f"attributes #0 = {{ {self.renderer.function_attrs} }}")
+    body.append(f"attributes #0 = {{ {self.function_attributes()} }}")
     body += self.footer()
     return "\n".join(body) + "\n"
 
@@ -202,12 +215,7 @@ class LLVMFunctionBuilder:
     if op is Ops.CONST: self.r[u] = literal(u.arg, u.dtype); return
     if op is Ops.VCONST: self.r[u] = literal(tuple(u.arg), u.dtype); return
     if op is Ops.DEFINE_LOCAL: self.r[u] = self.define_local(u); return
-    if op is Ops.DEFINE_REG:
-      name = f"%reg{len(self.allocas)}"
-      size = max(u.dtype.size, 1)
-      self.allocas.append(f"{name} = alloca [{size} x {mem_type(u.dtype.base)}], align 64")
-      self.r[u] = name
-      return
+    if op is Ops.DEFINE_REG: self.r[u] = self.define_reg(u); return
     if op is Ops.RANGE: return self.render_range(u)
     if op is Ops.END: return self.render_end(u)
     if op is Ops.IF:

@@ -111,6 +111,7 @@ _LLVM_DEFINE = re.compile(r"^define\s+(?:[\w\s]*?\s)?void\s+@([\w.$]+)\s*\(([^)]
 _LLVM_REWRITES = [   # (pattern, replacement), applied in order to the whole module
   (re.compile(r"^\s*target (datalayout|triple)\s*=.*$", re.M), ""),           # the host's own
   (re.compile(r"(unnamed_addr |local_unnamed_addr )?addrspace\(3\) global"), r"thread_local \1global"),  # work-group memory
+  (re.compile(r",\s*addrspace\(\d+\)"), ""),                                 # an alloca's address space (AMDGPU: 5)
   (re.compile(r"\s*addrspace\(\d+\)"), ""),                                  # one flat address space
   (re.compile(r"\baddrspacecast\b"), "bitcast"),
   (re.compile(r"\b(amdgpu_kernel|ptx_kernel|spir_kernel|amdgpu_cs|amdgpu_gfx)\s+"), ""),
@@ -223,7 +224,7 @@ CUDA = CUDADialect(
                  "-I", os.path.join(_HERE, "include"), "-w"),
   renderer="CUDA", renderer_options={})
 
-LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="1", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"))
+LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="2", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"))
 
 METAL = MetalDialect(
   name="metal", device="METAL", version="1", builtins="opencl_builtins.cl", headers=("include/metal_stdlib",),
@@ -234,7 +235,7 @@ METAL = MetalDialect(
   renderer_options={})
 
 # the cuda plugin's PTX renderer writes LLVM IR for NVPTX: `MOCK+CUDA:PTX` runs it through the same lowering
-NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="1", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
+NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="2", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
 
 DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA, "AMD": LLVM_IR, "METAL": METAL}
 # other renderers of a device, selected by name (`MOCK+CUDA:PTX`): (device, renderer name) -> dialect
