@@ -1,0 +1,24 @@
+"""The shipped op suite (tinyplug.testing) on MOCK+AMD: every kernel is the AMDGPU renderer's exact LLVM IR, lowered to
+the host and compiled by clang, run by the emulator, checked against torch, in a pytest subprocess.
+
+CI runs the slice below (every dtype through casts and bitcasts, half math, integer ops, reductions through LDS, a
+matmul, softmax); `AMD_SUITE=full` runs the whole suite (plugins/amd/README.md has the command and its last result).
+The emulator runs IR written for AMDGPU whatever AMD_ARCH says; the compile tests cover the three targets."""
+from __future__ import annotations
+import os, re, subprocess, sys
+import pytest
+
+SLICE = ("test_cast or test_bitcast or test_half_math or test_int_binary or test_where or test_reduce_ints_and_bools "
+         "or test_argmax_argmin or test_matmul_ints_and_dot or test_special_values or test_softmax or test_cumsum")
+
+@pytest.mark.slow
+def test_op_suite_on_the_emulator_with_the_amdgpu_renderer(mock_amd):
+  env = {**os.environ, "TINYPLUG_TEST_DEVICES": "MOCK+AMD"}
+  args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
+  full = os.environ.get("AMD_SUITE") == "full"
+  if not full: args += ["-k", SLICE]
+  out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=7200)
+  tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
+  assert out.returncode == 0, tail
+  passed = re.search(r"(\d+) passed", tail)
+  assert passed and int(passed.group(1)) >= (550 if full else 70), tail
