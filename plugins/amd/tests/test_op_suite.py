@@ -1,8 +1,8 @@
 """The shipped op suite (tinyplug.testing) on MOCK+AMD: every kernel is the AMDGPU renderer's exact LLVM IR, lowered to
 the host and compiled by clang, run by the emulator, checked against torch, in a pytest subprocess.
 
-CI runs the slice below (every dtype through casts and bitcasts, half math, integer ops, reductions through LDS, a
-matmul, softmax); `AMD_SUITE=full` runs the whole suite (plugins/amd/README.md has the command and its last result).
+CI runs the slices below (every dtype through casts and bitcasts, half math, integer ops, reductions through LDS, a
+matmul, softmax); `AMD_SUITE=full` runs the whole suite for both renderers (plugins/amd/README.md has the command and its last result).
 The emulator runs IR written for AMDGPU whatever AMD_ARCH says; the compile tests cover the three targets."""
 from __future__ import annotations
 import os, re, subprocess, sys
@@ -11,14 +11,25 @@ import pytest
 SLICE = ("test_cast or test_bitcast or test_half_math or test_int_binary or test_where or test_reduce_ints_and_bools "
          "or test_argmax_argmin or test_matmul_ints_and_dot or test_special_values or test_softmax or test_cumsum")
 
-@pytest.mark.slow
-def test_op_suite_on_the_emulator_with_the_amdgpu_renderer(mock_amd):
-  env = {**os.environ, "TINYPLUG_TEST_DEVICES": "MOCK+AMD"}
+# the HIP C renderer (MOCK+AMD:HIP: plain HIP through the emulator's CUDA/HIP prelude): a smaller slice
+HIP_SLICE = ("test_cast or test_bitcast or test_half_math or test_where or test_reduce_ints_and_bools or "
+             "test_argmax_argmin or test_special_values")
+
+def run_suite(device: str, k: str, at_least: int) -> None:
+  env = {**os.environ, "TINYPLUG_TEST_DEVICES": device}
   args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
   full = os.environ.get("AMD_SUITE") == "full"
-  if not full: args += ["-k", SLICE]
+  if not full: args += ["-k", k]
   out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=7200)
   tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
   assert out.returncode == 0, tail
   passed = re.search(r"(\d+) passed", tail)
-  assert passed and int(passed.group(1)) >= (550 if full else 70), tail
+  assert passed and int(passed.group(1)) >= (550 if full else at_least), tail
+
+@pytest.mark.slow
+def test_op_suite_on_the_emulator_with_the_amdgpu_renderer(mock_amd):
+  run_suite("MOCK+AMD", SLICE, 70)
+
+@pytest.mark.slow
+def test_op_suite_on_the_emulator_with_the_hip_renderer(mock_amd):
+  run_suite("MOCK+AMD:HIP", HIP_SLICE, 40)

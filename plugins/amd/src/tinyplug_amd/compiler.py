@@ -106,25 +106,17 @@ def link(obj: bytes, lld: str | None = None) -> bytes:
       raise AMDCompileError(f"{os.path.basename(lld)} could not link the kernel: {(res.stderr or res.stdout).strip()}")
     with open(out, "rb") as f: return f.read()
 
-class AMDCompiler(Compiler):
-  """AMDGPU LLVM IR -> a code object for one target (`gfx1100`)."""
-  compiles = 0   # LLVM + linker runs in this process (cache misses), for tests
-  def __init__(self, arch: str | None = None):
-    import llvmlite.binding as llvm
-    self.target = arch_info(arch)
-    self.arch = self.target.name
-    self.lld, lld_version = linker()
-    self.identity = f"llvm{'.'.join(map(str, llvm.llvm_version_info))}-{lld_version}"
-    self.cachekey = f"amd-{self.identity}-{self.arch}"
-    self._memory = BoundedCache("amd.code_objects", KERNEL_CACHE_SIZE.value)
+class CachedCodeObjects(Compiler):
+  """compile_cached for the amd compilers: code objects in memory and sealed on disk (`<cache dir>/amd/<key>.hsaco`)
+  under `key(src)`, which hashes the toolchain's identity, the target and the source."""
+  identity: str
+  arch: str
+  def __init__(self):
+    self._memory = BoundedCache(f"amd.{type(self).__name__}", KERNEL_CACHE_SIZE.value)
     self._lock = threading.Lock()
 
   def key(self, src: str) -> str:
-    return hashlib.sha256("\0".join([self.identity, self.arch, self.target.features, src]).encode()).hexdigest()
-
-  def compile(self, src: str) -> bytes:
-    AMDCompiler.compiles += 1
-    return link(llvm_to_object(src, self.target), self.lld)
+    return hashlib.sha256("\0".join([type(self).__name__, self.identity, self.arch, src]).encode()).hexdigest()
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:
@@ -136,6 +128,22 @@ class AMDCompiler(Compiler):
         binary = self.compile(src)
         if path is not None: write_sealed(path, key, binary)
       return self._memory.put(src, binary)
+
+class AMDCompiler(CachedCodeObjects):
+  """AMDGPU LLVM IR -> a code object for one target (`gfx1100`)."""
+  compiles = 0   # LLVM + linker runs in this process (cache misses), for tests
+  def __init__(self, arch: str | None = None):
+    import llvmlite.binding as llvm
+    super().__init__()
+    self.target = arch_info(arch)
+    self.arch = self.target.name
+    self.lld, lld_version = linker()
+    self.identity = f"llvm{'.'.join(map(str, llvm.llvm_version_info))}-{lld_version}-{self.target.features}"
+    self.cachekey = f"amd-{self.identity}-{self.arch}"
+
+  def compile(self, src: str) -> bytes:
+    AMDCompiler.compiles += 1
+    return link(llvm_to_object(src, self.target), self.lld)
 
 def compiler_for(renderer: str, arch: str) -> Compiler:
   """The compiler for what a renderer writes: AMDGPU LLVM IR through llvmlite and ld.lld, HIP C through hiprtc."""

@@ -28,3 +28,4 @@ def tinyplug_register_devices(register) -> None:
 @hookimpl
 def tinyplug_register_renderers(register) -> None:
   register(RendererSpec(device="AMD", name="LLVM", factory="tinyplug_amd.renderer:AMDGPURenderer", priority=10))
+  register(RendererSpec(device="AMD", name="HIP", factory="tinyplug_amd.hip_renderer:HIPRenderer", priority=0))

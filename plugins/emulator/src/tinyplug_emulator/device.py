@@ -105,7 +105,7 @@ class EmulatorCompiler(Compiler):
       self._paths[d] = path
     return path
 
-_SUFFIXES = {"opencl": ".cl", "cuda": ".cu", "llvm-ir": ".ll", "metal": ".metal"}
+_SUFFIXES = {"opencl": ".cl", "cuda": ".cu", "hip": ".hip", "llvm-ir": ".ll", "metal": ".metal"}
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _read(name: str) -> bytes:

@@ -237,9 +237,13 @@ METAL = MetalDialect(
 # the cuda plugin's PTX renderer writes LLVM IR for NVPTX: `MOCK+CUDA:PTX` runs it through the same lowering
 NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="2", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
 
+# the amd plugin's HIP renderer writes plain HIP C: the CUDA dialect's prelude covers it (`MOCK+AMD:HIP`)
+HIP = CUDADialect(name="hip", device="AMD", version="1", headers=CUDA.headers, compile_flags=CUDA.compile_flags,
+                  renderer="HIP", renderer_options={})
+
 DIALECTS: dict[str, Dialect] = {"CL": OPENCL, "CUDA": CUDA, "AMD": LLVM_IR, "METAL": METAL}
 # other renderers of a device, selected by name (`MOCK+CUDA:PTX`): (device, renderer name) -> dialect
-RENDERER_DIALECTS: dict[tuple[str, str], Dialect] = {("CUDA", "PTX"): NVPTX_IR}
+RENDERER_DIALECTS: dict[tuple[str, str], Dialect] = {("CUDA", "PTX"): NVPTX_IR, ("AMD", "HIP"): HIP}
 
 def dialect_for(target: str, renderer: str | None = None) -> Dialect:
   """The dialect of `target`'s default renderer, or of the renderer named (`MOCK+CUDA:PTX`)."""
