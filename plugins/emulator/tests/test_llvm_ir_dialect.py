@@ -117,3 +117,17 @@ def test_unknown_intrinsic_is_a_clear_error():
   src = NVPTX.replace("@llvm.nvvm.read.ptx.sreg.ntid.x()", "@llvm.nvvm.read.ptx.sreg.laneid()")
   with pytest.raises(DialectError, match=r"no lowering for the GPU intrinsic\(s\) llvm.nvvm.read.ptx.sreg.laneid"):
     LLVM_IR.with_entry(src)
+
+WMMA_CALL = """define amdgpu_kernel void @k(ptr addrspace(1) %data0) {
+  %d = call <8 x float> @llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16(<16 x half> zeroinitializer, <16 x half> zeroinitializer, <8 x float> zeroinitializer)
+  store <8 x float> %d, ptr addrspace(1) %data0
+  ret void
+}
+declare <8 x float> @llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16(<16 x half>, <16 x half>, <8 x float>)
+"""
+
+def test_wmma_is_lowered_to_the_wave_builtin_through_memory():
+  out = LLVM_IR.with_entry(WMMA_CALL)
+  assert "call <8 x float> @tp.llvm.amdgcn.wmma.f32.16x16x16.f16(" in out and "declare <8 x float> @llvm.amdgcn" not in out
+  assert "declare void @tp_wmma_f32_16x16x16_f16(ptr, ptr, ptr, ptr) convergent nounwind" in out
+  assert LLVM_IR.uses_barrier(WMMA_CALL)   # its lanes exchange data at barriers: the work-items run as fibers

@@ -107,6 +107,11 @@ _LLVM_INTRINSICS = {
   **{f"llvm.nvvm.read.ptx.sreg.nctaid.{d}": ("tp_num_groups", i) for i, d in enumerate("xyz")},
 }
 _LLVM_BARRIERS = ("llvm.amdgcn.s.barrier", "llvm.nvvm.barrier0")
+# wave operations -> (LLVM type of the result, operand types, the builtin that computes them through memory)
+_LLVM_WAVE_OPS = {
+  "llvm.amdgcn.wmma.f32.16x16x16.f16": ("<8 x float>", ("<16 x half>", "<16 x half>", "<8 x float>"),
+                                        "tp_wmma_f32_16x16x16_f16"),
+}
 _LLVM_DEFINE = re.compile(r"^define\s+(?:[\w\s]*?\s)?void\s+@([\w.$]+)\s*\(([^)]*)\)", re.M)
 _LLVM_REWRITES = [   # (pattern, replacement), applied in order to the whole module
   (re.compile(r"^\s*target (datalayout|triple)\s*=.*$", re.M), ""),           # the host's own
@@ -132,10 +137,11 @@ class LLVMIRDialect(Dialect):
   def with_entry(self, src: str) -> str:
     used = [name for name in _LLVM_INTRINSICS if f"@{name}(" in src]
     barriers = [name for name in _LLVM_BARRIERS if f"@{name}(" in src]
-    unknown = sorted(set(re.findall(r"@(llvm\.(?:amdgcn|nvvm|r600)\.[\w.]+)", src)) - set(used) - set(barriers))
+    waves = {m.group(0)[1:]: base for base in _LLVM_WAVE_OPS for m in re.finditer(rf"@{re.escape(base)}(\.[\w.]+)?(?=\()", src)}
+    unknown = sorted(set(re.findall(r"@(llvm\.(?:amdgcn|nvvm|r600)\.[\w.]+)", src)) - set(used) - set(barriers) - set(waves))
     if unknown: raise DialectError(f"the emulator has no lowering for the GPU intrinsic(s) {', '.join(unknown)}")
     text = "\n".join(line for line in src.splitlines()
-                     if not (line.startswith("declare") and any(f"@{n}(" in line for n in used + barriers)))
+                     if not (line.startswith("declare") and any(f"@{n}(" in line for n in used + barriers + list(waves))))
     for pattern, repl in _LLVM_REWRITES: text = pattern.sub(repl, text)
     helpers = []
     for name in used:
@@ -146,6 +152,11 @@ class LLVMIRDialect(Dialect):
     for name in barriers: text = text.replace(f"call void @{name}(", "call void @tp_barrier(")
     runtime_decls = {f"declare i64 @{f}(i32)" for f, _ in (_LLVM_INTRINSICS[n] for n in used)}
     if barriers: runtime_decls.add("declare void @tp_barrier() convergent nounwind")
+    for name, base in waves.items():
+      text = text.replace(f"@{name}(", f"@tp.{base}(")
+      helper, decl = _wave_op_helper(base)
+      helpers.append(helper)
+      runtime_decls.add(decl)
     name, params = self._signature(text)
     loads, args, n_ptr, n_var = [], [], 0, 0
     for k, p in enumerate(params):
@@ -161,8 +172,20 @@ class LLVMIRDialect(Dialect):
     thunk = "\n".join(["define void @tp_entry(ptr %args, ptr %vars) {", *loads, f"  call void @{name}({', '.join(args)})",
                        "  ret void", "}"])
     return "\n".join([text, *sorted(runtime_decls), *helpers, thunk]) + "\n"
-  def uses_barrier(self, src: str) -> bool: return any(f"@{n}(" in src for n in _LLVM_BARRIERS)
+  def uses_barrier(self, src: str) -> bool:   # a wave operation exchanges lanes through barriers too
+    return any(f"@{n}(" in src for n in _LLVM_BARRIERS) or any(f"@{n}" in src for n in _LLVM_WAVE_OPS)
   def uses_local_memory(self, src: str) -> bool: return False   # addrspace(3) globals become thread_local
+
+def _wave_op_helper(base: str) -> tuple[str, str]:
+  """An IR function taking the wave operation's vector operands, passing them through memory to its builtin (C has no
+  portable ABI for vectors of half), and the builtin's declaration."""
+  result, operands, builtin = _LLVM_WAVE_OPS[base]
+  params = ", ".join(f"{t} %x{i}" for i, t in enumerate(operands))
+  lines = [f"define internal {result} @tp.{base}({params}) convergent {{"]
+  for i, t in enumerate(operands): lines += [f"  %p{i} = alloca {t}", f"  store {t} %x{i}, ptr %p{i}"]
+  lines += [f"  %out = alloca {result}", f"  call void @{builtin}({', '.join(f'ptr %p{i}' for i in range(len(operands)))}, ptr %out)",
+            f"  %r = load {result}, ptr %out", f"  ret {result} %r", "}"]
+  return "\n".join(lines), f"declare void @{builtin}({', '.join(['ptr'] * (len(operands) + 1))}) convergent nounwind"
 
 _METAL_KERNEL = re.compile(r"\bkernel\s+void\s+(\w+)\s*\(")
 _METAL_IDS = {"threadgroup_position_in_grid": "get_group_id", "thread_position_in_threadgroup": "get_local_id",
@@ -224,7 +247,8 @@ CUDA = CUDADialect(
                  "-I", os.path.join(_HERE, "include"), "-w"),
   renderer="CUDA", renderer_options={})
 
-LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="2", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"))
+LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="3", compile_flags=("-x", "ir", "-O2", "-fPIC", "-w"),
+                        builtins="amdgpu_builtins.c", builtins_flags=("-x", "c", "-O2", "-fPIC", "-ffp-contract=off", "-w"))
 
 METAL = MetalDialect(
   name="metal", device="METAL", version="1", builtins="opencl_builtins.cl", headers=("include/metal_stdlib",),
@@ -235,7 +259,7 @@ METAL = MetalDialect(
   renderer_options={})
 
 # the cuda plugin's PTX renderer writes LLVM IR for NVPTX: `MOCK+CUDA:PTX` runs it through the same lowering
-NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="2", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
+NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="3", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
 
 # the amd plugin's HIP renderer writes plain HIP C: the CUDA dialect's prelude covers it (`MOCK+AMD:HIP`)
 HIP = CUDADialect(name="hip", device="AMD", version="1", headers=CUDA.headers, compile_flags=CUDA.compile_flags,
