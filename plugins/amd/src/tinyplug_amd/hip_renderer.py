@@ -55,7 +55,8 @@ class HIPRenderer(AMDTarget, CStyleRenderer):
     super().__init__(arch, **limits)
     self.vector_widths = {}
 
-  def __repr__(self) -> str: return f"HIPRenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
+  def __repr__(self) -> str:
+    return f"HIPRenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
 
   def render_const(self, value: Any, dt: DType) -> str:
     if dt == dtypes.bfloat16:

@@ -96,7 +96,8 @@ class HIPCompiler(CachedCodeObjects):
       clang = find_clang()
       with open(os.path.join(INCLUDE, "hip", "hip_runtime.h"), "rb") as f: header = f.read()
       version = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
-      self.tool, self.identity = "clang", f"{version}-{hashlib.sha256(header).hexdigest()[:16]}-{' '.join(clang_flags(self.arch))}"
+      header_digest = hashlib.sha256(header).hexdigest()[:16]
+      self.tool, self.identity = "clang", f"{version}-{header_digest}-{' '.join(clang_flags(self.arch))}"
     self.cachekey = f"amd-hip-{self.tool}-{self.arch}"
 
   def compile(self, src: str) -> bytes:

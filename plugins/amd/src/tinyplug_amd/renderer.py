@@ -111,4 +111,5 @@ class AMDGPURenderer(AMDTarget, LLVMIRRenderer):
                           for dt in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
                                      dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64)}
 
-  def __repr__(self) -> str: return f"AMDGPURenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
+  def __repr__(self) -> str:
+    return f"AMDGPURenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"

@@ -54,7 +54,8 @@ class AMDAllocator(Allocator):
   def copyin(self, dest: ctypes.c_void_p, src: memoryview) -> None:
     if not src.nbytes: return
     self.dev.make_current()
-    data = (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src)
+    buf = ctypes.c_char * src.nbytes
+    data = buf.from_buffer_copy(src) if src.readonly else buf.from_buffer(src)
     with self._lock:
       host = self._staging()
       for off in range(0, src.nbytes, STAGING_BYTES):

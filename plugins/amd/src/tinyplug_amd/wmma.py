@@ -17,13 +17,16 @@ WMMA = "llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16"
 TILE = 16
 WAVE = 32
 
-def wmma_matmul(m: int, n: int, k: int, arch: str = "gfx1100") -> tuple[str, str, tuple[int, int, int], tuple[int, int, int]]:
+Size3 = tuple[int, int, int]
+
+def wmma_matmul(m: int, n: int, k: int, arch: str = "gfx1100") -> tuple[str, str, Size3, Size3]:
   """(kernel name, LLVM IR, global size in work-groups, local size) of the WMMA matmul for these sizes, each a
   multiple of 16. Buffers: data0 = C (float), data1 = A (half), data2 = B (half)."""
   target = arch_info(arch)
   if not target.wmma or target.wave != WAVE:
     raise ValueError(f"{target.name} ({target.family}) has no wave32 WMMA: the WMMA matmul is for RDNA3 (gfx11)")
-  if any(x <= 0 or x % TILE for x in (m, n, k)): raise ValueError(f"WMMA matmul sizes must be multiples of 16, not {m}x{n}x{k}")
+  if any(x <= 0 or x % TILE for x in (m, n, k)):
+    raise ValueError(f"WMMA matmul sizes must be multiples of 16, not {m}x{n}x{k}")
   name = f"wmma_matmul_{m}_{n}_{k}"
   a_elems = "\n".join(f"  %ap{e} = getelementptr inbounds half, ptr addrspace(1) %data1, i32 %aidx{e}\n"
                       f"  %av{e} = load half, ptr addrspace(1) %ap{e}, align 2\n"
