@@ -42,6 +42,8 @@ dev.allocator.copyout(memoryview(got).cast("B"), out)
 print("LAUNCH", [int(x) for x in got], t)
 try: dev.make_program(ProgramSpec(name="k", uops=(), src=src), b"not a code object")
 except RuntimeError as e: print("BADIMAGE", e)
+hipdev = Device["AMD:HIP"]
+print("HIP", type(hipdev.renderer).__name__, type(hipdev.compiler).__name__, hipdev.compiler.tool, hipdev.compiler.arch)
 from tinyplug import Tensor
 with Context(DEBUG=2):
   r = (Tensor([1.0, 2.0], device="AMD") + 1).realize()
@@ -59,4 +61,5 @@ def test_runtime_against_a_fake_hip(fake_rocm, lld):
   assert lines["ROUNDTRIP"] == "ROUNDTRIP True"
   assert lines["LAUNCH"] == "LAUNCH [3, 2, 1, 32, 1, 1, 16, 7] 0.0015"   # grid, block, kernarg bytes (8 + 4, padded), the int, time
   assert "hipModuleLoadData failed: hipErrorInvalidImage: invalid kernel image (kernel k)" in lines["BADIMAGE"]
+  assert lines["HIP"] == "HIP HIPRenderer HIPCompiler clang gfx1100"   # no libhiprtc.so in the fake ROCm: clang
   assert "AMD" in lines["REALIZED"] and "E_2" in out.stdout   # DEBUG=2 line of the launched kernel
