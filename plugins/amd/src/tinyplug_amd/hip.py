@@ -2,7 +2,8 @@
 `check`, which turns a hipError_t into an error naming the call and HIP's own name for the code, and the probe.
 
 Not run on AMD hardware in this repository (no GPU or ROCm there): the names, signatures, constants and the
-`hipDeviceProp_tR0600` offsets are those of ROCm 6's hip_runtime_api.h. Only the probe's no-ROCm path is tested."""
+`hipDeviceProp_tR0600` offsets are those of ROCm 6's hip_runtime_api.h. Tested: the no-ROCm probe, and every call
+against a stand-in library (tests/fake_hip), which proves the calls are made as written, not that ROCm accepts them."""
 from __future__ import annotations
 import ctypes, functools, os, re
 from tinyplug.helpers import env_str
@@ -48,7 +49,10 @@ _SIGNATURES = {
   "hipGetErrorString": [c_int],
 }
 _RESTYPES = {"hipGetErrorName": c_char_p, "hipGetErrorString": c_char_p}
-_PROPS_CALLS = ("hipGetDevicePropertiesR0600", "hipGetDeviceProperties")   # ROCm 6 names the struct version
+# what the device assumes where HIP has no hipGetDevicePropertiesR0600 (before ROCm 6, whose struct has another layout)
+DEFAULT_PROPS = {"totalGlobalMem": 0, "sharedMemPerBlock": 65536, "warpSize": 0, "maxThreadsPerBlock": 1024,
+                 "maxThreadsDim": (1024, 1024, 1024), "maxGridSize": (2**31 - 1, 65535, 65535), "multiProcessorCount": 0,
+                 "gcnArchName": ""}
 
 class HIPError(RuntimeError):
   """A HIP call failed: the message names the call, the hipError_t's name and HIP's description."""
@@ -101,14 +105,14 @@ def probe_hip() -> tuple[bool, str]:
 
 def device_properties(ordinal: int) -> dict:
   """The fields of hipDeviceProp_t the device needs; `arch` is the processor part of gcnArchName
-  (`gfx1100`), None when that field does not hold one."""
+  (`gfx1100`), None when that field does not hold one. Before ROCm 6: defaults, and no arch (AMD_ARCH names it)."""
   import struct
   L = lib()
+  if not hasattr(L, "hipGetDevicePropertiesR0600"): return {**DEFAULT_PROPS, "name": f"AMD GPU {ordinal}", "arch": None}
   buf = ctypes.create_string_buffer(PROPS_BYTES)
-  call = next(c for c in _PROPS_CALLS if hasattr(L, c))
-  fn = getattr(L, call)
+  fn = L.hipGetDevicePropertiesR0600
   fn.restype, fn.argtypes = c_int, [c_void_p, c_int]
-  check(call, fn(buf, ordinal))
+  check("hipGetDevicePropertiesR0600", fn(buf, ordinal))
   raw = buf.raw
   def field(name: str):
     off, fmt = PROP_OFFSETS[name]
