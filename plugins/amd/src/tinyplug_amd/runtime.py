@@ -160,6 +160,7 @@ class AMDDevice(Compiled):
     check("hipStreamSynchronize", lib().hipStreamSynchronize(self.stream))
 
   def describe(self) -> str:
-    return (f"{self.info['name']} ({self.arch}, {self.info['multiProcessorCount']} CUs, wave{self.info['warpSize'] or self.renderer.target.wave}, "
+    wave = self.info["warpSize"] or self.renderer.target.wave
+    return (f"{self.info['name']} ({self.arch}, {self.info['multiProcessorCount']} CUs, wave{wave}, "
             f"{self.info['totalGlobalMem'] >> 20} MiB), kernels by {type(self.renderer).__name__} via "
             f"{type(self.compiler).__name__}")
