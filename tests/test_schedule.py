@@ -36,11 +36,11 @@ def test_elementwise_after_reduce_fuses(device):
   np.testing.assert_allclose(out.numpy(), np.sqrt(a.numpy().sum(1)) + 1, rtol=1e-6)
 
 def test_expanded_reduce_is_its_own_kernel(device):
-  from tinyplug.schedule import _keeps_loops_on
+  from tinyplug.schedule.fusion import runs_loops
   a = fresh(4, 6)
   out = a - a.max(1, keepdim=True)   # the max is needed by every element of its row
   # loop-running devices compute it inside the row's kernel, once per row (test_schedule_rows.py)
-  assert len(kernels(out)) == (1 if _keeps_loops_on(device) else 2)
+  assert len(kernels(out)) == (1 if runs_loops(device) else 2)
   np.testing.assert_allclose(out.numpy(), a.numpy() - a.numpy().max(1, keepdims=True))
 
 def test_movement_ops_fuse(device):

@@ -10,7 +10,8 @@ from tinyplug.plugins import get_plugin_manager
 from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.uop.rewrite import graph_rewrite
 from tinyplug.uop.upat import PatternMatcher
-from tinyplug.hookspecs.passes import CORE_STAGES, PipelineStep, order_passes, pipeline_fingerprint
+from tinyplug.hookspecs.passes import CORE_STAGES, SCHEDULE_STAGES, PipelineStep, order_passes, passes_for, \
+  pipeline_fingerprint
 from tinyplug.codegen.linearize import linearize
 from tinyplug.codegen.gpudims import add_gpudims
 from tinyplug.schedule.naming import kernel_name
@@ -91,7 +92,9 @@ def pipeline_steps(renderer: Renderer | None = None) -> tuple[PipelineStep, ...]
   from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager()
   if (steps := pm.derived.get("codegen.pipeline")) is None:
-    steps = pm.derived["codegen.pipeline"] = tuple(order_passes(CORE_STAGES, pm.passes))
+    scheduler_passes = {spec.name for spec, _ in passes_for(SCHEDULE_STAGES, pm.passes)}   # tinyplug.schedule runs those
+    steps = pm.derived["codegen.pipeline"] = tuple(order_passes(CORE_STAGES, [p for p in pm.passes.values()
+                                                                              if p[0].name not in scheduler_passes]))
   return steps
 
 def pipeline_key() -> str:

@@ -1,6 +1,8 @@
 """Hooks for rewrite passes, the stable core stage ids, and how plugin passes are placed among them.
 
-The codegen pipeline is the list `CORE_STAGES`, run in order. A plugin pass names where it goes:
+Two pipelines take plugin passes: the scheduler's (`SCHEDULE_STAGES`, once per scheduled graph) and codegen's
+(`CORE_STAGES`, once per kernel). A pass belongs to the pipeline whose stage ids it names. A plugin pass names where
+it goes:
 - `stage="devectorize"`: it runs as part of that stage, after the core rules and before the next stage;
 - `after=(...)` / `before=(...)`: stage ids or other passes' names it must follow / precede.
 `order_passes` turns that into one deterministic list; install and registration order never matter.
@@ -13,10 +15,15 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Union
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, NamedTuple, Union
 
 from tinyplug.hookspecs.markers import hookspec
 from tinyplug.hookspecs.specs import PassSpec
+
+if TYPE_CHECKING:
+  from tinyplug.schedule.fusion import FusionGraph
+  from tinyplug.uop.ops import UOp
 
 # Stable ids of the core codegen stages, in pipeline order (`tinyplug.codegen.STAGES` runs them). They are public API:
 # renaming one is a major change. Until linearize a step gets the kernel graph (a SINK of STOREs) and returns one;
@@ -41,10 +48,68 @@ CORE_STAGES: tuple[str, ...] = (
   "linearize",         # REDUCEs become accumulators and loops; the graph becomes the linear program (a list)
 )
 
+# Stable ids of the scheduler's stages, in order (`tinyplug.schedule` runs them on the tensor-level graph before it is
+# cut into kernels). Both are empty in the core: it cuts correct kernels without them; pass sets make fewer or better
+# shaped ones (first-party: `split_reduce` at tensor_graph, `fuse_rows` at fusion).
+SCHEDULE_STAGES: tuple[str, ...] = (
+  "tensor_graph",  # value-preserving rewrites of the tensor graph (a PatternMatcher: the core keeps track of which
+                   # node became which, so realized tensors find their buffers)
+  "fusion",        # which reductions are computed inside their consumer's kernel instead of a kernel of their own
+                   # (a FusionPass); everything else the core decides
+)
+
+
+class FusionRefusal(NamedTuple):
+  """Why a fusion pass left a candidate reduction a kernel of its own (the visualizer shows it). `by_limit`: the pass
+  would fuse it but for a limit or setting of its own; then `rule` names the decision, else `detail` is appended to the
+  core's reason."""
+  rule: str
+  detail: str
+  by_limit: bool = False
+
+
+class FusionPass(ABC):
+  """What the `rewrite` factory of a pass at the scheduler's `fusion` stage returns.
+
+  The core first decides what must get a kernel of its own (outputs, contiguous/assign/copy, reductions used by more
+  than elementwise math on the way to one output). A fusion pass may then move some of those reductions, the
+  graph's `candidates`, into their consumer's kernel by calling `graph.fuse(reduction, rule, detail)`: recomputing a
+  reduction inside another kernel is always correct, so a pass only changes speed. Passes run in pipeline order, each
+  seeing the decisions of the ones before.
+  """
+
+  @abstractmethod
+  def fuse(self, graph: "FusionGraph") -> None:
+    """Call `graph.fuse(r, rule, detail)` for each candidate reduction r to compute inside its consumer's kernel."""
+
+  def why_not(self, graph: "FusionGraph", r: "UOp") -> FusionRefusal | None:
+    """Why candidate `r` was left a kernel of its own, for the visualizer; None: this pass has nothing to say."""
+    return None
+
+
+def passes_for(stages: Iterable[str], plugin_passes: "PluginPasses") -> list["tuple[PassSpec, str]"]:
+  """The `(spec, plugin)` pairs of `plugin_passes` that belong to the pipeline of `stages`: placed at one of them, or
+  anchored only to them and to passes already found to belong."""
+  ids = set(stages)
+  pairs = list(plugin_passes.values() if isinstance(plugin_passes, Mapping) else plugin_passes)
+  chosen: dict[str, tuple[PassSpec, str]] = {}
+  changed = True
+  while changed:
+    changed = False
+    for spec, plugin in pairs:
+      if spec.name in chosen: continue
+      anchors = (*spec.after, *spec.before)
+      if spec.stage in ids or (spec.stage is None and anchors and all(a in ids or a in chosen for a in anchors)):
+        chosen[spec.name] = (spec, plugin)
+        changed = True
+  return list(chosen.values())
+
 
 @hookspec
 def tinyplug_register_passes(register: Callable[[PassSpec], None]) -> None:
   """Register rewrite passes by calling `register(PassSpec(name=..., rewrite=..., stage=... or after=...))`.
+
+  `stage` is a codegen stage (`CORE_STAGES`) or a scheduler stage (`SCHEDULE_STAGES`).
 
   When: once per process, while plugins load; the pipeline order is computed from all passes afterwards.
   Receives: `register`, a callback recording the spec and the plugin that registered it.

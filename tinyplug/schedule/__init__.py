@@ -15,6 +15,8 @@ from tinyplug.uop.ops import Ops, GroupOp, UOp
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
+from tinyplug.schedule.fusion import GO, FusionGraph
+from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -35,10 +37,16 @@ class ScheduleItem:
     from tinyplug.device import buffer_of
     return [buffer_of(b) for b in self.buf_uops]
 
-_GO = object()   # _consumer_ends: walk on through this consumer
-
 # ops a reduction's result may flow through and still be computed inside the consumer's kernel
 _FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}
+
+def fuse_step(must: set[UOp]) -> Callable[[UOp, UOp], Any]:
+  """The consumer rule of a reduction computed inside its consumer's kernel: elementwise math up to one output."""
+  def step(x: UOp, c: UOp) -> UOp | object | None:
+    if c.op is Ops.SINK: return x
+    if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return None
+    return c if c in must else GO
+  return step
 
 def is_contiguous_buffer(x: UOp) -> bool:
   while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
@@ -48,19 +56,6 @@ def buffer_base(x: UOp) -> UOp:
   """The BUFFER under movement ops (and under a kernelized AFTER, or an ASSIGN: it writes its target's buffer)."""
   while x.op in GroupOp.Movement or x.op in (Ops.DETACH, Ops.AFTER, Ops.ASSIGN): x = x.src[0]
   return x
-
-# the longest row (elements) a row kernel keeps in cache between its passes
-ROW_FUSE_MAX = 1 << 15
-
-_loop_devices: BoundedCache = BoundedCache("schedule.loop_devices", 64)
-
-def _keeps_loops_on(device: str) -> bool:
-  """Whether kernels on `device` run as loops (CPU-style), where a row kernel can walk a row several times."""
-  if (known := _loop_devices.get(device)) is not None: return known
-  from tinyplug.device import Device   # the renderer's launch model decides; asked once per device
-  try: loops = Device[device].renderer.runs_loops
-  except (RuntimeError, ValueError): loops = False
-  return _loop_devices.put(device, loops)
 
 class ScheduleCycle(RuntimeError):
   def __init__(self, assigns: list[UOp]):
@@ -99,82 +94,16 @@ class _Scheduler:
     for n in reversed(self.nodes):
       if n.op is Ops.REDUCE_AXIS and n not in must and not self._fuses_into_one_output(n, must): by_rule.add(n)
     must |= by_rule
-    if by_rule: self._fuse_rows(must, by_rule)
+    # the fusion stage's passes may move some of those reductions into their consumer's kernel (row kernels)
+    self.fusion = FusionGraph(self.nodes, self.children, must, set(by_rule))
+    self.fusion_passes = passes_of("fusion") if by_rule else []
+    for step, fusion_pass in self.fusion_passes:
+      self.fusion.current_pass = step.name
+      run_pass(step, fusion_pass.fuse, self.fusion)
     self.realized = {n: None for n in self.nodes if n in must}
 
-  # ---- row kernels: reductions broadcast back over their own axes (softmax, layernorm) ----
-  def _fuse_rows(self, must: set[UOp], candidates: set[UOp]) -> None:
-    """On a device that runs loops, a reduction whose result is broadcast back along the axes it reduced is computed
-    inside the kernel that uses it, once per row (the linearizer hoists it out of the row's loop): softmax's max, sum
-    and normalised write become one kernel that reads each row from memory once and from cache after."""
-    # consumers first: softmax's sum joins the output's kernel, then its max (used by both) can join too
-    for r in reversed(self.nodes):
-      if r in candidates and self._row_fusable(r, must): must.discard(r)
-
-  def _row_fusable(self, r: UOp, must: set[UOp]) -> bool:
-    if not isinstance(r.device, str) or not _keeps_loops_on(r.device): return False
-    axes, shape = r.arg[1], r.src[0].shape
-    if math.prod(shape[a] for a in axes) > ROW_FUSE_MAX: return False
-    # the row's axes must be the innermost loops, so one pass of the outer loops sees each row once
-    if any(s != 1 and a not in axes for a, s in enumerate(shape) if a > min(axes)): return False
-    # what is recomputed for every row must not hide another reduction (a matmul would run once per use)
-    inner = r.src[0].toposort(gate=lambda u: u not in must)
-    if any(u.op is Ops.REDUCE_AXIS and u not in must for u in inner): return False
-    return self._row_consumers_end_once(r, axes, shape, must)
-
-  def _row_consumers_end_once(self, r: UOp, axes: tuple[int, ...], shape: tuple[int, ...], must: set[UOp]) -> bool:
-    """Every path from r stays on its rows (elementwise, broadcast back along `axes`, reduced along them again) and
-    they all end in one realized node computed over the same rows."""
-    ends = self._consumer_ends(r, self._row_step(axes, shape, must))
-    return ends is not None and len(ends) == 1
-
-  @staticmethod
-  def _row_step(axes: tuple[int, ...], shape: tuple[int, ...], must: set[UOp]) -> Callable[[UOp, UOp], Any]:
-    """The consumer rule of a row kernel (see _consumer_walk): stay on the rows, end in a node over the same rows."""
-    def step(x: UOp, c: UOp) -> UOp | object | None:
-      if c in must:
-        same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
-        return None if c.op in (Ops.COPY, Ops.SINK) or not same_rows else c
-      if c.op in GroupOp.Elementwise or c.op is Ops.DETACH: return _GO
-      if c.op is Ops.EXPAND and c.shape == shape and \
-         all(a in axes for a, (s, d) in enumerate(zip(c.src[0].shape, shape)) if s != d): return _GO
-      if c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape: return _GO
-      return None
-    return step
-
   def _fuses_into_one_output(self, r: UOp, must: set[UOp]) -> bool:
-    return self._consumer_ends(r, self._fuse_step(must)) is not None
-
-  @staticmethod
-  def _fuse_step(must: set[UOp]) -> Callable[[UOp, UOp], Any]:
-    """The consumer rule of a reduction computed inside its consumer's kernel: elementwise math up to one output."""
-    def step(x: UOp, c: UOp) -> UOp | object | None:
-      if c.op is Ops.SINK: return x
-      if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return None
-      return c if c in must else _GO
-    return step
-
-  def _consumer_ends(self, r: UOp, step: Callable[[UOp, UOp], Any]) -> dict[UOp, None] | None:
-    """The one place the paths from r end (or none), or None if a consumer refused or they end in two places."""
-    ends, refused = self._consumer_walk(r, step)
-    return None if refused is not None or len(ends) > 1 else ends
-
-  def _consumer_walk(self, r: UOp, step: Callable[[UOp, UOp], Any], every_end: bool = False) -> tuple[dict[UOp, None], UOp | None]:
-    """Walk the graph up from r: for each consumer c of a node x, `step(x, c)` says _GO (walk on through c), a node
-    (a path ends there) or None (c refuses). Returns (the ends reached, the refusing consumer or None); it stops at a
-    refusal, and at a second end unless `every_end` (schedule/explain.py wants them all to name them)."""
-    ends: dict[UOp, None] = {}
-    stack, seen = [r], set()
-    while stack:
-      x = stack.pop()
-      for c in self.children.get(x, []):
-        if c in seen: continue
-        seen.add(c)
-        if (res := step(x, c)) is None: return ends, c
-        if res is _GO: stack.append(c)
-        else: ends[res] = None
-      if len(ends) > 1 and not every_end: return ends, None
-    return ends, None
+    return FusionGraph(self.nodes, self.children, must, set()).one_end(r, fuse_step(must)) is not None
 
   # ---- building kernels ----
   def build(self) -> None:
@@ -371,7 +300,8 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   (cache.py); the rewrites are then not run again, so the visualizer shows them the first time only."""
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
   found = structure(sink)
-  if found is not None and (template := _templates.get(found[0])) is not None:
+  tkey = (found[0], schedule_key()) if found is not None else None   # another pass set cuts other kernels
+  if tkey is not None and (template := _templates.get(tkey)) is not None:
     items, becomes = template.instantiate(found[1])
     if events.enabled("schedule"):
       events.emit("schedule", {"sink": sink, "items": tuple(items), "scope": events.current_scope() + ("schedule",)})
@@ -392,7 +322,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   items = pre + s.items
   if found is not None and (template := make_template(found[1], items, becomes)) is not None:
-    _templates.put(found[0], template)
+    _templates.put(tkey, template)
   return items, becomes
 
 _templates: BoundedCache = BoundedCache("schedule.templates", MAX_TEMPLATES)   # graph structure -> its schedule (cache.py)
@@ -406,23 +336,6 @@ def _simplify_kernel(ast: UOp) -> UOp:
   _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel")
   return ret
 
-def _split_reduce(r: UOp) -> UOp | None:
-  """A huge reduction into a few outputs: partial results first (k of them, a loop the CPU runtime can share out
-  between threads and a GPU between work-groups), then a small reduction of those."""
-  op, axes = r.arg
-  shape = r.src[0].shape
-  total = math.prod(shape[a] for a in axes)
-  n_out = math.prod(r.shape)
-  if total < 2**16 or n_out > 64: return None
-  k = next((c for c in (256, 128, 64, 32, 16) if total % c == 0), None)
-  if k is None: return None
-  order = tuple(a for a in range(len(shape)) if a not in axes) + tuple(axes)
-  x = r.src[0] if order == tuple(range(len(shape))) else UOp(Ops.PERMUTE, r.src[0].dtype, (r.src[0],), order)
-  x = UOp(Ops.RESHAPE, x.dtype, (x,), (n_out, k, total // k))
-  part = UOp(Ops.CONTIGUOUS, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (x,), (op, (2,))),))
-  return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (op, (1,))),), r.shape)
-
-split_big_reduces = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split_reduce)])
 # a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value
 strip_custom_grads = PatternMatcher([(UPat(Ops.CUSTOM_GRAD, name="m"), lambda m: m.src[0])])
 
@@ -431,10 +344,13 @@ def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp,
   into buffers of their own first, then copy them into place."""
   snapshot: set[UOp] = set()
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
-  if any(n.op is Ops.REDUCE_AXIS or n.op is Ops.CUSTOM_GRAD for n in sink.toposort()):
-    renamed = graph_rewrite_map(sink, strip_custom_grads + split_big_reduces, name="split big reduces")
-    targets = [renamed[t] for t in targets]
+  if any(n.op is Ops.CUSTOM_GRAD for n in sink.toposort()):
+    renamed = graph_rewrite_map(sink, strip_custom_grads, name="strip custom gradients")
   else: renamed = {n: n for n in sink.toposort()}
+  if any(n.op is Ops.REDUCE_AXIS for n in sink.toposort()):   # the tensor_graph stage's passes (split huge reductions)
+    again = tensor_graph_rewrites(renamed[sink])
+    renamed = {old: again.get(new, new) for old, new in renamed.items()}
+  targets = [renamed[t] for t in targets]
   for _ in range(8):
     s = _Scheduler(targets)
     s.decide()

@@ -1,0 +1,135 @@
+"""The scheduler's pass sets (`fuse_rows` at the fusion stage, `split_reduce` at tensor_graph) are plugins like the
+codegen ones: listed with their passes, turned off with TINY_PLUGINS=-<id> (fewer fused kernels, the same values),
+replaceable by a third party's pass through the FusionPass contract, and part of the schedule cache's key."""
+from __future__ import annotations
+import json, os, subprocess, sys
+import numpy as np
+import pytest
+from plugin_fixtures import plugin_module, plugin_site  # noqa: F401  (plugin_site is a fixture)
+
+from tinyplug.codegen import pipeline_steps
+from tinyplug.hookspecs import SCHEDULE_STAGES
+from tinyplug.plugins import PluginPassError
+from tinyplug.schedule import create_schedule
+from tinyplug.schedule.passes import schedule_key, schedule_steps
+from tinyplug.tensor import Tensor
+
+RNG = np.random.default_rng(1)
+SCHEDULE_PASS_SETS = {"fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"]}
+
+def _off(site, *ids: str) -> None:
+  site.monkeypatch.setenv("TINY_PLUGINS", ",".join(f"-{i}" for i in ids))
+  site.refresh()
+
+def _kernels(t: Tensor) -> int:
+  return sum(1 for it in create_schedule([t.uop])[0] if it.ast.op.name == "SINK")
+
+def _softmax_case(rows: int = 6, cols: int = 50):
+  a = RNG.standard_normal((rows, cols)).astype(np.float32)
+  e = np.exp(a - a.max(-1, keepdims=True))
+  return Tensor(a, device="CPU").realize().softmax(-1), e / e.sum(-1, keepdims=True)
+
+def test_scheduler_pass_sets_are_builtin_plugins_listed_with_their_passes():
+  env = {k: v for k, v in os.environ.items() if not k.startswith("TINY_PLUGINS")}
+  out = subprocess.run([sys.executable, "-m", "tinyplug", "list-plugins", "--json"], capture_output=True, text=True,
+                       env=env, timeout=120, check=True).stdout
+  plugins = {p["id"]: p for p in json.loads(out)["plugins"]}
+  for pid, passes in SCHEDULE_PASS_SETS.items():
+    assert plugins[pid]["status"] == "builtin" and plugins[pid]["provides"]["passes"] == passes
+
+def test_placed_in_the_scheduler_pipeline_not_in_codegen(plugin_site):
+  names = [s.name for s in schedule_steps()]
+  assert names == ["tensor_graph", "split_reduce.partials", "fusion", "fuse_rows.rows"]
+  assert not {"split_reduce.partials", "fuse_rows.rows"} & {s.name for s in pipeline_steps()}
+  _off(plugin_site, *SCHEDULE_PASS_SETS)
+  assert [s.name for s in schedule_steps()] == list(SCHEDULE_STAGES)
+
+def test_without_fuse_rows_softmax_is_three_kernels_with_the_same_values(plugin_site):
+  t, want = _softmax_case()
+  assert _kernels(t) == 1   # max, sum and the normalised write in one row kernel
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-6)
+  key_on = schedule_key()
+  _off(plugin_site, "fuse_rows")
+  assert schedule_key() != key_on
+  t, want = _softmax_case()   # the same graph structure: the schedule cache must not hand back the fused schedule
+  assert _kernels(t) == 3
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-6)
+
+def test_without_split_reduce_a_huge_sum_is_one_kernel_with_the_same_value(plugin_site):
+  a = RNG.standard_normal(1 << 18).astype(np.float32)
+  t = Tensor(a, device="CPU").realize().sum()
+  assert _kernels(t) == 2   # partial sums, then the sum of those
+  np.testing.assert_allclose(t.item(), a.astype(np.float64).sum(), rtol=1e-4)
+  _off(plugin_site, "split_reduce")
+  t = Tensor(a, device="CPU").realize().sum()
+  assert _kernels(t) == 1
+  np.testing.assert_allclose(t.item(), a.astype(np.float64).sum(), rtol=1e-4)
+
+THIRD_PARTY_FUSION = """
+  from tinyplug.hookspecs import FusionPass, FusionRefusal
+  from tinyplug.uop.ops import Ops
+
+  class FuseMaxOnly(FusionPass):
+    '''Fuses only MAX reductions, whatever their shape: a different policy than the first-party row kernels.'''
+    def fuse(self, graph):
+      for r in reversed(graph.nodes):
+        if r in graph.candidates and r.arg[0] is Ops.MAX: graph.fuse(r, "max-only", "this plugin fuses every max")
+    def why_not(self, graph, r):
+      return None if r.arg[0] is Ops.MAX else FusionRefusal("not-a-max", "the max-only plugin leaves sums alone", True)
+
+  @hookimpl
+  def tinyplug_register_passes(register):
+    register(PassSpec(name="maxonly.fuse", stage="fusion", rewrite=FuseMaxOnly))
+"""
+
+def test_a_third_party_fusion_pass_replaces_fuse_rows(plugin_site):
+  plugin_site.add("tp-maxonly", {"maxonly": plugin_module(THIRD_PARTY_FUSION)})
+  _off(plugin_site, "fuse_rows")
+  assert "maxonly.fuse" in [s.name for s in schedule_steps()]
+  t, want = _softmax_case()
+  assert _kernels(t) == 2   # the max joins the sum's kernel; the sum stays a kernel of its own
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-6)
+
+def test_the_visualizer_hears_a_third_party_pass_s_reasons(plugin_site):
+  from tinyplug import events
+  plugin_site.add("tp-maxonly", {"maxonly": plugin_module(THIRD_PARTY_FUSION)})
+  _off(plugin_site, "fuse_rows")
+  got: list = []
+  events.subscribe("schedule", got.append)
+  try:
+    t, _ = _softmax_case(7, 33)
+    create_schedule([t.uop])
+  finally: events.unsubscribe("schedule", got.append)
+  rules = {d.rule: d for e in got for d in e.get("decisions", ())}
+  assert not rules["max-only"].realized and rules["max-only"].file.endswith("maxonly.py")
+  assert rules["not-a-max"].realized and "leaves sums alone" in rules["not-a-max"].detail
+
+@pytest.mark.parametrize("body, message", [
+  ("""
+  from tinyplug.hookspecs import FusionPass
+  class Greedy(FusionPass):
+    def fuse(self, graph):
+      for n in graph.nodes:
+        if graph.is_realized(n): graph.fuse(n, "all", "everything")
+  @hookimpl
+  def tinyplug_register_passes(register):
+    register(PassSpec(name="greedy.fuse", stage="fusion", rewrite=Greedy))
+  """, r"pass 'greedy.fuse' of plugin 'greedy' raised ValueError: .*not a candidate.*TINY_PLUGINS=-greedy"),
+  ("""
+  @hookimpl
+  def tinyplug_register_passes(register):
+    register(PassSpec(name="greedy.fuse", stage="fusion", rewrite=lambda: (lambda graph: None)))
+  """, r"pass 'greedy.fuse' \(plugin 'greedy'\) in the scheduler's 'fusion' stage: its rewrite factory must return a FusionPass"),
+  ("""
+  @hookimpl
+  def tinyplug_register_passes(register):
+    register(PassSpec(name="greedy.fuse", stage="tensor_graph", rewrite=lambda: (lambda sink: sink)))
+  """, r"'tensor_graph' stage: its rewrite factory must return a PatternMatcher"),
+])
+def test_a_broken_scheduler_pass_is_named_in_the_error(plugin_site, body, message):
+  plugin_site.add("tp-greedy", {"greedy": plugin_module(body)})
+  t, _ = _softmax_case(5, 17)
+  with pytest.raises((PluginPassError, TypeError), match=message): create_schedule([t.uop])
+  _off(plugin_site, "greedy")   # the process stays usable: without the plugin the same graph schedules and runs
+  t, want = _softmax_case(5, 17)
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,9 @@
+"""Registration of the `fuse_rows` pass set (tinyplug/passes/rows.py)."""
+from tinyplug.hookspecs import PassSpec, hookimpl
+
+TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
+                   "description": "row kernels: softmax/layernorm reductions computed inside the kernel that uses them"}
+
+@hookimpl
+def tinyplug_register_passes(register) -> None:
+  register(PassSpec(name="fuse_rows.rows", stage="fusion", rewrite="tinyplug.passes.rows:make_pass"))
