@@ -55,7 +55,7 @@ def lower_group_reduces(sink: UOp, renderer=None) -> UOp:
     buf = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(n_threads, local=True), (), f"temp{i}")
     shared_bytes += n_threads * red.dtype.itemsize
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, thread_idx)), partial))
-    barriers.append(barrier := UOp(Ops.BARRIER, dtypes.void, (store,)))
+    barriers.append(UOp(Ops.BARRIER, dtypes.void, (store,)))
     # every thread reads the whole group's partials: the group axes become a reduce loop over local memory
     again = {}
     for g in gs:

@@ -368,7 +368,7 @@ class LLVMFunctionBuilder:
   def masked_load(self, u: UOp, ptr: str, mask: str, alt: str | None) -> str:
     """Consecutive lanes, each under its own gate: one llvm.masked.load (lanes whose gate is off are not read)."""
     dt = u.dtype
-    t, sc = reg_type(dt), reg_type(dt.scalar())
+    t = reg_type(dt)
     name = f"llvm.masked.load.v{dt.count}{'f' if dtypes.is_float(dt.scalar()) else 'i'}{dt.scalar().itemsize * 8}.p0"
     self.decls[name] = f"declare {t} @{name}(ptr, i32, <{dt.count} x i1>, {t})"
     return self.op(f"call {t} @{name}(ptr {ptr}, i32 {dt.scalar().itemsize}, <{dt.count} x i1> {mask}, "

@@ -95,7 +95,7 @@ class NNMixin:
     Its gradient is declared (gradient.custom_gradient): the input's is a transposed convolution of the output
     gradient, the weight's a convolution over the batch. Differentiating the window view instead would build a
     (batch, cin, out.., kernel..) window gradient and fold it back: two large kernels."""
-    (bs, cin_total), (cout, cin) = self.shape[:2], weight.shape[:2]
+    cin_total, (cout, cin) = self.shape[1], weight.shape[:2]
     nd = weight.ndim - 2
     if self.ndim != nd + 2:
       raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
@@ -248,7 +248,7 @@ class NNMixin:
 def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
   """Gradients of the unpadded convolution out = conv(x, w) (+ bias): (d x, d w[, d bias]), each again a convolution."""
   nd, kernel = w.ndim - 2, w.shape[2:]
-  (cout, cin), bs, spatial, outs = w.shape[:2], x.shape[0], x.shape[2:], g.shape[2:]
+  (cout, cin), bs, spatial = w.shape[:2], x.shape[0], x.shape[2:]
   g = g.contiguous()  # read many times by both convolutions below: compute whatever produced it once
   # d x: the transposed convolution, g spread by the stride and fully padded, with the flipped, transposed weight
   wt = w.reshape(groups, cout // groups, cin, *kernel).transpose(1, 2).reshape(groups * cin, cout // groups, *kernel)
