@@ -178,11 +178,21 @@ def run_pipeline(ast: UOp, renderer: Renderer, ctx: KernelContext, until: str | 
     with events.scope("pass", step.name):
       if step.is_core: x = _STAGE_FN[step.name](x, ctx, step.name)
       else: x = _run_plugin_pass(step, x, ctx, linear)
+      if step.name == "linearize": x = _keep_parameters(ast, x)
     linear = linear or step.name == "linearize"
     if check and (step.is_core or check >= 2):
       from tinyplug.codegen.spec import verify
       verify(x, step.name if step.is_core else f"plugin pass {step.name} ({step.plugin})")
   return x
+
+def _keep_parameters(ast: UOp, uops: list[UOp]) -> list[UOp]:
+  """Every buffer of the kernel stays a parameter, in order, even when simplification removed its only use (a fully
+  padded read): runtimes pass one pointer per buffer of the schedule item, so a missing one would shift the rest."""
+  params = {u.arg: u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}
+  if all(u in uops for u in params.values()): return uops
+  present = {u.arg: u for u in uops if u.op is Ops.DEFINE_GLOBAL}
+  ordered = [present.get(i, params[i]) for i in sorted(params.keys() | present.keys())]
+  return ordered + [u for u in uops if u.op is not Ops.DEFINE_GLOBAL]
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: KernelContext | None = None) -> UOp:
   """Every stage before linearize: the lowered kernel graph (useful to inspect, as in the seeds)."""

@@ -180,10 +180,11 @@ class _Scheduler:
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
     ast = _simplify_kernel(ast)   # (x+3)+4 is x+7 before any device sees it
+    ast, buffers = _drop_unread_buffers(ast, kb.buffers)
     if n.op is Ops.ASSIGN:   # writes after any earlier ASSIGN to the same target
       kb.reads |= {x for x in n.src[0].toposort() if x.op is Ops.ASSIGN and x in self.realized}
     self.item_node.append(n); self.item_reads.append(kb.reads)
-    self.items.append(ScheduleItem(ast, tuple(kb.buffers)))
+    self.items.append(ScheduleItem(ast, buffers))
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
 
   def _finish(self, n: UOp, out: UOp | None) -> None:
@@ -196,6 +197,18 @@ class _Scheduler:
       return
     self.out_buffer[n] = out
     self.becomes[n] = out.reshape(n.shape)
+
+def _drop_unread_buffers(ast: UOp, buffers: list[UOp]) -> tuple[UOp, tuple[UOp, ...]]:
+  """The kernel's buffers without those simplification left unread (a read of padding only), parameters renumbered."""
+  params = {u.arg: u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}
+  if len(params) == len(buffers): return ast, tuple(buffers)
+  kept = sorted(params)
+  renumber = {params[old]: UOp(Ops.DEFINE_GLOBAL, params[old].dtype, (), new) for new, old in enumerate(kept) if new != old}
+  new: dict[UOp, UOp] = {}
+  for u in ast.toposort():   # one pass, not a rewrite to a fixed point: renumbered parameters must not be renumbered again
+    src = tuple(new[x] for x in u.src)
+    new[u] = renumber[u] if u in renumber else u.replace(src=src) if src != u.src else u
+  return new[ast], tuple(buffers[i] for i in kept)
 
 def _too_big_for_int32(n: UOp) -> bool:
   if n.op is Ops.BUFFER: return n.arg > INT32_MAX

@@ -59,7 +59,8 @@ class MovementMixin:
     repeated), copies of the edge element ("replicate") or the other end ("circular"), as torch's F.pad.
     `padding` is torch-style flat ints (last dim first) or one (before, after) or None per dim. Negative amounts cut
     elements away."""
-    if mode not in _PAD_MODES: raise ValueError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
+    if mode not in _PAD_MODES:   # NotImplementedError, as torch's F.pad raises for a mode it does not have
+      raise NotImplementedError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
     if all(isinstance(p, int) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
       if len(padding) != self.ndim:
@@ -77,11 +78,17 @@ class MovementMixin:
   def pad2d(self, padding: Sequence[int], value: float = 0.0): return self.pad(tuple(padding), value=value)
   def _pad_from_edges(self, pairs: Sequence[tuple[int, int]], mode: str):
     """Non-constant pads, one dim at a time: the pieces before and after are views of the dim itself (flipped for
-    reflect), joined with cat."""
+    reflect), joined with cat. A negative amount cuts elements away as torch does: for reflect and replicate off the
+    padded result (the other side still mirrors or repeats the uncut edge), for circular before wrapping around."""
     x = self
-    for dim, ((before, after), n) in enumerate(zip(pairs, self.shape)):
-      if before == after == 0: continue
-      if before < 0 or after < 0: raise ValueError(f"pad mode {mode!r} needs non-negative padding, got {tuple(pairs)}")
+    for dim, ((pad_before, pad_after), n) in enumerate(zip(pairs, self.shape)):
+      if pad_before == pad_after == 0: continue
+      before, after = max(pad_before, 0), max(pad_after, 0)
+      if mode == "circular" and (pad_before < 0 or pad_after < 0):
+        if n + min(pad_before, 0) + min(pad_after, 0) < 0:
+          raise ValueError(f"pad mode {mode!r}: padding ({pad_before}, {pad_after}) cuts more than dim {dim}'s {n} elements")
+        x = x.shrink(tuple((-min(pad_before, 0), n + min(pad_after, 0)) if d == dim else None for d in range(x.ndim)))
+        n, pad_before, pad_after = x.shape[dim], before, after
       limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
       if n == 0 or (limit is not None and max(before, after) > limit):
         raise ValueError(f"pad mode {mode!r}: padding ({before}, {after}) of dim {dim} is too large for its size {n}")
@@ -93,7 +100,12 @@ class MovementMixin:
         edge = lambda i, k: part(i, i + 1).expand(tuple(k if d == dim else s for d, s in enumerate(x.shape)))
         pieces = (edge(0, before), x, edge(n - 1, after))
       keep = [p for p in pieces if p.shape[dim]]
-      x = keep[0].cat(*keep[1:], dim=dim)
+      x = keep[0].cat(*keep[1:], dim=dim) if len(keep) > 1 else keep[0]
+      if pad_before < 0 or pad_after < 0:
+        size = x.shape[dim]
+        if size + min(pad_before, 0) + min(pad_after, 0) < 0:
+          raise ValueError(f"pad mode {mode!r}: padding ({pad_before}, {pad_after}) cuts more than dim {dim}'s {n} elements")
+        x = x.shrink(tuple((-min(pad_before, 0), size + min(pad_after, 0)) if d == dim else None for d in range(x.ndim)))
     return x
 
   def shrink(self, bounds: Sequence):

@@ -237,3 +237,16 @@ def test_python_pool_runs_kernels_where_the_native_one_cannot_be_built(run, monk
   out, other = np.zeros(4 * 8, np.int64), np.zeros(4, np.int64)
   threads.pool().run(fn, [out.ctypes.data, -3, 5, other.ctypes.data], 2)
   assert out.reshape(8, 4)[:2].tolist() == [[-3, 5, other.ctypes.data, 2]] * 2
+
+def test_a_call_with_the_wrong_buffer_count_is_refused_not_run():
+  """Extra pointers would land in the kernel's (core_id, n_cores) slots: a division by zero that kills the process."""
+  from tinyplug.engine.realize import get_runner
+  from tinyplug.schedule import create_schedule
+  from tinyplug.tensor import Tensor
+  t = Tensor.ones(8, device="CPU").contiguous().realize() * 3
+  item = create_schedule([t.uop])[0][-1]
+  runner = get_runner("CPU", item.ast)
+  bufs = [b.ensure_allocated().handle for b in item.bufs]
+  with pytest.raises(ValueError, match=r"takes 2 buffers and 0 values, got 3 and 0"): runner.prg(*bufs, bufs[0])
+  runner.prg(*bufs)
+  assert t.numpy().tolist() == [3.0] * 8

@@ -66,6 +66,7 @@ class CPUProgram:
     argtypes = [ctypes.c_void_p] * n_bufs + [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32
                                              for v in spec.vars] + [ctypes.c_int32, ctypes.c_int32]
     self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
+    self.n_bufs, self.n_vars = n_bufs, len(spec.vars)
     self.splittable, self.work, self.thread_opt = bool(spec.thread_split), int(spec.work or 0), spec.thread_parts
 
   def threads(self) -> int:
@@ -77,6 +78,9 @@ class CPUProgram:
     return max(1, min(n_threads(), self.work // (least // 2))) if self.work >= least else 1
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
+    if len(bufs) != self.n_bufs or len(vals) != self.n_vars:   # extra arguments would land in the thread slots
+      raise ValueError(f"kernel {self.name} takes {self.n_bufs} buffers and {self.n_vars} values, "
+                       f"got {len(bufs)} and {len(vals)}")
     args = [_address(b) for b in bufs] + [int(v) for v in vals]
     n = self.threads()
     st = time.perf_counter()
