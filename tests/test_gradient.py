@@ -50,10 +50,18 @@ def test_backward_accumulates_and_reuses_nodes():
   (x * 4).sum().backward()
   assert x.grad.item() == pytest.approx(33 + 4)
 
-def test_backward_only_for_requires_grad():
+def test_backward_fills_every_float_tensor_that_did_not_opt_out():
+  """As tinygrad: requires_grad=True is not needed (PyTorch code that sets it works the same); requires_grad=False,
+  detach() and integer tensors opt out."""
   a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0])
+  c, n = Tensor([5.0, 6.0], requires_grad=False), Tensor([1, 2])
+  assert a.is_param and b.is_param and not c.is_param
+  (a * b * c * n + b.detach()).sum().backward()
+  assert a.grad.tolist() == [15.0, 48.0] and b.grad.tolist() == [5.0, 24.0]
+  assert c.grad is None and n.grad is None
+  b.is_param_(False)
   (a * b).sum().backward()
-  assert a.grad.tolist() == [3.0, 4.0] and b.grad is None
+  assert a.grad.tolist() == [18.0, 52.0] and b.grad.tolist() == [5.0, 24.0]
 
 def test_backward_needs_a_scalar_or_a_seed():
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)

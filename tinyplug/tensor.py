@@ -278,11 +278,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into `t.grad` for every tensor t in the graph with requires_grad=True."""
+    """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in the graph that did not opt out
+    (requires_grad=False, detach(), made under no_grad), as tinygrad does: `requires_grad=True` is not needed."""
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
     nodes = self.uop.toposort()
-    targets = [t for t in live_tensors() if t.requires_grad and t.uop in nodes]
+    targets = [t for t in live_tensors() if t.requires_grad is not False and t.uop in nodes and dtypes.is_float(t.dtype)]
     if not targets: return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
@@ -292,6 +293,14 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     self.requires_grad = requires_grad
     return self
+
+  @property
+  def is_param(self) -> bool:
+    """tinygrad's name: whether backward() fills this tensor's .grad and optimizers update it (not requires_grad=False)."""
+    return self.requires_grad is not False
+  @is_param.setter
+  def is_param(self, value: bool) -> None: self.requires_grad = bool(value)
+  def is_param_(self, is_param: bool = True) -> Tensor: return self.requires_grad_(is_param)
 
   class train:
     """`with Tensor.train(): ...` sets Tensor.training for the block (also usable as a decorator)."""
