@@ -229,9 +229,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     self.uop = moved.uop
     if self.grad is not None: self.grad.to_(device)
     return self
-  def clone(self) -> Tensor:
-    """A copy in a new buffer of its own."""
-    return Tensor.empty(*self.shape, device=self.device, dtype=self.dtype).assign(self)
+  def clone(self, device: str | None = None) -> Tensor:
+    """A copy in a new buffer of its own (on `device` if given)."""
+    src = self if device is None else self.to(device)
+    return Tensor.empty(*src.shape, device=src.device, dtype=src.dtype).assign(src)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
     if graph.is_plain_buffer(self.uop): return self

@@ -10,6 +10,7 @@ import numpy as np
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.graph import DTypeError, ShapeError
 
 LN2 = math.log(2)
 _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -22,7 +23,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   for sizes in zip(*padded):
     big = {s for s in sizes if s != 1}
     if len(big) > 1:
-      raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+      raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
     out.append(big.pop() if big else 1)
   return tuple(out)
 
@@ -48,7 +49,7 @@ class ElementwiseMixin:
     if self.shape == tuple(shape): return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     if len(shape) < self.ndim or any(s != n and s != 1 for s, n in zip(padded, shape)):
-      raise ValueError(f"cannot expand (broadcast) shape {self.shape} to {tuple(shape)}: only dims of size 1 can grow")
+      raise ShapeError(f"cannot expand (broadcast) shape {self.shape} to {tuple(shape)}: only dims of size 1 can grow")
     x = self.reshape(padded)
     return x._apply_uop(graph.expand, shape=tuple(shape))
 
@@ -122,7 +123,10 @@ class ElementwiseMixin:
     return out if dtypes.is_float(out_dtype) else out.round().cast(out_dtype)
 
   def _int_pow(self, n: int):
-    if n < 0: return self._floats()._int_pow(-n).reciprocal()
+    if n < 0:
+      if not dtypes.is_float(self.dtype):   # as torch: the result would not be an integer
+        raise DTypeError(f"integer tensors ({self.dtype}) to negative integer powers ({n}) are not allowed")
+      return self._int_pow(-n).reciprocal()
     if n == 0: return self._const_like(1)
     result, base = None, self
     while n:
@@ -162,26 +166,20 @@ class ElementwiseMixin:
   def __ne__(self, y): return self.ne(y)  # type: ignore[override]
 
   # ---- bitwise and logical ----
-  def _check_bitwise(self, name: str):
-    if dtypes.is_float(self.dtype): raise TypeError(f"{name} needs bool or integer tensors, not {self.dtype}")
-  def bitwise_and(self, y, reverse: bool = False):
-    self._check_bitwise("&")
-    return self._binop(Ops.AND, y, reverse)
-  def bitwise_or(self, y, reverse: bool = False):
-    self._check_bitwise("|")
-    return self._binop(Ops.OR, y, reverse)
-  def bitwise_xor(self, y, reverse: bool = False):
-    self._check_bitwise("^")
-    return self._binop(Ops.XOR, y, reverse)
+  def _bitwise(self, op: Ops, name: str, y, reverse: bool = False):
+    other = y.dtype if hasattr(y, "dtype") else float if isinstance(y, float) else None
+    if dtypes.is_float(self.dtype) or other is float or (other is not None and other is not float and dtypes.is_float(other)):
+      what = self.dtype if dtypes.is_float(self.dtype) else other if other is not float else "a Python float"
+      raise DTypeError(f"{name} needs bool or integer tensors, not {what}")
+    return self._binop(op, y, reverse)
+  def bitwise_and(self, y, reverse: bool = False): return self._bitwise(Ops.AND, "&", y, reverse)
+  def bitwise_or(self, y, reverse: bool = False): return self._bitwise(Ops.OR, "|", y, reverse)
+  def bitwise_xor(self, y, reverse: bool = False): return self._bitwise(Ops.XOR, "^", y, reverse)
   def bitwise_not(self):
-    self._check_bitwise("~")
+    if dtypes.is_float(self.dtype): raise DTypeError(f"~ needs bool or integer tensors, not {self.dtype}")
     return self.logical_not() if self.dtype == dtypes.bool else self.bitwise_xor(-1)
-  def lshift(self, y, reverse: bool = False):
-    self._check_bitwise("<<")
-    return self._binop(Ops.SHL, y, reverse)
-  def rshift(self, y, reverse: bool = False):
-    self._check_bitwise(">>")
-    return self._binop(Ops.SHR, y, reverse)
+  def lshift(self, y, reverse: bool = False): return self._bitwise(Ops.SHL, "<<", y, reverse)
+  def rshift(self, y, reverse: bool = False): return self._bitwise(Ops.SHR, ">>", y, reverse)
   def logical_not(self): return self.cast(dtypes.bool).ne(True)
   def logical_and(self, y): return self.cast(dtypes.bool) & self._to_tensor(y).cast(dtypes.bool)
   def logical_or(self, y): return self.cast(dtypes.bool) | self._to_tensor(y).cast(dtypes.bool)

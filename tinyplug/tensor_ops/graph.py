@@ -10,6 +10,13 @@ from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
 
+class ShapeError(ValueError, RuntimeError):
+  """A shape that does not fit the operation. A ValueError (as numpy raises) and a RuntimeError (as torch and tinygrad
+  raise), so code written for any of them catches it."""
+
+class DTypeError(TypeError, RuntimeError):
+  """A dtype the operation does not take (a TypeError; a RuntimeError too, as torch and tinygrad raise)."""
+
 def normalize_axis(axis: int, ndim: int) -> int:
   """`axis` as a non-negative index into `ndim` dims; out of range raises an IndexError naming both."""
   if not isinstance(axis, int): raise TypeError(f"an axis must be an int, got {type(axis).__name__}")
@@ -63,7 +70,7 @@ def reshape(u: UOp, shape: tuple[int, ...]) -> UOp:
   shape = tuple(shape)
   if u.shape == shape: return u
   if math.prod(shape) != math.prod(u.shape):
-    raise ValueError(f"cannot reshape a tensor of shape {u.shape} ({math.prod(u.shape)} elements) to {shape} "
+    raise ShapeError(f"cannot reshape a tensor of shape {u.shape} ({math.prod(u.shape)} elements) to {shape} "
                      f"({math.prod(shape)} elements)")
   return UOp(Ops.RESHAPE, u.dtype, (u,), shape)
 
@@ -71,13 +78,13 @@ def expand(u: UOp, shape: tuple[int, ...]) -> UOp:
   shape = tuple(shape)
   if u.shape == shape: return u
   if len(shape) != len(u.shape) or any(s != n and s != 1 for s, n in zip(u.shape, shape)):
-    raise ValueError(f"cannot expand shape {u.shape} to {shape}: only dims of size 1 can grow")
+    raise ShapeError(f"cannot expand shape {u.shape} to {shape}: only dims of size 1 can grow")
   return UOp(Ops.EXPAND, u.dtype, (u,), shape)
 
 def permute(u: UOp, order: tuple[int, ...]) -> UOp:
   order = tuple(order)
   if sorted(order) != list(range(len(u.shape))):
-    raise ValueError(f"permute order {order} is not a permutation of the {len(u.shape)} dims of shape {u.shape}")
+    raise ShapeError(f"permute order {order} is not a permutation of the {len(u.shape)} dims of shape {u.shape}")
   if order == tuple(range(len(order))): return u
   return UOp(Ops.PERMUTE, u.dtype, (u,), order)
 
@@ -85,20 +92,21 @@ def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
   """Zero padding; each (before, after) must be >= 0 (negative pads are shrinks, see Tensor.pad)."""
   padding = tuple((int(b), int(a)) for b, a in padding)
   if len(padding) != len(u.shape):
-    raise ValueError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
-  if any(b < 0 or a < 0 for b, a in padding): raise ValueError(f"negative padding {padding}")
+    raise ShapeError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
+  if any(b < 0 or a < 0 for b, a in padding): raise ShapeError(f"negative padding {padding}")
   if all(b == 0 and a == 0 for b, a in padding): return u
   return UOp(Ops.PAD, u.dtype, (u,), padding)
 
 def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
   bounds = tuple((int(b), int(e)) for b, e in bounds)
-  if len(bounds) != len(u.shape): raise ValueError(f"shrink needs one (start, end) per dim of {u.shape}, got {bounds}")
+  if len(bounds) != len(u.shape): raise ShapeError(f"shrink needs one (start, end) per dim of {u.shape}, got {bounds}")
   if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, u.shape)):
-    raise ValueError(f"shrink bounds {bounds} do not fit in shape {u.shape}")
+    raise ShapeError(f"shrink bounds {bounds} do not fit in shape {u.shape}")
   if all(b == 0 and e == s for (b, e), s in zip(bounds, u.shape)): return u
   return UOp(Ops.SHRINK, u.dtype, (u,), bounds)
 
 def flip(u: UOp, axes: tuple[int, ...]) -> UOp:
+  if len(set(axes)) != len(axes): raise ShapeError(f"flip axes {axes} name a dim more than once")
   flags = tuple(i in axes and s > 1 for i, s in enumerate(u.shape))
   if not any(flags): return u
   return UOp(Ops.FLIP, u.dtype, (u,), flags)

@@ -170,7 +170,7 @@ class IndexingMixin:
     """out[i][j] = self[index[i][j]][j] for dim 0 (and so on), like torch.gather."""
     d = graph.normalize_axis(dim, self.ndim)
     if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
-      raise ValueError(f"gather: index shape {index.shape} does not fit self shape {self.shape} along dim {dim}")
+      raise graph.ShapeError(f"gather: index shape {index.shape} does not fit self shape {self.shape} along dim {dim}")
     n = self.shape[d]
     check_index_range(index, n, f"gather along dim {dim}", allow_negative=False)
     x = self.shrink(tuple((0, index.shape[i]) if i != d else None for i in range(self.ndim)))

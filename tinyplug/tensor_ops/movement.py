@@ -5,6 +5,7 @@ import math
 from typing import Any, Sequence
 from tinyplug.uop.dtype import dtypes, least_upper_dtype
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.graph import ShapeError
 
 def _shape_args(shape: Any, args: tuple) -> tuple:
   """`f((2, 3))` and `f(2, 3)` both give (2, 3); entries may be -1 or None where the op allows it."""
@@ -15,7 +16,7 @@ def _shape_args(shape: Any, args: tuple) -> tuple:
 def _flat_padding_to_pairs(padding: Sequence[int], ndim: int) -> list[tuple[int, int]]:
   # torch order: (last dim before, last dim after, second-to-last before, ...)
   if len(padding) % 2 or len(padding) // 2 > ndim:
-    raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most {2 * ndim} for {ndim} dims")
+    raise ShapeError(f"flat padding {tuple(padding)} needs an even length of at most {2 * ndim} for {ndim} dims")
   pairs = [(0, 0)] * ndim
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
   return pairs
@@ -34,12 +35,12 @@ class MovementMixin:
     if len(new) > 0 and any(s is None for s in new):
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if not all(isinstance(s, int) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
-    if new.count(-1) > 1: raise ValueError(f"reshape to {new}: only one size can be -1")
-    if any(s < -1 for s in new): raise ValueError(f"reshape to {new}: negative size")
+    if new.count(-1) > 1: raise ShapeError(f"reshape to {new}: only one size can be -1")
+    if any(s < -1 for s in new): raise ShapeError(f"reshape to {new}: negative size")
     if -1 in new:
       known = math.prod(s for s in new if s != -1)
       if known == 0 or self.numel() % known:
-        raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new}")
+        raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new}")
       new = tuple(self.numel() // known if s == -1 else s for s in new)
     return new
   def view(self, shape, *args): return self.reshape(shape, *args)
@@ -50,7 +51,7 @@ class MovementMixin:
 
   def expand(self, shape, *args):
     new = _shape_args(shape, args)
-    if len(new) < self.ndim: raise ValueError(f"cannot expand shape {self.shape} to {new}: too few dims")
+    if len(new) < self.ndim: raise ShapeError(f"cannot expand shape {self.shape} to {new}: too few dims")
     old = (1,) * (len(new) - self.ndim) + self.shape
     return self._broadcast_to(tuple(o if n in (-1, None) else n for o, n in zip(old, new)))
 
@@ -64,7 +65,7 @@ class MovementMixin:
     if all(isinstance(p, int) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
       if len(padding) != self.ndim:
-        raise ValueError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
+        raise ShapeError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
       pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
     if mode != "constant": return self._pad_from_edges(pairs, mode)
     x = self
@@ -86,12 +87,12 @@ class MovementMixin:
       before, after = max(pad_before, 0), max(pad_after, 0)
       if mode == "circular" and (pad_before < 0 or pad_after < 0):
         if n + min(pad_before, 0) + min(pad_after, 0) < 0:
-          raise ValueError(f"pad mode {mode!r}: padding ({pad_before}, {pad_after}) cuts more than dim {dim}'s {n} elements")
+          raise ShapeError(f"pad mode {mode!r}: padding ({pad_before}, {pad_after}) cuts more than dim {dim}'s {n} elements")
         x = x.shrink(tuple((-min(pad_before, 0), n + min(pad_after, 0)) if d == dim else None for d in range(x.ndim)))
         n, pad_before, pad_after = x.shape[dim], before, after
       limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
       if n == 0 or (limit is not None and max(before, after) > limit):
-        raise ValueError(f"pad mode {mode!r}: padding ({before}, {after}) of dim {dim} is too large for its size {n}")
+        raise ShapeError(f"pad mode {mode!r}: padding ({before}, {after}) of dim {dim} is too large for its size {n}")
       def part(start: int, stop: int):
         return x.shrink(tuple((start, stop) if d == dim else None for d in range(x.ndim)))
       if mode == "reflect": pieces = (part(1, before + 1).flip(dim), x, part(n - 1 - after, n - 1).flip(dim))
@@ -104,13 +105,13 @@ class MovementMixin:
       if pad_before < 0 or pad_after < 0:
         size = x.shape[dim]
         if size + min(pad_before, 0) + min(pad_after, 0) < 0:
-          raise ValueError(f"pad mode {mode!r}: padding ({pad_before}, {pad_after}) cuts more than dim {dim}'s {n} elements")
+          raise ShapeError(f"pad mode {mode!r}: padding ({pad_before}, {pad_after}) cuts more than dim {dim}'s {n} elements")
         x = x.shrink(tuple((-min(pad_before, 0), size + min(pad_after, 0)) if d == dim else None for d in range(x.ndim)))
     return x
 
   def shrink(self, bounds: Sequence):
     """Keep [start, end) of each dim; None keeps a dim whole."""
-    if len(bounds) != self.ndim: raise ValueError(f"shrink {tuple(bounds)} needs one entry per dim of {self.shape}")
+    if len(bounds) != self.ndim: raise ShapeError(f"shrink {tuple(bounds)} needs one entry per dim of {self.shape}")
     return self._apply_uop(graph.shrink, bounds=tuple((0, s) if b is None else b for b, s in zip(bounds, self.shape)))
 
   def flip(self, axis, *args):
@@ -150,12 +151,12 @@ class MovementMixin:
   # ---- joining and splitting ----
   def cat(*tensors, dim: int = 0):   # type: ignore[misc]
     """Join tensors along `dim` (`a.cat(b, c)` or `Tensor.cat(a, b, c)`); every other dim must match."""
-    if not tensors: raise ValueError("cat needs at least one tensor: Tensor.cat(a, b, ...) or a.cat(b, ...)")
+    tensors = _tensor_args(tensors, "cat")
     self, tensors = tensors[0], list(tensors)
     d = graph.normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-        raise ValueError(f"cat along dim {dim}: shapes {[x.shape for x in tensors]} differ outside that dim")
+        raise ShapeError(f"cat along dim {dim}: shapes {[x.shape for x in tensors]} differ outside that dim")
     out_dtype = least_upper_dtype(*(t.dtype for t in tensors))
     work_dtype = dtypes.uint8 if out_dtype == dtypes.bool else out_dtype
     total = sum(t.shape[d] for t in tensors)
@@ -169,13 +170,13 @@ class MovementMixin:
     for p in pieces[1:]: out = out + p
     return out.cast(out_dtype)
   def stack(*tensors, dim: int = 0):   # type: ignore[misc]
-    if not tensors: raise ValueError("stack needs at least one tensor: Tensor.stack(a, b, ...) or a.stack(b, ...)")
+    tensors = _tensor_args(tensors, "stack")
     self, others = tensors[0], tensors[1:]
     d = graph.normalize_axis(dim, self.ndim + 1)
     return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
   def repeat(self, repeats, *args):
     reps = _shape_args(repeats, args)
-    if len(reps) < self.ndim: raise ValueError(f"repeat needs at least {self.ndim} repeat counts, got {reps}")
+    if len(reps) < self.ndim: raise ShapeError(f"repeat needs at least {self.ndim} repeat counts, got {reps}")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     spread = self.reshape(tuple(x for s in base for x in (1, s)))
     spread = spread.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
@@ -184,22 +185,26 @@ class MovementMixin:
     d = graph.normalize_axis(dim, self.ndim)
     n = self.shape[d]
     if isinstance(sizes, int):
-      if sizes <= 0: raise ValueError(f"split size must be positive, got {sizes}")
+      if sizes <= 0: raise ShapeError(f"split size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
-    if sum(sizes) != n: raise ValueError(f"split sizes {list(sizes)} do not add up to {n}, the size of dim {dim}")
+    if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} do not add up to {n}, the size of dim {dim}")
     out, start = [], 0
     for s in sizes:
       out.append(self.shrink(tuple((start, start + s) if i == d else None for i in range(self.ndim))))
       start += s
     return tuple(out)
   def chunk(self, chunks: int, dim: int = 0):
-    if chunks <= 0: raise ValueError(f"chunk count must be positive, got {chunks}")
+    if chunks <= 0: raise ShapeError(f"chunk count must be positive, got {chunks}")
     d = graph.normalize_axis(dim, self.ndim)
     return self.split(max(1, math.ceil(self.shape[d] / chunks)), d)
-  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int]):
+  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None):
+    """Shift elements along `dims` (wrapping around); without dims, along the flattened tensor (as torch)."""
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    if dims is None:
+      if len(shifts) != 1: raise ShapeError(f"roll without dims takes one shift, got {shifts}")
+      return self.flatten().roll(shifts, 0).reshape(self.shape)
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
-    if len(shifts) != len(dims): raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    if len(shifts) != len(dims): raise ShapeError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
     x = self
     for shift, dim in zip(shifts, dims):
       d = graph.normalize_axis(dim, x.ndim)
@@ -208,3 +213,11 @@ class MovementMixin:
       head, tail = x.split([n - shift % n, shift % n], d)
       x = tail.cat(head, dim=d)
     return x
+
+def _tensor_args(args: tuple, name: str) -> tuple:
+  """`f(a, b, c)` or `f((a, b, c))` / `f([a, b, c])`: the tensors, as torch and tinygrad both take them."""
+  if args and isinstance(args[0], (list, tuple)):
+    if len(args) > 1: raise ShapeError(f"{name} takes tensors, or one list/tuple of them, not a sequence and more tensors")
+    args = tuple(args[0])
+  if not args: raise ShapeError(f"{name} needs at least one tensor: Tensor.{name}(a, b, ...) or a.{name}(b, ...)")
+  return args

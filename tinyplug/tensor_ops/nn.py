@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
+from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
@@ -23,11 +24,11 @@ class NNMixin:
   def dot(self, w, dtype: DType | str | None = None):
     """Matrix product with torch.matmul's rules: 1-D operands gain and lose a dim, batch dims broadcast."""
     if self.ndim == 0 or w.ndim == 0:
-      raise ValueError(f"matmul needs tensors of at least 1 dim, got shapes {self.shape} and {w.shape}")
+      raise ShapeError(f"matmul needs tensors of at least 1 dim, got shapes {self.shape} and {w.shape}")
     x = self.unsqueeze(0) if self.ndim == 1 else self
     y = w.unsqueeze(-1) if w.ndim == 1 else w
     if x.shape[-1] != y.shape[-2]:
-      raise ValueError(f"matmul shapes {self.shape} and {w.shape} do not match: {x.shape[-1]} != {y.shape[-2]}")
+      raise ShapeError(f"matmul shapes {self.shape} and {w.shape} do not match: {x.shape[-1]} != {y.shape[-2]}")
     out = (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=dtype)
     out = out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
     if self.ndim == 1: out = out.squeeze(-2)
@@ -51,12 +52,12 @@ class NNMixin:
     Each dim's row is repeated R times and read with a row pitch of i+dilation: position b*(i+dilation) + a*stride
     of the repeated row holds element (b*dilation + a*stride) mod i, and that index never wraps for a valid window."""
     nd = len(kernel)
-    if self.ndim < nd: raise ValueError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
+    if self.ndim < nd: raise ShapeError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
     strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
     lead, pre, spatial = self.ndim - nd, self.shape[:self.ndim - nd], self.shape[self.ndim - nd:]
     outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations)]
     for i, k, d, o in zip(spatial, kernel, dilations, outs):
-      if o <= 0: raise ValueError(f"kernel {k} (dilation {d}) does not fit in an input of size {i}")
+      if o <= 0: raise ShapeError(f"kernel {k} (dilation {d}) does not fit in an input of size {i}")
     if all(d == 1 and s >= k for k, s, d in zip(kernel, strides, dilations)): return self._tiles(kernel, strides)
     nil = (None,) * lead
     def per_dim(*parts): return tuple(v for p in zip(*parts) for v in p)
@@ -98,9 +99,9 @@ class NNMixin:
     cin_total, (cout, cin) = self.shape[1], weight.shape[:2]
     nd = weight.ndim - 2
     if self.ndim != nd + 2:
-      raise ValueError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
+      raise ShapeError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
     if groups * cin != cin_total or cout % groups:
-      raise ValueError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
+      raise ShapeError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
     from tinyplug.gradient import custom_gradient
     pads = _spatial_padding(padding, nd)
     x = self.pad(((0, 0), (0, 0), *pads))
@@ -209,7 +210,7 @@ class NNMixin:
     cin, cout_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
     s, d, p, op = (_tuple(v, nd) for v in (stride, dilation, padding, output_padding))
     if x.ndim != nd + 2 or x.shape[1] != cin:
-      raise ValueError(f"conv_transpose: input {x.shape} does not fit weight {weight.shape}")
+      raise ShapeError(f"conv_transpose: input {x.shape} does not fit weight {weight.shape}")
     if any(si > 1 for si in s):   # stride-1 zeros between neighbours: (n,) -> (n, stride) -> (n*stride,) -> cut
       n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
       x = x.reshape(n, c, *[v for size in spatial for v in (size, 1)])

@@ -78,8 +78,8 @@ class SortingMixin:
 
   # ---- running extrema with their index ----
   def _cum_extreme(self, axis: int, largest: bool):
-    if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     ax = graph.normalize_axis(axis, self.ndim)
+    if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     n = self.shape[ax]
     if n == 0: return self, self.cast(dtypes.int32)
     x = self.transpose(ax, -1)
