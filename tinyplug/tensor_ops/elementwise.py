@@ -29,6 +29,12 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 def _sigmoid_grad(g, s, x): return (g * s * (1 - s),)
 
+def _pow_grad(g, out, a, b):
+  """torch's: d/da = b * a^(b-1), 0 where b == 0; d/db = a^b * ln(a), 0 where a == 0 and b >= 0."""
+  da = b.eq(0).where(0.0, b * a.pow(b - 1))
+  db = (a.eq(0) & (b >= 0)).where(0.0, out * a.log())
+  return g * da, g * db
+
 class ElementwiseMixin:
   __slots__ = ()
   # ---- broadcasting and promotion ----
@@ -107,7 +113,10 @@ class ElementwiseMixin:
     return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
 
   def pow(self, y, reverse: bool = False):
-    """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign of negative bases fixed."""
+    """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign of negative bases fixed.
+    An integer tensor to a float power is a float tensor (as torch). Gradients follow torch's conventions at 0 and
+    infinities: d/dx is 0 where y == 0, d/dy is 0 where x == 0 and y >= 0."""
+    if not reverse and isinstance(y, float) and not dtypes.is_float(self.dtype): return self._floats().pow(y)
     small_int = isinstance(y, (int, float)) and not isinstance(y, bool) and float(y).is_integer() and abs(y) <= 8
     if not reverse and small_int: return self._int_pow(int(y))
     if not reverse and isinstance(y, float) and y == 0.5: return self.sqrt()
@@ -118,9 +127,13 @@ class ElementwiseMixin:
     mag = (b * a.abs().log2()).exp2()
     b_is_int = b.trunc().eq(b)
     b_is_odd = b_is_int & (b - (b * 0.5).floor() * 2).eq(1)
-    signed = (a < 0).where(b_is_int.where(b_is_odd.where(-mag, mag), math.nan), mag)
+    # a negative base to a fractional power is NaN, except -inf (C's pow: +inf or +0, like the magnitude)
+    signed = (a < 0).where(b_is_int.where(b_is_odd.where(-mag, mag), a.eq(-math.inf).where(mag, math.nan)), mag)
     out = b.eq(0).where(1.0, signed)
-    return out if dtypes.is_float(out_dtype) else out.round().cast(out_dtype)
+    if not dtypes.is_float(out_dtype): return out.round().cast(out_dtype)
+    if out.requires_grad is False: return out
+    from tinyplug.gradient import custom_gradient
+    return custom_gradient(out, (a, b), _pow_grad)
 
   def _int_pow(self, n: int):
     if n < 0:
@@ -237,7 +250,7 @@ class ElementwiseMixin:
   def sigmoid(self):
     x = self._floats()
     s = (1 + (x * (-1 / LN2)).exp2()).reciprocal()
-    if not s.requires_grad: return s
+    if s.requires_grad is False: return s
     # d/dx through the ops is -(1+e)^-2 * e*ln2: inf * 0 = NaN once exp2 overflows (x < -88); s*(1-s) is exact there
     from tinyplug.gradient import custom_gradient
     return custom_gradient(s, (x,), _sigmoid_grad)

@@ -99,8 +99,16 @@ class SortingMixin:
     """(running minimum, int32 index where it was reached) along `axis`, as torch.cummin."""
     return self._cum_extreme(axis, largest=False)
   def logcumsumexp(self, axis: int = 0):
-    """log(cumsum(exp(self))) along `axis`, shifted by the maximum so it does not overflow."""
+    """log(cumsum(exp(self))) along `axis`. Each prefix is shifted by its own running maximum: one shift for the whole
+    axis would underflow the early terms to 0 when a later value is much larger ([0, 100] gave log(e^-100) = -inf)."""
     if self.ndim == 0: return self
-    m = self.max(axis, keepdim=True).detach()
-    m = m.isinf().where(0, m)
-    return (self - m).exp().cumsum(axis).log() + m
+    ax = graph.normalize_axis(axis, self.ndim)
+    x = self.transpose(ax, -1)
+    n = x.shape[-1]
+    if n == 0: return self
+    m = x._cum_extreme(-1, largest=True)[0].detach()
+    m = m.isinf().where(0, m).unsqueeze(-1)                               # [..., i, 1]: the shift of prefix i
+    ar = type(self).arange(n, device=self.device, dtype=dtypes.int32)
+    upto = ar.reshape(n, 1) >= ar.reshape(1, n)                          # j <= i
+    terms = upto.where((x.unsqueeze(-2) - m).exp(), 0.0)                 # [..., i, j] = exp(x[j] - m[i])
+    return (terms.sum(-1).log() + m.squeeze(-1)).transpose(ax, -1)

@@ -410,6 +410,36 @@ def test_cumsum(axis):
   check_op(None, lambda x: x.cumsum(axis), lambda x: x.cumsum(axis), vals=[np.arange(12, dtype=np.int32).reshape(3, 4) - 5])
   check_op([(3, 4)], lambda x: x.cumprod(axis), lambda x: x.cumprod(axis), low=0.5, high=1.5, atol=1e-5)
 
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_logcumsumexp(axis):
+  check_op([(4, 6)], lambda x: torch.logcumsumexp(x, axis), lambda x: x.logcumsumexp(axis), low=-40, high=40, atol=1e-5,
+           grad_atol=1e-5)
+
+def test_logcumsumexp_far_apart():
+  """Each prefix is shifted by its own maximum: e^-100 next to e^0 must not turn the first prefix into -inf."""
+  check_op(None, lambda x: torch.logcumsumexp(x, 0), lambda x: x.logcumsumexp(0), vals=[[0.0, 100.0, -50.0]], atol=1e-6)
+  check_op(None, lambda x: torch.logcumsumexp(x, 0), lambda x: x.logcumsumexp(0), vals=[[-math.inf, -math.inf, 1.0]],
+           grad=False)
+
+@pytest.mark.parametrize("base, exponent", [([0.0], [0.0]), ([0.0], [0.3]), ([0.0], [-0.3]), ([-math.inf, math.inf, 0.0], [0.0] * 3),
+                                            ([1.5, -2.5, 0.5], [1.3, 2.0, -0.7])], ids=str)
+def test_pow_gradients_at_zero_and_infinity(base, exponent):
+  """torch's conventions: d/dx is 0 where the exponent is 0, d/dy is 0 where the base is 0 and y >= 0, never NaN."""
+  check_op(None, lambda x, y: x ** y, vals=[base, exponent])
+
+@pytest.mark.parametrize("exponent", [0.3, -0.3, 3.3, 5.5])
+def test_pow_const_at_zero_and_negative_infinity(exponent):
+  check_op(None, lambda x: x ** exponent, vals=[[0.0, -math.inf, 2.0]])
+
+@pytest.mark.parametrize("exponent", [0.5, 1.5, 2.0, -1.0, 0.0])
+def test_int_tensor_to_a_float_power_is_float(exponent):
+  check_op(None, lambda x: x ** exponent, vals=[np.array([1, 2, 3, 4], dtype=np.int32)], grad=False)
+
+def test_sigmoid_and_tanh_gradients_far_out():
+  """No requires_grad needed for the stable gradients (backward fills every float tensor)."""
+  check_op(None, torch.sigmoid, Tensor.sigmoid, vals=[[-300.0, -90.0, 0.0, 90.0, 300.0]])
+  check_op(None, torch.tanh, Tensor.tanh, vals=[[-300.0, -40.0, 0.0, 40.0, 300.0]])
+
 def test_cumsum_long_and_0d():
   check_op([(45,)], lambda x: x.cumsum(0), atol=1e-5)
   check_op([(0,)], lambda x: x.cumsum(0))
