@@ -377,3 +377,27 @@ def test_error_messages():
   with pytest.raises(IndexError, match="too many indices"): Tensor.ones(2, 3)[0, 0, 0]
   with pytest.raises(ValueError, match="cat"): Tensor.ones(2, 3).cat(Tensor.ones(2, 4))
   with pytest.raises(TypeError, match="bool or integer"): Tensor([1.0]) & Tensor([1.0])
+
+
+def test_list_data_out_of_range_wraps_like_numpy_astype():
+  data = [1 << 33, 1 << 32, 1 << 31, 1, -(1 << 33), -1]
+  assert Tensor(data, dtype=dtypes.uint32).tolist() == np.array(data).astype(np.uint32).tolist()
+  assert Tensor([-1, 0, 1], dtype=dtypes.uint8).tolist() == [255, 0, 1]
+
+def test_arange_past_int32_is_int64():
+  t = Tensor.arange(2**31, 2**31 + 3)
+  assert t.dtype == dtypes.int64 and t.tolist() == [2**31, 2**31 + 1, 2**31 + 2]
+  assert Tensor.arange(10).dtype == dtypes.int32 and Tensor.arange(-5, 5).dtype == dtypes.int32
+
+def test_shape_errors_are_caught_as_torch_and_tinygrad_raise_them():
+  """ValueError (numpy) and RuntimeError (torch, tinygrad) both catch a shape error; a non-int shape is a TypeError
+  (torch) and a ValueError (tinygrad)."""
+  x = Tensor.ones(3, 4)
+  for bad in (lambda: x.reshape(-1, -1, 2), lambda: x.permute(0, 0), lambda: x.flip(1, 1), lambda: x @ Tensor.ones(3, 4),
+              lambda: Tensor.stack((x, x), x)):
+    with pytest.raises(ValueError): bad()
+    with pytest.raises(RuntimeError): bad()
+  for err in (TypeError, ValueError):
+    with pytest.raises(err, match="must be ints"): Tensor.ones((2, 2), 2, 2)
+  with pytest.raises(RuntimeError, match="needs bool or integer"): Tensor([1, 2]) << 1.0
+  with pytest.raises(RuntimeError, match="negative integer powers"): Tensor([1, 2]) ** -2

@@ -336,6 +336,7 @@ def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
   dtype = dtype or dtypes.from_py(data)
   host = dtypes.float32 if dtype == dtypes.bfloat16 else dtype
   try: arr = np.array(data, dtype=to_np_dtype(host))
+  except OverflowError: arr = np.array(data).astype(to_np_dtype(host))   # out-of-range integers wrap, as numpy's astype
   except (ValueError, TypeError) as e: raise ValueError(f"cannot make a Tensor from this list: {e}") from None
   return _uop_from_numpy(arr, dtype, device)
 

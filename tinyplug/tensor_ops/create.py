@@ -9,7 +9,7 @@ from tinyplug.tensor_ops import graph
 def argfix(*shape: Any) -> tuple[int, ...]:
   """`f(2, 3)` and `f((2, 3))` both give (2, 3)."""
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if not all(isinstance(s, int) for s in shape): raise TypeError(f"a shape must be ints, got {shape}")
+  if not all(isinstance(s, int) for s in shape): raise graph.ShapeTypeError(f"a shape must be ints, got {shape}")
   if any(s < 0 for s in shape): raise ValueError(f"a shape cannot have negative sizes: {shape}")
   return tuple(shape)
 
@@ -70,8 +70,11 @@ class CreationMixin:
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
-    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float if is_float else dtypes.default_int)
     n = max(0, math.ceil((stop - start) / step))
+    default = dtypes.default_float if is_float else dtypes.default_int
+    if not is_float and n and not all(dtypes.min(default) <= v <= dtypes.max(default) for v in (start, start + (n - 1) * step)):
+      default = dtypes.int64   # an integer range past the default int's bounds (as tinygrad and torch)
+    device, dtype, rg = cls._creation_args(kwargs, default)
     idx = cls.from_uop(arange_uop(n, device))
     out = idx.cast(dtype) if (dtypes.is_float(dtype) or not is_float) else idx.cast(dtypes.default_float)
     if step != 1: out = out * step

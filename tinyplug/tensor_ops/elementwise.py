@@ -152,7 +152,7 @@ class ElementwiseMixin:
     return self._binop(Ops.MAX, y)
   def minimum(self, y):
     a, b = self._broadcasted(y)
-    if dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool: return (a < b).where(a, b)
+    if not dtypes.is_float(a.dtype): return (a < b).where(a, b)   # -x would overflow the smallest signed int
     return -((-a).maximum(-b))
   def where(self, x, y):
     """self ? x : y, elementwise with broadcasting; x and y are promoted to a common dtype."""

@@ -17,6 +17,9 @@ class ShapeError(ValueError, RuntimeError):
 class DTypeError(TypeError, RuntimeError):
   """A dtype the operation does not take (a TypeError; a RuntimeError too, as torch and tinygrad raise)."""
 
+class ShapeTypeError(TypeError, ValueError):
+  """A shape given as something other than ints (a TypeError, as torch raises; a ValueError, as tinygrad raises)."""
+
 def normalize_axis(axis: int, ndim: int) -> int:
   """`axis` as a non-negative index into `ndim` dims; out of range raises an IndexError naming both."""
   if not isinstance(axis, int): raise TypeError(f"an axis must be an int, got {type(axis).__name__}")

@@ -37,9 +37,8 @@ class ReduceMixin:
     return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
   def max(self, axis: Axis = None, keepdim: bool = False): return self._reduce(Ops.MAX, axis, keepdim)
   def _inverse(self):
-    """An order-reversing map: -x for floats and signed ints, ~x for unsigned ints and bools."""
-    return -self if dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype)) \
-      else ~self
+    """An order-reversing map: -x for floats, ~x for integers and bools (-x would overflow the smallest signed int)."""
+    return -self if dtypes.is_float(self.dtype) else ~self
   def min(self, axis: Axis = None, keepdim: bool = False): return self._inverse().max(axis, keepdim)._inverse()
   def mean(self, axis: Axis = None, keepdim: bool = False):
     out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float

@@ -440,6 +440,15 @@ def test_sigmoid_and_tanh_gradients_far_out():
   check_op(None, torch.sigmoid, Tensor.sigmoid, vals=[[-300.0, -90.0, 0.0, 90.0, 300.0]])
   check_op(None, torch.tanh, Tensor.tanh, vals=[[-300.0, -40.0, 0.0, 40.0, 300.0]])
 
+def test_min_and_argmin_at_the_smallest_int():
+  """min/argmin/minimum of signed ints must not negate (-(-2**31) overflows): ~x reverses the order exactly."""
+  lo = np.iinfo(np.int32).min
+  for vals in ([0, lo], [lo, 0], [3, 2, 2]):
+    check_op(None, lambda x: torch.amin(x), lambda x: x.min(), vals=[np.array(vals, dtype=np.int32)], grad=False)
+    check_op(None, lambda x: x.argmin().int(), lambda x: x.argmin(), vals=[np.array(vals, dtype=np.int32)], grad=False)
+  check_op(None, torch.minimum, Tensor.minimum, grad=False,
+           vals=[np.array([-1234, 0, 1234, 2**31 - 1, lo], dtype=np.int32), np.array(lo, dtype=np.int32)])
+
 def test_cumsum_long_and_0d():
   check_op([(45,)], lambda x: x.cumsum(0), atol=1e-5)
   check_op([(0,)], lambda x: x.cumsum(0))
