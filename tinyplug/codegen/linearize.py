@@ -41,6 +41,7 @@ class _Linearizer:
     self.out: list[UOp] = []
     self.done: dict[UOp, UOp] = {}
     self.open: list[UOp] = []
+    self.inside: dict[UOp, list[UOp]] = {}   # loop -> the nodes emitted in it that depend on it
     self.n_regs = 0
 
   def emit(self, u: UOp) -> UOp:
@@ -60,6 +61,7 @@ class _Linearizer:
       src = tuple(self.need(s) for s in u.src)
       ret = self.emit(u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg))
     self.done[u] = ret
+    for r in self.rdeps[u]: self.inside.setdefault(r, []).append(u)
     return ret
 
   def hoist(self, root: UOp) -> None:
@@ -89,6 +91,9 @@ class _Linearizer:
     assert self.open[-1] is r, "loops must close innermost first"
     self.emit(UOp(Ops.END, dtypes.void, (r,)))
     self.open.pop()
+    # what was computed inside is out of scope now: two reductions over the same loops that run in separate nests
+    # (one hoisted out of an outer loop) must each compute their loop bodies' values again
+    for u in self.inside.pop(r, ()): self.done.pop(u, None)
 
   def reduce(self, red: UOp) -> UOp:
     """Emit `red` together with every other REDUCE over the same loops that can run now: one loop, many accumulators."""

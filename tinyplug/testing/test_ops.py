@@ -497,6 +497,14 @@ def test_conv2d(cfg):
   shapes = [cfg["x"], cfg["w"]] + ([(cfg["w"][0],)] if cfg.get("bias") else [])
   check_op(shapes, lambda x, w, *b: F.conv2d(x, w, *b, **kw), lambda x, w, *b: x.conv2d(w, *b, **kw), atol=1e-5, rtol=1e-4)
 
+@pytest.mark.parametrize("output_padding, stride", [((1, 1), (2, 3)), ((2, 1), (3, 2))], ids=str)
+def test_conv_transpose2d_output_padding(output_padding, stride):
+  """The input gradient here is a kernel with several reductions over the same loops, one of which needs no output
+  loop: it once reused values of another loop nest (invalid LLVM IR)."""
+  check_op([(2, 4, 6, 5), (4, 4, 3, 3), (4,)],
+           lambda x, w, b: F.conv_transpose2d(x, w, b, output_padding=output_padding, stride=stride),
+           lambda x, w, b: x.conv_transpose2d(w, b, output_padding=output_padding, stride=stride), atol=1e-5, rtol=1e-4)
+
 def test_conv2d_flat_padding_and_conv1d():
   check_op([(1, 2, 5, 6), (3, 2, 3, 3)], lambda x, w: F.conv2d(F.pad(x, (1, 0, 2, 1)), w),
            lambda x, w: x.conv2d(w, padding=(1, 0, 2, 1)), atol=1e-5, rtol=1e-4)
