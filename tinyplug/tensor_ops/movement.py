@@ -197,6 +197,14 @@ class MovementMixin:
     if chunks <= 0: raise ShapeError(f"chunk count must be positive, got {chunks}")
     d = graph.normalize_axis(dim, self.ndim)
     return self.split(max(1, math.ceil(self.shape[d] / chunks)), d)
+  def meshgrid(self, *others, indexing: str = "ij"):
+    """Coordinate grids of 1-d (or 0-d) tensors, as torch.meshgrid: "ij" gives shape (len(a), len(b), ...), "xy" swaps
+    the first two dims."""
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
+    flat = [t.reshape(-1) for t in (self, *others)]
+    shape = tuple(t.shape[0] for t in flat)
+    grids = [t.reshape(tuple(n if j == i else 1 for j, n in enumerate(shape))).expand(shape) for i, t in enumerate(flat)]
+    return tuple(g.transpose(0, 1) if indexing == "xy" and len(shape) > 1 else g for g in grids)
   def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None):
     """Shift elements along `dims` (wrapping around); without dims, along the flattened tensor (as torch)."""
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)

@@ -152,7 +152,10 @@ class NNMixin:
     return k, s, pads, [(0, 0)] * (self.ndim - nd) + [(0, e) for e in extra]
 
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
-                 padding: int | Sequence[int] = 0, ceil_mode: bool = False):
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, return_indices: bool = False):
+    """Max of each window; with return_indices also where it was (int64 positions in the flattened spatial input, the
+    first on ties, as torch), which max_unpool2d takes."""
+    if return_indices: return self._max_pool_with_indices(kernel_size, stride, dilation, padding, ceil_mode)
     k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
     # the gradient marks where the input equals the max; computed inline in two kernels, the input could round
     # differently in each (LLVM may contract a*b+c into an FMA in one and not the other), match nowhere and leave a
@@ -160,6 +163,34 @@ class NNMixin:
     pads = [(b, a + e) for (b, a), (_, e) in zip(pads, extra)]
     x = self.contiguous().pad(tuple(pads), value=dtypes.min(self.dtype))
     return x._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
+  def _max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode: bool):
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
+    pads = tuple((b, a + e) for (b, a), (_, e) in zip(pads, extra))
+    nd, spatial = len(k), self.shape[-len(k):]
+    axes = tuple(range(-nd, 0))
+    windows = self.contiguous().pad(pads, value=dtypes.min(self.dtype))._pool(k, s, dilation)
+    vals = windows.max(axes)
+    where = type(self).arange(math.prod(spatial), device=self.device, dtype=dtypes.int64).reshape(spatial)
+    where = where.pad(pads[-nd:], value=-1)._pool(k, s, dilation)           # the padding is never the max's position
+    first = windows.eq(vals.reshape(vals.shape + (1,) * nd)).where(where, dtypes.max(dtypes.int64)).min(axes)
+    return vals, first
+  def max_unpool2d(self, indices, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None):
+    """The inverse of max_pool2d(return_indices=True): each value back at its position, zeros elsewhere. The output's
+    spatial size is (in - 1) * stride - pad_before - pad_after + dilation * (kernel - 1) + 1, or the last dims of
+    output_size."""
+    nd = 2
+    k, d = make_tuple(kernel_size, nd), make_tuple(dilation, nd)
+    s = k if stride is None else make_tuple(stride, nd)
+    pads = _spatial_padding(padding, nd)
+    if output_size is None:
+      out = tuple((i - 1) * sj - pb - pa + dj * (kj - 1) + 1 for i, kj, sj, dj, (pb, pa) in zip(self.shape[-nd:], k, s, d, pads))
+    else: out = tuple(output_size)[-nd:]
+    if indices.shape != self.shape: raise ShapeError(f"max_unpool2d: indices {indices.shape} do not match {self.shape}")
+    lead = self.shape[:-nd]
+    flat, idx = self.reshape(*lead, -1), indices.reshape(*lead, -1)
+    return type(self).zeros(*lead, math.prod(out), dtype=self.dtype, device=self.device).scatter(-1, idx, flat) \
+      .reshape(*lead, *out)
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
     """Mean of each window. With count_include_pad the padding counts in the divisor; the part of a ceil_mode window
@@ -179,8 +210,17 @@ class NNMixin:
     return rows <= cols if upper else rows >= cols
   def triu(self, diagonal: int = 0): return self._tri_mask(diagonal, upper=True).where(self, self._const_like(0))
   def tril(self, diagonal: int = 0): return self._tri_mask(diagonal, upper=False).where(self, self._const_like(0))
-  def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
-    """softmax(q @ k^T / sqrt(d) + mask) @ v, like torch's; a bool mask keeps where it is True."""
+  def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                   enable_gqa: bool = False):
+    """softmax(q @ k^T / sqrt(d) + mask) @ v, like torch's; a bool mask keeps where it is True. enable_gqa: key and
+    value have fewer heads (dim -3) than the query, each shared by a group of query heads."""
+    if is_causal and attn_mask is not None: raise ShapeError("scaled_dot_product_attention: give is_causal or attn_mask, not both")
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      if self.shape[-3] % key.shape[-3] or value.shape[-3] != key.shape[-3]:
+        raise ShapeError(f"scaled_dot_product_attention: {self.shape[-3]} query heads cannot be grouped over "
+                         f"{key.shape[-3]} key and {value.shape[-3]} value heads")
+      group = self.shape[-3] // key.shape[-3]
+      key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
     scores = (self @ key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
     if is_causal: attn_mask = scores._const_like(True, dtypes.bool).tril()
     if attn_mask is not None:
@@ -228,8 +268,11 @@ class NNMixin:
     return nll_loss(self, y, weight, ignore_index, reduction)
   def binary_crossentropy(self, y, reduction: str = "mean"):
     return _reduce_loss(-(y * self.log() + (1 - y) * (1 - self).log()), reduction)
-  def binary_crossentropy_logits(self, y, reduction: str = "mean"):
-    return _reduce_loss(self.maximum(0) - y * self + (1 + self.abs().neg().exp()).log(), reduction)
+  def binary_crossentropy_logits(self, y, reduction: str = "mean", pos_weight=None):
+    """BCE of sigmoid(self) against y, computed from the logits stably; pos_weight scales the positive term (torch)."""
+    softplus_neg = (1 + self.abs().neg().exp()).log() + (-self).maximum(0)     # log(1 + e^-x), stable
+    if pos_weight is None: return _reduce_loss((1 - y) * self + softplus_neg, reduction)
+    return _reduce_loss((1 - y) * self + (1 + (pos_weight - 1) * y) * softplus_neg, reduction)
   def sparse_categorical_crossentropy(self, y, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean"):
     log_probs = self.log_softmax()
@@ -240,11 +283,18 @@ class NNMixin:
     if reduction == "mean": return loss.sum() / mask.sum()
     return _reduce_loss(loss, reduction)
   def cross_entropy(self, y, reduction: str = "mean", label_smoothing: float = 0.0):
-    """Cross entropy of logits against class indices (int y) or probabilities (float y of the same shape)."""
+    """Cross entropy of logits against class indices (int y) or probabilities (float y of the same shape). The classes
+    are dim 1 (dim 0 of a 1-d input), as torch's."""
+    axis = 1 if self.ndim >= 2 else 0
     if dtypes.is_int(y.dtype):
-      return self.sparse_categorical_crossentropy(y, label_smoothing=label_smoothing, reduction=reduction)
-    y = y * (1 - label_smoothing) + label_smoothing / self.shape[-1]
-    return _reduce_loss(-(self.log_softmax(-1) * y).sum(-1), reduction)
+      x = self.unsqueeze(0) if self.ndim == 1 else self
+      if x.ndim > 2: x = x.permute(0, *range(2, x.ndim), 1)   # the class dim last
+      loss = x.sparse_categorical_crossentropy(y if self.ndim > 1 else y.reshape(1), label_smoothing=label_smoothing,
+                                               reduction=reduction)
+      return loss.reshape(()) if self.ndim == 1 and reduction == "none" else loss
+    if y.shape != self.shape: raise ShapeError(f"cross_entropy: probabilities {y.shape} do not match logits {self.shape}")
+    y = y * (1 - label_smoothing) + label_smoothing / self.shape[axis]
+    return _reduce_loss(-(self.log_softmax(axis) * y).sum(axis), reduction)
 
 def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
   """Gradients of the unpadded convolution out = conv(x, w) (+ bias): (d x, d w[, d bias]), each again a convolution."""

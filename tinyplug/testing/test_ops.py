@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tinyplug.testing.helpers_ops import check_op, requires_dtypes
-from tinyplug import Tensor
+from tinyplug import Tensor, dtypes
 
 pytestmark = pytest.mark.usefixtures("device")
 
@@ -535,6 +535,46 @@ def test_sequential_and_losses():
   check_op([(4, 3), (4, 3)], lambda x, y: F.binary_cross_entropy_with_logits(x, y.sigmoid()),
            lambda x, y: x.binary_crossentropy_logits(y.sigmoid()), atol=1e-6, rtol=1e-5)
   check_op([(4, 6)], lambda x: F.layer_norm(x, (6,)), lambda x: x.layernorm(), atol=1e-5, rtol=1e-4)
+
+def test_losses_torch_options():
+  """pos_weight, class dim 1 for N-d logits, probabilities of a 1-d input, and mismatched probabilities refused."""
+  pw = np.linspace(0.25, 7, 5).astype(np.float32)
+  check_op([(6, 5), (6, 5)], lambda x, y: F.binary_cross_entropy_with_logits(x, y.sigmoid(), pos_weight=torch.tensor(pw)),
+           lambda x, y: x.binary_crossentropy_logits(y.sigmoid(), pos_weight=Tensor(pw)), atol=1e-6, rtol=1e-5)
+  for shape in [(7,), (6, 5), (3, 4, 2, 2)]:
+    check_op([shape, shape], lambda x, y: F.cross_entropy(x, y.softmax(1 if len(shape) > 1 else 0)),
+             lambda x, y: x.cross_entropy(y.softmax(1 if len(shape) > 1 else 0)), atol=1e-5, rtol=1e-5)
+  labels = np.random.default_rng(0).integers(0, 4, (3, 2, 2))
+  check_op([(3, 4, 2, 2)], lambda x: F.cross_entropy(x, torch.tensor(labels)),
+           lambda x: x.cross_entropy(Tensor(labels.astype(np.int32))), atol=1e-5, rtol=1e-5)
+  with pytest.raises(RuntimeError, match="do not match"): Tensor.ones(4, 3).cross_entropy(Tensor.ones(4, 1))
+
+@pytest.mark.parametrize("cfg, out", [(dict(kernel_size=(5, 5), stride=(6, 5)), (14, 13)),
+                                      (dict(kernel_size=(3, 3), stride=(3, 2), padding=1), (14, 13)),
+                                      (dict(kernel_size=2), (9, 9, 14, 13))], ids=str)
+def test_max_pool_indices_and_unpool(cfg, out):
+  def torch_fn(x):
+    v, i = F.max_pool2d(x, return_indices=True, **cfg)
+    return F.max_unpool2d(v, i, **cfg, output_size=out), i.int()
+  def tiny_fn(x):
+    v, i = x.max_pool2d(return_indices=True, **cfg)
+    return Tensor.max_unpool2d(v, i, **cfg, output_size=out), i.cast(dtypes.int32)
+  for got, want in zip(tiny_fn(Tensor(a := np.random.default_rng(1).standard_normal((2, 3, 14, 13)).astype(np.float32))),
+                       torch_fn(torch.tensor(a))):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
+
+def test_meshgrid():
+  for indexing in ("ij", "xy"):
+    want = torch.meshgrid(torch.arange(3.0), torch.tensor(10.0), torch.arange(4.0), indexing=indexing)
+    got = Tensor.arange(3.0).meshgrid(Tensor(10.0), Tensor.arange(4.0), indexing=indexing)
+    assert len(got) == 3 and all(np.array_equal(g.numpy(), w.numpy()) for g, w in zip(got, want))
+
+def test_attention_grouped_heads_and_errors():
+  check_op([(2, 6, 4, 8), (2, 2, 4, 8), (2, 2, 4, 3)], lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+           lambda q, k, v: q.scaled_dot_product_attention(k, v, enable_gqa=True), atol=1e-5, rtol=1e-4)
+  q = Tensor.ones(1, 5, 2, 4)
+  with pytest.raises(RuntimeError, match="cannot be grouped"): q.scaled_dot_product_attention(Tensor.ones(1, 2, 2, 4), Tensor.ones(1, 2, 2, 4), enable_gqa=True)
+  with pytest.raises(RuntimeError, match="not both"): q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(2, 2), is_causal=True)
 
 def test_tril_triu_and_attention():
   for d in (-1, 0, 2):
