@@ -401,3 +401,25 @@ def test_shape_errors_are_caught_as_torch_and_tinygrad_raise_them():
     with pytest.raises(err, match="must be ints"): Tensor.ones((2, 2), 2, 2)
   with pytest.raises(RuntimeError, match="needs bool or integer"): Tensor([1, 2]) << 1.0
   with pytest.raises(RuntimeError, match="negative integer powers"): Tensor([1, 2]) ** -2
+
+def test_assign_through_a_view_writes_the_base():
+  """As torch's copy_ into a view: the base tensor sees the values (transposed, shrunk, flipped views)."""
+  t = Tensor(np.arange(9, dtype=np.float32).reshape(3, 3)).contiguous().realize()
+  t.shrink(((1, 3), (1, 3))).assign(Tensor.ones(2, 2))
+  want = np.arange(9, dtype=np.float32).reshape(3, 3)
+  want[1:, 1:] = 1
+  np.testing.assert_equal(t.numpy(), want)
+  t.T.assign(Tensor(np.arange(9, dtype=np.float32).reshape(3, 3) * 10))
+  np.testing.assert_equal(t.numpy(), (np.arange(9, dtype=np.float32).reshape(3, 3) * 10).T)
+  f = Tensor(np.arange(6, dtype=np.float32)).contiguous().realize()
+  f.reshape(2, 3).flip(1)[0:1].assign(Tensor([[1.0, 2.0, 3.0]]) + f.reshape(2, 3)[1:])
+  assert f.tolist() == [8.0, 6.0, 4.0, 3.0, 4.0, 5.0]
+
+def test_dropout_bounds_and_optimizer_arguments_are_checked():
+  from tinyplug import nn
+  with Tensor.train():
+    assert Tensor([1.0, float("nan"), 3.0]).dropout(1.0).tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="dropout probability"): Tensor.ones(3).dropout(-0.1)
+  for make in (lambda p: nn.optim.AdamW(p, lr=0.1, weight_decay=-0.1), lambda p: nn.optim.SGD(p, lr=0.1, weight_decay=-1.0),
+               lambda p: nn.optim.Adam(p, eps=-1e-8)):
+    with pytest.raises(ValueError, match="invalid"): make([Tensor([1.0])])

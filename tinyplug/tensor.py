@@ -253,6 +253,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if x.dtype != self.dtype: raise ValueError(f"assign: dtype {x.dtype} does not match the target's {self.dtype}")
     if graph.is_plain_buffer(self.uop) or self.uop.op is Ops.ASSIGN:
       self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+    elif graph.is_writable_view(self.uop):   # a view of a buffer (t.T, t[1:3]): write through it now, as setitem does
+      Tensor.from_uop(UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))).realize()
     else: self.uop = x.uop
     return self
 

@@ -93,6 +93,7 @@ class LARS(Optimizer):
                nesterov: bool = False, classic: bool = False, tcoef: float = 0.001):
     super().__init__(params, lr)
     if momentum < 0: raise ValueError(f"invalid momentum: {momentum}")
+    if weight_decay < 0: raise ValueError(f"invalid weight_decay: {weight_decay}")
     if nesterov and momentum <= 0: raise ValueError("nesterov momentum needs momentum > 0")
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
     self.b = [_state_like(t) for t in self.params] if momentum else []
@@ -126,6 +127,8 @@ class LAMB(Optimizer):
     super().__init__(params, lr)
     for name, b in (("b1", b1), ("b2", b2)):
       if not 0.0 <= b < 1.0: raise ValueError(f"invalid {name}: {b} (must be in [0, 1))")
+    if weight_decay < 0: raise ValueError(f"invalid weight_decay: {weight_decay}")
+    if eps < 0: raise ValueError(f"invalid eps: {eps}")
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
     # b1**step and b2**step, kept on the device so a jitted step needs no Python-side counter
     self.b1_t = _own_buffer(Tensor.ones(1, dtype=dtypes.float32, device=self.device, requires_grad=False))

@@ -127,6 +127,12 @@ def is_plain_buffer(u: UOp) -> bool:
   if u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
+def is_writable_view(u: UOp) -> bool:
+  """A view of a buffer that names each of its elements at most once (reshape, permute, shrink, flip): writing through
+  it writes the buffer."""
+  while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP): u = u.src[0]
+  return u.op is Ops.BUFFER
+
 def is_realized(u: UOp) -> bool:
   """Nothing to compute: a buffer seen through movement ops only."""
   return u.base.op is Ops.BUFFER

@@ -239,7 +239,10 @@ class NNMixin:
     x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
     return x + bias.reshape(shape) if bias is not None else x
   def dropout(self, p: float = 0.5):
+    """Zero each element with probability p and scale the rest by 1/(1-p), while Tensor.training (p=1: all zeros)."""
+    if not 0.0 <= p <= 1.0: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not type(self).training or p == 0: return self
+    if p == 1: return self.zeros_like()
     keep = type(self).rand(*self.shape, device=self.device) >= p
     return keep.where(self, 0) * (1 / (1 - p))
   def conv_transpose2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0, output_padding=0):
