@@ -231,3 +231,14 @@ def test_torch_load_does_not_import_torch(tmp_path):
           "print(w.numpy().tolist(), 'torch' in sys.modules)")
   out = subprocess.run([sys.executable, "-c", code, fn], capture_output=True, text=True, timeout=120)
   assert out.stdout.strip() == "[[0, 1, 2], [3, 4, 5]] False", out.stderr[-2000:]
+
+def test_a_torch_0d_counter_loads_into_a_1_element_tensor():
+  from tinyplug import nn
+  from tinyplug.nn.state import load_state_dict
+  bn = nn.BatchNorm2d(3)
+  load_state_dict(bn, {"weight": Tensor.ones(3), "bias": Tensor.zeros(3), "running_mean": Tensor.zeros(3),
+                       "running_var": Tensor.ones(3), "num_batches_tracked": Tensor(7)})
+  assert bn.num_batches_tracked.tolist() == [7]
+  with pytest.raises(ValueError, match="shape mismatch"):
+    load_state_dict(bn, {"weight": Tensor.ones(4), "bias": Tensor.zeros(3), "running_mean": Tensor.zeros(3),
+                         "running_var": Tensor.ones(3), "num_batches_tracked": Tensor(7)})

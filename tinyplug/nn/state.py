@@ -47,7 +47,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Copy each value of `state_dict` into the model tensor of the same name.
 
-  A model tensor with no entry is an error when `strict` (else it is skipped); a shape mismatch is always an error.
+  A model tensor with no entry is an error when `strict` (else it is skipped); a shape mismatch is always an error,
+  except a single value as () against (1,) (torch keeps BatchNorm's num_batches_tracked as a 0-d tensor).
   Values are cast to the model tensor's dtype and moved to its device. Returns the updated model tensors."""
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
@@ -55,8 +56,10 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     extra = [k for k in state_dict if k not in model_sd]
     raise KeyError(f"load_state_dict: {len(missing)} model tensor(s) missing from the state dict: {missing[:10]}"
                    + (f"; the state dict has unused keys {extra[:10]}" if extra else "") + " (pass strict=False to skip)")
-  bad = [(k, tuple(v.shape), tuple(state_dict[k].shape)) for k, v in model_sd.items()
-         if k in state_dict and tuple(v.shape) != tuple(state_dict[k].shape)]
+  def fits(model_shape: tuple, given: tuple) -> bool:
+    return model_shape == given or {model_shape, given} == {(), (1,)}
+  bad = [(k, tuple(v.shape), _shape_of(state_dict[k])) for k, v in model_sd.items()
+         if k in state_dict and not fits(tuple(v.shape), _shape_of(state_dict[k]))]
   if bad:
     raise ValueError("load_state_dict: shape mismatch for " +
                      ", ".join(f"{k!r} (model {m}, state dict {s})" for k, m, s in bad))
@@ -69,11 +72,15 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if not isinstance(value, Tensor): value = Tensor(np.asarray(value))
     value = value.to(v.device)
     if value.dtype != v.dtype: value = value.cast(v.dtype)
+    if value.shape != v.shape: value = value.reshape(v.shape)
     _write_into(v, value)
     updated.append(v)
     if consume: del state_dict[k]
   if realize and updated: updated[0].realize(*updated[1:])
   return updated
+
+def _shape_of(x: Any) -> tuple:
+  return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
 
 def _write_into(target: Tensor, value: Tensor) -> None:
   """Overwrite target's values, keeping its buffer when it has one (so optimizers and jits still see it)."""
