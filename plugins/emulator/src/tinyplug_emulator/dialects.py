@@ -211,7 +211,7 @@ class MetalDialect(Dialect):
     return [" ".join(w for w in p[:p.rindex("*")].split() if w not in drop) for p in self._signature(src)[1] if "*" in p]
   def with_entry(self, src: str) -> str:
     name, params = self._signature(src)
-    args, n_ptr = [], 0
+    args, n_ptr, n_var = [], 0, 0
     for p in params:
       attr = re.search(r"\[\[\s*(\w+)", p)
       decl = re.sub(r"\[\[.*?\]\]", "", p).strip()
@@ -222,7 +222,11 @@ class MetalDialect(Dialect):
       elif "*" in decl:
         args.append(f"({decl[:decl.rindex('*') + 1]})args[{n_ptr}]")
         n_ptr += 1
-      else: raise DialectError(f"the emulator passes only buffers and thread positions to Metal kernels, not {p!r}")
+      elif "&" in decl and decl.split()[0] == "constant":   # a scalar (`constant int& n [[buffer(k)]]`): the int in vars,
+        # reached through an integer so the private -> constant address-space change is explicit (one flat space here)
+        args.append(f"*({decl[:decl.rindex('&')]}*)(__SIZE_TYPE__)(vars + {n_var})")
+        n_var += 1
+      else: raise DialectError(f"the emulator passes only buffers, constant scalars and thread positions to Metal kernels, not {p!r}")
     body = _METAL_VECTOR_CTOR.sub(r"(\1)(", src)
     return f'{body}\nextern "C" void tp_entry(__global void **args, int *vars) {{ {name}({", ".join(args)}); }}\n'
   def uses_barrier(self, src: str) -> bool: return re.search(r"\bthreadgroup_barrier\s*\(", src) is not None
@@ -251,12 +255,12 @@ LLVM_IR = LLVMIRDialect(name="llvm-ir", device="AMD", version="3", compile_flags
                         builtins="amdgpu_builtins.c", builtins_flags=("-x", "c", "-O2", "-fPIC", "-ffp-contract=off", "-w"))
 
 METAL = MetalDialect(
-  name="metal", device="METAL", version="1", builtins="opencl_builtins.cl", headers=("include/metal_stdlib",),
+  name="metal", device="METAL", version="2", builtins="opencl_builtins.cl", headers=("include/metal_stdlib",),
   builtins_flags=OPENCL.compile_flags,   # the same library as OpenCL C: C++ for OpenCL mangles built-ins alike
   compile_flags=("-x", "clcpp", "-cl-std=clc++2021", "-Xclang", "-fdeclare-opencl-builtins", "-Xclang",
                  "-finclude-default-header", "-I", os.path.join(_HERE, "include"), "-ffp-contract=off", "-O2", "-fPIC",
-                 "-w"),
-  renderer_options={})
+                 "-Xclang", "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none", "-w"),
+  renderer="METAL", renderer_options={})
 
 # the cuda plugin's PTX renderer writes LLVM IR for NVPTX: `MOCK+CUDA:PTX` runs it through the same lowering
 NVPTX_IR = LLVMIRDialect(name="llvm-ir", device="CUDA", version="3", compile_flags=LLVM_IR.compile_flags, renderer="PTX")
