@@ -34,6 +34,10 @@ def compare(tiny: np.ndarray, ref: np.ndarray, atol: float, rtol: float, what: s
   else:
     np.testing.assert_allclose(tiny.astype(np.float64), ref.astype(np.float64), atol=atol, rtol=rtol, err_msg=what)
 
+def _as_array(v: Any) -> np.ndarray:
+  a = np.asarray(v)
+  return a.astype(np.float32) if not isinstance(v, np.ndarray) and a.dtype == np.float64 else a
+
 def check_op(shapes: Sequence[tuple[int, ...]] | None, torch_fn: Callable, tiny_fn: Callable | None = None,
              atol: float = 1e-6, rtol: float = 1e-3, grad: bool = True, low: float = -2.0, high: float = 2.0,
              dtype: Any = np.float32, vals: Sequence[Any] | None = None, grad_atol: float | None = None,
@@ -44,7 +48,8 @@ def check_op(shapes: Sequence[tuple[int, ...]] | None, torch_fn: Callable, tiny_
   The backward pass seeds a random gradient so that every output element matters. tiny_fn defaults to torch_fn,
   for ops spelled the same in both."""
   tiny_fn = tiny_fn or torch_fn
-  if vals is not None: arrays = [np.asarray(v) for v in vals]
+  # Python float lists are float32, as `Tensor([1.0])` is (a device without float64, such as Metal, runs them too)
+  if vals is not None: arrays = [_as_array(v) for v in vals]
   else:
     dts = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes)
     arrays = make_inputs(shapes, dts, low, high, seed)

@@ -65,7 +65,8 @@ class MetalRenderer(CStyleRenderer):
   helper_prefix = "inline"
 
   def __init__(self, *, local_max: tuple[int, ...] = (1024, 1024, 1024), max_threads: int = 1024,
-               shared_max: int = 32768, device_name: str = ""):
+               shared_max: int = 32768, device_name: str = "", bfloat: bool = True):
+    self.bfloat = bfloat   # MSL 3.1 (macOS 14) has bfloat; the METAL device says whether its system does
     self.local_max = tuple(min(int(x), max_threads) for x in local_max)
     self.max_threads = int(max_threads)
     self.shared_max = int(shared_max)
@@ -74,6 +75,8 @@ class MetalRenderer(CStyleRenderer):
     # 4- to 16-byte loads and stores of device buffers (no bool or bfloat vectors: those stay per lane)
     self.vector_widths = {dt: tuple(w for w in (4, 2) if w * dt.itemsize <= 16)
                           for dt in _TYPE_NAMES if dt not in (dtypes.bool, dtypes.bfloat16)}
+
+  def supported_dtypes(self) -> list[DType]: return [dt for dt in _TYPE_NAMES if self.bfloat or dt != dtypes.bfloat16]
 
   def __repr__(self) -> str:
     return f"MetalRenderer(local_max={self.local_max}, shared_max={self.shared_max}, device={self.device_name!r})"

@@ -7,7 +7,7 @@ memmove into the buffer's `contents`, with no staging buffer and no blit. Launch
 
 Written against Apple's Metal documentation; not yet run on Apple hardware (see plugins/metal/README.md)."""
 from __future__ import annotations
-import ctypes, threading
+import ctypes, platform, threading
 from typing import Any, Callable
 from tinyplug.backend import Allocator, Compiled, Compiler, ProgramSpec
 from tinyplug.helpers import DEBUG
@@ -39,6 +39,11 @@ def pack_values(vals: Any) -> list[ctypes.c_int32]:
 def numbered(src: str) -> str:
   """The source with line numbers, as Metal's compile errors refer to them."""
   return "\n".join(f"{i + 1:5d} | {line}" for i, line in enumerate(src.splitlines()))
+
+def macos_version() -> tuple[int, ...]:
+  """(14, 5) on macOS 14.5; () elsewhere."""
+  release = platform.mac_ver()[0]
+  return tuple(int(x) for x in release.split(".") if x.isdigit()) if release else ()
 
 class MetalCompiler(Compiler):
   """MSL stays text until the device compiles it: Metal's own compiler runs in `newLibraryWithSource:` (with its
@@ -126,10 +131,11 @@ class MetalDevice(Compiled):
     self._lock = threading.Lock()
     with autorelease_pool(): self.gpu_name = objc.pystring(send(self.device, "name"))
     self.unified = bool(send(self.device, "hasUnifiedMemory"))
+    self.supports_bfloat = macos_version() >= (14, 0)   # bfloat is MSL 3.1
     pm = get_plugin_manager()
     specs = sorted((spec for spec, _ in pm.renderers_for("METAL")), key=lambda s: -s.priority)
     renderer = pm.load_factory(specs[0].factory)(shared_max=int(send(self.device, "maxThreadgroupMemoryLength")),
-                                                 device_name=self.gpu_name)
+                                                 device_name=self.gpu_name, bfloat=self.supports_bfloat)
     super().__init__(name, MetalAllocator(self), renderer, MetalCompiler())
     if DEBUG >= 1: print(f"{name}: {self.describe()}")
 
