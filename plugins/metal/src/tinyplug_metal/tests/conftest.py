@@ -5,6 +5,10 @@ import pytest
 from tinyplug import Tensor, dtypes
 from tinyplug.codegen.kernel import Opt, OptOps
 
+def pytest_configure(config) -> None:
+  # outside the repository (`pytest --pyargs tinyplug_metal.tests`) its pyproject's marker list is not read
+  config.addinivalue_line("markers", "slow: takes seconds (runs the op suite in a subprocess)")
+
 def render_kernels(tensor: Tensor, renderer=None, opts=None) -> list:
   """The ProgramSpecs of the kernels computing `tensor` (a Tensor on PYTHON), rendered as MSL (nothing runs)."""
   from tinyplug.codegen import get_program
