@@ -197,7 +197,8 @@ class MetalDialect(Dialect):
   """Metal Shading Language through clang's C++ for OpenCL with a `metal_stdlib` stand-in (include/metal_stdlib):
   Metal's address spaces are OpenCL's, the built-ins are the OpenCL ones. The one rewrite: Metal's vector
   constructors `float4(a, b, c, d)` become OpenCL vector literals `(float4)(a, b, c, d)`. Kernel parameters with a
-  position attribute ([[thread_position_in_threadgroup]] ...) are filled from the work-item's ids by the thunk."""
+  position attribute ([[thread_position_in_threadgroup]] ...) are filled from the work-item's ids by the thunk, and
+  scalar `constant int& n [[buffer(k)]]` parameters from the launch's int values."""
   def _signature(self, src: str) -> tuple[str, list[str]]:
     m = _METAL_KERNEL.search(src)
     if m is None: raise DialectError("no `kernel void name(...)` signature in the Metal source")
