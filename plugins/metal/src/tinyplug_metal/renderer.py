@@ -29,7 +29,7 @@ _COMPARISONS = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
 # the position attributes a kernel takes, by SPECIAL prefix: (parameter name, attribute)
 _POSITIONS = {"gidx": ("gid", "threadgroup_position_in_grid"), "lidx": ("lid", "thread_position_in_threadgroup"),
               "idx": ("tid", "thread_position_in_grid")}
-_ADDRESS_SPACES = {Ops.DEFINE_GLOBAL: "device", Ops.DEFINE_LOCAL: "threadgroup", Ops.DEFINE_REG: "thread"}
+MAX_BINDINGS = 31   # entries of a compute function's buffer argument table
 
 def known_divisor(u: UOp) -> int:
   """A number the integer value of `u` is always a multiple of (0: the value is 0)."""
@@ -176,6 +176,9 @@ class MetalRenderer(CStyleRenderer):
 
   # ---- kernel head and prelude ----
   def render_kernel_head(self, name: str, params: list[str], uops: list[UOp]) -> str:
+    if len(params) > MAX_BINDINGS:
+      raise NotImplementedError(f"kernel {name} takes {len(params)} buffers and scalars; Metal binds at most {MAX_BINDINGS} "
+                                f"([[buffer(0)]] to [[buffer({MAX_BINDINGS - 1})]])")
     used = {u.arg[0].rstrip("0123456789") for u in uops if u.op is Ops.SPECIAL}
     positions = [f"uint3 {p} [[{attr}]]" for prefix, (p, attr) in _POSITIONS.items() if prefix in used]
     return f"{self.kernel_prefix} {name}({', '.join(params + positions)}) {{"

@@ -1,6 +1,7 @@
 """The Metal renderer: what it writes, for hand-built programs and for kernels from the real pipeline."""
 from __future__ import annotations
 import re
+import pytest
 from tinyplug.codegen.kernel import Opt, OptOps
 from tinyplug.uop import UOp, Ops, dtypes
 from tinyplug_metal import MetalRenderer
@@ -69,3 +70,11 @@ def test_constants():
   assert r.render_const(1.5, dtypes.bfloat16) == "((bfloat)1.5f)"
   assert r.render_const(-2**63, dtypes.int64) == "(-9223372036854775807l-1)"
   assert r.render_const(7, dtypes.uint64) == "7ul" and r.render_const(3, dtypes.uint32) == "3u"
+
+def test_more_bindings_than_metal_has_is_a_clear_error():
+  bufs = [g(i) for i in range(32)]
+  uops = bufs + [store(bufs[0], c(0), load(bufs[1], c(0)))]
+  with pytest.raises(NotImplementedError, match=r"kernel k takes 32 buffers and scalars; Metal binds at most 31"):
+    MetalRenderer().render("k", uops)
+  src = MetalRenderer().render("k", bufs[:31] + uops[32:])
+  assert "[[buffer(30)]]" in src and "[[buffer(31)]]" not in src
