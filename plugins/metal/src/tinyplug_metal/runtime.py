@@ -9,6 +9,7 @@ Written against Apple's Metal documentation; not yet run on Apple hardware (see 
 from __future__ import annotations
 import ctypes, platform, threading
 from typing import Any, Callable
+import numpy as np
 from tinyplug.backend import Allocator, Compiled, Compiler, ProgramSpec
 from tinyplug.helpers import DEBUG
 from tinyplug_metal import objc
@@ -51,6 +52,10 @@ class MetalCompiler(Compiler):
   cachekey = "metal-msl"
   def compile(self, src: str) -> bytes: return src.encode()
 
+def _address(view: memoryview) -> int:
+  """The address of a contiguous byte view's memory (read-only ones too: no intermediate copy)."""
+  return np.frombuffer(view, dtype=np.uint8).ctypes.data
+
 class MetalAllocator(Allocator):
   """Shared-storage MTLBuffers; copies are one memmove each, after the GPU work in flight has finished."""
   def __init__(self, dev: MetalDevice): self.dev = dev
@@ -64,12 +69,11 @@ class MetalAllocator(Allocator):
   def copyin(self, dest: MetalBuffer, src: memoryview) -> None:
     if not src.nbytes: return
     self.dev.synchronize()   # a kernel in flight may still read the old contents
-    ctypes.memmove(dest.contents, (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else
-                   (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)
+    ctypes.memmove(dest.contents, _address(src), src.nbytes)
   def copyout(self, dest: memoryview, src: MetalBuffer) -> None:
     if not dest.nbytes: return
     self.dev.synchronize()
-    ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src.contents, dest.nbytes)
+    ctypes.memmove(_address(dest), src.contents, dest.nbytes)
 
 class MetalProgram:
   """One kernel: its library, function and compute pipeline. `prg(*buffers, global_size=, local_size=, vals=,

@@ -41,6 +41,10 @@ def test_device_renderer_and_shared_buffers(fake, dev):
   got = np.empty(16, np.float32)
   raw.copyout(memoryview(got).cast("B"), buf)
   assert np.array_equal(got, a)
+  raw.copyin(buf, memoryview((a + 1).tobytes()))   # read-only source (bytes)
+  raw.copyout(memoryview(got).cast("B"), buf)
+  assert np.array_equal(got, a + 1)
+  raw.copyin(buf, memoryview(b""))   # nothing to copy: no wait, no memmove
   raw.free(buf, 64)
   assert not fake.live("buffer")
 
