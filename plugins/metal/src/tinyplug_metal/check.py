@@ -10,6 +10,7 @@ literals `(float4)(a, b, c, d)` (C++ for OpenCL has no constructor syntax for ve
 `python -m tinyplug_metal.check kernel.metal ...` checks files; `check_msl(src)` raises MSLCheckError."""
 from __future__ import annotations
 import functools, os, re, shutil, subprocess, sys, tempfile
+from tinyplug.helpers import env_str
 
 STANDIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 CLANGS = ("clang-19", "clang-20", "clang-21", "clang-18", "clang")
@@ -29,7 +30,7 @@ class MSLCheckError(ValueError):
 @functools.cache
 def find_clang() -> tuple[str | None, str]:
   """(path, '') of a clang that parses C++ for OpenCL 2021 (METAL_CHECK_CLANG, else clang-19, ...), or (None, why)."""
-  names = [os.environ["METAL_CHECK_CLANG"]] if os.environ.get("METAL_CHECK_CLANG") else list(CLANGS)
+  names = [env_str("METAL_CHECK_CLANG")] if env_str("METAL_CHECK_CLANG") else list(CLANGS)
   for name in names:
     if (path := shutil.which(name)) is not None and _works(path): return path, ""
   return None, f"no clang that parses C++ for OpenCL 2021 found (tried {', '.join(names)}; set METAL_CHECK_CLANG)"
