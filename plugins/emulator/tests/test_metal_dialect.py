@@ -1,4 +1,5 @@
-"""Metal Shading Language on the emulator through the metal_stdlib stand-in (hand-written: no Metal renderer yet)."""
+"""Metal Shading Language on the emulator through the metal_stdlib stand-in, with a hand-written kernel (the metal plugin's
+own tests run its renderer's kernels on MOCK+METAL)."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -46,3 +47,16 @@ def test_address_space_mistake_is_a_compile_error(run_dialect_kernel):
   bad = REDUCE.replace("if (lidx0 == 0) data0[gid.x]", "device float* p = temp0; if (lidx0 == 0) p[gid.x]")
   with pytest.raises(ToolchainError, match="clang failed on a metal kernel"):
     run_dialect_kernel(METAL, bad, inputs()[0], (4, 1, 1), (64, 1, 1))
+
+SCALE = """#include <metal_stdlib>
+using namespace metal;
+kernel void scale(device float* data0 [[buffer(0)]], device float* data1 [[buffer(1)]], constant int& n [[buffer(2)]],
+                  constant int& m [[buffer(3)]], uint3 lid [[thread_position_in_threadgroup]]) {
+  data0[lid.x] = data1[lid.x] * n + m;
+}
+"""
+
+def test_scalar_arguments_are_constant_references(run_dialect_kernel):
+  x = np.arange(16, dtype=np.float32)
+  got = run_dialect_kernel(METAL, SCALE, [np.zeros(16, np.float32), x], (1, 1, 1), (16, 1, 1), vals=(3, -2))[0]
+  np.testing.assert_array_equal(got, x * 3 - 2)
