@@ -24,12 +24,12 @@ class MTLSize(ctypes.Structure):
 # selector -> (return type, argument types after self and _cmd)
 SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
   # memory management and NSString / NSError
-  "alloc": (id_t, ()), "init": (id_t, ()), "new": (id_t, ()), "retain": (id_t, ()), "release": (None, ()),
+  "new": (id_t, ()), "retain": (id_t, ()), "release": (None, ()),
   "stringWithUTF8String:": (id_t, (ctypes.c_char_p,)), "UTF8String": (ctypes.c_char_p, ()),
   "localizedDescription": (id_t, ()),
   # MTLDevice
   "name": (id_t, ()), "newCommandQueue": (id_t, ()), "hasUnifiedMemory": (ctypes.c_bool, ()),
-  "maxThreadgroupMemoryLength": (NSUInteger, ()), "recommendedMaxWorkingSetSize": (ctypes.c_uint64, ()),
+  "maxThreadgroupMemoryLength": (NSUInteger, ()),
   "newLibraryWithSource:options:error:": (id_t, (id_t, id_t, ctypes.POINTER(id_t))),
   "newComputePipelineStateWithFunction:error:": (id_t, (id_t, ctypes.POINTER(id_t))),
   "newBufferWithLength:options:": (id_t, (NSUInteger, NSUInteger)),
@@ -37,8 +37,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
   "setFastMathEnabled:": (None, (ctypes.c_bool,)),
   # MTLLibrary, MTLComputePipelineState, MTLBuffer
   "newFunctionWithName:": (id_t, (id_t,)),
-  "maxTotalThreadsPerThreadgroup": (NSUInteger, ()), "threadExecutionWidth": (NSUInteger, ()),
-  "contents": (ctypes.c_void_p, ()), "length": (NSUInteger, ()),
+  "maxTotalThreadsPerThreadgroup": (NSUInteger, ()), "contents": (ctypes.c_void_p, ()),
   # MTLCommandQueue, MTLCommandBuffer, MTLComputeCommandEncoder
   "commandBuffer": (id_t, ()), "computeCommandEncoder": (id_t, ()),
   "setComputePipelineState:": (None, (id_t,)),

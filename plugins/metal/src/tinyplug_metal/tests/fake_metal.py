@@ -65,7 +65,6 @@ class FakeMetal:
     if kind == "pipeline" and sel == "maxTotalThreadsPerThreadgroup": return 256
     if kind == "buffer":
       if sel == "contents": return ctypes.addressof(o["memory"])
-      if sel == "length": return o["length"]
     if kind == "queue" and sel == "commandBuffer": return self.new("commandbuffer", refs=0, status=0, encoders=[])
     if kind == "commandbuffer":
       if sel == "computeCommandEncoder":
