@@ -227,7 +227,9 @@ class MetalDialect(Dialect):
         # reached through an integer so the private -> constant address-space change is explicit (one flat space here)
         args.append(f"*({decl[:decl.rindex('&')]}*)(__SIZE_TYPE__)(vars + {n_var})")
         n_var += 1
-      else: raise DialectError(f"the emulator passes only buffers, constant scalars and thread positions to Metal kernels, not {p!r}")
+      else:
+        raise DialectError(f"the emulator passes only buffers, constant scalars and thread positions to Metal kernels, "
+                           f"not {p!r}")
     body = _METAL_VECTOR_CTOR.sub(r"(\1)(", src)
     return f'{body}\nextern "C" void tp_entry(__global void **args, int *vars) {{ {name}({", ".join(args)}); }}\n'
   def uses_barrier(self, src: str) -> bool: return re.search(r"\bthreadgroup_barrier\s*\(", src) is not None

@@ -36,7 +36,8 @@ def find_clang() -> tuple[str | None, str]:
   return None, f"no clang that parses C++ for OpenCL 2021 found (tried {', '.join(names)}; set METAL_CHECK_CLANG)"
 
 def _works(path: str) -> bool:
-  try: out = subprocess.run([path, *FLAGS, "-I", STANDIN_DIR, "-"], input="#include <metal_stdlib>\nkernel void k(device float* a) { a[0] = 1.0f; }\n",
+  probe = "#include <metal_stdlib>\nkernel void k(device float* a) { a[0] = 1.0f; }\n"
+  try: out = subprocess.run([path, *FLAGS, "-I", STANDIN_DIR, "-"], input=probe,
                             capture_output=True, text=True, timeout=60)
   except (OSError, subprocess.TimeoutExpired): return False
   return out.returncode == 0

@@ -65,7 +65,8 @@ def check_signatures() -> list[str]:
   """Problems in SIGNATURES (each selector's colons must match its argument count; no struct returns)."""
   problems = []
   for sel, (restype, argtypes) in SIGNATURES.items():
-    if sel.count(":") != len(argtypes): problems.append(f"{sel}: {sel.count(':')} colon(s) but {len(argtypes)} argument type(s)")
+    if sel.count(":") != len(argtypes):
+      problems.append(f"{sel}: {sel.count(':')} colon(s) but {len(argtypes)} argument type(s)")
     if isinstance(restype, type) and issubclass(restype, ctypes.Structure): problems.append(f"{sel}: returns a struct")
   return problems
 

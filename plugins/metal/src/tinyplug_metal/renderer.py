@@ -36,7 +36,8 @@ def known_divisor(u: UOp) -> int:
   if u.op is Ops.CONST: return abs(int(u.arg))
   if u.op is Ops.ADD: return math.gcd(known_divisor(u.src[0]), known_divisor(u.src[1]))
   if u.op is Ops.MUL: return known_divisor(u.src[0]) * known_divisor(u.src[1])
-  if u.op is Ops.SHL and u.src[1].op is Ops.CONST and 0 <= int(u.src[1].arg) < 62: return known_divisor(u.src[0]) << int(u.src[1].arg)
+  if u.op is Ops.SHL and u.src[1].op is Ops.CONST and 0 <= int(u.src[1].arg) < 62:
+    return known_divisor(u.src[0]) << int(u.src[1].arg)
   return 1
 
 class MetalRenderer(CStyleRenderer):
@@ -118,7 +119,8 @@ class MetalRenderer(CStyleRenderer):
     return text if u.dtype == dtypes.bool else f"(({self.value_type(u.dtype)}){text})"
 
   def render_nan_max(self, ctype: str, vector: bool) -> str:
-    return f"{self.helper_prefix} {ctype} tp_max_{ctype}({ctype} a, {ctype} b) {{ return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }}"
+    return (f"{self.helper_prefix} {ctype} tp_max_{ctype}({ctype} a, {ctype} b) "
+            f"{{ return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }}")
 
   def _int_divmod(self, u: UOp, x: str, y: str) -> str:
     """x/0 is x and x%0 is 0; INT_MIN/-1 wraps to INT_MIN and x%-1 is 0, as on the other devices."""

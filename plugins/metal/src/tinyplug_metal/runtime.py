@@ -25,7 +25,8 @@ def pack_launch(global_size: Any, local_size: Any) -> tuple[MTLSize, MTLSize]:
   """(threadgroups per grid, threads per threadgroup) as MTLSize, each padded to three dimensions with 1."""
   def size(xs: Any, what: str) -> MTLSize:
     dims = (tuple(int(x) for x in xs) + (1, 1, 1))[:3] if xs is not None else (1, 1, 1)
-    if len(tuple(xs or ())) > 3 or any(d < 1 for d in dims): raise ValueError(f"a Metal {what} must be 1 to 3 positive sizes, got {xs}")
+    if len(tuple(xs or ())) > 3 or any(d < 1 for d in dims):
+      raise ValueError(f"a Metal {what} must be 1 to 3 positive sizes, got {xs}")
     return MTLSize(*dims)
   return size(global_size, "grid"), size(local_size, "threadgroup")
 
@@ -92,7 +93,8 @@ class MetalProgram:
       if not self.function: raise MetalError(f"the compiled Metal library has no kernel named {name}")
       err = objc.id_t()
       self.pipeline = send(dev.device, "newComputePipelineStateWithFunction:error:", self.function, ctypes.byref(err))
-      if not self.pipeline: raise MetalError(f"Metal could not make a compute pipeline for {name}: {objc.error_text(err.value)}")
+      if not self.pipeline:
+        raise MetalError(f"Metal could not make a compute pipeline for {name}: {objc.error_text(err.value)}")
     self.max_threads = int(send(self.pipeline, "maxTotalThreadsPerThreadgroup"))
 
   def __call__(self, *bufs: MetalBuffer, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:

@@ -45,7 +45,8 @@ KERNELS = [
   ("where_bool", lambda: ((t(16) < t(16)) & (t(16, dtype=dtypes.bool))).where(t(16), 0.5), None),
   ("cmp_bf16", lambda: (t(16, dtype=dtypes.bfloat16) < t(16, dtype=dtypes.bfloat16)), None),
   ("int_divmod", lambda: t(16, dtype=dtypes.int32) // t(16, dtype=dtypes.int32) + t(16, dtype=dtypes.int32) % t(16, dtype=dtypes.int32), None),
-  ("long_divmod", lambda: t(16, dtype=dtypes.uint64) // t(16, dtype=dtypes.uint64) + (t(16, dtype=dtypes.int64) % t(16, dtype=dtypes.int64)).cast(dtypes.uint64), None),
+  ("long_divmod", lambda: t(16, dtype=dtypes.uint64) // t(16, dtype=dtypes.uint64)
+                          + (t(16, dtype=dtypes.int64) % t(16, dtype=dtypes.int64)).cast(dtypes.uint64), None),
   ("small_int_max", lambda: t(16, dtype=dtypes.int8).maximum(t(16, dtype=dtypes.int8)) + t(16, dtype=dtypes.int16).maximum(3), None),
   ("shifts", lambda: (t(16, dtype=dtypes.int32) << 3) ^ (t(16, dtype=dtypes.uint32) >> 2).cast(dtypes.int32), None),
   ("bitcasts", lambda: t(16).bitcast(dtypes.int32) + t(16, dtype=dtypes.half).bitcast(dtypes.int16).cast(dtypes.int32), None),

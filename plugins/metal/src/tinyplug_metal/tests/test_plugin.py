@@ -60,8 +60,10 @@ def test_every_message_signature_is_consistent():
 def test_the_table_catches_its_own_mistakes(monkeypatch):
   monkeypatch.setitem(objc.SIGNATURES, "setBytes:length:", (None, (ctypes.c_void_p, objc.NSUInteger, objc.NSUInteger)))
   monkeypatch.setitem(objc.SIGNATURES, "maxThreadsPerThreadgroup", (objc.MTLSize, ()))
-  assert objc.check_signatures() == ["setBytes:length:: 2 colon(s) but 3 argument type(s)", "maxThreadsPerThreadgroup: returns a struct"]
-  with pytest.raises(objc.MetalError, match="no signature for the Objective-C selector 'newSamplerState'"): objc.prototype("newSamplerState")
+  assert objc.check_signatures() == ["setBytes:length:: 2 colon(s) but 3 argument type(s)",
+                                     "maxThreadsPerThreadgroup: returns a struct"]
+  with pytest.raises(objc.MetalError, match="no signature for the Objective-C selector 'newSamplerState'"):
+    objc.prototype("newSamplerState")
   with pytest.raises(objc.MetalError, match="message 'commit' sent to nil"): objc.send(None, "commit")
 
 def test_launch_and_argument_packing():

@@ -79,7 +79,8 @@ def test_copyin_waits_for_kernels_in_flight(fake, dev):
 
 def test_compile_errors_carry_metals_message_and_the_numbered_source(dev):
   bad = "#include <metal_stdlib>\nusing namespace metal;\n#error\nkernel void scale() {}\n"
-  with pytest.raises(MetalError, match=r"(?s)Metal could not compile kernel scale: program_source:3:1: error: this kernel does not compile.*    3 \| #error"):
+  want = r"(?s)Metal could not compile kernel scale: program_source:3:1: error: this kernel does not compile.*    3 \| #error"
+  with pytest.raises(MetalError, match=want):
     dev.make_program(spec(bad), bad.encode())
   with pytest.raises(MetalError, match="has no kernel named other"): dev.make_program(spec(SRC, "other"), SRC.encode())
 
