@@ -110,5 +110,7 @@ class SortingMixin:
     m = m.isinf().where(0, m).unsqueeze(-1)                               # [..., i, 1]: the shift of prefix i
     ar = type(self).arange(n, device=self.device, dtype=dtypes.int32)
     upto = ar.reshape(n, 1) >= ar.reshape(1, n)                          # j <= i
-    terms = upto.where((x.unsqueeze(-2) - m).exp(), 0.0)                 # [..., i, j] = exp(x[j] - m[i])
+    # [..., i, j] = exp(x[j] - m[i]) for j <= i: masked before exp, so a later, larger x[j] (exp(x[j] - m[i]) = inf
+    # in float32) never reaches the gradient as 0 * inf = NaN
+    terms = upto.where(x.unsqueeze(-2) - m, -math.inf).exp()
     return (terms.sum(-1).log() + m.squeeze(-1)).transpose(ax, -1)
