@@ -27,6 +27,11 @@ def _host_values(idx: Any) -> np.ndarray | None:
   if not graph.is_realized(u) or not has_buffer(u.base) or not buffer_of(u.base).is_allocated: return None
   return idx.numpy()
 
+def _plain_nested(x: Any) -> Any:
+  """Nested lists/tuples as lists (tensors inside as their values), for the Tensor constructor."""
+  if isinstance(x, (list, tuple)): return [_plain_nested(v) for v in x]
+  return x.tolist() if hasattr(x, "tolist") and not isinstance(x, np.ndarray) else x
+
 def check_index_range(idx: Any, size: int, what: str, allow_negative: bool) -> None:
   """IndexError (as torch raises) when an index tensor whose values are known holds one outside the valid range."""
   values = _host_values(idx)
@@ -44,8 +49,13 @@ class IndexingMixin:
     cls = type(self)
     fixed: list = []
     for it in items:
-      if isinstance(it, (list, np.ndarray)): it = cls(it, device=self.device)
+      # a list (or a tuple inside the index tuple) is an advanced index, as in numpy and torch
+      if isinstance(it, (list, tuple, np.ndarray)): it = cls(_plain_nested(it), device=self.device)
       if isinstance(it, cls) and it.dtype == dtypes.bool:
+        at = sum(1 for x in fixed if x is not None)
+        if Ellipsis not in fixed and it.shape != self.shape[at:at + it.ndim]:
+          raise IndexError(f"a boolean mask of shape {it.shape} does not match the dims {self.shape[at:at + it.ndim]} "
+                           f"it indexes")
         # a boolean mask picks the positions where it is true: one integer index tensor per mask dim
         fixed.extend(cls(np.ascontiguousarray(n).astype(np.int32), device=self.device) for n in np.nonzero(it.numpy()))
         continue

@@ -324,6 +324,20 @@ def test_getitem_list_and_bool_mask():
   mask = x > 5
   np.testing.assert_array_equal(Tensor(x)[Tensor(mask)].numpy(), x[mask])
 
+NESTED_INDEX = [lambda x: x[((0,),)], lambda x: x[(((0,),),)], lambda x: x[(1, 0), 2, (3, 1)], lambda x: x[[[[0]]], 1, 2, [[1]]],
+                lambda x: x[1, (2, 1, 0), None, (0, 1, 2)], lambda x: x[[True, False, 1]]]
+
+@pytest.mark.parametrize("fn", NESTED_INDEX, ids=range(len(NESTED_INDEX)))
+def test_getitem_nested_tuples_are_advanced_indices(fn):
+  """A tuple inside the index tuple (at any depth) is a list of indices, as in numpy and torch."""
+  check_op([(3, 4, 5, 6)], fn)
+
+def test_getitem_index_errors():
+  x = Tensor.ones(10, 11, 12)
+  with pytest.raises(IndexError, match="boolean mask of shape"): x[[True, False]]
+  with pytest.raises(IndexError, match="boolean mask of shape"): x[Tensor([True, False])]
+  with pytest.raises(IndexError, match="must be integer or bool"): x[[1.1]]
+
 def test_cat_stack_split():
   check_op([(2, 3), (4, 3), (1, 3)], lambda a, b, c: torch.cat([a, b, c]), lambda a, b, c: a.cat(b, c))
   check_op([(2, 3), (2, 1)], lambda a, b: torch.cat([a, b], dim=-1), lambda a, b: a.cat(b, dim=-1))
