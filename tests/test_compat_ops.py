@@ -213,3 +213,9 @@ def test_nll_loss_method():
   x, y = rand(6, 5), RNG.integers(0, 5, (6,))
   ref = torch.nn.functional.nll_loss(torch.log_softmax(torch.tensor(x), 1), torch.tensor(y)).item()
   assert abs(Tensor(x).log_softmax(1).nll_loss(Tensor(y.astype(np.int32))).item() - ref) < 1e-5
+
+def test_scatter_refuses_a_src_of_another_dtype():
+  x, idx = Tensor.zeros(3, 4, dtype=dtypes.half), Tensor([[0, 1, 2, 0]], dtype=dtypes.int32)
+  with pytest.raises(RuntimeError, match="src is dtypes.float"): x.scatter(0, idx, Tensor.ones(1, 4))
+  with pytest.raises(RuntimeError, match="src is dtypes.float"): x.scatter_reduce(0, idx, Tensor.ones(1, 4), reduce="sum")
+  assert x.scatter(0, idx, 2.0).numpy()[0].tolist() == [2.0, 0.0, 0.0, 2.0]   # a Python number takes self's dtype

@@ -54,6 +54,8 @@ class SelectionMixin:
     for i, (a, b) in enumerate(zip(index.shape, self.shape)):
       if i != ax and a > b: raise RuntimeError(f"scatter: index shape {index.shape} is larger than self {self.shape}")
     if not isinstance(src, type(self)): src = type(self).full(index.shape, src, dtype=self.dtype, device=self.device)
+    elif src.dtype != self.dtype:   # as torch: no silent cast of the values written
+      raise graph.DTypeError(f"scatter: src is {src.dtype}, self is {self.dtype}; cast one of them first")
     if any(a > b for a, b in zip(index.shape, src.shape)):
       raise RuntimeError(f"scatter: index shape {index.shape} is larger than src {src.shape}")
     src = src.shrink(tuple((0, s) for s in index.shape)).cast(self.dtype)
