@@ -5,8 +5,9 @@ CI runs the slices below (every dtype through casts and bitcasts, half math, int
 matmul, softmax); `AMD_SUITE=full` runs the whole suite for both renderers (plugins/amd/README.md has the command and its last result).
 The emulator runs IR written for AMDGPU whatever AMD_ARCH says; the compile tests cover the three targets."""
 from __future__ import annotations
-import os, re, subprocess, sys
+import os
 import pytest
+from tinyplug.testing.suite import run_op_suite
 
 SLICE = ("test_cast or test_bitcast or test_half_math or test_int_binary or test_where or test_reduce_ints_and_bools "
          "or test_argmax_argmin or test_matmul_ints_and_dot or test_special_values or test_softmax or test_cumsum")
@@ -16,15 +17,8 @@ HIP_SLICE = ("test_cast or test_bitcast or test_half_math or test_int_binary or 
              "test_reduce_ints_and_bools or test_argmax_argmin or test_special_values or test_softmax")
 
 def run_suite(device: str, k: str, at_least: int) -> None:
-  env = {**os.environ, "TINYPLUG_TEST_DEVICES": device}
-  args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
   full = os.environ.get("AMD_SUITE") == "full"
-  if not full: args += ["-k", k]
-  out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=7200)
-  tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
-  assert out.returncode == 0, tail
-  passed = re.search(r"(\d+) passed", tail)
-  assert passed and int(passed.group(1)) >= (550 if full else at_least), tail
+  run_op_suite(device, None if full else k, 550 if full else at_least)
 
 @pytest.mark.slow
 def test_op_suite_on_the_emulator_with_the_amdgpu_renderer(mock_amd):

@@ -5,8 +5,9 @@ Each test compiles many kernels with clang (0.1-0.3 s each, cached on disk after
 which touches every dtype (casts, bitcasts, half math), integer ops, reductions and a matmul; `CUDA_SUITE=full`
 runs the whole suite (see plugins/cuda/README.md for the command and its last result)."""
 from __future__ import annotations
-import os, re, subprocess, sys
+import os
 import pytest
+from tinyplug.testing.suite import run_op_suite
 
 SLICE = ("test_cast or test_bitcast or test_half_math or test_int_binary or test_where or test_reduce_ints_and_bools "
          "or test_argmax_argmin or test_matmul_ints_and_dot or test_special_values")
@@ -16,15 +17,8 @@ PTX_SLICE = ("test_cast or test_bitcast or test_half_math or test_where or test_
              "or test_special_values")
 
 def run_suite(device: str, k: str, at_least: int) -> None:
-  env = {**os.environ, "TINYPLUG_TEST_DEVICES": device}
-  args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
   full = os.environ.get("CUDA_SUITE") == "full"
-  if not full: args += ["-k", k]
-  out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=7200)
-  tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
-  assert out.returncode == 0, tail
-  passed = re.search(r"(\d+) passed", tail)
-  assert passed and int(passed.group(1)) >= (550 if full else at_least), tail
+  run_op_suite(device, None if full else k, 550 if full else at_least)
 
 @pytest.mark.slow
 def test_op_suite_on_the_emulator_with_the_cuda_renderer(mock_cuda):

@@ -1,0 +1,17 @@
+"""Run the shipped op suite (`tinyplug.testing`) on one device in a pytest subprocess: how a backend plugin's own tests
+check every op against torch on its device (or on the GPU emulator, `MOCK+<device>`)."""
+from __future__ import annotations
+import os, re, subprocess, sys
+
+def run_op_suite(device: str, k: str | None = None, at_least: int = 1, timeout: float = 7200) -> int:
+  """Run the op suite (only the tests matching `k`, or all of them) with TINYPLUG_TEST_DEVICES=device; fails with the
+  end of pytest's output unless it passes with at least `at_least` tests. Returns how many passed."""
+  args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
+  if k is not None: args += ["-k", k]
+  out = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "TINYPLUG_TEST_DEVICES": device},
+                       timeout=timeout)
+  tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
+  assert out.returncode == 0, tail
+  passed = re.search(r"(\d+) passed", tail)
+  assert passed and int(passed.group(1)) >= at_least, f"fewer than {at_least} tests passed on {device}:\n{tail}"
+  return int(passed.group(1))
