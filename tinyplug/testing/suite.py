@@ -3,10 +3,12 @@ check every op against torch on its device (or on the GPU emulator, `MOCK+<devic
 from __future__ import annotations
 import os, re, subprocess, sys
 
-def run_op_suite(device: str, k: str | None = None, at_least: int = 1, timeout: float = 7200) -> int:
-  """Run the op suite (only the tests matching `k`, or all of them) with TINYPLUG_TEST_DEVICES=device; fails with the
-  end of pytest's output unless it passes with at least `at_least` tests. Returns how many passed."""
-  args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "tinyplug.testing"]
+def run_op_suite(device: str, k: str | None = None, at_least: int = 1, timeout: float = 7200,
+                 pytest_args: tuple[str, ...] = ()) -> str:
+  """Run the op suite (only the tests matching `k`, or all of them) with TINYPLUG_TEST_DEVICES=device, plus
+  `pytest_args` (e.g. `("-p", "my_plugin")`); fails with the end of pytest's output unless it passes with at least
+  `at_least` tests. Returns that end of the output (40 lines)."""
+  args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, "--pyargs", "tinyplug.testing"]
   if k is not None: args += ["-k", k]
   out = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "TINYPLUG_TEST_DEVICES": device},
                        timeout=timeout)
@@ -14,4 +16,4 @@ def run_op_suite(device: str, k: str | None = None, at_least: int = 1, timeout: 
   assert out.returncode == 0, tail
   passed = re.search(r"(\d+) passed", tail)
   assert passed and int(passed.group(1)) >= at_least, f"fewer than {at_least} tests passed on {device}:\n{tail}"
-  return int(passed.group(1))
+  return tail
