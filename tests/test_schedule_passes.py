@@ -1,8 +1,7 @@
 """The scheduler's pass sets (`fuse_rows` at the fusion stage, `split_reduce` at tensor_graph) are plugins like the
-codegen ones: listed with their passes, turned off with TINY_PLUGINS=-<id> (fewer fused kernels, the same values),
+codegen ones: listed with their passes (test_pass_sets.py), turned off with TINY_PLUGINS=-<id> (fewer fused kernels, the same values),
 replaceable by a third party's pass through the FusionPass contract, and part of the schedule cache's key."""
 from __future__ import annotations
-import json, os, subprocess, sys
 import numpy as np
 import pytest
 from plugin_fixtures import plugin_module, plugin_site  # noqa: F401  (plugin_site is a fixture)
@@ -28,14 +27,6 @@ def _softmax_case(rows: int = 6, cols: int = 50):
   a = RNG.standard_normal((rows, cols)).astype(np.float32)
   e = np.exp(a - a.max(-1, keepdims=True))
   return Tensor(a, device="CPU").realize().softmax(-1), e / e.sum(-1, keepdims=True)
-
-def test_scheduler_pass_sets_are_builtin_plugins_listed_with_their_passes():
-  env = {k: v for k, v in os.environ.items() if not k.startswith("TINY_PLUGINS")}
-  out = subprocess.run([sys.executable, "-m", "tinyplug", "list-plugins", "--json"], capture_output=True, text=True,
-                       env=env, timeout=120, check=True).stdout
-  plugins = {p["id"]: p for p in json.loads(out)["plugins"]}
-  for pid, passes in SCHEDULE_PASS_SETS.items():
-    assert plugins[pid]["status"] == "builtin" and plugins[pid]["provides"]["passes"] == passes
 
 def test_placed_in_the_scheduler_pipeline_not_in_codegen(plugin_site):
   names = [s.name for s in schedule_steps()]

@@ -18,7 +18,7 @@ def test_decisions_are_recorded_with_rules_and_locations(fusion_trace):
   row = [d for d in split.decisions if d["rule"] == "row-kernel"]
   assert len(row) == 2 and all(not d["realized"] for d in row)        # softmax's max and sum: inside the last kernel
   for d in split.decisions:   # the core's rules live in the scheduler, row kernels in the fuse_rows pass set
-    rule_home = ("passes", "rows.py") if d["rule"].startswith("row-") else ("schedule", "__init__.py")
+    rule_home = ("passes", "fuse_rows.py") if d["rule"].startswith("row-") else ("schedule", "__init__.py")
     assert d["file"].endswith(os.path.join(*rule_home)) and d["line"] > 0
     assert view.trace.source_lines(d["file"], d["line"])              # the rule's source is in the trace
   limit = view.splits[second.id]
@@ -110,5 +110,5 @@ def test_split_step_walks_through_the_decisions(page, url):
   ready(page, "graph:")
   page.keyboard.press("ArrowRight")
   page.wait_for_function("() => document.querySelector('#match-info').textContent.includes('Replaced')")
-  assert "passes/rows.py" in page.inner_text("#match-info") and "row-fuse-limit" in page.inner_text("#diff")
+  assert "passes/fuse_rows.py" in page.inner_text("#match-info") and "row-fuse-limit" in page.inner_text("#diff")
   assert page.locator("g.node.changed").count() >= 1

@@ -1,4 +1,4 @@
-"""Registration of the `fuse_rows` pass set (tinyplug/passes/rows.py)."""
+"""Registration of the `fuse_rows` pass set (tinyplug/passes/fuse_rows.py)."""
 from tinyplug.hookspecs import PassSpec, hookimpl
 
 TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
@@ -6,4 +6,4 @@ TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
 
 @hookimpl
 def tinyplug_register_passes(register) -> None:
-  register(PassSpec(name="fuse_rows.rows", stage="fusion", rewrite="tinyplug.passes.rows:make_pass"))
+  register(PassSpec(name="fuse_rows.rows", stage="fusion", rewrite="tinyplug.passes.fuse_rows:make_pass"))
