@@ -8,6 +8,7 @@ Models (the same in each framework):
   mlp  Linear(32,64) relu Linear(64,64) relu Linear(64,10), batch 128, cross-entropy, Adam
   cnn  examples/mnist.py's model: uint8 28x28 input normalised, Conv2d(1,16,3) relu maxpool2 Conv2d(16,32,3) relu
        maxpool2 Linear(800,10), batch 64, cross-entropy, Adam
+  strided  issue 20's CNN: the same input, Conv2d(1,32,3) relu Conv2d(32,64,3,stride=2) relu Linear(9216,10), batch 64
 tinyplug and tinygrad run a TinyJit-ed `zero_grad; loss.backward(); opt.step()` (tinygrad with DEV=CPU); PyTorch
 runs eagerly with 2 threads. Every run is a fresh process (import and model creation are timed apart from the
 steps; setup is creating the model and the optimiser, as a user's script does: no manual_seed, no explicit realize).
@@ -37,6 +38,13 @@ def _make_model(model: str, nn):
       def __init__(self): self.l1, self.l2, self.l3 = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
       def __call__(self, x): return self.l3(self.l2(self.l1(x).relu()).relu())
     return MLP()
+  if model == "strided":
+    class Strided:   # a stride-2 convolution and a 9216-wide linear layer (issue 20)
+      def __init__(self): self.c1, self.c2, self.l1 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3, stride=2), nn.Linear(9216, 10)
+      def __call__(self, x):
+        x = (x.float() / 255.0 - 0.1307) / 0.3081
+        return self.l1(self.c2(self.c1(x).relu()).relu().flatten(1))
+    return Strided()
   class CNN:   # examples/mnist.py's Model (batchnorm off)
     def __init__(self): self.c1, self.c2, self.l1 = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 32, 3), nn.Linear(800, 10)
     def __call__(self, x):
@@ -102,6 +110,10 @@ def worker_torch(model: str, steps: int) -> dict:
     m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
                             torch.nn.Linear(64, 10))
     prep = lambda x: torch.from_numpy(x)
+  elif model == "strided":
+    m = torch.nn.Sequential(torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 3, stride=2),
+                            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(9216, 10))
+    prep = lambda x: (torch.from_numpy(x).float() / 255.0 - 0.1307) / 0.3081
   else:
     m = torch.nn.Sequential(torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                             torch.nn.Conv2d(16, 32, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),

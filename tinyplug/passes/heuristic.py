@@ -6,8 +6,12 @@ and applies them. Turned off (`TINY_PLUGINS=-heuristic`) kernels run as schedule
 from __future__ import annotations
 import math, os
 from typing import Any, Callable
+from tinyplug.helpers import ContextVar
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+
+EXPAND_BUDGET = ContextVar("EXPAND_BUDGET", 4096, "the heuristic's cap on a kernel's straight-line size: an upcast or "
+                           "unroll is not taken when the expanded kernel would exceed this many UOps (estimated); 0: no cap")
 
 def make_pass() -> Callable[[UOp, Any], UOp]:
   """The pass's factory (named by the plugin's PassSpec)."""
@@ -20,6 +24,40 @@ def _try(k: Kernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)
   except KernelOptError: return False
   return True
+
+def _try_tile(k: Kernel, opt: Opt) -> bool:
+  """`_try` for the upcasts and unrolls of a reduction's register tile, whose lanes multiply the whole body (up to 256
+  accumulators): not taken when the expanded kernel would exceed EXPAND_BUDGET. (An elementwise row, at most 16
+  lanes that become one vector, is not capped: a 26-wide random init upcast by 13 is ~5,700 expanded UOps but 1.7x
+  faster than by 2.)"""
+  sink, applied = k.sink, list(k.applied_opts)
+  if not _try(k, opt): return False
+  if 0 < EXPAND_BUDGET.value < expanded_size(k.sink):
+    k.sink, k.applied_opts = sink, applied
+    return False
+  return True
+
+def expanded_size(sink: UOp) -> int:
+  """Estimated UOps of the kernel after the expand stage: each node once per lane of the upcast and unroll axes it
+  depends on (a REDUCE folds the lanes of the axes it reduces). Codegen's cost grows with it, and so does LLVM's
+  where the lanes do not become vectors, so it is what bounds the register tiles and unrolls."""
+  bits: dict[UOp, int] = {}
+  sizes: list[int] = []
+  lanes: dict[int, int] = {0: 1}
+  total = 0
+  for u in sink.toposort():
+    mask = 0
+    for s in u.src: mask |= bits[s]
+    if u.op is Ops.RANGE and u.arg[1] in ("upcast", "unroll"):
+      mask |= 1 << len(sizes)
+      sizes.append(u.src[0].arg)
+    elif u.op is Ops.REDUCE:
+      for r in u.src[1:]: mask &= ~bits[r]
+    bits[u] = mask
+    if (n := lanes.get(mask)) is None:
+      n = lanes[mask] = math.prod(sz for i, sz in enumerate(sizes) if mask >> i & 1)
+    total += n
+  return total
 
 def _divisor(n: int, choices: tuple[int, ...]) -> int | None:
   return next((c for c in choices if n % c == 0 and n >= c), None)
@@ -88,20 +126,73 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   if amt is None: return None
   k = k.copy()
   deps, reuse, red = _load_ranges(k), _reuse(k), set(reduces)
-  _try(k, Opt(OptOps.UPCAST, inner, amt))
+  _try_tile(k, Opt(OptOps.UPCAST, inner, amt))
   # pooling has no value that stays the same across the row (a conv's weight): the row of outputs is the whole tile
   if not any(loops[inner] not in d and d & red for d in deps): return k.applied_opts
   tiled = [inner]
   if sizes[inner] <= 4 and sizes[inner - 1] <= 4 and reuse[inner - 1]: tiled.append(inner - 1)
-  if len(tiled) > 1: _try(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
+  if len(tiled) > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
   up = {loops[a] for a in tiled}
   def clash(a: int) -> int: return sum(1 for d in deps if loops[a] in d and d & up)
   others = sorted((a for a in range(tiled[-1]) if reuse[a]), key=lambda a: (clash(a), -reuse[a], -sizes[a]))
   for axis in others:
     if (amt := next((c for c in (8, 4, 2) if sizes[axis] % c == 0 and k.upcasted * c <= SMALL_TILE_BUDGET), None)) \
-       and _try(k, Opt(OptOps.UPCAST, axis, amt)): break
+       and _try_tile(k, Opt(OptOps.UPCAST, axis, amt)): break
   last = len(reduces) - 1
-  if reduces[last].src[0].arg <= 4: _try(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
+  if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
+  return k.applied_opts
+
+def _stride(idx: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
+  """How far index `idx` moves per step of RANGE r: 0 when it does not depend on r, None when not affine in r."""
+  if (got := memo.get(idx, -1)) != -1: return got
+  if idx is r: out: int | None = 1
+  elif idx.op is Ops.ADD:
+    parts = [_stride(x, r, memo) for x in idx.src]
+    out = None if None in parts else sum(p for p in parts if p is not None)
+  elif idx.op is Ops.MUL and any(x.op is Ops.CONST for x in idx.src):
+    const, other = (idx.src[0], idx.src[1]) if idx.src[0].op is Ops.CONST else (idx.src[1], idx.src[0])
+    inner = _stride(other, r, memo)
+    out = None if inner is None else inner * const.arg
+  elif not idx.src: out = 0
+  else: out = 0 if all(_stride(x, r, memo) == 0 for x in idx.src) else None
+  memo[idx] = out
+  return out
+
+def _load_strides(k: Kernel, r: UOp) -> list[int | None]:
+  """For each load from global memory: its stride along RANGE r."""
+  memo: dict[UOp, int | None] = {}
+  return [_stride(u.src[0].src[1], r, memo) for u in k.sink.toposort()
+          if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+
+def _is_product_of_loads(u: UOp) -> bool:
+  def load(x: UOp) -> bool: return x.op is Ops.LOAD or (x.op is Ops.CAST and x.src[0].op is Ops.LOAD)
+  return u.op is Ops.MUL and all(load(x) for x in u.src)
+
+def _contiguous_reduce(k: Kernel) -> bool:
+  """A matmul whose inputs are both contiguous along the reduction and neither along the innermost output axis
+  (`x @ w.T`, a linear layer's forward): upcasting output axes gives lanes that are gathers (one scalar accumulator
+  each: a 32x8 tile was ~2,400 UOps and half the speed); unrolling the reduction gives vector loads of both inputs."""
+  inner, red = k.loop_axes[-1], k.reduce_axes[-1]
+  # a plain product of loads: a heavier body (a pow per pair) is compute-bound, and its lanes are better as the tile's
+  if not all(_is_product_of_loads(u.src[0]) for u in k.sink.toposort() if u.op is Ops.REDUCE): return False
+  on_red = [s for s in _load_strides(k, red) if s != 0]
+  return len(on_red) >= 2 and all(s == 1 for s in on_red) and 1 not in _load_strides(k, inner)
+
+def _vector_reduce_tile(k: Kernel, budget: int) -> list[Opt]:
+  """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output) and a
+  small tile of outputs (4x4 for large kernels, 4x2 otherwise) so each loaded vector feeds several of them."""
+  loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD]
+  widths = k.renderer.vector_widths.get(loads[0].dtype.scalar(), ()) if loads and k.renderer is not None else ()
+  size = k.reduce_axes[-1].src[0].arg
+  if (amt := next((w for w in sorted(widths, reverse=True) if w >= 4 and size % w == 0), None)) is not None:
+    _try_tile(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, amt))
+  reuse, loops = _reuse(k), k.loop_axes
+  inner = len(loops) - 1
+  if reuse[inner]: _try_tile(k, Opt(OptOps.UPCAST, inner, 4)) or _try_tile(k, Opt(OptOps.UPCAST, inner, 2))
+  second = 4 if budget >= 256 else 2
+  for axis in sorted((a for a in range(inner) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg)):
+    if _try_tile(k, Opt(OptOps.UPCAST, axis, second)) or _try_tile(k, Opt(OptOps.UPCAST, axis, 2)): break
+  if _worth_blocking(k): _block_for_cache(k)
   return k.applied_opts
 
 def _is_row_kernel(k: Kernel) -> bool:
@@ -142,24 +233,34 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     inner = len(loops) - 1
     cpu = k.renderer is not None and k.renderer.runs_loops
     big = cpu and _worth_blocking(k)
+    budget = _tile_budget(k) if cpu else 256
+    if cpu and budget >= 64 and _contiguous_reduce(k): return _vector_reduce_tile(k, budget)
     # 32 lanes (two AVX-512 registers per tile row) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
     widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if cpu else (16, 8, 4, 2)
-    budget = _tile_budget(k) if cpu else 256
     # the row takes at most half the budget's lanes in a small tile (8x2 rather than 16x1: the second axis reuses loads)
     widths = tuple(w for w in widths if w * (1 if budget == 256 else 2) <= budget) or (2,)
-    if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
-    if reuse[inner] and (amt := _divisor(k.loop_axes[inner].src[0].arg, widths)):
-      _try(k, Opt(OptOps.UPCAST, inner, amt))
     # the second tile axis: the output axis the most loads do not depend on (each of their values is reused per lane)
     others = sorted((a for a in range(len(loops) - 1) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg))
+    # a short second axis that no power of two divides well (a linear layer's 10 outputs) is upcast whole, the row
+    # one vector wide, past the tile budget: the other input is then read once instead of once per pair of rows
+    # (a 9216->10 layer's weight gradient: 0.48 -> 0.22 ms); its code stays small (~160 UOps), EXPAND_BUDGET bounds it
+    whole = next((a for a in others[:1] if 2 < loops[a].src[0].arg <= 16 and loops[a].src[0].arg % 8), None) \
+      if cpu and budget >= 64 else None
+    if whole is not None: widths = tuple(w for w in widths if w <= 16)
+    if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
+    if reuse[inner]:
+      size = k.loop_axes[inner].src[0].arg
+      any(size % w == 0 and size >= w and _try_tile(k, Opt(OptOps.UPCAST, inner, w)) for w in widths)
+    if whole is not None and _try_tile(k, Opt(OptOps.UPCAST, whole, loops[whole].src[0].arg)): others = []
     for axis in others:
       if cpu: _pad_for_tile(k, axis, 8)
       choices = tuple(c for c in ((8, 4, 2) if not gpu else (4, 2)) if k.upcasted * c <= budget)
-      if (amt := _divisor(k.loop_axes[axis].src[0].arg, choices)) and _try(k, Opt(OptOps.UPCAST, axis, amt)):
-        break
+      size = k.loop_axes[axis].src[0].arg
+      # the widest that divides the axis and keeps the expanded kernel within EXPAND_BUDGET
+      if any(size % c == 0 and size >= c and _try_tile(k, Opt(OptOps.UPCAST, axis, c)) for c in choices): break
     if k.upcasted <= 16:
       for amt in (4, 2):
-        if _try(k, Opt(OptOps.UNROLL, 0, amt)): break
+        if _try_tile(k, Opt(OptOps.UNROLL, 0, amt)): break
     if big: _block_for_cache(k)
   elif reduces:
     size = reduces[0].src[0].arg

@@ -1,0 +1,89 @@
+"""The heuristic weighs code size (tinyplug/passes/heuristic.py): a register tile's expanded kernel stays within
+EXPAND_BUDGET, `x @ w.T` unrolls its contiguous reduction instead of a tile of gathers, a short second axis is upcast
+whole; the values stay those of numpy, and the size estimate agrees with what the expand stage builds."""
+import numpy as np
+from tinyplug.codegen import KernelContext, get_program, run_pipeline
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.helpers import Context
+from tinyplug.passes.heuristic import EXPAND_BUDGET, expanded_size, heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+
+RNG = np.random.default_rng(1)
+
+def item(t: Tensor):
+  items, _ = create_schedule([t.uop])
+  assert len(items) == 1, items   # inputs are realized already
+  return items[0]
+
+def lower_and_run(t: Tensor):
+  """The heuristic's program for the one kernel of `t`, run on CPU: (values, program, expanded graph size)."""
+  it, dev = item(t), Device["CPU"]
+  spec = get_program(it.ast, dev.renderer)
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  bufs = [b.ensure_allocated() for b in it.bufs]
+  prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, vals=(), wait=True)
+  ctx = KernelContext(dev.renderer)
+  expanded = run_pipeline(it.ast, dev.renderer, ctx, until="symbolic_postopt")   # the graph the expand stage built
+  return bufs[0].numpy().reshape(t.shape), spec, len(expanded.toposort())
+
+def expanded_with(ast, opts: list[Opt]) -> int:
+  k = Kernel(ast, Device["CPU"].renderer)
+  for o in opts: k.apply_opt(o)
+  return expanded_size(k.sink)
+
+def cpu(a: np.ndarray) -> Tensor: return Tensor(a, device="CPU").realize()
+
+def test_estimate_matches_the_expand_stage():
+  r = Device["CPU"].renderer
+  a, b = cpu(RNG.random((128, 64), dtype=np.float32)), cpu(RNG.random((64, 96), dtype=np.float32))
+  x, w = cpu(RNG.random((8, 4, 12, 12), dtype=np.float32)), cpu(RNG.random((16, 4, 3, 3), dtype=np.float32))
+  cases = [(a @ b, [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2)]),
+           (x.conv2d(w), [Opt(OptOps.UPCAST, 3, 10), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 2, 3)]),
+           ((a.exp() * 2).sin(), [Opt(OptOps.UPCAST, 1, 16)])]
+  for t, opts in cases:
+    ast = item(t).ast
+    real = len(run_pipeline(ast, r, KernelContext(r, opts=opts), until="symbolic_postopt").toposort())
+    assert 0.8 * real <= expanded_with(ast, opts) <= 1.25 * real, (opts, expanded_with(ast, opts), real)
+    assert expanded_size(Kernel(ast, r).sink) == len(ast.toposort())   # nothing upcast: the AST itself
+
+def test_heavy_reduction_tile_stays_within_the_budget():
+  # a pow per pair of rows: every lane of the register tile copies the whole body (a 512x512x64 one with the plain
+  # matmul's 32x8 tile was ~5,900 UOps expanded, 6,500 in the program, 2.4 s of LLVM); a small budget keeps this fast
+  a, b = RNG.random((256, 1, 64), dtype=np.float32), RNG.random((1, 256, 64), dtype=np.float32)
+  t = ((cpu(a) - cpu(b)).abs() ** 1.5).sum(-1)
+  with Context(EXPAND_BUDGET=1024):
+    got, spec, expanded = lower_and_run(t)
+  np.testing.assert_allclose(got, (np.abs(a - b) ** 1.5).sum(-1), rtol=1e-4)
+  assert expanded <= 1.25 * 1024 and any(o.op is OptOps.UPCAST for o in spec.applied_opts)
+  assert expanded_with(item(t).ast, list(spec.applied_opts)) <= 1024
+  with Context(EXPAND_BUDGET=0):   # no cap: the tile the work budget allows, larger
+    uncapped = heuristic_opts(Kernel(item(t).ast, Device["CPU"].renderer))
+  assert expanded_with(item(t).ast, uncapped) > 1024
+
+def test_matmul_with_a_transposed_weight_unrolls_the_reduction():
+  # x @ w.T (a linear layer's forward): both inputs contiguous along k, so the reduction becomes vector loads;
+  # the plain matmul tile (32x8 lanes of gathers, 256 scalar accumulators) was ~2,400 program UOps
+  x, w = RNG.standard_normal((256, 128)).astype(np.float32), RNG.standard_normal((512, 128)).astype(np.float32)
+  got, spec, _ = lower_and_run(cpu(x) @ cpu(w).T)
+  np.testing.assert_allclose(got, x @ w.T, rtol=1e-4, atol=1e-3)
+  assert Opt(OptOps.UNROLL, 0, 16) in spec.applied_opts and len(spec.uops) < 1000
+  # a plain matmul keeps its wide register tile
+  plain = heuristic_opts(Kernel(item(cpu(x) @ cpu(w.T.copy())).ast, Device["CPU"].renderer))
+  assert Opt(OptOps.UPCAST, 1, 32) in plain and not any(o.op is OptOps.UNROLL for o in plain)
+
+def test_short_second_axis_is_upcast_whole():
+  # a 9216->10 linear layer's weight gradient: all 10 rows in the tile, so the 9216-wide input is read once
+  g, x = RNG.standard_normal((64, 10)).astype(np.float32), RNG.standard_normal((64, 9216)).astype(np.float32)
+  got, spec, _ = lower_and_run(cpu(g).T @ cpu(x))
+  np.testing.assert_allclose(got, g.T @ x, rtol=1e-4, atol=1e-3)
+  assert Opt(OptOps.UPCAST, 0, 10) in spec.applied_opts and Opt(OptOps.UPCAST, 1, 16) in spec.applied_opts
+
+def test_elementwise_rows_are_not_capped():
+  # a heavy elementwise row (a random init's hash) is still upcast 13 wide: its lanes become one vector (1.7x faster
+  # than by 2 in an A/B), though the expanded graph is over the budget
+  t = Tensor.rand(512, 26, device="CPU")
+  items, _ = create_schedule([t.uop])
+  opts = heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))
+  assert Opt(OptOps.UPCAST, 1, 13) in opts and expanded_with(items[-1].ast, opts) > EXPAND_BUDGET.value
