@@ -2,6 +2,7 @@
 """Codegen cost per kernel against its size: where the Python time of a first training step goes.
 
     CACHELEVEL=0 python benchmarks/codegen_cost.py [--models mlp,cnn,strided] [--repeat 3] [--compile] [--profile]
+    CACHELEVEL=0 python benchmarks/codegen_cost.py --series    # one kernel, tiles from 1 to 32x8 lanes
 
 Runs one TinyJit-ed training step of benchmarks/first_step.py's models (cross-entropy, Adam) to collect every
 kernel AST, then lowers each one again stage by stage (best of --repeat, in this process; the lowering itself never
@@ -36,14 +37,25 @@ def collect_asts(model: str) -> list:
   for x, y in _batches(model, 2): jstep(Tensor(x), Tensor(y)).item()
   return [k[1] for k in realize._runners if k not in before]
 
-def lower(ast, renderer) -> tuple[dict[str, float], object]:
+def series_asts() -> list:
+  """One kernel at growing register tiles (a pow per pair of rows, summed: a heavy body that stays scalar), so the
+  same stages run on graphs from ~50 to ~10,000 UOps: (AST, actions) pairs."""
+  from tinyplug import Tensor
+  from tinyplug.codegen.kernel import Opt, OptOps
+  from tinyplug.schedule import create_schedule
+  t = ((Tensor.empty(256, 1, 64) - Tensor.empty(1, 256, 64)).abs() ** 1.5).sum(-1)
+  ast = create_schedule([t.uop])[0][-1].ast
+  tiles = [(1, 1), (2, 1), (4, 1), (4, 2), (8, 2), (8, 4), (16, 4), (16, 8), (32, 8)]
+  return [(ast, [Opt(OptOps.UPCAST, axis, n) for axis, n in ((1, a), (0, b)) if n > 1]) for a, b in tiles]
+
+def lower(ast, renderer, opts=None) -> tuple[dict[str, float], object]:
   """Seconds per pipeline step of one lowering (core stages and pass-set passes by their ids), and the program with
   the size of the expanded graph and the actions applied."""
   from tinyplug import events
   from tinyplug.codegen import STAGES as CORE, KernelContext, pipeline_steps, _run_plugin_pass
   from tinyplug.codegen.naming import kernel_name
   stage_fn = dict(CORE)
-  ctx = KernelContext(renderer, name=kernel_name(ast))
+  ctx = KernelContext(renderer, name=kernel_name(ast), opts=opts)
   times: dict[str, float] = {}
   x, linear, expanded = ast, False, 0
   for step in pipeline_steps(renderer):
@@ -77,20 +89,21 @@ def main() -> None:
   ap.add_argument("--profile", action="store_true")
   ap.add_argument("--top", type=int, default=0, help="list only the N largest kernels of each model")
   ap.add_argument("--json", help="write every kernel's row (sizes, actions, seconds) here")
+  ap.add_argument("--series", action="store_true", help="instead of the models: one kernel at growing tile sizes")
   args = ap.parse_args()
   from tinyplug import Device
   from first_step import _cpu_name
   dev = Device[Device.DEFAULT]
   prof = cProfile.Profile() if args.profile else None
   rows, every = [], []
-  for model in args.models.split(","):
-    asts = collect_asts(model)
+  for model in (["series"] if args.series else args.models.split(",")):
+    work = series_asts() if args.series else [(ast, None) for ast in collect_asts(model)]
     mine = []
-    for ast in asts:
+    for ast, chosen in work:
       best: dict[str, float] | None = None
       for _ in range(args.repeat):
         if prof: prof.enable()
-        times, (name, uops, src, expanded, opts) = lower(ast, dev.renderer)
+        times, (name, uops, src, expanded, opts) = lower(ast, dev.renderer, chosen)
         if prof: prof.disable()
         if best is None or sum(times.values()) < sum(best.values()): best = times
       ctime = None
@@ -98,6 +111,7 @@ def main() -> None:
         st = time.perf_counter()
         dev.compiler.compile(src)
         ctime = time.perf_counter() - st
+      if chosen is not None: name += " tile " + "x".join(str(o.arg) for o in chosen) if chosen else " no tile"
       mine.append({"model": model, "kernel": name, "ast": len(ast.toposort()), "expanded": expanded,
                    "program": len(uops), "seconds": best, "compile": ctime, "opts": opts})
     mine.sort(key=lambda r: r["expanded"])
