@@ -178,7 +178,7 @@ def _contiguous_reduce(k: Kernel) -> bool:
   on_red = [s for s in _load_strides(k, red) if s != 0]
   return len(on_red) >= 2 and all(s == 1 for s in on_red) and 1 not in _load_strides(k, inner)
 
-def _vector_reduce_tile(k: Kernel, budget: int) -> list[Opt]:
+def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
   """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output) and a
   small tile of outputs (4x4 for large kernels, 4x2 otherwise) so each loaded vector feeds several of them."""
   loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD]
@@ -192,7 +192,7 @@ def _vector_reduce_tile(k: Kernel, budget: int) -> list[Opt]:
   second = 4 if budget >= 256 else 2
   for axis in sorted((a for a in range(inner) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg)):
     if _try_tile(k, Opt(OptOps.UPCAST, axis, second)) or _try_tile(k, Opt(OptOps.UPCAST, axis, 2)): break
-  if _worth_blocking(k): _block_for_cache(k)
+  if big: _block_for_cache(k)
   return k.applied_opts
 
 def _gated_by_parity(k: Kernel) -> bool:
@@ -242,7 +242,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     cpu = k.renderer is not None and k.renderer.runs_loops
     big = cpu and _worth_blocking(k)
     budget = _tile_budget(k) if cpu else 256
-    if cpu and budget >= 64 and _contiguous_reduce(k): return _vector_reduce_tile(k, budget)
+    if cpu and budget >= 64 and _contiguous_reduce(k): return _vector_reduce_tile(k, budget, big)
     # 32 lanes (two AVX-512 registers per tile row) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
     widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if cpu else (16, 8, 4, 2)
     # the row takes at most half the budget's lanes in a small tile (8x2 rather than 16x1: the second axis reuses loads)
