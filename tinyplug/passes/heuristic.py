@@ -6,12 +6,9 @@ and applies them. Turned off (`TINY_PLUGINS=-heuristic`) kernels run as schedule
 from __future__ import annotations
 import math, os
 from typing import Any, Callable
-from tinyplug.helpers import ContextVar
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
-
-EXPAND_BUDGET = ContextVar("EXPAND_BUDGET", 4096, "the heuristic's cap on a kernel's straight-line size: an upcast or "
-                           "unroll is not taken when the expanded kernel would exceed this many UOps (estimated); 0: no cap")
+from tinyplug.passes.heuristic_plugin import EXPAND_BUDGET
 
 def make_pass() -> Callable[[UOp, Any], UOp]:
   """The pass's factory (named by the plugin's PassSpec)."""

@@ -1,5 +1,11 @@
 """Registration of the `heuristic` pass set (tinyplug/passes/heuristic.py)."""
+from tinyplug.helpers import ContextVar
 from tinyplug.hookspecs import PassSpec, hookimpl
+
+# declared with the plugin's registration (not with the pass, imported at its first kernel), so it is in every
+# codegen cache key from the first kernel on, whether or not a process runs the heuristic
+EXPAND_BUDGET = ContextVar("EXPAND_BUDGET", 4096, "the heuristic's cap on a kernel's straight-line size: an upcast or "
+                           "unroll is not taken when the expanded kernel would exceed this many UOps (estimated); 0: no cap")
 
 TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
                    "description": "kernel-optimisation heuristic: register tiles, unrolls, cache blocking, threads, work-groups"}
