@@ -103,3 +103,16 @@ def test_zero_inserting_gather_stays_a_loop():
   tx = torch.tensor(xs, requires_grad=True)
   torch.nn.functional.conv2d(tx, torch.tensor(ws), stride=2).square().sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+def test_long_reduction_takes_a_26_wide_row_whole():
+  # a convolution over 64 channels with a 26-wide output row: the whole row (two vectors) with 4 output channels;
+  # a one-channel convolution of the same width keeps half the row (13); values match torch
+  import torch
+  from tinyplug.passes.heuristic import _small_window_tile
+  xs, ws = RNG.standard_normal((2, 64, 28, 28)).astype(np.float32), RNG.standard_normal((8, 64, 3, 3)).astype(np.float32)
+  got, spec, _ = lower_and_run(cpu(xs).conv2d(cpu(ws)))
+  assert Opt(OptOps.UPCAST, 3, 26) in spec.applied_opts and Opt(OptOps.UPCAST, 1, 4) in spec.applied_opts
+  want = torch.nn.functional.conv2d(torch.tensor(xs), torch.tensor(ws)).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+  one = cpu(xs[:, :1]).conv2d(cpu(ws[:, :1]))
+  assert Opt(OptOps.UPCAST, 3, 13) in _small_window_tile(Kernel(item(one).ast, Device["CPU"].renderer))

@@ -121,6 +121,11 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)): return None
   amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
   if amt is None: return None
+  # a long reduction (64 or more multiply-adds per output: a convolution's input gradient over 64 channels) takes a
+  # 17-32-wide row whole (two vectors) with room for 4 rows of the second axis: r_64_32_26_26_64_3_3 33 -> 20 ms;
+  # a short one (a one-channel 3x3 convolution) keeps half the row (whole, it measured 2x slower)
+  budget = SMALL_TILE_BUDGET
+  if sizes[inner] > 16 and math.prod(r.src[0].arg for r in reduces) >= 64: amt, budget = sizes[inner], 4 * sizes[inner]
   k = k.copy()
   deps, reuse, red = _load_ranges(k), _reuse(k), set(reduces)
   _try_tile(k, Opt(OptOps.UPCAST, inner, amt))
@@ -133,7 +138,7 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   def clash(a: int) -> int: return sum(1 for d in deps if loops[a] in d and d & up)
   others = sorted((a for a in range(tiled[-1]) if reuse[a]), key=lambda a: (clash(a), -reuse[a], -sizes[a]))
   for axis in others:
-    if (amt := next((c for c in (8, 4, 2) if sizes[axis] % c == 0 and k.upcasted * c <= SMALL_TILE_BUDGET), None)) \
+    if (amt := next((c for c in (8, 4, 2) if sizes[axis] % c == 0 and k.upcasted * c <= budget), None)) \
        and _try_tile(k, Opt(OptOps.UPCAST, axis, amt)): break
   last = len(reduces) - 1
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
