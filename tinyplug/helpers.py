@@ -115,6 +115,13 @@ class ContextVar:
     return self
 
   def __repr__(self) -> str: return f"ContextVar({self.key}={self.value!r})"
+  def tolist(self, namespace: Any = None) -> list:
+    """A comma-separated value as a list of its items; with `namespace`, each item looked up as its attribute
+    (`EMULATED_DTYPES.tolist(dtypes)`)."""
+    items = [x.strip() for x in str(self.value).split(",") if x.strip()]
+    if namespace is None: return items
+    if bad := [x for x in items if not hasattr(namespace, x)]: raise ValueError(f"{self.key}: unknown name(s) {bad}")
+    return [getattr(namespace, x) for x in items]
   def __bool__(self) -> bool: return bool(self.value)
   def __int__(self) -> int: return int(self.value)
   def __index__(self) -> int: return int(self.value)
@@ -176,6 +183,8 @@ SCALAR_ARGS = ContextVar("SCALAR_ARGS", 1, "1: a float32 constant that changes b
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
 TRAINING = ContextVar("TRAINING", 0, "1 puts dropout, BatchNorm and optimiser steps in training mode (what "
                                      "`Tensor.train()` and `Tensor.training = True` set)")
+EMULATED_DTYPES = ContextVar("EMULATED_DTYPES", "", "comma-separated float dtypes (e.g. half,bfloat16,fp8e4m3) kernels "
+                              "store as bits and compute in float32 even where the device has them (fp8 always is)")
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1, "2 computes exp2, log2 and sin with tinyplug's own polynomial "
                                                  "decompositions on every device, also where the renderer has them")
 

@@ -196,6 +196,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
+    if self.dtype in dtypes.fp8s:   # numpy has no fp8: the raw bits come over and are decoded here
+      from tinyplug.uop.minifloat import from_bits_np
+      return from_bits_np(self.bitcast(dtypes.uint8)._host_array(), self.dtype)
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
     from tinyplug.engine.realize import buffer_of, realize, run_pending
     run_pending()
@@ -334,9 +337,13 @@ def _uop_from_data(data: Any, dtype: DType | None, device: str) -> UOp:
     return _uop_from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, device)
   raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
 
+def _host_dtype(dtype: DType) -> DType:
+  """The dtype data for `dtype` is handed over in from Python/numpy (numpy has no bfloat16 or fp8)."""
+  return dtypes.float32 if dtype == dtypes.bfloat16 or dtype in dtypes.fp8s else dtype
+
 def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
   dtype = dtype or dtypes.from_py(data)
-  host = dtypes.float32 if dtype == dtypes.bfloat16 else dtype
+  host = _host_dtype(dtype)
   try: arr = np.array(data, dtype=to_np_dtype(host))
   except OverflowError: arr = np.array(data).astype(to_np_dtype(host))   # out-of-range integers wrap, as numpy's astype
   except (ValueError, TypeError) as e: raise ValueError(f"cannot make a Tensor from this list: {e}") from None
@@ -344,10 +351,14 @@ def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
 
 def _uop_from_numpy(arr: np.ndarray, dtype: DType | None, device: str) -> UOp:
   if dtype is None: dtype = from_np_dtype(arr.dtype)
-  host = dtypes.float32 if dtype == dtypes.bfloat16 else dtype
   shape = arr.shape
-  arr = np.ascontiguousarray(arr, dtype=to_np_dtype(host))   # note: 0-d arrays come back 1-d
   if arr.size == 0: return graph.const(0, dtype, device, shape)
+  if dtype in dtypes.fp8s:   # encoded here (float64 data rounds once), moved as uint8 bits
+    from tinyplug.uop.minifloat import to_bits_np
+    src = arr if arr.dtype == np.float64 else np.asarray(arr, dtype=np.float32)
+    return graph.bitcast(_uop_from_numpy(to_bits_np(src, dtype).reshape(shape), dtypes.uint8, device), dtype)
+  host = _host_dtype(dtype)
+  arr = np.ascontiguousarray(arr, dtype=to_np_dtype(host))   # note: 0-d arrays come back 1-d
   from tinyplug.engine.realize import buffer_of
   buf = UOp.new_buffer("PYTHON", arr.size, host)
   buffer_of(buf).copyin(arr.reshape(-1))

@@ -47,6 +47,10 @@ def _expand(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   from tinyplug.codegen.expander import expand
   return expand(sink)
 
+def _dtypes(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
+  from tinyplug.codegen.emulated_dtypes import lower_emulated_dtypes
+  return lower_emulated_dtypes(sink, ctx.renderer)
+
 def _gpudims(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   if ctx.renderer.runs_loops: return sink
   from tinyplug.codegen.gpu_lowering import lower_group_reduces
@@ -75,6 +79,7 @@ STAGES: tuple[tuple[str, Callable[[UOp, KernelContext, str], Any]], ...] = (
   ("symbolic_initial", _unchanged),    # an anchor: simplification is a pass set (`simplify`)
   ("opt", _opt),                       # explicit actions (BEAM) or none (NOOPT); a heuristic pass decides the rest
   ("expand", _expand),
+  ("dtypes", _dtypes),                 # core: float dtypes the renderer lacks (fp8, ...) as bits in memory, float32 math
   ("symbolic_postopt", _unchanged),    # an anchor (`simplify`)
   ("gpudims", _gpudims),
   ("devectorize", _unchanged),         # an anchor: vector UOps are a pass set (`vectorize`); scalars are correct

@@ -37,6 +37,8 @@ CORE_STAGES: tuple[str, ...] = (
                        # applied: explicit ones (the engine's, from a search) or none with NOOPT=1; while undecided
                        # (`ctx.opts is None`) a heuristic pass of this stage picks and applies them
   "expand",            # upcast/unroll axes become straight-line code: one scalar copy of the work per lane
+  "dtypes",            # float dtypes the renderer lacks (fp8 everywhere so far; any EMULATED_DTYPES names) become bits
+                       # in memory and float32 values in registers, rounded to the dtype (codegen/emulated_dtypes.py)
   "symbolic_postopt",  # nothing in the core: simplification after the optimisations
   "gpudims",           # renderers with launch ids: output loops become SPECIAL group/local ids; grouped reductions go
                        # through local memory and a barrier (loop-running renderers: nothing)

@@ -80,10 +80,15 @@ class dtypes:
   uint32: Final = DType(6, 4, "unsigned int", "I")
   int64: Final = DType(7, 8, "long", "q")
   uint64: Final = DType(8, 8, "unsigned long", "Q")
-  float16: Final = DType(9, 2, "half", "e")
-  bfloat16: Final = DType(10, 2, "__bf16", None)
-  float32: Final = DType(11, 4, "float", "f")
-  float64: Final = DType(12, 8, "double", "d")
+  # 8-bit floats (OCP e4m3fn / e5m2, and the fnuz variants without negative zero): stored as their raw bits
+  fp8e4m3: Final = DType(9, 1, "float8_e4m3", None)
+  fp8e5m2: Final = DType(10, 1, "float8_e5m2", None)
+  fp8e4m3fnuz: Final = DType(9, 1, "float8_e4m3fnuz", None)
+  fp8e5m2fnuz: Final = DType(10, 1, "float8_e5m2fnuz", None)
+  float16: Final = DType(11, 2, "half", "e")
+  bfloat16: Final = DType(12, 2, "__bf16", None)
+  float32: Final = DType(13, 4, "float", "f")
+  float64: Final = DType(14, 8, "double", "d")
   # aliases, as PyTorch and tinygrad spell them
   half = float16; float = float32; double = float64
   char = int8; uchar = uint8; short = int16; ushort = uint16
@@ -128,35 +133,43 @@ class dtypes:
     if sc == dtypes.bool: return False
     if sc in _UINTS: return 0
     if sc in _INTS: return -(1 << (sc.itemsize * 8 - 1))
-    return -math.inf
+    return -dtypes.max(sc)
   @staticmethod
   def max(dtype: DType) -> ConstType:
+    """The largest value: inf for floats that have it (fp8e4m3 and the fnuz formats have none: their largest finite)."""
     sc = dtype.scalar()
     if sc == dtypes.bool: return True
     if sc in _UINTS: return (1 << (sc.itemsize * 8)) - 1
     if sc in _INTS: return (1 << (sc.itemsize * 8 - 1)) - 1
-    return math.inf
+    return _FP8_MAX.get(sc, math.inf)
   @staticmethod
   def finfo(dtype: DType) -> tuple[int, int]:
     """(exponent bits, mantissa bits) of a float dtype."""
-    return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype.scalar()]
+    if not dtypes.is_float(dtype): raise ValueError(f"{dtype!r} is not a float dtype")
+    return _FINFO[dtype.scalar()]
   @staticmethod
   def fields() -> dict[str, DType]: return dict(_NAMED)
 
-_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
+_FINFO = {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2),
+          dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}
+_FP8_MAX = {dtypes.fp8e4m3: 448.0, dtypes.fp8e4m3fnuz: 240.0, dtypes.fp8e5m2fnuz: 57344.0}   # no inf in these
+_FLOATS = frozenset(_FINFO)
 _UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 _INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | _UINTS
 _NAMED: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
 # groups, as tinygrad names them (tuples in a fixed order: code iterates them to parametrize over dtypes)
-dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.fp8_fnuz = (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
+dtypes.fp8s = dtypes.fp8_ocp + dtypes.fp8_fnuz
+dtypes.floats = dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = dtypes.uints + dtypes.sints
 dtypes.all = dtypes.floats + dtypes.ints + (dtypes.bool,)
 # the canonical short name of each dtype, for repr
 _INVERSE_NAMES: dict[DType, str] = {}
-for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "half", "bfloat16", "float",
-           "double"):
+for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "fp8e4m3", "fp8e5m2",
+           "fp8e4m3fnuz", "fp8e5m2fnuz", "half", "bfloat16", "float", "double"):
   _INVERSE_NAMES[_NAMED[_k]] = _k
 
 def to_dtype(x: DType | str) -> DType:
@@ -165,13 +178,16 @@ def to_dtype(x: DType | str) -> DType:
   if isinstance(x, str) and x in _NAMED: return _NAMED[x]
   raise ValueError(f"unknown dtype {x!r}; choose one of {sorted(k for k in _NAMED if k not in ('index',))}")
 
+_FP8S = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 # Promotion lattice: an edge a -> b means values of a fit into b. The result of mixing dtypes is the
 # smallest dtype reachable from all of them, as in PyTorch/tinygrad (int + half -> half, uint32 + int32 -> int64).
+# The 8-bit floats sit between the ints and half, as in tinygrad (int64 + fp8e4m3 -> fp8e4m3; two fp8 kinds -> half).
 _PROMO_LATTICE: dict[DType, tuple[DType, ...]] = {
   dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
-  dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.int32: (dtypes.int64,), dtypes.int64: _FP8S,
   dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
-  dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+  dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: _FP8S,
+  **{f: (dtypes.float16, dtypes.bfloat16) for f in _FP8S},
   dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
 }
 
@@ -203,14 +219,20 @@ def truncate(dt: DType, val: ConstType) -> ConstType:
   if sc == dtypes.float16 and isinstance(val, float) and math.isfinite(val):
     try: return struct.unpack("e", struct.pack("e", val))[0]
     except OverflowError: return math.copysign(math.inf, val)
+  if sc in _ROUNDED and isinstance(val, (int, float)) and not isinstance(val, bool):
+    from tinyplug.uop.minifloat import round_to
+    return round_to(val, sc)
   return dtypes.as_const(val, dt)
+
+_ROUNDED = frozenset(dtypes.fp8s + (dtypes.bfloat16,))   # rounded by tinyplug.uop.minifloat
 
 _NP_NAMES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16", dtypes.uint16: "uint16",
              dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64", dtypes.uint64: "uint64",
-             dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64", dtypes.bfloat16: "uint16"}
+             dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64", dtypes.bfloat16: "uint16",
+             **{f: "uint8" for f in dtypes.fp8s}}
 
 def to_np_dtype(dt: DType):
-  """The numpy dtype holding `dt` (bfloat16 is stored as its raw uint16 bits)."""
+  """The numpy dtype holding `dt` (bfloat16 and the fp8 dtypes are stored as their raw uint16/uint8 bits)."""
   import numpy as np
   return np.dtype(_NP_NAMES[dt.scalar()])
 
@@ -218,5 +240,5 @@ def from_np_dtype(npdt) -> DType:
   import numpy as np
   name = np.dtype(npdt).name
   for dt, n in _NP_NAMES.items():
-    if n == name and dt != dtypes.bfloat16: return dt
+    if n == name and dt not in _ROUNDED: return dt
   raise ValueError(f"numpy dtype {name} has no tinyplug dtype")
