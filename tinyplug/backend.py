@@ -16,10 +16,11 @@ through a backend written against it; examples/plugin_example has a complete one
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping, Protocol, runtime_checkable
 from tinyplug.helpers import ContextVar
 from tinyplug.uop.dtype import DType, dtypes
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp
 
 __all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "Compiler", "Program", "ProgramSpec", "Compiled",
            "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work"]
@@ -131,8 +132,15 @@ class Renderer:
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
 
   def supported_dtypes(self) -> list[DType]:
-    """The scalar dtypes this target computes and stores (default: all of them)."""
+    """The scalar dtypes this target computes and stores (default: all but the fp8 ones). Float dtypes left out still
+    work: the core's "dtypes" stage keeps them as bits in memory and computes in float32 (fp8, bfloat16, float16)."""
     return _all_scalar_dtypes()
+  @property
+  def code_for_op(self) -> Mapping[Ops, str]:
+    """The ALU ops this target renders itself, as tinygrad names the table (op -> its name): `Ops.SQRT in
+    renderer.code_for_op`. The core decomposes the others first (`native_ops`)."""
+    ops = GroupOp.ALU if self.native_ops is None else frozenset(self.native_ops) & GroupOp.ALU
+    return MappingProxyType({op: op.name.lower() for op in sorted(ops)})
   def render(self, name: str, uops: list[UOp]) -> str:
     """Source text of one kernel function `name` running `uops` (a linear program in execution order)."""
     raise NotImplementedError
