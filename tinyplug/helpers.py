@@ -183,6 +183,8 @@ SCALAR_ARGS = ContextVar("SCALAR_ARGS", 1, "1: a float32 constant that changes b
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
 TRAINING = ContextVar("TRAINING", 0, "1 puts dropout, BatchNorm and optimiser steps in training mode (what "
                                      "`Tensor.train()` and `Tensor.training = True` set)")
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", "dtype of float tensors made without one (a float dtype name)")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", "dtype of int tensors made without one (an int dtype name)")
 EMULATED_DTYPES = ContextVar("EMULATED_DTYPES", "", "comma-separated float dtypes (e.g. half,bfloat16,fp8e4m3) kernels "
                               "store as bits and compute in float32 even where the device has them (fp8 always is)")
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1, "2 computes exp2, log2 and sin with tinyplug's own polynomial "

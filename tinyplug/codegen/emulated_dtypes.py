@@ -47,7 +47,7 @@ class _Lowering:
   def __init__(self, emulated: frozenset[DType]):
     self.emulated = emulated
     self.new: dict[UOp, UOp] = {}
-    self.raw: dict[UOp, UOp] = {}   # an emulated LOAD -> the storage bits it read
+    self.raw: dict[UOp, UOp] = {}   # an emulated LOAD or BITCAST -> the storage bits it read
 
   def is_emu(self, dt: DType) -> bool:
     return (dt.base if isinstance(dt, PtrDType) else dt).scalar() in self.emulated
@@ -96,8 +96,9 @@ def bitcast_rule(lw: _Lowering, u: UOp, src: tuple) -> UOp:
   orig, x = u.src[0], src[0]
   if lw.is_emu(orig.dtype): bits = lw.raw[orig] if orig in lw.raw else _encode(x, orig.dtype)
   else: bits = x.bitcast(STORAGE[8 * x.dtype.scalar().itemsize].vec(x.dtype.count))
-  if lw.is_emu(u.dtype): return _decode(bits, u.dtype)
-  return bits.bitcast(u.dtype)
+  if not lw.is_emu(u.dtype): return bits.bitcast(u.dtype)
+  lw.raw[u] = bits
+  return _decode(bits, u.dtype)
 
 def alu_rule(lw: _Lowering, u: UOp, src: tuple) -> UOp:
   if not lw.is_emu(u.dtype): return UOp(u.op, u.dtype, src, u.arg)   # a comparison of emulated values

@@ -25,7 +25,9 @@ from __future__ import annotations
 import math, re, struct
 from tinyplug.backend import LAUNCH_LOOPS, Renderer, shareable_loop
 from tinyplug.uop.dtype import DType, PtrDType, dtypes
+from tinyplug.uop.minifloat import FORMATS, UOpOps, encode
 from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.uop.upat import PatternMatcher, UPat
 
 _SCALAR_TYPES = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -86,6 +88,13 @@ def _ident(name: str) -> str: return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "ke
 # what the LLVM IR base renders: every scalar type, in vectors of up to 64 bytes (LLVM splits them on narrower targets)
 LLVM_VECTOR_WIDTHS = {dt: tuple(w for w in (16, 8, 4, 2) if w * dt.itemsize <= 64) for dt in _SCALAR_TYPES if dt != dtypes.void}
 
+def double_to_half(x: UOp, c: UOp) -> UOp | None:
+  """A float64 -> float16 CAST rounded from the float64 bits in integer math (once, as C rounds): LLVM lowers that
+  fptrunc to a compiler-rt call (__truncdfhf2) which a kernel loaded without compiler-rt cannot reach."""
+  if c.dtype.scalar() != dtypes.float16 or x.dtype.scalar() != dtypes.float64: return None
+  n = x.dtype.count
+  return encode(x, FORMATS[dtypes.float16], UOpOps(n), dtypes.float64).cast(dtypes.uint16.vec(n)).bitcast(c.dtype)
+
 class LLVMIRRenderer(Renderer):
   """Linear program -> LLVM IR text, one function (see the module docstring)."""
   suffix = "ll"
@@ -94,6 +103,7 @@ class LLVMIRRenderer(Renderer):
   split_threads: bool = False        # add (core_id, n_cores) and share out the shareable loop
   function_attrs: str = 'nounwind "no-trapping-math"="true"'
   calling_convention: str = ""       # written after `define`: a GPU kernel's (ptx_kernel, amdgpu_kernel)
+  extra_matcher = PatternMatcher([(UPat(Ops.CAST, src=(UPat.var("x"),), name="c"), double_to_half)])
   builder: type[LLVMFunctionBuilder]
   def render(self, name: str, uops: list[UOp]) -> str:
     return self.builder(name, list(uops), self).build()

@@ -7,6 +7,8 @@ from tinyplug.uop.dtype import DType, dtypes, sum_acc_dtype, to_dtype
 from tinyplug.uop.ops import Ops
 from tinyplug.tensor_ops import graph
 
+_NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16) + dtypes.fp8s   # summed in float32, returned in their own dtype
+
 Axis = int | Sequence[int] | None
 
 class ReduceMixin:
@@ -29,12 +31,13 @@ class ReduceMixin:
   def _reduced_count(self, axis: Axis) -> int: return math.prod(self.shape[a] for a in self._axes(axis))
 
   def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None):
-    """Sum over `axis` (all axes when None); ints accumulate in at least int32, half floats in float32."""
+    """Sum over `axis` (all axes when None); ints accumulate in at least int32, half and 8-bit floats in float32 (and
+    come back in their own dtype)."""
     ret = self.cast(sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+    return ret.cast(self.dtype) if dtype is None and self.dtype in _NARROW_FLOATS else ret
   def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None):
     ret = self.cast(sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype))._reduce(Ops.MUL, axis, keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+    return ret.cast(self.dtype) if dtype is None and self.dtype in _NARROW_FLOATS else ret
   def max(self, axis: Axis = None, keepdim: bool = False): return self._reduce(Ops.MAX, axis, keepdim)
   def _inverse(self):
     """An order-reversing map: -x for floats, ~x for integers and bools (-x would overflow the smallest signed int)."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools, math, struct
 from dataclasses import dataclass, fields
 from typing import Any, Final
+from tinyplug.helpers import DEFAULT_FLOAT, DEFAULT_INT
 
 ConstType = float | int | bool
 
@@ -69,7 +70,19 @@ def _reduce(self: DType) -> tuple:   # pickles carry the fields only: a string's
 DType.__hash__ = PtrDType.__hash__ = _cached_hash   # type: ignore[method-assign]
 DType.__reduce__ = _reduce   # type: ignore[method-assign,assignment]
 
-class dtypes:
+class _DTypesType(type):
+  # the defaults are settings: `Context(DEFAULT_FLOAT=dtypes.half)` or DEFAULT_FLOAT=half in the environment
+  @property
+  def default_float(cls) -> DType: return _default_dtype(DEFAULT_FLOAT.value, "DEFAULT_FLOAT", _FLOATS)
+  @property
+  def default_int(cls) -> DType: return _default_dtype(DEFAULT_INT.value, "DEFAULT_INT", _INTS)
+
+def _default_dtype(value: Any, key: str, allowed: frozenset[DType]) -> DType:
+  dt = value if isinstance(value, DType) else _NAMED.get(str(value).lower())
+  if dt not in allowed: raise ValueError(f"{key}={value!r} is not a {'float' if key == 'DEFAULT_FLOAT' else 'int'} dtype")
+  return dt
+
+class dtypes(metaclass=_DTypesType):
   void: Final = DType(-1, 0, "void", None)
   bool: Final = DType(0, 1, "bool", "?")
   int8: Final = DType(1, 1, "char", "b")
@@ -95,8 +108,6 @@ class dtypes:
   int = int32; uint = uint32; long = int64; ulong = uint64
   # index arithmetic inside kernels
   index: Final = int32
-  default_float: DType = float32
-  default_int: DType = int32
 
   @staticmethod
   def is_float(x: DType) -> bool: return x.scalar() in _FLOATS
@@ -172,11 +183,14 @@ for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "l
            "fp8e4m3fnuz", "fp8e5m2fnuz", "half", "bfloat16", "float", "double"):
   _INVERSE_NAMES[_NAMED[_k]] = _k
 
+class UnknownDTypeError(ValueError, AttributeError):
+  """A dtype name that does not exist (an AttributeError too, as tinygrad raises for `dtypes.<name>`)."""
+
 def to_dtype(x: DType | str) -> DType:
-  """Accepts a DType or its name ('float32', 'half', ...); unknown names raise a ValueError naming the choices."""
+  """Accepts a DType or its name ('float32', 'half', ...); unknown names raise an UnknownDTypeError naming the choices."""
   if isinstance(x, DType): return x
   if isinstance(x, str) and x in _NAMED: return _NAMED[x]
-  raise ValueError(f"unknown dtype {x!r}; choose one of {sorted(k for k in _NAMED if k not in ('index',))}")
+  raise UnknownDTypeError(f"unknown dtype {x!r}; choose one of {sorted(k for k in _NAMED if k not in ('index',))}")
 
 _FP8S = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 # Promotion lattice: an edge a -> b means values of a fit into b. The result of mixing dtypes is the
