@@ -29,7 +29,8 @@ def test_dtypes_dict_and_groups():
   from tinyplug.dtype import DTYPES_DICT
   assert DTYPES_DICT["float32"] is dtypes.float32 and DTYPES_DICT["half"] is dtypes.float16
   assert "void" not in DTYPES_DICT and all(isinstance(k, str) for k in DTYPES_DICT)
-  assert set(dtypes.floats) == {dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+  assert set(dtypes.floats) == {dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64, *dtypes.fp8s}
+  assert DTYPES_DICT["fp8e4m3"] is dtypes.fp8e4m3 and len(dtypes.fp8s) == 4
   assert set(dtypes.ints) == set(dtypes.uints) | set(dtypes.sints) and len(dtypes.ints) == 8
   assert set(dtypes.all) == set(dtypes.floats) | set(dtypes.ints) | {dtypes.bool}
 

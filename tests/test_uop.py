@@ -4,6 +4,7 @@ import pytest
 import torch
 from tinyplug.uop import UOp, Ops, GroupOp, dtypes, least_upper_dtype, to_dtype
 from tinyplug.uop.dtype import PtrDType, truncate
+from tinyplug.helpers import Context
 from tinyplug.uop.ops import UOpMeta
 
 def const(v, dt=dtypes.int): return UOp.const(dt, v)
@@ -208,8 +209,9 @@ class TestDTypes:
     with pytest.raises(RuntimeError): torch.promote_types(torch.uint32, torch.int32)
     assert least_upper_dtype(dtypes.uint32, dtypes.int32) is dtypes.int64
     assert least_upper_dtype(dtypes.uint16, dtypes.int8) is dtypes.int32
-    # ... and like tinygrad, no integer holds both int64 and uint64, so they meet at the first float
-    assert least_upper_dtype(dtypes.uint64, dtypes.int64) is dtypes.float16
+    # ... and like tinygrad, no integer holds both int64 and uint64, so they meet at the default float
+    assert least_upper_dtype(dtypes.uint64, dtypes.int64) is dtypes.float32
+    with Context(DEFAULT_FLOAT="half"): assert least_upper_dtype(dtypes.uint64, dtypes.int64) is dtypes.float16
     assert least_upper_dtype(dtypes.bfloat16, dtypes.float16) is dtypes.float32
     assert str(torch.promote_types(torch.bfloat16, torch.float16)) == "torch.float32"
 

@@ -210,9 +210,11 @@ def _upper_set(dt: DType) -> frozenset[DType]:
   return frozenset({dt}).union(*(_upper_set(p) for p in _PROMO_LATTICE.get(dt, ())))
 
 def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype all of `ds` promote to."""
+  """The smallest dtype all of `ds` promote to. Ints that no int holds all of (int64 and uint64) meet at the default
+  float, as in tinygrad (there through its weak float), not at the smallest float."""
   common = frozenset.intersection(*(_upper_set(d.scalar()) for d in ds))
   if not common: raise TypeError(f"no common dtype for {ds}")
+  if not any(dtypes.is_float(d) for d in ds) and not any(dtypes.is_int(d) for d in common): return dtypes.default_float
   return min(common)
 
 def least_upper_float(dt: DType) -> DType:
