@@ -48,8 +48,10 @@ class ReduceMixin:
     total = self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim)
     return total.div(self._reduced_count(axis)).cast(out_dtype)
   def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
+    # summed and divided in the accumulation dtype: the count may not fit a half (70000 > 65504)
     squares = (self - self.mean(axis, keepdim=True)).square()
-    return squares.sum(axis, keepdim).div(max(0, self._reduced_count(axis) - correction))
+    total = squares.cast(sum_acc_dtype(squares.dtype)).sum(axis, keepdim)
+    return total.div(max(0, self._reduced_count(axis) - correction)).cast(squares.dtype)
   def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
     return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):

@@ -1,0 +1,45 @@
+"""Dtype behaviour as tinygrad code expects it: default dtypes as settings, unknown names, conversions without
+library calls, half precision in reductions, and the renderer's table of native ops."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import Context, Tensor, dtypes
+from tinyplug.device import Device
+
+def test_float64_to_half_on_cpu_rounds_like_numpy():
+  # LLVM would lower this conversion to a compiler-rt call the CPU kernels cannot reach (it crashed)
+  x = np.concatenate([np.random.default_rng(2).standard_normal(2000) * 1e3, [65504.0, 65520.0, 65519.99, 1e300, -np.inf,
+                                                                              np.nan, 2.0**-25, 2.0**-24 * 1.5, -0.0]])
+  with np.errstate(over="ignore"): ref = x.astype(np.float16)
+  got = Tensor(x, dtype=dtypes.float64, device="CPU").cast(dtypes.float16).numpy()
+  np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+
+def test_code_for_op_lists_native_alu_ops():
+  from tinyplug.uop.ops import GroupOp, Ops
+  r = Device["CPU"].renderer
+  assert Ops.SQRT in r.code_for_op and Ops.ADD in r.code_for_op and set(r.code_for_op) <= GroupOp.ALU
+  class Narrow(type(r)): native_ops = frozenset({Ops.ADD, Ops.MUL, Ops.CAST})
+  assert set(Narrow.code_for_op.fget(Narrow())) == {Ops.ADD, Ops.MUL}   # type: ignore[attr-defined]
+
+def test_default_dtype_settings():
+  with Context(DEFAULT_FLOAT=dtypes.half, DEFAULT_INT="int16"):
+    assert dtypes.default_float is dtypes.half and Tensor([1.5]).dtype == dtypes.half
+    assert dtypes.default_int is dtypes.int16 and Tensor([1]).dtype == dtypes.int16
+  assert dtypes.default_float is dtypes.float32 and dtypes.default_int is dtypes.int32
+  with Context(DEFAULT_FLOAT="int32"), pytest.raises(ValueError, match="DEFAULT_FLOAT"): Tensor([1.5])
+
+def test_unknown_dtype_is_value_and_attribute_error():
+  with pytest.raises(AttributeError, match="unknown dtype 'typo'"): Tensor([3], dtype="typo")
+  with pytest.raises(ValueError): Tensor([3]).cast("typo")
+
+def test_var_of_half_divides_in_float32():
+  # 70000 elements: the count does not fit a half (it would become inf and the variance 0)
+  t = Tensor([[0.0, 1.0]], dtype=dtypes.half).expand(35000, 2).contiguous()
+  assert t.var().dtype == dtypes.half
+  np.testing.assert_allclose(t.var().numpy(), 0.25, rtol=1e-3)
+  x = np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32)
+  np.testing.assert_allclose(Tensor(x).var(1).numpy(), torch.tensor(x).var(1).numpy(), rtol=1e-5)
+  np.testing.assert_allclose(Tensor(x).std(0, correction=0).numpy(), torch.tensor(x).std(0, correction=0).numpy(), rtol=1e-5)
+
+def test_bitcast_size_mismatch_is_runtime_error():
+  with pytest.raises(RuntimeError, match="does not divide"): Tensor.empty(3, dtype=dtypes.int8).bitcast(dtypes.float16)
