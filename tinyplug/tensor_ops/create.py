@@ -75,6 +75,9 @@ class CreationMixin:
     if not is_float and n and not all(dtypes.min(default) <= v <= dtypes.max(default) for v in (start, start + (n - 1) * step)):
       default = dtypes.int64   # an integer range past the default int's bounds (as tinygrad and torch)
     device, dtype, rg = cls._creation_args(kwargs, default)
+    ends = (start, start + (n - 1) * step)
+    if not is_float and n and dtypes.is_int(dtype) and not all(dtype.min <= v <= dtype.max for v in ends):
+      raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dtype!r}")   # as tinygrad (torch wraps)
     idx = cls.from_uop(arange_uop(n, device))
     out = idx.cast(dtype) if (dtypes.is_float(dtype) or not is_float) else idx.cast(dtypes.default_float)
     if step != 1: out = out * step
