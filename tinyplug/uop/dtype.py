@@ -183,9 +183,6 @@ for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "l
            "fp8e4m3fnuz", "fp8e5m2fnuz", "half", "bfloat16", "float", "double"):
   _INVERSE_NAMES[_NAMED[_k]] = _k
 
-class DTypeError(TypeError, RuntimeError):
-  """An operation the operands' dtypes do not allow (a RuntimeError too, as tinygrad and torch raise for these)."""
-
 class UnknownDTypeError(ValueError, AttributeError):
   """A dtype name that does not exist (an AttributeError too, as tinygrad raises for `dtypes.<name>`)."""
 
