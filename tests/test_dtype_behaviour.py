@@ -51,3 +51,19 @@ def test_arange_int_dtype_range():
   for args in ((129,), (-129, 128), (128, 0, -1)):
     with pytest.raises(OverflowError, match="does not fit"): Tensor.arange(*args, dtype=dtypes.int8)
   with pytest.raises(OverflowError): Tensor.arange(2**33, dtype=dtypes.int32)
+
+@pytest.mark.parametrize("dt,np_dt", [(dtypes.int32, np.int32), (dtypes.int8, np.int8), (dtypes.int64, np.int64)])
+def test_min_and_minimum_at_the_signed_minimum(dt, np_dt):
+  info = np.iinfo(np_dt)
+  x = np.array([-5, 0, info.max, info.min, 7], dtype=np_dt)
+  y = np.array([0, info.min, 3, 5, info.max], dtype=np_dt)
+  assert Tensor(x, dtype=dt).min().item() == info.min and Tensor(x, dtype=dt).argmin().item() == 3
+  np.testing.assert_array_equal(Tensor(x, dtype=dt).minimum(Tensor(y, dtype=dt)).numpy(), np.minimum(x, y))
+  np.testing.assert_array_equal(Tensor(x.reshape(1, 5), dtype=dt).min(axis=0).numpy(), x)
+
+@pytest.mark.parametrize("exponent", [0.5, 1.5, 2.0, -1.0, 0.0, 3, 0])
+def test_int_tensor_to_a_python_number(exponent):
+  ref = torch.tensor([1, 2, 3, 4], dtype=torch.int32) ** exponent
+  got = Tensor([1, 2, 3, 4], dtype=dtypes.int32) ** exponent
+  assert got.numpy().dtype == ref.numpy().dtype
+  np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-6)
