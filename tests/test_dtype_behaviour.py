@@ -67,3 +67,13 @@ def test_int_tensor_to_a_python_number(exponent):
   got = Tensor([1, 2, 3, 4], dtype=dtypes.int32) ** exponent
   assert got.numpy().dtype == ref.numpy().dtype
   np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-6)
+
+def test_lists_convert_like_a_c_cast():
+  data = [1 << 33, 1 << 32, (1 << 32) - 1, 1, -(1 << 33), -1]
+  assert Tensor(data, dtype=dtypes.uint32).tolist() == np.array(data).astype(np.uint32).tolist()
+  assert Tensor(data, dtype=dtypes.int32).tolist() == np.array(data).astype(np.int32).tolist()
+  assert Tensor([-1, 0, 1], dtype=dtypes.uint8).tolist() == [255, 0, 1]
+  assert Tensor([-3.5, -2.5, 1.5], dtype=dtypes.int32).tolist() == [-3, -2, 1]
+  big = [65504.0, 65519.0, 65520.0, -70000.0, float("nan")]
+  with np.errstate(over="ignore"): ref = np.array(big).astype(np.float16)
+  np.testing.assert_array_equal(Tensor(big, dtype=dtypes.float16).numpy(), ref)
