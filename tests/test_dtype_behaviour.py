@@ -77,3 +77,9 @@ def test_lists_convert_like_a_c_cast():
   big = [65504.0, 65519.0, 65520.0, -70000.0, float("nan")]
   with np.errstate(over="ignore"): ref = np.array(big).astype(np.float16)
   np.testing.assert_array_equal(Tensor(big, dtype=dtypes.float16).numpy(), ref)
+
+def test_list_of_ints_past_the_default_int_is_64_bit():
+  t = Tensor([0, 2**31 + 2])
+  assert t.dtype == dtypes.int64 and t.tolist() == [0, 2**31 + 2]
+  assert Tensor([1, 2]).dtype == dtypes.int32 and Tensor([2**63 + 2]).dtype == dtypes.uint64
+  with pytest.raises(ValueError, match="64 bits"): Tensor([0, 2**64 + 2])

@@ -330,12 +330,16 @@ def _host_dtype(dtype: DType) -> DType:
   return dtypes.float32 if dtype == dtypes.bfloat16 or dtype in dtypes.fp8s else dtype
 
 def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
-  dtype = dtype or dtypes.from_py(data)
+  inferred, dtype = dtype is None, dtype or dtypes.from_py(data)
   host = _host_dtype(dtype)
   try:
     try:
       with np.errstate(over="ignore"): arr = np.array(data, dtype=to_np_dtype(host))   # float overflow is inf
-    except OverflowError: arr = np.array(data).astype(to_np_dtype(host))   # out of range ints wrap, as a C cast does
+    except OverflowError:
+      arr = np.array(data)
+      if inferred and arr.dtype.kind in "iu": dtype = from_np_dtype(arr.dtype)   # ints past the default int: 64 bits
+      elif inferred or arr.dtype.kind not in "iub": raise OverflowError("a value does not fit 64 bits")
+      else: arr = arr.astype(to_np_dtype(host))   # out of range ints wrap, as a C cast does
   except (ValueError, TypeError, OverflowError) as e: raise ValueError(f"cannot make a Tensor from this list: {e}") from None
   return _uop_from_numpy(arr, dtype, device)
 
