@@ -10,9 +10,9 @@ The math, for float32 and float64 (float16 and bfloat16 compute in float32 and c
 - log2(x): denormals are scaled up by 2**64 first; x = 2**e * m with m in [sqrt(1/2), sqrt(2)], and
   log2(m) = 2/ln(2) * atanh(s) with s = (m-1)/(m+1), a series in s*s.
 - sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 split into parts short enough that k*part is exact
-  (Cody-Waite), then sin(r) or cos(r) by the quadrant k mod 4. Accurate for |x| < 2**16 * pi/2 (about 102900) in
-  float32 and |x| < 2**22 * pi/2 (about 6.5e6) in float64; past that the result is only bounded to [-1, 1]
-  (a Payne-Hanek reduction would be needed).
+  (Cody-Waite), then sin(r) or cos(r) by the quadrant k mod 4. float32 from |x| = 2**16 on reduces by Payne-Hanek
+  (the bits of 2/pi that matter for x's exponent, times x's mantissa, in 64-bit integers): accurate over the whole
+  range. float64 is accurate for |x| < 2**22 * pi/2 (about 6.5e6); past that the result is only bounded to [-1, 1].
 - sqrt(x): 1/sqrt(x) from a bit-trick estimate refined by Newton steps, then one Newton step on sqrt itself.
 Accuracy is within a few ulp over the whole range, special values (inf, nan, 0, negatives) as in C's libm.
 """
@@ -88,6 +88,13 @@ INV_LN2_PARTS = {dt: _split(_LOG2_E, (dtypes.finfo(dt)[1] + 1) // 2, 2, dtypes.f
 # keeps the high half of the mantissa bits of a float (and its sign and exponent)
 _HIGH_HALF_MASK = {dtypes.float32: ~((1 << 12) - 1), dtypes.float64: ~((1 << 27) - 1)}
 
+# Payne-Hanek (float32): 2/pi as a string of bits, 16 zero bits first (so a window may start before its point), in
+# 32-bit words; a 64-bit window of it at the bit where a float's exponent puts it gives x*2/pi mod 4 exactly enough
+_PH_LEAD_ZEROS, _PH_WORDS = 16, 7
+_PH_BITS = int(Fraction(2) / _PI * 2 ** (32 * _PH_WORDS - _PH_LEAD_ZEROS))
+TWO_OVER_PI_WORDS = tuple((_PH_BITS >> (32 * (_PH_WORDS - 1 - i))) & 0xFFFFFFFF for i in range(_PH_WORDS))
+PAYNE_HANEK_FROM = 2.0 ** 16   # float32 |x| from here on reduces by Payne-Hanek (Cody-Waite is exact below ~102900)
+
 # first guesses of 1/sqrt(x) from the bits of x (published constants)
 RSQRT_MAGIC = {dtypes.float32: 0x5F3759DF, dtypes.float64: 0x5FE6EB50C7B537A9}
 RSQRT_NEWTON_STEPS = {dtypes.float32: 3, dtypes.float64: 4}
@@ -162,6 +169,34 @@ def log2_float(x: UOp) -> UOp:
   out = x.ne(0.0).where(out, -math.inf)                  # +-0 -> -inf
   return (x < 0.0).where(math.nan, out)                  # negatives -> nan
 
+def _word(i: UOp, like: UOp) -> UOp:
+  """TWO_OVER_PI_WORDS[i] as a uint64 (i a uint64 in 0..5), by selects: kernels have no constant tables."""
+  out = like.const_like(TWO_OVER_PI_WORDS[5])
+  for k in range(4, -1, -1): out = i.eq(k).where(like.const_like(TWO_OVER_PI_WORDS[k]), out)
+  return out
+
+def payne_hanek_f32(ax: UOp) -> tuple[UOp, UOp]:
+  """(k, r) with ax = k*pi/2 + r, |r| <= pi/4, for float32 ax >= 2**16 (k as int32, correct mod 4).
+
+  ax = m * 2**e with m a 24-bit integer. Bits of 2/pi worth 4 or more after multiplying by 2**e only add multiples
+  of 4 to ax*2/pi, so a 64-bit window w of 2/pi from bit e-1 on is enough: ax*2/pi = m*w / 2**62 (mod 4, to 2**-38).
+  Bits 32..63 of the 88-bit product m*w are that value in fixed point: 2 bits of quadrant, 30 of fraction."""
+  u64 = dtypes.uint64.vec(ax.dtype.count)
+  bits = ax.bitcast(dtypes.uint32.vec(ax.dtype.count)).cast(u64)
+  m = (bits & 0x7FFFFF) | 0x800000
+  e = bits >> 23                                                    # the biased exponent; ax = m * 2**(e - 150)
+  t = e + (_PH_LEAD_ZEROS - 1 - 151)                                # window start: bit e-151 of 2/pi, in the string
+  t = (t < 118).where(t, t.const_like(118))                         # lanes that take the other path: kept in range
+  word, off = t >> 5, t & 31
+  hi = (_word(word, m) << 32) | _word(word + 1, m)
+  w = (hi << off) | (_word(word + 2, m) >> (32 - off))
+  z = ((m * (w >> 32)) + ((m * (w & 0xFFFFFFFF)) >> 32)) & 0xFFFFFFFF
+  q, frac = z >> 30, (z & 0x3FFFFFFF).cast(dtypes.int64.vec(ax.dtype.count))
+  up = frac >= (1 << 29)                                             # nearest quadrant: the fraction goes negative
+  k = (q + up.cast(u64)).cast(dtypes.int32.vec(ax.dtype.count))
+  r = (frac - up.where(frac.const_like(1 << 30), 0)).cast(ax.dtype) * (math.pi / 2 / 2 ** 30)
+  return k, r
+
 def sin_float(x: UOp) -> UOp:
   """sin(x) with Cody-Waite reduction by pi/2 and a sin or cos polynomial by quadrant."""
   scalar = x.dtype.scalar()
@@ -178,6 +213,12 @@ def sin_float(x: UOp) -> UOp:
     new_r = r - step
     lo = lo + ((r - new_r) - step)                        # the rounding error of new_r (Fast2Sum, as |r| >= |step|)
     r = new_r
+  if scalar == dtypes.float32:   # large float32: Payne-Hanek on |x|, the signs turned back for negative x
+    neg = xs < 0.0
+    far = neg.where(-xs, xs) >= PAYNE_HANEK_FROM
+    k_far, r_far = payne_hanek_f32(neg.where(-xs, xs))
+    k = far.where(neg.where(-k_far, k_far), k)
+    r, lo = far.where(neg.where(-r_far, r_far), r), far.where(0.0, lo)
   r2 = r * r
   # sin(r + lo) ~ sin(r) + lo*cos(r), cos(r + lo) ~ cos(r) - lo*sin(r)
   sin_r = r + (lo * (1.0 - 0.5 * r2) + r * r2 * _horner(r2, SIN_COEFFS[scalar]))
