@@ -12,7 +12,7 @@ The math, for float32 and float64 (float16 and bfloat16 compute in float32 and c
 - sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 split into parts short enough that k*part is exact
   (Cody-Waite), then sin(r) or cos(r) by the quadrant k mod 4. float32 from |x| = 2**16 on reduces by Payne-Hanek
   (the bits of 2/pi that matter for x's exponent, times x's mantissa, in 64-bit integers): accurate over the whole
-  range. float64 is accurate for |x| < 2**22 * pi/2 (about 6.5e6); past that the result is only bounded to [-1, 1].
+  range. float64 is accurate for |x| < 2**27 * pi/2 (about 2.1e8); past that the result is only bounded to [-1, 1].
 - sqrt(x): 1/sqrt(x) from a bit-trick estimate refined by Newton steps, then one Newton step on sqrt itself.
 Accuracy is within a few ulp over the whole range, special values (inf, nan, 0, negatives) as in C's libm.
 """
@@ -75,9 +75,9 @@ def _split(v: Fraction, part_bits: int, parts: int, last_bits: int) -> tuple[flo
   return tuple(out)
 
 # Cody-Waite: k = round(x*2/pi) needs at most K_BITS bits in the accurate range, so parts of (mantissa+1 - K_BITS)
-# bits multiply by k exactly. float32: |x| < 2**16 * pi/2 ~ 102900 (all of float16); float64: |x| < 2**22 * pi/2.
-_K_BITS = {dtypes.float32: 16, dtypes.float64: 22}
-_PIO2_NPARTS = {dtypes.float32: 5, dtypes.float64: 4}    # pi/2 to 8*4+24 = 56 bits / 31*3+53 = 146 bits
+# bits multiply by k exactly. float32: |x| < 2**16 * pi/2 ~ 102900 (all of float16); float64: |x| < 2**27 * pi/2.
+_K_BITS = {dtypes.float32: 16, dtypes.float64: 27}
+_PIO2_NPARTS = {dtypes.float32: 5, dtypes.float64: 5}    # pi/2 to 8*4+24 = 56 bits / 26*4+53 = 157 bits
 PIO2_PARTS = {dt: _split(_PI / 2, dtypes.finfo(dt)[1] + 1 - _K_BITS[dt], _PIO2_NPARTS[dt], dtypes.finfo(dt)[1] + 1)
               for dt in (dtypes.float32, dtypes.float64)}
 
