@@ -133,3 +133,16 @@ def test_emulated_dtypes_setting_rejects_unknown_names():
   from tinyplug.helpers import EMULATED_DTYPES
   with Context(EMULATED_DTYPES="half,fp8e4m3"): assert EMULATED_DTYPES.tolist(dtypes) == [dtypes.half, dtypes.fp8e4m3]
   with Context(EMULATED_DTYPES="halff"), pytest.raises(ValueError, match="halff"): EMULATED_DTYPES.tolist(dtypes)
+
+def test_safetensors_round_trip_with_torch(tmp_path):
+  from safetensors.torch import load_file, save_file
+  from tinyplug.nn.state import safe_load, safe_save
+  x = torch.tensor([0.3, -2.0, 448.0, 1e-3, 57344.0])
+  save_file({"a": x.to(torch.float8_e4m3fn), "b": x.to(torch.float8_e5m2)}, str(tmp_path / "torch.safetensors"))
+  loaded = safe_load(tmp_path / "torch.safetensors")
+  assert loaded["a"].dtype == dtypes.fp8e4m3 and loaded["b"].dtype == dtypes.fp8e5m2
+  np.testing.assert_array_equal(loaded["a"].numpy(), x.to(torch.float8_e4m3fn).float().numpy())
+  np.testing.assert_array_equal(loaded["b"].numpy(), x.to(torch.float8_e5m2).float().numpy())
+  safe_save({"c": Tensor(x.numpy(), dtype=dtypes.fp8e4m3)}, tmp_path / "ours.safetensors")
+  back = load_file(str(tmp_path / "ours.safetensors"))["c"]
+  assert back.dtype == torch.float8_e4m3fn and torch.equal(back.view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))

@@ -94,17 +94,20 @@ def _write_into(target: Tensor, value: Tensor) -> None:
 _SAFE_DTYPES: dict[str, DType] = {
   "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "U16": dtypes.uint16,
   "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64,
-  "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64}
+  "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
+  "F8_E4M3": dtypes.fp8e4m3, "F8_E5M2": dtypes.fp8e5m2}
 _SAFE_NAMES = {v: k for k, v in _SAFE_DTYPES.items()}
 
 def _tensor_bytes(t: Tensor) -> bytes:
   """The tensor's elements as little-endian bytes in its own dtype (bfloat16: the top half of each float32)."""
+  if t.dtype in dtypes.fp8s: return t.bitcast(dtypes.uint8).numpy().tobytes()   # the raw bits
   arr = t.numpy()
   if t.dtype == dtypes.bfloat16:
     return (np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
   return np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
 
 def _tensor_from_bytes(raw: bytes | memoryview, dtype: DType, shape: tuple[int, ...], device: str | None) -> Tensor:
+  if dtype in dtypes.fp8s: return Tensor(np.frombuffer(raw, dtype=np.uint8).reshape(shape), device=device).bitcast(dtype)
   if dtype == dtypes.bfloat16:
     bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
     return Tensor(bits.view(np.float32).reshape(shape), device=device, dtype=dtypes.bfloat16)
