@@ -129,6 +129,22 @@ def test_emulated_dtypes_setting_computes_the_same_values(name, dt):
     emulated = (Tensor(x).cast(dt) * 3 + 1).cast(dtypes.float32).numpy()
   np.testing.assert_array_equal(emulated, native)
 
+def _lowered_dtypes(t: Tensor, device: str) -> set:
+  from tinyplug.codegen import full_rewrite_to_sink
+  from tinyplug.uop.ops import Ops
+  sinks = [si.ast for si in t.schedule() if si.ast.op is Ops.SINK]
+  return {(u.dtype.base if hasattr(u.dtype, "base") else u.dtype).scalar() for s in sinks
+          for u in full_rewrite_to_sink(s, Device[device].renderer).toposort()}
+
+def test_kernels_hold_no_emulated_dtype():
+  x = Tensor([1.5, -2.25, 3.0], device="CPU").realize()
+  assert dtypes.fp8e4m3 not in _lowered_dtypes(x.cast(dtypes.fp8e4m3) * 2, "CPU")
+  assert dtypes.uint8 in _lowered_dtypes(x.cast(dtypes.fp8e4m3) * 2, "CPU")
+  assert dtypes.float16 in _lowered_dtypes(x.cast(dtypes.float16) * 2, "CPU")
+  with Context(EMULATED_DTYPES="half"):
+    found = _lowered_dtypes(x.cast(dtypes.float16) * 2, "CPU")
+    assert dtypes.float16 not in found and dtypes.uint16 in found
+
 def test_emulated_dtypes_setting_rejects_unknown_names():
   from tinyplug.helpers import EMULATED_DTYPES
   with Context(EMULATED_DTYPES="half,fp8e4m3"): assert EMULATED_DTYPES.tolist(dtypes) == [dtypes.half, dtypes.fp8e4m3]

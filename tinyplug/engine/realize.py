@@ -5,7 +5,7 @@ from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.device import Buffer, Device, ProgramSpec
-from tinyplug.helpers import BEAM, DEBUG, KERNEL_CACHE_SIZE, NOOPT, TRANSCENDENTAL, GlobalCounters, colored
+from tinyplug.helpers import BEAM, DEBUG, EMULATED_DTYPES, KERNEL_CACHE_SIZE, NOOPT, TRANSCENDENTAL, GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import ScheduleItem, create_schedule
 from tinyplug.codegen import pipeline_key
@@ -25,13 +25,13 @@ class CompiledRunner:
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)
 
-# (device, ast, TRANSCENDENTAL, NOOPT, BEAM, pipeline fingerprint) -> compiled program; least recently used go
-# first, so a kernel made per distinct constant does not pile up forever
+# (device, ast, TRANSCENDENTAL, NOOPT, BEAM, EMULATED_DTYPES, pipeline fingerprint) -> compiled program; least
+# recently used go first, so a kernel made per distinct constant does not pile up forever
 _runners: BoundedCache = BoundedCache("engine.runners", KERNEL_CACHE_SIZE.value)
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   # the settings and the ordered passes of the loaded plugin set (ids, versions) change the code of the same kernel
-  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, pipeline_key())
+  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, EMULATED_DTYPES.value, pipeline_key())
   if (r := _runners.get_lru(key)) is None:
     from tinyplug.codegen import get_program
     st = time.perf_counter()
