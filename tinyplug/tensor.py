@@ -232,9 +232,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     self.uop = moved.uop
     if self.grad is not None: self.grad.to_(device)
     return self
-  def clone(self) -> Tensor:
-    """A copy in a new buffer of its own."""
-    return Tensor.empty(*self.shape, device=self.device, dtype=self.dtype).assign(self)
+  def clone(self, device: str | None = None) -> Tensor:
+    """A copy in a new buffer of its own (on `device` if given)."""
+    src = self if device is None else self.to(device)
+    return Tensor.empty(*src.shape, device=src.device, dtype=src.dtype).assign(src)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
     if graph.is_plain_buffer(self.uop): return self
@@ -255,6 +256,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if x.dtype != self.dtype: raise ValueError(f"assign: dtype {x.dtype} does not match the target's {self.dtype}")
     if graph.is_plain_buffer(self.uop) or self.uop.op is Ops.ASSIGN:
       self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+    elif graph.is_writable_view(self.uop):   # a view of a buffer (t.T, t[1:3]): write through it now, as setitem does
+      Tensor.from_uop(UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))).realize()
     else: self.uop = x.uop
     return self
 
@@ -281,11 +284,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(t) into `t.grad` for every tensor t in the graph with requires_grad=True."""
+    """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in the graph that did not opt out
+    (requires_grad=False, detach(), made under no_grad), as tinygrad does: `requires_grad=True` is not needed."""
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
     nodes = self.uop.toposort()
-    targets = [t for t in live_tensors() if t.requires_grad and t.uop in nodes]
+    targets = [t for t in live_tensors() if t.requires_grad is not False and t.uop in nodes and dtypes.is_float(t.dtype)]
     if not targets: return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
@@ -295,6 +299,14 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     self.requires_grad = requires_grad
     return self
+
+  @property
+  def is_param(self) -> bool:
+    """tinygrad's name: whether backward() fills this tensor's .grad and optimizers update it (not requires_grad=False)."""
+    return self.requires_grad is not False
+  @is_param.setter
+  def is_param(self, value: bool) -> None: self.requires_grad = bool(value)
+  def is_param_(self, is_param: bool = True) -> Tensor: return self.requires_grad_(is_param)
 
   class train:
     """`with Tensor.train(): ...` sets Tensor.training for the block (also usable as a decorator)."""
@@ -339,7 +351,7 @@ def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
       arr = np.array(data)
       if inferred and arr.dtype.kind in "iu": dtype = from_np_dtype(arr.dtype)   # ints past the default int: 64 bits
       elif inferred or arr.dtype.kind not in "iub": raise OverflowError("a value does not fit 64 bits")
-      else: arr = arr.astype(to_np_dtype(host))   # out of range ints wrap, as a C cast does
+      else: arr = arr.astype(to_np_dtype(host))   # out-of-range integers wrap, as numpy's astype
   except (ValueError, TypeError, OverflowError) as e: raise ValueError(f"cannot make a Tensor from this list: {e}") from None
   return _uop_from_numpy(arr, dtype, device)
 

@@ -308,8 +308,8 @@ class ElementwiseMixin:
     if self.dtype == dtype: return self
     if dtype.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
-        raise RuntimeError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim does not divide")
-      if dtypes.bool in (dtype, self.dtype): raise RuntimeError(f"cannot bitcast {self.dtype} to {dtype}: bool has no bits to share")
+        raise ShapeError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim does not divide")
+      if dtypes.bool in (dtype, self.dtype): raise DTypeError(f"cannot bitcast {self.dtype} to {dtype}: bool has no bits to share")
       return self._bitcast_resize(dtype)
     return self._apply_uop(graph.bitcast, dtype=dtype)
   def _bitcast_resize(self, dtype: DType):
