@@ -309,7 +309,7 @@ class ElementwiseMixin:
     if dtype.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
         raise ShapeError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim does not divide")
-      if dtypes.bool in (dtype, self.dtype): raise DTypeError(f"cannot bitcast {self.dtype} to {dtype}: bool has no bits to share")
+      if dtypes.bool in (dtype, self.dtype): raise ValueError(f"cannot bitcast {self.dtype} to {dtype}: bool has no bits to share")
       return self._bitcast_resize(dtype)
     return self._apply_uop(graph.bitcast, dtype=dtype)
   def _bitcast_resize(self, dtype: DType):
