@@ -162,3 +162,15 @@ def test_safetensors_round_trip_with_torch(tmp_path):
   safe_save({"c": Tensor(x.numpy(), dtype=dtypes.fp8e4m3)}, tmp_path / "ours.safetensors")
   back = load_file(str(tmp_path / "ours.safetensors"))["c"]
   assert back.dtype == torch.float8_e4m3fn and torch.equal(back.view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))
+
+def test_torch_load_of_fp8_tensors(tmp_path):
+  from tinyplug.nn.state import torch_load
+  x = torch.tensor([[0.3, -2.0], [448.0, 1e-3]])
+  state = {name: x.to(tdt) for name, tdt in (("a", torch.float8_e4m3fn), ("b", torch.float8_e5m2),
+                                               ("c", torch.float8_e4m3fnuz), ("d", torch.float8_e5m2fnuz))}
+  torch.save({**state, "u": torch.tensor([1, 65535, 7], dtype=torch.uint16)}, tmp_path / "fp8.pt")
+  loaded = torch_load(tmp_path / "fp8.pt")
+  for name, dt in zip("abcd", dtypes.fp8s):
+    assert loaded[name].dtype == dt and loaded[name].shape == (2, 2)
+    np.testing.assert_array_equal(loaded[name].numpy(), state[name].float().numpy())
+  assert loaded["u"].dtype == dtypes.uint16 and loaded["u"].tolist() == [1, 65535, 7]   # also a v3 (untyped) storage

@@ -176,7 +176,9 @@ def safe_load(fn: str | os.PathLike | Tensor, device: str | None = None) -> dict
 _TORCH_STORAGES: dict[str, DType] = {
   "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16,
   "BFloat16Storage": dtypes.bfloat16, "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
-  "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool}
+  "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool,
+  "Float8_e4m3fnStorage": dtypes.fp8e4m3, "Float8_e5m2Storage": dtypes.fp8e5m2,
+  "Float8_e4m3fnuzStorage": dtypes.fp8e4m3fnuz, "Float8_e5m2fnuzStorage": dtypes.fp8e5m2fnuz}
 _LEGACY_MAGIC = 0x1950a86a20f9469cfc6c   # the first pickle of a torch.save file written without the zip container
 _LEGACY_PROTOCOL = 1001
 
@@ -209,6 +211,21 @@ def _rebuild_tensor(storage, storage_offset, size, stride, *_rest, **_kw) -> _To
   if not isinstance(storage, _Storage): raise pickle.UnpicklingError("torch_load: a tensor without a storage")
   return _TorchTensor(storage, int(storage_offset), tuple(size), tuple(stride))
 
+class _TorchDType:
+  """Stands in for a torch dtype object (torch.float8_e4m3fn, ...) in a checkpoint's pickle."""
+  def __init__(self, dtype: DType): self.dtype = dtype
+
+_TORCH_DTYPES: dict[str, DType] = {"float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2,
+                                   "float8_e4m3fnuz": dtypes.fp8e4m3fnuz, "float8_e5m2fnuz": dtypes.fp8e5m2fnuz,
+                                   "uint16": dtypes.uint16, "uint32": dtypes.uint32, "uint64": dtypes.uint64}
+
+def _rebuild_tensor_v3(storage, storage_offset, size, stride, _requires_grad, _hooks, dtype, *_rest) -> _TorchTensor:
+  """A tensor of a dtype without a typed storage (fp8, uint16/32/64): its storage's bytes read as that dtype."""
+  if not isinstance(storage, _Storage) or not isinstance(dtype, _TorchDType) or storage.array is None:
+    raise pickle.UnpicklingError("torch_load: a tensor (v3) without a storage or a known dtype")
+  arr = storage.array.view(np.dtype(to_np_dtype(dtype.dtype)).newbyteorder("<")).astype(to_np_dtype(dtype.dtype))
+  return _rebuild_tensor(_Storage(dtype.dtype, len(arr), arr), storage_offset, size, stride)
+
 def _rebuild_parameter(data, *_rest, **_kw): return data
 
 def _rebuild_from_type_v2(func, _new_type, args, _state):
@@ -219,6 +236,8 @@ def _rebuild_from_type_v2(func, _new_type, args, _state):
 # the only globals a checkpoint may name; anything else is refused (no arbitrary code runs while loading)
 _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
   ("torch._utils", "_rebuild_tensor"): _rebuild_tensor, ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+  ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3, ("torch.storage", "UntypedStorage"): _StorageType(dtypes.uint8),
+  **{("torch", name): _TorchDType(dt) for name, dt in _TORCH_DTYPES.items()},
   ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
   ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
   ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
@@ -325,6 +344,7 @@ def _to_tensors(obj: Any, device: str | None) -> Any:
     arr = obj.materialize()
     if obj.storage.dtype == dtypes.bfloat16:
       return Tensor((arr.astype(np.uint32) << 16).view(np.float32), device=device, dtype=dtypes.bfloat16)
+    if obj.storage.dtype in dtypes.fp8s: return Tensor(arr, device=device, dtype=dtypes.uint8).bitcast(obj.storage.dtype)
     return Tensor(arr, device=device, dtype=obj.storage.dtype)
   if isinstance(obj, dict): return {k: _to_tensors(v, device) for k, v in obj.items()}
   if isinstance(obj, list): return [_to_tensors(v, device) for v in obj]
