@@ -55,7 +55,8 @@ def test_scalar_helpers(dt):
 def test_dtype_facts():
   assert [dt.itemsize for dt in dtypes.fp8s] == [1, 1, 1, 1]
   assert dtypes.fp8s == (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
-  assert set(dtypes.fp8s) <= set(dtypes.floats) and all(dtypes.is_float(d) and not dtypes.is_int(d) for d in dtypes.fp8s)
+  assert set(dtypes.fp8s) <= set(dtypes.floats)
+  assert all(dtypes.is_float(d) and not dtypes.is_int(d) for d in dtypes.fp8s)
   assert dtypes.finfo(dtypes.fp8e4m3) == (4, 3) and dtypes.finfo(dtypes.fp8e5m2) == (5, 2)
   assert (dtypes.fp8e4m3.min, dtypes.fp8e4m3.max) == (-448.0, 448.0)   # no inf in e4m3fn
   assert dtypes.fp8e5m2.max == math.inf and dtypes.fp8e4m3fnuz.max == 240.0
@@ -161,7 +162,8 @@ def test_safetensors_round_trip_with_torch(tmp_path):
   np.testing.assert_array_equal(loaded["b"].numpy(), x.to(torch.float8_e5m2).float().numpy())
   safe_save({"c": Tensor(x.numpy(), dtype=dtypes.fp8e4m3)}, tmp_path / "ours.safetensors")
   back = load_file(str(tmp_path / "ours.safetensors"))["c"]
-  assert back.dtype == torch.float8_e4m3fn and torch.equal(back.view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))
+  assert back.dtype == torch.float8_e4m3fn
+  assert torch.equal(back.view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))
 
 def test_torch_load_of_fp8_tensors(tmp_path):
   from tinyplug.nn.state import torch_load

@@ -13,7 +13,7 @@ DTypeLike = Union[str, DType]
 DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.fields().items() if k not in ("void", "index")}
 
 def float_to_fp8(x: float, dtype: DType) -> int:
-  """The fp8 bits (0..255) of a Python float, rounded to nearest even (overflow and NaN as in tinyplug.uop.minifloat)."""
+  """The fp8 bits (0..255) of a Python float, rounded to nearest even (overflow, NaN: tinyplug.uop.minifloat)."""
   from tinyplug.uop.minifloat import to_bits_np
   if dtype not in dtypes.fp8s: raise ValueError(f"float_to_fp8 needs an fp8 dtype, not {dtype!r}")
   return int(to_bits_np(float(x), dtype))
@@ -37,5 +37,5 @@ class _TruncateTable(Mapping[DType, Callable[[ConstType], ConstType]]):
 
 truncate = _TruncateTable()
 
-__all__ = ["ConstType", "DType", "DTypeLike", "PtrDType", "dtypes", "least_upper_dtype", "least_upper_float", "sum_acc_dtype",
-           "to_dtype", "to_np_dtype", "from_np_dtype", "DTYPES_DICT", "float_to_fp8", "fp8_to_float", "truncate"]
+__all__ = ["ConstType", "DType", "DTypeLike", "PtrDType", "dtypes", "least_upper_dtype", "least_upper_float",
+           "sum_acc_dtype", "to_dtype", "to_np_dtype", "from_np_dtype", "DTYPES_DICT", "float_to_fp8", "fp8_to_float", "truncate"]

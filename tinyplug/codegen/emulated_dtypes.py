@@ -16,7 +16,7 @@ from tinyplug.uop.dtype import DType, PtrDType, dtypes
 from tinyplug.uop.minifloat import FORMATS, STORAGE, UOpOps, decode, encode, to_bits_np
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
-_EXACT = frozenset({Ops.MAX, Ops.NEG, Ops.WHERE})   # ops whose result is one of their operands' values (or its negation)
+_EXACT = frozenset({Ops.MAX, Ops.NEG, Ops.WHERE})   # results that are an operand's value (or its negation): no rounding
 
 def emulated_dtypes(renderer) -> frozenset[DType]:
   """The float dtypes `renderer` gets as bits: those it does not support, and those EMULATED_DTYPES names."""

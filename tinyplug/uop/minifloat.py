@@ -23,7 +23,7 @@ class FloatFormat:
   exp_bits: int
   mant_bits: int
   bias: int
-  overflow: str      # "inf": IEEE, past the largest finite value is inf; "saturate": the largest finite value; "nan": NaN
+  overflow: str      # past the largest finite value: "inf" (IEEE), "saturate" (the largest finite value) or "nan"
   nan: int           # the magnitude bits of the NaN it writes ("nan" formats: the whole code, sign included)
   has_inf: bool      # the all-ones exponent holds inf and NaNs (IEEE)
   fnuz: bool = False  # 0x80 is NaN: no negative zero
@@ -61,8 +61,9 @@ class NumpyOps:
     import numpy as np
     self.np = np
   def dtype(self, dt: DType) -> Any:
-    return self.np.dtype({dtypes.uint8: "uint8", dtypes.uint16: "uint16", dtypes.uint32: "uint32", dtypes.uint64: "uint64",
-                          dtypes.float32: "float32", dtypes.float64: "float64"}[dt])
+    names = {dtypes.uint8: "uint8", dtypes.uint16: "uint16", dtypes.uint32: "uint32", dtypes.uint64: "uint64",
+             dtypes.float32: "float32", dtypes.float64: "float64"}
+    return self.np.dtype(names[dt])
   def const(self, v: Any, dt: DType) -> Any: return self.np.asarray(v, self.dtype(dt))
   def where(self, c: Any, a: Any, b: Any) -> Any: return self.np.where(c, a, b)
   def eq(self, a: Any, b: Any) -> Any: return a == b
