@@ -36,7 +36,7 @@ PEERS = {   # name: (worker kind, extra environment)
 }
 
 # tinyplug with a first-party pass set turned off (TINY_PLUGINS=-<id>), and with all of them off (the core stages alone)
-PASS_SETS = ("heuristic", "simplify", "vectorize", "fuse_rows", "split_reduce")
+PASS_SETS = ("heuristic", "simplify", "vectorize", "fuse_rows", "split_reduce", "materialize")
 PEERS.update({f"tinyplug-{p}": ("tinyplug", {"DEV": "CPU", "TINY_PLUGINS": f"-{p}"}) for p in PASS_SETS})
 PEERS["tinyplug-all"] = ("tinyplug", {"DEV": "CPU", "TINY_PLUGINS": ",".join(f"-{p}" for p in PASS_SETS)})
 DEFAULT_PEERS = ("tinyplug", "numpy", "torch", "tinygrad-clang", "tinygrad-llvm")

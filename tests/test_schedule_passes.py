@@ -14,7 +14,8 @@ from tinyplug.schedule.passes import schedule_key, schedule_steps
 from tinyplug.tensor import Tensor
 
 RNG = np.random.default_rng(1)
-SCHEDULE_PASS_SETS = {"fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"]}
+SCHEDULE_PASS_SETS = {"fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
+                      "materialize": ["materialize.broadcasts"]}
 
 def _off(site, *ids: str) -> None:
   site.monkeypatch.setenv("TINY_PLUGINS", ",".join(f"-{i}" for i in ids))
@@ -30,7 +31,7 @@ def _softmax_case(rows: int = 6, cols: int = 50):
 
 def test_placed_in_the_scheduler_pipeline_not_in_codegen(plugin_site):
   names = [s.name for s in schedule_steps()]
-  assert names == ["tensor_graph", "split_reduce.partials", "fusion", "fuse_rows.rows"]
+  assert names == ["tensor_graph", "split_reduce.partials", "fusion", "fuse_rows.rows", "materialize", "materialize.broadcasts"]
   assert not {"split_reduce.partials", "fuse_rows.rows"} & {s.name for s in pipeline_steps()}
   _off(plugin_site, *SCHEDULE_PASS_SETS)
   assert [s.name for s in schedule_steps()] == list(SCHEDULE_STAGES)
@@ -55,6 +56,29 @@ def test_without_split_reduce_a_huge_sum_is_one_kernel_with_the_same_value(plugi
   t = Tensor(a, device="CPU").realize().sum()
   assert _kernels(t) == 1
   np.testing.assert_allclose(t.item(), a.astype(np.float64).sum(), rtol=1e-4)
+
+def test_materialize_computes_an_expensive_broadcast_once(plugin_site):
+  """A softmax-cross-entropy-like gradient (an exp per element) broadcast into a weight-gradient matmul: computed in a
+  kernel of its own, not inside the matmul once per weight column; without the pass set, inlined, same values."""
+  from tinyplug.codegen import get_program
+  from tinyplug.device import Device
+  rng = np.random.default_rng(3)
+  logits, x = rng.standard_normal((16, 10)).astype(np.float32), rng.standard_normal((16, 300)).astype(np.float32)
+  e = np.exp(logits - logits.max(1, keepdims=True))
+  want = (e / e.sum(1, keepdims=True)).T @ x
+  def run():
+    g = Tensor(logits, device="CPU").realize().softmax(1)
+    dw = g.T @ Tensor(x, device="CPU").realize()
+    items = [it for it in create_schedule([dw.uop])[0] if it.ast.op.name == "SINK"]
+    srcs = {get_program(it.ast, Device["CPU"].renderer).name: get_program(it.ast, Device["CPU"].renderer).uops for it in items}
+    np.testing.assert_allclose(dw.numpy(), want, rtol=1e-4, atol=1e-4)
+    matmul = next(u for name, u in srcs.items() if name.startswith("r_10_300"))
+    return len(items), any(u.op.name == "EXP2" for u in matmul)
+  n_on, exp_in_matmul_on = run()
+  assert not exp_in_matmul_on
+  _off(plugin_site, "materialize")
+  n_off, exp_in_matmul_off = run()
+  assert exp_in_matmul_off and n_off == n_on - 1
 
 THIRD_PARTY_FUSION = """
   from tinyplug.hookspecs import FusionPass, FusionRefusal

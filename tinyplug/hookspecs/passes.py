@@ -51,13 +51,15 @@ CORE_STAGES: tuple[str, ...] = (
 )
 
 # Stable ids of the scheduler's stages, in order (`tinyplug.schedule` runs them on the tensor-level graph before it is
-# cut into kernels). Both are empty in the core: it cuts correct kernels without them; pass sets make fewer or better
-# shaped ones (first-party: `split_reduce` at tensor_graph, `fuse_rows` at fusion).
+# cut into kernels). All are empty in the core: it cuts correct kernels without them; pass sets make fewer or better
+# shaped ones (first-party: `split_reduce` at tensor_graph, `fuse_rows` at fusion, `materialize` at materialize).
 SCHEDULE_STAGES: tuple[str, ...] = (
   "tensor_graph",  # value-preserving rewrites of the tensor graph (a PatternMatcher: the core keeps track of which
                    # node became which, so realized tensors find their buffers)
   "fusion",        # which reductions are computed inside their consumer's kernel instead of a kernel of their own
-                   # (a FusionPass); everything else the core decides
+                   # (a FusionPass calling graph.fuse); everything else the core decides
+  "materialize",   # which more nodes get a kernel of their own, computed once instead of inside every consumer
+                   # (a FusionPass calling graph.realize)
 )
 
 
@@ -76,13 +78,15 @@ class FusionPass(ABC):
   The core first decides what must get a kernel of its own (outputs, contiguous/assign/copy, reductions used by more
   than elementwise math on the way to one output). A fusion pass may then move some of those reductions, the
   graph's `candidates`, into their consumer's kernel by calling `graph.fuse(reduction, rule, detail)`: recomputing a
-  reduction inside another kernel is always correct, so a pass only changes speed. Passes run in pipeline order, each
-  seeing the decisions of the ones before.
+  reduction inside another kernel is always correct, so a pass only changes speed. At the `materialize` stage (after
+  fusion) a pass may instead give more nodes a kernel of their own with `graph.realize(node, rule, detail)`, equally
+  correct. Passes run in pipeline order, each seeing the decisions of the ones before.
   """
 
   @abstractmethod
   def fuse(self, graph: "FusionGraph") -> None:
-    """Call `graph.fuse(r, rule, detail)` for each candidate reduction r to compute inside its consumer's kernel."""
+    """Make this pass's decisions: `graph.fuse(r, rule, detail)` for each candidate reduction r to compute inside its
+    consumer's kernel (fusion stage), `graph.realize(n, rule, detail)` for each node to give a kernel (materialize)."""
 
   def why_not(self, graph: "FusionGraph", r: "UOp") -> FusionRefusal | None:
     """Why candidate `r` was left a kernel of its own, for the visualizer; None: this pass has nothing to say."""

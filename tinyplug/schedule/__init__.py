@@ -96,7 +96,7 @@ class _Scheduler:
     must |= by_rule
     # the fusion stage's passes may move some of those reductions into their consumer's kernel (row kernels)
     self.fusion = FusionGraph(self.nodes, self.children, must, set(by_rule))
-    self.fusion_passes = passes_of("fusion") if by_rule else []
+    self.fusion_passes = (passes_of("fusion") if by_rule else []) + passes_of("materialize")
     for step, fusion_pass in self.fusion_passes:
       self.fusion.current_pass = step.name
       run_pass(step, fusion_pass.fuse, self.fusion)

@@ -55,10 +55,10 @@ def explain(sched: Any) -> list[Decision]:
         detail += "; " + refusal.detail
         if refusal.by_limit: rule, at = refusal.rule, _where(type(fusion_pass).why_not)
       add(n, True, rule, detail, at)
-    elif n in graph.reasons:
+    elif n in graph.reasons:   # a pass's decision: a reduction fused into its consumer, or a node given a kernel
       name, rule, detail = graph.reasons[n]
       fusion_pass = next(p for s, p in passes if s.name == name)
-      add(n, False, rule, detail, _where(type(fusion_pass).fuse))
+      add(n, realized, rule, detail, _where(type(fusion_pass).fuse))
   return out
 
 def _reduce_blocker(sched: Any, r: UOp) -> tuple[str, str]:

@@ -4,7 +4,7 @@ consumer's kernel instead."""
 from __future__ import annotations
 from typing import Any, Callable, Iterable
 from tinyplug.caches import BoundedCache
-from tinyplug.uop.ops import UOp
+from tinyplug.uop.ops import GroupOp, UOp
 
 GO = object()   # a consumer-walk step's answer: walk on through this consumer
 
@@ -51,6 +51,16 @@ class FusionGraph:
     self._candidates.discard(r)
     self._realized.discard(r)
     self.reasons[r] = (self.current_pass, rule, detail)
+
+  def realize(self, n: UOp, rule: str, detail: str) -> None:
+    """Give `n` (an elementwise node computed inside its consumers' kernels) a kernel of its own: computed once, read
+    by every consumer."""
+    if n in self._realized: return
+    if n.op not in GroupOp.Elementwise or not n.shape:
+      raise ValueError(f"pass {self.current_pass!r} asked to realize {n.op.name}: only elementwise nodes with a shape "
+                       "can be given a kernel of their own")
+    self._realized.add(n)
+    self.reasons[n] = (self.current_pass, rule, detail)
 
   def consumer_walk(self, r: UOp, step: Step, every_end: bool = False) -> tuple[dict[UOp, None], UOp | None]:
     """Walk the graph up from r: for each consumer c of a node x, `step(x, c)` says GO (walk on through c), a node

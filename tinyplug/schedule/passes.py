@@ -42,7 +42,7 @@ def _loaded(step: PipelineStep, steps: tuple[PipelineStep, ...]) -> Any:
     raise TypeError(f"pass {step.name!r} (plugin {step.plugin!r}) runs in the scheduler's {stage!r} stage, which has no "
                     "renderer to ask: drop `when` and decide inside the pass")
   rewrite = pm.load_factory(spec.rewrite)()
-  want = PatternMatcher if stage == "tensor_graph" else FusionPass
+  want = PatternMatcher if stage == "tensor_graph" else FusionPass   # materialize and fusion
   if not isinstance(rewrite, want):
     raise TypeError(f"pass {step.name!r} (plugin {step.plugin!r}) in the scheduler's {stage!r} stage: its rewrite factory "
                     f"must return a {want.__name__}, got {type(rewrite).__name__}")
