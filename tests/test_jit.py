@@ -183,3 +183,63 @@ def test_jit_off_with_rand_and_shape_errors_with_rand():
   with pytest.raises(JitError, match=r"shape \(3, 4\).*to shape \(2, 4\)"): jf(Tensor(data(0, (2, 4))))
   with pytest.raises(JitError, match="dtype"): jf(Tensor(data(0)).cast(dtypes.float16))
   assert RNGState.counter == counter   # a refused call draws nothing
+
+# ---- prune, free_intermediates, counters ----
+
+def test_prune_replays_only_what_depends_on_the_inputs():
+  w = Tensor(np.arange(16, dtype=np.float32)).realize()
+  def f(x): return ((w * 2).contiguous() + x).realize()
+  plain, pruned = TinyJit(f), TinyJit(f, prune=True)
+  for jf in (plain, pruned):
+    for i in range(4):
+      x = np.full(16, float(i), dtype=np.float32)
+      np.testing.assert_allclose(jf(Tensor(x)).numpy(), np.arange(16) * 2 + x)
+  assert len(pruned.jit_cache) == len(plain.jit_cache) - 1
+  decorated = TinyJit(prune=True)(f)
+  for i in range(3): out = decorated(Tensor(np.full(16, 1.0, dtype=np.float32)))
+  np.testing.assert_allclose(out.numpy(), np.arange(16) * 2 + 1)
+  assert len(decorated.jit_cache) == len(pruned.jit_cache)
+
+def test_free_intermediates_gives_memory_back_and_replays_after():
+  from tinyplug.helpers import GlobalCounters
+  ext = Tensor([1.0, 24.0, 23.0, 45.0, 1.0]).realize()
+  @TinyJit
+  def f(x):
+    t1 = (x * 2).contiguous().realize()
+    return ((t1 + ext).contiguous().sum()).contiguous().realize()
+  for i in range(4): assert f(Tensor([float(i), 1.0, 2.0, 3.0, 4.0])).item() == 114 + 2 * i
+  before = GlobalCounters.mem_used
+  f.captured.free_intermediates()
+  assert before - GlobalCounters.mem_used >= 5 * 4 + 4 * 2   # t1, t1+ext, the sum
+  assert f(Tensor([11.0, 1.0, 2.0, 3.0, 4.0])).item() == 136
+
+def test_free_intermediates_keeps_in_place_updates():
+  x = Tensor([1.0]).realize()
+  @TinyJit
+  def f(y):
+    x.assign(x + y)
+    return x.realize()
+  for _ in range(5): f(Tensor([1.0]))
+  f.captured.free_intermediates()
+  f(Tensor([2.0]))
+  assert x.item() == 8.0
+
+def test_replay_counts_ops_and_memory():
+  from tinyplug.helpers import GlobalCounters
+  f = TinyJit(lambda a, b: ((a + b).realize() * 2).realize())
+  a, b = Tensor(np.ones((8, 8), np.float32)).realize(), Tensor(np.ones((8, 8), np.float32)).realize()
+  for _ in range(4):
+    GlobalCounters.reset()
+    f(a, b)
+    assert GlobalCounters.global_ops > 0 and GlobalCounters.global_mem > 0
+
+def test_misuse_errors():
+  jf = TinyJit(lambda x: ((x + 1).realize(), 3))
+  jf(Tensor([1.0]))
+  with pytest.raises(JitError, match="returns a int"): jf(Tensor([1.0]))
+  empty = TinyJit(lambda x: x)
+  empty(Tensor([1.0]).realize())
+  with pytest.raises(JitError, match="no kernels"): empty(Tensor([1.0]).realize())
+  ok = TinyJit(lambda x: {"y": [(x * 2).realize(), None]})
+  for i in range(3): out = ok(Tensor([float(i)]))
+  assert out["y"][0].item() == 4.0

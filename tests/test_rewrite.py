@@ -174,3 +174,14 @@ def test_unsubscribe_takes_a_bound_method_again():
   events.subscribe("log", seen.append, owner="test")
   events.unsubscribe("log", seen.append)
   assert not events.enabled("log")
+
+def test_walk_rewrites_once_without_revisiting_results():
+  # x -> x + 1 would never stop at a fixed point; walk=True applies it once per node of the input graph
+  a = UOp.variable("a", 0, 10)
+  inc = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="x"), lambda x: x + 1)])
+  out = graph_rewrite(a * 2, inc, walk=True)
+  assert out.op is Ops.MUL and out.src[0].op is Ops.ADD and out.src[0].src[0] is a
+  assert graph_rewrite_map(a * 2, inc, walk=True)[a].op is Ops.ADD
+  inc_mul = PatternMatcher([(UPat(Ops.MUL, name="m"), lambda m: m.src[0] * m.src[1] * 3)])
+  once = graph_rewrite(a * 2, inc_mul, walk=True, bottom_up=True)
+  assert once.op is Ops.MUL and once.src[0].op is Ops.MUL and once.src[0].src[0] is a

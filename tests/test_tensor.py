@@ -423,3 +423,65 @@ def test_dropout_bounds_and_optimizer_arguments_are_checked():
   for make in (lambda p: nn.optim.AdamW(p, lr=0.1, weight_decay=-0.1), lambda p: nn.optim.SGD(p, lr=0.1, weight_decay=-1.0),
                lambda p: nn.optim.Adam(p, eps=-1e-8)):
     with pytest.raises(ValueError, match="invalid"): make([Tensor([1.0])])
+
+def test_randperm_is_a_permutation():
+  Tensor.manual_seed(3)
+  a = Tensor.randperm(50).numpy()
+  assert a.dtype == np.int32 and sorted(a.tolist()) == list(range(50))
+  assert a.tolist() != list(range(50))
+  Tensor.manual_seed(3)
+  assert Tensor.randperm(50).numpy().tolist() == a.tolist()
+  assert Tensor.randperm(5, dtype=dtypes.int64).dtype == dtypes.int64
+
+def test_setitem_through_views_writes_the_buffer():
+  ref = np.zeros((2, 3), np.float32)
+  t = Tensor(ref.copy()).contiguous().realize()
+  t.T[1, 0] = 5.0; ref.T[1, 0] = 5.0                 # a permuted view
+  t[1][2] = 7.0; ref[1][2] = 7.0                     # chained indexing
+  t.detach()[0, 0] = 1.0; ref[0, 0] = 1.0
+  f = Tensor(np.zeros(3, np.float32)).contiguous().realize()
+  f[::-1][0] = 4.0                                   # a flipped view
+  np.testing.assert_equal(t.numpy(), ref)
+  np.testing.assert_equal(f.numpy(), [0, 0, 4])
+
+def test_setitem_from_an_overlapping_view_reads_old_values():
+  t = Tensor([[3.0], [2.0], [1.0]]).contiguous()
+  t[1:] = t[:-1]
+  assert t.tolist() == [[3.0], [3.0], [2.0]]
+  t = Tensor([[3.0], [2.0], [1.0]]).contiguous()
+  t[:-1] = t[1:]
+  assert t.tolist() == [[2.0], [1.0], [1.0]]
+
+def test_consecutive_inplace_operators_on_a_row():
+  t = Tensor.arange(4).reshape(2, 2).contiguous()
+  t[1] += 2
+  t[1] -= 1
+  assert t.tolist() == [[0, 1], [3, 4]]
+  row = t[0]
+  row.assign(row * 10).realize()           # assign to a view writes into t
+  assert t.tolist() == [[0, 10], [3, 4]] and row.tolist() == [0, 10]
+
+def test_shrink_to_and_shape_argument_errors():
+  t = Tensor(np.arange(32, dtype=np.int32).reshape(4, 8))
+  assert t.shrink_to(2, 2).tolist() == [[0, 1], [8, 9]]
+  assert t.shrink_to(None, 2).tolist() == np.arange(32).reshape(4, 8)[:, :2].tolist()
+  with pytest.raises(ValueError): t.shrink_to(2)
+  with pytest.raises(ValueError): Tensor.zeros((2, 2), 2, 2)
+  with pytest.raises(ValueError): Tensor.empty((2, 2), (2, 2))
+
+@pytest.mark.parametrize("pattern,sizes,ref", [
+  ("b c h w -> b (c h w)", {}, lambda x: x.reshape(2, -1)),
+  ("b c h w -> w b h c", {}, lambda x: x.transpose(3, 0, 2, 1)),
+  ("b c (h1 h2) w -> b (c h1) h2 w", {"h2": 2}, lambda x: x.reshape(2, 3, 2, 2, 5).reshape(2, 6, 2, 5)),
+  ("b ... w -> w ... b", {}, lambda x: x.transpose(3, 1, 2, 0)),
+  ("b c h w -> b 1 c (h w)", {}, lambda x: x.reshape(2, 1, 3, 20)),
+])
+def test_rearrange_matches_numpy(pattern, sizes, ref):
+  x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+  np.testing.assert_equal(Tensor(x).rearrange(pattern, **sizes).numpy(), ref(x))
+
+def test_rearrange_errors():
+  t = Tensor.zeros(2, 3)
+  with pytest.raises(ValueError, match="once"): t.rearrange("a b -> a")
+  with pytest.raises(ValueError, match="axes"): t.rearrange("a b c -> a b c")
+  with pytest.raises(ValueError, match="split"): t.rearrange("a (b c) -> a b c", b=2)

@@ -57,6 +57,11 @@ class Buffer:
     out = np.empty(self.size, dtype=to_np_dtype(self.dtype))
     if self.size: self.copyout(memoryview(out).cast("B"))
     return out
+  def deallocate(self) -> None:
+    """Give the memory back now (the buffer allocates again when next used)."""
+    if self._handle is not None:
+      self.__del__()
+      self._handle = None
   def __del__(self):
     if getattr(self, "_handle", None) is not None:
       try:

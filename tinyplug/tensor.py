@@ -12,6 +12,7 @@ import numpy as np
 from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import DType, dtypes, to_dtype, to_np_dtype, from_np_dtype
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.sint import max_shape, render_shape, sprod
 from tinyplug.tensor_ops.create import CreationMixin
 from tinyplug.tensor_ops.random import RandomMixin
 from tinyplug.tensor_ops.elementwise import ElementwiseMixin
@@ -95,7 +96,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     dtype = None if dtype is None else to_dtype(dtype)
-    if isinstance(data, (UOp, Tensor)):
+    if isinstance(data, UOp) and data.shape is None and data.device is None:
+      # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs
+      uop = graph.const(data, dtype or data.dtype, canonical_device(device), ())
+    elif isinstance(data, (UOp, Tensor)):
       # an existing graph stays on its own device unless another one is asked for
       uop = data if isinstance(data, UOp) else data.uop
       uop = uop if dtype is None else graph.cast(uop, dtype)
@@ -133,7 +137,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def device(self) -> str: return self.uop.device
   @property
   def ndim(self) -> int: return len(self.shape)
-  def numel(self) -> int: return math.prod(self.shape)
+  def numel(self) -> int | UOp: return sprod(self.shape)
+  @property
+  def max_shape(self) -> tuple[int, ...]:
+    """The shape with each symbolic size at the largest value its variables allow."""
+    return max_shape(self.shape)
+  def max_numel(self) -> int: return math.prod(self.max_shape)
   def element_size(self) -> int: return self.dtype.itemsize
   def nbytes(self) -> int: return self.numel() * self.element_size()
   def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
@@ -195,6 +204,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
 
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
+    if any(isinstance(s, UOp) for s in self.shape):
+      raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete sizes "
+                       "first (t[:n] with an int n)")
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
     if self.dtype in dtypes.fp8s:   # numpy has no fp8: the raw bits come over and are decoded here
       from tinyplug.uop.minifloat import from_bits_np
@@ -233,12 +245,13 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if self.grad is not None: self.grad.to_(device)
     return self
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy in a new buffer of its own (on `device` if given)."""
+    """A copy in a new buffer of its own (on `device`, default this tensor's)."""
     src = self if device is None else self.to(device)
+    if any(isinstance(s, UOp) for s in self.shape): return src._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
     return Tensor.empty(*src.shape, device=src.device, dtype=src.dtype).assign(src)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
-    if graph.is_plain_buffer(self.uop): return self
+    if graph.is_plain_buffer(self.uop) or graph.is_symbolic_buffer(self.uop): return self
     return self._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
   def contiguous_backward(self) -> Tensor: return self
   def replace(self, x: Tensor, allow_shape_mismatch: bool = False) -> Tensor:
@@ -249,7 +262,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self
   def assign(self, x: Any) -> Tensor:
     """Write `x` into this tensor's buffer (lazily: an ASSIGN runs when realized)."""
-    if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+    if not isinstance(x, Tensor):   # a Python number fills the target
+      x = Tensor(x, device=self.device, dtype=self.dtype)
+      if x.ndim == 0: x = x._broadcast_to(self.shape)
     if x.uop is self.uop: return self
     if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match the target's {self.shape}")
     if x.device != self.device: raise ValueError(f"assign: value is on {x.device}, the target on {self.device}")

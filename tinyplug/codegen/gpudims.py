@@ -13,7 +13,8 @@ def _dims(sizes: list[int], max_dims: int) -> list[int]:
 
 def add_gpudims(sink: UOp, max_global: tuple[int, ...] | None = None) -> tuple[UOp, tuple[int, ...], tuple[int, ...]]:
   """Replace loop RANGEs by SPECIAL ids. Returns the new sink, the global size (in groups) and the local size."""
-  loops = loop_ranges(sink)
+  # a loop that runs to a variable's value stays a loop in each thread: the launch size is fixed when compiling
+  loops = [r for r in loop_ranges(sink) if r.src[0].op is Ops.CONST]
   glob = [r for r in loops if r.arg[1] != "local"]
   loc = [r for r in loops if r.arg[1] == "local"]
   if not loops: return sink, (1, 1, 1), (1, 1, 1)

@@ -9,10 +9,20 @@ launched directly on the same buffers, with the buffers of the tensor arguments 
 the new arguments' buffers; the function's Python does not run. Returned tensors are the ones from call 2, whose
 buffers now hold the new results. Arguments must keep their shapes, dtypes and devices. `JIT=0` runs eagerly.
 
+Symbolic shapes: a tensor argument may have sizes that are bound variables (`a[:, :Variable("i", 1, 10).bind(n)]`),
+and bound variables may be passed as arguments themselves. The capture compares shapes with the variables unbound,
+so a call with another value replays the same kernels with the new values as kernel arguments (the results live in
+buffers laid out for the variables' largest values, uop/sint.py).
+
 Random numbers (`Tensor.rand`, `randn`, `dropout`, ...) drawn inside the function are fresh on every replay: each
 replay writes the current RNG counter into the buffers the captured kernels read it from and advances the counter by
 what the function used, so jitted calls give the same sequence as eager calls (as in tinygrad). The seed is part of
 the kernels: `Tensor.manual_seed` with a new seed after the capture needs `.reset()`.
+
+Misuse is a JitError: another argument shape, dtype or device than the capture's, the same buffer passed twice,
+a capture that ran no kernels, a return value holding anything but tensors (a replay returns the captured call's
+value). `TinyJit(f, prune=True)` replays only the kernels that depend on the arguments; `captured.free_intermediates()`
+gives back the memory of the buffers the kernels write (reallocated by the next replay).
 
 What is not replayed: Python side effects, values read back to the host inside the function (`.item()`), and
 anything that would change the graph from call to call (shapes, Python control flow on data).
@@ -25,7 +35,9 @@ from tinyplug import events
 from tinyplug.engine import realize as _realize
 from tinyplug.helpers import DEBUG, JIT, GlobalCounters
 from tinyplug.tensor import Tensor
-from tinyplug.tensor_ops.graph import is_plain_buffer
+from tinyplug.tensor_ops.graph import is_plain_buffer, is_symbolic_buffer
+from tinyplug.uop.sint import render_shape, unbind_shape
+from tinyplug.uop.dtype import dtypes
 from tinyplug.tensor_ops.random import RNGState, rng_words
 from tinyplug.uop.ops import Ops, UOp
 
@@ -39,19 +51,28 @@ class _Signature:
   shape: tuple[int, ...]
   dtype: Any
   device: str
-  def describe(self) -> str: return f"shape {self.shape}, dtype {self.dtype!r}, device {self.device}"
+  def describe(self) -> str: return f"shape {render_shape(self.shape)}, dtype {self.dtype!r}, device {self.device}"
 
 class _Launch:
   """One recorded kernel (or copy) with the raw handles it runs on; input slots are patched before each replay."""
-  __slots__ = ("runner", "prg", "bufs", "handles", "global_size", "local_size", "vals", "is_copy", "name")
-  def __init__(self, runner, bufs: list, var_vals: dict[str, int]):
-    self.runner, self.bufs, self.is_copy = runner, list(bufs), runner is None
+  __slots__ = ("runner", "prg", "bufs", "handles", "global_size", "local_size", "vals", "is_copy", "name", "var_vals",
+               "var_names", "ast")
+  def __init__(self, runner, bufs: list, var_vals: dict[str, int], ast: UOp | None = None):
+    self.runner, self.bufs, self.is_copy, self.ast = runner, list(bufs), runner is None, ast
     self.handles = [b.ensure_allocated().handle for b in bufs]
     if runner is not None:
       spec = runner.spec
       self.prg, self.global_size, self.local_size, self.name = runner.prg, spec.global_size, spec.local_size, spec.name
-      self.vals = tuple(var_vals[v.arg[0]] for v in spec.vars)
-    else: self.prg, self.global_size, self.local_size, self.vals, self.name = None, None, None, (), "copy"
+      # the values the kernel ran with; a replay overrides the ones the call's arguments bind
+      self.var_vals, self.var_names = dict(var_vals), tuple(v.arg[0] for v in spec.vars)
+      self.vals = tuple(var_vals[n] for n in self.var_names)
+    else:
+      self.prg, self.global_size, self.local_size, self.vals, self.name = None, None, None, (), "copy"
+      self.var_vals, self.var_names = {}, ()
+
+  def rebind(self, var_vals: dict[str, int]) -> None:
+    if any(n in var_vals for n in self.var_names):
+      self.vals = tuple(var_vals.get(n, self.var_vals[n]) for n in self.var_names)
 
 @dataclass
 class RngUse:
@@ -68,11 +89,33 @@ class RngUse:
       buf.copyin(np.array(rng_words(base + rel), dtype=np.uint32))
     RNGState.counter = base + self.used
 
+def _reads_its_output(launch: _Launch) -> bool:
+  """Whether a kernel reads the buffer it writes (an in-place update such as `x += y`)."""
+  if launch.is_copy or launch.ast is None: return False
+  return any(u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL and
+             u.src[0].src[0].arg == 0 for u in launch.ast.toposort())
+
+def _prune(launches: list[_Launch], input_buffers: list) -> list[_Launch]:
+  """The launches that depend on the inputs (through the buffers they read); the others computed what they compute
+  once, at the capture, for good."""
+  dep = {id(b) for b in input_buffers}
+  kept = []
+  for launch in launches:
+    if any(id(b) in dep for b in launch.bufs):
+      kept.append(launch)
+      dep.add(id(launch.bufs[0]))
+  return kept
+
 class CapturedJit:
   """The kernels of one call, the positions where the tensor arguments' buffers go, and the call's return value."""
   def __init__(self, records: list[tuple], input_buffers: list, ret: Any, signature: list[_Signature],
-               rng: RngUse | None = None):
-    self.launches = [_Launch(runner, bufs, vv) for _item, runner, bufs, vv in records]
+               rng: RngUse | None = None, prune: bool = False):
+    self.launches = [_Launch(runner, bufs, vv, item.ast) for item, runner, bufs, vv in records]
+    if prune: self.launches = _prune(self.launches, input_buffers)
+    self._freed = False
+    # what a replay adds to GlobalCounters (as an eager run of the same kernels would)
+    ests = [launch.runner.spec.estimates for launch in self.launches if not launch.is_copy]
+    self.ops, self.mem = sum(e.get("ops", 0) for e in ests), sum(e.get("mem", 0) for e in ests)
     self.rng = rng or RngUse()
     by_id = {id(b): i for i, b in enumerate(input_buffers)}
     # (launch index, argument position within the launch, input index)
@@ -83,8 +126,34 @@ class CapturedJit:
 
   def __len__(self) -> int: return len(self.launches)
 
-  def replay(self, input_buffers: list) -> None:
+  @property
+  def linear(self) -> UOp:
+    """The captured launches as a LINEAR of CALLs (tinygrad's form): a kernel's CALL holds its AST, a copy's a
+    CUSTOM_FUNCTION (the JIT copies on the host), each followed by the buffers it runs on."""
+    calls = []
+    for launch in self.launches:
+      bufs = tuple(UOp(Ops.DEFINE_GLOBAL, b.dtype.ptr(b.size), arg=i) for i, b in enumerate(launch.bufs))
+      fn = UOp(Ops.CUSTOM_FUNCTION, dtypes.void, arg="copy") if launch.is_copy else launch.ast
+      calls.append(UOp(Ops.CALL, dtypes.void, (fn, *bufs)))
+    return UOp(Ops.LINEAR, dtypes.void, tuple(calls))
+
+  def free_intermediates(self) -> None:
+    """Give back the memory of the buffers the kernels write (results and intermediates, not the inputs nor what a
+    kernel updates in place); the next replay allocates them again."""
+    inputs = {id(b) for b in self.input_buffers}
+    keep = inputs | {id(launch.bufs[0]) for launch in self.launches if _reads_its_output(launch)}
+    for launch in self.launches:
+      out = launch.bufs[0]
+      if id(out) not in keep: out.deallocate()
+    self._freed = True
+
+  def replay(self, input_buffers: list, var_vals: dict[str, int] | None = None) -> None:
     launches = self.launches
+    if self._freed:
+      for launch in launches: launch.handles = [b.ensure_allocated().handle for b in launch.bufs]
+      self._freed = False
+    if var_vals:
+      for launch in launches: launch.rebind(var_vals)
     for li, pos, ii in self.input_slots:
       launch = launches[li]
       launch.bufs[pos] = input_buffers[ii]
@@ -98,6 +167,8 @@ class CapturedJit:
       else: launch.prg(*launch.handles, global_size=launch.global_size, local_size=launch.local_size,
                        vals=launch.vals, wait=False)
     GlobalCounters.kernel_count += len(launches)
+    GlobalCounters.global_ops += self.ops
+    GlobalCounters.global_mem += self.mem
 
 def _replay_one_reported(launch: _Launch) -> None:
   """A replayed launch with a profile span and a DEBUG line, like engine.realize.run_item."""
@@ -128,10 +199,10 @@ def _realize_inputs(inputs: list[Tensor]) -> list:
   """Make each tensor argument a realized, contiguous buffer of its own; returns the Buffers."""
   from tinyplug.engine.realize import buffer_of
   for make_contiguous in (False, True):   # realize first; only views of a buffer still need a contiguous copy
-    pending = [t for t in inputs if not is_plain_buffer(t.uop)]
+    pending = [t for t in inputs if not is_plain_buffer(t.uop) and not is_symbolic_buffer(t.uop)]
     if make_contiguous: pending = [t.replace(t.contiguous()) for t in pending]
     if pending: pending[0].realize(*pending[1:])
-  bufs = [buffer_of(t.uop) for t in inputs]
+  bufs = [buffer_of(t.uop.base) for t in inputs]
   if len({id(b) for b in bufs}) != len(bufs):
     raise JitError("the same tensor (buffer) is passed to a jitted function twice; pass distinct tensors")
   for b in bufs: b.ensure_allocated()
@@ -143,6 +214,22 @@ def _rng_use(draws: list[tuple[UOp, int]], first_counter: int) -> RngUse:
   def host(u: UOp) -> UOp: return host(u.src[0]) if u.op is Ops.COPY else u
   return RngUse([(buffer_of(host(u)), start - first_counter) for u, start in draws], RNGState.counter - first_counter)
 
+def _bound_args(args: tuple, kwargs: dict) -> dict[str, int]:
+  """The values of the bound variables passed as arguments (`f(x, Variable("n", 1, 9).bind(4))`)."""
+  out = {}
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, UOp) and a.op is Ops.BIND and a.src[0].op is Ops.DEFINE_VAR: out[a.src[0].arg[0]] = a.src[1].arg
+  return out
+
+def _check_tensor_return(ret: Any, name: str) -> None:
+  """A replay returns the captured call's value: anything but tensors (and None) in it would be stale."""
+  if ret is None or isinstance(ret, Tensor): return
+  if isinstance(ret, (tuple, list, dict)):
+    for item in (ret.values() if isinstance(ret, dict) else ret): _check_tensor_return(item, name)
+    return
+  raise JitError(f"jitted {name} returns a {type(ret).__name__}; a replay would return the captured call's value, "
+                 "so return tensors (read numbers from them outside the jitted function)")
+
 def _realize_outputs(ret: Any) -> None:
   outs = [ret] if isinstance(ret, Tensor) else [x for x in ret if isinstance(x, Tensor)] \
     if isinstance(ret, (tuple, list)) else [x for x in ret.values() if isinstance(x, Tensor)] if isinstance(ret, dict) else []
@@ -150,9 +237,9 @@ def _realize_outputs(ret: Any) -> None:
 
 class TinyJit(Generic[R]):
   """Decorator: capture the kernels of a function on its second call and replay them on later calls."""
-  def __init__(self, fxn: Callable[..., R] | None, captured: CapturedJit | None = None):
-    if fxn is None and captured is None: raise ValueError("TinyJit needs a function (or a CapturedJit)")
-    self.fxn = fxn
+  def __init__(self, fxn: Callable[..., R] | None = None, captured: CapturedJit | None = None, prune: bool = False):
+    # prune: replay only the kernels that depend on the arguments (the rest ran once, at the capture)
+    self.fxn, self.prune = fxn, prune
     self.captured = captured
     self.cnt = 0 if captured is None else 2
     if fxn is not None: functools.update_wrapper(self, fxn)
@@ -169,15 +256,22 @@ class TinyJit(Generic[R]):
   def jit_cache(self) -> list[_Launch]: return [] if self.captured is None else self.captured.launches
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
+    if self.fxn is None and self.captured is None:   # `@TinyJit(prune=True)`: this call hands over the function
+      if len(args) != 1 or kwargs or not callable(args[0]): raise ValueError("TinyJit needs a function (or a CapturedJit)")
+      return TinyJit(args[0], prune=self.prune)
     if JIT.value == 0 or _realize.capturing is not None:   # off, or called inside another jit's capture
       if self.fxn is None: raise JitError("JIT=0 but this TinyJit only has a captured program, no function to run")
       return self.fxn(*args, **kwargs)
     inputs = _tensor_args(args, kwargs)
     input_bufs = _realize_inputs(inputs)
-    signature = [_Signature(tuple(t.shape), t.dtype, t.device) for t in inputs]
+    signature, var_vals = [], _bound_args(args, kwargs)
+    for t in inputs:
+      shape, vals = unbind_shape(tuple(t.shape))
+      signature.append(_Signature(shape, t.dtype, t.device))
+      var_vals.update(vals)
     if self.cnt >= 2 and self.captured is not None:
       self._check(signature)
-      self.captured.replay(input_bufs)
+      self.captured.replay(input_bufs, var_vals)
       self.cnt += 1
       return self.captured.ret
     if self.cnt == 0:
@@ -194,7 +288,10 @@ class TinyJit(Generic[R]):
       ret = self.fxn(*args, **kwargs)
       _realize_outputs(ret)
     finally: _realize.capturing, RNGState.draws = None, None
-    self.captured = CapturedJit(records, input_bufs, ret, signature, _rng_use(draws, first_counter))
+    name = getattr(self.fxn, "__name__", "function")
+    if not records: raise JitError(f"jitted {name} ran no kernels while capturing: there is nothing to replay")
+    _check_tensor_return(ret, name)
+    self.captured = CapturedJit(records, input_bufs, ret, signature, _rng_use(draws, first_counter), self.prune)
     if DEBUG >= 1:
       print(f"TinyJit: captured {len(self.captured)} kernels of {getattr(self.fxn, '__name__', 'fn')} "
             f"with {len(inputs)} input tensors")

@@ -21,6 +21,9 @@ class CompiledRunner:
     lib = dev.compiler.compile_program(spec)
     self.prg = dev.make_program(spec, lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+    if self.spec.vars and (missing := [v.arg[0] for v in self.spec.vars if v.arg[0] not in var_vals]):
+      raise RuntimeError(f"kernel {self.spec.name} uses the unbound variable(s) {', '.join(missing)}: bind a value "
+                         "(Variable(...).bind(n)) to run it")
     vals = tuple([var_vals[v.arg[0]] for v in self.spec.vars]) if self.spec.vars else ()
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)

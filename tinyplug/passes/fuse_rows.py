@@ -43,6 +43,8 @@ class RowFusion(FusionPass):
       return FusionRefusal("gpu-style-device", f"not a row kernel: {r.device} runs kernels GPU-style (one kernel per "
                                                "reduction)")
     axes, shape = r.arg[1], tuple(r.src[0].shape)
+    if any(isinstance(s, UOp) for s in shape):
+      return FusionRefusal("symbolic-shape", "not a row kernel: its shape has a variable's value in it")
     if (row := math.prod(shape[a] for a in axes)) > ROW_FUSE_MAX:
       return FusionRefusal("row-fuse-limit", f"not a row kernel: a row of {row} elements is over ROW_FUSE_MAX={ROW_FUSE_MAX}",
                            by_limit=True)

@@ -14,6 +14,8 @@ def make_pass() -> Callable[[UOp, Any], UOp]:
   """The pass's factory (named by the plugin's PassSpec)."""
   def heuristic_actions(sink: UOp, ctx: Any) -> UOp:
     if ctx.opts is not None: return sink   # decided already: BEAM's actions, NOOPT's none, or another heuristic's
+    # a loop that runs to a variable's value (a symbolic shape) is left as it is: its size divides by nothing
+    if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in sink.toposort()): return sink
     return ctx.apply_opts(sink, heuristic_opts(Kernel(sink, ctx.renderer)))
   return heuristic_actions
 

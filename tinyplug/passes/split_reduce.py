@@ -9,6 +9,7 @@ from tinyplug.uop.upat import PatternMatcher, UPat
 def _split(r: UOp) -> UOp | None:
   op, axes = r.arg
   shape = r.src[0].shape
+  if any(isinstance(s, UOp) for s in shape): return None   # a size that is a variable's value: nothing to split by
   total = math.prod(shape[a] for a in axes)
   n_out = math.prod(r.shape)
   if total < 2**16 or n_out > 64: return None

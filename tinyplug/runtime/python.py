@@ -123,7 +123,8 @@ class PythonProgram:
         ids[f"{prefix}{d}"] = rem % s   # int64 here; each SPECIAL takes its own dtype (int32, or int64 when wide)
         rem = rem // s
     lanes = np.arange(n)
-    var_iter = iter(vals)
+    # vals come in the order of the variables' names (ProgramSpec.vars), not the order the uops use them
+    var_vals = dict(zip(sorted(u.arg for u in self.uops if u.op is Ops.DEFINE_VAR), vals))
     v: dict[UOp, Any] = {}
     masks: list[Any] = []
     pc, uops = 0, self.uops
@@ -133,7 +134,7 @@ class PythonProgram:
       if op is Ops.DEFINE_GLOBAL:
         base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
         v[u] = bufs[u.arg].view(_np(base))
-      elif op is Ops.DEFINE_VAR: v[u] = _reg(u.dtype).type(next(var_iter))
+      elif op is Ops.DEFINE_VAR: v[u] = _reg(u.dtype).type(var_vals[u.arg])
       elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_reg(u.dtype.base)), group)
       elif op is Ops.DEFINE_REG:   # a register array of vectors has one more axis, the vector lanes
         shape = (n, u.dtype.size) + ((u.dtype.base.count,) if u.dtype.base.count > 1 else ())

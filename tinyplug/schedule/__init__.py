@@ -20,6 +20,7 @@ from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_g
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
+from tinyplug.uop.sint import is_symbolic_shape, max_shape, unbind
 
 @dataclass(frozen=True)
 class ScheduleItem:
@@ -142,7 +143,7 @@ class _Scheduler:
   def _new_output(self, n: UOp) -> UOp:
     dev = n.device
     if isinstance(dev, tuple): raise NotImplementedError("multi-device tensors are not supported yet")
-    return UOp.new_buffer(dev, math.prod(n.shape), n.dtype)
+    return UOp.new_buffer(dev, math.prod(max_shape(n.shape)), n.dtype)
 
   def _source_buffer(self, x: UOp) -> UOp:
     """The buffer holding x's value: x itself if it is a buffer view, else the realized node's output."""
@@ -175,16 +176,17 @@ class _Scheduler:
       out = self._new_output(n)
       g0 = kb.global_for(out)
       out_idx, ranges = kb.output_ranges(n.shape)
-      store_idx, valid = linear_index(out_idx, n.shape), None
+      store_idx, valid = linear_index(out_idx, max_shape(n.shape)), None
       val = kb.value(value, out_idx, root=value is n)
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, store_idx) + ((valid,) if valid is not None else ()))
     ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, val)),), arg=None)
+    ast, var_vals = unbind(ast)   # bound variables become kernel arguments: one kernel serves every value
     ast = _simplify_kernel(ast)   # (x+3)+4 is x+7 before any device sees it
     ast, buffers = _drop_unread_buffers(ast, kb.buffers)
     if n.op is Ops.ASSIGN:   # writes after any earlier ASSIGN to the same target
       kb.reads |= {x for x in n.src[0].toposort() if x.op is Ops.ASSIGN and x in self.realized}
     self.item_node.append(n); self.item_reads.append(kb.reads)
-    self.items.append(ScheduleItem(ast, buffers))
+    self.items.append(ScheduleItem(ast, buffers, var_vals=var_vals))
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
 
   def _finish(self, n: UOp, out: UOp | None) -> None:
@@ -196,7 +198,10 @@ class _Scheduler:
       self.becomes[n] = target
       return
     self.out_buffer[n] = out
-    self.becomes[n] = out.reshape(n.shape)
+    if is_symbolic_shape(n.shape):   # laid out with the strides of the largest shape (uop/sint.py)
+      big = max_shape(n.shape)
+      self.becomes[n] = UOp(Ops.SHRINK, n.dtype, (out.reshape(big),), tuple((0, s) for s in n.shape))
+    else: self.becomes[n] = out.reshape(n.shape)
 
 def _drop_unread_buffers(ast: UOp, buffers: list[UOp]) -> tuple[UOp, tuple[UOp, ...]]:
   """The kernel's buffers without those simplification left unread (a read of padding only), parameters renumbered."""
@@ -233,8 +238,9 @@ class _KernelBuilder:
       self.buffers.append(buf)
     return self.globals[buf]
 
-  def new_range(self, size: int, kind: str) -> UOp:
-    r = UOp(Ops.RANGE, index_dtype(), (const_index(size),), (self.next_axis, kind))
+  def new_range(self, size, kind: str) -> UOp:
+    end = size.cast(index_dtype()) if isinstance(size, UOp) else const_index(size)
+    r = UOp(Ops.RANGE, index_dtype(), (end,), (self.next_axis, kind))
     self.next_axis += 1
     return r
 
@@ -264,11 +270,20 @@ class _KernelBuilder:
 
   def _value(self, x: UOp, idx: tuple[UOp, ...], valid: UOp | None, root: bool) -> UOp:
     sched = self.sched
+    if not root and x.op is Ops.ASSIGN and x in sched.realized and not is_contiguous_buffer(x.src[0]):
+      # an ASSIGN through a view (t[1].assign(...)): its value is read back through that view, after it ran
+      # (the read is of the written buffer: it orders after the ASSIGN, not before it like a read of the old value)
+      self.reads.add(x)
+      buf = buffer_base(x.src[0])
+      lin, v = self.view_index(x.src[0], idx)
+      v = valid if v is None else (v if valid is None else valid & v)
+      index = UOp(Ops.INDEX, buf.dtype.ptr(buf.arg), (self.global_for(buf), lin) + ((v,) if v is not None else ()))
+      return UOp(Ops.LOAD, x.dtype, (index,) + ((UOp.const(x.dtype, 0),) if v is not None else ()))
     if not root and (x in sched.realized or x.op is Ops.BUFFER or x.op is Ops.AFTER):
       buf = sched._source_buffer(x)
       self.reads.add(x if x in sched.realized else buffer_base(x))
       g = self.global_for(buf)
-      lin = linear_index(idx, x.shape)
+      lin = linear_index(idx, max_shape(x.shape))
       index = UOp(Ops.INDEX, buf.dtype.ptr(buf.arg), (g, lin) + ((valid,) if valid is not None else ()))
       return UOp(Ops.LOAD, x.dtype, (index,) + ((UOp.const(x.dtype, 0),) if valid is not None else ()))
     op = x.op
@@ -292,7 +307,8 @@ class _KernelBuilder:
     if op in GroupOp.Elementwise:
       return UOp(op, x.dtype, tuple(self.value(s, idx, valid) for s in x.src), x.arg)
     if op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, x.dtype, (), x.arg)
-    if op is Ops.BIND: return self.value(x.src[0], idx, valid)
+    # the value travels with the kernel (create_schedule unbinds it into the item's var_vals)
+    if op is Ops.BIND: return UOp(Ops.BIND, x.dtype, (UOp(Ops.DEFINE_VAR, x.dtype, (), x.src[0].arg), UOp.const(x.dtype, x.src[1].arg)))
     raise NotImplementedError(f"the scheduler cannot put {op} inside a kernel")
 
 def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:

@@ -48,7 +48,8 @@ def structure(sink: UOp) -> tuple[tuple, list[UOp]] | None:
 @dataclass(frozen=True)
 class Template:
   outs: tuple[tuple[str, int, DType], ...]                 # device, size, dtype of each buffer the schedule makes
-  items: tuple[tuple[UOp | None, tuple[int, ...], dict, Any], ...]   # ast (None: a COPY), buffers, metadata, COPY arg
+  # ast (None: a COPY), buffers, metadata, COPY arg, the values of the kernel's bound variables
+  items: tuple[tuple[UOp | None, tuple[int, ...], dict, Any, dict], ...]
   becomes: tuple[tuple[int, tuple], ...]                   # (position of a realized node, recipe of its value)
 
   def instantiate(self, nodes: list[UOp]) -> tuple[list, dict[UOp, UOp]]:
@@ -56,10 +57,10 @@ class Template:
     outs = [UOp.new_buffer(dev, size, dtype) for dev, size, dtype in self.outs]
     def ref(r: int) -> UOp: return nodes[r] if r >= 0 else outs[-r - 1]
     items = []
-    for ast, refs, meta, copy_arg in self.items:
+    for ast, refs, meta, copy_arg, var_vals in self.items:
       bufs = tuple([ref(r) for r in refs])
       if ast is None: ast = UOp(Ops.COPY, bufs[0].dtype, (bufs[1], bufs[0]), copy_arg)
-      items.append(ScheduleItem(ast, bufs, dict(meta)))
+      items.append(ScheduleItem(ast, bufs, dict(meta), var_vals=dict(var_vals)))
     built: dict[tuple, UOp] = {}   # a realized node and the view over it often become the same
     becomes = {}
     for p, recipe in self.becomes:
@@ -95,7 +96,7 @@ def make_template(nodes: list[UOp], items: list, becomes: dict[UOp, UOp]) -> Tem
       if ast.src != (it.buf_uops[1], it.buf_uops[0]): return None
       ast, copy_arg = None, it.ast.arg
     elif any(u.op is Ops.BUFFER for u in ast.toposort()): return None
-    titems.append((ast, tuple(refs), dict(it.metadata), copy_arg))
+    titems.append((ast, tuple(refs), dict(it.metadata), copy_arg, dict(it.var_vals)))
   tbecomes = []
   for node, value in becomes.items():
     if node not in pos or (recipe := _recipe(value, pos, outs)) is None: return None

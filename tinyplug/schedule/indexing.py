@@ -4,6 +4,7 @@ import contextlib, contextvars
 from typing import Iterator
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.sint import as_uop, resolve
 
 INT32_MAX = 2**31 - 1
 # the dtype of the index math being built: int32, or int64 for a schedule that touches 2^31 elements or more
@@ -34,6 +35,15 @@ def linear_index(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
   for t in terms: ret = t if ret.op is Ops.CONST and ret.arg == 0 else ret + t
   return ret
 
+def _nz(x) -> bool:
+  """Whether a movement argument may be nonzero (a symbolic one always may)."""
+  return isinstance(x, UOp) or x != 0
+
+def _lt(a, b) -> bool:
+  # plain ints stay Python ints (an index constant is int32 and would wrap past 2^31); sizes with variables by bounds
+  if not isinstance(a, UOp) and not isinstance(b, UOp): return a < b
+  return resolve(as_uop(a) < as_uop(b))
+
 def _and(a: UOp | None, b: UOp) -> UOp: return b if a is None else a & b
 
 def source_index(x: UOp, idx: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | None]:
@@ -46,17 +56,17 @@ def source_index(x: UOp, idx: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | N
   if x.op is Ops.EXPAND:
     return tuple(const_index(0) if s == 1 and o != 1 else i for i, s, o in zip(idx, src_shape, out_shape)), None
   if x.op is Ops.SHRINK:
-    return tuple(i + b if b else i for i, (b, _) in zip(idx, arg)), None
+    return tuple(i + b if _nz(b) else i for i, (b, _) in zip(idx, arg)), None
   if x.op is Ops.FLIP:
     return tuple(const_index(s - 1) - i if f else i for i, s, f in zip(idx, src_shape, arg)), None
   if x.op is Ops.PAD:
     valid, ret = None, []
     for i, s, (b, a) in zip(idx, src_shape, arg):
-      if b or a:
+      if _nz(b) or _nz(a):
         # i in [b, b+s): written as two comparisons so bounds analysis can drop the one that always holds
-        if b: valid = _and(valid, (i < b).logical_not())
-        if a: valid = _and(valid, i < b + s)
-      ret.append(i - b if b else i)
+        if _nz(b): valid = _and(valid, (i < b).logical_not())
+        if _nz(a): valid = _and(valid, i < b + s)
+      ret.append(i - b if _nz(b) else i)
     return tuple(ret), valid
   if x.op is Ops.RESHAPE: return reshape_index(idx, out_shape, src_shape), None
   raise ValueError(f"{x.op} is not a movement op")
@@ -72,7 +82,7 @@ def reshape_index(idx: tuple[UOp, ...], out_shape: tuple[int, ...], src_shape: t
     if d == 1: ret.append(const_index(0))
     else:
       q = lin // acc if acc != 1 else lin
-      ret.append(q % d if acc * d < _size(out_shape) else q)
+      ret.append(q % d if _lt(acc * d, _size(out_shape)) else q)
     acc *= d
   return tuple(reversed(ret))
 

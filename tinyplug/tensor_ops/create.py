@@ -5,12 +5,14 @@ from typing import Any
 from tinyplug.uop.dtype import DType, dtypes, to_dtype
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
+from tinyplug.uop.sint import as_uop, is_symbolic_shape, smax_of, smin_of, ssimplify
 
 def argfix(*shape: Any) -> tuple[int, ...]:
-  """`f(2, 3)` and `f((2, 3))` both give (2, 3)."""
+  """`f(2, 3)` and `f((2, 3))` both give (2, 3); a size may be a bound variable or an expression of them."""
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if not all(isinstance(s, int) for s in shape): raise graph.ShapeTypeError(f"a shape must be ints, got {shape}")
-  if any(s < 0 for s in shape): raise ValueError(f"a shape cannot have negative sizes: {shape}")
+  if not all(isinstance(s, (int, UOp)) for s in shape): raise graph.ShapeTypeError(f"a shape must be ints, got {shape}")
+  shape = tuple(ssimplify(s) for s in shape)
+  if any(smin_of(s) < 0 for s in shape): raise ValueError(f"a shape cannot have negative sizes: {shape}")
   return tuple(shape)
 
 def arange_uop(n: int, device: str) -> UOp:
@@ -42,6 +44,7 @@ class CreationMixin:
     """A tensor whose buffer is allocated but not filled."""
     shape = argfix(*shape)
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    if is_symbolic_shape(shape): return cls.from_uop(graph.symbolic_buffer(device, shape, dtype), rg)
     if math.prod(shape) == 0: return cls.from_uop(graph.const(0, dtype, device, shape), rg)
     return cls.from_uop(graph.reshape(UOp.new_buffer(device, math.prod(shape), dtype), shape), rg)
 
@@ -70,18 +73,25 @@ class CreationMixin:
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
-    n = max(0, math.ceil((stop - start) / step))
-    default = dtypes.default_float if is_float else dtypes.default_int
-    if not is_float and n and not all(dtypes.min(default) <= v <= dtypes.max(default) for v in (start, start + (n - 1) * step)):
-      default = dtypes.int64   # an integer range past the default int's bounds (as tinygrad and torch)
-    device, dtype, rg = cls._creation_args(kwargs, default)
-    ends = (start, start + (n - 1) * step)
-    if not is_float and n and dtypes.is_int(dtype) and not all(dtype.min <= v <= dtype.max for v in ends):
-      raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dtype!r}")   # as tinygrad (torch wraps)
-    idx = cls.from_uop(arange_uop(n, device))
+    if any(isinstance(v, UOp) for v in (start, stop, step)):
+      if is_float or smin_of(step) <= 0: raise ValueError("arange with symbolic bounds needs int bounds and a positive step")
+      device, dtype, rg = cls._creation_args(kwargs, dtypes.default_int)
+      # ceil((stop-start)/step) elements: 0..max-1 computed for the largest count, cut to the count
+      n = ssimplify((as_uop(stop) - as_uop(start) + as_uop(step) - 1) // as_uop(step))
+      idx = cls.from_uop(graph.shrink(arange_uop(max(smax_of(n), 0), device), ((0, n),)))
+    else:
+      n = max(0, math.ceil((stop - start) / step))
+      default = dtypes.default_float if is_float else dtypes.default_int
+      if not is_float and n and not all(dtypes.min(default) <= v <= dtypes.max(default) for v in (start, start + (n - 1) * step)):
+        default = dtypes.int64   # an integer range past the default int's bounds (as tinygrad and torch)
+      device, dtype, rg = cls._creation_args(kwargs, default)
+      ends = (start, start + (n - 1) * step)
+      if not is_float and n and dtypes.is_int(dtype) and not all(dtype.min <= v <= dtype.max for v in ends):
+        raise OverflowError(f"arange({start}, {stop}, {step}) does not fit {dtype!r}")   # as tinygrad (torch wraps)
+      idx = cls.from_uop(arange_uop(n, device))
     out = idx.cast(dtype) if (dtypes.is_float(dtype) or not is_float) else idx.cast(dtypes.default_float)
-    if step != 1: out = out * step
-    if start != 0: out = out + start
+    if isinstance(step, UOp) or step != 1: out = out * step
+    if isinstance(start, UOp) or start != 0: out = out + start
     out = out.cast(dtype)
     out.requires_grad = rg
     return out

@@ -11,6 +11,7 @@ from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, least_upper_flo
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 from tinyplug.tensor_ops.graph import DTypeError, ShapeError
+from tinyplug.uop.sint import seq
 
 LN2 = math.log(2)
 _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -22,7 +23,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for sizes in zip(*padded):
     big = {s for s in sizes if s != 1}
-    if len(big) > 1:
+    if len(big) > 1 and not all(seq(s, next(iter(big))) for s in big):
       raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
     out.append(big.pop() if big else 1)
   return tuple(out)
@@ -41,6 +42,8 @@ class ElementwiseMixin:
   def _to_tensor(self, y: Any, dtype: DType | None = None):
     """A Python value as a tensor on our device; scalars get our dtype where that loses nothing (int into float)."""
     if isinstance(y, type(self)): return y
+    if isinstance(y, UOp) and y.shape is None:   # a bound variable or an expression of them: an int scalar
+      return self.from_uop(graph.const(y, dtype or self._scalar_dtype(0), self.device, ()), requires_grad=False)
     if isinstance(y, UOp): return self.from_uop(y)
     if isinstance(y, (bool, int, float)):
       return self.from_uop(graph.const(y, dtype or self._scalar_dtype(y), self.device, ()), requires_grad=False)

@@ -9,6 +9,7 @@ from typing import Any
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.sint import is_symbolic_shape, max_shape, render_shape, resolve, seq, shape_eq, sle, smin_of, sprod, ssimplify
 
 class ShapeError(ValueError, RuntimeError):
   """A shape that does not fit the operation. A ValueError (as numpy raises) and a RuntimeError (as torch and tinygrad
@@ -34,6 +35,7 @@ def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...] = ()) ->
   """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
   # `x + 1.0` in a loop asks for the same constant each time: the three nodes are built once (they hold no buffer)
   key = None
+  if isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
   if type(value) in (int, float, bool):   # 0.0 and -0.0, 1 and True are different constants
     key = (type(value), value.hex() if type(value) is float else value, dtype, device, tuple(shape))
     if (hit := _consts.get(key)) is not None: return hit
@@ -41,6 +43,22 @@ def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...] = ()) ->
   ret = expand(reshape(c, (1,) * len(shape)), shape)
   if key is not None: _consts.put(key, ret)
   return ret
+
+def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
+  """A scalar expression over (bound) variables as a tensor-level value of `dtype` broadcast to `shape`: each leaf
+  gets the device, so the expression is computed inside the kernel from the variables' values."""
+  def leaf(x: UOp) -> UOp:
+    if x.op is Ops.CONST: return UOp(Ops.CONST, x.dtype, (device_uop(device),), x.arg)
+    if x.op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, x.dtype, (device_uop(device),), x.arg)
+    if x.op is Ops.BIND: return UOp(Ops.BIND, x.dtype, (x.src[0], UOp(Ops.CONST, x.dtype, (device_uop(device),), x.src[1].arg)))
+    return None
+  memo: dict[UOp, UOp] = {}
+  for x in value.toposort(gate=lambda x: x.op not in (Ops.BIND, Ops.DEFINE_VAR)):
+    if (lf := leaf(x)) is not None: memo[x] = lf
+    elif x.src: memo[x] = x.replace(src=tuple(memo[s] for s in x.src))
+    else: raise ValueError(f"cannot make a tensor from {x.op} in a symbolic expression")
+  ret = cast(memo[value], dtype)
+  return expand(reshape(ret, (1,) * len(shape)), shape)
 
 _consts: BoundedCache = BoundedCache("tensor.constants", 4096)
 
@@ -62,25 +80,36 @@ def alu(op: Ops, *srcs: UOp) -> UOp:
 
 def own_buffer(u: UOp) -> UOp:
   """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""
+  if is_symbolic_shape(u.shape): return UOp(Ops.CONTIGUOUS, u.dtype, (u,))
   n = math.prod(u.shape)
   if n == 0: return u
   buf = UOp.new_buffer(u.device, n, u.dtype)
   return reshape(UOp(Ops.ASSIGN, u.dtype, (buf, reshape(u, (n,)))), u.shape)
 
+def symbolic_buffer(device: str, shape: tuple, dtype: DType) -> UOp:
+  """A new buffer for a shape with symbolic sizes: allocated for the largest shape, seen through a shrink."""
+  big = max_shape(shape)
+  return shrink(reshape(UOp.new_buffer(device, math.prod(big), dtype), big), tuple((0, s) for s in shape))
+
 # ---- movement ----
 
 def reshape(u: UOp, shape: tuple[int, ...]) -> UOp:
-  shape = tuple(shape)
+  shape = tuple(ssimplify(s) for s in shape)
   if u.shape == shape: return u
+  if is_symbolic_shape(shape) or is_symbolic_shape(u.shape):
+    if shape_eq(u.shape, shape): return u
+    if not seq(sprod(shape), sprod(u.shape)):
+      raise ShapeError(f"cannot reshape a tensor of shape {render_shape(u.shape)} to {render_shape(shape)}")
+    return UOp(Ops.RESHAPE, u.dtype, (u,), shape)
   if math.prod(shape) != math.prod(u.shape):
     raise ShapeError(f"cannot reshape a tensor of shape {u.shape} ({math.prod(u.shape)} elements) to {shape} "
                      f"({math.prod(shape)} elements)")
   return UOp(Ops.RESHAPE, u.dtype, (u,), shape)
 
 def expand(u: UOp, shape: tuple[int, ...]) -> UOp:
-  shape = tuple(shape)
-  if u.shape == shape: return u
-  if len(shape) != len(u.shape) or any(s != n and s != 1 for s, n in zip(u.shape, shape)):
+  shape = tuple(ssimplify(s) for s in shape)
+  if u.shape == shape or shape_eq(u.shape, shape): return u
+  if len(shape) != len(u.shape) or any(s != n and s != 1 and not seq(s, n) for s, n in zip(u.shape, shape)):
     raise ShapeError(f"cannot expand shape {u.shape} to {shape}: only dims of size 1 can grow")
   return UOp(Ops.EXPAND, u.dtype, (u,), shape)
 
@@ -93,24 +122,29 @@ def permute(u: UOp, order: tuple[int, ...]) -> UOp:
 
 def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
   """Zero padding; each (before, after) must be >= 0 (negative pads are shrinks, see Tensor.pad)."""
-  padding = tuple((int(b), int(a)) for b, a in padding)
+  padding = tuple((_size_arg(b), _size_arg(a)) for b, a in padding)
   if len(padding) != len(u.shape):
     raise ShapeError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
-  if any(b < 0 or a < 0 for b, a in padding): raise ShapeError(f"negative padding {padding}")
-  if all(b == 0 and a == 0 for b, a in padding): return u
+  if any(smin_of(b) < 0 or smin_of(a) < 0 for b, a in padding): raise ShapeError(f"negative padding {padding}")
+  if all(seq(b, 0) and seq(a, 0) for b, a in padding): return u
   return UOp(Ops.PAD, u.dtype, (u,), padding)
 
 def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
-  bounds = tuple((int(b), int(e)) for b, e in bounds)
+  bounds = tuple((_size_arg(b), _size_arg(e)) for b, e in bounds)
   if len(bounds) != len(u.shape): raise ShapeError(f"shrink needs one (start, end) per dim of {u.shape}, got {bounds}")
-  if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, u.shape)):
+  # symbolic bounds are checked where the bounds of the variables decide it (a variable may reach past the end)
+  if any(not (sle(0, b) and sle(b, e) and sle(e, s, default=True)) for (b, e), s in zip(bounds, u.shape)):
     raise ShapeError(f"shrink bounds {bounds} do not fit in shape {u.shape}")
-  if all(b == 0 and e == s for (b, e), s in zip(bounds, u.shape)): return u
+  if all(seq(b, 0) and seq(e, s) for (b, e), s in zip(bounds, u.shape)): return u
   return UOp(Ops.SHRINK, u.dtype, (u,), bounds)
+
+def _size_arg(x: Any) -> Any:
+  """An int (Python or numpy) as an int, a symbolic size as its simplest form."""
+  return ssimplify(x) if isinstance(x, UOp) else int(x)
 
 def flip(u: UOp, axes: tuple[int, ...]) -> UOp:
   if len(set(axes)) != len(axes): raise ShapeError(f"flip axes {axes} name a dim more than once")
-  flags = tuple(i in axes and s > 1 for i, s in enumerate(u.shape))
+  flags = tuple(i in axes and s != 1 and resolve(s > 1) for i, s in enumerate(u.shape))
   if not any(flags): return u
   return UOp(Ops.FLIP, u.dtype, (u,), flags)
 
@@ -127,11 +161,20 @@ def is_plain_buffer(u: UOp) -> bool:
   if u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
+# views that show each element of the buffer at most once: writing through them is well defined
+_INJECTIVE_VIEWS = (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.DETACH)
+
 def is_writable_view(u: UOp) -> bool:
-  """A view of a buffer that names each of its elements at most once (reshape, permute, shrink, flip): writing through
-  it writes the buffer."""
-  while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP): u = u.src[0]
+  """A realized buffer seen through reshapes, permutes, shrinks, flips (and detach): an assign writes into the buffer."""
+  while u.op in _INJECTIVE_VIEWS: u = u.src[0]
   return u.op is Ops.BUFFER
+
+def is_symbolic_buffer(u: UOp) -> bool:
+  """A tensor of symbolic shape in the layout the scheduler gives one (a max-shape BUFFER seen through a shrink)."""
+  if u.op is not Ops.SHRINK or not is_symbolic_shape(u.shape): return False
+  inner = u.src[0]
+  return inner.op is Ops.RESHAPE and inner.src[0].op is Ops.BUFFER and inner.shape == max_shape(u.shape) and \
+    all(seq(b, 0) for b, _ in u.arg)
 
 def is_realized(u: UOp) -> bool:
   """Nothing to compute: a buffer seen through movement ops only."""

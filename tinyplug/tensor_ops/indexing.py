@@ -9,6 +9,7 @@ import math
 from typing import Any
 import numpy as np
 from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.tensor_ops import graph
 
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
@@ -83,7 +84,13 @@ class IndexingMixin:
         out_dims.append(None)
         continue
       size = self.shape[d]
-      if isinstance(it, int):
+      if isinstance(it, slice) and _symbolic_slice(it, size):
+        bounds.append(_symbolic_bounds(it, size, d)); flips.append(False); strides.append(1)
+        out_dims.append(d)
+      elif isinstance(it, int) and isinstance(size, UOp):
+        if it < 0: raise IndexError(f"a negative index {it} into dim {d} of symbolic size {size.render()}")
+        bounds.append((it, it + 1)); flips.append(False); strides.append(1)
+      elif isinstance(it, int):
         if not -size <= it < size: raise IndexError(f"index {it} is out of bounds for dim {d} with size {size}")
         it += size if it < 0 else 0
         bounds.append((it, it + 1)); flips.append(False); strides.append(1)
@@ -146,8 +153,13 @@ class IndexingMixin:
     """`x[indices] = value` writes into x's buffer (x is realized first), as in tinygrad."""
     cls = type(self)
     self.realize()
-    if not graph.is_plain_buffer(self.uop): self.replace(self.contiguous().realize())
+    # a view of a buffer (t.T[i] = v, t[1][2] = v) writes into that buffer; anything else gets a buffer of its own
+    if not graph.is_plain_buffer(self.uop) and not graph.is_writable_view(self.uop): self.replace(self.contiguous().realize())
     value = self._to_tensor(value).cast(self.dtype)
+    base = self.uop
+    while base.op in GroupOp.Movement or base.op is Ops.DETACH: base = base.src[0]
+    if base in value.uop.toposort():   # t[1:] = t[:-1]: read the old values before any is overwritten
+      value = value.contiguous().realize()
     work = dtypes.uint8 if self.dtype == dtypes.bool else self.dtype
     # scatter through the gradient of the selection: d(x[indices])/dx applied to the value puts it in place
     proxy = cls.empty(*self.shape, device=self.device, dtype=work)
@@ -201,3 +213,18 @@ def _place_first(n_others: int, n_b: int, at: int) -> list[int]:
   others = list(range(n_others))
   b = list(range(n_others, n_others + n_b))
   return others[:at] + b + others[at:]
+
+def _symbolic_slice(it: slice, size: Any) -> bool:
+  return any(isinstance(v, UOp) for v in (it.start, it.stop, it.step, size))
+
+def _symbolic_bounds(it: slice, size: Any, d: int) -> tuple:
+  """(start, stop) of a slice with a symbolic end, start or dim size (step 1 only; negatives count from an int end)."""
+  if it.step not in (None, 1): raise IndexError(f"a slice of dim {d} with symbolic bounds or size needs step 1, got {it.step}")
+  start, stop = 0 if it.start is None else it.start, size if it.stop is None else it.stop
+  for v in (start, stop):
+    if isinstance(v, int) and v < 0:
+      if isinstance(size, UOp): raise IndexError(f"a negative slice bound {v} into dim {d} of symbolic size {size.render()}")
+  start = start + size if isinstance(start, int) and start < 0 else start
+  stop = stop + size if isinstance(stop, int) and stop < 0 else stop
+  if isinstance(size, int) and isinstance(stop, int): stop = min(stop, size)
+  return start, stop

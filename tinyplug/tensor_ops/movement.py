@@ -6,6 +6,8 @@ from typing import Any, Sequence
 from tinyplug.uop.dtype import dtypes, least_upper_dtype
 from tinyplug.tensor_ops import graph
 from tinyplug.tensor_ops.graph import ShapeError
+from tinyplug.uop.ops import UOp
+from tinyplug.uop.sint import sadd, ssub, smin_of, as_uop, is_symbolic_shape, render_shape, seq, smul, sprod, ssimplify
 
 def _shape_args(shape: Any, args: tuple) -> tuple:
   """`f((2, 3))` and `f(2, 3)` both give (2, 3); entries may be -1 or None where the op allows it."""
@@ -23,6 +25,11 @@ def _flat_padding_to_pairs(padding: Sequence[int], ndim: int) -> list[tuple[int,
 
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
+def sum_sizes(sizes) -> Any:
+  total = 0
+  for s in sizes: total = sadd(total, s)
+  return total
+
 class MovementMixin:
   __slots__ = ()
   def reshape(self, shape, *args):
@@ -34,9 +41,17 @@ class MovementMixin:
     """Sizes with None (keep that dim) and one -1 (whatever is left) resolved; bad sizes raise."""
     if len(new) > 0 and any(s is None for s in new):
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
-    if not all(isinstance(s, int) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
-    if new.count(-1) > 1: raise ShapeError(f"reshape to {new}: only one size can be -1")
-    if any(s < -1 for s in new): raise ShapeError(f"reshape to {new}: negative size")
+    if not all(isinstance(s, (int, UOp)) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
+    ints = [s for s in new if isinstance(s, int)]
+    if ints.count(-1) > 1: raise ShapeError(f"reshape to {new}: only one size can be -1")
+    if any(s < -1 for s in ints): raise ShapeError(f"reshape to {new}: negative size")
+    if len(ints) < len(new) or is_symbolic_shape(self.shape):
+      if -1 not in ints: return new
+      known = sprod(s for s in new if not (isinstance(s, int) and s == -1))
+      rest = ssimplify(as_uop(self.numel()) // as_uop(known))
+      if not seq(smul(rest, known), self.numel()):
+        raise ShapeError(f"cannot reshape a tensor of shape {render_shape(self.shape)} to {new}")
+      return tuple(rest if isinstance(s, int) and s == -1 else s for s in new)
     if -1 in new:
       known = math.prod(s for s in new if s != -1)
       if known == 0 or self.numel() % known:
@@ -62,18 +77,18 @@ class MovementMixin:
     elements away."""
     if mode not in _PAD_MODES:   # NotImplementedError, as torch's F.pad raises for a mode it does not have
       raise NotImplementedError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
-    if all(isinstance(p, int) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
+    if all(isinstance(p, (int, UOp)) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
       if len(padding) != self.ndim:
         raise ShapeError(f"padding {tuple(padding)} needs one entry per dim of {self.shape}")
-      pairs = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+      pairs = [(0, 0) if p is None else tuple(v if isinstance(v, UOp) else int(v) for v in p) for p in padding]
     if mode != "constant": return self._pad_from_edges(pairs, mode)
     x = self
-    if any(b < 0 or a < 0 for b, a in pairs):
+    if any(smin_of(b) < 0 or smin_of(a) < 0 for b, a in pairs):
       x = x.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, x.shape)))
       pairs = [(max(b, 0), max(a, 0)) for b, a in pairs]
     padded = x._apply_uop(graph.pad, padding=tuple(pairs))
-    if value == 0 or padded is x: return padded
+    if (not isinstance(value, UOp) and value == 0) or padded is x: return padded
     inside = x._const_like(True, dtypes.bool)._apply_uop(graph.pad, padding=tuple(pairs))
     return inside.where(padded, value)
   def pad2d(self, padding: Sequence[int], value: float = 0.0): return self.pad(tuple(padding), value=value)
@@ -113,6 +128,12 @@ class MovementMixin:
     """Keep [start, end) of each dim; None keeps a dim whole."""
     if len(bounds) != self.ndim: raise ShapeError(f"shrink {tuple(bounds)} needs one entry per dim of {self.shape}")
     return self._apply_uop(graph.shrink, bounds=tuple((0, s) if b is None else b for b, s in zip(bounds, self.shape)))
+
+  def rearrange(self, pattern: str, **sizes: int):
+    """einops-style: `t.rearrange("b c (h w) -> b h w c", h=4)`; names split and merge axes, "1" is a unit axis,
+    "..." stands for the dims not named."""
+    from tinyplug.tensor_ops.rearrange import rearrange
+    return rearrange(self, pattern, **sizes)
 
   def flip(self, axis, *args):
     axes = tuple(graph.normalize_axis(a, self.ndim) for a in _shape_args(axis, args))
@@ -159,13 +180,13 @@ class MovementMixin:
         raise ShapeError(f"cat along dim {dim}: shapes {[x.shape for x in tensors]} differ outside that dim")
     out_dtype = least_upper_dtype(*(t.dtype for t in tensors))
     work_dtype = dtypes.uint8 if out_dtype == dtypes.bool else out_dtype
-    total = sum(t.shape[d] for t in tensors)
+    total = sum_sizes(t.shape[d] for t in tensors)
     pieces, offset = [], 0
     for t in tensors:
       pairs = [(0, 0)] * self.ndim
-      pairs[d] = (offset, total - offset - t.shape[d])
+      pairs[d] = (offset, ssub(ssub(total, offset), t.shape[d]))
       pieces.append(t.cast(work_dtype).pad(tuple(pairs)))
-      offset += t.shape[d]
+      offset = sadd(offset, t.shape[d])
     out = pieces[0]
     for p in pieces[1:]: out = out + p
     return out.cast(out_dtype)
@@ -184,6 +205,8 @@ class MovementMixin:
   def split(self, sizes: int | Sequence[int], dim: int = 0):
     d = graph.normalize_axis(dim, self.ndim)
     n = self.shape[d]
+    # an AssertionError as in tinygrad: the pieces of a dim whose size is a variable are not known when building
+    if isinstance(n, UOp): raise AssertionError(f"cannot split dim {dim} of symbolic size {n.render()}")
     if isinstance(sizes, int):
       if sizes <= 0: raise ShapeError(f"split size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
@@ -196,6 +219,7 @@ class MovementMixin:
   def chunk(self, chunks: int, dim: int = 0):
     if chunks <= 0: raise ShapeError(f"chunk count must be positive, got {chunks}")
     d = graph.normalize_axis(dim, self.ndim)
+    if isinstance(self.shape[d], UOp): raise AssertionError(f"cannot chunk dim {dim} of symbolic size {self.shape[d].render()}")
     return self.split(max(1, math.ceil(self.shape[d] / chunks)), d)
   def meshgrid(self, *others, indexing: str = "ij"):
     """Coordinate grids of 1-d (or 0-d) tensors, as torch.meshgrid: "ij" gives shape (len(a), len(b), ...), "xy" swaps

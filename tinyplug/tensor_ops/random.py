@@ -97,6 +97,14 @@ class RandomMixin:
     return _finish(((u[0] * (2 * math.pi)).cos() * ((1 - u[1]).log() * -2).sqrt()).cast(dtype), contiguous, rg)
 
   @classmethod
+  def randperm(cls, n: int, **kwargs):
+    """A random permutation of 0..n-1 (int32 unless a dtype is given): the order that sorts n uniform draws."""
+    if not isinstance(n, int) or n < 0: raise ValueError(f"randperm needs a non-negative int, got {n!r}")
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.int32)
+    if n == 0: return cls.full((0,), 0, dtype=dtype, device=device)
+    return cls.rand(n, device=device).argsort().cast(dtype)
+
+  @classmethod
   def randint(cls, *shape, low: int = 0, high: int = 10, contiguous: bool = True, **kwargs):
     if high <= low: raise ValueError(f"randint needs low < high, got low={low} high={high}")
     dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))

@@ -51,7 +51,9 @@ class ReduceMixin:
     # summed and divided in the accumulation dtype: the count may not fit a half (70000 > 65504)
     squares = (self - self.mean(axis, keepdim=True)).square()
     total = squares.cast(sum_acc_dtype(squares.dtype)).sum(axis, keepdim)
-    return total.div(max(0, self._reduced_count(axis) - correction)).cast(squares.dtype)
+    n = self._reduced_count(axis)
+    # a symbolic count: max(n - correction, 0) is computed in the kernel from the variables
+    return total.div(max(0, n - correction) if isinstance(n, int) else (n - correction).maximum(0)).cast(squares.dtype)
   def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
     return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):

@@ -65,7 +65,7 @@ class ResampleMixin:
 
   def pad_to(self, shape, *args, value=0):
     """Pad at the end of each dim up to `shape` (None keeps a dim)."""
-    shape = tuple(shape) + args if not isinstance(shape, int) else (shape,) + args
+    shape = tuple(shape) + args if isinstance(shape, (tuple, list)) else (shape,) + args   # f(None, 2) too
     if len(shape) != self.ndim: raise ValueError(f"pad_to: shape {shape} needs {self.ndim} dims")
     if any(s is not None and s < n for s, n in zip(shape, self.shape)):
       raise ValueError(f"pad_to: {shape} is smaller than {self.shape}")
@@ -73,7 +73,7 @@ class ResampleMixin:
 
   def shrink_to(self, shape, *args):
     """Keep the first `shape` elements of each dim (None keeps a dim)."""
-    shape = tuple(shape) + args if not isinstance(shape, int) else (shape,) + args
+    shape = tuple(shape) + args if isinstance(shape, (tuple, list)) else (shape,) + args   # f(None, 2) too
     if len(shape) != self.ndim: raise ValueError(f"shrink_to: shape {shape} needs {self.ndim} dims")
     if any(s is not None and s > n for s, n in zip(shape, self.shape)):
       raise ValueError(f"shrink_to: {shape} is larger than {self.shape}")

@@ -38,6 +38,8 @@ class Ops(Enum):
   CUSTOM_GRAD = auto()
   # a schedule in tinygrad's form: LINEAR(CALL(kernel ast, *buffers), ...) (Tensor.schedule_linear)
   LINEAR = auto(); CALL = auto()
+  # a host-side step in a LINEAR (a TinyJit's copies run on the host: CALL(CUSTOM_FUNCTION("copy"), dest, src))
+  CUSTOM_FUNCTION = auto()
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value
@@ -128,6 +130,13 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
   return make
 
 _PLAIN_ARGS = (type(None), int, str, bool)
+
+_INT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX})
+
+def _operand_ok(x: Any) -> bool:
+  # anything else (a Tensor) gets its reflected operator: `variable * tensor` is the tensor's multiplication
+  return isinstance(x, (UOp, int, float, bool)) or type(x).__module__ == "numpy"
+
 _MISSING = object()
 _new_object, _set_field = object.__new__, object.__setattr__
 
@@ -239,6 +248,11 @@ class UOp(metaclass=UOpMeta):
 
   # ---- ALU construction and Python operators ----
   def alu(self, op: Ops, *src: UOp) -> UOp:
+    if src and op in _INT_PROMOTING and self.dtype != src[-1].dtype and self.dtype.count == 1 == src[-1].dtype.count and \
+       dtypes.is_int(self.dtype) and dtypes.is_int(src[-1].dtype):
+      # two variables of different widths (an int and a long): the narrower one widens, as in C
+      wide = max((self.dtype, src[-1].dtype), key=lambda d: d.itemsize)
+      return self.cast(wide).alu(op, *src[:-1], src[-1].cast(wide))
     out_dtype = (self, *src)[-1].dtype
     if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(out_dtype.count)
     return UOp(op, out_dtype, (self, *src))
@@ -249,19 +263,20 @@ class UOp(metaclass=UOpMeta):
     if isinstance(x, UOp): return x
     if isinstance(x, float) and not dtypes.is_float(self.dtype): return UOp.const(dtypes.default_float, x)
     return self.const_like(x)
-  def __add__(self, x): return self.alu(Ops.ADD, self.ufix(x))
+  def __add__(self, x): return self.alu(Ops.ADD, self.ufix(x)) if _operand_ok(x) else NotImplemented
   def __radd__(self, x): return self.ufix(x).alu(Ops.ADD, self)
-  def __sub__(self, x): return self.alu(Ops.SUB, self.ufix(x))
+  def __sub__(self, x): return self.alu(Ops.SUB, self.ufix(x)) if _operand_ok(x) else NotImplemented
   def __rsub__(self, x): return self.ufix(x).alu(Ops.SUB, self)
-  def __mul__(self, x): return self.alu(Ops.MUL, self.ufix(x))
+  def __mul__(self, x): return self.alu(Ops.MUL, self.ufix(x)) if _operand_ok(x) else NotImplemented
   def __rmul__(self, x): return self.ufix(x).alu(Ops.MUL, self)
-  def __floordiv__(self, x): return self.alu(Ops.IDIV, self.ufix(x))
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self.ufix(x)) if _operand_ok(x) else NotImplemented
   def __rfloordiv__(self, x): return self.ufix(x).alu(Ops.IDIV, self)
   def __truediv__(self, x):
+    if not _operand_ok(x): return NotImplemented
     if dtypes.is_float(self.dtype): return self.alu(Ops.FDIV, self.ufix(x))
     return self.alu(Ops.IDIV, self.ufix(x))
   def __rtruediv__(self, x): return self.ufix(x).__truediv__(self)
-  def __mod__(self, x): return self.alu(Ops.MOD, self.ufix(x))
+  def __mod__(self, x): return self.alu(Ops.MOD, self.ufix(x)) if _operand_ok(x) else NotImplemented
   def __rmod__(self, x): return self.ufix(x).alu(Ops.MOD, self)
   def __neg__(self): return self.alu(Ops.NEG)
   def __lt__(self, x): return self.alu(Ops.CMPLT, self.ufix(x))
@@ -349,6 +364,11 @@ class UOp(metaclass=UOpMeta):
     x = self
     while x.op in GroupOp.Movement: x = x.src[0]
     return x
+  @property
+  def buffer(self):
+    """The device Buffer behind a (reshaped) BUFFER node."""
+    from tinyplug.device import buffer_of
+    return buffer_of(self)
   @property
   def ptrdtype(self) -> PtrDType:
     if not isinstance(self.dtype, PtrDType): raise TypeError(f"{self.op} has dtype {self.dtype!r}, not a pointer")

@@ -9,23 +9,27 @@ from tinyplug.uop.upat import PatternMatcher
 class RewriteLoopError(RuntimeError):
   pass
 
-def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> UOp:
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
+                  walk: bool = False) -> UOp:
   """Rewrite `sink` with `pm` to a fixed point and return the new graph.
 
   By default a node's sources are rewritten before the node itself (children first). With `bottom_up=True`
   the patterns are tried on a node before its sources are visited, so a rule sees the graph above the leaves
-  unchanged. Every node is rewritten once per call; results are shared across the graph."""
-  return _run(sink, pm, ctx, bottom_up, name, {}, sys._getframe(1))
+  unchanged. Every node is rewritten once per call; results are shared across the graph.
+
+  `walk=True` makes one pass: what a rule returns is used as it is, neither rewritten again nor walked into."""
+  return _run(sink, pm, ctx, bottom_up, name, {}, sys._getframe(1), walk)
 
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
-                      name: str | None = None) -> dict[UOp, UOp]:
+                      name: str | None = None, walk: bool = False) -> dict[UOp, UOp]:
   """Like graph_rewrite, but returns what each node of the input graph became."""
   replace: dict[UOp, UOp] = {}
-  _run(sink, pm, ctx, bottom_up, name, replace, sys._getframe(1))
+  _run(sink, pm, ctx, bottom_up, name, replace, sys._getframe(1), walk)
   return {u: replace[u] for u in sink.toposort() if u in replace}
 
-def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, replace: dict[UOp, UOp], frame) -> UOp:
-  if not events.enabled("rewrite"): return _rewrite(sink, None, pm.pdict, ctx, bottom_up, replace)
+def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None, replace: dict[UOp, UOp], frame,
+         walk: bool = False) -> UOp:
+  if not events.enabled("rewrite"): return _rewrite(sink, None, pm.pdict, ctx, bottom_up, replace, walk)
   matches: list[events.RewriteMatch] = []
   # a substitute's only rule is "look the node up in the mapping": the change belongs to the code that built the
   # mapping, so both the step's caller and its matches name the line that called substitute
@@ -41,12 +45,12 @@ def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | N
     return ret
   caller = f"{frame.f_code.co_filename}:{frame.f_lineno}"
   start = time.perf_counter_ns()
-  out = _rewrite(sink, tracked, None, ctx, bottom_up, replace)
+  out = _rewrite(sink, tracked, None, ctx, bottom_up, replace, walk)
   events.emit("rewrite", events.RewriteEvent(name or "graph_rewrite", sink, out, tuple(matches), events.current_scope(),
                                              start, time.perf_counter_ns(), caller))
   return out
 
-def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp]) -> UOp:
+def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp], walk: bool = False) -> UOp:
   """The engine. Either `rewrite_fn(u, ctx)` (tracing) or `pdict` (op -> one compiled matcher for all its rows)."""
   # replace[n] is n's final form. Every value in it is a fixed point: its sources are final and no rule matches it.
   in_progress: set[UOp] = set()
@@ -64,6 +68,7 @@ def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: d
         if rewrite_fn is not None: new = rewrite_fn(n, ctx)
         else: new = (by_value[n.op._value_] or pdict[n.op])(n, ctx)
         if new is not None and new is not n:
+          if walk: replace[n] = new; in_progress.discard(n); continue   # one pass: the result as it is
           push((n, 2, (new, n))); push((new, 0, None))
           continue
       push((n, 1, None))
@@ -82,6 +87,7 @@ def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: d
       else: new = (by_value[rebuilt.op._value_] or pdict[rebuilt.op])(rebuilt, ctx)
       if new is None or new is rebuilt:
         replace[n] = replace[rebuilt] = rebuilt; in_progress.discard(n)
+      elif walk: replace[n] = new; in_progress.discard(n)
       else:
         in_progress.add(rebuilt)
         push((n, 2, (new, rebuilt))); push((new, 0, None))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import math
 from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.uop.sint import sadd, ssub, shape_eq
 
 def shape_of(u: UOp) -> tuple[int, ...] | None:
   """The shape `u` has as a tensor, or None for nodes without one (kernel-level nodes, DEVICE, ...)."""
@@ -15,8 +16,8 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
     src = u.src[0].shape
     if src is None: return None
     if op is Ops.PERMUTE: return tuple(src[i] for i in arg)
-    if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(src, arg))
-    if op is Ops.SHRINK: return tuple(e - b for b, e in arg)
+    if op is Ops.PAD: return tuple(sadd(sadd(s, b), a) for s, (b, a) in zip(src, arg))
+    if op is Ops.SHRINK: return tuple(ssub(e, b) for b, e in arg)
     if op is Ops.FLIP: return src
     return tuple(1 if i in arg[1] else s for i, s in enumerate(src))  # REDUCE_AXIS keeps reduced dims as 1
   if op in (Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.CAST, Ops.AFTER, Ops.CUSTOM_GRAD):
@@ -28,7 +29,7 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
   if op in GroupOp.ALU:
     shapes = [s.shape for s in u.src if s.shape is not None]
     if not shapes: return None
-    if any(s != shapes[0] for s in shapes): raise ValueError(f"{op} sources have different shapes {shapes}")
+    if any(s != shapes[0] and not shape_eq(s, shapes[0]) for s in shapes): raise ValueError(f"{op} sources have different shapes {shapes}")
     return shapes[0]
   return None
 

@@ -81,8 +81,9 @@ class CUDAAllocator(Allocator):
 class CUDAProgram:
   """One kernel of a loaded cubin. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:
   global_size counts blocks (as in the ProgramSpec), local_size is the block."""
-  def __init__(self, dev: CUDADevice, name: str, binary: bytes):
-    self.dev, self.name = dev, name
+  def __init__(self, dev: CUDADevice, name: str, binary: bytes, var_types: tuple = ()):
+    # the C type of each variable argument (int, or long long for a 64-bit variable); int where not given
+    self.dev, self.name, self.var_types = dev, name, var_types
     dev.make_current()
     self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
     image = ctypes.create_string_buffer(binary, len(binary))
@@ -91,7 +92,8 @@ class CUDAProgram:
 
   def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
     self.dev.make_current()
-    args = [ctypes.c_uint64(b.value) for b in bufs] + [ctypes.c_int32(int(v)) for v in vals]
+    args = [ctypes.c_uint64(b.value) for b in bufs] + \
+      [(self.var_types[j] if j < len(self.var_types) else ctypes.c_int32)(int(v)) for j, v in enumerate(vals)]
     params = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
     grid = (tuple(int(g) for g in global_size) + (1, 1, 1))[:3]
     block = (tuple(int(x) for x in local_size) + (1, 1, 1))[:3] if local_size is not None else (1, 1, 1)
@@ -149,7 +151,8 @@ class CUDADevice(Compiled):
     self._current.set = True
 
   def make_program(self, spec: ProgramSpec, binary: bytes) -> Callable[..., float | None]:
-    return CUDAProgram(self, spec.name, binary)
+    var_types = tuple(ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in getattr(spec, "vars", ()))
+    return CUDAProgram(self, spec.name, binary, var_types)
 
   def synchronize(self) -> None:
     self.make_current()

@@ -150,8 +150,9 @@ class CLCompiler(Compiler):
 class CLProgram:
   """One kernel of a built program. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:
   global_size counts work-groups, as in the ProgramSpec; OpenCL's global size is groups * local size."""
-  def __init__(self, dev: CLDevice, name: str, program: c_void_p):
-    self.dev, self.name = dev, name
+  def __init__(self, dev: CLDevice, name: str, program: c_void_p, var_types: tuple = ()):
+    # the C type of each variable argument (int, or long for a 64-bit variable); int where not given
+    self.dev, self.name, self.var_types = dev, name, var_types
     err = c_int(0)
     self.kernel = c_void_p(lib().clCreateKernel(program, name.encode(), ctypes.byref(err)))
     check("clCreateKernel", err.value, f"kernel {name!r}")
@@ -161,7 +162,8 @@ class CLProgram:
     for i, b in enumerate(bufs):
       check("clSetKernelArg", L.clSetKernelArg(self.kernel, i, ctypes.sizeof(c_void_p), ctypes.byref(b)), f"buffer {i}")
     for j, v in enumerate(vals):
-      check("clSetKernelArg", L.clSetKernelArg(self.kernel, len(bufs) + j, 4, ctypes.byref(ctypes.c_int32(int(v)))))
+      ct = self.var_types[j] if j < len(self.var_types) else ctypes.c_int32
+      check("clSetKernelArg", L.clSetKernelArg(self.kernel, len(bufs) + j, ctypes.sizeof(ct), ctypes.byref(ct(int(v)))))
     local = tuple(local_size) if local_size is not None else (1,) * len(global_size)
     dims = max(len(global_size), len(local))
     gs = (c_size_t * dims)(*[int(g) * int(l) for g, l in zip(global_size, local)])
@@ -206,7 +208,8 @@ class CLDevice(Compiled):
     if DEBUG >= 1: print(f"CL: {self.info['name']} ({self.info['version']}, driver {self.info['driver']})")
 
   def make_program(self, spec: ProgramSpec, lib_bytes: bytes) -> Callable[..., float | None]:
-    return CLProgram(self, spec.name, self.compiler.program_for(lib_bytes))
+    var_types = tuple(ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in getattr(spec, "vars", ()))
+    return CLProgram(self, spec.name, self.compiler.program_for(lib_bytes), var_types)
 
   def synchronize(self) -> None: check("clFinish", lib().clFinish(self.queue))
   def describe(self) -> str: return f"{self.info['name']} ({self.info['version']}, driver {self.info['driver']})"
