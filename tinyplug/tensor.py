@@ -96,7 +96,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     dtype = None if dtype is None else to_dtype(dtype)
-    if isinstance(data, UOp) and data.shape is None and data.device is None:
+    if isinstance(data, UOp) and data.shape is None and data.device is None and \
+       any(u.op in (Ops.BIND, Ops.DEFINE_VAR) for u in data.toposort()):
       # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs
       uop = graph.const(data, dtype or data.dtype, canonical_device(device), ())
     elif isinstance(data, (UOp, Tensor)):
