@@ -7,6 +7,7 @@ import numpy as np
 from tinyplug import events
 from tinyplug.helpers import getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
+from tinyplug.uop import ops as _uop_ops
 from tinyplug.uop.ops import Ops, UOp, check_buffer_size
 from tinyplug.uop.sidetable import UOpMap
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
@@ -89,6 +90,8 @@ def buffer_of(u: UOp) -> Buffer:
   return b
 
 def has_buffer(u: UOp) -> bool: return u in _BUFFERS
+
+_uop_ops.buffer_lookup = buffer_of   # UOp.buffer (uop/ does not import this layer)
 
 # ---------------- the registry ----------------
 

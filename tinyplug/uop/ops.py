@@ -131,6 +131,9 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
 
 _PLAIN_ARGS = (type(None), int, str, bool)
 
+# set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer
+buffer_lookup: Callable[[UOp], Any] | None = None
+
 _INT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX})
 
 def _operand_ok(x: Any) -> bool:
@@ -366,9 +369,9 @@ class UOp(metaclass=UOpMeta):
     return x
   @property
   def buffer(self):
-    """The device Buffer behind a (reshaped) BUFFER node."""
-    from tinyplug.device import buffer_of
-    return buffer_of(self)
+    """The device Buffer behind a (reshaped) BUFFER node (found by the device layer, which registers the lookup)."""
+    if buffer_lookup is None: raise RuntimeError("no device layer is loaded to find the buffer of a BUFFER uop")
+    return buffer_lookup(self)
   @property
   def ptrdtype(self) -> PtrDType:
     if not isinstance(self.dtype, PtrDType): raise TypeError(f"{self.op} has dtype {self.dtype!r}, not a pointer")
