@@ -485,3 +485,11 @@ def test_rearrange_errors():
   with pytest.raises(ValueError, match="once"): t.rearrange("a b -> a")
   with pytest.raises(ValueError, match="axes"): t.rearrange("a b c -> a b c")
   with pytest.raises(ValueError, match="split"): t.rearrange("a (b c) -> a b c", b=2)
+
+def test_assign_to_a_temporary_view_updates_the_base():
+  arr = np.arange(9, dtype=np.float32).reshape(3, 3)
+  t = Tensor(arr).contiguous().realize()
+  t.shrink(((1, 3), (1, 3))).assign(Tensor.ones(2, 2))
+  t.permute(1, 0)[0].assign(Tensor([7.0, 8.0, 9.0]))
+  ref = arr.copy(); ref[1:3, 1:3] = 1; ref.T[0] = [7, 8, 9]
+  np.testing.assert_equal(t.numpy(), ref)
