@@ -493,3 +493,23 @@ def test_assign_to_a_temporary_view_updates_the_base():
   t.permute(1, 0)[0].assign(Tensor([7.0, 8.0, 9.0]))
   ref = arr.copy(); ref[1:3, 1:3] = 1; ref.T[0] = [7, 8, 9]
   np.testing.assert_equal(t.numpy(), ref)
+
+def test_setitem_on_a_lazy_tensor_is_differentiable():
+  x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+  z = x * 2
+  v = Tensor([10.0, 20.0], requires_grad=True)
+  z[:2] = v
+  assert z.tolist() == [10.0, 20.0, 6.0, 8.0]
+  z.sum().backward()
+  assert x.grad.tolist() == [0.0, 0.0, 2.0, 2.0] and v.grad.tolist() == [1.0, 1.0]
+
+def test_setitem_refuses_to_leave_stale_tensors():
+  x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  y = x * 2
+  alias = y[:1]
+  with pytest.raises(RuntimeError, match="another tensor"): y[0] = 99.0
+  with pytest.raises(RuntimeError, match="not computed yet"): x[0] = 99.0
+  assert alias.tolist() == [2.0] and y.tolist() == [2.0, 4.0, 6.0, 8.0]
+  del alias, y
+  x[0] = 99.0
+  assert x.tolist() == [99.0, 2.0, 3.0, 4.0]

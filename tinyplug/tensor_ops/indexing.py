@@ -150,16 +150,20 @@ class IndexingMixin:
     return picked.permute(list(range(len(others), len(others) + n_b)) + list(range(len(others))))
 
   def __setitem__(self, indices: Any, value: Any) -> None:
-    """`x[indices] = value` writes into x's buffer (x is realized first), as in tinygrad."""
+    """`x[indices] = value`, as in tinygrad: a tensor not computed yet gets a new graph (where the indices point, the
+    value; gradients flow to both), a realized one is written in place (through views of its buffer)."""
     cls = type(self)
-    self.realize()
-    # a view of a buffer (t.T[i] = v, t[1][2] = v) writes into that buffer; anything else gets a buffer of its own
-    if not graph.is_plain_buffer(self.uop) and not graph.is_writable_view(self.uop): self.replace(self.contiguous().realize())
-    value = self._to_tensor(value).cast(self.dtype)
-    base = self.uop
-    while base.op in GroupOp.Movement or base.op is Ops.DETACH: base = base.src[0]
-    if base in value.uop.toposort():   # t[1:] = t[:-1]: read the old values before any is overwritten
-      value = value.contiguous().realize()
+    value = self._to_tensor(value)
+    functional = not graph.is_realized(self.uop) and not graph.is_writable_view(self.uop)
+    _check_no_stale_readers(self, value, functional)
+    if not functional and not graph.is_plain_buffer(self.uop) and not graph.is_writable_view(self.uop):
+      self.replace(self.contiguous().realize())   # a view no write can go through (expand, pad): a buffer of its own
+    value = value.cast(self.dtype)
+    if not functional:
+      base = self.uop
+      while base.op in GroupOp.Movement or base.op is Ops.DETACH: base = base.src[0]
+      if base in value.uop.toposort():   # t[1:] = t[:-1]: read the old values before any is overwritten
+        value = value.contiguous().realize()
     work = dtypes.uint8 if self.dtype == dtypes.bool else self.dtype
     # scatter through the gradient of the selection: d(x[indices])/dx applied to the value puts it in place
     proxy = cls.empty(*self.shape, device=self.device, dtype=work)
@@ -172,7 +176,9 @@ class IndexingMixin:
       value, ones = last.where(value, value._const_like(0)), last.where(ones, ones._const_like(0))
     placed, = selected.gradient(proxy, gradient=value)
     hits, = hit_sel.gradient(hit_proxy, gradient=ones)
-    self.assign((hits > 0).where(placed.cast(self.dtype), self)).realize()
+    new = (hits > 0).where(placed.cast(self.dtype), self)
+    if functional: self.uop = new.uop
+    else: self.assign(new).realize()
 
   def _last_writes(self, indices: Any):
     """For indices with tensors in them: a bool tensor over the selection, true where no later selected element
@@ -228,3 +234,21 @@ def _symbolic_bounds(it: slice, size: Any, d: int) -> tuple:
   stop = stop + size if isinstance(stop, int) and stop < 0 else stop
   if isinstance(size, int) and isinstance(stop, int): stop = min(stop, size)
   return start, stop
+
+def _check_no_stale_readers(t: Any, value: Any, functional: bool) -> None:
+  """A RuntimeError where another live tensor would keep a stale view of what setitem changes (as tinygrad raises):
+  for a tensor not computed yet, any other tensor using its graph; for a realized one, any tensor not computed yet
+  that reads its buffer (it would see the write, or not, depending on when it runs)."""
+  from tinyplug.tensor import live_tensors
+  base = t.uop
+  while base.op in GroupOp.Movement or base.op is Ops.DETACH: base = base.src[0]
+  skip = {id(t), id(value)}
+  for other in live_tensors():
+    if id(other) in skip or other.uop is value.uop: continue
+    if functional:
+      if t.uop in other.uop.toposort():
+        raise RuntimeError("setitem on a tensor whose (not yet computed) graph another tensor also uses: that tensor "
+                           "would keep the old value; realize() it first")
+    elif not graph.is_realized(other.uop) and base in other.uop.toposort():
+      raise RuntimeError("setitem on a realized tensor that a tensor not computed yet reads: realize() that tensor "
+                         "first, or it would see the new values")
