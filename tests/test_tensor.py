@@ -457,8 +457,9 @@ def test_consecutive_inplace_operators_on_a_row():
   t[1] += 2
   t[1] -= 1
   assert t.tolist() == [[0, 1], [3, 4]]
+  t.realize()
   row = t[0]
-  row.assign(row * 10).realize()           # assign to a view writes into t
+  row.assign(row * 10).realize()           # assign to a view of a buffer writes into t
   assert t.tolist() == [[0, 10], [3, 4]] and row.tolist() == [0, 10]
 
 def test_shrink_to_and_shape_argument_errors():
