@@ -206,7 +206,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if any(isinstance(s, UOp) for s in self.shape):
-      raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete sizes "
+      raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete "
+                       "sizes"
                        "first (t[:n] with an int n)")
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
     if self.dtype in dtypes.fp8s:   # numpy has no fp8: the raw bits come over and are decoded here

@@ -36,7 +36,8 @@ _SPLITS = {OptOps.UPCAST: ("loop",), OptOps.LOCAL: ("loop",), OptOps.THREAD: ("l
 MAX_THREADS = 256
 
 def _size(r: UOp) -> int:
-  if r.src[0].op is not Ops.CONST: raise KernelOptError(f"axis {r.arg[0]} runs to a variable's value: it has no size to split")
+  if r.src[0].op is not Ops.CONST:
+    raise KernelOptError(f"axis {r.arg[0]} runs to a variable's value: it has no size to split")
   return r.src[0].arg
 
 class Kernel:

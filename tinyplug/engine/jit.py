@@ -257,7 +257,8 @@ class TinyJit(Generic[R]):
 
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     if self.fxn is None and self.captured is None:   # `@TinyJit(prune=True)`: this call hands over the function
-      if len(args) != 1 or kwargs or not callable(args[0]): raise ValueError("TinyJit needs a function (or a CapturedJit)")
+      if len(args) != 1 or kwargs or not callable(args[0]):
+        raise ValueError("TinyJit needs a function (or a CapturedJit)")
       return TinyJit(args[0], prune=self.prune)
     if JIT.value == 0 or _realize.capturing is not None:   # off, or called inside another jit's capture
       if self.fxn is None: raise JitError("JIT=0 but this TinyJit only has a captured program, no function to run")

@@ -308,7 +308,9 @@ class _KernelBuilder:
       return UOp(op, x.dtype, tuple(self.value(s, idx, valid) for s in x.src), x.arg)
     if op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, x.dtype, (), x.arg)
     # the value travels with the kernel (create_schedule unbinds it into the item's var_vals)
-    if op is Ops.BIND: return UOp(Ops.BIND, x.dtype, (UOp(Ops.DEFINE_VAR, x.dtype, (), x.src[0].arg), UOp.const(x.dtype, x.src[1].arg)))
+    if op is Ops.BIND:
+      var = UOp(Ops.DEFINE_VAR, x.dtype, (), x.src[0].arg)
+      return UOp(Ops.BIND, x.dtype, (var, UOp.const(x.dtype, x.src[1].arg)))
     raise NotImplementedError(f"the scheduler cannot put {op} inside a kernel")
 
 def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:

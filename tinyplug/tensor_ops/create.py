@@ -74,7 +74,8 @@ class CreationMixin:
     if step == 0: raise ValueError("arange: step must not be zero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
     if any(isinstance(v, UOp) for v in (start, stop, step)):
-      if is_float or smin_of(step) <= 0: raise ValueError("arange with symbolic bounds needs int bounds and a positive step")
+      if is_float or smin_of(step) <= 0:
+        raise ValueError("arange with symbolic bounds needs int bounds and a positive step")
       device, dtype, rg = cls._creation_args(kwargs, dtypes.default_int)
       # ceil((stop-start)/step) elements: 0..max-1 computed for the largest count, cut to the count
       n = ssimplify((as_uop(stop) - as_uop(start) + as_uop(step) - 1) // as_uop(step))
@@ -82,7 +83,8 @@ class CreationMixin:
     else:
       n = max(0, math.ceil((stop - start) / step))
       default = dtypes.default_float if is_float else dtypes.default_int
-      if not is_float and n and not all(dtypes.min(default) <= v <= dtypes.max(default) for v in (start, start + (n - 1) * step)):
+      ends = (start, start + (n - 1) * step)
+      if not is_float and n and not all(dtypes.min(default) <= v <= dtypes.max(default) for v in ends):
         default = dtypes.int64   # an integer range past the default int's bounds (as tinygrad and torch)
       device, dtype, rg = cls._creation_args(kwargs, default)
       ends = (start, start + (n - 1) * step)

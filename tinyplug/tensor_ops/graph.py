@@ -9,7 +9,8 @@ from typing import Any
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
-from tinyplug.uop.sint import is_symbolic_shape, max_shape, render_shape, resolve, seq, shape_eq, sle, smin_of, sprod, ssimplify
+from tinyplug.uop.sint import (is_symbolic_shape, max_shape, render_shape, resolve, seq, shape_eq, sle, smin_of, sprod,
+                               ssimplify)
 
 class ShapeError(ValueError, RuntimeError):
   """A shape that does not fit the operation. A ValueError (as numpy raises) and a RuntimeError (as torch and tinygrad
@@ -50,7 +51,8 @@ def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
   def leaf(x: UOp) -> UOp:
     if x.op is Ops.CONST: return UOp(Ops.CONST, x.dtype, (device_uop(device),), x.arg)
     if x.op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, x.dtype, (device_uop(device),), x.arg)
-    if x.op is Ops.BIND: return UOp(Ops.BIND, x.dtype, (x.src[0], UOp(Ops.CONST, x.dtype, (device_uop(device),), x.src[1].arg)))
+    if x.op is Ops.BIND:
+      return UOp(Ops.BIND, x.dtype, (x.src[0], UOp(Ops.CONST, x.dtype, (device_uop(device),), x.src[1].arg)))
     return None
   memo: dict[UOp, UOp] = {}
   for x in value.toposort(gate=lambda x: x.op not in (Ops.BIND, Ops.DEFINE_VAR)):
@@ -165,7 +167,8 @@ def is_plain_buffer(u: UOp) -> bool:
 _INJECTIVE_VIEWS = (Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.DETACH)
 
 def is_writable_view(u: UOp) -> bool:
-  """A realized buffer seen through reshapes, permutes, shrinks, flips (and detach): an assign writes into the buffer."""
+  """A realized buffer seen through reshapes, permutes, shrinks, flips (and detach): an assign writes into the
+  buffer."""
   while u.op in _INJECTIVE_VIEWS: u = u.src[0]
   return u.op is Ops.BUFFER
 

@@ -225,11 +225,12 @@ def _symbolic_slice(it: slice, size: Any) -> bool:
 
 def _symbolic_bounds(it: slice, size: Any, d: int) -> tuple:
   """(start, stop) of a slice with a symbolic end, start or dim size (step 1 only; negatives count from an int end)."""
-  if it.step not in (None, 1): raise IndexError(f"a slice of dim {d} with symbolic bounds or size needs step 1, got {it.step}")
+  if it.step not in (None, 1):
+    raise IndexError(f"a slice of dim {d} with symbolic bounds or size needs step 1, got {it.step}")
   start, stop = 0 if it.start is None else it.start, size if it.stop is None else it.stop
   for v in (start, stop):
-    if isinstance(v, int) and v < 0:
-      if isinstance(size, UOp): raise IndexError(f"a negative slice bound {v} into dim {d} of symbolic size {size.render()}")
+    if isinstance(v, int) and v < 0 and isinstance(size, UOp):
+      raise IndexError(f"a negative slice bound {v} into dim {d} of symbolic size {size.render()}")
   start = start + size if isinstance(start, int) and start < 0 else start
   stop = stop + size if isinstance(stop, int) and stop < 0 else stop
   if isinstance(size, int) and isinstance(stop, int): stop = min(stop, size)

@@ -219,7 +219,8 @@ class MovementMixin:
   def chunk(self, chunks: int, dim: int = 0):
     if chunks <= 0: raise ShapeError(f"chunk count must be positive, got {chunks}")
     d = graph.normalize_axis(dim, self.ndim)
-    if isinstance(self.shape[d], UOp): raise AssertionError(f"cannot chunk dim {dim} of symbolic size {self.shape[d].render()}")
+    if isinstance(self.shape[d], UOp):
+      raise AssertionError(f"cannot chunk dim {dim} of symbolic size {self.shape[d].render()}")
     return self.split(max(1, math.ceil(self.shape[d] / chunks)), d)
   def meshgrid(self, *others, indexing: str = "ij"):
     """Coordinate grids of 1-d (or 0-d) tensors, as torch.meshgrid: "ij" gives shape (len(a), len(b), ...), "xy" swaps

@@ -17,7 +17,8 @@ def _parse(side: str, pattern: str) -> list[list[str]]:
       if current is None: raise ValueError(f"rearrange {pattern!r}: ')' without '('")
       groups.append(current); current = None
     elif tok == "..." or tok.isidentifier() or tok.isdigit():
-      if tok.isdigit() and tok != "1": raise ValueError(f"rearrange {pattern!r}: only 1 may stand for an axis, not {tok}")
+      if tok.isdigit() and tok != "1":
+        raise ValueError(f"rearrange {pattern!r}: only 1 may stand for an axis, not {tok}")
       name = [] if tok == "1" else [tok]
       if current is None: groups.append(name)
       else: current.extend(name)
@@ -39,7 +40,8 @@ def rearrange(t: Any, pattern: str, **sizes: int) -> Any:
   lhs, rhs = _parse(lhs_s, pattern), _parse(rhs_s, pattern)
   n_ell = t.ndim - (len(lhs) - 1) if any(g == ["..."] for g in lhs) else 0
   lhs, rhs = _expand_ellipsis(lhs, n_ell), _expand_ellipsis(rhs, n_ell)
-  if len(lhs) != t.ndim: raise ValueError(f"rearrange {pattern!r}: {len(lhs)} axes on the left, the tensor has {t.ndim}")
+  if len(lhs) != t.ndim:
+    raise ValueError(f"rearrange {pattern!r}: {len(lhs)} axes on the left, the tensor has {t.ndim}")
   left = [x for g in lhs for x in g]
   right = [x for g in rhs for x in g]
   if len(set(left)) != len(left) or len(set(right)) != len(right) or set(left) != set(right):

@@ -251,7 +251,8 @@ class UOp(metaclass=UOpMeta):
 
   # ---- ALU construction and Python operators ----
   def alu(self, op: Ops, *src: UOp) -> UOp:
-    if src and op in _INT_PROMOTING and self.dtype != src[-1].dtype and self.dtype.count == 1 == src[-1].dtype.count and \
+    if src and op in _INT_PROMOTING and self.dtype != src[-1].dtype and \
+       self.dtype.count == 1 == src[-1].dtype.count and \
        dtypes.is_int(self.dtype) and dtypes.is_int(src[-1].dtype):
       # two variables of different widths (an int and a long): the narrower one widens, as in C
       wide = max((self.dtype, src[-1].dtype), key=lambda d: d.itemsize)

@@ -50,7 +50,8 @@ def _run(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | N
                                              start, time.perf_counter_ns(), caller))
   return out
 
-def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp], walk: bool = False) -> UOp:
+def _rewrite(root: UOp, rewrite_fn, pdict, ctx: Any, bottom_up: bool, replace: dict[UOp, UOp],
+             walk: bool = False) -> UOp:
   """The engine. Either `rewrite_fn(u, ctx)` (tracing) or `pdict` (op -> one compiled matcher for all its rows)."""
   # replace[n] is n's final form. Every value in it is a fixed point: its sources are final and no rule matches it.
   in_progress: set[UOp] = set()

@@ -29,7 +29,8 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
   if op in GroupOp.ALU:
     shapes = [s.shape for s in u.src if s.shape is not None]
     if not shapes: return None
-    if any(s != shapes[0] and not shape_eq(s, shapes[0]) for s in shapes): raise ValueError(f"{op} sources have different shapes {shapes}")
+    if any(s != shapes[0] and not shape_eq(s, shapes[0]) for s in shapes):
+      raise ValueError(f"{op} sources have different shapes {shapes}")
     return shapes[0]
   return None
 

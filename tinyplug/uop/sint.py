@@ -20,7 +20,8 @@ def ssimplify(x: sint) -> sint:
   if not isinstance(x, UOp): return x
   if x.op is Ops.CONST: return x.arg
   if x.op is Ops.BIND or x.op is Ops.DEFINE_VAR: return x
-  if x.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG) and x.dtype.count == 1 and dtypes.is_int(x.dtype): x = _collect_terms(x)
+  if x.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG) and x.dtype.count == 1 and dtypes.is_int(x.dtype):
+    x = _collect_terms(x)
   return x.ssimplify()
 
 def _terms(x: UOp, k: int, out: dict[UOp | None, int]) -> None:
@@ -133,4 +134,5 @@ def int_size(shape: tuple[sint, ...]) -> int:
   return math.prod(shape)
 
 def render_shape(shape: tuple[sint, ...]) -> str:
-  return "(" + ", ".join(s.render() if isinstance(s, UOp) else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+  inner = ", ".join(s.render() if isinstance(s, UOp) else str(s) for s in shape)
+  return f"({inner}{',' if len(shape) == 1 else ''})"
