@@ -101,8 +101,9 @@ class CreationMixin:
   @classmethod
   def linspace(cls, start: int | float, stop: int | float, steps: int, **kwargs):
     """`steps` evenly spaced values from start to stop inclusive (computed from both ends, like torch)."""
-    if steps < 0: raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+    if steps < 0: raise graph.ArgumentError(f"linspace: steps must be non-negative, got {steps}")
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    if dtype == dtypes.bool: raise graph.ArgumentError("linspace cannot make bool values (as torch)")
     if steps == 1: return cls.full((1,), start, dtype=dtype, device=device, requires_grad=rg)
     i = cls.arange(steps, device=device, dtype=dtypes.default_float)
     delta = (stop - start) / max(steps - 1, 1)

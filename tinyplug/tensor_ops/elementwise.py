@@ -100,7 +100,7 @@ class ElementwiseMixin:
       a, b = a._floats(), b.cast(least_upper_float(b.dtype))
       return a._apply_uop(lambda u, v: graph.alu(Ops.FDIV, u, v), b)
     if rounding_mode not in ("trunc", "floor"):
-      raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+      raise graph.ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
     if dtypes.is_float(a.dtype): return a.div(b).trunc() if rounding_mode == "trunc" else a.div(b).floor()
     q = a._apply_uop(lambda u, v: graph.alu(Ops.IDIV, u, v), b)
     if rounding_mode == "trunc" or dtypes.is_unsigned(a.dtype) or a.dtype == dtypes.bool: return q

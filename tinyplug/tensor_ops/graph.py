@@ -16,6 +16,9 @@ class ShapeError(ValueError, RuntimeError):
   """A shape that does not fit the operation. A ValueError (as numpy raises) and a RuntimeError (as torch and tinygrad
   raise), so code written for any of them catches it."""
 
+class ArgumentError(ValueError, RuntimeError):
+  """An argument value the operation does not take (a ValueError; a RuntimeError too, as torch and tinygrad raise)."""
+
 class DTypeError(TypeError, RuntimeError):
   """A dtype the operation does not take (a TypeError; a RuntimeError too, as torch and tinygrad raise)."""
 

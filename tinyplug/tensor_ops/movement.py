@@ -225,7 +225,7 @@ class MovementMixin:
   def meshgrid(self, *others, indexing: str = "ij"):
     """Coordinate grids of 1-d (or 0-d) tensors, as torch.meshgrid: "ij" gives shape (len(a), len(b), ...), "xy" swaps
     the first two dims."""
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
+    if indexing not in ("ij", "xy"): raise graph.ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
     flat = [t.reshape(-1) for t in (self, *others)]
     shape = tuple(t.shape[0] for t in flat)
     grids = [t.reshape(tuple(n if j == i else 1 for j, n in enumerate(shape))).expand(shape) for i, t in enumerate(flat)]

@@ -10,6 +10,9 @@ from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
 def _tuple(x, n: int) -> tuple[int, ...]: return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n
 
+def _pool_dims(kernel_size: int | Sequence[int]) -> int:
+  return 2 if isinstance(kernel_size, int) else len(kernel_size)
+
 def _spatial_padding(padding: int | Sequence[int], nd: int) -> list[tuple[int, int]]:
   """int: the same on every side; nd ints: (before=after) per spatial dim; 2*nd ints: torch-flat, last dim first."""
   if isinstance(padding, int): return [(padding, padding)] * nd
@@ -154,9 +157,9 @@ class NNMixin:
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, return_indices: bool = False):
     """Max of each window; with return_indices also where it was (int64 positions in the flattened spatial input, the
-    first on ties, as torch), which max_unpool2d takes."""
+    first on ties, as torch), which max_unpool2d takes. A kernel_size of n ints pools the last n dims (1d, 3d too)."""
     if return_indices: return self._max_pool_with_indices(kernel_size, stride, dilation, padding, ceil_mode)
-    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
     # the gradient marks where the input equals the max; computed inline in two kernels, the input could round
     # differently in each (LLVM may contract a*b+c into an FMA in one and not the other), match nowhere and leave a
     # window with no gradient. Read from one buffer, both see the same bits (free when it is a buffer already).
@@ -164,7 +167,7 @@ class NNMixin:
     x = self.contiguous().pad(tuple(pads), value=dtypes.min(self.dtype))
     return x._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
   def _max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode: bool):
-    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
     pads = tuple((b, a + e) for (b, a), (_, e) in zip(pads, extra))
     nd, spatial = len(k), self.shape[-len(k):]
     axes = tuple(range(-nd, 0))
@@ -194,8 +197,8 @@ class NNMixin:
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
     """Mean of each window. With count_include_pad the padding counts in the divisor; the part of a ceil_mode window
-    beyond the padding never does (torch's rule)."""
-    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode)
+    beyond the padding never does (torch's rule). A kernel_size of n ints pools the last n dims (1d, 3d too)."""
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
     axes = tuple(range(-len(k), 0))
     windows = self.pad(tuple(pads)).pad(tuple(extra))._pool(k, s, dilation)
     if count_include_pad and not any(e for _, e in extra): return windows.mean(axes)

@@ -577,6 +577,21 @@ def test_max_pool_indices_and_unpool(cfg, out):
                        torch_fn(torch.tensor(a))):
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
 
+@pytest.mark.parametrize("nd", [1, 3])
+def test_pools_of_other_dims(nd):
+  """A kernel_size of n ints pools the last n dims, as torch's avg_pool1d/3d and max_pool1d/3d."""
+  shape, k = ((2, 3, 11), (3,)) if nd == 1 else ((1, 2, 9, 8, 10), (3, 3, 2))
+  avg, mx = (F.avg_pool1d, F.max_pool1d) if nd == 1 else (F.avg_pool3d, F.max_pool3d)
+  check_op([shape], lambda x: avg(x, k, stride=2, padding=1, count_include_pad=False),
+           lambda x: x.avg_pool2d(k, stride=2, padding=1, count_include_pad=False), atol=1e-6)
+  check_op([shape], lambda x: mx(x, k, stride=2), lambda x: x.max_pool2d(k, stride=2), atol=1e-6)
+
+def test_argument_errors_are_runtime_errors_too():
+  with pytest.raises(RuntimeError, match="indexing"): Tensor.ones(3).meshgrid(indexing="bad")
+  with pytest.raises(RuntimeError, match="rounding_mode"): Tensor.ones(3).div(2, rounding_mode="typo")
+  with pytest.raises(RuntimeError, match="bool"): Tensor.linspace(5, 10, 3, dtype="bool")
+  with pytest.raises(ValueError, match="non-negative"): Tensor.linspace(1, 2, -1)
+
 def test_meshgrid():
   for indexing in ("ij", "xy"):
     want = torch.meshgrid(torch.arange(3.0), torch.tensor(10.0), torch.arange(4.0), indexing=indexing)
