@@ -1,7 +1,18 @@
-"""Run the shipped op suite (`tinyplug.testing`) on one device in a pytest subprocess: how a backend plugin's own tests
-check every op against torch on its device (or on the GPU emulator, `MOCK+<device>`)."""
+"""A backend plugin's own tests on its device: skip where the device is not here (with the reason), and run the shipped
+op suite (`tinyplug.testing`) on it in a pytest subprocess (every op against torch, on the device or on the GPU
+emulator, `MOCK+<device>`)."""
 from __future__ import annotations
 import os, re, subprocess, sys
+import pytest
+
+def device_or_skip(name: str) -> str:
+  """`name` when a plugin provides that device and it is available here; otherwise the test is skipped saying why."""
+  from tinyplug.plugins import get_plugin_manager
+  pm = get_plugin_manager(check=False)
+  if pm.resolve_device(name) is None: pytest.skip(f"no installed plugin provides {name}")
+  ok, reason = pm.device_available(name)
+  if not ok: pytest.skip(f"{name} unavailable: {reason}")
+  return name
 
 def run_op_suite(device: str, k: str | None = None, at_least: int = 1, timeout: float = 7200,
                  pytest_args: tuple[str, ...] = ()) -> str:

@@ -4,6 +4,7 @@ llvm-readelf is missing), and MOCK+AMD for running the renderer's exact IR on th
 from __future__ import annotations
 import shutil
 import pytest
+from tinyplug.testing.suite import device_or_skip
 from tinyplug.testing.kernels import kernel_zoo, render_kernels as zoo_render
 
 def linker_or_skip() -> str:
@@ -32,19 +33,12 @@ def render():
   """`render(tensor, renderer=None, opts=None)` -> ProgramSpecs of the kernels computing `tensor`."""
   return render_kernels
 
-def emulator_or_skip() -> str:
-  from tinyplug.plugins import get_plugin_manager
-  pm = get_plugin_manager(check=False)
-  if pm.resolve_device("MOCK+AMD") is None: pytest.skip("the emulator plugin is not installed")
-  ok, reason = pm.device_available("MOCK+AMD")
-  if not ok: pytest.skip(f"MOCK+AMD unavailable: {reason}")
-  return "MOCK+AMD"
 
 @pytest.fixture
 def mock_amd():
   """MOCK+AMD as the default device for the test (skipped where the emulator or clang is missing)."""
   from tinyplug.device import Device
-  dev = emulator_or_skip()
+  dev = device_or_skip("MOCK+AMD")
   with Device.use(dev): yield dev
 
 @pytest.fixture

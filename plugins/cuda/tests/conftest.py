@@ -2,6 +2,7 @@
 renderer through the real codegen pipeline (from graphs on the PYTHON device: nothing runs), the emulator."""
 from __future__ import annotations
 import pytest
+from tinyplug.testing.suite import device_or_skip
 from tinyplug.testing.kernels import empty as t, kernel_zoo, render_kernels as zoo_render
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
@@ -25,16 +26,9 @@ def render_kernels(tensor, renderer=None, opts=None) -> list:
 def mock_cuda():
   """MOCK+CUDA as the default device for the test (skipped where the emulator is missing or unavailable)."""
   from tinyplug.device import Device
-  dev = emulator_or_skip()
+  dev = device_or_skip("MOCK+CUDA")
   with Device.use(dev): yield dev
 
-def emulator_or_skip() -> str:
-  from tinyplug.plugins import get_plugin_manager
-  pm = get_plugin_manager(check=False)
-  if pm.resolve_device("MOCK+CUDA") is None: pytest.skip("the emulator plugin is not installed")
-  ok, reason = pm.device_available("MOCK+CUDA")
-  if not ok: pytest.skip(f"MOCK+CUDA unavailable: {reason}")
-  return "MOCK+CUDA"
 
 @pytest.fixture
 def render():

@@ -2,6 +2,7 @@
 pipeline (from graphs on the PYTHON device: nothing runs there), the MSL check, the emulator and, on a Mac, Metal."""
 from __future__ import annotations
 import pytest
+from tinyplug.testing.suite import device_or_skip
 from tinyplug.testing.kernels import empty as t, kernel_zoo, render_kernels as zoo_render
 
 def pytest_configure(config) -> None:
@@ -36,13 +37,6 @@ def msl_check():
   if path is None: pytest.skip(why)
   return check_msl
 
-def device_or_skip(name: str) -> str:
-  from tinyplug.plugins import get_plugin_manager
-  pm = get_plugin_manager(check=False)
-  if pm.resolve_device(name) is None: pytest.skip(f"no plugin provides {name}")
-  ok, reason = pm.device_available(name)
-  if not ok: pytest.skip(f"{name} unavailable: {reason}")
-  return name
 
 @pytest.fixture
 def mock_metal():
