@@ -260,5 +260,8 @@ class Compiled:
   def describe(self) -> str:
     """One line on what this device is and how it runs (for `tinyplug doctor`); empty if nothing to say."""
     return ""
+  def count(self) -> int:
+    """How many devices of this kind the machine has (`<DEV>:0` .. `<DEV>:<count-1>`); 1 unless the runtime knows."""
+    return 1
 
 from tinyplug.hookspecs.search import SearchStrategy  # noqa: E402  (the search contract lives with its hook)

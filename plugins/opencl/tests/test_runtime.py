@@ -180,3 +180,9 @@ def test_each_process_gets_its_own_pocl_cache(cl, tmp_path):
 def test_a_byte_count_past_size_t_is_refused_not_wrapped(cl):
   """ctypes wrapped (1 << 62) + 4 floats' byte count to 16: a tiny buffer, then reads of heap memory."""
   with pytest.raises(ValueError, match="cannot allocate 18446744073709551632 bytes"): cl.allocator.alloc(((1 << 62) + 4) * 4)
+
+def test_count_is_the_number_of_opencl_devices(cl):
+  from tinyplug.device import Device
+  from tinyplug_opencl import cl as cl_api
+  assert cl.count() == len(cl_api.all_devices()) >= 1
+  assert Device["PYTHON"].count() == 1   # the contract's default

@@ -212,6 +212,7 @@ class CLDevice(Compiled):
     return CLProgram(self, spec.name, self.compiler.program_for(lib_bytes), var_types)
 
   def synchronize(self) -> None: check("clFinish", lib().clFinish(self.queue))
+  def count(self) -> int: return len(cl.all_devices())
   def describe(self) -> str: return f"{self.info['name']} ({self.info['version']}, driver {self.info['driver']})"
 
 def device_info(device: int) -> dict[str, Any]:
