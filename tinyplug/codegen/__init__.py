@@ -194,8 +194,8 @@ def _keep_parameters(ast: UOp, uops: list[UOp]) -> list[UOp]:
   """Every buffer of the kernel stays a parameter, in order, even when simplification removed its only use (a fully
   padded read): runtimes pass one pointer per buffer of the schedule item, so a missing one would shift the rest."""
   params = {u.arg: u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}
-  if all(u in uops for u in params.values()): return uops
   present = {u.arg: u for u in uops if u.op is Ops.DEFINE_GLOBAL}
+  if present.keys() >= params.keys(): return uops
   ordered = [present.get(i, params[i]) for i in sorted(params.keys() | present.keys())]
   return ordered + [u for u in uops if u.op is not Ops.DEFINE_GLOBAL]
 

@@ -65,7 +65,7 @@ class RandomMixin:
     start = RNGState.counter
     RNGState.counter += half
     counters = cls.from_uop(arange_uop(half, device)).cast(dtypes.uint32)
-    first = cls(rng_words(start), device=device, dtype=dtypes.uint32)   # read at run time, so the kernel's source is the same for every seed
+    first = cls(rng_words(start), device=device, dtype=dtypes.uint32)   # read at run time: one kernel source whatever manual_seed() set
     if RNGState.draws is not None: RNGState.draws.append((first.uop, start))
     lo = counters + first[0:1].expand(half)
     hi = first[1:2].expand(half)

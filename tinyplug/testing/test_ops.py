@@ -299,7 +299,7 @@ def test_getitem_negative_step(name, fn):
   seed = np.random.default_rng(4).uniform(size=out.shape).astype(np.float32)
   (out * Tensor(seed)).sum().backward()
   expected = np.zeros_like(x)
-  fn(expected)[...] = seed   # fn's result is a view of expected: the seed lands at the selected positions
+  fn(expected)[...] = seed   # fn's result is a view of expected: the upstream gradient lands at the selected positions
   np.testing.assert_array_equal(t.grad.numpy(), expected)
 
 TENSOR_INDEX = [

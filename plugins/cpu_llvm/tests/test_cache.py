@@ -63,7 +63,7 @@ def test_memory_cache_and_key():
   assert comp.key(src) != comp.key(src + " ")
   assert lib[:4] == b"\x7fELF"
 
-# a small training loop as a user writes it: no manual_seed (the seed is the time, different in each process),
+# a small training loop as a user writes it: no manual_seed (the RNG starts from the time, different per process),
 # weights from Tensor.uniform/kaiming, dropout drawing random numbers inside the jitted step, Adam
 TRAIN_SCRIPT = textwrap.dedent("""
   import numpy as np
