@@ -87,7 +87,11 @@ class PluginSite:
     return env
 
   def run(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python -m tinyplug <args>` in a subprocess seeing this site, with `env` added to its environment."""
+    """`python -m tinyplug <args>` in a subprocess seeing this site, with `env` added to its environment.
+
+    Its disk cache is the site's own (empty) one unless `env` names XDG_CACHE_HOME: `doctor` checks every cache
+    entry, which on a developer's years-old cache takes longer than any test should."""
+    env.setdefault("XDG_CACHE_HOME", str(self.root / "xdg-cache"))
     return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True,
                           env=self.env(**env), cwd=self.root, timeout=timeout)
 

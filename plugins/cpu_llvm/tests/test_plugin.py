@@ -1,10 +1,14 @@
 """The plugin as installed: discovery through the real entry point, default device, device-string options."""
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys, tempfile
 import pytest
 
 def _cli(*args, env=None) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True, timeout=120,
-                        env={**os.environ, **(env or {})})
+  # an empty disk cache: `doctor` checks every entry of the one it is given
+  cache = tempfile.mkdtemp(prefix="tinyplug-cli-cache-")
+  try:
+    return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "XDG_CACHE_HOME": cache, **(env or {})})
+  finally: shutil.rmtree(cache, ignore_errors=True)
 
 def test_entry_point_is_installed():
   from importlib.metadata import entry_points

@@ -6,8 +6,8 @@ import pytest
 from tinyplug import Tensor
 from tinyplug.helpers import Context
 
-def test_listed_by_list_plugins_and_doctor(emu):
-  env = {**os.environ, "TINY_PLUGINS": ""}
+def test_listed_by_list_plugins_and_doctor(emu, tmp_path):
+  env = {**os.environ, "TINY_PLUGINS": "", "XDG_CACHE_HOME": str(tmp_path)}   # doctor checks every entry of its cache
   out = subprocess.run([sys.executable, "-m", "tinyplug", "list-plugins", "--json"], capture_output=True, text=True,
                        env=env, timeout=120)
   doc = json.loads(out.stdout)
