@@ -103,7 +103,7 @@ class CUDAProgram:
           f"kernel {self.name} grid {grid} block {block}")
     if not wait: return None
     check("cuEventRecord", lib().cuEventRecord(end, self.dev.stream))
-    check("cuEventSynchronize", lib().cuEventSynchronize(end))
+    check("cuEventSynchronize", lib().cuEventSynchronize(end), f"waiting for kernel {self.name}")
     ms = ctypes.c_float(0)
     check("cuEventElapsedTime", lib().cuEventElapsedTime(ctypes.byref(ms), start, end))
     return ms.value * 1e-3
