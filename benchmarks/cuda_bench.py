@@ -86,10 +86,11 @@ def run_tiny(framework: str, cfg: dict, reps: int) -> float:
     x, y = tensor(128, 1, 28, 28), Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
     @TinyJit
     def step():
-      with Tensor.train():
-        opt.zero_grad()
-        loss = net(x).sparse_categorical_crossentropy(y).backward()
-        opt.step()
+      Tensor.training = True   # both spell it so (tinygrad 0.14 has no Tensor.train())
+      opt.zero_grad()
+      loss = net(x).sparse_categorical_crossentropy(y).backward()
+      opt.step()
+      Tensor.training = False
       return loss.realize()
     for _ in range(2): step()
     return _best(step, sync, reps)
