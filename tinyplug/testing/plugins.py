@@ -90,8 +90,10 @@ class PluginSite:
     """`python -m tinyplug <args>` in a subprocess seeing this site, with `env` added to its environment.
 
     Its disk cache is the site's own (empty) one unless `env` names XDG_CACHE_HOME: `doctor` checks every cache
-    entry, which on a developer's years-old cache takes longer than any test should."""
+    entry, which on a developer's years-old cache takes longer than any test should. TINY_PLUGINS_TIMEOUT is 300
+    unless given."""
     env.setdefault("XDG_CACHE_HOME", str(self.root / "xdg-cache"))
+    env.setdefault("TINY_PLUGINS_TIMEOUT", "300")   # the device checks compile cold: slow on a loaded machine
     return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True,
                           env=self.env(**env), cwd=self.root, timeout=timeout)
 

@@ -3,11 +3,11 @@ import json, os, shutil, subprocess, sys, tempfile
 import pytest
 
 def _cli(*args, env=None) -> subprocess.CompletedProcess:
-  # an empty disk cache: `doctor` checks every entry of the one it is given
+  # an empty disk cache (`doctor` checks every entry of the one it is given), so its device checks compile cold
   cache = tempfile.mkdtemp(prefix="tinyplug-cli-cache-")
   try:
-    return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "XDG_CACHE_HOME": cache, **(env or {})})
+    return subprocess.run([sys.executable, "-m", "tinyplug", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "XDG_CACHE_HOME": cache, "TINY_PLUGINS_TIMEOUT": "300", **(env or {})})
   finally: shutil.rmtree(cache, ignore_errors=True)
 
 def test_entry_point_is_installed():

@@ -7,7 +7,8 @@ from tinyplug import Tensor
 from tinyplug.helpers import Context
 
 def test_listed_by_list_plugins_and_doctor(emu, tmp_path):
-  env = {**os.environ, "TINY_PLUGINS": "", "XDG_CACHE_HOME": str(tmp_path)}   # doctor checks every entry of its cache
+  # an empty cache (doctor checks every entry of it); the device checks then compile cold, so a generous bound
+  env = {**os.environ, "TINY_PLUGINS": "", "XDG_CACHE_HOME": str(tmp_path), "TINY_PLUGINS_TIMEOUT": "300"}
   out = subprocess.run([sys.executable, "-m", "tinyplug", "list-plugins", "--json"], capture_output=True, text=True,
                        env=env, timeout=120)
   doc = json.loads(out.stdout)
