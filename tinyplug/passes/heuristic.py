@@ -229,15 +229,37 @@ def _pad_for_tile(k: Kernel, axis: int, width: int) -> None:
   n = k.loop_axes[axis].src[0].arg
   if n >= width and n % width and -(-n // width) * width <= n * 5 // 4: _try(k, Opt(OptOps.PADTO, axis, width))
 
+def tensor_core_opt(k: Kernel) -> Opt | None:
+  """The TC action for a matmul the renderer's tensor cores can run (the first core and assignment that apply), or
+  None: no tensor cores, TC=0, another dtype, or sizes that do not divide."""
+  from tinyplug.codegen.tensor_cores import tc_matches
+  from tinyplug.helpers import TC
+  if not TC or k.renderer is None or not k.renderer.uses_work_groups: return None
+  for i, tc in enumerate(k.renderer.tensor_cores):
+    if tc_matches(k.sink, tc) and _try(k.copy(), opt := Opt(OptOps.TC, 0, i)): return opt
+  return None
+
+def _tensor_core_opts(k: Kernel, tc: Opt) -> list[Opt]:
+  """A matmul on tensor cores: each thread runs a register tile of up to 2x4 WMMAs per K-tile (the A fragments reused
+  across the row, the B ones down the column), two K-tiles per loop trip, and up to 2x2 warps share a work-group."""
+  k.apply_opt(tc)
+  m, n = len(k.loop_axes) - 2, len(k.loop_axes) - 1
+  for axis, amts in ((n, (4, 2)), (m, (2,))):
+    any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in amts)
+  _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, 2))
+  for axis in (n, m): _try(k, Opt(OptOps.LOCAL, axis, 2))
+  return k.applied_opts
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (32 for large ones on CPUs), another by up to 8, so each loaded value
   feeds many accumulators; large ones on CPUs are then blocked for the cache and split across threads.
   Other reductions unroll their loop; elementwise kernels upcast their fastest axis. GPU-style renderers also get a
-  work-group on an output axis."""
+  work-group on an output axis. A matmul the renderer's tensor cores can run goes to them first (TC=0: never)."""
   k = k.copy()
   loops, reduces = k.loop_axes, k.reduce_axes
   gpu = k.renderer is not None and k.renderer.uses_work_groups
+  if gpu and (tc := tensor_core_opt(k)) is not None: return _tensor_core_opts(k, tc)
   if gpu and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
   if not gpu and _is_row_kernel(k): return _row_opts(k)
   if not gpu and (small := _small_window_tile(k)) is not None: return small
