@@ -47,7 +47,7 @@ def test_advertised_from_sm_80():
 @pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16], ids=lambda d: d.name)
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_matmul_renders_the_mma_and_compiles(nvrtc, render, tensor, arch, dtype):
-  (spec,) = render(tensor(64, 32, dtype=dtype) @ tensor(32, 48, dtype=dtype), renderer=CUDARenderer(arch))
+  (spec,) = render(tensor(64, 64, dtype=dtype) @ tensor(64, 48, dtype=dtype), renderer=CUDARenderer(arch))
   ptx_type = "f16" if dtype == dtypes.half else "bf16"
   assert spec.applied_opts[0] == Opt(OptOps.TC, 0, 0 if dtype == dtypes.half else 1)
   assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32" in spec.src
