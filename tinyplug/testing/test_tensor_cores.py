@@ -89,3 +89,12 @@ def test_tc_0_turns_them_off():
   with Context(TC=0): got, wmmas = _run(lambda x, y: x @ y, a, b, dtype=dtypes.half)
   assert not wmmas
   _close(got, _reference(lambda x, y: x @ y, a, b, dtype=dtypes.half), dtypes.half)
+
+def test_conv2d_on_tensor_cores():
+  """A convolution is a matmul too: output channels x output pixels, reduced over input channels (and the window)."""
+  _cores_or_skip(dtypes.half)
+  x, w = _inputs((2, 16, 8, 8), (16, 16, 3, 3))
+  fn = lambda x, w: x.conv2d(w, padding=1) if isinstance(x, Tensor) else torch.nn.functional.conv2d(x, w, padding=1)
+  got, wmmas = _run(fn, x, w, dtype=dtypes.half)
+  assert wmmas
+  _close(got, _reference(fn, x, w, dtype=dtypes.half), dtypes.half)
