@@ -3,7 +3,8 @@
 What it matches: a kernel with one REDUCE, an ADD in the tensor core's `dtype_out`, whose value (under an optional
 CAST to `dtype_out`) is MUL(x, y) with x and y each a LOAD of `dtype_in` (or such a LOAD cast to `dtype_out`). The M
 axis is an output loop x's address depends on and y's does not, N the other way round, K a reduce axis both depend
-on; their sizes must divide by the tensor core's M, N and K (other shapes are refused: nothing is padded).
+on; their sizes must divide by the tensor core's M, N and K (the heuristic pads other sizes first with PADTO, which
+TC may follow; a padded K's mask on the value is dropped, since both inputs' loads are gated to 0 there).
 
 What it builds, for a tensor core of M x N x K run by T threads:
 - M, N and K become loops over tiles (M/tm, N/tn, K/tk; they keep their axis ids), and a new "warp" axis of T
@@ -40,26 +41,39 @@ def _input_load(x: UOp, tc: TensorCore) -> UOp | None:
   if x.op is Ops.CAST and x.dtype == tc.dtype_out: x = x.src[0]
   return x if x.op is Ops.LOAD and x.dtype == tc.dtype_in else None
 
-def tc_matches(sink: UOp, tc: TensorCore) -> list[TCMatch]:
+def _padded_reduce_range(body: UOp) -> UOp | None:
+  """The reduce axis of a PADTO's `WHERE(r < n, value, 0)` around a reduction's value, else None."""
+  if body.op is not Ops.WHERE or body.src[2].op is not Ops.CONST or body.src[2].arg != 0: return None
+  cond = body.src[0]
+  return cond.src[0] if cond.op is Ops.CMPLT and cond.src[0].op is Ops.RANGE and cond.src[1].op is Ops.CONST else None
+
+def tc_matches(sink: UOp, tc: TensorCore, any_size: bool = False) -> list[TCMatch]:
   """Every (A, B, M, N, K) assignment of `sink`'s reduction that `tc` can run; [] when the kernel is not a matmul of
-  `tc`'s dtypes or its sizes do not divide."""
+  `tc`'s dtypes or its sizes do not divide by the tensor core's (with `any_size`, sizes are not looked at: the
+  heuristic pads them first)."""
   reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
   if len(reduces) != 1 or reduces[0].arg is not Ops.ADD or reduces[0].dtype != tc.dtype_out: return []
   red = reduces[0]
   body = red.src[0]
+  # a padded reduce axis masks the value; with both inputs' loads gated by it too (they read 0 there: PADTO gates
+  # every global load of the axis) the products are 0 already and the mask can go
+  padded = _padded_reduce_range(body)
+  if padded is not None: body = body.src[1]
   if body.op is Ops.CAST and body.dtype == tc.dtype_out: body = body.src[0]   # CAST(float, MUL(half, half))
   if body.op is not Ops.MUL or body.dtype not in (tc.dtype_in, tc.dtype_out): return []
   x, y = (_input_load(s, tc) for s in body.src)
   if x is None or y is None: return []
+  def fits(r: UOp, tile: int) -> bool: return (size := _size(r)) is not None and (any_size or size % tile == 0)
   tm, tn, tk = tc.dims
   loops = sorted((r for r in _ranges(sink) if r.arg[1] == "loop"), key=lambda r: r.arg)
   out = []
   for a, b in ((x, y), (y, x)):
     ra, rb = _ranges(a), _ranges(b)
+    if padded is not None and not (padded in ra and padded in rb): return []
     for k in sorted(set(red.src[1:]) & ra & rb, key=lambda r: r.arg):
-      if (_size(k) or 1) % tk or _size(k) is None: continue
-      for m in (r for r in loops if r in ra and r not in rb and _size(r) and _size(r) % tm == 0):
-        for n in (r for r in loops if r in rb and r not in ra and _size(r) and _size(r) % tn == 0):
+      if not fits(k, tk): continue
+      for m in (r for r in loops if r in ra and r not in rb and fits(r, tm)):
+        for n in (r for r in loops if r in rb and r not in ra and fits(r, tn)):
           out.append(TCMatch(red, a, b, m, n, k))
   return out
 

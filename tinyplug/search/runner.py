@@ -35,10 +35,11 @@ def candidate_actions(k: Kernel) -> list[Opt]:
   return _tensor_core_actions(k) + acts
 
 def _tensor_core_actions(k: Kernel) -> list[Opt]:
-  """TC actions (only as the first action): one per tensor core and way the kernel's reduction runs on it (up to 2)."""
+  """TC actions (first, or after PADTOs only): one per tensor core and way the kernel's reduction runs on it (up to 2)."""
   from tinyplug.codegen.tensor_cores import tc_matches
   from tinyplug.helpers import TC
-  if not TC or k.applied_opts or k.renderer is None or not k.renderer.uses_work_groups: return []
+  if not TC or any(o.op is not OptOps.PADTO for o in k.applied_opts) or k.renderer is None or \
+     not k.renderer.uses_work_groups: return []
   return [Opt(OptOps.TC, choice, i) for i, tc in enumerate(k.renderer.tensor_cores)
           for choice in range(min(2, len(tc_matches(k.sink, tc))))]
 

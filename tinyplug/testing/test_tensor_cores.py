@@ -1,6 +1,6 @@
 """Tensor cores (the TC action, `Renderer.tensor_cores`) on every device under test whose renderer advertises some
-(skipped elsewhere): fp16 and bf16 matmuls the cores can tile run as WMMAs and match torch; shapes they cannot tile,
-and TC=0, run without them and match too. On a GPU (DEV=CUDA) this is the hardware's own check of the fragment
+(skipped elsewhere): fp16 and bf16 matmuls the cores can tile (after padding, where needed) run as WMMAs and match
+torch; shapes they cannot tile, and TC=0, run without them and match too. On a GPU (DEV=CUDA) this is the hardware's own check of the fragment
 layouts the renderer declares; on MOCK+CUDA, the emulator's."""
 from __future__ import annotations
 import numpy as np
@@ -16,8 +16,10 @@ pytestmark = pytest.mark.usefixtures("device")
 TORCH_DTYPES = {dtypes.half: torch.float16, dtypes.bfloat16: torch.bfloat16}
 # (M, N, K): tiles of 16x8x16 (mma.sync m16n8k16) fit these...
 FITS = [(16, 8, 16), (64, 32, 48), (128, 64, 64), (48, 40, 80)]
-# ...and not these (M, N or K does not divide): they run without tensor cores
-REFUSED = [(24, 8, 16), (16, 12, 16), (16, 8, 24), (7, 5, 3)]
+# ...these after padding M, N or K (PADTO) to a multiple of the tile...
+PADDED = [(24, 8, 16), (16, 12, 16), (16, 8, 24), (100, 60, 72)]
+# ...and not these (padding would more than double an axis): they run without tensor cores
+REFUSED = [(7, 5, 3), (16, 8, 6)]
 
 def _cores_or_skip(dtype):
   renderer = Device[Device.DEFAULT].renderer
@@ -57,6 +59,14 @@ def test_matmul_on_tensor_cores(m, n, k, dtype):
   got, wmmas = _run(lambda x, y: x @ y, a, b, dtype=dtype)
   assert wmmas, "the matmul did not run on tensor cores"
   _close(got, _reference(lambda x, y: x @ y, a, b, dtype=dtype), dtype)
+
+@pytest.mark.parametrize("m,n,k", PADDED, ids=str)
+def test_padded_matmul_on_tensor_cores(m, n, k):
+  _cores_or_skip(dtypes.half)
+  a, b = _inputs((m, k), (k, n))
+  got, wmmas = _run(lambda x, y: x @ y, a, b, dtype=dtypes.half)
+  assert wmmas, "the matmul did not run on tensor cores"
+  _close(got, _reference(lambda x, y: x @ y, a, b, dtype=dtypes.half), dtypes.half)
 
 @pytest.mark.parametrize("m,n,k", REFUSED, ids=str)
 def test_shapes_the_cores_cannot_tile_run_without_them(m, n, k):

@@ -79,6 +79,7 @@ def test_tc_refuses_what_it_cannot_run(tensor):
   with pytest.raises(KernelOptError, match="0 way"): apply(tensor(32, 16, dtype=h).sum(1), [Opt(OptOps.TC, 0, 0)])
   with pytest.raises(KernelOptError, match="first action"):
     apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.TC, 0, 0)])
+  apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.TC, 0, 0)])   # padded: fits
   with pytest.raises(KernelOptError, match="does not exist"): apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.TC, 0, 5)])
   with pytest.raises(KernelOptError, match="tensor cores"):
     apply(tensor(32, 64, dtype=h) @ tensor(64, 8, dtype=h), [Opt(OptOps.TC, 0, 0), Opt(OptOps.GROUPTOP, 0, 2)])
@@ -114,6 +115,7 @@ TC0 = Opt(OptOps.TC, 0, 0)
   ((64, 64, 64), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2),
                   Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2)]),
   ((48, 24, 32), [TC0, Opt(OptOps.PADTO, 0, 2)]),
+  ((24, 12, 40), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.PADTO, 2, 16), TC0]),   # padded first
 ], ids=str)
 def test_emulator_runs_the_mma(mock_cuda, shape, opts):
   m, n, k = shape
