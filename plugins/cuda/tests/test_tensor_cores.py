@@ -130,3 +130,10 @@ def test_emulator_runs_the_bf16_mma(mock_cuda):
   got, src = _run(ta.matmul(tb, dtype=dtypes.float), [Opt(OptOps.TC, 0, 1), Opt(OptOps.UPCAST, 1, 2)])
   assert "tp_mma_m16n8k16_bf16_f32(" in src
   np.testing.assert_allclose(got, ta.float().numpy() @ tb.float().numpy(), rtol=1e-5, atol=1e-4)
+
+def test_debug_2_names_the_tensor_cores(mock_cuda, capsys):
+  a, b = RNG.standard_normal((32, 48)).astype(np.float16), RNG.standard_normal((48, 24)).astype(np.float16)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  with Context(DEBUG=2): got = (ta @ tb).numpy()
+  assert "tensor cores: mma_m16n8k16_f16_f32" in capsys.readouterr().out
+  np.testing.assert_allclose(got.astype(np.float32), (a.astype(np.float32) @ b.astype(np.float32)), rtol=1e-2, atol=5e-2)
