@@ -58,11 +58,12 @@ def main() -> None:
   if not torch.cuda.is_available(): _fail("torch sees no CUDA GPU")
   from tinyplug.device import Device
   if "CUDA" not in Device.available():
-    _fail("tinyplug's CUDA device is unavailable here (`tinyplug list-plugins --all` says why); this benchmark needs a GPU")
+    _fail("tinyplug's CUDA device is unavailable here (`tinyplug list-plugins --all` says why); it needs a GPU")
   n, rng = args.n, np.random.default_rng(0)
   a_np, b_np = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
   t_torch, ref, gpu = _torch(n, args.reps, a_np, b_np)
-  variants = [("tinyplug, tensor cores (TC=1)", {"TC": 1, "BEAM": 0}), ("tinyplug, no tensor cores (TC=0)", {"TC": 0, "BEAM": 0})]
+  variants = [("tinyplug, tensor cores (TC=1)", {"TC": 1, "BEAM": 0}),
+              ("tinyplug, no tensor cores (TC=0)", {"TC": 0, "BEAM": 0})]
   if args.beam: variants.append((f"tinyplug, BEAM={args.beam}", {"TC": 1, "BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}))
   flops = 2 * n ** 3
   print(f"GPU: {gpu}; fp16 matmul {n}x{n}x{n}, fp32 accumulate; best of {args.reps}, GPU time")

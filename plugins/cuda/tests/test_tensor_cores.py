@@ -51,7 +51,8 @@ def test_matmul_renders_the_mma_and_compiles(nvrtc, render, tensor, arch, dtype)
   ptx_type = "f16" if dtype == dtypes.half else "bf16"
   assert spec.applied_opts[0] == Opt(OptOps.TC, 0, 0 if dtype == dtypes.half else 1)
   assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32" in spec.src
-  call = spec.src.split("__global__")[1].split(f"tp_mma_m16n8k16_{ptx_type}_f32(")[1].split(")")[0]   # the kernel calls it
+  kernel = spec.src.split("__global__")[1]
+  call = kernel.split(f"tp_mma_m16n8k16_{ptx_type}_f32(")[1].split(")")[0]   # the kernel calls it
   assert "acc_val" in call.split(", ")[12]   # C is the accumulator (the WMMA accumulates: no ADD after it)
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
   ptx = nvrtc.compile_cuda(spec.src, arch, ptx=True).decode()
@@ -62,7 +63,8 @@ def test_sm_75_has_none(nvrtc, render, tensor):
   (spec,) = render(out, renderer=CUDARenderer("sm_75"))
   assert "mma" not in spec.src and not any(o.op is OptOps.TC for o in spec.applied_opts)
   nvrtc.compile_cuda(spec.src, "sm_75")
-  with pytest.raises(KernelOptError, match="no tensor cores"): render(out, renderer=CUDARenderer("sm_75"), opts=[Opt(OptOps.TC, 0, 0)])
+  with pytest.raises(KernelOptError, match="no tensor cores"):
+    render(out, renderer=CUDARenderer("sm_75"), opts=[Opt(OptOps.TC, 0, 0)])
 
 def _opt_graph(out: Tensor, renderer):
   (item,), _ = create_schedule([out.uop])

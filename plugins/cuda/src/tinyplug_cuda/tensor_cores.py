@@ -40,10 +40,11 @@ def tensor_cores_for(arch: str) -> tuple[TensorCore, ...]:
   return MMA_M16N8K16 if sm >= 80 else ()
 
 def mma_function(tc: TensorCore) -> str:
-  """The `__device__` function a WMMA of `tc` calls: this thread's 8 A, 4 B and 4 C elements in, its 4 D elements out."""
+  """The `__device__` function a WMMA of `tc` calls: this thread's 8 A, 4 B and 4 C elements in, its 4 of D out."""
   t, f = {dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}[tc.dtype_in], _TO_BITS[tc.dtype_in]
   ptx = _PTX_TYPE[tc.dtype_in]
-  params = ", ".join([f"{t} a{i}" for i in range(8)] + [f"{t} b{i}" for i in range(4)] + [f"float c{i}" for i in range(4)])
+  params = ", ".join([f"{t} a{i}" for i in range(8)] + [f"{t} b{i}" for i in range(4)] +
+                     [f"float c{i}" for i in range(4)])
   pack = lambda x, i: f"unsigned {x}{i}{i+1} = (unsigned){f}({x}{i}) | ((unsigned){f}({x}{i+1}) << 16);"
   packs = " ".join([pack("a", i) for i in (0, 2, 4, 6)] + [pack("b", i) for i in (0, 2)])
   asm = (f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
