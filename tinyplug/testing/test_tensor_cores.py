@@ -93,6 +93,16 @@ def test_float32_result():
   ref = (torch.from_numpy(a).half().float() @ torch.from_numpy(b).half().float()).numpy()
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
 
+def test_half_result_and_accumulator():
+  """`matmul(dtype=half)` reduces in half: a tensor core with half accumulators where the renderer has one."""
+  renderer = Device[Device.DEFAULT].renderer
+  if not any(tc.dtype_in == tc.dtype_out == dtypes.half for tc in renderer.tensor_cores):
+    pytest.skip(f"{Device.DEFAULT}'s renderer has no tensor core with half accumulators")
+  a, b = _inputs((64, 32), (32, 48), seed=2)
+  got, wmmas = _run(lambda x, y: x.matmul(y, dtype=dtypes.half), a, b, dtype=dtypes.half)
+  assert wmmas
+  _close(got, _reference(lambda x, y: x @ y, a, b, dtype=dtypes.half), dtypes.half)
+
 def test_tc_0_turns_them_off():
   _cores_or_skip(dtypes.half)
   a, b = _inputs((32, 16), (16, 32), seed=1)

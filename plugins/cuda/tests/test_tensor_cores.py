@@ -42,21 +42,24 @@ def test_advertised_from_sm_80():
   assert CUDARenderer("sm_75").tensor_cores == ()
   for arch in ("sm_80", "sm_86", "sm_90"):
     assert [(tc.dtype_in, tc.dtype_out) for tc in CUDARenderer(arch).tensor_cores] == \
-      [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32)]
+      [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.half, dtypes.half)]
 
-@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16], ids=lambda d: d.name)
+# (input dtype, result dtype of the matmul, the tensor core's index, its name, its PTX instruction)
+CORES = [(dtypes.half, dtypes.float32, 0, "mma_m16n8k16_f16_f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+         (dtypes.bfloat16, dtypes.float32, 1, "mma_m16n8k16_bf16_f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+         (dtypes.half, dtypes.half, 2, "mma_m16n8k16_f16_f16", "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16")]
+
+@pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_matmul_renders_the_mma_and_compiles(nvrtc, render, tensor, arch, dtype):
-  (spec,) = render(tensor(64, 64, dtype=dtype) @ tensor(64, 48, dtype=dtype), renderer=CUDARenderer(arch))
-  ptx_type = "f16" if dtype == dtypes.half else "bf16"
-  assert spec.applied_opts[0] == Opt(OptOps.TC, 0, 0 if dtype == dtypes.half else 1)
-  assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32" in spec.src
-  kernel = spec.src.split("__global__")[1]
-  call = kernel.split(f"tp_mma_m16n8k16_{ptx_type}_f32(")[1].split(")")[0]   # the kernel calls it
+def test_matmul_renders_the_mma_and_compiles(nvrtc, render, tensor, arch, dtype, acc, index, name, instruction):
+  out = tensor(64, 64, dtype=dtype).matmul(tensor(64, 48, dtype=dtype), dtype=acc)
+  (spec,) = render(out, renderer=CUDARenderer(arch))
+  assert spec.applied_opts[0] == Opt(OptOps.TC, 0, index)
+  assert instruction in spec.src
+  call = spec.src.split("__global__")[1].split(f"tp_{name}(")[1].split(")")[0]   # the kernel calls it
   assert "acc_val" in call.split(", ")[12]   # C is the accumulator (the WMMA accumulates: no ADD after it)
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
-  ptx = nvrtc.compile_cuda(spec.src, arch, ptx=True).decode()
-  assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32" in ptx
+  assert instruction in nvrtc.compile_cuda(spec.src, arch, ptx=True).decode()
 
 def test_sm_75_has_none(nvrtc, render, tensor):
   out = tensor(64, 32, dtype=dtypes.half) @ tensor(32, 48, dtype=dtypes.half)
@@ -144,6 +147,10 @@ def test_gpu_runs_the_same_kernels(shape, opts):
   _gpu_with_tensor_cores()
   _check_mma_kernel(shape, opts, "CUDA")
 
+def test_gpu_runs_the_f16_accumulating_mma():
+  _gpu_with_tensor_cores()
+  _check_f16_accumulating_mma("CUDA")
+
 def test_gpu_beam_searches_with_tensor_core_actions():
   """BEAM=1 on a real GPU, TC actions among its candidates: whatever it picks, the result is right (which actions win
   is a timing, not asserted; benchmarks/cuda_matmul.py --beam 2 shows it)."""
@@ -158,6 +165,16 @@ def test_gpu_beam_searches_with_tensor_core_actions():
   finally: events.unsubscribe("kernel", on_kernel)
   assert any(any(o.op is OptOps.TC for o in opts) for opts in seen)   # TC candidates were compiled and timed
   np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=0.1)
+
+def _check_f16_accumulating_mma(device: str):
+  a, b = RNG.standard_normal((32, 64)).astype(np.float16), RNG.standard_normal((64, 24)).astype(np.float16)
+  got, src = _run(Tensor(a, device=device).realize().matmul(Tensor(b, device=device).realize(), dtype=dtypes.half),
+                  [Opt(OptOps.TC, 0, 2), Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.UNROLL, 0, 2)], device)
+  assert "tp_mma_m16n8k16_f16_f16(" in src
+  # half accumulators: each K-tile's sum is rounded to half (the reference sums in float)
+  np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=5e-2)
+
+def test_emulator_runs_the_f16_accumulating_mma(mock_cuda): _check_f16_accumulating_mma("MOCK+CUDA")
 
 def test_emulator_runs_the_bf16_mma(mock_cuda):
   a, b = RNG.standard_normal((32, 48)).astype(np.float32), RNG.standard_normal((48, 16)).astype(np.float32)

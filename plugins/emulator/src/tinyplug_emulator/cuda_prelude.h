@@ -97,7 +97,7 @@ TP_VEC4(double, 16) TP_VEC2(half, 4)
 #define TP_MMA_MAX_ITEMS 1024
 static thread_local float tp_mma_a[TP_MMA_MAX_ITEMS][8], tp_mma_b[TP_MMA_MAX_ITEMS][4];
 template <typename T>
-static inline float4 tp_mma_m16n8k16(const T a[8], const T b[4], const float c[4]) {
+static inline float4 tp_mma_m16n8k16(const T a[8], const T b[4], const float c[4]) {   // D in float
   uint64_t id = tp_local_id(0) + tp_local_size(0) * (tp_local_id(1) + tp_local_size(1) * tp_local_id(2));
   uint64_t warp = id / 32 * 32, lane = id % 32;
   for (int i = 0; i < 8; i++) tp_mma_a[id][i] = (float)a[i];
@@ -126,3 +126,14 @@ static inline float4 tp_mma_m16n8k16(const T a[8], const T b[4], const float c[4
   return tp_mma_m16n8k16<T>(a, b, c); }
 TP_MMA_FN(tp_mma_m16n8k16_f16_f32, half)
 TP_MMA_FN(tp_mma_m16n8k16_bf16_f32, __nv_bfloat16)
+// f16 accumulators (.f16.f16.f16.f16): the sum in float, D rounded to half once. The result type is the kernel's
+// half4 (its prelude defines the struct after this header): a template instantiated where the kernel calls it.
+template <typename H4>
+static inline H4 tp_mma_m16n8k16_f16acc(half a0, half a1, half a2, half a3, half a4, half a5, half a6, half a7, half b0,
+                                         half b1, half b2, half b3, half c0, half c1, half c2, half c3) {
+  const half a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, b[4] = {b0, b1, b2, b3};
+  const float c[4] = {(float)c0, (float)c1, (float)c2, (float)c3};
+  float4 d = tp_mma_m16n8k16<half>(a, b, c);
+  return H4{(half)d.x, (half)d.y, (half)d.z, (half)d.w};
+}
+#define tp_mma_m16n8k16_f16_f16(...) tp_mma_m16n8k16_f16acc<half4>(__VA_ARGS__)
