@@ -6,8 +6,8 @@ outer axis of n/amt and an inner one of amt, and give the inner one a kind: upca
 code), local/group (GPU work-group), loop (SPLIT: a plain loop, innermost), thread (THREAD: the outermost loop, one
 share per CPU thread). SWAP exchanges the places of two loop axes; PADTO rounds an axis up to a multiple of amt and
 masks the extra iterations. Loops run in the order of their axis ids, so SWAP, SPLIT and THREAD decide loop order.
-TC (first, or after PADTOs only, on a GPU renderer with `tensor_cores`) runs a matmul's reduction on a tensor core (codegen/tensor_cores.py):
-its axis picks one of the kernel's (A, B, M, N, K) assignments, its arg the renderer's tensor core (index)."""
+TC (first, or after PADTOs only, on a GPU renderer with `tensor_cores`) runs a matmul's reduction on a tensor core
+(codegen/tensor_cores.py): its axis picks one of the kernel's (A, B, M, N, K) assignments, its arg the tensor core."""
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -103,7 +103,8 @@ class Kernel:
     if not TC: raise KernelOptError(f"{opt}: tensor cores are off (TC=0)")
     cores = tuple(self.renderer.tensor_cores) if self.renderer is not None else ()
     if not cores or not self.renderer.uses_work_groups: raise KernelOptError(f"{opt}: the renderer has no tensor cores")
-    if any(o.op is not OptOps.PADTO for o in self.applied_opts) or any(r.arg[1] not in ("loop", "reduce") for r in self.ranges):
+    if any(o.op is not OptOps.PADTO for o in self.applied_opts) or \
+       any(r.arg[1] not in ("loop", "reduce") for r in self.ranges):
       raise KernelOptError(f"{opt}: TC must be the first action (after PADTOs)")
     if not isinstance(opt.arg, int) or not 0 <= opt.arg < len(cores):
       raise KernelOptError(f"{opt}: tensor core {opt.arg} does not exist; the renderer has {len(cores)}")

@@ -45,9 +45,10 @@ def test_advertised_from_sm_80():
       [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.half, dtypes.half)]
 
 # (input dtype, result dtype of the matmul, the tensor core's index, its name, its PTX instruction)
-CORES = [(dtypes.half, dtypes.float32, 0, "mma_m16n8k16_f16_f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
-         (dtypes.bfloat16, dtypes.float32, 1, "mma_m16n8k16_bf16_f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
-         (dtypes.half, dtypes.half, 2, "mma_m16n8k16_f16_f16", "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16")]
+MMA = "mma.sync.aligned.m16n8k16.row.col"
+CORES = [(dtypes.half, dtypes.float32, 0, "mma_m16n8k16_f16_f32", f"{MMA}.f32.f16.f16.f32"),
+         (dtypes.bfloat16, dtypes.float32, 1, "mma_m16n8k16_bf16_f32", f"{MMA}.f32.bf16.bf16.f32"),
+         (dtypes.half, dtypes.half, 2, "mma_m16n8k16_f16_f16", f"{MMA}.f16.f16.f16.f16")]
 
 @pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -79,12 +80,13 @@ def test_tc_refuses_what_it_cannot_run(tensor):
   def apply(out, opts):
     k = Kernel(_opt_graph(out, r), r)
     for o in opts: k.apply_opt(o)
-  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.TC, 0, 0)])
-  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(32, 16) @ tensor(16, 8), [Opt(OptOps.TC, 0, 0)])   # float32
+  tc = [Opt(OptOps.TC, 0, 0)]
+  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), tc)
+  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(32, 16) @ tensor(16, 8), tc)   # float32
   with pytest.raises(KernelOptError, match="0 way"): apply(tensor(32, 16, dtype=h).sum(1), [Opt(OptOps.TC, 0, 0)])
   with pytest.raises(KernelOptError, match="first action"):
     apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.TC, 0, 0)])
-  apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.TC, 0, 0)])   # padded: fits
+  apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.PADTO, 0, 16), *tc])   # padded: fits
   with pytest.raises(KernelOptError, match="does not exist"): apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.TC, 0, 5)])
   with pytest.raises(KernelOptError, match="tensor cores"):
     apply(tensor(32, 64, dtype=h) @ tensor(64, 8, dtype=h), [Opt(OptOps.TC, 0, 0), Opt(OptOps.GROUPTOP, 0, 2)])

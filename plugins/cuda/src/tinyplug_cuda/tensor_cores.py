@@ -34,7 +34,8 @@ def mma_m16n8k16(dtype_in: DType, dtype_out: DType = dtypes.float32) -> TensorCo
                      tuple(((i & 1) + 8 * (i >> 1), 0) for i in range(4)),
                      tuple((8 * (i >> 1), i & 1) for i in range(4))))
 
-MMA_M16N8K16 = (mma_m16n8k16(dtypes.float16), mma_m16n8k16(dtypes.bfloat16), mma_m16n8k16(dtypes.float16, dtypes.float16))
+MMA_M16N8K16 = (mma_m16n8k16(dtypes.float16), mma_m16n8k16(dtypes.bfloat16),
+                mma_m16n8k16(dtypes.float16, dtypes.float16))
 
 def tensor_cores_for(arch: str) -> tuple[TensorCore, ...]:
   """The tensor cores of GPU architecture `arch` ("sm_80"): the m16n8k16 ones from sm_80 (Ampere) on."""
@@ -48,7 +49,8 @@ def mma_function(tc: TensorCore) -> str:
   t, f = {dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}[tc.dtype_in], _TO_BITS[tc.dtype_in]
   ptx, half_acc = _PTX_TYPE[tc.dtype_in], tc.dtype_out == dtypes.float16
   ct = "half" if half_acc else "float"
-  params = ", ".join([f"{t} a{i}" for i in range(8)] + [f"{t} b{i}" for i in range(4)] + [f"{ct} c{i}" for i in range(4)])
+  params = ", ".join([f"{t} a{i}" for i in range(8)] + [f"{t} b{i}" for i in range(4)] +
+                     [f"{ct} c{i}" for i in range(4)])
   pack = lambda x, i, f=f: f"unsigned {x}{i}{i+1} = (unsigned){f}({x}{i}) | ((unsigned){f}({x}{i+1}) << 16);"
   packs = [pack("a", i) for i in (0, 2, 4, 6)] + [pack("b", i) for i in (0, 2)]
   ab = '"r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b01), "r"(b23)'
