@@ -4,7 +4,7 @@ the instruction); the emulator runs them (every lane's fragments through scratch
 every work-item order; BEAM tries TC actions, TC=0 never. The values on a GPU: tinyplug/testing/test_tensor_cores.py
 (DEV=CUDA, run by `pytest --pyargs tinyplug.testing` on a machine with one)."""
 from __future__ import annotations
-import dataclasses
+import dataclasses, re
 import numpy as np
 import pytest
 from tinyplug import Tensor, dtypes
@@ -61,6 +61,13 @@ def test_matmul_renders_the_mma_and_compiles(nvrtc, render, tensor, arch, dtype,
   assert "acc_val" in call.split(", ")[12]   # C is the accumulator (the WMMA accumulates: no ADD after it)
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
   assert instruction in nvrtc.compile_cuda(spec.src, arch, ptx=True).decode()
+
+def test_a_fully_unrolled_k_chains_the_wmmas(render, tensor):
+  (spec,) = render(tensor(32, 32, dtype=dtypes.half) @ tensor(32, 16, dtype=dtypes.half), renderer=CUDARenderer("sm_80"),
+                   opts=[Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 2)])
+  first, second = [c.split(")")[0].split(", ")[12:] for c in spec.src.split("__global__")[1].split("tp_mma_m16n8k16_f16_f32(")[1:]]
+  assert first == ["0.0f"] * 4 and all(c.startswith("alu") for c in second)
+  assert not re.search(r"float \w+ = \(\w+\+\w+\)", spec.src)   # no float ADD: the tensor core sums
 
 def test_sm_75_has_none(nvrtc, render, tensor):
   out = tensor(64, 32, dtype=dtypes.half) @ tensor(32, 48, dtype=dtypes.half)
@@ -122,6 +129,7 @@ EMULATED_KERNELS = [
   ((64, 64, 64), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2),
                   Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2)]),
   ((48, 24, 32), [TC0, Opt(OptOps.PADTO, 0, 2)]),
+  ((32, 16, 32), [TC0, Opt(OptOps.UNROLL, 0, 2)]),   # K fully unrolled: the two WMMAs chain D into C
   ((24, 12, 40), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.PADTO, 2, 16), TC0]),   # padded first
 ]
 
