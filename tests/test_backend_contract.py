@@ -38,9 +38,16 @@ def test_tensor_core_layout_is_data_and_checked():
   tc = _toy_core()
   tc.check()
   assert tc.elements == (2, 2, 2) and tc.position(0, 1, 1) == (1, 1) and tc.position(1, 1, 0) == (0, 1)
-  with pytest.raises(ValueError, match="matrix C do not cover"):
+  with pytest.raises(ValueError, match="matrix C do not cover its 2x2 elements once"):
     _toy_core(element_offsets=(((0, 0), (0, 1)), ((0, 0), (1, 0)), ((0, 0), (0, 0)))).check()
-  with pytest.raises(ValueError, match="needs 1 lane steps and 2 elements"): _toy_core(lane_bits=((), ((0, 1),), ((0, 1),))).check()
+  with pytest.raises(ValueError, match="needs 1 lane steps"): _toy_core(lane_bits=((), ((0, 1),), ((0, 1),))).check()
+  # A in both lanes (a lane bit that steps nothing, as RDNA3's WMMA wants it): even, so fine; uneven is refused
+  both = _toy_core(lane_bits=(((0, 0),), ((0, 1),), ((0, 1),)), element_offsets=(((0, 0), (0, 1), (1, 0), (1, 1)),
+                                                                                   ((0, 0), (1, 0)), ((0, 0), (1, 0))))
+  both.check()
+  assert both.elements == (4, 2, 2)
+  with pytest.raises(ValueError, match="matrix A do not cover its 2x2 elements evenly"):
+    _toy_core(element_offsets=(((0, 0), (0, 0)), ((0, 0), (1, 0)), ((0, 0), (1, 0)))).check()
 
 def test_every_device_reuses_big_blocks(device):
   # LRU applies to every device: the core's cache sits in front of each plugin's allocator

@@ -119,7 +119,8 @@ class TensorCore:
   `element_offsets[m][i]` the (row, col) of its element i in lane 0; so element i of lane l is at
   `element_offsets[m][i] + sum of lane_bits[m][j] over the bits j set in l` (m: 0 = A, 1 = B, 2 = C/D). Rows and
   columns are those of the matrix itself: A's are (m, k), B's (k, n), C's (m, n). `check()` proves the map covers
-  each matrix exactly once.
+  C/D exactly once, and A and B wholly, each element as often as every other (some instructions, RDNA3's WMMA, want
+  A and B in two halves of the wave both: a lane bit that steps nothing).
 
   The TC action emits `UOp(Ops.WMMA, dtype_out.vec(c), (*a, *b, *c), arg=name)`: the renderer turns it into the
   instruction (each thread passes its own elements and gets its elements of D back)."""
@@ -134,8 +135,8 @@ class TensorCore:
   @property
   def elements(self) -> tuple[int, int, int]:
     """Values each thread holds of A, B and C/D."""
-    m, n, k = self.dims
-    return (m * k // self.threads, k * n // self.threads, m * n // self.threads)
+    a, b, c = (len(offsets) for offsets in self.element_offsets)
+    return (a, b, c)
 
   def shapes(self) -> tuple[tuple[int, int], ...]:
     m, n, k = self.dims
@@ -149,14 +150,17 @@ class TensorCore:
     return row, col
 
   def check(self) -> None:
-    """Raise ValueError unless every matrix's fragments cover it exactly once."""
+    """Raise ValueError unless the fragments cover C/D exactly once and A and B evenly (see the class docstring)."""
+    from collections import Counter
     if self.threads & (self.threads - 1): raise ValueError(f"{self.name}: {self.threads} threads is not a power of two")
     for m, ((rows, cols), count) in enumerate(zip(self.shapes(), self.elements)):
-      if len(self.lane_bits[m]) != self.threads.bit_length() - 1 or len(self.element_offsets[m]) != count:
-        raise ValueError(f"{self.name}: matrix {'ABC'[m]} needs {self.threads.bit_length() - 1} lane steps and {count} elements")
-      seen = {self.position(m, lane, i) for lane in range(self.threads) for i in range(count)}
-      if seen != {(r, c) for r in range(rows) for c in range(cols)}:
-        raise ValueError(f"{self.name}: the fragments of matrix {'ABC'[m]} do not cover its {rows}x{cols} elements once each")
+      if len(self.lane_bits[m]) != self.threads.bit_length() - 1:
+        raise ValueError(f"{self.name}: matrix {'ABC'[m]} needs {self.threads.bit_length() - 1} lane steps")
+      seen = Counter(self.position(m, lane, i) for lane in range(self.threads) for i in range(count))
+      copies = set(seen.values())
+      if set(seen) != {(r, c) for r in range(rows) for c in range(cols)} or len(copies) != 1 or (m == 2 and copies != {1}):
+        how = "once" if m == 2 else "evenly"
+        raise ValueError(f"{self.name}: the fragments of matrix {'ABC'[m]} do not cover its {rows}x{cols} elements {how}")
 
 class Renderer:
   """Turns a linear program (docs/architecture.md §4) into source text for one target.
