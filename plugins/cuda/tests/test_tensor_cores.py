@@ -161,20 +161,28 @@ def test_gpu_runs_the_f16_accumulating_mma():
   _gpu_with_tensor_cores()
   _check_f16_accumulating_mma("CUDA")
 
-def test_gpu_beam_searches_with_tensor_core_actions():
-  """BEAM=1 on a real GPU, TC actions among its candidates: whatever it picks, the result is right (which actions win
-  is a timing, not asserted; benchmarks/cuda_matmul.py --beam 2 shows it)."""
-  _gpu_with_tensor_cores()
-  a, b = RNG.standard_normal((256, 256)).astype(np.float16), RNG.standard_normal((256, 256)).astype(np.float16)
+def _check_beam_with_tensor_cores(device: str, n: int):
+  a, b = RNG.standard_normal((n, n)).astype(np.float16), RNG.standard_normal((n, n // 2)).astype(np.float16)
+  ta, tb = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
   seen = []
   from tinyplug import events
   def on_kernel(e): seen.append(e["opts"])
   events.subscribe("kernel", on_kernel)
   try:
-    with Context(BEAM=1, IGNORE_BEAM_CACHE=1): got = (Tensor(a, device="CUDA") @ Tensor(b, device="CUDA")).numpy()
+    with Context(BEAM=1, IGNORE_BEAM_CACHE=1): got = (ta @ tb).numpy()
   finally: events.unsubscribe("kernel", on_kernel)
   assert any(any(o.op is OptOps.TC for o in opts) for opts in seen)   # TC candidates were compiled and timed
   np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=0.1)
+
+def test_emulator_beam_searches_with_tensor_core_actions(mock_cuda):
+  """BEAM=1 times TC candidates like any other (timed on the emulator: which one wins is not asserted)."""
+  _check_beam_with_tensor_cores("MOCK+CUDA", 16)
+
+def test_gpu_beam_searches_with_tensor_core_actions():
+  """BEAM=1 on a real GPU, TC actions among its candidates: whatever it picks, the result is right (which actions win
+  is a timing, not asserted; benchmarks/cuda_matmul.py --beam 2 shows it)."""
+  _gpu_with_tensor_cores()
+  _check_beam_with_tensor_cores("CUDA", 256)
 
 def _check_f16_accumulating_mma(device: str):
   a, b = RNG.standard_normal((32, 64)).astype(np.float16), RNG.standard_normal((64, 24)).astype(np.float16)
