@@ -150,8 +150,15 @@ class _Linearizer:
     for r in reversed(loops): self.close_loop(r)
     return self.out
 
-def _sum_terms(u: UOp) -> list[UOp]:
-  return _sum_terms(u.src[0]) + _sum_terms(u.src[1]) if u.op is Ops.ADD else [u]
+def _wmma_terms(u: UOp) -> list[UOp] | None:
+  """The terms of a sum of WMMA elements (GEPs of WMMAs, added in any tree), or None when another term is in it."""
+  terms, stack = [], [u]
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.ADD: stack += [x.src[1], x.src[0]]
+    elif x.op is Ops.GEP and x.src[0].op is Ops.WMMA: terms.append(x)
+    else: return None
+  return terms
 
 def _wmma_chains(group: list[UOp]) -> list[tuple[list[UOp], tuple[UOp, ...]]]:
   """ADD reductions of a group whose values are sums of elements of WMMAs from a zero C (what the TC action makes), as
@@ -160,8 +167,8 @@ def _wmma_chains(group: list[UOp]) -> list[tuple[list[UOp], tuple[UOp, ...]]]:
   feeds: dict[UOp, list] = {}
   for x in group:
     if x.arg is not Ops.ADD: continue
-    terms = _sum_terms(x.src[0])
-    if not all(t.op is Ops.GEP and t.src[0].op is Ops.WMMA and t.dtype == x.dtype for t in terms): continue
+    terms = _wmma_terms(x.src[0])
+    if terms is None or any(t.dtype != x.dtype for t in terms): continue
     for t in terms:
       w, (e,) = t.src[0], t.arg
       slots = feeds.setdefault(w, [None] * w.dtype.count)
