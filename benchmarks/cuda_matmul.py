@@ -16,19 +16,19 @@ def _fail(why: str) -> None:
   print(f"cuda_matmul: {why}", file=sys.stderr)
   sys.exit(2)
 
-def _tinyplug_kernel(n: int, settings: dict, reps: int, a_np, b_np):
+def _tinyplug_kernel(n: int, settings: dict, reps: int, a_np, b_np, device: str = "CUDA"):
   """(best GPU seconds, the kernel's actions, seconds to search+compile, result) of one fp16 matmul kernel."""
   from tinyplug import Tensor, dtypes
   from tinyplug.engine.realize import get_runner
   from tinyplug.helpers import Context
   from tinyplug.schedule import create_schedule
-  a = Tensor(a_np, device="CUDA").cast(dtypes.half).realize()
-  b = Tensor(b_np, device="CUDA").cast(dtypes.half).realize()
+  a = Tensor(a_np, device=device).cast(dtypes.half).realize()
+  b = Tensor(b_np, device=device).cast(dtypes.half).realize()
   out = a.matmul(b)
   (item,), _ = create_schedule([out.uop])
   with Context(**settings):
     st = time.perf_counter()
-    runner = get_runner("CUDA", item.ast)
+    runner = get_runner(device, item.ast)
     build = time.perf_counter() - st
   bufs = [buf.ensure_allocated() for buf in item.bufs]
   times = [runner(bufs, {}, wait=True) for _ in range(reps + 1)][1:]
