@@ -4,7 +4,7 @@ import pathlib, re
 import numpy as np
 import pytest
 from tinyplug.backend import (LAUNCH_MODELS, Allocator, Compiled, Compiler, ProgramSpec, Renderer, ReuseAllocator,
-                              loop_work, shareable_loop)
+                              TensorCore, loop_work, shareable_loop)
 from tinyplug.device import Device
 from tinyplug.hookspecs.search import SearchStrategy, check_strategy
 from tinyplug.uop import Ops, UOp, dtypes
@@ -22,6 +22,32 @@ def test_each_device_holds_to_the_contract(device):
   assert isinstance(dts, list) and dtypes.float32 in dts and all(isinstance(d, DType) for d in dts)
   assert all(dt in dts and all(isinstance(w, int) and w > 1 for w in ws) for dt, ws in r.vector_widths.items())
   if r.has_shared: assert r.has_local and r.launch != "loops"
+  cores = tuple(r.tensor_cores)
+  assert all(isinstance(tc, TensorCore) for tc in cores) and len({tc.name for tc in cores}) == len(cores)
+  for tc in cores:
+    tc.check()   # its fragments cover A, B and C/D once each
+    assert r.uses_work_groups and tc.dtype_in in dts and tc.dtype_out in dts
+
+def _toy_core(**change) -> TensorCore:
+  # 2x2x2 on 2 threads: lane l holds row l of A, column l of B and of C/D
+  fields = dict(name="toy", dims=(2, 2, 2), dtype_in=dtypes.half, dtype_out=dtypes.float32, threads=2,
+                lane_bits=(((1, 0),), ((0, 1),), ((0, 1),)), element_offsets=(((0, 0), (0, 1)), ((0, 0), (1, 0)), ((0, 0), (1, 0))))
+  return TensorCore(**{**fields, **change})
+
+def test_tensor_core_layout_is_data_and_checked():
+  tc = _toy_core()
+  tc.check()
+  assert tc.elements == (2, 2, 2) and tc.position(0, 1, 1) == (1, 1) and tc.position(1, 1, 0) == (0, 1)
+  with pytest.raises(ValueError, match="matrix C do not cover its 2x2 elements once"):
+    _toy_core(element_offsets=(((0, 0), (0, 1)), ((0, 0), (1, 0)), ((0, 0), (0, 0)))).check()
+  with pytest.raises(ValueError, match="needs 1 lane steps"): _toy_core(lane_bits=((), ((0, 1),), ((0, 1),))).check()
+  # A in both lanes (a lane bit that steps nothing, as RDNA3's WMMA wants it): even, so fine; uneven is refused
+  both = _toy_core(lane_bits=(((0, 0),), ((0, 1),), ((0, 1),)), element_offsets=(((0, 0), (0, 1), (1, 0), (1, 1)),
+                                                                                   ((0, 0), (1, 0)), ((0, 0), (1, 0))))
+  both.check()
+  assert both.elements == (4, 2, 2)
+  with pytest.raises(ValueError, match="matrix A do not cover its 2x2 elements evenly"):
+    _toy_core(element_offsets=(((0, 0), (0, 0)), ((0, 0), (1, 0)), ((0, 0), (1, 0)))).check()
 
 def test_every_device_reuses_big_blocks(device):
   # LRU applies to every device: the core's cache sits in front of each plugin's allocator

@@ -100,3 +100,12 @@ def test_spec_checks_each_step_and_blames_the_pass(plugin_site):
     get_program(_ast(), Device["PYTHON"].renderer)
   with Context(SPEC=1), pytest.raises(SpecError, match=r"after final"):   # SPEC=1: the next core stage reports it
     get_program(_ast(), Device["PYTHON"].renderer)
+
+def test_spec_checks_a_wmma_has_its_accumulator_operands():
+  from tinyplug.codegen.spec import SpecError, verify
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
+  h, f = UOp.const(dtypes.half, 1.0), UOp.const(dtypes.float, 0.0)
+  verify(UOp(Ops.WMMA, dtypes.float.vec(4), (h,) * 12 + (f,) * 4, "toy"), "test")
+  with pytest.raises(SpecError, match="4 C elements of dtypes.float"):
+    verify(UOp(Ops.WMMA, dtypes.float.vec(4), (h,) * 16, "toy"), "test")

@@ -22,7 +22,7 @@ from tinyplug.helpers import ContextVar
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
-__all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "Compiler", "Program", "ProgramSpec", "Compiled",
+__all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "TensorCore", "Compiler", "Program", "ProgramSpec", "Compiled",
            "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work"]
 
 LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
@@ -109,6 +109,59 @@ def _all_scalar_dtypes() -> list[DType]:
   return [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
           dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 
+@dataclass(frozen=True)
+class TensorCore:
+  """A matrix multiply-accumulate instruction that `threads` threads (a warp, a wave) run together:
+  D (M x N, `dtype_out`) = A (M x K, `dtype_in`) @ B (K x N, `dtype_in`) + C (M x N, `dtype_out`).
+
+  Each thread holds a fragment of every matrix: `elements` (a, b, c) values of A, B and C/D. Where a value lives is
+  given as data, per matrix: `lane_bits[m][j]` is the (row, col) step that bit j of the thread's lane number adds, and
+  `element_offsets[m][i]` the (row, col) of its element i in lane 0; so element i of lane l is at
+  `element_offsets[m][i] + sum of lane_bits[m][j] over the bits j set in l` (m: 0 = A, 1 = B, 2 = C/D). Rows and
+  columns are those of the matrix itself: A's are (m, k), B's (k, n), C's (m, n). `check()` proves the map covers
+  C/D exactly once, and A and B wholly, each element as often as every other (some instructions, RDNA3's WMMA, want
+  A and B in two halves of the wave both: a lane bit that steps nothing).
+
+  The TC action emits `UOp(Ops.WMMA, dtype_out.vec(c), (*a, *b, *c), arg=name)`: the renderer turns it into the
+  instruction (each thread passes its own elements and gets its elements of D back)."""
+  name: str                          # unique among the renderer's tensor cores: the WMMA op's arg
+  dims: tuple[int, int, int]         # M, N, K
+  dtype_in: DType
+  dtype_out: DType
+  threads: int                       # lanes that run one instruction together
+  lane_bits: tuple[tuple[tuple[int, int], ...], ...]          # [matrix][bit] -> (row, col) step
+  element_offsets: tuple[tuple[tuple[int, int], ...], ...]    # [matrix][element] -> (row, col) in lane 0
+
+  @property
+  def elements(self) -> tuple[int, int, int]:
+    """Values each thread holds of A, B and C/D."""
+    a, b, c = (len(offsets) for offsets in self.element_offsets)
+    return (a, b, c)
+
+  def shapes(self) -> tuple[tuple[int, int], ...]:
+    m, n, k = self.dims
+    return ((m, k), (k, n), (m, n))
+
+  def position(self, matrix: int, lane: int, element: int) -> tuple[int, int]:
+    """(row, col) of `element` of `lane`'s fragment of `matrix` (0 = A, 1 = B, 2 = C/D)."""
+    row, col = self.element_offsets[matrix][element]
+    for j, (dr, dc) in enumerate(self.lane_bits[matrix]):
+      if lane >> j & 1: row, col = row + dr, col + dc
+    return row, col
+
+  def check(self) -> None:
+    """Raise ValueError unless the fragments cover C/D exactly once and A and B evenly (see the class docstring)."""
+    from collections import Counter
+    if self.threads & (self.threads - 1): raise ValueError(f"{self.name}: {self.threads} threads is not a power of two")
+    for m, ((rows, cols), count) in enumerate(zip(self.shapes(), self.elements)):
+      if len(self.lane_bits[m]) != self.threads.bit_length() - 1:
+        raise ValueError(f"{self.name}: matrix {'ABC'[m]} needs {self.threads.bit_length() - 1} lane steps")
+      seen = Counter(self.position(m, lane, i) for lane in range(self.threads) for i in range(count))
+      copies = set(seen.values())
+      if set(seen) != {(r, c) for r in range(rows) for c in range(cols)} or len(copies) != 1 or (m == 2 and copies != {1}):
+        how = "once" if m == 2 else "evenly"
+        raise ValueError(f"{self.name}: the fragments of matrix {'ABC'[m]} do not cover its {rows}x{cols} elements {how}")
+
 class Renderer:
   """Turns a linear program (docs/architecture.md §4) into source text for one target.
 
@@ -128,7 +181,7 @@ class Renderer:
   native_ops: frozenset[Ops] | None = None    # ALU ops it renders; others are decomposed first (None: every op)
   vector_widths: Mapping[DType, tuple[int, ...]] = {}   # vector widths per scalar dtype, widest first ({}: scalars)
   vector_alu: bool = True          # False: vectors only carry loads and stores; math runs per lane (SIMT GPUs)
-  tensor_cores: tuple = ()         # matrix-multiply units the optimiser may target (none are used yet)
+  tensor_cores: tuple[TensorCore, ...] = ()   # matrix-multiply instructions the TC action may use (see TensorCore)
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
 
   def supported_dtypes(self) -> list[DType]:

@@ -169,6 +169,8 @@ class Context(contextlib.ContextDecorator):
 DEBUG = ContextVar("DEBUG", 0, "verbosity: 1 kernel count and time per realize, 2 one line per kernel, "
                                "3 applied optimisations, 4 generated code")
 NOOPT = ContextVar("NOOPT", 0, "1 disables kernel optimisations (upcast/unroll/local/group); baseline code")
+TC = ContextVar("TC", 1, "tensor cores: 1 lets the heuristic and search turn matmuls into the renderer's matrix-multiply "
+               "instructions (`Renderer.tensor_cores`, the TC action); 0 never uses them")
 BEAM = ContextVar("BEAM", 0, "kernel autotuning: width/budget of the search strategy picked by SEARCH; 0 is off")
 SEARCH = ContextVar("SEARCH", "beam", "name of the search strategy used when BEAM>0")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1 re-runs the search even when a cached result exists")

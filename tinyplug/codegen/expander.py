@@ -31,6 +31,20 @@ def balanced_tree(op: Ops, vals: list[UOp]) -> UOp:
     vals = [UOp(op, vals[i].dtype, (vals[i], vals[i + 1])) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
   return vals[0]
 
+def wmma_chain(copies: list[UOp]) -> UOp | None:
+  """A fully unrolled sum of element e of WMMAs from a zero C (a tensor-core reduction with no loop left): the WMMAs
+  accumulate one into the next (each one's D is the next one's C), instead of ADDs of their results. Every element's
+  sum builds the same chain (UOps are hash-consed), so each WMMA runs once. None where the copies are not so."""
+  if len(copies) < 2 or not all(c.op is Ops.GEP and c.src[0].op is Ops.WMMA for c in copies): return None
+  (e,), n_c = copies[0].arg, copies[0].src[0].dtype.count
+  if any(c.arg != (e,) or any(x.op is not Ops.CONST or x.arg != 0 for x in c.src[0].src[-n_c:]) for c in copies): return None
+  acc = list(copies[0].src[0].src[-n_c:])
+  for c in copies:
+    w = c.src[0]
+    d = UOp(Ops.WMMA, w.dtype, (*w.src[:-n_c], *acc), w.arg)
+    acc = [UOp(Ops.GEP, w.dtype.scalar(), (d,), (i,)) for i in range(n_c)]
+  return acc[e]
+
 def expand_unrolls(sink: UOp) -> UOp:
   memo: dict[UOp, UOp] = {}
   for u in sink.toposort():
@@ -39,7 +53,11 @@ def expand_unrolls(sink: UOp) -> UOp:
     if new.op is Ops.REDUCE and any(r.arg[1] == "unroll" for r in new.src[1:]):
       unrolled = [r for r in new.src[1:] if r.arg[1] == "unroll"]
       rest = tuple(r for r in new.src[1:] if r.arg[1] != "unroll")
-      body = balanced_tree(new.arg, lane_copies(new.src[0], unrolled))
+      copies = lane_copies(new.src[0], unrolled)
+      body = None
+      if new.arg is Ops.ADD and all(r.src[0].op is Ops.CONST and r.src[0].arg == 1 for r in rest):   # no loop left
+        if (body := wmma_chain(lane_copies(new.src[0], unrolled + list(rest)))) is not None: rest = ()
+      if body is None: body = balanced_tree(new.arg, copies)
       new = UOp(Ops.REDUCE, new.dtype, (body, *rest), new.arg) if rest else body
     if new is not u: memo[u] = new
   return memo.get(sink, sink)

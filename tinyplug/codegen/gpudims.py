@@ -3,7 +3,7 @@ from __future__ import annotations
 from tinyplug.uop.ops import Ops, UOp
 
 def loop_ranges(sink: UOp) -> list[UOp]:
-  return sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in ("loop", "global", "local")),
+  return sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] in ("loop", "global", "local", "warp")),
                 key=lambda r: r.arg)
 
 def _dims(sizes: list[int], max_dims: int) -> list[int]:
@@ -15,8 +15,9 @@ def add_gpudims(sink: UOp, max_global: tuple[int, ...] | None = None) -> tuple[U
   """Replace loop RANGEs by SPECIAL ids. Returns the new sink, the global size (in groups) and the local size."""
   # a loop that runs to a variable's value stays a loop in each thread: the launch size is fixed when compiling
   loops = [r for r in loop_ranges(sink) if r.src[0].op is Ops.CONST]
-  glob = [r for r in loops if r.arg[1] != "local"]
-  loc = [r for r in loops if r.arg[1] == "local"]
+  glob = [r for r in loops if r.arg[1] not in ("local", "warp")]
+  # a tensor core's lanes ("warp", from the TC action) are the fastest local id: its threads are one warp
+  loc = [r for r in loops if r.arg[1] == "local"] + [r for r in loops if r.arg[1] == "warp"]
   if not loops: return sink, (1, 1, 1), (1, 1, 1)
   subs: dict[UOp, UOp] = {}
   gsize = _assign(glob, "gidx", subs, len(max_global) if max_global else 3)

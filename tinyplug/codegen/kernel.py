@@ -5,7 +5,9 @@ from the first reduce axis, PADTO counts loop axes then reduce axes. Most action
 outer axis of n/amt and an inner one of amt, and give the inner one a kind: upcast/unroll (expanded into straight-line
 code), local/group (GPU work-group), loop (SPLIT: a plain loop, innermost), thread (THREAD: the outermost loop, one
 share per CPU thread). SWAP exchanges the places of two loop axes; PADTO rounds an axis up to a multiple of amt and
-masks the extra iterations. Loops run in the order of their axis ids, so SWAP, SPLIT and THREAD decide loop order."""
+masks the extra iterations. Loops run in the order of their axis ids, so SWAP, SPLIT and THREAD decide loop order.
+TC (first, or after PADTOs only, on a GPU renderer with `tensor_cores`) runs a matmul's reduction on a tensor core
+(codegen/tensor_cores.py): its axis picks one of the kernel's (A, B, M, N, K) assignments, its arg the tensor core."""
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -14,7 +16,7 @@ from tinyplug.uop.ops import Ops, UOp
 
 class OptOps(Enum):
   UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); THREAD = auto(); NOLOCALS = auto()
-  SPLIT = auto(); SWAP = auto(); PADTO = auto()
+  SPLIT = auto(); SWAP = auto(); PADTO = auto(); TC = auto()
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True, order=True)
@@ -82,10 +84,11 @@ class Kernel:
   def apply_opt(self, opt: Opt) -> None:
     if not isinstance(opt.op, OptOps): raise KernelOptError(f"{opt}: not an optimisation action")
     if opt.op is OptOps.NOLOCALS:
-      if any(r.arg[1] in ("local", "group") for r in self.ranges): raise KernelOptError("NOLOCALS after locals")
+      if any(r.arg[1] in ("local", "group", "warp") for r in self.ranges): raise KernelOptError("NOLOCALS after locals")
       self.dont_use_locals = True
     elif opt.op is OptOps.SWAP: self.sink = self._swap(opt)
     elif opt.op is OptOps.PADTO: self.sink = self._padto(opt)
+    elif opt.op is OptOps.TC: self.sink = self._tensor_core(opt)
     else: self._split(opt)
     self.applied_opts.append(opt)
 
@@ -93,6 +96,24 @@ class Kernel:
     a, b = self.axis_for(opt), self.axis_for(opt, opt.arg)
     if a is b: raise KernelOptError(f"{opt}: swaps axis {opt.axis} with itself")
     return replace_nodes(self.sink, {a: _with_id(a, b.arg[0]), b: _with_id(b, a.arg[0])})
+
+  def _tensor_core(self, opt: Opt) -> UOp:
+    from tinyplug.codegen.tensor_cores import apply_tensor_core, tc_matches
+    from tinyplug.helpers import TC
+    if not TC: raise KernelOptError(f"{opt}: tensor cores are off (TC=0)")
+    cores = tuple(self.renderer.tensor_cores) if self.renderer is not None else ()
+    if not cores or not self.renderer.uses_work_groups: raise KernelOptError(f"{opt}: the renderer has no tensor cores")
+    if any(o.op is not OptOps.PADTO for o in self.applied_opts) or \
+       any(r.arg[1] not in ("loop", "reduce") for r in self.ranges):
+      raise KernelOptError(f"{opt}: TC must be the first action (after PADTOs)")
+    if not isinstance(opt.arg, int) or not 0 <= opt.arg < len(cores):
+      raise KernelOptError(f"{opt}: tensor core {opt.arg} does not exist; the renderer has {len(cores)}")
+    tc = cores[opt.arg]
+    if tc.threads > max(self.renderer.local_max or (1024,)): raise KernelOptError(f"{opt}: work-groups are too small")
+    matches = tc_matches(self.sink, tc)
+    if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(matches):
+      raise KernelOptError(f"{opt}: the kernel has {len(matches)} way(s) to run on {tc.name}")
+    return apply_tensor_core(self.sink, tc, matches[opt.axis])
 
   def _padto(self, opt: Opt) -> UOp:
     r = self.axis_for(opt)
@@ -114,9 +135,11 @@ class Kernel:
         raise KernelOptError(f"{opt}: the renderer has no work-groups")
       if opt.op in (OptOps.GROUP, OptOps.GROUPTOP) and (self.renderer is None or not self.renderer.has_shared):
         raise KernelOptError(f"{opt}: the renderer has no shared memory")
+      if opt.op in (OptOps.GROUP, OptOps.GROUPTOP) and any(x.arg[1] == "warp" for x in self.ranges):
+        raise KernelOptError(f"{opt}: a grouped reduction does not combine with tensor cores")
       local_now = 1
       for x in self.ranges:
-        if x.arg[1] in ("local", "group"): local_now *= _size(x)
+        if x.arg[1] in ("local", "group", "warp"): local_now *= _size(x)
       lmax = (self.renderer.local_max or (1024,))
       if local_now * amt > max(lmax): raise KernelOptError(f"{opt}: work-group of {local_now * amt} is too large")
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.upcasted * amt > 256:

@@ -115,8 +115,13 @@ class _Linearizer:
       slots.append(slot)
     for x in group: self.hoist(x.src[0])
     for r in ranges: self.open_loop(r)
-    values = [self.need(x.src[0]) for x in group]
-    for x, slot, v in zip(group, slots, values):
+    chains = _wmma_chains(group)
+    in_chains = {x for _, targets in chains for x in targets}
+    slot_of = dict(zip(group, slots))
+    for ws, targets in chains: self.accumulate_in_wmma(ws, [slot_of[x] for x in targets])
+    rest = [(x, slot) for x, slot in zip(group, slots) if x not in in_chains]
+    values = [self.need(x.src[0]) for x, _ in rest]
+    for (x, slot), v in zip(rest, values):
       current = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "in")))
       self.emit(updated := UOp(x.arg, x.dtype, (current, v)))
       self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
@@ -124,6 +129,16 @@ class _Linearizer:
     for x, slot in zip(group, slots):
       self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
     return self.done[red]
+
+  def accumulate_in_wmma(self, wmmas: list[UOp], slots: list[UOp]) -> None:
+    """The accumulators (one per element of D) are the first WMMA's C, each WMMA's D the next one's C, the last D is
+    stored back: the tensor core accumulates, instead of an ADD per element after a WMMA from zero."""
+    acc = [self.emit(UOp(Ops.LOAD, slot.dtype.base, (slot,), arg=("acc", slot.src[0].arg, "in"))) for slot in slots]
+    for w in wmmas:
+      operands = tuple(self.need(s) for s in w.src[:len(w.src) - len(acc)])
+      d = self.emit(UOp(Ops.WMMA, w.dtype, (*operands, *acc), w.arg))
+      acc = [self.emit(UOp(Ops.GEP, w.dtype.scalar(), (d,), (e,))) for e in range(len(acc))]
+    for slot, v in zip(slots, acc): self.emit(UOp(Ops.STORE, dtypes.void, (slot, v)))
 
   def run(self) -> list[UOp]:
     loops = sorted((u for u in self.order if u.op is Ops.RANGE and u.arg[1] != "reduce"), key=lambda r: r.arg)
@@ -134,6 +149,40 @@ class _Linearizer:
     for s in self.sink.src: self.need(s)
     for r in reversed(loops): self.close_loop(r)
     return self.out
+
+def _wmma_terms(u: UOp) -> list[UOp] | None:
+  """The terms of a sum of WMMA elements (GEPs of WMMAs, added in any tree), or None when another term is in it."""
+  terms, stack = [], [u]
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.ADD: stack += [x.src[1], x.src[0]]
+    elif x.op is Ops.GEP and x.src[0].op is Ops.WMMA: terms.append(x)
+    else: return None
+  return terms
+
+def _wmma_chains(group: list[UOp]) -> list[tuple[list[UOp], tuple[UOp, ...]]]:
+  """ADD reductions of a group whose values are sums of elements of WMMAs from a zero C (what the TC action makes), as
+  (the WMMAs, the reduction of each element of D): every element of each WMMA feeds exactly one of them, and the
+  WMMAs that feed the same reductions run one after another on one accumulator. [] where the values are not so."""
+  feeds: dict[UOp, list] = {}
+  for x in group:
+    if x.arg is not Ops.ADD: continue
+    terms = _wmma_terms(x.src[0])
+    if terms is None or any(t.dtype != x.dtype for t in terms): continue
+    for t in terms:
+      w, (e,) = t.src[0], t.arg
+      slots = feeds.setdefault(w, [None] * w.dtype.count)
+      if slots[e] is not None or any(c.op is not Ops.CONST or c.arg != 0 for c in w.src[-w.dtype.count:]): return []
+      slots[e] = x
+  chains: dict[tuple, list[UOp]] = {}
+  for w, targets in feeds.items():
+    if None in targets: return []
+    chains.setdefault(tuple(targets), []).append(w)
+  owner: dict[UOp, tuple] = {}
+  for targets in chains:
+    for x in targets:
+      if owner.setdefault(x, targets) is not targets: return []   # one reduction fed by two groups of WMMAs
+  return [(ws, targets) for targets, ws in chains.items()]
 
 def linearize(sink: UOp) -> list[UOp]:
   """The kernel as a list of UOps in execution order (the form renderers and the interpreter consume)."""

@@ -3,7 +3,8 @@ blamed on the step that made it instead of failing later in a renderer.
 
 The rules are the IR's invariants (docs/architecture.md §4): operands of an ALU op share its dtype, comparisons give
 bool, WHERE takes a bool condition, INDEX addresses a buffer with an integer, LOAD and STORE go through an INDEX, loop
-ends are integers; a linear program defines every value before its use and closes loops innermost first."""
+ends are integers; a WMMA's last operands are its C elements, of its dtype's scalar type; a linear program defines every
+value before its use and closes loops innermost first."""
 from __future__ import annotations
 from typing import Any
 from tinyplug.uop.dtype import PtrDType, dtypes
@@ -33,6 +34,8 @@ def _problem(u: UOp) -> str | None:
   if op in (Ops.LOAD, Ops.STORE) and u.src and u.src[0].op is not Ops.INDEX and isinstance(u.src[0].dtype, PtrDType):
     return f"{op.name} of {u.src[0].op.name}, not of an INDEX"
   if op is Ops.RANGE and (not u.src or not dtypes.is_int(u.src[0].dtype)): return "RANGE end is not an integer"
+  if op is Ops.WMMA and (dt.count < 2 or len(u.src) <= dt.count or any(s.dtype != dt.scalar() for s in u.src[-dt.count:])):
+    return f"a WMMA of {dt!r} needs A and B elements, then {dt.count} C elements of {dt.scalar()!r}"
   return None
 
 def verify(x: Any, step: str) -> None:

@@ -5,7 +5,8 @@ from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.device import Buffer, Device, ProgramSpec
-from tinyplug.helpers import BEAM, DEBUG, EMULATED_DTYPES, KERNEL_CACHE_SIZE, NOOPT, TRANSCENDENTAL, GlobalCounters, colored
+from tinyplug.helpers import BEAM, DEBUG, EMULATED_DTYPES, KERNEL_CACHE_SIZE, NOOPT, TC, TRANSCENDENTAL, GlobalCounters, \
+  colored
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import ScheduleItem, create_schedule
 from tinyplug.codegen import pipeline_key
@@ -29,13 +30,13 @@ class CompiledRunner:
     return self.prg(*[b.handle for b in bufs], global_size=self.spec.global_size, local_size=self.spec.local_size,
                     vals=vals, wait=wait)
 
-# (device, ast, TRANSCENDENTAL, NOOPT, BEAM, EMULATED_DTYPES, pipeline fingerprint) -> compiled program; least
+# (device, ast, TRANSCENDENTAL, NOOPT, BEAM, TC, EMULATED_DTYPES, pipeline fingerprint) -> compiled program; least
 # recently used go first, so a kernel made per distinct constant does not pile up forever
 _runners: BoundedCache = BoundedCache("engine.runners", KERNEL_CACHE_SIZE.value)
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   # the settings and the ordered passes of the loaded plugin set (ids, versions) change the code of the same kernel
-  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, EMULATED_DTYPES.value, pipeline_key())
+  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, TC.value, EMULATED_DTYPES.value, pipeline_key())
   if (r := _runners.get_lru(key)) is None:
     from tinyplug.codegen import get_program
     st = time.perf_counter()
@@ -53,7 +54,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
       print(f"*** {device:7s} built {colored(f'{spec.name:26s}', 'yellow')} "
             + (f"search {(st_codegen - st) * 1e3:8.2f} ms " if opts is not None else "")
             + f"codegen {(st_compile - st_codegen) * 1e3:8.2f} ms compile {(time.perf_counter() - st_compile) * 1e3:8.2f} ms"
-            + f" ({len(spec.uops)} uops)")
+            + f" ({len(spec.uops)} uops)" + _tensor_cores_note(spec))
     if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")
     if DEBUG >= 4: print(spec.src)
     _runners.put(key, r)
@@ -142,3 +143,8 @@ def realize(uops: list[UOp]) -> dict[UOp, UOp]:
   if DEBUG >= 1 and schedule:
     print(f"realize: {GlobalCounters.kernel_count - count_before} kernels in {(time.perf_counter()-st)*1e3:.2f} ms")
   return becomes
+
+def _tensor_cores_note(spec) -> str:
+  """', tensor cores: <name>' when the kernel runs WMMAs (the TC action), for the DEBUG=2 build line."""
+  names = sorted({u.arg for u in spec.uops if u.op is Ops.WMMA})
+  return f", tensor cores: {', '.join(names)}" if names else ""

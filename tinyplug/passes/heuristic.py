@@ -230,15 +230,46 @@ def _pad_for_tile(k: Kernel, axis: int, width: int) -> None:
   n = k.loop_axes[axis].src[0].arg
   if n >= width and n % width and -(-n // width) * width <= n * 5 // 4: _try(k, Opt(OptOps.PADTO, axis, width))
 
+def tensor_core_opts(k: Kernel) -> list[Opt] | None:
+  """The actions that put a matmul on the renderer's tensor cores: TC, after PADTOs of the M, N and K axes whose sizes
+  do not divide by the core's (each at most doubled); None: no tensor cores, TC=0, another dtype or kernel shape."""
+  from tinyplug.codegen.tensor_cores import tc_matches
+  from tinyplug.helpers import TC
+  if not TC or k.renderer is None or not k.renderer.uses_work_groups: return None
+  def padded(r: UOp, tile: int) -> int: return -(-r.src[0].arg // tile) * tile
+  for i, tc in enumerate(k.renderer.tensor_cores):
+    # the assignments that need the least padding first (none, for sizes that divide)
+    matches = sorted(tc_matches(k.sink, tc, any_size=True), key=lambda mt: math.prod(
+      padded(r, tile) / r.src[0].arg for r, tile in zip((mt.m, mt.n, mt.k), tc.dims)))
+    for match in matches[:4]:
+      trial = k.copy()
+      axes = k.loop_axes + k.reduce_axes
+      pads = [Opt(OptOps.PADTO, axes.index(r), tile) for r, tile in zip((match.m, match.n, match.k), tc.dims)
+              if r.src[0].arg % tile]
+      if all(_try(trial, p) for p in pads) and _try(trial, Opt(OptOps.TC, 0, i)): return trial.applied_opts
+  return None
+
+def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
+  """A matmul on tensor cores: each thread runs a register tile of up to 2x4 WMMAs per K-tile (the A fragments reused
+  across the row, the B ones down the column), two K-tiles per loop trip, and up to 2x2 warps share a work-group."""
+  for o in actions: k.apply_opt(o)
+  m, n = len(k.loop_axes) - 2, len(k.loop_axes) - 1
+  for axis, amts in ((n, (4, 2)), (m, (2,))):
+    any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in amts)
+  _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, 2))
+  for axis in (n, m): _try(k, Opt(OptOps.LOCAL, axis, 2))
+  return k.applied_opts
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (32 for large ones on CPUs), another by up to 8, so each loaded value
   feeds many accumulators; large ones on CPUs are then blocked for the cache and split across threads.
   Other reductions unroll their loop; elementwise kernels upcast their fastest axis. GPU-style renderers also get a
-  work-group on an output axis."""
+  work-group on an output axis. A matmul the renderer's tensor cores can run goes to them first (TC=0: never)."""
   k = k.copy()
   loops, reduces = k.loop_axes, k.reduce_axes
   gpu = k.renderer is not None and k.renderer.uses_work_groups
+  if gpu and (tc := tensor_core_opts(k)) is not None: return _tensor_core_opts(k, tc)
   if gpu and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
   if not gpu and _is_row_kernel(k): return _row_opts(k)
   if not gpu and (small := _small_window_tile(k)) is not None: return small

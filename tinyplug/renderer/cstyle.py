@@ -19,7 +19,8 @@ What a dialect sets (class attributes):
   const_suffix      scalar DType -> literal suffix ("f", "l", "u", ...); inf_code / nan_code: the names of inf and NaN
   helper_prefix     how helper functions in the prelude start ("inline", "__device__ inline", ...)
 and overrides, where the dialect needs more than a table: `value_type`, `storage_type`, `render_const`, `render_alu`,
-`render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `note` (per-uop bookkeeping, e.g.
+`render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `render_wmma` (a tensor core's WMMA, for a
+dialect that advertises `tensor_cores`), `note` (per-uop bookkeeping, e.g.
 extensions a type needs), `prelude` (lines before the kernel) and `render_kernel_head`.
 
 Helpers a method may ask for go into `self.needs` while rendering; `prelude()` turns them into text."""
@@ -146,6 +147,10 @@ class CStyleRenderer(Renderer):
 
   def render_bitcast(self, u: UOp, x: str) -> str:
     return f"__builtin_bit_cast({self.value_type(u.dtype)}, {x})"
+
+  def render_wmma(self, u: UOp, s: list[str]) -> str:
+    """The expression for WMMA `u` (arg: a TensorCore's name) from its operands' expressions."""
+    raise NotImplementedError(f"{type(self).__name__} has no tensor core {u.arg!r}")
 
   def render_vectorize(self, dt: DType, parts: list[str]) -> str:
     return self.vector_ctor.format(type=self.value_type(dt), args=", ".join(parts))
@@ -280,6 +285,8 @@ class CStyleRenderer(Renderer):
         else: text = self.render_alu(u, s)
         if uses.get(u, 0) == 1 and op is not Ops.GEP: self.names[u] = text
         else: define(u, "alu" if op not in (Ops.CAST, Ops.BITCAST) else "cast", text)
+      elif op is Ops.WMMA:
+        define(u, "wmma", self.render_wmma(u, [self.expr(x) for x in u.src]))
       elif op in (Ops.SINK, Ops.NOOP): pass
       else: raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
 

@@ -32,7 +32,16 @@ def candidate_actions(k: Kernel) -> list[Opt]:
     if k.renderer is not None and k.renderer.has_shared:
       acts += [Opt(OptOps.GROUPTOP, axis, a) for a in (8, 16, 32)]
   for axis in range(n_loop + n_reduce): acts += [Opt(OptOps.PADTO, axis, a) for a in (4, 8, 16, 32)]
-  return acts
+  return _tensor_core_actions(k) + acts
+
+def _tensor_core_actions(k: Kernel) -> list[Opt]:
+  """TC actions (first, or after PADTOs only): one per tensor core and way the kernel's reduction runs on it (up to 2)."""
+  from tinyplug.codegen.tensor_cores import tc_matches
+  from tinyplug.helpers import TC
+  if not TC or any(o.op is not OptOps.PADTO for o in k.applied_opts) or k.renderer is None or \
+     not k.renderer.uses_work_groups: return []
+  return [Opt(OptOps.TC, choice, i) for i, tc in enumerate(k.renderer.tensor_cores)
+          for choice in range(min(2, len(tc_matches(k.sink, tc))))]
 
 def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
   k = k.copy()
@@ -83,7 +92,9 @@ def _progress(text: str) -> None:
 
 def _cache_key(strategy: str, version: str, ast: UOp, renderer, device: str, width: int) -> str:
   from tinyplug.codegen import pipeline_key
-  text = "\n".join([strategy, version, str(width), device, type(renderer).__qualname__, pipeline_key(), str(ast)])
+  from tinyplug.helpers import TC
+  text = "\n".join([strategy, version, str(width), device, type(renderer).__qualname__, pipeline_key(), f"TC={TC.value}",
+                    str(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # search answers on disk, each row checked against its digest (tinyplug.diskcache)

@@ -40,6 +40,10 @@ class Ops(Enum):
   LINEAR = auto(); CALL = auto()
   # a host-side step in a LINEAR (a TinyJit's copies run on the host: CALL(CUSTOM_FUNCTION("copy"), dest, src))
   CUSTOM_FUNCTION = auto()
+  # kernel level: WMMA(*a elements, *b elements, *c elements) is one matrix multiply-accumulate that a group of threads
+  # (a warp) runs together on a tensor core, arg = the TensorCore's name (tinyplug.backend.TensorCore); its dtype is a
+  # vector of this thread's elements of D = A @ B + C (GEP picks one)
+  WMMA = auto()
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value

@@ -20,6 +20,7 @@ from tinyplug.helpers import env_str
 from tinyplug.renderer.cstyle import CStyleRenderer, SMALL_INTS, is_ptr_of
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug_cuda.tensor_cores import mma_function, tensor_cores_for
 
 _TYPE_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
@@ -88,6 +89,16 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
     # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane)
     self.vector_widths = {dt: tuple(w for w in (4, 2) if w * dt.itemsize <= 16) for dt in _VECTOR_NAMES}
+
+  @property
+  def tensor_cores(self) -> tuple:   # mma.sync m16n8k16 (f16, bf16 -> f32) from sm_80 on: tensor_cores.py
+    return tensor_cores_for(self.arch)
+
+  def render_wmma(self, u: UOp, s: list[str]) -> str:
+    tc = next((t for t in self.tensor_cores if t.name == u.arg), None)
+    if tc is None: raise NotImplementedError(f"CUDA C for {self.arch} has no tensor core {u.arg!r}")
+    self.needs.add(("wmma", u.arg))
+    return f"tp_{tc.name}({', '.join(s)})"
 
   def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
 
@@ -210,4 +221,6 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       lines.append(f"struct __align__({2 * n}) {name} {{ {t} {', '.join(fields)}; }};")
       lines.append(f"{self.helper_prefix} {name} make_{name}({', '.join(f'{t} {f}' for f in fields)}) "
                    f"{{ {name} r; {' '.join(f'r.{f} = {f};' for f in fields)} return r; }}")
+    for _, name in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == "wmma"):
+      lines.append(mma_function(next(t for t in self.tensor_cores if t.name == name)))
     return lines + super().prelude()

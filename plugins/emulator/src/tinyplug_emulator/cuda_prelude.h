@@ -88,3 +88,52 @@ TP_VEC2(char, 2) TP_VEC4(char, 4) TP_VEC2(uchar, 2) TP_VEC4(uchar, 4) TP_VEC2(sh
 TP_VEC2(ushort, 4) TP_VEC4(ushort, 8) TP_VEC2(int, 8) TP_VEC4(int, 16) TP_VEC2(uint, 8) TP_VEC4(uint, 16)
 TP_VEC2(float, 8) TP_VEC4(float, 16) TP_VEC2(longlong, 16) TP_VEC2(ulonglong, 16) TP_VEC2(double, 16)
 TP_VEC4(double, 16) TP_VEC2(half, 4)
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: D = A (16x16) * B (16x8) + C for one warp, the function the CUDA C
+// renderer's WMMA calls (on a GPU its body is the PTX instruction). Each lane writes its fragments to thread-local
+// scratch (one work-group runs on one host thread, its work-items as fibers); after a barrier every lane rebuilds its
+// warp's A and B from the PTX ISA's fragment layout and computes its four elements of D; a second barrier keeps the
+// scratch until all have read it. Products of halves are exact in float; the sum runs in k order.
+#define TP_MMA_MAX_ITEMS 1024
+static thread_local float tp_mma_a[TP_MMA_MAX_ITEMS][8], tp_mma_b[TP_MMA_MAX_ITEMS][4];
+template <typename T>
+static inline float4 tp_mma_m16n8k16(const T a[8], const T b[4], const float c[4]) {   // D in float
+  uint64_t id = tp_local_id(0) + tp_local_size(0) * (tp_local_id(1) + tp_local_size(1) * tp_local_id(2));
+  uint64_t warp = id / 32 * 32, lane = id % 32;
+  for (int i = 0; i < 8; i++) tp_mma_a[id][i] = (float)a[i];
+  for (int i = 0; i < 4; i++) tp_mma_b[id][i] = (float)b[i];
+  tp_barrier();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    int g = l >> 2, t = l % 4;
+    for (int i = 0; i < 8; i++) A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = tp_mma_a[warp + l][i];
+    for (int i = 0; i < 4; i++) B[2 * t + (i & 1) + 8 * (i >> 1)][g] = tp_mma_b[warp + l][i];
+  }
+  float d[4];
+  int g = (int)lane >> 2, t = (int)lane % 4;
+  for (int i = 0; i < 4; i++) {
+    int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = 0.0f;
+    for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+    d[i] = acc + c[i];
+  }
+  tp_barrier();
+  return float4{d[0], d[1], d[2], d[3]};
+}
+#define TP_MMA_FN(NAME, T) static inline float4 NAME(T a0, T a1, T a2, T a3, T a4, T a5, T a6, T a7, T b0, T b1, T b2, \
+    T b3, float c0, float c1, float c2, float c3) { \
+  const T a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, b[4] = {b0, b1, b2, b3}; const float c[4] = {c0, c1, c2, c3}; \
+  return tp_mma_m16n8k16<T>(a, b, c); }
+TP_MMA_FN(tp_mma_m16n8k16_f16_f32, half)
+TP_MMA_FN(tp_mma_m16n8k16_bf16_f32, __nv_bfloat16)
+// f16 accumulators (.f16.f16.f16.f16): the sum in float, D rounded to half once. The result type is the kernel's
+// half4 (its prelude defines the struct after this header): a template instantiated where the kernel calls it.
+template <typename H4>
+static inline H4 tp_mma_m16n8k16_f16acc(half a0, half a1, half a2, half a3, half a4, half a5, half a6, half a7, half b0,
+                                         half b1, half b2, half b3, half c0, half c1, half c2, half c3) {
+  const half a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, b[4] = {b0, b1, b2, b3};
+  const float c[4] = {(float)c0, (float)c1, (float)c2, (float)c3};
+  float4 d = tp_mma_m16n8k16<half>(a, b, c);
+  return H4{(half)d.x, (half)d.y, (half)d.z, (half)d.w};
+}
+#define tp_mma_m16n8k16_f16_f16(...) tp_mma_m16n8k16_f16acc<half4>(__VA_ARGS__)

@@ -1,0 +1,209 @@
+"""Tensor cores of the CUDA C renderer: mma.sync m16n8k16 (f16/bf16 -> f32) from sm_80 on. The fragment layouts it
+declares match the PTX ISA's formulas; the kernels with WMMAs compile with NVRTC for sm_80 and sm_90 (the PTX holds
+the instruction); the emulator runs them (every lane's fragments through scratch and barriers) and matches numpy in
+every work-item order; BEAM tries TC actions, TC=0 never. The values on a GPU: tinyplug/testing/test_tensor_cores.py
+(DEV=CUDA, run by `pytest --pyargs tinyplug.testing` on a machine with one)."""
+from __future__ import annotations
+import dataclasses, re
+import numpy as np
+import pytest
+from tinyplug import Tensor, dtypes
+from tinyplug.codegen import KernelContext, get_program, run_pipeline
+from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.helpers import Context
+from tinyplug.schedule import create_schedule
+from tinyplug_cuda.renderer import CUDARenderer
+from tinyplug_cuda.tensor_cores import MMA_M16N8K16
+
+RNG = np.random.default_rng(0)
+
+def ptx_isa_position(matrix: int, lane: int, i: int) -> tuple[int, int]:
+  """(row, col) of element i of `lane`'s fragment, as the PTX ISA writes it for mma.m16n8k16 with f16/bf16."""
+  g, t = lane >> 2, lane % 4
+  if matrix == 0: return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)
+  if matrix == 1: return 2 * t + (i & 1) + 8 * (i >> 1), g
+  return g + 8 * (i >> 1), 2 * t + (i & 1)
+
+@pytest.mark.parametrize("tc", MMA_M16N8K16, ids=lambda tc: tc.name)
+def test_declared_layout_is_the_ptx_isa_one(tc):
+  tc.check()
+  assert tc.elements == (8, 4, 4) and tc.threads == 32 and tc.dims == (16, 8, 16)
+  for matrix, count in enumerate(tc.elements):
+    for lane in range(32):
+      for i in range(count): assert tc.position(matrix, lane, i) == ptx_isa_position(matrix, lane, i)
+
+def test_a_layout_that_misses_elements_is_refused():
+  tc = MMA_M16N8K16[0]
+  broken = dataclasses.replace(tc, element_offsets=(tc.element_offsets[0], ((0, 0),) * 4, tc.element_offsets[2]))
+  with pytest.raises(ValueError, match="matrix B do not cover"): broken.check()
+
+def test_advertised_from_sm_80():
+  assert CUDARenderer("sm_75").tensor_cores == ()
+  for arch in ("sm_80", "sm_86", "sm_90"):
+    assert [(tc.dtype_in, tc.dtype_out) for tc in CUDARenderer(arch).tensor_cores] == \
+      [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.half, dtypes.half)]
+
+# (input dtype, result dtype of the matmul, the tensor core's index, its name, its PTX instruction)
+MMA = "mma.sync.aligned.m16n8k16.row.col"
+CORES = [(dtypes.half, dtypes.float32, 0, "mma_m16n8k16_f16_f32", f"{MMA}.f32.f16.f16.f32"),
+         (dtypes.bfloat16, dtypes.float32, 1, "mma_m16n8k16_bf16_f32", f"{MMA}.f32.bf16.bf16.f32"),
+         (dtypes.half, dtypes.half, 2, "mma_m16n8k16_f16_f16", f"{MMA}.f16.f16.f16.f16")]
+
+@pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_matmul_renders_the_mma_and_compiles(nvrtc, render, tensor, arch, dtype, acc, index, name, instruction):
+  out = tensor(64, 64, dtype=dtype).matmul(tensor(64, 48, dtype=dtype), dtype=acc)
+  (spec,) = render(out, renderer=CUDARenderer(arch))
+  assert spec.applied_opts[0] == Opt(OptOps.TC, 0, index)
+  assert instruction in spec.src
+  call = spec.src.split("__global__")[1].split(f"tp_{name}(")[1].split(")")[0]   # the kernel calls it
+  assert "acc_val" in call.split(", ")[12]   # C is the accumulator (the WMMA accumulates: no ADD after it)
+  assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
+  assert instruction in nvrtc.compile_cuda(spec.src, arch, ptx=True).decode()
+
+def test_a_fully_unrolled_k_chains_the_wmmas(render, tensor):
+  (spec,) = render(tensor(32, 32, dtype=dtypes.half) @ tensor(32, 16, dtype=dtypes.half), renderer=CUDARenderer("sm_80"),
+                   opts=[Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 2)])
+  first, second = [c.split(")")[0].split(", ")[12:] for c in spec.src.split("__global__")[1].split("tp_mma_m16n8k16_f16_f32(")[1:]]
+  assert first == ["0.0f"] * 4 and all(c.startswith("alu") for c in second)
+  assert not re.search(r"float \w+ = \(\w+\+\w+\)", spec.src)   # no float ADD: the tensor core sums
+
+def test_sm_75_has_none(nvrtc, render, tensor):
+  out = tensor(64, 32, dtype=dtypes.half) @ tensor(32, 48, dtype=dtypes.half)
+  (spec,) = render(out, renderer=CUDARenderer("sm_75"))
+  assert "mma" not in spec.src and not any(o.op is OptOps.TC for o in spec.applied_opts)
+  nvrtc.compile_cuda(spec.src, "sm_75")
+  with pytest.raises(KernelOptError, match="no tensor cores"):
+    render(out, renderer=CUDARenderer("sm_75"), opts=[Opt(OptOps.TC, 0, 0)])
+
+def _opt_graph(out: Tensor, renderer):
+  (item,), _ = create_schedule([out.uop])
+  return run_pipeline(item.ast, renderer, KernelContext(renderer), until="opt")
+
+def test_tc_refuses_what_it_cannot_run(tensor):
+  r = CUDARenderer("sm_80")
+  h = dtypes.half
+  def apply(out, opts):
+    k = Kernel(_opt_graph(out, r), r)
+    for o in opts: k.apply_opt(o)
+  tc = [Opt(OptOps.TC, 0, 0)]
+  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), tc)
+  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(32, 16) @ tensor(16, 8), tc)   # float32
+  with pytest.raises(KernelOptError, match="0 way"): apply(tensor(32, 16, dtype=h).sum(1), [Opt(OptOps.TC, 0, 0)])
+  with pytest.raises(KernelOptError, match="first action"):
+    apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.TC, 0, 0)])
+  apply(tensor(24, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.PADTO, 0, 16), *tc])   # padded: fits
+  with pytest.raises(KernelOptError, match="does not exist"): apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.TC, 0, 5)])
+  with pytest.raises(KernelOptError, match="tensor cores"):
+    apply(tensor(32, 64, dtype=h) @ tensor(64, 8, dtype=h), [Opt(OptOps.TC, 0, 0), Opt(OptOps.GROUPTOP, 0, 2)])
+  with Context(TC=0), pytest.raises(KernelOptError, match="TC=0"):
+    apply(tensor(32, 16, dtype=h) @ tensor(16, 8, dtype=h), [Opt(OptOps.TC, 0, 0)])
+
+def test_beam_tries_tc_first_and_not_with_tc_0(tensor):
+  from tinyplug.search.runner import apply_all, candidate_actions
+  r = CUDARenderer("sm_80")
+  k = Kernel(_opt_graph(tensor(64, 32, dtype=dtypes.half) @ tensor(32, 48, dtype=dtypes.half), r), r)
+  tcs = [a for a in candidate_actions(k) if a.op is OptOps.TC]
+  assert tcs == [Opt(OptOps.TC, 0, 0), Opt(OptOps.TC, 1, 0)] and all(apply_all(k, [a]) is not None for a in tcs)
+  after = apply_all(k, [tcs[0]])
+  assert not any(a.op is OptOps.TC for a in candidate_actions(after))   # TC is a first action only
+  assert any(apply_all(after, [a]) is not None for a in candidate_actions(after))   # the tiles split further
+  with Context(TC=0): assert not any(a.op is OptOps.TC for a in candidate_actions(k))
+
+def _run(out: Tensor, opts, device: str = "MOCK+CUDA") -> tuple[np.ndarray, str]:
+  """The one kernel computing `out`, with exactly `opts`, on `device` (the emulator: in all three work-item orders)."""
+  (item,), _ = create_schedule([out.uop])
+  dev = Device[device]
+  spec = get_program(item.ast, dev.renderer, opts=opts)
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  bufs = [b.ensure_allocated() for b in item.bufs]
+  with Context(EMU_ORDER="check"):
+    prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  return bufs[0].numpy().reshape(out.shape), spec.src
+
+TC0 = Opt(OptOps.TC, 0, 0)
+EMULATED_KERNELS = [
+  ((16, 8, 16), [TC0]),
+  ((32, 16, 64), [Opt(OptOps.TC, 1, 0)]),   # the other assignment: B's columns as the tensor core's M
+  ((64, 64, 64), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2),
+                  Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2)]),
+  ((48, 24, 32), [TC0, Opt(OptOps.PADTO, 0, 2)]),
+  ((32, 16, 32), [TC0, Opt(OptOps.UNROLL, 0, 2)]),   # K fully unrolled: the two WMMAs chain D into C
+  ((24, 12, 40), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.PADTO, 2, 16), TC0]),   # padded first
+]
+
+def _check_mma_kernel(shape, opts, device):
+  m, n, k = shape
+  a, b = RNG.standard_normal((m, k)).astype(np.float16), RNG.standard_normal((k, n)).astype(np.float16)
+  got, src = _run(Tensor(a, device=device).realize().matmul(Tensor(b, device=device).realize(), dtype=dtypes.float), opts,
+                  device)
+  assert "tp_mma_m16n8k16_f16_f32(" in src
+  np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS, ids=str)
+def test_emulator_runs_the_mma(mock_cuda, shape, opts): _check_mma_kernel(shape, opts, "MOCK+CUDA")
+
+def _gpu_with_tensor_cores():
+  from tinyplug_cuda.driver import probe_driver
+  if not probe_driver()[0]: pytest.skip(f"no NVIDIA GPU: {probe_driver()[1][:80]}")
+  if not Device["CUDA"].renderer.tensor_cores: pytest.skip(f"{Device['CUDA'].renderer.arch} has no mma.sync m16n8k16")
+
+@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS + [
+  ((512, 256, 1024), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4),
+                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2)])], ids=str)
+def test_gpu_runs_the_same_kernels(shape, opts):
+  """On a real GPU (skipped without one): the hardware's mma agrees with numpy, so the declared layouts are its own."""
+  _gpu_with_tensor_cores()
+  _check_mma_kernel(shape, opts, "CUDA")
+
+def test_gpu_runs_the_f16_accumulating_mma():
+  _gpu_with_tensor_cores()
+  _check_f16_accumulating_mma("CUDA")
+
+def _check_beam_with_tensor_cores(device: str, n: int):
+  a, b = RNG.standard_normal((n, n)).astype(np.float16), RNG.standard_normal((n, n // 2)).astype(np.float16)
+  ta, tb = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
+  seen = []
+  from tinyplug import events
+  def on_kernel(e): seen.append(e["opts"])
+  events.subscribe("kernel", on_kernel)
+  try:
+    with Context(BEAM=1, IGNORE_BEAM_CACHE=1): got = (ta @ tb).numpy()
+  finally: events.unsubscribe("kernel", on_kernel)
+  assert any(any(o.op is OptOps.TC for o in opts) for opts in seen)   # TC candidates were compiled and timed
+  np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=0.1)
+
+def test_emulator_beam_searches_with_tensor_core_actions(mock_cuda):
+  """BEAM=1 times TC candidates like any other (timed on the emulator: which one wins is not asserted)."""
+  _check_beam_with_tensor_cores("MOCK+CUDA", 16)
+
+def test_gpu_beam_searches_with_tensor_core_actions():
+  """BEAM=1 on a real GPU, TC actions among its candidates: whatever it picks, the result is right (which actions win
+  is a timing, not asserted; benchmarks/cuda_matmul.py --beam 2 shows it)."""
+  _gpu_with_tensor_cores()
+  _check_beam_with_tensor_cores("CUDA", 256)
+
+def _check_f16_accumulating_mma(device: str):
+  a, b = RNG.standard_normal((32, 64)).astype(np.float16), RNG.standard_normal((64, 24)).astype(np.float16)
+  got, src = _run(Tensor(a, device=device).realize().matmul(Tensor(b, device=device).realize(), dtype=dtypes.half),
+                  [Opt(OptOps.TC, 0, 2), Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.UNROLL, 0, 2)], device)
+  assert "tp_mma_m16n8k16_f16_f16(" in src
+  # half accumulators: each K-tile's sum is rounded to half (the reference sums in float)
+  np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=5e-2)
+
+def test_emulator_runs_the_f16_accumulating_mma(mock_cuda): _check_f16_accumulating_mma("MOCK+CUDA")
+
+def test_emulator_runs_the_bf16_mma(mock_cuda):
+  a, b = RNG.standard_normal((32, 48)).astype(np.float32), RNG.standard_normal((48, 16)).astype(np.float32)
+  ta, tb = Tensor(a).cast(dtypes.bfloat16).realize(), Tensor(b).cast(dtypes.bfloat16).realize()
+  got, src = _run(ta.matmul(tb, dtype=dtypes.float), [Opt(OptOps.TC, 0, 1), Opt(OptOps.UPCAST, 1, 2)])
+  assert "tp_mma_m16n8k16_bf16_f32(" in src
+  np.testing.assert_allclose(got, ta.float().numpy() @ tb.float().numpy(), rtol=1e-5, atol=1e-4)
+
+def test_debug_2_names_the_tensor_cores(mock_cuda, capsys):
+  a, b = RNG.standard_normal((32, 48)).astype(np.float16), RNG.standard_normal((48, 24)).astype(np.float16)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  with Context(DEBUG=2): got = (ta @ tb).numpy()
+  assert "tensor cores: mma_m16n8k16_f16_f32" in capsys.readouterr().out
+  np.testing.assert_allclose(got.astype(np.float32), (a.astype(np.float32) @ b.astype(np.float32)), rtol=1e-2, atol=5e-2)
