@@ -44,15 +44,18 @@ def _best(fn, sync, reps: int) -> float:
 def _tiny(framework: str):
   if framework == "tinygrad":
     from tinygrad import Tensor, Device, TinyJit, dtypes, nn
+    from tinygrad.helpers import Context
+    training = lambda: Context(TRAINING=1)   # tinygrad 0.14: training mode is a context variable
   else:
     from tinyplug import Tensor, TinyJit, dtypes, nn
     from tinyplug.device import Device
+    training = Tensor.train
   dev = Device.DEFAULT
   assert dev.split(":")[0] in ("CUDA", "NV"), f"{framework} runs on {dev}, not a CUDA device"
-  return Tensor, TinyJit, dtypes, nn, (lambda: Device[dev].synchronize())
+  return Tensor, TinyJit, dtypes, nn, training, (lambda: Device[dev].synchronize())
 
 def run_tiny(framework: str, cfg: dict, reps: int) -> float:
-  Tensor, TinyJit, dtypes, nn, sync = _tiny(framework)
+  Tensor, TinyJit, dtypes, nn, training, sync = _tiny(framework)
   rng = np.random.default_rng(0)
   def tensor(*shape, half=False):
     t = Tensor(rng.random(shape, dtype=np.float32) - 0.5)   # random() is 4x faster than standard_normal at 256M
@@ -86,11 +89,10 @@ def run_tiny(framework: str, cfg: dict, reps: int) -> float:
     x, y = tensor(128, 1, 28, 28), Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
     @TinyJit
     def step():
-      Tensor.training = True   # both spell it so (tinygrad 0.14 has no Tensor.train())
-      opt.zero_grad()
-      loss = net(x).sparse_categorical_crossentropy(y).backward()
-      opt.step()
-      Tensor.training = False
+      with training():
+        opt.zero_grad()
+        loss = net(x).sparse_categorical_crossentropy(y).backward()
+        opt.step()
       return loss.realize()
     for _ in range(2): step()
     return _best(step, sync, reps)

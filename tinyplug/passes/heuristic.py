@@ -341,7 +341,8 @@ def _gpu_group(k: Kernel) -> list[Opt] | None:
   # (stride along the reduction, along the innermost output) of each load that reads along the reduction
   pairs = [(a, b) for a, b in zip(_load_strides(k, red), _load_strides(k, loops[-1]) if loops else repeat(0)) if a != 0]
   row = bool(pairs) and all(a == 1 and b != 1 for a, b in pairs)
-  if not (n_out < GPU_GROUP_OUTPUTS or (row and len(loops) <= 1)): return None
+  # short reductions stay one per thread (a small matmul's 32-long dot products): a group would barely have work
+  if size < 256 or not (n_out < GPU_GROUP_OUTPUTS or (row and len(loops) <= 1)): return None
   # contiguous loads: each thread first takes 4 neighbouring elements (one 16-byte load), the group's threads then
   # neighbouring fours; a second unroll keeps two such loads in flight (sum of 256M floats: 51% -> see benchmarks)
   vec = 4 if row and size % (4 * 16) == 0 and _try(k, Opt(OptOps.UNROLL, 0, 4)) else 1
