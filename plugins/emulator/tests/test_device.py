@@ -25,9 +25,12 @@ def test_never_the_default_device(emu):
   order = get_plugin_manager().devices_by_priority()
   assert order.index("MOCK+CL") > order.index("PYTHON")
 
-def _fake_clang(tmp_path, version: int) -> str:
-  path = tmp_path / "clang"
-  path.write_text(f"#!/bin/sh\necho 'clang version {version}.0.1'\n")
+def _fake_clang(tmp_path, version: int, knows_flags: bool = True) -> str:
+  """A 'clang' that prints `version` for --version and fails anything else unless it `knows_flags`."""
+  (tmp_path / f"v{version}").mkdir(exist_ok=True)
+  path = tmp_path / f"v{version}" / "clang"   # its own path: the probe's result is cached per path
+  path.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'clang version {version}.0.1'; exit 0; fi\n"
+                  f"exit {0 if knows_flags else 1}\n")
   path.chmod(path.stat().st_mode | stat.S_IEXEC)
   return str(path)
 
@@ -39,6 +42,11 @@ def test_unavailable_with_a_reason_when_clang_is_missing_or_old(tmp_path):
   with Context(EMU_CLANG=_fake_clang(tmp_path, 11)):
     ok, reason = probe("CL")
   assert not ok and "is clang 11, older than 15" in reason
+  # new enough by its version, but without the half/bf16 rounding flags every kernel compile passes (seen: a GPU
+  # machine's clang, where each MOCK+ device then failed its first kernel instead of being unavailable)
+  with Context(EMU_CLANG=_fake_clang(tmp_path, 16, knows_flags=False)):
+    ok, reason = probe("CL")
+  assert not ok and "(clang 16) does not know -ffloat16-excess-precision=none" in reason
 
 def test_device_open_without_clang_is_a_clear_error(tmp_path):
   code = ("from tinyplug.device import Device\n"

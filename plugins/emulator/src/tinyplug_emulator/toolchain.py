@@ -32,6 +32,9 @@ def _probe_clang(explicit: str) -> tuple[str | None, str, str]:
     if major < MIN_CLANG:
       reasons.append(f"{path} is clang {major}, older than {MIN_CLANG}")
       continue
+    if not _knows_flags(path):
+      reasons.append(f"{path} (clang {major}) does not know {' '.join(REQUIRED_FLAGS[1::2])}")
+      continue
     if best is None or major > best[0]: best = (major, path, out.splitlines()[0].strip())
     if explicit: break
   if best is None:
@@ -39,6 +42,15 @@ def _probe_clang(explicit: str) -> tuple[str | None, str, str]:
     why = "; ".join(reasons) or f"none of {looked} is on PATH"
     return None, "", f"no suitable clang ({why}); install one (Debian: apt-get install clang-19) or set EMU_CLANG"
   return best[1], best[2], ""
+
+# flags every kernel compile passes that older clangs lack (half/bf16 arithmetic rounded per operation, as on GPUs)
+REQUIRED_FLAGS = ("-Xclang", "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none")
+
+def _knows_flags(path: str) -> bool:
+  try:
+    return subprocess.run([path, *REQUIRED_FLAGS, "-x", "c", "-fsyntax-only", os.devnull], capture_output=True,
+                          timeout=30).returncode == 0
+  except (OSError, subprocess.SubprocessError): return False
 
 def find_clang() -> tuple[str | None, str, str]:
   """(clang path or None, its version line, why it is unusable). Cached per EMU_CLANG value."""
