@@ -1,0 +1,38 @@
+"""Kernels of each kind the cuda plugin renders (elementwise, grouped reductions through shared memory, a tiled
+matmul, softmax, a conv, half math, a JIT'd training step), run under compute-sanitizer, values checked."""
+import numpy as np
+from tinyplug import Tensor, TinyJit, dtypes, nn
+rng = np.random.default_rng(0)
+x = rng.standard_normal((300, 517), dtype=np.float32)
+w = rng.standard_normal((517, 129), dtype=np.float32)
+checks = {
+  "chain": ((Tensor(x) * 2 + 1).relu().numpy(), np.maximum(x * 2 + 1, 0)),
+  "row sum": (Tensor(x).sum(1).numpy(), x.sum(1)),
+  "col max": (Tensor(x).max(0).numpy(), x.max(0)),
+  "big sum": (Tensor(np.ones(1 << 21, np.float32)).sum().numpy(), np.float32(1 << 21)),
+  "softmax": (Tensor(x).softmax(-1).numpy(), np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
+  "matmul": ((Tensor(x) @ Tensor(w)).numpy(), x @ w),
+  "half": ((Tensor(x, dtype=dtypes.half) * 3).float().numpy(), x.astype(np.float16).astype(np.float32) * 3),
+  "argmax": (Tensor(x).argmax(1).numpy(), x.argmax(1)),
+  "cumsum": (Tensor(x[:8]).cumsum(1).numpy(), x[:8].cumsum(1)),
+}
+a16, b16 = rng.standard_normal((256, 128), dtype=np.float32), rng.standard_normal((128, 192), dtype=np.float32)
+want16 = a16.astype(np.float16).astype(np.float32) @ b16.astype(np.float16).astype(np.float32)
+checks["fp16 matmul (tensor cores)"] = ((Tensor(a16, dtype=dtypes.half) @ Tensor(b16, dtype=dtypes.half)).float().numpy(), want16)
+img, k = rng.standard_normal((4, 8, 20, 20), dtype=np.float32), rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
+import torch
+checks["conv"] = (Tensor(img).conv2d(Tensor(k), padding=1).numpy(), torch.nn.functional.conv2d(torch.tensor(img), torch.tensor(k), padding=1).numpy())
+for name, (got, want) in checks.items():
+  np.testing.assert_allclose(got, want, rtol=1e-2 if "fp16" in name else 1e-3, atol=1e-1 if "fp16" in name else 1e-3, err_msg=name)
+Tensor.manual_seed(0)
+lin = nn.Linear(32, 4); opt = nn.optim.SGD(nn.state.get_parameters(lin), lr=0.1)
+xs, ys = Tensor.randn(64, 32), Tensor.randint(64, high=4)
+@TinyJit
+def step():
+  Tensor.training = True
+  opt.zero_grad(); loss = lin(xs).sparse_categorical_crossentropy(ys).backward(); opt.step()
+  Tensor.training = False
+  return loss.realize()
+losses = [step().item() for _ in range(4)]
+assert losses[-1] < losses[0], losses
+print("SANITIZE-KERNELS OK", len(checks) + 1, "checks")
