@@ -21,6 +21,7 @@ SCRIPT = r'''
 import numpy as np
 from tinyplug.device import Device, ProgramSpec
 from tinyplug.helpers import Context
+print("DEFAULT", Device.DEFAULT)   # DEV is unset: an available GPU outranks the CPU
 dev = Device["CUDA"]
 print("OPEN", dev.arch, type(dev.renderer).__name__, dev.renderer.local_max, dev.renderer.shared_max, dev.describe())
 a = np.random.default_rng(0).integers(0, 255, size=(40 << 20) + 3, dtype=np.uint8)   # three staging chunks
@@ -53,6 +54,7 @@ def test_runtime_against_a_fake_driver(fake_driver, nvrtc):
   assert out.returncode == 0, out.stdout + out.stderr
   lines = {l.split()[0]: l for l in out.stdout.splitlines() if l.split()}
   assert lines["OPEN"].startswith("OPEN sm_80 CUDARenderer (1024, 1024, 64) 49152 Fake GPU (sm_80, 4 SMs, 1024 MiB, driver 13.0)")
+  assert lines["DEFAULT"] == "DEFAULT CUDA"
   assert lines["ROUNDTRIP"] == "ROUNDTRIP True"
   assert lines["LAUNCH"] == "LAUNCH [3, 2, 1, 32, 1, 1, 7] 0.0015"   # grid, block, int parameter, event time
   assert "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid (kernel k)" in lines["BADIMAGE"]

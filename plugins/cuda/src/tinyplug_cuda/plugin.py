@@ -19,7 +19,7 @@ def probe() -> tuple[bool, str]:
 
 @hookimpl
 def tinyplug_register_devices(register) -> None:
-  register(DeviceSpec(name="CUDA", factory="tinyplug_cuda.runtime:CUDADevice", priority=50, probe=probe, aliases=("NV",),
+  register(DeviceSpec(name="CUDA", factory="tinyplug_cuda.runtime:CUDADevice", priority=150, probe=probe, aliases=("NV",),
                       description="NVIDIA GPU through the CUDA driver API (libcuda.so.1), kernels compiled by NVRTC"))
 
 @hookimpl
