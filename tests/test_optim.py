@@ -160,3 +160,20 @@ def test_errors():
   with pytest.raises(ValueError, match="learning rate"): SGD([w], lr=-1)
   with pytest.raises(ValueError, match="no parameters"): Adam([Tensor([1.0], requires_grad=False)])
   with pytest.raises(ValueError, match="b1"): Adam([w], b1=1.0)
+
+@pytest.mark.parametrize("make", [lambda ps: Adam(ps, lr=0.01), lambda ps: LAMB(ps, lr=0.01, weight_decay=0.1)])
+def test_state_offloaded_to_another_device(make):
+  """Optimiser state moved to another device with `to_` (CPU offload): the step runs there, the parameters stay where
+  they were, and the weights are those of the optimiser kept on the parameters' device."""
+  want = train_ours(make)
+  ps = [Tensor(a.copy(), requires_grad=True) for a in (W1, B1, W2)]
+  opt = make(ps)
+  for s in opt.m + opt.v + [opt.b1_t, opt.b2_t]: s.to_("PYTHON")
+  x, t = Tensor(X), Tensor(T)
+  with Tensor.train():
+    for _ in range(4):
+      opt.zero_grad()
+      loss_of(Tensor, x, t, *ps).backward()
+      opt.step()
+  assert all(p.device == x.device for p in ps) and opt.m[0].device == "PYTHON" and opt.b1_t.device == "PYTHON"
+  assert_same([p.numpy() for p in ps], want)

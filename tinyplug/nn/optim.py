@@ -143,17 +143,20 @@ class LAMB(Optimizer):
     bias1 = (1 - self.b1_t).reshape(())
     bias2 = (1 - self.b2_t).reshape(())
     for i, t in enumerate(self.params):
-      g = t.grad.cast(self.m[i].dtype)
+      # the update is computed where the state lives (state moved to the CPU with `to_` offloads it) and only the
+      # result goes back to the parameter's device
+      here = self.m[i].device
+      g, w = t.grad.to(here).cast(self.m[i].dtype), t.detach().to(here)
       self.m[i].assign(self.b1 * self.m[i] + (1 - self.b1) * g)
       self.v[i].assign(self.b2 * self.v[i] + (1 - self.b2) * (g * g))
-      m_hat = self.m[i] / bias1.cast(g.dtype)
-      v_hat = self.v[i] / bias2.cast(g.dtype)
+      m_hat = self.m[i] / bias1.to(here).cast(g.dtype)
+      v_hat = self.v[i] / bias2.to(here).cast(g.dtype)
       up = m_hat / (v_hat.sqrt() + self.eps)
-      if self.wd: up = up + self.wd * t.detach().cast(up.dtype)
+      if self.wd: up = up + self.wd * w.cast(up.dtype)
       if not self.adam:
-        r1, r2 = t.detach().cast(up.dtype).square().sum().sqrt(), up.square().sum().sqrt()
+        r1, r2 = w.cast(up.dtype).square().sum().sqrt(), up.square().sum().sqrt()
         up = up * (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      new_values.append(t.detach() - self._lr(t) * up.cast(t.dtype))
+      new_values.append(t.detach() - self._lr(t) * up.to(t.device).cast(t.dtype))
     return new_values, [self.b1_t, self.b2_t] + self.m + self.v
 
 def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
