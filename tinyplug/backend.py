@@ -174,6 +174,9 @@ class Renderer:
   launch: str = LAUNCH_LOOPS       # one of LAUNCH_MODELS: loops on the host / launch ids / group x local ids
   has_local: bool = False          # work-groups: LOCAL actions and `lidx` ids (with launch ids or a grid)
   has_shared: bool = False         # memory shared by a work-group, with barriers: GROUP reductions (DEFINE_LOCAL)
+  # a work-group's work-items run side by side (a GPU's SIMT lanes), so the heuristic shares a reduction across them;
+  # False where they run one after another (OpenCL on a CPU: a shared sum of 16M floats was 12x slower on PoCL)
+  parallel_work_items: bool = True
   global_max: tuple[int, ...] | None = None   # the largest launch grid per dimension (None: no limit)
   local_max: tuple[int, ...] | None = None    # the largest work-group per dimension
   shared_max: int = 0              # bytes of shared memory per work-group (0: no declared limit)

@@ -270,7 +270,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   loops, reduces = k.loop_axes, k.reduce_axes
   gpu = k.renderer is not None and k.renderer.uses_work_groups
   if gpu and (tc := tensor_core_opts(k)) is not None: return _tensor_core_opts(k, tc)
-  if gpu and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
+  if gpu and k.renderer.parallel_work_items and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
   if not gpu and _is_row_kernel(k): return _row_opts(k)
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if reduces and len(loops) >= 2:
@@ -357,6 +357,10 @@ def _gpu_locals(k: Kernel) -> None:
   most a warp's 32 when other axes can take the rest (a 16x16-like block reuses both inputs of a tile), any divisor
   of an axis (a 56-wide conv row takes 14, not 2)."""
   if any(r.arg[1] in ("local", "group") for r in k.ranges): return
+  if not k.renderer.parallel_work_items:   # CPU OpenCL: one work-group axis, a power of two, as tuned on PoCL
+    for axis in reversed(range(len(k.loop_axes))):
+      if any(_try(k, Opt(OptOps.LOCAL, axis, amt)) for amt in (256, 128, 64, 32, 16, 8, 4, 2)): return
+    return
   plan, threads, n = [], 1, len(k.loop_axes)
   for axis in reversed(range(n)):
     size = k.loop_axes[axis].src[0].arg

@@ -36,7 +36,8 @@ class OpenCLRenderer(CStyleRenderer):
 
   def __init__(self, *, local_max: tuple[int, ...] = (256, 256, 64), max_work_group_size: int = 256,
                shared_max: int = 16384, extensions: frozenset[str] | tuple[str, ...] = (), vector_width: int = 4,
-               device_name: str = ""):
+               device_name: str = "", parallel_work_items: bool = True):
+    self.parallel_work_items = parallel_work_items   # False for a CPU device (PoCL): work-items run one by one
     self.local_max = tuple(min(int(x), max_work_group_size) for x in local_max)
     self.max_work_group_size = int(max_work_group_size)
     self.shared_max = int(shared_max)

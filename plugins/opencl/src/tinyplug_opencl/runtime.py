@@ -203,7 +203,8 @@ class CLDevice(Compiled):
                               cl.platform_str(self.platform_id, cl.CL_PLATFORM_VERSION)])
     renderer = OpenCLRenderer(local_max=self.info["local_max"], max_work_group_size=self.info["max_work_group_size"],
                               shared_max=self.info["local_mem"], extensions=self.info["extensions"],
-                              vector_width=self.info["vector_width"], device_name=self.info["name"])
+                              vector_width=self.info["vector_width"], device_name=self.info["name"],
+                              parallel_work_items=not self.info["type"] & cl.CL_DEVICE_TYPE_CPU)
     super().__init__(name, CLAllocator(self), renderer, CLCompiler(self))
     if DEBUG >= 1: print(f"CL: {self.info['name']} ({self.info['version']}, driver {self.info['driver']})")
 
