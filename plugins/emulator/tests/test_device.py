@@ -83,6 +83,16 @@ def test_clang_error_names_the_kernel_source(emu):
   with pytest.raises(ToolchainError, match=r"clang failed on a opencl kernel:\n.*undeclared identifier 'nope'"):
     emu.compiler.compile_cached("__kernel void bad(__global float* restrict data0) { data0[0] = nope; }\n")
 
+def test_an_empty_launch_grid_is_refused_not_run(emu):
+  from tinyplug.device import ProgramSpec
+  src = "__kernel void k(__global float* restrict data0) { data0[get_global_id(0)] = 1.0f; }\n"
+  spec = ProgramSpec(name="k", uops=(), src=src)
+  prg = emu.make_program(spec, emu.compiler.compile_cached(src))
+  buf = emu.allocator.alloc(64)
+  with pytest.raises(ValueError, match=r"kernel k: launch grid \(0, 1, 1\) .* has an empty dimension"):
+    prg(buf, global_size=(0, 1, 1), local_size=(4, 1, 1))
+  prg(buf, global_size=(1, 1, 1), local_size=(4, 1, 1))   # and the device still runs kernels
+
 # ---------------- agreement with PoCL and numpy ----------------
 
 def _cl_available() -> bool:

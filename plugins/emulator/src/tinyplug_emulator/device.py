@@ -148,6 +148,8 @@ class EmulatorProgram:
     import time
     handles = [_Arg(b, *(self.param_types[i] if i < len(self.param_types) else (1, "bytes"))) for i, b in enumerate(bufs)]
     local = tuple(local_size) if local_size is not None else (1, 1, 1)
+    if any(int(d) < 1 for d in (*global_size, *local)):   # a GPU driver refuses one too (CUDA_ERROR_INVALID_VALUE)
+      raise ValueError(f"kernel {self.name}: launch grid {tuple(global_size)} x work-group {local} has an empty dimension")
     order = str(EMU_ORDER.value)
     start = time.perf_counter()
     if order == "check": self._run_checked(handles, vals, global_size, local)
