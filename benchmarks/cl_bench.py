@@ -9,8 +9,9 @@ Times are wall-clock seconds from building the graph to the result being on the 
 several runs after a warm-up (compile excluded), except "first result", which is the cold path: a graph never seen
 before, scheduled, compiled and run. The ratio is tinyplug / tinygrad: below 1 means tinyplug is faster."""
 from __future__ import annotations
-import argparse, json, os, random, subprocess, sys, time
+import argparse, json, os, subprocess, sys
 import numpy as np
+from device_workloads import best, common_row
 
 def workloads(quick: bool) -> list[tuple[str, dict]]:
   mm = (256, 512) if quick else (512, 1024, 2048)
@@ -36,49 +37,16 @@ def _framework(name: str):
   from tinyplug.device import Device
   return Tensor, "CL", lambda: Device["CL"].synchronize()
 
-def _best(fn, sync, reps: int) -> float:
-  fn(); sync()                     # warm-up: compiles
-  best = float("inf")
-  for _ in range(reps):
-    st = time.perf_counter()
-    fn(); sync()
-    best = min(best, time.perf_counter() - st)
-  return best
-
 def run_one(framework: str, cfg: dict, reps: int) -> float:
   Tensor, dev, sync = _framework(framework)
   rng = np.random.default_rng(0)
-  def tensor(*shape):
+  def tensor(*shape, half=False):
     return Tensor(rng.standard_normal(shape, dtype=np.float32), device=dev).realize()
-  kind = cfg["kind"]
-  if kind == "matmul":
-    a, b = tensor(cfg["n"], cfg["n"]), tensor(cfg["n"], cfg["n"])
-    return _best(lambda: (a @ b).realize(), sync, reps)
-  if kind == "chain":
-    a, b, c = tensor(cfg["n"]), tensor(cfg["n"]), tensor(cfg["n"])
-    return _best(lambda: (((a * b) + c).relu() * 0.5).realize(), sync, reps)
-  if kind == "sum":
-    a = tensor(cfg["n"])
-    return _best(lambda: a.sum().realize(), sync, reps)
-  if kind == "softmax":
-    a = tensor(cfg["n"], cfg["n"])
-    return _best(lambda: a.softmax(-1).realize(), sync, reps)
-  if kind == "conv":
+  if (t := common_row(cfg, tensor, sync, reps)) is not None: return t
+  if cfg["kind"] == "conv":
     x, w = tensor(cfg["b"], 3, 32, 32), tensor(32, 3, 3, 3)
-    return _best(lambda: x.conv2d(w).realize(), sync, reps)
-  if kind == "first":
-    a = tensor(64, 64)
-    best = float("inf")
-    for _ in range(max(reps, 1)):
-      k1, k2 = random.random(), random.random()      # a graph (and kernel) nobody has compiled before
-      st = time.perf_counter()
-      (a * k1 + k2).relu().numpy()
-      best = min(best, time.perf_counter() - st)
-    return best
-  if kind == "tiny":
-    a = tensor(16)
-    return _best(lambda: (a + 1).realize(), sync, max(reps, 20))
-  raise ValueError(kind)
+    return best(lambda: x.conv2d(w).realize(), sync, reps)
+  raise ValueError(cfg["kind"])
 
 def child(framework: str, quick: bool, only: str | None, reps: int) -> None:
   out = {}

@@ -11,8 +11,9 @@ never seen before: scheduled, compiled, run, copied back) and "dispatch" (one ti
 rows also give GB/s (bytes read and written once), beside a device-to-device copy measured by PyTorch in the same run.
 A framework that cannot run a row (no tinygrad wheel, no driver) shows `error` and the reason below the table."""
 from __future__ import annotations
-import argparse, json, os, random, subprocess, sys, time
+import argparse, json, os, subprocess, sys
 import numpy as np
+from device_workloads import best, common_row
 
 def workloads(quick: bool) -> list[tuple[str, dict]]:
   mm = 1024 if quick else 4096
@@ -29,15 +30,6 @@ def workloads(quick: bool) -> list[tuple[str, dict]]:
     ("first result of a new elementwise graph", {"kind": "first"}),
     ("dispatch: one tiny op (16 floats), to finish", {"kind": "tiny"}),
   ]
-
-def _best(fn, sync, reps: int) -> float:
-  fn(); sync()
-  best = float("inf")
-  for _ in range(reps):
-    st = time.perf_counter()
-    fn(); sync()
-    best = min(best, time.perf_counter() - st)
-  return best
 
 # ---------------- tinyplug and tinygrad (the same Tensor API) ----------------
 
@@ -60,22 +52,11 @@ def run_tiny(framework: str, cfg: dict, reps: int) -> float:
   def tensor(*shape, half=False):
     t = Tensor(rng.random(shape, dtype=np.float32) - 0.5)   # random() is 4x faster than standard_normal at 256M
     return (t.cast(dtypes.half) if half else t).realize()
+  if (t := common_row(cfg, tensor, sync, reps)) is not None: return t
   kind = cfg["kind"]
-  if kind == "matmul":
-    a, b = tensor(cfg["n"], cfg["n"], half=cfg["half"]), tensor(cfg["n"], cfg["n"], half=cfg["half"])
-    return _best(lambda: (a @ b).realize(), sync, reps)
-  if kind == "chain":
-    a, b, c = tensor(cfg["n"]), tensor(cfg["n"]), tensor(cfg["n"])
-    return _best(lambda: (((a * b) + c).relu() * 0.5).realize(), sync, reps)
-  if kind == "sum":
-    a = tensor(cfg["n"])
-    return _best(lambda: a.sum().realize(), sync, reps)
-  if kind == "softmax":
-    a = tensor(cfg["n"], cfg["n"])
-    return _best(lambda: a.softmax(-1).realize(), sync, reps)
   if kind == "conv":
     x, w = tensor(cfg["b"], 64, 56, 56), tensor(64, 64, 3, 3)
-    return _best(lambda: x.conv2d(w, padding=1).realize(), sync, reps)
+    return best(lambda: x.conv2d(w, padding=1).realize(), sync, reps)
   if kind == "train":
     Tensor.manual_seed(0)
     class Net:
@@ -95,19 +76,7 @@ def run_tiny(framework: str, cfg: dict, reps: int) -> float:
         opt.step()
       return loss.realize()
     for _ in range(2): step()
-    return _best(step, sync, reps)
-  if kind == "first":
-    a = tensor(64, 64)
-    best = float("inf")
-    for _ in range(max(reps, 1)):
-      k1, k2 = random.random(), random.random()
-      st = time.perf_counter()
-      (a * k1 + k2).relu().numpy()
-      best = min(best, time.perf_counter() - st)
-    return best
-  if kind == "tiny":
-    a = tensor(16)
-    return _best(lambda: (a + 1).realize(), sync, max(reps, 20))
+    return best(step, sync, reps)
   raise ValueError(kind)
 
 # ---------------- PyTorch ----------------
@@ -121,24 +90,13 @@ def run_torch(cfg: dict, reps: int) -> float:
     return torch.randn(*shape, device=dev, generator=gen, dtype=torch.float16 if half else torch.float32)
   kind = cfg["kind"]
   with torch.no_grad() if kind != "train" else torch.enable_grad():
+    if (t := common_row(cfg, tensor, sync, reps, torch_api=True)) is not None: return t
     if kind == "copy":
       a = tensor(cfg["n"]); b = torch.empty_like(a)
-      return _best(lambda: b.copy_(a), sync, reps)
-    if kind == "matmul":
-      a, b = tensor(cfg["n"], cfg["n"], half=cfg["half"]), tensor(cfg["n"], cfg["n"], half=cfg["half"])
-      return _best(lambda: a @ b, sync, reps)
-    if kind == "chain":
-      a, b, c = tensor(cfg["n"]), tensor(cfg["n"]), tensor(cfg["n"])
-      return _best(lambda: ((a * b) + c).relu() * 0.5, sync, reps)
-    if kind == "sum":
-      a = tensor(cfg["n"])
-      return _best(lambda: a.sum(), sync, reps)
-    if kind == "softmax":
-      a = tensor(cfg["n"], cfg["n"])
-      return _best(lambda: a.softmax(-1), sync, reps)
+      return best(lambda: b.copy_(a), sync, reps)
     if kind == "conv":
       x, w = tensor(cfg["b"], 64, 56, 56), tensor(64, 64, 3, 3)
-      return _best(lambda: torch.nn.functional.conv2d(x, w, padding=1), sync, reps)
+      return best(lambda: torch.nn.functional.conv2d(x, w, padding=1), sync, reps)
     if kind == "train":
       torch.manual_seed(0)
       net = torch.nn.Sequential(torch.nn.Conv2d(1, 32, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -153,19 +111,7 @@ def run_torch(cfg: dict, reps: int) -> float:
         opt.step()
         return loss
       for _ in range(2): step()
-      return _best(step, sync, reps)
-    if kind == "first":
-      a = tensor(64, 64)
-      best = float("inf")
-      for _ in range(max(reps, 1)):
-        k1, k2 = random.random(), random.random()
-        st = time.perf_counter()
-        (a * k1 + k2).relu().cpu().numpy()
-        best = min(best, time.perf_counter() - st)
-      return best
-    if kind == "tiny":
-      a = tensor(16)
-      return _best(lambda: a + 1, sync, max(reps, 20))
+      return best(step, sync, reps)
   raise ValueError(kind)
 
 def child(framework: str, quick: bool, only: str | None, reps: int) -> None:

@@ -19,6 +19,7 @@ UNROLL several K-tiles per loop trip, LOCAL several warps per work-group."""
 from __future__ import annotations
 from dataclasses import dataclass
 from tinyplug.backend import TensorCore
+from tinyplug.codegen.kernel import replace_nodes
 from tinyplug.uop.ops import Ops, UOp
 
 WARP = "warp"   # the kind of the RANGE of a tensor core's lanes
@@ -106,14 +107,6 @@ def _coord(tc: TensorCore, lane: UOp, matrix: int, element: int, tile_row: UOp, 
     out.append(expr)
   return out[0], out[1]
 
-def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  memo = dict(mapping)
-  for u in root.toposort():
-    if u in memo: continue
-    src = tuple(memo.get(x, x) for x in u.src)
-    if any(p is not q for p, q in zip(src, u.src)): memo[u] = UOp(u.op, u.dtype, src, u.arg)
-  return memo.get(root, root)
-
 def apply_tensor_core(sink: UOp, tc: TensorCore, match: TCMatch) -> UOp:
   """`sink` with `match`'s reduction run as WMMAs of `tc` (see the module docstring)."""
   tm, tn, tk = tc.dims
@@ -127,10 +120,10 @@ def apply_tensor_core(sink: UOp, tc: TensorCore, match: TCMatch) -> UOp:
   a_vals, b_vals = [], []
   for i in range(n_a):
     row, col = _coord(tc, lane, 0, i, m0, k0)
-    a_vals.append(_substitute(match.a, {m: row, k: col}))
+    a_vals.append(replace_nodes(match.a, {m: row, k: col}))
   for i in range(n_b):
     row, col = _coord(tc, lane, 1, i, k0, n0)
-    b_vals.append(_substitute(match.b, {k: row, n: col}))
+    b_vals.append(replace_nodes(match.b, {k: row, n: col}))
   zero = UOp.const(tc.dtype_out, 0.0)
   wmma = UOp(Ops.WMMA, tc.dtype_out.vec(n_c), (*a_vals, *b_vals, *([zero] * n_c)), tc.name)
   others = tuple(r for r in red.src[1:] if r is not k)
@@ -139,7 +132,7 @@ def apply_tensor_core(sink: UOp, tc: TensorCore, match: TCMatch) -> UOp:
     value = UOp(Ops.GEP, tc.dtype_out, (wmma,), (e,))
     red_e = UOp(Ops.REDUCE, red.dtype, (value, k_o, *others), red.arg)
     row, col = _coord(tc, lane, 2, e, m0, n0)
-    stores.extend(_substitute(s, {red: red_e, m: row, n: col}) for s in sink.src)
+    stores.extend(replace_nodes(s, {red: red_e, m: row, n: col}) for s in sink.src)
   return UOp(Ops.SINK, sink.dtype, tuple(dict.fromkeys(stores)), sink.arg)
 
 def has_warp(sink: UOp) -> bool:

@@ -33,6 +33,22 @@ def render_kernels(tensor: Tensor, renderer: Any, opts: list | None = None) -> l
   items, _ = create_schedule([tensor.uop])
   return [get_program(item.ast, renderer, opts=opts) for item in items if item.ast.op.name == "SINK"]
 
+def run_kernel(out: Tensor, device: str, opts: list | None = None, **settings: Any) -> tuple[Any, str]:
+  """Compile the one kernel computing `out` (its inputs realized already) with exactly `opts`, run it once on
+  `device` under `Context(**settings)`; (the result as a numpy array, the kernel's source)."""
+  from tinyplug.codegen import get_program
+  from tinyplug.device import Device
+  from tinyplug.helpers import Context
+  from tinyplug.schedule import create_schedule
+  (item,), _ = create_schedule([out.uop])
+  dev = Device[device]
+  spec = get_program(item.ast, dev.renderer, opts=opts)
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  bufs = [b.ensure_allocated() for b in item.bufs]
+  with Context(**settings):
+    prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  return bufs[0].numpy().reshape(out.shape), spec.src
+
 def _casts(dts: list[DType]) -> list[Kernel]:
   """One kernel per source dtype, casting it to every other dtype (and each result to float)."""
   def build(a: DType) -> Tensor:

@@ -9,21 +9,15 @@ from tinyplug.codegen.kernel import Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.helpers import Context
 from tinyplug.schedule import create_schedule
+from tinyplug.testing.kernels import run_kernel
 
 RNG = np.random.default_rng(0)
 
 def T(a) -> Tensor: return Tensor(a).realize()   # on the device first, so the kernel under test is the only one
 
 def run(out: Tensor, opts, device: str = "MOCK+CUDA") -> tuple[np.ndarray, str]:
-  """Compile the one kernel computing `out` with exactly `opts`, run it on `device`; (result, source)."""
-  (item,), _ = create_schedule([out.uop])
-  dev = Device[device]
-  spec = get_program(item.ast, dev.renderer, opts=opts)
-  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
-  bufs = [b.ensure_allocated() for b in item.bufs]
-  with Context(EMU_ORDER="check"):
-    prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
-  return bufs[0].numpy().reshape(out.shape), spec.src
+  """Compile the one kernel computing `out` with exactly `opts`, run it on `device` in all three work-item orders."""
+  return run_kernel(out, device, opts, EMU_ORDER="check")
 
 @pytest.mark.parametrize("opts", [[Opt(OptOps.GROUPTOP, 0, 64)], [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUP, 0, 32)],
                                   [Opt(OptOps.GROUPTOP, 0, 16), Opt(OptOps.UNROLL, 0, 4)]], ids=str)

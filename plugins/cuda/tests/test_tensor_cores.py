@@ -4,7 +4,6 @@ the instruction); the emulator runs them (every lane's fragments through scratch
 every work-item order; BEAM tries TC actions, TC=0 never. The values on a GPU: tinyplug/testing/test_tensor_cores.py
 (DEV=CUDA, run by `pytest --pyargs tinyplug.testing` on a machine with one)."""
 from __future__ import annotations
-import contextlib
 import dataclasses, re
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.helpers import Context
 from tinyplug.schedule import create_schedule
+from tinyplug.testing.kernels import run_kernel
 from tinyplug_cuda.renderer import CUDARenderer
 from tinyplug_cuda.tensor_cores import MMA_M16N8K16
 
@@ -113,16 +113,9 @@ def test_beam_tries_tc_first_and_not_with_tc_0(tensor):
   with Context(TC=0): assert not any(a.op is OptOps.TC for a in candidate_actions(k))
 
 def _run(out: Tensor, opts, device: str = "MOCK+CUDA") -> tuple[np.ndarray, str]:
-  """The one kernel computing `out`, with exactly `opts`, on `device` (the emulator: in all three work-item orders)."""
-  (item,), _ = create_schedule([out.uop])
-  dev = Device[device]
-  spec = get_program(item.ast, dev.renderer, opts=opts)
-  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
-  bufs = [b.ensure_allocated() for b in item.bufs]
-  # the emulator's EMU_ORDER exists only where the emulator plugin is loaded: not on a GPU machine without clang-19
-  with Context(EMU_ORDER="check") if device.startswith("MOCK+") else contextlib.nullcontext():
-    prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
-  return bufs[0].numpy().reshape(out.shape), spec.src
+  """The one kernel computing `out`, with exactly `opts`, on `device` (the emulator: in all three work-item orders;
+  its EMU_ORDER exists only where the emulator plugin is loaded, not on a GPU machine without a new enough clang)."""
+  return run_kernel(out, device, opts, **({"EMU_ORDER": "check"} if device.startswith("MOCK+") else {}))
 
 TC0 = Opt(OptOps.TC, 0, 0)
 EMULATED_KERNELS = [
