@@ -1,6 +1,6 @@
 # The GPU checks of the cuda plugin in one script, for a machine with an NVIDIA GPU whose python3 has torch, pytest,
 # xdist, llvmlite, pluggy and NVIDIA's nvrtc wheel (no network needed). Run from the repository root:
-#   OUT=/tmp/out [CONFORMANCE=<a copy of ../shared/conformance with its tests restored>] \
+#   OUT=/tmp/out [CONFORMANCE=<absolute path of a copy of ../shared/conformance, tests restored>] \
 #     bash tools/device/gpu_check.sh [path to tinygrad-0.14.0 wheel, for the benchmark's peer]
 # Logs land in $OUT. Each stage has its own time limit, so one hang cannot eat the machine's lease. tinygrad's suite
 # runs first and alone: beside the other stages it did not finish in 175 s on an H200 (alone: 109 s with 6 jobs).
