@@ -359,12 +359,15 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
 _templates: BoundedCache = BoundedCache("schedule.templates", MAX_TEMPLATES)   # graph structure -> its schedule (cache.py)
 
 _simplified: dict[UOp, UOp] = {}
+# every node kernel simplification has rewritten -> its final form: kernels share index math, loads and constants
+_simplify_memo: BoundedCache = BoundedCache("schedule.simplify_memo", 1 << 16)
 
 def _simplify_kernel(ast: UOp) -> UOp:
   # the same computation on other buffers builds the very same AST (buffers are parameters): simplify it once
   if (hit := _simplified.get(ast)) is not None: return hit
   if len(_simplified) > 4096: _simplified.clear()
-  _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel")
+  if len(_simplify_memo) > _simplify_memo.maxsize: _simplify_memo.clear()   # filled by the rewrite, not by put
+  _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel", memo=_simplify_memo)
   return ret
 
 # a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value
