@@ -2,7 +2,8 @@
 """Time to the first training step, cold and warm disk cache, in tinyplug, tinygrad and PyTorch, in one run.
 
     python benchmarks/first_step.py [--models mlp,cnn] [--only tinyplug,tinygrad,torch] [--rounds 1] [--steps 6]
-    git worktree add /tmp/before <commit>; python benchmarks/first_step.py --only tinyplug --before /tmp/before
+    git worktree add /tmp/before <commit>; python benchmarks/first_step.py --only tinyplug --before /tmp/before --rounds 5
+(--before puts that checkout's core and its plugins/*/src first on PYTHONPATH)
 
 Models (the same in each framework):
   mlp  Linear(32,64) relu Linear(64,64) relu Linear(64,10), batch 128, cross-entropy, Adam
@@ -19,7 +20,7 @@ tinyplug's rows also say how many kernels went through codegen and how many LLVM
 should compile nothing).
 """
 from __future__ import annotations
-import argparse, json, os, shutil, subprocess, sys, tempfile, time
+import argparse, glob, json, os, shutil, subprocess, statistics, sys, tempfile, time
 
 T0 = time.perf_counter()
 
@@ -145,8 +146,9 @@ def _clang_path(tmp: str) -> str:
 def run_worker(name: str, model: str, cache: str, args) -> dict:
   env = dict(os.environ, XDG_CACHE_HOME=cache)
   if name == "tinygrad": env.update(DEV="CPU", PATH=_clang_path(tempfile.gettempdir()))
-  if name == "tinyplug-before":   # the core package of another checkout shadows the installed one
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (args.before, env.get("PYTHONPATH")) if p)
+  if name == "tinyplug-before":   # the core package and the plugins of another checkout shadow the installed ones
+    plugin_srcs = sorted(glob.glob(os.path.join(args.before, "plugins", "*", "src")))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (args.before, *plugin_srcs, env.get("PYTHONPATH")) if p)
     name = "tinyplug"
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--models", model, "--steps", str(args.steps)]
   try: r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -167,7 +169,8 @@ def main() -> None:
   ap.add_argument("--models", default="mlp,cnn")
   ap.add_argument("--only", default="tinyplug,tinygrad,torch")
   ap.add_argument("--steps", type=int, default=6, help="steps per run (the last ones show the replay speed)")
-  ap.add_argument("--rounds", type=int, default=1, help="repeat everything, taking turns; keep each row's best")
+  ap.add_argument("--rounds", type=int, default=1, help="repeat everything, taking turns; keep each row's best "
+                  "(and, with more than one, show the median and range of every round's first steps)")
   ap.add_argument("--timeout", type=int, default=900)
   ap.add_argument("--json", help="also write the results here")
   ap.add_argument("--before", metavar="CHECKOUT", help="also run the tinyplug core of another checkout (a git "
@@ -179,6 +182,7 @@ def main() -> None:
     return
   names = args.only.split(",") + (["tinyplug-before"] if args.before else [])
   results: dict[tuple, dict] = {}
+  firsts: dict[tuple, list[float]] = {}   # every run's first steps (1+2), for the median and the spread
   for _ in range(args.rounds):
     for model in args.models.split(","):
       for name in names:
@@ -187,12 +191,14 @@ def main() -> None:
             if name == "torch" and state == "warm": continue   # PyTorch has no compile cache
             print(f"running {name} {model} {state} ...", file=sys.stderr, flush=True)
             key = (model, name, state)
-            results[key] = _better(results.get(key), run_worker(name, model, cache, args))
+            results[key] = _better(results.get(key), r := run_worker(name, model, cache, args))
+            if "error" not in r: firsts.setdefault(key, []).append(sum(r["steps"][:2]))
   cpu = _cpu_name()
   print(f"\ntime to first training step ({cpu}; best of {args.rounds} round(s)); replay = median of steps 3+\n")
+  spread = args.rounds > 1
   print("| model | framework | cache | import | setup | step 1 | step 2 | first steps (1+2) | replay | "
-        "vs tinyplug (1+2) | codegen / LLVM compiles |")
-  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "vs tinyplug (1+2) | codegen / LLVM compiles |" + (" first steps, median (min-max) of all rounds |" if spread else ""))
+  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if spread else ""))
   for (model, name, state), r in results.items():
     if "error" in r:
       print(f"| {model} | {name} | {state} | error: {r['error']} | | | | | | | |")
@@ -202,10 +208,14 @@ def main() -> None:
     ratio = f"{sum(st[:2]) / sum(base[:2]):.2f}x" if base else "-"
     replay = sorted(st[2:])[len(st[2:]) // 2] if len(st) > 2 else float("nan")
     counts = f"{r['codegen']} / {r['compiles']}" if "compiles" in r else ""
+    fs = firsts.get((model, name, state), [])
+    med = f" {_fmt(statistics.median(fs))} ({_fmt(min(fs))}-{_fmt(max(fs))}) |" if spread and fs else (" |" if spread else "")
     print(f"| {model} | {name} | {state} | {_fmt(r['import_s'])} | {_fmt(r['setup_s'])} | {_fmt(st[0])} | "
-          f"{_fmt(st[1])} | {_fmt(sum(st[:2]))} | {_fmt(replay)} | {ratio} | {counts} |")
+          f"{_fmt(st[1])} | {_fmt(sum(st[:2]))} | {_fmt(replay)} | {ratio} | {counts} |" + med)
   if args.json:
-    with open(args.json, "w") as f: json.dump({"cpu": cpu, "results": [[*k, v] for k, v in results.items()]}, f)
+    with open(args.json, "w") as f:
+      json.dump({"cpu": cpu, "results": [[*k, v] for k, v in results.items()],
+                 "first_steps": [[*k, v] for k, v in firsts.items()]}, f)
 
 def _cpu_name() -> str:
   try:
