@@ -70,7 +70,19 @@ _RUN = """
 import json, numpy as np, tinyplug.codegen as codegen
 from tinyplug import Tensor, nn
 from tinyplug.nn.optim import Adam
+import hashlib, tinyplug.schedule as sched
 from tinyplug.device import Device
+from tinyplug.codegen.program_cache import graph_text
+simplify_runs, asts = [0], hashlib.sha256()   # kernel simplification rewrites run, and what every kernel became
+real_rewrite, real_simplify = sched.graph_rewrite, sched._simplify_kernel
+def counting_rewrite(*a, **k):
+  if k.get("name") == "simplify kernel": simplify_runs[0] += 1
+  return real_rewrite(*a, **k)
+def recording_simplify(ast):
+  out = real_simplify(ast)
+  asts.update(graph_text(out).encode())
+  return out
+sched.graph_rewrite, sched._simplify_kernel = counting_rewrite, recording_simplify
 runs = [0]
 real = codegen.run_pipeline
 def counting(*a, **k):
@@ -89,37 +101,42 @@ with Tensor.train():
     loss.backward()
     opt.step()
 compiler = type(Device[Device.DEFAULT].compiler)   # cpu_llvm counts its LLVM compilations (cache misses)
-print(json.dumps([runs[0], getattr(compiler, "compiles", None), model.weight.numpy().tolist()]))
+print(json.dumps([runs[0], getattr(compiler, "compiles", None), model.weight.numpy().tolist(), simplify_runs[0],
+                  asts.hexdigest()]))
 """
 
-def _run_counts(cache: str, **env) -> tuple[int, int | None, np.ndarray]:
+def _run_counts(cache: str, **env) -> dict:
   full = {k: v for k, v in os.environ.items() if k not in ("DEV", "VIZ", "TINY_PLUGINS")} | {"XDG_CACHE_HOME": cache} | env
   out = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, env=full, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
-  runs, compiles, weight = json.loads(out.stdout.strip().splitlines()[-1])
-  return runs, compiles, np.array(weight)
+  runs, compiles, weight, simplify_runs, asts = json.loads(out.stdout.strip().splitlines()[-1])
+  return {"codegen": runs, "compiles": compiles, "weight": np.array(weight), "simplify": simplify_runs, "asts": asts}
 
 def _run(cache: str, **env) -> tuple[int, np.ndarray]:
-  runs, _, weight = _run_counts(cache, **env)
-  return runs, weight
+  r = _run_counts(cache, **env)
+  return r["codegen"], r["weight"]
 
 def test_a_warm_process_runs_no_codegen_and_gets_the_same_results(tmp_path):
-  cold_runs, cold_compiles, cold = _run_counts(str(tmp_path))
-  warm_runs, warm_compiles, warm = _run_counts(str(tmp_path))
-  assert cold_runs > 5 and warm_runs == 0
-  if cold_compiles is not None:   # the default device is cpu_llvm's CPU: every kernel from the object cache too
-    assert cold_compiles >= cold_runs and warm_compiles == 0
-  np.testing.assert_array_equal(warm, cold)
-  off_runs, _, off = _run_counts(str(tmp_path), CACHELEVEL="0")
-  assert off_runs == cold_runs
-  np.testing.assert_array_equal(off, cold)
+  """A second process with the same cache lowers, compiles and simplifies nothing, and computes the same: the same
+  kernel ASTs and the same weights as the first one and as one without the disk cache."""
+  cold = _run_counts(str(tmp_path))
+  warm = _run_counts(str(tmp_path))
+  assert cold["codegen"] > 5 and warm["codegen"] == 0
+  assert cold["simplify"] > 5 and warm["simplify"] == 0
+  if cold["compiles"] is not None:   # the default device is cpu_llvm's CPU: every kernel from the object cache too
+    assert cold["compiles"] >= cold["codegen"] and warm["compiles"] == 0
+  np.testing.assert_array_equal(warm["weight"], cold["weight"])
+  assert warm["asts"] == cold["asts"]
+  off = _run_counts(str(tmp_path), CACHELEVEL="0")
+  assert off["codegen"] == cold["codegen"] and off["simplify"] == cold["simplify"] and off["asts"] == cold["asts"]
+  np.testing.assert_array_equal(off["weight"], cold["weight"])
 
 def test_a_warm_process_on_a_runtime_that_reads_the_uops(tmp_path):
   """The PYTHON runtime interprets the linear program: a program read back builds it, and runs the same."""
-  cold_runs, _, cold = _run_counts(str(tmp_path), DEV="PYTHON")
-  warm_runs, _, warm = _run_counts(str(tmp_path), DEV="PYTHON")
-  assert cold_runs > 5 and warm_runs == 0
-  np.testing.assert_array_equal(warm, cold)
+  cold = _run_counts(str(tmp_path), DEV="PYTHON")
+  warm = _run_counts(str(tmp_path), DEV="PYTHON")
+  assert cold["codegen"] > 5 and warm["codegen"] == 0
+  np.testing.assert_array_equal(warm["weight"], cold["weight"])
 
 def test_a_damaged_entry_is_rebuilt(tmp_path, capfd):
   import sqlite3

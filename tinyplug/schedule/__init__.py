@@ -17,6 +17,7 @@ from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, stru
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import GO, FusionGraph
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
+from tinyplug.schedule import simplify_cache
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -366,8 +367,12 @@ def _simplify_kernel(ast: UOp) -> UOp:
   # the same computation on other buffers builds the very same AST (buffers are parameters): simplify it once
   if (hit := _simplified.get(ast)) is not None: return hit
   if len(_simplified) > 4096: _simplified.clear()
+  if (key := simplify_cache.simplify_key(ast)) is not None and (ret := simplify_cache.load(key)) is not None:
+    _simplified[ast] = ret   # simplified by an earlier process (simplify_cache.py)
+    return ret
   if len(_simplify_memo) > _simplify_memo.maxsize: _simplify_memo.clear()   # filled by the rewrite, not by put
   _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel", memo=_simplify_memo)
+  if key is not None: simplify_cache.store(key, ret)
   return ret
 
 # a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value
