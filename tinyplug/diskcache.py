@@ -97,9 +97,13 @@ class SealedTable:
     self._lock = threading.Lock()
 
   def _connection(self) -> sqlite3.Connection | None:
+    # the directory is checked (cache_root: two stats and a makedirs) when a connection opens, not on every read:
+    # a warm first step reads ~130 entries. A new process (a forked child) or another cache directory opens anew.
+    if self._conn is not None and self._conn_for == (os.getpid(), os.path.join(cache_dir(), self.filename)):
+      return self._conn
     path = cache_path(self.filename)
     if path is None: return None
-    if self._conn is None or self._conn_for != (os.getpid(), path):   # a forked child opens its own
+    if self._conn is None or self._conn_for != (os.getpid(), path):
       conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
       conn.execute("PRAGMA busy_timeout=30000")
       try: conn.execute("PRAGMA journal_mode=WAL")
