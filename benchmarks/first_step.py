@@ -54,12 +54,16 @@ def _make_model(model: str, nn):
       return self.l1(x.flatten(1))
   return CNN()
 
+CPU_STEPS: list[float] = []   # process CPU time (all threads) of each step of the last _time_steps
+
 def _time_steps(step, batches) -> list[float]:
   times = []
+  CPU_STEPS.clear()
   for x, y in batches:
-    st = time.perf_counter()
+    st, cst = time.perf_counter(), time.process_time()
     step(x, y)
     times.append(time.perf_counter() - st)
+    CPU_STEPS.append(time.process_time() - cst)
   return times
 
 # ---------------- workers (each runs in its own process) ----------------
@@ -82,7 +86,7 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   compiler = Device[Device.DEFAULT].compiler
   before = (getattr(type(compiler), "compiles", 0), len(realize._runners))
   times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
-  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT,
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT, "steps_cpu": list(CPU_STEPS),
           "compiles": getattr(type(compiler), "compiles", 0) - before[0], "codegen": len(realize._runners) - before[1]}
 
 def worker_tinygrad(model: str, steps: int) -> dict:
@@ -100,7 +104,7 @@ def worker_tinygrad(model: str, steps: int) -> dict:
       loss = m(x).sparse_categorical_crossentropy(y).backward()
       return loss.realize(*opt.schedule_step())
   times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
-  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT}
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT, "steps_cpu": list(CPU_STEPS)}
 
 def worker_torch(model: str, steps: int) -> dict:
   import torch
@@ -128,7 +132,8 @@ def worker_torch(model: str, steps: int) -> dict:
     loss.backward()
     opt.step()
     return loss.item()
-  return {"import_s": t_import, "setup_s": t_setup, "steps": _time_steps(step, _batches(model, steps)),
+  times = _time_steps(step, _batches(model, steps))
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "steps_cpu": list(CPU_STEPS),
           "device": f"cpu, {torch.get_num_threads()} threads"}
 
 WORKERS = {"tinyplug": worker_tinyplug, "tinygrad": worker_tinygrad, "torch": worker_torch}
@@ -183,6 +188,7 @@ def main() -> None:
   names = args.only.split(",") + (["tinyplug-before"] if args.before else [])
   results: dict[tuple, dict] = {}
   firsts: dict[tuple, list[float]] = {}   # every run's first steps (1+2), for the median and the spread
+  firsts_cpu: dict[tuple, list[float]] = {}   # the same in process CPU time (less swayed by other load than wall time)
   for _ in range(args.rounds):
     for model in args.models.split(","):
       for name in names:
@@ -193,12 +199,14 @@ def main() -> None:
             key = (model, name, state)
             results[key] = _better(results.get(key), r := run_worker(name, model, cache, args))
             if "error" not in r: firsts.setdefault(key, []).append(sum(r["steps"][:2]))
+            if "steps_cpu" in r: firsts_cpu.setdefault(key, []).append(sum(r["steps_cpu"][:2]))
   cpu = _cpu_name()
   print(f"\ntime to first training step ({cpu}; best of {args.rounds} round(s)); replay = median of steps 3+\n")
   spread = args.rounds > 1
   print("| model | framework | cache | import | setup | step 1 | step 2 | first steps (1+2) | replay | "
-        "vs tinyplug (1+2) | codegen / LLVM compiles |" + (" first steps, median (min-max) of all rounds |" if spread else ""))
-  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if spread else ""))
+        "vs tinyplug (1+2) | codegen / LLVM compiles |" + (" first steps, median (min-max) of all rounds | CPU time "
+        "of steps 1+2, median (min-max) |" if spread else ""))
+  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if spread else ""))
   for (model, name, state), r in results.items():
     if "error" in r:
       print(f"| {model} | {name} | {state} | error: {r['error']} | | | | | | | |")
@@ -208,14 +216,17 @@ def main() -> None:
     ratio = f"{sum(st[:2]) / sum(base[:2]):.2f}x" if base else "-"
     replay = sorted(st[2:])[len(st[2:]) // 2] if len(st) > 2 else float("nan")
     counts = f"{r['codegen']} / {r['compiles']}" if "compiles" in r else ""
-    fs = firsts.get((model, name, state), [])
-    med = f" {_fmt(statistics.median(fs))} ({_fmt(min(fs))}-{_fmt(max(fs))}) |" if spread and fs else (" |" if spread else "")
+    med = ""
+    if spread:
+      for xs in (firsts.get((model, name, state), []), firsts_cpu.get((model, name, state), [])):
+        med += f" {_fmt(statistics.median(xs))} ({_fmt(min(xs))}-{_fmt(max(xs))}) |" if xs else " |"
     print(f"| {model} | {name} | {state} | {_fmt(r['import_s'])} | {_fmt(r['setup_s'])} | {_fmt(st[0])} | "
           f"{_fmt(st[1])} | {_fmt(sum(st[:2]))} | {_fmt(replay)} | {ratio} | {counts} |" + med)
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"cpu": cpu, "results": [[*k, v] for k, v in results.items()],
-                 "first_steps": [[*k, v] for k, v in firsts.items()]}, f)
+                 "first_steps": [[*k, v] for k, v in firsts.items()],
+                 "first_steps_cpu": [[*k, v] for k, v in firsts_cpu.items()]}, f)
 
 def _cpu_name() -> str:
   try:
