@@ -74,6 +74,10 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   from tinyplug.nn.state import get_parameters
   from tinyplug.engine import realize
   t_import = time.perf_counter() - T0
+  if (profile_to := os.environ.get("FIRST_STEP_PROFILE")):   # cProfile of setup and every step (--profile)
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
   m = _make_model(model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
   t_setup = time.perf_counter() - T0 - t_import
@@ -86,6 +90,9 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   compiler = Device[Device.DEFAULT].compiler
   before = (getattr(type(compiler), "compiles", 0), len(realize._runners))
   times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
+  if profile_to:
+    prof.disable()
+    prof.dump_stats(profile_to)
   return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT, "steps_cpu": list(CPU_STEPS),
           "compiles": getattr(type(compiler), "compiles", 0) - before[0], "codegen": len(realize._runners) - before[1]}
 
@@ -148,8 +155,10 @@ def _clang_path(tmp: str) -> str:
   if not os.path.exists(link := os.path.join(bindir, "clang")): os.symlink(versioned, link)
   return bindir + os.pathsep + path
 
-def run_worker(name: str, model: str, cache: str, args) -> dict:
+def run_worker(name: str, model: str, cache: str, args, state: str = "") -> dict:
   env = dict(os.environ, XDG_CACHE_HOME=cache)
+  if args.profile and name.startswith("tinyplug") and state == "warm":
+    env["FIRST_STEP_PROFILE"] = f"{args.profile}-{'before' if name == 'tinyplug-before' else 'now'}-{model}.prof"
   if name == "tinygrad": env.update(DEV="CPU", PATH=_clang_path(tempfile.gettempdir()))
   if name == "tinyplug-before":   # the core package and the plugins of another checkout shadow the installed ones
     plugin_srcs = sorted(glob.glob(os.path.join(args.before, "plugins", "*", "src")))
@@ -180,6 +189,9 @@ def main() -> None:
   ap.add_argument("--json", help="also write the results here")
   ap.add_argument("--before", metavar="CHECKOUT", help="also run the tinyplug core of another checkout (a git "
                   "worktree of an older commit) as 'tinyplug-before', taking turns with the installed one")
+  ap.add_argument("--profile", metavar="PREFIX", help="cProfile tinyplug's warm runs (setup and every step; --steps 2 "
+                  "for the first two only) into PREFIX-now-<model>.prof (PREFIX-before-... for --before); read them "
+                  "with `python -m pstats`. The last round's profile is kept")
   ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.worker:
@@ -197,7 +209,7 @@ def main() -> None:
             if name == "torch" and state == "warm": continue   # PyTorch has no compile cache
             print(f"running {name} {model} {state} ...", file=sys.stderr, flush=True)
             key = (model, name, state)
-            results[key] = _better(results.get(key), r := run_worker(name, model, cache, args))
+            results[key] = _better(results.get(key), r := run_worker(name, model, cache, args, state))
             if "error" not in r: firsts.setdefault(key, []).append(sum(r["steps"][:2]))
             if "steps_cpu" in r: firsts_cpu.setdefault(key, []).append(sum(r["steps_cpu"][:2]))
   cpu = _cpu_name()
