@@ -2,7 +2,8 @@
 """Time to the first training step, cold and warm disk cache, in tinyplug, tinygrad and PyTorch, in one run.
 
     python benchmarks/first_step.py [--models mlp,cnn] [--only tinyplug,tinygrad,torch] [--rounds 1] [--steps 6]
-    git worktree add /tmp/before <commit>; python benchmarks/first_step.py --only tinyplug --before /tmp/before
+    git worktree add /tmp/before <commit>; python benchmarks/first_step.py --only tinyplug --before /tmp/before --rounds 5
+(--before puts that checkout's core and its plugins/*/src first on PYTHONPATH)
 
 Models (the same in each framework):
   mlp  Linear(32,64) relu Linear(64,64) relu Linear(64,10), batch 128, cross-entropy, Adam
@@ -19,7 +20,7 @@ tinyplug's rows also say how many kernels went through codegen and how many LLVM
 should compile nothing).
 """
 from __future__ import annotations
-import argparse, json, os, shutil, subprocess, sys, tempfile, time
+import argparse, glob, json, os, shutil, subprocess, statistics, sys, tempfile, time
 
 T0 = time.perf_counter()
 
@@ -53,12 +54,16 @@ def _make_model(model: str, nn):
       return self.l1(x.flatten(1))
   return CNN()
 
+CPU_STEPS: list[float] = []   # process CPU time (all threads) of each step of the last _time_steps
+
 def _time_steps(step, batches) -> list[float]:
   times = []
+  CPU_STEPS.clear()
   for x, y in batches:
-    st = time.perf_counter()
+    st, cst = time.perf_counter(), time.process_time()
     step(x, y)
     times.append(time.perf_counter() - st)
+    CPU_STEPS.append(time.process_time() - cst)
   return times
 
 # ---------------- workers (each runs in its own process) ----------------
@@ -69,6 +74,10 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   from tinyplug.nn.state import get_parameters
   from tinyplug.engine import realize
   t_import = time.perf_counter() - T0
+  if (profile_to := os.environ.get("FIRST_STEP_PROFILE")):   # cProfile of setup and every step (--profile)
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
   m = _make_model(model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
   t_setup = time.perf_counter() - T0 - t_import
@@ -81,7 +90,10 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   compiler = Device[Device.DEFAULT].compiler
   before = (getattr(type(compiler), "compiles", 0), len(realize._runners))
   times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
-  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT,
+  if profile_to:
+    prof.disable()
+    prof.dump_stats(profile_to)
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT, "steps_cpu": list(CPU_STEPS),
           "compiles": getattr(type(compiler), "compiles", 0) - before[0], "codegen": len(realize._runners) - before[1]}
 
 def worker_tinygrad(model: str, steps: int) -> dict:
@@ -99,7 +111,7 @@ def worker_tinygrad(model: str, steps: int) -> dict:
       loss = m(x).sparse_categorical_crossentropy(y).backward()
       return loss.realize(*opt.schedule_step())
   times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))
-  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT}
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "device": Device.DEFAULT, "steps_cpu": list(CPU_STEPS)}
 
 def worker_torch(model: str, steps: int) -> dict:
   import torch
@@ -127,7 +139,8 @@ def worker_torch(model: str, steps: int) -> dict:
     loss.backward()
     opt.step()
     return loss.item()
-  return {"import_s": t_import, "setup_s": t_setup, "steps": _time_steps(step, _batches(model, steps)),
+  times = _time_steps(step, _batches(model, steps))
+  return {"import_s": t_import, "setup_s": t_setup, "steps": times, "steps_cpu": list(CPU_STEPS),
           "device": f"cpu, {torch.get_num_threads()} threads"}
 
 WORKERS = {"tinyplug": worker_tinyplug, "tinygrad": worker_tinygrad, "torch": worker_torch}
@@ -142,11 +155,14 @@ def _clang_path(tmp: str) -> str:
   if not os.path.exists(link := os.path.join(bindir, "clang")): os.symlink(versioned, link)
   return bindir + os.pathsep + path
 
-def run_worker(name: str, model: str, cache: str, args) -> dict:
+def run_worker(name: str, model: str, cache: str, args, state: str = "") -> dict:
   env = dict(os.environ, XDG_CACHE_HOME=cache)
+  if args.profile and name.startswith("tinyplug") and state == "warm":
+    env["FIRST_STEP_PROFILE"] = f"{args.profile}-{'before' if name == 'tinyplug-before' else 'now'}-{model}.prof"
   if name == "tinygrad": env.update(DEV="CPU", PATH=_clang_path(tempfile.gettempdir()))
-  if name == "tinyplug-before":   # the core package of another checkout shadows the installed one
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (args.before, env.get("PYTHONPATH")) if p)
+  if name == "tinyplug-before":   # the core package and the plugins of another checkout shadow the installed ones
+    plugin_srcs = sorted(glob.glob(os.path.join(args.before, "plugins", "*", "src")))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (args.before, *plugin_srcs, env.get("PYTHONPATH")) if p)
     name = "tinyplug"
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--models", model, "--steps", str(args.steps)]
   try: r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -167,11 +183,15 @@ def main() -> None:
   ap.add_argument("--models", default="mlp,cnn")
   ap.add_argument("--only", default="tinyplug,tinygrad,torch")
   ap.add_argument("--steps", type=int, default=6, help="steps per run (the last ones show the replay speed)")
-  ap.add_argument("--rounds", type=int, default=1, help="repeat everything, taking turns; keep each row's best")
+  ap.add_argument("--rounds", type=int, default=1, help="repeat everything, taking turns; keep each row's best "
+                  "(and, with more than one, show the median and range of every round's first steps)")
   ap.add_argument("--timeout", type=int, default=900)
   ap.add_argument("--json", help="also write the results here")
   ap.add_argument("--before", metavar="CHECKOUT", help="also run the tinyplug core of another checkout (a git "
                   "worktree of an older commit) as 'tinyplug-before', taking turns with the installed one")
+  ap.add_argument("--profile", metavar="PREFIX", help="cProfile tinyplug's warm runs (setup and every step; --steps 2 "
+                  "for the first two only) into PREFIX-now-<model>.prof (PREFIX-before-... for --before); read them "
+                  "with `python -m pstats`. The last round's profile is kept")
   ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.worker:
@@ -179,6 +199,8 @@ def main() -> None:
     return
   names = args.only.split(",") + (["tinyplug-before"] if args.before else [])
   results: dict[tuple, dict] = {}
+  firsts: dict[tuple, list[float]] = {}   # every run's first steps (1+2), for the median and the spread
+  firsts_cpu: dict[tuple, list[float]] = {}   # the same in process CPU time (less swayed by other load than wall time)
   for _ in range(args.rounds):
     for model in args.models.split(","):
       for name in names:
@@ -187,12 +209,16 @@ def main() -> None:
             if name == "torch" and state == "warm": continue   # PyTorch has no compile cache
             print(f"running {name} {model} {state} ...", file=sys.stderr, flush=True)
             key = (model, name, state)
-            results[key] = _better(results.get(key), run_worker(name, model, cache, args))
+            results[key] = _better(results.get(key), r := run_worker(name, model, cache, args, state))
+            if "error" not in r: firsts.setdefault(key, []).append(sum(r["steps"][:2]))
+            if "steps_cpu" in r: firsts_cpu.setdefault(key, []).append(sum(r["steps_cpu"][:2]))
   cpu = _cpu_name()
   print(f"\ntime to first training step ({cpu}; best of {args.rounds} round(s)); replay = median of steps 3+\n")
+  spread = args.rounds > 1
   print("| model | framework | cache | import | setup | step 1 | step 2 | first steps (1+2) | replay | "
-        "vs tinyplug (1+2) | codegen / LLVM compiles |")
-  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "vs tinyplug (1+2) | codegen / LLVM compiles |" + (" first steps, median (min-max) of all rounds | CPU time "
+        "of steps 1+2, median (min-max) |" if spread else ""))
+  print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if spread else ""))
   for (model, name, state), r in results.items():
     if "error" in r:
       print(f"| {model} | {name} | {state} | error: {r['error']} | | | | | | | |")
@@ -202,10 +228,17 @@ def main() -> None:
     ratio = f"{sum(st[:2]) / sum(base[:2]):.2f}x" if base else "-"
     replay = sorted(st[2:])[len(st[2:]) // 2] if len(st) > 2 else float("nan")
     counts = f"{r['codegen']} / {r['compiles']}" if "compiles" in r else ""
+    med = ""
+    if spread:
+      for xs in (firsts.get((model, name, state), []), firsts_cpu.get((model, name, state), [])):
+        med += f" {_fmt(statistics.median(xs))} ({_fmt(min(xs))}-{_fmt(max(xs))}) |" if xs else " |"
     print(f"| {model} | {name} | {state} | {_fmt(r['import_s'])} | {_fmt(r['setup_s'])} | {_fmt(st[0])} | "
-          f"{_fmt(st[1])} | {_fmt(sum(st[:2]))} | {_fmt(replay)} | {ratio} | {counts} |")
+          f"{_fmt(st[1])} | {_fmt(sum(st[:2]))} | {_fmt(replay)} | {ratio} | {counts} |" + med)
   if args.json:
-    with open(args.json, "w") as f: json.dump({"cpu": cpu, "results": [[*k, v] for k, v in results.items()]}, f)
+    with open(args.json, "w") as f:
+      json.dump({"cpu": cpu, "results": [[*k, v] for k, v in results.items()],
+                 "first_steps": [[*k, v] for k, v in firsts.items()],
+                 "first_steps_cpu": [[*k, v] for k, v in firsts_cpu.items()]}, f)
 
 def _cpu_name() -> str:
   try:

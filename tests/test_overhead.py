@@ -36,3 +36,29 @@ def test_other_tensors_keep_their_graphs_after_a_realize(device):
   b.realize()
   np.testing.assert_allclose(c.numpy(), [4.0, 6.0])
   np.testing.assert_allclose(b.numpy(), [2.0, 3.0])
+
+def test_realize_pauses_the_cycle_collector_and_gives_it_back():
+  """The cyclic GC is off while a realize schedules and runs (tens of thousands of small objects would set off
+  collections), back on after it, and a user's own gc.disable() is left as it was."""
+  import gc
+  import numpy as np
+  from tinyplug import Tensor
+  import tinyplug.engine.realize as engine_realize
+  seen = []
+  real = engine_realize.create_schedule
+  def spy(uops):
+    seen.append(gc.isenabled())
+    return real(uops)
+  engine_realize.create_schedule = spy
+  was = gc.isenabled()
+  try:
+    gc.enable()
+    out = (Tensor(np.arange(6, dtype=np.float32)) * 2).realize()
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    np.testing.assert_array_equal((out + 1).numpy(), np.arange(6, dtype=np.float32) * 2 + 1)
+    assert not gc.isenabled()   # stays off: the user turned it off
+  finally:
+    engine_realize.create_schedule = real
+    if was: gc.enable()
+    else: gc.disable()

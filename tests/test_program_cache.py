@@ -24,6 +24,35 @@ def test_programs_come_back_as_the_same_uops(device):
     back = program_cache.decode(program_cache.encode(spec))   # encode refuses what would not come back the same
     assert back == spec and all(x is y for x, y in zip(back.uops, spec.uops)) and back.src == spec.src
 
+def test_a_program_read_back_builds_its_uops_only_when_read(device):
+  """The cache hands back a StoredProgram: launch fields now, the linear program on first read, and it is the very
+  same program (equal, same hash, the same UOp objects) as the one stored."""
+  renderer = Device[device].renderer
+  for ast in _kernels(device):
+    spec = codegen.get_program(ast, renderer)
+    lazy = program_cache.decode(program_cache.encode(spec), lazy=True)
+    assert isinstance(lazy, program_cache.StoredProgram) and "uops" not in vars(lazy)
+    assert lazy.buffer_count == spec.buffer_count == len(spec.outs) + len(spec.ins)
+    assert all(a is b for a, b in zip(lazy.vars, spec.vars)) and len(lazy.vars) == len(spec.vars)
+    assert (lazy.src, lazy.global_size, lazy.work, lazy.thread_split) == (spec.src, spec.global_size, spec.work, spec.thread_split)
+    assert "uops" not in vars(lazy)   # none of the launch fields needed the program
+    assert lazy == spec and spec == lazy and hash(lazy) == hash(spec) and not (lazy != spec)
+    assert len(lazy.uops) == len(spec.uops) and all(a is b for a, b in zip(lazy.uops, spec.uops))
+
+def test_the_graph_text_names_the_graph():
+  """The key's text of an AST: equal graphs give equal text, any difference in op, dtype, arg or wiring another."""
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import Ops, UOp
+  a, b = UOp.const(dtypes.float, 1.0), UOp.const(dtypes.float, 2.0)
+  g = lambda x, y: UOp(Ops.SINK, dtypes.void, ((x + y) * x,))
+  text = program_cache.graph_text(g(a, b))
+  assert text == program_cache.graph_text(g(UOp.const(dtypes.float, 1.0), b))
+  others = [g(b, a), g(a, UOp.const(dtypes.float, -2.0)), g(a, a), UOp(Ops.SINK, dtypes.void, ((a + b) * b,)),
+            g(UOp.const(dtypes.float, 0.0), b), g(UOp.const(dtypes.float, -0.0), b),
+            UOp(Ops.SINK, dtypes.void, ((UOp.const(dtypes.int, 1) + UOp.const(dtypes.int, 2)) * UOp.const(dtypes.int, 1),))]
+  texts = [program_cache.graph_text(o) for o in others]
+  assert text not in texts and len(set(texts)) == len(texts)
+
 def test_the_key_follows_what_the_lowering_depends_on(monkeypatch):
   renderer = Device["CPU"].renderer
   ast = _kernels("CPU")[0]
@@ -41,6 +70,19 @@ _RUN = """
 import json, numpy as np, tinyplug.codegen as codegen
 from tinyplug import Tensor, nn
 from tinyplug.nn.optim import Adam
+import hashlib, tinyplug.schedule as sched
+from tinyplug.device import Device
+from tinyplug.codegen.program_cache import graph_text
+simplify_runs, asts = [0], hashlib.sha256()   # kernel simplification rewrites run, and what every kernel became
+real_rewrite, real_simplify = sched.graph_rewrite, sched._simplify_kernel
+def counting_rewrite(*a, **k):
+  if k.get("name") == "simplify kernel": simplify_runs[0] += 1
+  return real_rewrite(*a, **k)
+def recording_simplify(ast):
+  out = real_simplify(ast)
+  asts.update(graph_text(out).encode())
+  return out
+sched.graph_rewrite, sched._simplify_kernel = counting_rewrite, recording_simplify
 runs = [0]
 real = codegen.run_pipeline
 def counting(*a, **k):
@@ -58,24 +100,43 @@ with Tensor.train():
     loss = model(x).relu().sum()
     loss.backward()
     opt.step()
-print(json.dumps([runs[0], model.weight.numpy().tolist()]))
+compiler = type(Device[Device.DEFAULT].compiler)   # cpu_llvm counts its LLVM compilations (cache misses)
+print(json.dumps([runs[0], getattr(compiler, "compiles", None), model.weight.numpy().tolist(), simplify_runs[0],
+                  asts.hexdigest()]))
 """
 
-def _run(cache: str, **env) -> tuple[int, np.ndarray]:
+def _run_counts(cache: str, **env) -> dict:
   full = {k: v for k, v in os.environ.items() if k not in ("DEV", "VIZ", "TINY_PLUGINS")} | {"XDG_CACHE_HOME": cache} | env
   out = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, env=full, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
-  runs, weight = json.loads(out.stdout.strip().splitlines()[-1])
-  return runs, np.array(weight)
+  runs, compiles, weight, simplify_runs, asts = json.loads(out.stdout.strip().splitlines()[-1])
+  return {"codegen": runs, "compiles": compiles, "weight": np.array(weight), "simplify": simplify_runs, "asts": asts}
+
+def _run(cache: str, **env) -> tuple[int, np.ndarray]:
+  r = _run_counts(cache, **env)
+  return r["codegen"], r["weight"]
 
 def test_a_warm_process_runs_no_codegen_and_gets_the_same_results(tmp_path):
-  cold_runs, cold = _run(str(tmp_path))
-  warm_runs, warm = _run(str(tmp_path))
-  assert cold_runs > 5 and warm_runs == 0
-  np.testing.assert_array_equal(warm, cold)
-  off_runs, off = _run(str(tmp_path), CACHELEVEL="0")
-  assert off_runs == cold_runs
-  np.testing.assert_array_equal(off, cold)
+  """A second process with the same cache lowers, compiles and simplifies nothing, and computes the same: the same
+  kernel ASTs and the same weights as the first one and as one without the disk cache."""
+  cold = _run_counts(str(tmp_path))
+  warm = _run_counts(str(tmp_path))
+  assert cold["codegen"] > 5 and warm["codegen"] == 0
+  assert cold["simplify"] > 5 and warm["simplify"] == 0
+  if cold["compiles"] is not None:   # the default device is cpu_llvm's CPU: every kernel from the object cache too
+    assert cold["compiles"] >= cold["codegen"] and warm["compiles"] == 0
+  np.testing.assert_array_equal(warm["weight"], cold["weight"])
+  assert warm["asts"] == cold["asts"]
+  off = _run_counts(str(tmp_path), CACHELEVEL="0")
+  assert off["codegen"] == cold["codegen"] and off["simplify"] == cold["simplify"] and off["asts"] == cold["asts"]
+  np.testing.assert_array_equal(off["weight"], cold["weight"])
+
+def test_a_warm_process_on_a_runtime_that_reads_the_uops(tmp_path):
+  """The PYTHON runtime interprets the linear program: a program read back builds it, and runs the same."""
+  cold = _run_counts(str(tmp_path), DEV="PYTHON")
+  warm = _run_counts(str(tmp_path), DEV="PYTHON")
+  assert cold["codegen"] > 5 and warm["codegen"] == 0
+  np.testing.assert_array_equal(warm["weight"], cold["weight"])
 
 def test_a_damaged_entry_is_rebuilt(tmp_path, capfd):
   import sqlite3

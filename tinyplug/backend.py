@@ -286,6 +286,10 @@ class ProgramSpec:
     if self.thread_split is None: object.__setattr__(self, "thread_split", shareable_loop(self.uops) is not None)
     if self.work is None: object.__setattr__(self, "work", loop_work(self.uops))
   @property
+  def buffer_count(self) -> int:
+    """How many buffer parameters the kernel takes (one pointer each, before the variables)."""
+    return len({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL})
+  @property
   def thread_parts(self) -> int | None:
     """The size of the kernel's THREAD axis (an explicit THREAD action), or None: the runtime's own rule."""
     return next((int(o.arg) for o in self.applied_opts if getattr(o.op, "name", "") == "THREAD"), None)

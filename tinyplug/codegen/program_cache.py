@@ -8,6 +8,7 @@ plugin pass; a change to any of them misses instead of reusing stale code. The l
 UOps is not stored. Entries are checked against their digest before use (tinyplug.diskcache)."""
 from __future__ import annotations
 import hashlib, importlib.util, json, os
+from dataclasses import fields
 from typing import Any
 from tinyplug.backend import ProgramSpec, Renderer
 from tinyplug.diskcache import SealedTable
@@ -76,8 +77,22 @@ def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple
              sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
   text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
                     pipeline_fingerprint(steps), repr(opts), repr(settings),
-                    *sorted(f"{m}:{_package_digest(m)}" for m in modules), str(ast)])
+                    *sorted(f"{m}:{_package_digest(m)}" for m in modules), graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
+
+_dtype_texts: dict[int, tuple[DType, str]] = {}
+
+def graph_text(root: UOp) -> str:
+  """The graph as one entry per node (op, dtype, arg, sources by position) in toposort order: it names the graph
+  exactly, like `str(root)`, at about half the cost (no nesting, no names for shared nodes)."""
+  index: dict[UOp, int] = {}
+  lines: list[tuple] = []
+  for u in root.toposort():
+    dt = u.dtype
+    if (hit := _dtype_texts.get(id(dt))) is None or hit[0] is not dt: _dtype_texts[id(dt)] = hit = (dt, repr(dt))
+    index[u] = len(index)
+    lines.append((u.op._name_, hit[1], u.arg, tuple([index[s] for s in u.src])))
+  return repr(lines)
 
 # ---------------- the value: a ProgramSpec as JSON ----------------
 
@@ -130,20 +145,67 @@ def encode(spec: ProgramSpec) -> bytes:
     raise NotStorable("the program does not come back the same")
   return data
 
-def decode(data: bytes) -> ProgramSpec:
+_OPS = {op.name: op for op in Ops}
+_dtype_memo: dict[tuple, DType] = {}
+
+def _dec_dtype_fast(x: Any) -> DType:
+  if isinstance(x, list) and (dt := _dtype_memo.get((x[0], x[1]))) is not None: return dt
+  dt = _dec_dtype(x)
+  if isinstance(x, list): _dtype_memo[(x[0], x[1])] = dt
+  return dt
+
+def _build_uops(rows: list) -> tuple[UOp, ...]:
+  uops: list[UOp] = []
+  for op, dt, arg, src in rows:
+    uops.append(UOp(_OPS[op], _dec_dtype_fast(dt), tuple([uops[i] for i in src]) if src else (),
+                    _dec(arg) if isinstance(arg, dict) else arg))
+  return tuple(uops)
+
+class StoredProgram(ProgramSpec):
+  """A ProgramSpec read back from the cache whose linear program (`uops`) is built from the stored rows the first
+  time something reads it. Runtimes that launch from `src` and the launch fields (cpu_llvm, the GPU runtimes) never
+  do, so a warm start skips building ~150 UOps per kernel; the python and emulator runtimes read them and get the
+  very same UOps as an eager decode. Compares and hashes as the ProgramSpec it stands for."""
+  def __getattr__(self, name: str) -> Any:
+    rows = self.__dict__.get("_rows") if name == "uops" else None
+    if rows is None: raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    uops = _build_uops(rows)
+    object.__setattr__(self, "uops", uops)
+    self.__dict__.pop("_rows", None)
+    return uops
+  def __eq__(self, other: Any) -> bool:
+    if not isinstance(other, ProgramSpec): return NotImplemented
+    return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(ProgramSpec) if f.compare)
+  __hash__ = ProgramSpec.__hash__
+  @property
+  def buffer_count(self) -> int: return self.__dict__["_buffer_count"]
+
+def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
+  """The ProgramSpec of `encode`'s bytes; with `lazy`, a StoredProgram that builds its UOps when they are read."""
   from tinyplug.codegen.kernel import Opt, OptOps
   doc = json.loads(data)
-  uops: list[UOp] = []
-  for op, dt, arg, src in doc["uops"]:
-    uops.append(UOp(Ops[op], _dec_dtype(dt), tuple(uops[i] for i in src), _dec(arg)))
-  return ProgramSpec(doc["name"], tuple(uops), doc["src"], tuple(doc["global_size"]),
-                     None if doc["local_size"] is None else tuple(doc["local_size"]), tuple(uops[i] for i in doc["vars"]),
-                     tuple(doc["outs"]), tuple(doc["ins"]), tuple(Opt(OptOps[n], a, g) for n, a, g in doc["opts"]),
-                     doc["estimates"], thread_split=doc["thread_split"], work=doc["work"])
+  rows = doc["uops"]
+  var_rows = [rows[i] for i in doc["vars"]]
+  lazy = lazy and doc["thread_split"] is not None and doc["work"] is not None and not any(r[3] for r in var_rows)
+  uops = None if lazy else _build_uops(rows)
+  # a variable has no sources: built alone it is the very node the full program holds (hash-consing)
+  variables = _build_uops(var_rows) if lazy else tuple(uops[i] for i in doc["vars"])
+  values = dict(name=doc["name"], uops=uops, src=doc["src"], global_size=tuple(doc["global_size"]),
+                local_size=None if doc["local_size"] is None else tuple(doc["local_size"]), vars=variables,
+                outs=tuple(doc["outs"]), ins=tuple(doc["ins"]),
+                applied_opts=tuple(Opt(OptOps[n], a, g) for n, a, g in doc["opts"]), estimates=doc["estimates"],
+                thread_split=doc["thread_split"], work=doc["work"])
+  if not lazy: return ProgramSpec(**values)
+  spec = object.__new__(StoredProgram)
+  for k, v in values.items():
+    if k != "uops": object.__setattr__(spec, k, v)
+  object.__setattr__(spec, "_rows", rows)
+  object.__setattr__(spec, "_buffer_count", len({repr(r[2]) for r in rows if r[0] == "DEFINE_GLOBAL"}))
+  return spec
 
 def load(key: str) -> ProgramSpec | None:
   if (data := PROGRAMS.get(key)) is None: return None
-  try: return decode(data)
+  try: return decode(data, lazy=True)
   except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:   # intact but unusable (an older form)
     PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
     return None

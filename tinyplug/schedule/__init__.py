@@ -17,6 +17,7 @@ from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, stru
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import GO, FusionGraph
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
+from tinyplug.schedule import simplify_cache
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -317,11 +318,12 @@ def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
   """Kernels already decided by kernelize() (AFTER nodes) run first, in dependency order."""
   pre: list[ScheduleItem] = []
   seen: set[UOp] = set()
-  for t in targets:
-    for n in t.toposort():
-      if n.op is Ops.AFTER and n not in seen:
-        seen.add(n)
-        pre.append(n.src[1].arg)
+  # one walk from the sink of all targets (create_schedule walked it already: cached), not one per target; it
+  # meets the AFTER nodes in the same order as target by target
+  for n in UOp(Ops.SINK, dtypes.void, tuple(targets)).toposort():
+    if n.op is Ops.AFTER and n not in seen:
+      seen.add(n)
+      pre.append(n.src[1].arg)
   return pre, list(seen)
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
@@ -359,12 +361,19 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
 _templates: BoundedCache = BoundedCache("schedule.templates", MAX_TEMPLATES)   # graph structure -> its schedule (cache.py)
 
 _simplified: dict[UOp, UOp] = {}
+# every node kernel simplification has rewritten -> its final form: kernels share index math, loads and constants
+_simplify_memo: BoundedCache = BoundedCache("schedule.simplify_memo", 1 << 16)
 
 def _simplify_kernel(ast: UOp) -> UOp:
   # the same computation on other buffers builds the very same AST (buffers are parameters): simplify it once
   if (hit := _simplified.get(ast)) is not None: return hit
   if len(_simplified) > 4096: _simplified.clear()
-  _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel")
+  if (key := simplify_cache.simplify_key(ast)) is not None and (ret := simplify_cache.load(key)) is not None:
+    _simplified[ast] = ret   # simplified by an earlier process (simplify_cache.py)
+    return ret
+  if len(_simplify_memo) > _simplify_memo.maxsize: _simplify_memo.clear()   # filled by the rewrite, not by put
+  _simplified[ast] = ret = graph_rewrite(ast, symbolic, name="simplify kernel", memo=_simplify_memo)
+  if key is not None: simplify_cache.store(key, ret)
   return ret
 
 # a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value

@@ -10,15 +10,21 @@ class RewriteLoopError(RuntimeError):
   pass
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
-                  walk: bool = False) -> UOp:
+                  walk: bool = False, memo: dict[UOp, UOp] | None = None) -> UOp:
   """Rewrite `sink` with `pm` to a fixed point and return the new graph.
 
   By default a node's sources are rewritten before the node itself (children first). With `bottom_up=True`
   the patterns are tried on a node before its sources are visited, so a rule sees the graph above the leaves
   unchanged. Every node is rewritten once per call; results are shared across the graph.
 
-  `walk=True` makes one pass: what a rule returns is used as it is, neither rewritten again nor walked into."""
-  return _run(sink, pm, ctx, bottom_up, name, {}, sys._getframe(1), walk)
+  `walk=True` makes one pass: what a rule returns is used as it is, neither rewritten again nor walked into.
+
+  `memo`: what earlier calls with the same matcher (children first, no ctx, no walk) found, updated by this one: a
+  node's final form then depends on the node alone, so sub-graphs shared between calls are rewritten once. Not used
+  while rewrites are recorded (the visualizer must see every match)."""
+  if memo is not None and (ctx is not None or bottom_up or walk): raise ValueError("memo needs a context-free rewrite")
+  if memo is None or events.enabled("rewrite"): memo = {}
+  return _run(sink, pm, ctx, bottom_up, name, memo, sys._getframe(1), walk)
 
 def graph_rewrite_map(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
                       name: str | None = None, walk: bool = False) -> dict[UOp, UOp]:

@@ -62,7 +62,7 @@ class CPUProgram:
   def __init__(self, device: CPUDevice, spec: ProgramSpec, lib: bytes):
     self.device, self.name = device, spec.name
     addr = device.load(symbol_for(spec.src), lib)
-    n_bufs = len({u.arg for u in spec.uops if u.op.name == "DEFINE_GLOBAL"})
+    n_bufs = spec.buffer_count   # not from spec.uops: a program read from the codegen cache decodes those lazily
     argtypes = [ctypes.c_void_p] * n_bufs + [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32
                                              for v in spec.vars] + [ctypes.c_int32, ctypes.c_int32]
     self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
