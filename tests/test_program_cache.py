@@ -61,6 +61,7 @@ def test_the_key_follows_what_the_lowering_depends_on(monkeypatch):
   assert key == program_cache.program_key("k", ast, renderer, None, steps)
   with Context(NOOPT=1): assert program_cache.program_key("k", ast, renderer, None, steps) != key
   with Context(DEBUG=3): assert program_cache.program_key("k", ast, renderer, None, steps) == key
+  with Context(TRAINING=1, JIT=0): assert program_cache.program_key("k", ast, renderer, None, steps) == key
   assert program_cache.program_key("k2", ast, renderer, None, steps) != key
   assert program_cache.program_key("k", _kernels("CPU")[1], renderer, None, steps) != key
   monkeypatch.setitem(program_cache._source_digests, "tinyplug", "edited")   # tinyplug's source changed

@@ -66,14 +66,18 @@ def _settings_of(renderer: Renderer) -> str:
   fields.update(vars(renderer))
   return _canon({k: v for k, v in fields.items() if not k.startswith("_")})
 
+NOT_IN_CODE = frozenset({"DEBUG", "TRAINING", "JIT", "VIZ"})
+
 def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
   from tinyplug.hookspecs.passes import pipeline_fingerprint
   modules = {"tinyplug", type(renderer).__module__}
   for s in steps:
     ref = getattr(s.spec, "rewrite", None)
     if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
-  # every setting, and every documented environment variable (a module may read one into a constant)
-  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k != "DEBUG") + \
+  # every setting, and every documented environment variable (a module may read one into a constant), but those that
+  # shape the tensor graph or what is shown, never a kernel's code (a kernel of a model's train step is the same
+  # program in eval mode: it was lowered and compiled again)
+  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k not in NOT_IN_CODE) + \
              sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
   text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
                     pipeline_fingerprint(steps), repr(opts), repr(settings),
