@@ -15,6 +15,7 @@ verifies every entry under the directory in either form, for `tinyplug doctor`.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import sqlite3
 import stat
@@ -227,3 +228,29 @@ def check_cache_tree(root: str | None = None) -> dict[str, Any]:
       if parsed is None or parsed[1] != entry_digest(parsed[0], parsed[2]):
         out["bad"].append(f"{os.path.relpath(path, root)}: checksum mismatch")
   return out
+
+
+# ---------------- keys ----------------
+
+_source_digests: dict[str, str] = {}
+
+def package_digest(module: str) -> str:
+  """A hash of every .py file of the top-level package of `module` (once per process): part of the keys of entries
+  that code of that package computed, so an edited or upgraded package never reads an older one's results."""
+  top = module.split(".")[0]
+  if (d := _source_digests.get(top)) is not None: return d
+  h = hashlib.sha256(top.encode())
+  spec = importlib.util.find_spec(top)
+  files: list[tuple[str, str]] = []
+  if spec is not None and spec.submodule_search_locations:
+    for root in spec.submodule_search_locations:
+      for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        files += [(os.path.relpath(os.path.join(dirpath, f), root), os.path.join(dirpath, f)) for f in filenames
+                  if f.endswith(".py")]
+  elif spec is not None and spec.origin and os.path.isfile(spec.origin): files = [(os.path.basename(spec.origin), spec.origin)]
+  for rel, path in sorted(files):
+    h.update(rel.encode())
+    with open(path, "rb") as f: h.update(hashlib.sha256(f.read()).digest())
+  _source_digests[top] = d = h.hexdigest()
+  return d

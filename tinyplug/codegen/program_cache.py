@@ -7,43 +7,21 @@ plugin pass; a change to any of them misses instead of reusing stale code. The l
 (runtimes read it) in a JSON form of our own, never pickle; a program that would not come back as the very same
 UOps is not stored. Entries are checked against their digest before use (tinyplug.diskcache)."""
 from __future__ import annotations
-import hashlib, importlib.util, json, os
+import hashlib, json, os
 from dataclasses import fields
 from typing import Any
 from tinyplug.backend import ProgramSpec, Renderer
-from tinyplug.diskcache import SealedTable
 from tinyplug.helpers import ENV_VARS, ContextVar
-from tinyplug.uop.dtype import DType, PtrDType, dtypes
+from tinyplug.uop.dtype import DType
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.rows import NotStorable, build_uops, enc_arg, enc_dtype, graph_text
+from tinyplug.diskcache import SealedTable, _source_digests, package_digest  # noqa: F401  (tests patch _source_digests)
 
 PROGRAMS = SealedTable("codegen.sqlite", "programs_v1", "codegen")
 _FORMAT = "1"
 
-class NotStorable(Exception): """A value the JSON form does not cover: the program is simply not stored."""
 
 # ---------------- the key ----------------
-
-_source_digests: dict[str, str] = {}
-
-def _package_digest(module: str) -> str:
-  """A hash of every .py file of the top-level package of `module` (once per process)."""
-  top = module.split(".")[0]
-  if (d := _source_digests.get(top)) is not None: return d
-  h = hashlib.sha256(top.encode())
-  spec = importlib.util.find_spec(top)
-  files: list[tuple[str, str]] = []
-  if spec is not None and spec.submodule_search_locations:
-    for root in spec.submodule_search_locations:
-      for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        files += [(os.path.relpath(os.path.join(dirpath, f), root), os.path.join(dirpath, f)) for f in filenames
-                  if f.endswith(".py")]
-  elif spec is not None and spec.origin and os.path.isfile(spec.origin): files = [(os.path.basename(spec.origin), spec.origin)]
-  for rel, path in sorted(files):
-    h.update(rel.encode())
-    with open(path, "rb") as f: h.update(hashlib.sha256(f.read()).digest())
-  _source_digests[top] = d = h.hexdigest()
-  return d
 
 def _canon(x: Any, depth: int = 0) -> str:
   """A text of `x` that is the same in every process (sets sorted, objects by their fields)."""
@@ -81,57 +59,10 @@ def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple
              sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
   text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
                     pipeline_fingerprint(steps), repr(opts), repr(settings),
-                    *sorted(f"{m}:{_package_digest(m)}" for m in modules), graph_text(ast)])
+                    *sorted(f"{m}:{package_digest(m)}" for m in modules), graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
-_dtype_texts: dict[int, tuple[DType, str]] = {}
-
-def graph_text(root: UOp) -> str:
-  """The graph as one entry per node (op, dtype, arg, sources by position) in toposort order: it names the graph
-  exactly, like `str(root)`, at about half the cost (no nesting, no names for shared nodes)."""
-  index: dict[UOp, int] = {}
-  lines: list[tuple] = []
-  for u in root.toposort():
-    dt = u.dtype
-    if (hit := _dtype_texts.get(id(dt))) is None or hit[0] is not dt: _dtype_texts[id(dt)] = hit = (dt, repr(dt))
-    index[u] = len(index)
-    lines.append((u.op._name_, hit[1], u.arg, tuple([index[s] for s in u.src])))
-  return repr(lines)
-
 # ---------------- the value: a ProgramSpec as JSON ----------------
-
-_DTYPES = {dt.name: dt for dt in dtypes.fields().values()}
-
-def _enc_dtype(dt: DType) -> Any:
-  if isinstance(dt, PtrDType): return {"p": [_enc_dtype(dt.base), dt.local, dt.v, dt.size]}
-  sc = dt.scalar()
-  if _DTYPES.get(sc.name) is not sc: raise NotStorable(f"dtype {dt!r}")
-  return [sc.name, dt.count]
-
-def _dec_dtype(x: Any) -> DType:
-  if isinstance(x, dict):
-    base, local, v, size = x["p"]
-    return _dec_dtype(base).ptr(size, local).vec(v)
-  return _DTYPES[x[0]].vec(x[1])
-
-def _enc(x: Any) -> Any:
-  if x is None or isinstance(x, (bool, str)): return x
-  if isinstance(x, int): return {"i": str(x)} if abs(x) >= 2**53 else x
-  if isinstance(x, float): return {"f": x.hex()}
-  if isinstance(x, tuple): return {"t": [_enc(v) for v in x]}
-  if isinstance(x, Ops): return {"o": x.name}
-  if isinstance(x, DType): return {"d": _enc_dtype(x)}
-  raise NotStorable(f"{type(x).__name__} argument")
-
-def _dec(x: Any) -> Any:
-  if not isinstance(x, dict): return x
-  (tag, v), = x.items()
-  if tag == "i": return int(v)
-  if tag == "f": return float.fromhex(v)
-  if tag == "t": return tuple(_dec(e) for e in v)
-  if tag == "o": return Ops[v]
-  if tag == "d": return _dec_dtype(v)
-  raise ValueError(f"unknown tag {tag!r}")
 
 def encode(spec: ProgramSpec) -> bytes:
   """The spec as JSON bytes; NotStorable when something in it has no JSON form or would not come back the same."""
@@ -142,28 +73,12 @@ def encode(spec: ProgramSpec) -> bytes:
          "vars": [index[v] for v in spec.vars], "outs": list(spec.outs), "ins": list(spec.ins),
          "opts": [[o.op.name, o.axis, o.arg] for o in spec.applied_opts], "estimates": spec.estimates,
          "thread_split": spec.thread_split, "work": spec.work,
-         "uops": [[u.op.name, _enc_dtype(u.dtype), _enc(u.arg), [index[s] for s in u.src]] for u in spec.uops]}
+         "uops": [[u.op.name, enc_dtype(u.dtype), enc_arg(u.arg), [index[s] for s in u.src]] for u in spec.uops]}
   data = json.dumps(doc, separators=(",", ":")).encode()
   back = decode(data)
   if back.uops != spec.uops or any(a is not b for a, b in zip(back.uops, spec.uops)) or back != spec:
     raise NotStorable("the program does not come back the same")
   return data
-
-_OPS = {op.name: op for op in Ops}
-_dtype_memo: dict[tuple, DType] = {}
-
-def _dec_dtype_fast(x: Any) -> DType:
-  if isinstance(x, list) and (dt := _dtype_memo.get((x[0], x[1]))) is not None: return dt
-  dt = _dec_dtype(x)
-  if isinstance(x, list): _dtype_memo[(x[0], x[1])] = dt
-  return dt
-
-def _build_uops(rows: list) -> tuple[UOp, ...]:
-  uops: list[UOp] = []
-  for op, dt, arg, src in rows:
-    uops.append(UOp(_OPS[op], _dec_dtype_fast(dt), tuple([uops[i] for i in src]) if src else (),
-                    _dec(arg) if isinstance(arg, dict) else arg))
-  return tuple(uops)
 
 class StoredProgram(ProgramSpec):
   """A ProgramSpec read back from the cache whose linear program (`uops`) is built from the stored rows the first
@@ -173,7 +88,7 @@ class StoredProgram(ProgramSpec):
   def __getattr__(self, name: str) -> Any:
     rows = self.__dict__.get("_rows") if name == "uops" else None
     if rows is None: raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-    uops = _build_uops(rows)
+    uops = build_uops(rows)
     object.__setattr__(self, "uops", uops)
     self.__dict__.pop("_rows", None)
     return uops
@@ -191,9 +106,9 @@ def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
   rows = doc["uops"]
   var_rows = [rows[i] for i in doc["vars"]]
   lazy = lazy and doc["thread_split"] is not None and doc["work"] is not None and not any(r[3] for r in var_rows)
-  uops = None if lazy else _build_uops(rows)
+  uops = None if lazy else build_uops(rows)
   # a variable has no sources: built alone it is the very node the full program holds (hash-consing)
-  variables = _build_uops(var_rows) if lazy else tuple(uops[i] for i in doc["vars"])
+  variables = build_uops(var_rows) if lazy else tuple(uops[i] for i in doc["vars"])
   values = dict(name=doc["name"], uops=uops, src=doc["src"], global_size=tuple(doc["global_size"]),
                 local_size=None if doc["local_size"] is None else tuple(doc["local_size"]), vars=variables,
                 outs=tuple(doc["outs"]), ins=tuple(doc["ins"]),

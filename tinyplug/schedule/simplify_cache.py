@@ -8,9 +8,10 @@ when it reads back as the very same graph. Skipped while rewrites are recorded (
 from __future__ import annotations
 import hashlib, json
 from tinyplug import events
-from tinyplug.diskcache import SealedTable
+from tinyplug.diskcache import SealedTable, package_digest
 from tinyplug.helpers import CACHELEVEL
 from tinyplug.uop.ops import UOp
+from tinyplug.uop.rows import NotStorable, build_uops, graph_rows, graph_text
 
 SIMPLIFIED = SealedTable("codegen.sqlite", "simplified_v1", "kernel simplification")
 _FORMAT = "1"
@@ -18,21 +19,10 @@ _FORMAT = "1"
 def simplify_key(ast: UOp) -> str | None:
   """The disk key of simplifying `ast`, or None when the disk cache is off or rewrites are being recorded."""
   if CACHELEVEL < 1 or events.enabled("rewrite"): return None
-  from tinyplug.codegen.program_cache import _package_digest, graph_text
-  return hashlib.sha256("\n".join([_FORMAT, _package_digest("tinyplug"), graph_text(ast)]).encode()).hexdigest()
+  return hashlib.sha256("\n".join([_FORMAT, package_digest("tinyplug"), graph_text(ast)]).encode()).hexdigest()
 
-def _encode(root: UOp) -> bytes:
-  from tinyplug.codegen.program_cache import _enc, _enc_dtype
-  index: dict[UOp, int] = {}
-  rows = []
-  for u in root.toposort():
-    index[u] = len(index)
-    rows.append([u.op.name, _enc_dtype(u.dtype), _enc(u.arg), [index[s] for s in u.src]])
-  return json.dumps(rows, separators=(",", ":")).encode()
-
-def _decode(data: bytes) -> UOp:
-  from tinyplug.codegen.program_cache import _build_uops
-  return _build_uops(json.loads(data))[-1]
+def _encode(root: UOp) -> bytes: return json.dumps(graph_rows(root), separators=(",", ":")).encode()
+def _decode(data: bytes) -> UOp: return build_uops(json.loads(data))[-1]
 
 def load(key: str) -> UOp | None:
   if (data := SIMPLIFIED.get(key)) is None: return None
@@ -42,7 +32,6 @@ def load(key: str) -> UOp | None:
     return None
 
 def store(key: str, simplified: UOp) -> None:
-  from tinyplug.codegen.program_cache import NotStorable
   try: data = _encode(simplified)
   except NotStorable: return
   if _decode(data) is simplified: SIMPLIFIED.put(key, data)   # only what comes back as the very same graph
