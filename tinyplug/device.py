@@ -1,7 +1,7 @@
 """Devices: the registry behind `Device` and device buffers. The interfaces a backend implements live in
 `tinyplug.backend` (re-exported here)."""
 from __future__ import annotations
-import contextlib, sys
+import contextlib, pickle, sys
 from typing import Any, Iterator
 import numpy as np
 from tinyplug import events
@@ -76,6 +76,25 @@ class Buffer:
       except Exception: pass
   def __repr__(self) -> str:
     return f"<buf real:{self.is_allocated} device:{self.device} size:{self.size} dtype:{self.dtype!r}>"
+  @property
+  def base(self) -> Buffer:
+    """The buffer that owns the memory (a tinyplug Buffer is never a view of another: itself)."""
+    return self
+  def as_memoryview(self) -> memoryview:
+    """A host copy of the contents, as bytes (`.cast("f")` and the like give typed views)."""
+    return memoryview(self.numpy()).cast("B")
+  def __reduce_ex__(self, protocol: int):
+    # the contents travel with the buffer; with protocol 5 as a PickleBuffer, so buffer_callback can keep them out of band
+    contents = None
+    if self.is_allocated:
+      arr = self.numpy()
+      contents = pickle.PickleBuffer(arr) if protocol >= 5 else arr.tobytes()
+    return _unpickle_device_buffer, (self.device, self.size, self.dtype, contents)
+
+def _unpickle_device_buffer(device: str, size: int, dtype: DType, contents: Any) -> Buffer:
+  buf = Buffer(device, size, dtype)
+  if contents is not None: buf.copyin(memoryview(contents).cast("B"))
+  return buf
 
 # the device memory behind a BUFFER uop lives as long as the uop does
 _BUFFERS: UOpMap[Buffer] = UOpMap()
@@ -91,7 +110,18 @@ def buffer_of(u: UOp) -> Buffer:
 
 def has_buffer(u: UOp) -> bool: return u in _BUFFERS
 
-_uop_ops.buffer_lookup = buffer_of   # UOp.buffer (uop/ does not import this layer)
+def realized_buffer(u: UOp) -> Buffer | None:
+  """The Buffer behind a BUFFER uop if its memory holds values, else None (nothing is created or allocated)."""
+  b = _BUFFERS.get(u)
+  return b if b is not None and b.is_allocated else None
+
+def _attach_buffer(u: UOp, buf: Buffer) -> None:
+  if (u.dtype, u.arg) != (buf.dtype, buf.size):
+    raise ValueError(f"cannot attach a buffer of {buf.size} x {buf.dtype!r} to a BUFFER uop of {u.arg} x {u.dtype!r}")
+  _BUFFERS[u] = buf
+
+# UOp.buffer, UOp.realized and unpickling (uop/ does not import this layer)
+_uop_ops.buffer_lookup, _uop_ops.realized_lookup, _uop_ops.buffer_attach = buffer_of, realized_buffer, _attach_buffer
 
 # ---------------- the registry ----------------
 
@@ -148,6 +178,10 @@ class _DeviceRegistry:
         self._default = first
         if self._default == "PYTHON": print(SLOW_FALLBACK_HINT, file=sys.stderr)
     return self._default
+  @property
+  def default(self) -> Compiled:
+    """The default device itself (`Device[Device.DEFAULT]`)."""
+    return self[self.DEFAULT]
   @DEFAULT.setter
   def DEFAULT(self, name: str | None) -> None:
     """`Device.DEFAULT = "PYTHON"` picks the device new tensors go to; None goes back to DEV / automatic choice."""

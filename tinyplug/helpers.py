@@ -115,6 +115,9 @@ class ContextVar:
     return self
 
   def __repr__(self) -> str: return f"ContextVar({self.key}={self.value!r})"
+  def __reduce__(self):
+    # the value travels with the setting: a worker process that unpickles it runs with the sender's value
+    return _unpickle_context_var, (self.key, self.default, self.doc, self.value)
   def tolist(self, namespace: Any = None) -> list:
     """A comma-separated value as a list of its items; with `namespace`, each item looked up as its attribute
     (`EMULATED_DTYPES.tolist(dtypes)`)."""
@@ -138,6 +141,11 @@ class ContextVar:
 
 
 def _unwrap_var(x: Any) -> Any: return x.value if isinstance(x, ContextVar) else x
+
+def _unpickle_context_var(key: str, default: Any, doc: str, value: Any) -> ContextVar:
+  var = ContextVar(key, default, doc)
+  var.value = value
+  return var
 
 
 class Context(contextlib.ContextDecorator):

@@ -131,7 +131,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
 
   # ---- facts ----
   @property
-  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  def shape(self) -> tuple[int, ...]:
+    return () if (s := self.uop.shape) is None else s   # None: a deviceless constant (Tensor(UOp.const(2.0))), a scalar
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
@@ -170,7 +171,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   # ---- realization ----
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
-    pending = [t.uop for t in (self, *others) if not graph.is_realized(t.uop)]
+    # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
+    pending = [t.uop for t in (self, *others) if not graph.is_realized(t.uop) and t.uop.device is not None]
     if pending:
       from tinyplug.engine.realize import realize
       _apply_becomes_map(realize(pending))
@@ -205,6 +207,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
 
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
+    if self.uop.device is None: return self.to(None)._host_array()
     if any(isinstance(s, UOp) for s in self.shape):
       raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete "
                        "sizes"
@@ -238,6 +241,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def to(self, device: str | None) -> Tensor:
     device = canonical_device(device)
     if device == self.device: return self
+    if self.uop.device is None:   # a deviceless constant: the same value on `device`
+      return Tensor.from_uop(graph.const(self.uop, self.dtype, device, ()), self.requires_grad)
     ret = Tensor.from_uop(graph.copy_to(self.uop, device), self.requires_grad)
     if self.grad is not None: ret.grad = self.grad.to(device)
     return ret
@@ -248,11 +253,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self
   def clone(self, device: str | None = None) -> Tensor:
     """A copy in a new buffer of its own (on `device`, default this tensor's)."""
-    src = self if device is None else self.to(device)
+    src = self if device is None and self.uop.device is not None else self.to(device)
     if any(isinstance(s, UOp) for s in self.shape): return src._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
     return Tensor.empty(*src.shape, device=src.device, dtype=src.dtype).assign(src)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
+    if self.uop.device is None: return self   # a deviceless constant stays one
     if graph.is_plain_buffer(self.uop) or graph.is_symbolic_buffer(self.uop): return self
     return self._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
   def contiguous_backward(self) -> Tensor: return self

@@ -126,6 +126,14 @@ class CapturedJit:
 
   def __len__(self) -> int: return len(self.launches)
 
+  def __reduce__(self):
+    # kernels travel as their ASTs (compiled again where they are unpickled), buffers with their contents
+    launches = [(None if launch.is_copy else launch.ast, launch.bufs[0].device, launch.bufs, launch.var_vals)
+                for launch in self.launches]
+    state = {"ops": self.ops, "mem": self.mem, "rng": self.rng, "input_slots": self.input_slots, "ret": self.ret,
+             "signature": self.signature, "input_buffers": self.input_buffers}
+    return _unpickle_captured, (launches, state)
+
   @property
   def linear(self) -> UOp:
     """The captured launches as a LINEAR of CALLs (tinygrad's form): a kernel's CALL holds its AST, a copy's a
@@ -169,6 +177,15 @@ class CapturedJit:
     GlobalCounters.kernel_count += len(launches)
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
+
+def _unpickle_captured(launches: list[tuple], state: dict) -> CapturedJit:
+  from tinyplug.engine.realize import get_runner
+  captured = CapturedJit.__new__(CapturedJit)
+  captured.launches = [_Launch(None if ast is None else get_runner(device, ast), bufs, var_vals, ast)
+                       for ast, device, bufs, var_vals in launches]
+  captured._freed = False
+  for name, value in state.items(): setattr(captured, name, value)
+  return captured
 
 def _replay_one_reported(launch: _Launch) -> None:
   """A replayed launch with a profile span and a DEBUG line, like engine.realize.run_item."""
@@ -243,6 +260,12 @@ class TinyJit(Generic[R]):
     self.captured = captured
     self.cnt = 0 if captured is None else 2
     if fxn is not None: functools.update_wrapper(self, fxn)
+
+  def __reduce__(self):
+    # as in tinygrad, a TinyJit pickles as its captured kernels: the loaded one replays them (the function stays here)
+    if self.captured is None:
+      raise JitError("only a TinyJit that has captured (been called twice) can be pickled: it pickles as its kernels")
+    return TinyJit, (None, self.captured, self.prune)
 
   def reset(self) -> None:
     """Forget the capture: the next call runs eagerly again and the one after re-captures."""

@@ -62,7 +62,9 @@ class SpecialMixin:
     """The magnitude of self with the sign of `other` (as torch.copysign, -0.0 counts as negative)."""
     x, y = self._floats()._broadcasted(other)
     x, y = x._floats(), y._floats()
-    return (x._sign_bit() ^ y._sign_bit()).where(-x, x)
+    ret = (x._sign_bit() ^ y._sign_bit()).where(-x, x)
+    # at x == 0 the result is +-0 whatever x's sign: no gradient flows there (torch's rule)
+    return (x == 0).where(ret.detach(), ret)
   def logaddexp(self, other):
     """log(exp(self) + exp(other)) without overflow."""
     x, y = self._broadcasted(other)

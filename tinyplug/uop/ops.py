@@ -4,6 +4,8 @@ import functools, itertools, math, weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
+# registers copyreg reducers for code objects and modules (pickled pattern tables and TinyJits need them)
+from tinyplug.uop.pickling import deconstruct_function  # noqa: F401
 
 class Ops(Enum):
   # members are singletons: hash by identity in C (Enum's own __hash__ is a Python call on every dict/set lookup)
@@ -135,8 +137,17 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
 
 _PLAIN_ARGS = (type(None), int, str, bool)
 
-# set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer
+# set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer; BUFFER uop ->
+# its Buffer when memory holds its values (else None); and (BUFFER uop, Buffer) -> None, to attach an unpickled Buffer
 buffer_lookup: Callable[[UOp], Any] | None = None
+realized_lookup: Callable[[UOp], Any] | None = None
+buffer_attach: Callable[[UOp, Any], None] | None = None
+
+def _unpickle_buffer(dtype: DType, device: UOp, size: int, contents: Any) -> UOp:
+  # a fresh UNIQUE: the numbers of another process (or of buffers freed since) must not alias a live buffer here
+  u = UOp(Ops.BUFFER, dtype, (UOp.unique(), device), size)
+  if contents is not None and buffer_attach is not None: buffer_attach(u, contents)
+  return u
 
 _INT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX})
 
@@ -165,7 +176,10 @@ class UOp(metaclass=UOpMeta):
     object.__setattr__(self, "src", src); object.__setattr__(self, "arg", arg)
     object.__setattr__(self, "_cache", None); object.__setattr__(self, "seq", _next_seq())
   def __setattr__(self, name: str, value: Any) -> None: raise AttributeError("UOp is immutable; build a new one with .replace()")
-  def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg)
+  def __reduce__(self):
+    if self.op is Ops.BUFFER and len(self.src) == 2:   # a buffer travels with its values (when it has any)
+      return _unpickle_buffer, (self.dtype, self.src[1], self.arg, None if realized_lookup is None else realized_lookup(self))
+    return UOp, (self.op, self.dtype, self.src, self.arg)
   def replace(self, **kwargs) -> UOp:
     new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src), kwargs.pop("arg", self.arg))
     if kwargs: raise TypeError(f"unknown UOp fields {sorted(kwargs)}")
@@ -377,6 +391,17 @@ class UOp(metaclass=UOpMeta):
     """The device Buffer behind a (reshaped) BUFFER node (found by the device layer, which registers the lookup)."""
     if buffer_lookup is None: raise RuntimeError("no device layer is loaded to find the buffer of a BUFFER uop")
     return buffer_lookup(self)
+  @property
+  def realized(self):
+    """The device Buffer holding this BUFFER node's values, or None (not a buffer, or not computed yet)."""
+    return realized_lookup(self) if self.op is Ops.BUFFER and realized_lookup is not None else None
+  @property
+  def is_realized(self) -> bool:
+    """Whether this node's values sit in device memory (a computed buffer, possibly seen through movement ops)."""
+    return self.base.realized is not None
+  def has_buffer_identity(self) -> bool:
+    """Whether this node is a buffer itself (or a reshape of one), not a computation or a view that moves elements."""
+    return self.src[0].has_buffer_identity() if self.op is Ops.RESHAPE else self.op is Ops.BUFFER
   @property
   def ptrdtype(self) -> PtrDType:
     if not isinstance(self.dtype, PtrDType): raise TypeError(f"{self.op} has dtype {self.dtype!r}, not a pointer")

@@ -191,6 +191,10 @@ class PatternMatcher:
   def patterns(self) -> list[tuple[UPat, Callable]]: return [(r.upat, r.fn) for r in self.rows]
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rows + other.rows)
   def __len__(self) -> int: return len(self.rows)
+  def __reduce__(self):
+    # lambdas and local rewrite functions travel as their code (uop/pickling.py); compiled matchers are rebuilt
+    from tinyplug.uop.pickling import portable
+    return _unpickle_matcher, ([(r.upat, portable(r.fn), r.owner) for r in self.rows],)
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     return (self.pdict.by_value[uop.op._value_] or self.pdict[uop.op])(uop, ctx)
@@ -201,6 +205,9 @@ class PatternMatcher:
       row = self.rows[i]
       if (ret := row.matcher(uop, ctx)) is not None: return ret, row
     return None, None
+
+def _unpickle_matcher(rows: list[tuple[UPat, Callable, str]]) -> PatternMatcher:
+  return PatternMatcher([Pattern(upat, fn, owner) for upat, fn, owner in rows])
 
 # ---------------- compiling a UPat into a Python function ----------------
 
