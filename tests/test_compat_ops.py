@@ -33,6 +33,17 @@ def test_copysign_signs_and_zeros():
   np.testing.assert_equal(out, np.copysign(x, y))
   np.testing.assert_equal(Tensor([1, -2, 3]).copysign(-1.0).numpy(), [-1.0, -2.0, -3.0])
 
+def test_copysign_gradient_matches_torch():
+  # torch: d copysign(x, y)/dx is sign(x)*sign(result), and 0 where x == 0 (either zero); y gets no gradient
+  v = [-1.0, -0.0, 0.0, 2.0, math.inf, -math.inf, math.nan]
+  x = np.array([a for a in v if math.isfinite(a) for _ in v], dtype=np.float32)
+  y = np.array([b for a in v if math.isfinite(a) for b in v], dtype=np.float32)
+  t, ty = Tensor(x, requires_grad=True), Tensor(y, requires_grad=True)
+  tt, tty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+  t.copysign(ty).sum().backward(); torch.copysign(tt, tty).sum().backward()
+  np.testing.assert_equal(t.grad.numpy(), tt.grad.numpy())
+  np.testing.assert_equal(ty.grad.numpy(), tty.grad.numpy())
+
 def test_logaddexp_fmod_isclose():
   a, b = np.array([-1.0, 2000.0, -300.0, -np.inf], np.float32), np.array([3.0, 2.0, -200.0, -np.inf], np.float32)
   np.testing.assert_allclose(Tensor(a).logaddexp(Tensor(b)).numpy(), np.logaddexp(a, b), rtol=1e-6)

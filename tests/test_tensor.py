@@ -214,6 +214,19 @@ def test_to_device_and_clone():
   u.to_(Device.DEFAULT)
   assert u.tolist() == [1.0, 2.0]
 
+def test_deviceless_constant_tensor():
+  from tinyplug.uop.ops import UOp
+  c = UOp.const(dtypes.float, 2.5)
+  t = Tensor(c)
+  assert t.device is None and t.shape == () and t.dtype == dtypes.float
+  assert t.realize().uop is c and t.contiguous().uop is c   # nothing to compute: it stays a constant
+  assert t.numpy() == np.float32(2.5) and t.item() == 2.5
+  moved = t.clone(device=Device.DEFAULT)
+  assert moved.device == Device.DEFAULT and moved.tolist() == 2.5
+  cloned = t.clone()
+  assert cloned.device == Device.DEFAULT and cloned.numpy() == 2.5 and cloned.uop.has_buffer_identity()
+  assert (t.to(Device.DEFAULT) + Tensor([1.0, 2.0])).tolist() == [3.5, 4.5]
+
 def test_unknown_device_is_an_error():
   with pytest.raises(ValueError, match="PYTHN|did you mean|no active plugin"): Tensor([1], device="PYTHN")
   with pytest.raises(ValueError): Tensor.zeros(2, device="NOPE")
