@@ -48,6 +48,13 @@ def test_reduction_over_2_to_the_31_broadcast_elements():
   with Device.use("CPU"):
     assert Tensor.ones(1, dtype=dtypes.int64).expand(N).sum().item() == N
 
+def test_arange_and_gather_past_2_to_the_31():
+  # the arange behind a gather counted in int32 and wrapped: index 2^31+2 of a broadcast tensor read 0
+  assert Tensor.arange(N).dtype == dtypes.int64
+  with Device.use("CPU"):
+    assert Tensor.arange(N)[N - 3].item() == N - 3
+    np.testing.assert_equal(Tensor([5]).expand(N)[Tensor([2**31 + 2])].numpy(), [5])
+
 @pytest.mark.parametrize("make", [lambda d: Tensor.empty((1 << 62) + 4, device=d),
                                   lambda d: Tensor.empty(1 << 30, 1 << 30, dtype=dtypes.float64, device=d),
                                   lambda d: Tensor.zeros((1 << 62) + 4, device=d).contiguous().realize()])

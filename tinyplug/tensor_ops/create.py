@@ -16,13 +16,15 @@ def argfix(*shape: Any) -> tuple[int, ...]:
   return tuple(shape)
 
 def arange_uop(n: int, device: str) -> UOp:
-  """0, 1, ..., n-1 as int32, built lazily from constants: a sum of one bit-weight [0, 2**j] per binary digit."""
-  if n <= 1: return graph.const(0, dtypes.int32, device, (n,))
+  """0, 1, ..., n-1 as int32 (int64 past int32's range), built lazily from constants: a sum of one bit-weight
+  [0, 2**j] per binary digit."""
+  dt = dtypes.int32 if n - 1 <= dtypes.int32.max else dtypes.int64
+  if n <= 1: return graph.const(0, dt, device, (n,))
   bits = (n - 1).bit_length()
   total: UOp | None = None
   for j in range(bits):
     weight = 1 << (bits - 1 - j)
-    digit = graph.pad(graph.const(weight, dtypes.int32, device, (1,)), ((1, 0),))   # [0, weight]
+    digit = graph.pad(graph.const(weight, dt, device, (1,)), ((1, 0),))   # [0, weight]
     digit = graph.expand(graph.reshape(digit, (1,) * j + (2,) + (1,) * (bits - 1 - j)), (2,) * bits)
     total = digit if total is None else graph.alu(Ops.ADD, total, digit)
   assert total is not None
