@@ -261,6 +261,12 @@ def test_integer_division_follows_python():
 
 # ---- random numbers ----
 
+def test_randn_does_not_go_through_a_replaced_rand(monkeypatch):
+  # a user's wrapper of Tensor.rand (here: zeros, which takes no `contiguous`) must not break randn
+  monkeypatch.setattr(Tensor, "rand", Tensor.zeros)
+  x = Tensor.randn(4000).numpy()
+  assert np.isfinite(x).all() and abs(x.mean()) < 0.1 and abs(x.std() - 1) < 0.1
+
 def test_manual_seed_reproducible():
   Tensor.manual_seed(1234)
   a, b = Tensor.rand(100).numpy(), Tensor.rand(100).numpy()

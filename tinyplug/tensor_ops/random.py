@@ -78,22 +78,28 @@ class RandomMixin:
     matmul reading a weight would otherwise run the 20 hash rounds again for every use of every element."""
     shape = argfix(*shape)
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
-    if not dtypes.is_float(dtype): raise ValueError(f"rand needs a float dtype, not {dtype}")
-    n = math.prod(shape)
-    if n == 0: return cls.full(shape, 0.0, dtype=dtype, device=device, requires_grad=rg)
-    nbits = _uniform_bits(dtype)
-    bits = cls._random_bits(n, device) >> (32 - nbits)
-    out = (bits.cast(dtypes.float32) * (2.0 ** -nbits)).cast(dtype).reshape(shape)
-    if contiguous: out = out.contiguous()
+    out = cls._uniform(shape, device, dtype)
+    if contiguous and out.numel() != 0: out = out.contiguous()
     out.requires_grad = rg
     return out
+
+  @classmethod
+  def _uniform(cls, shape: tuple, device: str, dtype):
+    """Lazy uniform draws in [0, 1): what rand, randn, randint and uniform build on (so that they do not depend on
+    rand's signature, which a user may wrap or replace)."""
+    if not dtypes.is_float(dtype): raise ValueError(f"rand needs a float dtype, not {dtype}")
+    n = math.prod(shape)
+    if n == 0: return cls.full(shape, 0.0, dtype=dtype, device=device)
+    nbits = _uniform_bits(dtype)
+    bits = cls._random_bits(n, device) >> (32 - nbits)
+    return (bits.cast(dtypes.float32) * (2.0 ** -nbits)).cast(dtype).reshape(shape)
 
   @classmethod
   def randn(cls, *shape, contiguous: bool = True, **kwargs):
     """Standard normal (Box-Muller on two uniforms)."""
     shape = argfix(*shape)
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
-    u = cls.rand(2, *shape, device=device, dtype=dtypes.float32, contiguous=False)
+    u = cls._uniform((2, *shape), device, dtypes.float32)
     return _finish(((u[0] * (2 * math.pi)).cos() * ((1 - u[1]).log() * -2).sqrt()).cast(dtype), contiguous, rg)
 
   @classmethod
