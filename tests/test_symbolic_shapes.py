@@ -111,3 +111,17 @@ def test_beam_search_leaves_variable_loops_alone():
     v = Variable("n", 1, 10).bind(3)
     np.testing.assert_allclose(Tensor(x)[:, :v].sum().item(), x[:, :3].sum(), rtol=1e-5)
     np.testing.assert_allclose((Tensor(x)[:, :v] * 2)[:, :3].numpy(), x[:, :3] * 2, rtol=1e-6)
+
+def test_check_oob_refuses_a_variable_shrink_that_may_pass_the_end():
+  from tinyplug.helpers import Context
+  x = _data(6, 6)
+  t = Tensor(x).realize()
+  with Context(CHECK_OOB=1):
+    with pytest.raises(RuntimeError, match="CHECK_OOB.*out of bounds"):
+      t.shrink(((Variable("r", 0, 6).bind(2), Variable("r", 0, 6).bind(2) + 1), None)).sum().item()
+    r = Variable("r", 0, 5).bind(2)   # every value of r stays inside: built and run
+    np.testing.assert_allclose(t.shrink(((r, r + 1), None)).sum().item(), x[2].sum(), rtol=1e-5)
+    # masked reads (padding) are not judged
+    np.testing.assert_allclose((t.pad(((1, 1), (2, 0))) + 1).numpy(), np.pad(x, ((1, 1), (2, 0))) + 1)
+  v = Variable("r", 0, 6).bind(2)   # off (the default): no check
+  np.testing.assert_allclose(t.shrink(((v, v + 1), None)).sum().item(), x[2].sum(), rtol=1e-5)

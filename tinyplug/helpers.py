@@ -191,6 +191,8 @@ SCALAR_ARGS = ContextVar("SCALAR_ARGS", 1, "1: a float32 constant that changes b
                          "graph (a Python scalar set every step) becomes a kernel argument from its second value on, so "
                          "it compiles once, not once per value; 0 bakes every constant into the code")
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
+CHECK_OOB = ContextVar("CHECK_OOB", 0, "1 refuses to build a kernel whose unmasked loads or stores may reach outside "
+                                       "their buffer (judged from each index's bounds); a RuntimeError names them")
 TRAINING = ContextVar("TRAINING", 0, "1 puts dropout, BatchNorm and optimiser steps in training mode (what "
                                      "`Tensor.train()` and `Tensor.training = True` set)")
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", "dtype of float tensors made without one (a float dtype name)")

@@ -4,7 +4,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug import events
-from tinyplug.helpers import CACHELEVEL, NOOPT, SPEC
+from tinyplug.helpers import CACHELEVEL, CHECK_OOB, NOOPT, SPEC
 from tinyplug.backend import ProgramSpec, Renderer, loop_work, shareable_loop
 from tinyplug.plugins import get_plugin_manager
 from tinyplug.uop.ops import Ops, GroupOp, UOp
@@ -219,6 +219,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   if (key := _program_key(ctx.name, ast, renderer, opts)) is not None:
     from tinyplug.codegen import program_cache
     if (cached := program_cache.load(key)) is not None:
+      if CHECK_OOB: check_in_bounds(cached.name, cached.uops)
       if events.enabled("kernel"): events.emit("kernel", {"name": cached.name, "ast": ast, "uops": list(cached.uops),
                                                             "src": cached.src, "device": renderer.device,
                                                             "opts": cached.applied_opts, "estimates": cached.estimates,
@@ -227,6 +228,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
       return cached
   with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
     uops = run_pipeline(ast, renderer, ctx)
+    if CHECK_OOB: check_in_bounds(ctx.name, uops)
     src = renderer.render(ctx.name, uops)
   est = estimate(ast)
   if events.enabled("kernel"): events.emit("kernel", {"name": ctx.name, "ast": ast, "uops": uops, "src": src,
@@ -242,6 +244,18 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
                      thread_split=renderer.runs_loops and shareable_loop(uops) is not None, work=loop_work(uops))
   if key is not None: program_cache.store(key, spec)
   return spec
+
+def check_in_bounds(name: str, uops: Any) -> None:
+  """CHECK_OOB: every unmasked access to a kernel buffer stays inside it, for every value its index can take (the
+  index's bounds over loop ranges and variable ranges). A masked access (an INDEX with a gate) is not judged: its
+  index may leave the buffer where the gate is off."""
+  for u in uops:
+    if u.op is not Ops.INDEX or len(u.src) != 2 or u.src[0].op is not Ops.DEFINE_GLOBAL: continue
+    size = u.src[0].dtype.size
+    lo, hi = u.src[1]._min_max
+    if size >= 0 and (lo < 0 or hi >= size):
+      raise RuntimeError(f"CHECK_OOB: kernel {name} may access buffer {u.src[0].arg} (of {size} elements) at index "
+                         f"{lo}..{hi}: out of bounds")
 
 def estimate(ast: UOp) -> dict:
   """Rough work of a kernel: ALU ops and bytes moved, for DEBUG=2 GFLOP/s and GB/s."""
