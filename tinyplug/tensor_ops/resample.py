@@ -25,6 +25,13 @@ def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.
     w[np.arange(n_out), np.minimum(src.astype(np.int64), n_in - 1)] = 1
   return w
 
+def _weight_bits(max_weight: float) -> int:
+  """Fraction bits of torch's (Pillow's) int16 fixed-point resampling weights: the most for which the largest weight,
+  at one bit more, still rounds below 2^15 (at most 22)."""
+  bits = 0
+  while bits < 22 and int(0.5 + max_weight * (1 << (bits + 1))) < (1 << 15): bits += 1
+  return bits
+
 class ResampleMixin:
   __slots__ = ()
   def interpolate(self, size, mode: str = "linear", align_corners: bool = False):
@@ -33,6 +40,7 @@ class ResampleMixin:
     if mode not in _MODES: raise ValueError(f"interpolate: mode must be one of {_MODES}, not {mode!r}")
     size = tuple(size)
     if len(size) > self.ndim: raise ValueError(f"interpolate: size {size} has more dims than the input {self.shape}")
+    if mode == "linear" and self.dtype == dtypes.uint8: return self._interpolate_uint8(size, align_corners)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.float32)
     for d, n_out in zip(range(self.ndim - len(size), self.ndim), size):
       n_in = x.shape[d]
@@ -41,6 +49,19 @@ class ResampleMixin:
                      dtype=x.dtype)
       x = x.transpose(d, -1).matmul(w.transpose()).transpose(d, -1)
     return x if x.dtype == self.dtype else x.round().cast(self.dtype) if dtypes.is_int(self.dtype) else x.cast(self.dtype)
+
+  def _interpolate_uint8(self, size: tuple, align_corners: bool):
+    """Linear resizing of uint8 images as torch does it: one dim at a time from the last, in integer arithmetic with
+    fixed-point weights (as many fraction bits as int16 holds for the dim's largest weight), rounded to uint8 after
+    each dim."""
+    cls, x = type(self), self
+    for d, n_out in reversed(list(zip(range(self.ndim - len(size), self.ndim), size))):
+      w = _interp_matrix(x.shape[d], n_out, "linear", align_corners)
+      bits = _weight_bits(float(w.max()))
+      wi = cls(np.floor(w * (1 << bits) + 0.5).astype(np.int32), device=self.device, dtype=dtypes.int32)
+      acc = x.cast(dtypes.int32).transpose(d, -1).matmul(wi.transpose()).transpose(d, -1)
+      x = ((acc + (1 << (bits - 1))) >> bits).clip(0, 255).cast(dtypes.uint8)
+    return x
 
   def unfold(self, dim: int, size: int, step: int):
     """Windows of `size` every `step` along `dim`, as a new last dim (torch.Tensor.unfold)."""
