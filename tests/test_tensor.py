@@ -52,6 +52,9 @@ def test_creation_functions():
   assert Tensor.full((2,), 7.5).dtype == dtypes.float32
   assert Tensor.zeros(3, dtype=dtypes.int8).dtype == dtypes.int8
   assert Tensor.empty(4, 5).shape == (4, 5) and Tensor.empty(4, 5).uop.base.op is Ops.BUFFER
+  z = Tensor.invalids(10, dtype="int").realize()   # tinygrad's name: undefined until written
+  z[2:5] = 2
+  assert z.dtype == dtypes.int32 and z.shape == (10,) and z[2:5].tolist() == [2, 2, 2]
   x = Tensor([[1, 2], [3, 4]])
   assert x.zeros_like().tolist() == [[0, 0], [0, 0]] and x.ones_like().dtype == dtypes.int32
   assert x.full_like(9).tolist() == [[9, 9], [9, 9]]

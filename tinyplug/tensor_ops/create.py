@@ -51,6 +51,11 @@ class CreationMixin:
     return cls.from_uop(graph.reshape(UOp.new_buffer(device, math.prod(shape), dtype), shape), rg)
 
   @classmethod
+  def invalids(cls, *shape, **kwargs):
+    """tinygrad's name for a tensor whose values are not defined until written: `empty` (a buffer, not filled)."""
+    return cls.empty(*shape, **kwargs)
+
+  @classmethod
   def full(cls, shape, fill_value: Any, **kwargs):
     """A tensor of `fill_value` in a buffer of its own (two equal `full`s never share storage or gradients)."""
     default = dtypes.from_py(fill_value) if isinstance(fill_value, (bool, int, float)) else dtypes.default_float
