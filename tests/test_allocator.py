@@ -63,3 +63,19 @@ def test_reused_memory_gives_correct_results(device):
   t = Tensor(x)
   for k in range(3):
     np.testing.assert_allclose(((t * (k + 1)) + 1).numpy(), x * (k + 1) + 1, rtol=1e-6)
+
+def test_host_blocks_are_zeroed_writable_and_big_ones_come_from_the_os():
+  import tracemalloc
+  from tinyplug.backend import HOST_MMAP_MIN, host_block
+  small = host_block(100)
+  tracemalloc.start()
+  try:
+    big = host_block(HOST_MMAP_MIN * 4)
+    traced = tracemalloc.get_traced_memory()[1]
+  finally: tracemalloc.stop()
+  assert traced < HOST_MMAP_MIN   # an OS mapping, not Python heap
+  for b in (small, big):
+    assert b.dtype == np.uint8 and b.flags.writeable and not b.any()
+    b[:] = 3
+    assert int(b.sum()) == 3 * b.size
+  assert big.ctypes.data % 4096 == 0

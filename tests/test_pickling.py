@@ -42,6 +42,10 @@ class TestTensorPickle:
     blob = pickle.dumps(t, protocol=5, buffer_callback=bufs.append)
     assert len(bufs) == 1 and len(blob) < 1000   # the 4000 bytes went out of band
     np.testing.assert_array_equal(pickle.loads(blob, buffers=bufs).numpy(), np.arange(1000, dtype=np.float32))
+    # loading copies an out-of-band buffer and lets go of it (the unpickler would otherwise hold every one to the end)
+    incoming = [pickle.PickleBuffer(bytearray(np.full(1000, 7, dtype=np.float32).tobytes()))]
+    np.testing.assert_array_equal(pickle.loads(blob, buffers=incoming).numpy(), np.full(1000, 7, dtype=np.float32))
+    with pytest.raises(ValueError): memoryview(incoming[0])   # released
 
   def test_is_realized_and_realized(self):
     t = Tensor([1, 2, 3]) + 1

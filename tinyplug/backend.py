@@ -85,11 +85,20 @@ class ReuseAllocator(Allocator):
     if name == "raw": raise AttributeError(name)
     return getattr(self.raw, name)
 
+# from this size on, host memory for device buffers comes straight from the OS (anonymous mmap): page aligned, zeroed
+# lazily, returned at once when freed, and not counted as Python heap (tracemalloc), like any device's memory
+HOST_MMAP_MIN = 1 << 18
+
+def host_block(nbytes: int) -> Any:
+  """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps)."""
+  import mmap
+  import numpy as np
+  if nbytes < HOST_MMAP_MIN: return np.zeros(nbytes, dtype=np.uint8)
+  return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
+
 class HostAllocator(Allocator):
   """Memory in this process, as zero-filled numpy byte arrays (used by PYTHON and host-side CPU backends)."""
-  def alloc(self, nbytes: int) -> Any:
-    import numpy as np
-    return np.zeros(nbytes, dtype=np.uint8)
+  def alloc(self, nbytes: int) -> Any: return host_block(nbytes)
   def copyin(self, dest: Any, src: memoryview) -> None:
     import numpy as np
     dest[:len(src)] = np.frombuffer(src, dtype=np.uint8)

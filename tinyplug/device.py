@@ -93,7 +93,10 @@ class Buffer:
 
 def _unpickle_device_buffer(device: str, size: int, dtype: DType, contents: Any) -> Buffer:
   buf = Buffer(device, size, dtype)
-  if contents is not None: buf.copyin(memoryview(contents).cast("B"))
+  if contents is not None:
+    buf.copyin(memoryview(contents).cast("B"))
+    # an out-of-band buffer is let go once copied (the unpickler's memo would keep it alive to the end of the load)
+    if isinstance(contents, pickle.PickleBuffer): contents.release()
   return buf
 
 # the device memory behind a BUFFER uop lives as long as the uop does

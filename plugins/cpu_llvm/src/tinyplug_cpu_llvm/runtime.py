@@ -8,6 +8,7 @@ import ctypes, os, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
+from tinyplug.backend import host_block
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.plugin import CPU_THREADS
@@ -27,7 +28,7 @@ class CPUMemory:
   """A 64-byte aligned block of host memory (a numpy byte array) and its address."""
   __slots__ = ("array", "addr", "nbytes")
   def __init__(self, nbytes: int):
-    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)   # calloc: pages are zeroed lazily by the OS
+    raw = host_block(nbytes + ALIGN)   # calloc or mmap: pages are zeroed lazily by the OS
     base = raw.ctypes.data
     off = (-base) % ALIGN
     self.array = raw[off:off + nbytes]
