@@ -536,3 +536,8 @@ def test_setitem_refuses_to_leave_stale_tensors():
   del alias, y
   x[0] = 99.0
   assert x.tolist() == [99.0, 2.0, 3.0, 4.0]
+
+def test_reductions_of_a_realized_empty_tensor():
+  # a buffer of no elements (allocated as one byte) read by a kernel: the PYTHON device failed to view it
+  e = (Tensor.randn(0, 1) + 1).realize()
+  assert e.prod().item() == 1.0 and e.sum().item() == 0.0 and e.sum(axis=0).tolist() == [0.0]

@@ -133,7 +133,9 @@ class PythonProgram:
       op = u.op
       if op is Ops.DEFINE_GLOBAL:
         base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
-        v[u] = bufs[u.arg].view(_np(base))
+        raw, npdt = bufs[u.arg], _np(base)
+        # a buffer of no elements is one byte (allocators hand out at least one): it views as an empty array
+        v[u] = (raw if raw.nbytes % npdt.itemsize == 0 else raw[:raw.nbytes - raw.nbytes % npdt.itemsize]).view(npdt)
       elif op is Ops.DEFINE_VAR: v[u] = _reg(u.dtype).type(var_vals[u.arg])
       elif op is Ops.DEFINE_LOCAL: v[u] = ("local", np.zeros((n_groups, u.dtype.size), dtype=_reg(u.dtype.base)), group)
       elif op is Ops.DEFINE_REG:   # a register array of vectors has one more axis, the vector lanes
