@@ -91,14 +91,11 @@ def test_repr_matches_the_seed():
   t = Tensor([1, 2, 3, 4])
   dev = Device.DEFAULT
   base = t.uop.base
-  op = "COPY" if dev != "PYTHON" else "BUFFER"
-  assert base.op is getattr(Ops, op)
-  arg = None if op == "COPY" else 4
-  assert repr(t) == f"<Tensor <UOp {dev} (4,) int ({base.op!r}, {arg!r})> on {dev} with grad None>"
+  assert base.op is Ops.COPY   # on every device, PYTHON too: a copy of the host data, not computed yet
+  assert repr(t) == f"<Tensor <UOp {dev} (4,) int ({base.op!r}, None)> on {dev} with grad None>"
   assert t.device == dev and t.dtype == dtypes.int and t.shape == (4,)
-  if dev != "PYTHON":
-    assert t.uop.op is Ops.COPY and t.uop.src[0].op is Ops.BUFFER and t.uop.src[0].src[1].arg == "PYTHON"
-    assert t.uop.src[1].op is Ops.DEVICE and t.uop.src[1].arg == dev
+  assert t.uop.op is Ops.COPY and t.uop.src[0].op is Ops.BUFFER and t.uop.src[0].src[1].arg == "PYTHON"
+  assert t.uop.src[1].op is Ops.DEVICE and t.uop.src[1].arg == dev
 
 def test_repr_shows_grad():
   x = Tensor([1.0, 2.0], requires_grad=True)
@@ -541,3 +538,10 @@ def test_reductions_of_a_realized_empty_tensor():
   # a buffer of no elements (allocated as one byte) read by a kernel: the PYTHON device failed to view it
   e = (Tensor.randn(0, 1) + 1).realize()
   assert e.prod().item() == 1.0 and e.sum().item() == 0.0 and e.sum(axis=0).tolist() == [0.0]
+
+def test_setitem_on_a_tensor_made_from_data_is_differentiable():
+  # on every device, PYTHON included, a tensor made from a list is a graph until realized: setitem on it is functional
+  z, x = Tensor([1.0, 2.0, 3.0, 4.0]), Tensor([10.0, 20.0])
+  z[:2] += x
+  (z * Tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+  assert z.tolist() == [11.0, 22.0, 3.0, 4.0] and x.grad.tolist() == [1.0, 2.0]

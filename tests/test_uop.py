@@ -237,3 +237,15 @@ def test_groupops():
   assert Ops.ADD in GroupOp.Binary and Ops.WHERE in GroupOp.Ternary and Ops.NEG in GroupOp.Unary
   assert GroupOp.ALU == GroupOp.Unary | GroupOp.Binary | GroupOp.Ternary
   assert {Ops.ADD: 1}[Ops.ADD] == 1 and len({op for op in Ops}) == len(Ops)
+
+def test_key_is_a_content_digest():
+  import subprocess, sys
+  a = UOp.variable("kx", 0, 9) * 3 + 1
+  assert isinstance(a.key, bytes) and len(a.key) == 32
+  assert a.key == (UOp.variable("kx", 0, 9) * 3 + 1).key and a.key != (UOp.variable("kx", 0, 9) * 3 + 2).key
+  deep = UOp.variable("kx", 0, 9)
+  for _ in range(3000): deep = deep + 1   # deeper than the recursion limit
+  assert len(deep.key) == 32
+  code = "from tinyplug.uop import UOp; print((UOp.variable('kx', 0, 9) * 3 + 1).key.hex())"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PYTHONHASHSEED": "7", **__import__("os").environ})
+  assert out.stdout.strip() == a.key.hex()

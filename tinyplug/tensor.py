@@ -391,5 +391,7 @@ def _uop_from_numpy(arr: np.ndarray, dtype: DType | None, device: str) -> UOp:
   from tinyplug.engine.realize import buffer_of
   buf = UOp.new_buffer("PYTHON", arr.size, host)
   buffer_of(buf).copyin(arr.reshape(-1))
-  uop = buf if device == "PYTHON" else graph.copy_to(buf, device)
+  # a copy on every device, PYTHON too: a tensor made from data is a graph until realized wherever it lives (so
+  # setitem on it is functional and gradients reach the value, as on the other devices)
+  uop = graph.copy_to(buf, device)
   return graph.cast(graph.reshape(uop, shape), dtype)

@@ -392,6 +392,16 @@ class UOp(metaclass=UOpMeta):
     if buffer_lookup is None: raise RuntimeError("no device layer is loaded to find the buffer of a BUFFER uop")
     return buffer_lookup(self)
   @property
+  def key(self) -> bytes:
+    """A digest of the graph under this node (ops, dtypes, args): equal graphs have equal keys, in any process."""
+    if (c := self._cache) is not None and (k := c.get("key")) is not None: return k
+    import hashlib
+    for u in self.toposort():   # sources first, so each node hashes its sources' keys (no recursion on deep graphs)
+      if u._cache is None or "key" not in u._cache:
+        parts = (u.op.name, repr(u.dtype), repr(u.arg), *(s._cache["key"].hex() for s in u.src))
+        u._cached("key", lambda parts=parts: hashlib.sha256(repr(parts).encode()).digest())
+    return self._cache["key"]
+  @property
   def realized(self):
     """The device Buffer holding this BUFFER node's values, or None (not a buffer, or not computed yet)."""
     return realized_lookup(self) if self.op is Ops.BUFFER and realized_lookup is not None else None
