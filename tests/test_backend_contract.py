@@ -27,6 +27,8 @@ def test_each_device_holds_to_the_contract(device):
   for tc in cores:
     tc.check()   # its fragments cover A, B and C/D once each
     assert r.uses_work_groups and tc.dtype_in in dts and tc.dtype_out in dts
+  from tinyplug.uop.minifloat import FORMATS
+  assert set(r.emulated) <= set(dts) & set(FORMATS) and not set(r.emulated) & set(r.vector_widths)
 
 def _toy_core(**change) -> TensorCore:
   # 2x2x2 on 2 threads: lane l holds row l of A, column l of B and of C/D
@@ -48,6 +50,20 @@ def test_tensor_core_layout_is_data_and_checked():
   assert both.elements == (4, 2, 2)
   with pytest.raises(ValueError, match="matrix A do not cover its 2x2 elements evenly"):
     _toy_core(element_offsets=(((0, 0), (0, 0)), ((0, 0), (1, 0)), ((0, 0), (1, 0)))).check()
+
+def test_dtypes_declared_emulated_work_and_leave_no_trace_in_kernels(device):
+  # a renderer may list a float dtype it has no type for (CL's bfloat16): the core emulates it, values as torch's
+  import torch
+  from tinyplug import Tensor
+  from tinyplug.codegen.emulated_dtypes import emulated_dtypes
+  r = Device[device].renderer
+  for dt in r.emulated:
+    assert dt in r.supported_dtypes() and dt in emulated_dtypes(r)
+    data = [60000.0, 70000.0, -80000.0, 1.0 / 3]
+    tdt = {dtypes.bfloat16: torch.bfloat16, dtypes.float16: torch.float16}[dt]
+    t = Tensor(data, device=device).cast(dt)
+    np.testing.assert_array_equal(t.float().numpy(), torch.tensor(data).to(tdt).float().numpy())
+    np.testing.assert_array_equal((t * t).sqrt().float().numpy(), (torch.tensor(data).to(tdt) ** 2).sqrt().float().numpy())
 
 def test_every_device_reuses_big_blocks(device):
   # LRU applies to every device: the core's cache sits in front of each plugin's allocator

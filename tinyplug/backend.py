@@ -195,6 +195,9 @@ class Renderer:
   vector_alu: bool = True          # False: vectors only carry loads and stores; math runs per lane (SIMT GPUs)
   tensor_cores: tuple[TensorCore, ...] = ()   # matrix-multiply instructions the TC action may use (see TensorCore)
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
+  # float dtypes it lists in supported_dtypes() (they work) but has no type for: the core's "dtypes" stage still
+  # turns them into bits in memory and float32 math, as for the dtypes left out of supported_dtypes()
+  emulated: frozenset[DType] = frozenset()
 
   def supported_dtypes(self) -> list[DType]:
     """The scalar dtypes this target computes and stores (default: all but the fp8 ones). Float dtypes left out still

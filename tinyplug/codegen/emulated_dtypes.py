@@ -19,9 +19,10 @@ from tinyplug.uop.ops import GroupOp, Ops, UOp
 _EXACT = frozenset({Ops.MAX, Ops.NEG, Ops.WHERE})   # results that are an operand's value (or its negation): no rounding
 
 def emulated_dtypes(renderer) -> frozenset[DType]:
-  """The float dtypes `renderer` gets as bits: those it does not support, and those EMULATED_DTYPES names."""
+  """The float dtypes `renderer` gets as bits: those it does not support, those it declares `emulated`, and those
+  EMULATED_DTYPES names."""
   supported = set(renderer.supported_dtypes())
-  named = set(EMULATED_DTYPES.tolist(dtypes))
+  named = set(EMULATED_DTYPES.tolist(dtypes)) | set(renderer.emulated)
   return frozenset(dt for dt in FORMATS if dt not in supported or dt in named)
 
 def _storage(dt: DType) -> DType:

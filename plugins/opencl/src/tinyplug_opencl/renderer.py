@@ -33,6 +33,7 @@ class OpenCLRenderer(CStyleRenderer):
   barrier_code = "barrier(CLK_LOCAL_MEM_FENCE);"
   special_code = {"gidx": "get_group_id({dim})", "lidx": "get_local_id({dim})", "idx": "get_global_id({dim})"}
   const_suffix = {dtypes.float32: "f", dtypes.float16: "f", dtypes.int64: "l", dtypes.uint64: "ul", dtypes.uint32: "u"}
+  emulated = frozenset({dtypes.bfloat16})
 
   def __init__(self, *, local_max: tuple[int, ...] = (256, 256, 64), max_work_group_size: int = 256,
                shared_max: int = 16384, extensions: frozenset[str] | tuple[str, ...] = (), vector_width: int = 4,
@@ -47,7 +48,8 @@ class OpenCLRenderer(CStyleRenderer):
     self.vector_width = int(vector_width)
     self.device_name = device_name
     supported = set(_TYPE_NAMES) - ({dtypes.float64} if not self.has_fp64 else set())
-    self._dtypes = [dt for dt in _TYPE_NAMES if dt in supported]
+    # bfloat16 works (OpenCL C has no type for it: the core keeps its bits in ushort and computes in float)
+    self._dtypes = [dt for dt in _TYPE_NAMES if dt in supported] + [dtypes.bfloat16]
     # vector types for the vectorize stage: not bool (no bool vectors in OpenCL C), half only with cl_khr_fp16
     # (without it half values live in floats and every rounding goes through vstore_half one lane at a time)
     vectors = supported - {dtypes.bool} - ({dtypes.float16} if not self.has_fp16 else set())
