@@ -225,3 +225,23 @@ def test_doctor_json_healthy(plugin_site, tmp_path):
   assert devices["PYTHON"]["status"] == "ok" and doc["cache"]["dir"] == str(tmp_path / "tinyplug")
   assert all(d["status"] in ("ok", "unavailable") for d in doc["devices"]), doc["devices"]
   assert (result.returncode == 0) == (doc["problems"] == []) and doc["problems"] == []
+
+def test_cache_shows_its_size_and_clear_empties_it(tmp_path):
+  import json, os, subprocess, sys
+  env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+  cli = lambda *a: subprocess.run([sys.executable, "-m", "tinyplug", "cache", *a], capture_output=True, text=True,
+                                  env=env, timeout=120)
+  assert "not created yet" in cli().stdout
+  run = subprocess.run([sys.executable, "-c", "from tinyplug import Tensor; print((Tensor([1.0, 2.0]) * 3).tolist())"],
+                       capture_output=True, text=True, env={**env, "DEV": "CPU"}, timeout=300)
+  assert run.stdout.strip() == "[3.0, 6.0]", run.stderr
+  info = json.loads(cli("--json").stdout)
+  assert info["exists"] and info["bytes"] > 0 and info["bytes"] == sum(info["parts"].values())
+  assert "codegen.sqlite" in info["parts"] and "codegen.sqlite" in cli().stdout
+  out = cli("clear")
+  assert out.returncode == 0 and "freed" in out.stdout
+  assert os.listdir(tmp_path / "tinyplug") == [] and json.loads(cli("--json").stdout)["bytes"] == 0
+  (tmp_path / "tinyplug" / "keep").write_text("x")
+  os.chmod(tmp_path / "tinyplug", 0o777)   # a directory others may write to is not treated as ours
+  out = cli("clear")
+  assert out.returncode == 1 and "writable by group or others" in out.stderr and (tmp_path / "tinyplug" / "keep").exists()

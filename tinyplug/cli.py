@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from tinyplug.helpers import DEBUG, ENV_VARS, ContextVar, ansilen, colored, env_str, getenv
+from tinyplug.helpers import CACHELEVEL, DEBUG, ENV_VARS, ContextVar, ansilen, cache_dir, colored, env_str, getenv
 from tinyplug.plugins import (API_VERSION, CORE_COMMANDS, PROBLEM_STATUSES, PluginManager, get_plugin_manager,
                               host_version)
 
@@ -94,6 +94,35 @@ def cmd_doctor(args: argparse.Namespace, pm: PluginManager) -> int:
   return 1 if report["problems"] else 0
 
 
+def _size(n: int) -> str:
+  for unit in ("B", "KiB", "MiB", "GiB"):
+    if n < 1024 or unit == "GiB": return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    n /= 1024
+  return f"{n:.1f} GiB"
+
+
+def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
+  from tinyplug.diskcache import cache_usage, clear_cache
+  if args.action == "clear":
+    try: freed = clear_cache()
+    except OSError as e:
+      print(f"tinyplug: {e}", file=sys.stderr)
+      return 1
+    print(f"cleared {cache_dir()} ({_size(freed)} freed; it fills again as kernels are compiled)")
+    return 0
+  usage = cache_usage()
+  if args.json:
+    print(json.dumps(usage, indent=2))
+    return 0
+  if not usage["exists"]:
+    print(f"{usage['dir']}: not created yet")
+    return 0
+  print(f"{usage['dir']}: {_size(usage['bytes'])} (CACHELEVEL={CACHELEVEL.value}; `tinyplug cache clear` empties it)")
+  if usage["parts"]:
+    print(format_table(["PART", "SIZE"], [[name, _size(n)] for name, n in sorted(usage["parts"].items(), key=lambda x: -x[1])]))
+  return 0
+
+
 def _env_value(name: str) -> str:
   if name in ContextVar.registry: return repr(ContextVar.registry[name].value)
   value = env_str(name, "\0")
@@ -127,6 +156,10 @@ def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
   p = sub.add_parser("doctor", help="health report: versions, plugins, whether each device runs a kernel, cache dir")
   p.add_argument("--json", action="store_true", help="print a JSON document instead of text")
   p.set_defaults(handler=cmd_doctor)
+  p = sub.add_parser("cache", help="the disk cache: its size per part (default), or `clear` to empty it")
+  p.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
+  p.add_argument("--json", action="store_true", help="print JSON instead of a table (info)")
+  p.set_defaults(handler=cmd_cache)
   p = sub.add_parser("env", help="show every environment variable tinyplug reads, with its current value")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")
   p.set_defaults(handler=cmd_env)
@@ -179,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if command is None and "--version" in argv:   # no plugin code runs for the version (a broken one cannot hang it)
     print(f"tinyplug {host_version()} (plugin API {API_VERSION})")
     return 0
-  if command == "list-plugins" and "--no-import" in argv: pm = PluginManager(quiet=True).scan()
+  # listing entry points, or the disk cache, needs no plugin code (a broken plugin cannot stop either)
+  if (command == "list-plugins" and "--no-import" in argv) or command == "cache": pm = PluginManager(quiet=True).scan()
   else: pm = _cli_plugin_manager(quiet=command in ("list-plugins", "doctor"))
   parser = build_parser(pm)
   try:

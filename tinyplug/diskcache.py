@@ -254,3 +254,39 @@ def package_digest(module: str) -> str:
     with open(path, "rb") as f: h.update(hashlib.sha256(f.read()).digest())
   _source_digests[top] = d = h.hexdigest()
   return d
+
+
+# ---------------- what is there, and clearing it ----------------
+
+def cache_usage(root: str | None = None) -> dict[str, Any]:
+  """{"dir", "exists", "bytes", "parts": {top-level entry: bytes}} of the cache directory (nothing is read but sizes)."""
+  root = root or cache_dir()
+  out: dict[str, Any] = {"dir": root, "exists": os.path.isdir(root), "bytes": 0, "parts": {}}
+  if not out["exists"]: return out
+  for name in sorted(os.listdir(root)):
+    path, size = os.path.join(root, name), 0
+    if os.path.isdir(path) and not os.path.islink(path):
+      for folder, _, files in os.walk(path):
+        size += sum(os.lstat(os.path.join(folder, f)).st_size for f in files)
+    else: size = os.lstat(path).st_size
+    out["parts"][name] = size
+    out["bytes"] += size
+  return out
+
+def clear_cache(root: str | None = None) -> int:
+  """Delete everything in the cache directory (it is rebuilt as it is used); returns the bytes freed. Refuses a
+  directory that is not safe to treat as ours (unsafe_reason) rather than delete someone else's files."""
+  import shutil
+  root = root or cache_dir()
+  if not os.path.isdir(root): return 0
+  if os.path.islink(root): raise OSError(f"{root} is a symbolic link: not clearing it; remove it yourself")
+  if (why := unsafe_reason(root)) is not None: raise OSError(f"not clearing {root}: {why}")
+  freed = cache_usage(root)["bytes"]
+  for name in os.listdir(root):
+    path = os.path.join(root, name)
+    if os.path.isdir(path) and not os.path.islink(path): shutil.rmtree(path, ignore_errors=True)
+    else:
+      try: os.unlink(path)
+      except OSError: pass
+  return freed
+

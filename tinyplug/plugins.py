@@ -27,7 +27,7 @@ from tinyplug.helpers import DEBUG, VIZ, env_flag, env_str, suggest
 API_VERSION = "1.0"
 ENTRY_POINT_GROUP = "tinyplug"
 CORE_DISTRIBUTION = "tinyplug"
-CORE_COMMANDS = ("list-plugins", "env", "doctor")
+CORE_COMMANDS = ("list-plugins", "env", "doctor", "cache")
 # "installed" only appears with `list-plugins --no-import` (nothing was imported, so nothing more is known)
 STATUSES = ("builtin", "active", "opt-in", "disabled", "unavailable", "failed", "incompatible", "conflict", "installed")
 PROBLEM_STATUSES = ("failed", "incompatible", "conflict")
