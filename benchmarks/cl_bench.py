@@ -9,9 +9,9 @@ Times are wall-clock seconds from building the graph to the result being on the 
 several runs after a warm-up (compile excluded), except "first result", which is the cold path: a graph never seen
 before, scheduled, compiled and run. The ratio is tinyplug / tinygrad: below 1 means tinyplug is faster."""
 from __future__ import annotations
-import argparse, json, os, subprocess, sys
+import argparse, sys
 import numpy as np
-from device_workloads import best, common_row
+from device_workloads import best, common_row, report_rows, run_child
 
 def workloads(quick: bool) -> list[tuple[str, dict]]:
   mm = (256, 512) if quick else (512, 1024, 2048)
@@ -49,27 +49,13 @@ def run_one(framework: str, cfg: dict, reps: int) -> float:
   raise ValueError(cfg["kind"])
 
 def child(framework: str, quick: bool, only: str | None, reps: int) -> None:
-  out = {}
-  for name, cfg in workloads(quick):
-    if only and only.lower() not in name.lower(): continue
-    try: out[name] = run_one(framework, cfg, reps)
-    except Exception as e: out[name] = f"{type(e).__name__}: {str(e)[:200]}"
-    print(json.dumps({name: out[name]}), flush=True)
+  report_rows(workloads(quick), lambda cfg: run_one(framework, cfg, reps), only)
 
 # ---------------- the parent: both frameworks, one table ----------------
 
 def measure(framework: str, args) -> dict:
-  env = {**os.environ, "DEV": "CL"}
-  env.pop("DEBUG", None)
-  cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, "--reps", str(args.reps)]
-  if args.quick: cmd.append("--quick")
-  if args.only: cmd += ["--only", args.only]
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-  results = {}
-  for line in proc.stdout.splitlines():
-    if line.startswith("{"): results.update(json.loads(line))
-  if proc.returncode != 0 and not results:
-    results["(failed)"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+  results, error = run_child(__file__, framework, "CL", args, timeout=3600)
+  if error is not None and not results: results["(failed)"] = error
   return results
 
 def _fmt(t) -> str:

@@ -11,9 +11,9 @@ never seen before: scheduled, compiled, run, copied back) and "dispatch" (one ti
 rows also give GB/s (bytes read and written once), beside a device-to-device copy measured by PyTorch in the same run.
 A framework that cannot run a row (no tinygrad wheel, no driver) shows `error` and the reason below the table."""
 from __future__ import annotations
-import argparse, json, os, subprocess, sys
+import argparse, json, subprocess, sys
 import numpy as np
-from device_workloads import best, common_row
+from device_workloads import best, common_row, report_rows, run_child
 
 def workloads(quick: bool) -> list[tuple[str, dict]]:
   mm = 1024 if quick else 4096
@@ -117,29 +117,14 @@ def run_torch(cfg: dict, reps: int) -> float:
 def child(framework: str, quick: bool, only: str | None, reps: int) -> None:
   rows = workloads(quick)
   if framework == "torch": rows = [("copy", {"kind": "copy", "n": 1 << 22 if quick else 1 << 28})] + rows
-  for name, cfg in rows:
-    if only and only.lower() not in name.lower() and name != "copy": continue
-    try: value = run_torch(cfg, reps) if framework == "torch" else run_tiny(framework, cfg, reps)
-    except Exception as e: value = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
-    print(json.dumps({name: value}), flush=True)
+  run = (lambda cfg: run_torch(cfg, reps)) if framework == "torch" else (lambda cfg: run_tiny(framework, cfg, reps))
+  report_rows(rows, run, only, always=("copy",))
 
 # ---------------- the parent: three frameworks, one table ----------------
 
 def measure(framework: str, args) -> dict:
-  env = {**os.environ, "DEV": "CUDA"}
-  env.pop("DEBUG", None)
-  cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, "--reps", str(args.reps)]
-  if args.quick: cmd.append("--quick")
-  if args.only: cmd += ["--only", args.only]
-  try: proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-  except subprocess.TimeoutExpired as e:
-    out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-    proc = subprocess.CompletedProcess(cmd, -9, out, f"timed out after {args.timeout} s")
-  results = {}
-  for line in proc.stdout.splitlines():
-    if line.startswith("{"): results.update(json.loads(line))
-  if proc.returncode != 0:
-    results["(exit)"] = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
+  results, error = run_child(__file__, framework, "CUDA", args, timeout=args.timeout)
+  if error is not None: results["(exit)"] = error
   return results
 
 def _fmt(t) -> str:

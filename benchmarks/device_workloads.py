@@ -51,3 +51,35 @@ def common_row(cfg: dict, tensor: Callable[..., Any], sync: Callable[[], None], 
     a = tensor(16)
     return best(lambda: done(a + 1), sync, max(reps, 20))
   return None
+
+# ---------------- one framework per subprocess ----------------
+
+def report_rows(rows: list[tuple[str, dict]], run: Callable[[dict], float], only: str | None,
+                always: tuple[str, ...] = ()) -> None:
+  """In a child: time each row (those whose name contains `only`, and the names in `always`) and print one JSON line
+  `{name: seconds or "Error: why"}` per row as it finishes, so a parent that times out still gets the rows before."""
+  import json
+  for name, cfg in rows:
+    if only and only.lower() not in name.lower() and name not in always: continue
+    try: value: Any = run(cfg)
+    except Exception as e: value = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
+    print(json.dumps({name: value}), flush=True)
+
+def run_child(script: str, framework: str, device: str, args: Any, timeout: float) -> tuple[dict, str | None]:
+  """In the parent: `script --child framework` under DEV=device; (the rows it printed, the last line of its error
+  output or None when it exited cleanly). A child past `timeout` is killed and keeps the rows it printed."""
+  import json, os, subprocess, sys
+  env = {**os.environ, "DEV": device}
+  env.pop("DEBUG", None)
+  cmd = [sys.executable, os.path.abspath(script), "--child", framework, "--reps", str(args.reps)]
+  if args.quick: cmd.append("--quick")
+  if args.only: cmd += ["--only", args.only]
+  try: proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+  except subprocess.TimeoutExpired as e:
+    out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    proc = subprocess.CompletedProcess(cmd, -9, out, f"timed out after {timeout} s")
+  results: dict = {}
+  for line in proc.stdout.splitlines():
+    if line.startswith("{"): results.update(json.loads(line))
+  error = None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
+  return results, error
