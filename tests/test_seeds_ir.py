@@ -1,5 +1,6 @@
-"""The IR and PatternMatcher examples of seeds/ramp.md and seeds/internals.md, run as written with `tinygrad`
-replaced by `tinyplug` (imports as seeds/ERRATA.md says), checking the printed text the documents show.
+"""The tinygrad IR and PatternMatcher walkthrough examples (building UOps, printing them, rewriting with UPat rules),
+run as a tinygrad user writes them with `tinygrad` replaced by `tinyplug` (module paths included), checking the
+printed text they are known to produce.
 Renderer examples (MetalRenderer, CUDARenderer) belong to the renderer plugins' tests."""
 import contextlib, io, textwrap
 
@@ -90,7 +91,7 @@ def test_internals_uop_fields():
   """)
   assert out == "Ops.SPECIAL dtypes.int () ('gidx0', 16)\nUOp(Ops.SPECIAL, dtypes.int, arg=('gidx0', 16), src=())\n"
 
-def test_errata_import_paths():
+def test_tinygrad_import_paths():
   from tinyplug.uop import UOp, Ops
   from tinyplug.uop.ops import UOp as UOp2, Ops as Ops2, UPat, PatternMatcher, graph_rewrite
   import tinyplug

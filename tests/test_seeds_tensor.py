@@ -1,7 +1,6 @@
-"""The Tensor-level examples of the seed documents (ramp.md, hacking.md, internals.md), with tinygrad read as tinyplug.
-
-Corrections from seeds/ERRATA.md apply: `t + 3 + 4` is [8, 9, 10, 11]; DEBUG=3 prints the applied optimisations and
-DEBUG=4 the code; the CPU device is `CPU`."""
+"""The Tensor-level walkthrough examples a tinygrad user starts from (arange, lazy graphs, DEBUG output, devices),
+with tinygrad read as tinyplug. What they print here: `t + 3 + 4` is [8, 9, 10, 11]; DEBUG=3 prints the applied
+optimisations and DEBUG=4 the code; the CPU device is `CPU`."""
 import os, re, subprocess, sys, textwrap
 import numpy as np
 import pytest

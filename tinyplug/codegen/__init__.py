@@ -200,7 +200,7 @@ def _keep_parameters(ast: UOp, uops: list[UOp]) -> list[UOp]:
   return ordered + [u for u in uops if u.op is not Ops.DEFINE_GLOBAL]
 
 def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: KernelContext | None = None) -> UOp:
-  """Every stage before linearize: the lowered kernel graph (useful to inspect, as in the seeds)."""
+  """Every stage before linearize: the lowered kernel graph (useful to inspect)."""
   if renderer is None:
     from tinyplug.device import Device
     renderer = Device[Device.DEFAULT].renderer

@@ -296,7 +296,7 @@ class CStyleRenderer(Renderer):
     return "\n".join(self.prelude() + [head] + locals_ + body + ["}"]) + "\n"
 
 def complete_program(uops: list[UOp]) -> list[UOp]:
-  """A hand-built list may leave out sources (the seeds render `[store]` with its operands unlisted): put each missing
+  """A hand-built list may leave out sources (a hand-written example renders `[store]` with its operands unlisted): put each missing
   source just before its first user. A linear program from the pipeline is already complete and passes unchanged."""
   listed = set(uops)
   if all(s in listed for u in uops for s in u.src): return uops
