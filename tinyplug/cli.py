@@ -94,11 +94,12 @@ def cmd_doctor(args: argparse.Namespace, pm: PluginManager) -> int:
   return 1 if report["problems"] else 0
 
 
-def _size(n: int) -> str:
-  for unit in ("B", "KiB", "MiB", "GiB"):
-    if n < 1024 or unit == "GiB": return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+def _size(n: float) -> str:
+  if n < 1024: return f"{n:.0f} B"
+  for unit in ("KiB", "MiB", "GiB"):
     n /= 1024
-  return f"{n:.1f} GiB"
+    if n < 1024 or unit == "GiB": break
+  return f"{n:.1f} {unit}"
 
 
 def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
