@@ -5,7 +5,7 @@ import json, os, subprocess, sys
 import numpy as np
 import pytest
 import tinyplug.codegen as codegen
-from tinyplug import Tensor, nn
+from tinyplug import Tensor, diskcache, nn
 from tinyplug.codegen import program_cache
 from tinyplug.device import Device
 from tinyplug.helpers import Context
@@ -64,12 +64,12 @@ def test_the_key_follows_what_the_lowering_depends_on(monkeypatch):
   with Context(TRAINING=1, JIT=0): assert program_cache.program_key("k", ast, renderer, None, steps) == key
   assert program_cache.program_key("k2", ast, renderer, None, steps) != key
   assert program_cache.program_key("k", _kernels("CPU")[1], renderer, None, steps) != key
-  monkeypatch.setitem(program_cache._source_digests, "tinyplug", "edited")   # tinyplug's source changed
+  monkeypatch.setitem(diskcache._source_digests, "tinyplug", "edited")   # tinyplug's source changed
   assert program_cache.program_key("k", ast, renderer, None, steps) != key
 
 _RUN = """
 import json, numpy as np, tinyplug.codegen as codegen
-from tinyplug import Tensor, nn
+from tinyplug import Tensor, diskcache, nn
 from tinyplug.nn.optim import Adam
 import hashlib, tinyplug.schedule as sched
 from tinyplug.device import Device

@@ -15,7 +15,7 @@ from tinyplug.helpers import ENV_VARS, ContextVar
 from tinyplug.uop.dtype import DType
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.rows import NotStorable, build_uops, enc_arg, enc_dtype, graph_text
-from tinyplug.diskcache import SealedTable, _source_digests, package_digest  # noqa: F401  (tests patch _source_digests)
+from tinyplug.diskcache import SealedTable, package_digest
 
 PROGRAMS = SealedTable("codegen.sqlite", "programs_v1", "codegen")
 _FORMAT = "1"
