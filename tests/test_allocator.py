@@ -46,6 +46,26 @@ def test_lru_off_and_cap_free_at_once():
     a.free(x, 1 << 20); a.free(y, 1 << 20)
   assert a.frees == 2   # only one block fits under the cap
 
+class GPULikeRaw(CountingRaw):
+  reuse_min, reuse_max = 0, 3 << 20   # a driver whose alloc/free are slow: keep every size, more of them
+
+def test_the_device_chooses_what_is_kept_unless_the_user_does():
+  a = ReuseAllocator(GPULikeRaw())
+  small = a.alloc(64)
+  a.free(small, 64)
+  assert a.raw.frees == 0 and a.alloc(64) is small   # small blocks are kept on such a device
+  blocks = [a.alloc(1 << 20) for _ in range(4)]
+  for h in blocks: a.free(h, 1 << 20)
+  assert a.raw.frees == 1   # its own cap: three of the four fit
+  with Context(LRU_MIN=1 << 16):
+    tiny = a.alloc(32)
+    a.free(tiny, 32)
+  assert a.raw.frees == 2   # the user's LRU_MIN wins over the device's
+  with Context(LRU_MAX=0):
+    h = a.alloc(5 << 20)
+    a.free(h, 5 << 20)
+  assert a.raw.frees == 3
+
 def test_release_kept_and_retry_after_a_failed_alloc():
   a = Counting()
   a.free(a.alloc(1 << 20), 1 << 20)

@@ -26,8 +26,8 @@ __all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "TensorCo
            "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work"]
 
 LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
-LRU_MIN = ContextVar("LRU_MIN", 1 << 16, "the smallest freed block (bytes) kept for reuse")
-LRU_MAX = ContextVar("LRU_MAX", 1 << 30, "at most this many freed bytes are kept per device")
+LRU_MIN = ContextVar("LRU_MIN", -1, "the smallest freed block (bytes) kept for reuse; -1: the device's own choice")
+LRU_MAX = ContextVar("LRU_MAX", -1, "at most this many freed bytes are kept per device; -1: the device's own choice")
 
 # ---------------- memory ----------------
 
@@ -35,6 +35,10 @@ class Allocator:
   """Raw memory of one device, on opaque handles. A plugin implements all four methods; `free` really frees
   (the core keeps freed blocks for reuse itself, see `ReuseAllocator`)."""
   reusable: bool = True   # False: the core hands back no freed block (e.g. each block needs a fresh guard page)
+  # what the core keeps for reuse unless LRU_MIN/LRU_MAX say otherwise: a device whose alloc/free are slow or
+  # synchronizing (a GPU driver's) keeps small blocks too and more of them
+  reuse_min: int = 1 << 16
+  reuse_max: int = 1 << 30
   def alloc(self, nbytes: int) -> Any:
     """A new block of at least `nbytes` bytes (its contents are undefined); raise (e.g. MemoryError) when full."""
     raise NotImplementedError
@@ -51,8 +55,8 @@ class Allocator:
 class ReuseAllocator(Allocator):
   """The core's reuse cache around a plugin's allocator; every `Compiled` device gets one.
 
-  Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all) and handed out again for the same
-  size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
+  Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all; each defaults to the plugin
+  allocator's `reuse_min`/`reuse_max`) and handed out again for the same size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
   So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks are always fresh."""
   def __init__(self, raw: Allocator):
     self.raw = raw
@@ -70,7 +74,9 @@ class ReuseAllocator(Allocator):
       return self.raw.alloc(nbytes)
   def free(self, handle: Any, nbytes: int) -> None:
     nbytes = max(nbytes, 1)
-    if LRU and self.raw.reusable and nbytes >= LRU_MIN.value and self._kept_bytes + nbytes <= LRU_MAX.value:
+    lo = self.raw.reuse_min if LRU_MIN.value < 0 else LRU_MIN.value
+    hi = self.raw.reuse_max if LRU_MAX.value < 0 else LRU_MAX.value
+    if LRU and self.raw.reusable and nbytes >= lo and self._kept_bytes + nbytes <= hi:
       self._kept.setdefault(nbytes, []).append(handle)
       self._kept_bytes += nbytes
     else: self.raw.free(handle, nbytes)

@@ -27,9 +27,13 @@ def parse_name(name: str, renderers: list[str]) -> tuple[str | None, int]:
 
 class CUDAAllocator(Allocator):
   """cuMemAlloc'd device memory (never managed memory); copies go through two pinned host buffers in turn, so
-  copying one chunk into a staging buffer overlaps the DMA of the previous one."""
+  copying one chunk into a staging buffer overlaps the DMA of the previous one. cuMemAlloc maps fresh pages and
+  cuMemFree waits for the GPU, so the core keeps freed blocks of every size, up to half the GPU's memory (a failed
+  cuMemAlloc gives them back first)."""
+  reuse_min = 0
   def __init__(self, dev: CUDADevice):
     self.dev = dev
+    self.reuse_max = dev.info["memory"] // 2
     self.staging: list[tuple[ctypes.c_void_p, ctypes.c_void_p]] = []   # (pinned buffer, event marking its last use)
     self._lock = threading.Lock()
 
