@@ -4,7 +4,9 @@ The optimiser's LOCAL action maps an output axis to "local" ranges (gpudims turn
 GROUPTOP actions split a reduce axis into "group" ranges that a work-group's threads share.
 `lower_group_reduces(sink, renderer)` is the pass that makes "group" ranges real: each thread reduces its slice into
   a register, writes it to `DEFINE_LOCAL[thread]`, a BARRIER waits for the whole group, every thread reduces the
-  local array again (a loop over the group), and only the first thread of the group (`lidx == 0`) stores.
+  local array again (a loop over the group), and only the first thread of the group (`lidx == 0`) stores. A group of
+  64 threads or more combines in two rounds (about sqrt(G) threads each combine a strided share into a second local
+  array, a BARRIER, then every thread combines those), so the local loads grow as G*sqrt(G), not G*G.
 
 A BARRIER orders the local loads after the local stores only through the program order the linearizer emits; the
 lowered SINK lists its BARRIERs before its STOREs, and the linearizer emits a SINK's sources in order."""
@@ -33,6 +35,12 @@ def _substitute_outside_reduce_ranges(root: UOp, mapping: dict[UOp, UOp]) -> UOp
     if any(a is not b for a, b in zip(src, u.src)): memo[u] = UOp(u.op, u.dtype, src, u.arg)
   return memo.get(root, root)
 
+def _combine_lanes(g_size: int) -> int | None:
+  """How many threads combine a group of `g_size` partials in a first round: the divisor nearest sqrt(g_size), so
+  both rounds are short; None for groups small enough to combine in one round."""
+  if g_size < 64: return None
+  return min((d for d in range(2, g_size) if g_size % d == 0), key=lambda d: (abs(d * d - g_size), d), default=None)
+
 def lower_group_reduces(sink: UOp, renderer=None) -> UOp:
   """Lower every REDUCE over "group" ranges to local memory + BARRIER (see the module docstring). Run before gpudims."""
   grouped = [u for u in sink.toposort() if u.op is Ops.REDUCE and any(r.arg[1] == "group" for r in u.src[1:])]
@@ -56,6 +64,25 @@ def lower_group_reduces(sink: UOp, renderer=None) -> UOp:
     shared_bytes += n_threads * red.dtype.itemsize
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, thread_idx)), partial))
     barriers.append(UOp(Ops.BARRIER, dtypes.void, (store,)))
+    if len(gs) == 1 and (lanes := _combine_lanes(gs[0].src[0].arg)):
+      # two rounds: `lanes` threads each combine a strided share of the partials, then every thread combines theirs
+      # (every thread reading all G partials is G*G local loads per group: quadratic, slow from G=256 on)
+      t, g_size = as_local[gs[0]], gs[0].src[0].arg
+      step = UOp(Ops.RANGE, t.dtype, (UOp.const(t.dtype, g_size // lanes),), (next_axis, "reduce"))
+      lane = t % lanes
+      share = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, buf.dtype,
+                  (buf, _substitute_outside_reduce_ranges(thread_idx, {t: lane + step * lanes}))),))
+      buf2 = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(n_threads, local=True), (), f"temp{i}b")
+      shared_bytes += n_threads * red.dtype.itemsize
+      store2 = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf2.dtype, (buf2, thread_idx, t < lanes)),
+                                            UOp(Ops.REDUCE, red.dtype, (share, step), red.arg)))
+      barriers.append(UOp(Ops.BARRIER, dtypes.void, (store2,)))
+      final = UOp(Ops.RANGE, t.dtype, (UOp.const(t.dtype, lanes),), (next_axis + 1, "reduce"))
+      next_axis += 2
+      load = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, buf2.dtype,
+                 (buf2, _substitute_outside_reduce_ranges(thread_idx, {t: final}))),))
+      replace[red] = UOp(Ops.REDUCE, red.dtype, (load, final), red.arg)
+      continue
     # every thread reads the whole group's partials: the group axes become a reduce loop over local memory
     again = {}
     for g in gs:
