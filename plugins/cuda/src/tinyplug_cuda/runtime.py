@@ -78,6 +78,12 @@ class CUDAAllocator(Allocator):
         check("cuStreamSynchronize", lib().cuStreamSynchronize(self.dev.stream))
         ctypes.memmove(ctypes.addressof(out) + off, host, n)
 
+def launch_dims(global_size, local_size) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(grid, block) as three ints each: global_size counts blocks, local_size is the block."""
+  grid = (tuple(int(g) for g in (global_size or ())) + (1, 1, 1))[:3]
+  block = (tuple(int(x) for x in local_size) + (1, 1, 1))[:3] if local_size is not None else (1, 1, 1)
+  return grid, block  # type: ignore[return-value]
+
 class CUDAProgram:
   """One kernel of a loaded cubin. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:
   global_size counts blocks (as in the ProgramSpec), local_size is the block."""
@@ -90,13 +96,17 @@ class CUDAProgram:
     check("cuModuleLoadData", lib().cuModuleLoadData(ctypes.byref(self.module), image), f"kernel {name}")
     check("cuModuleGetFunction", lib().cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()))
 
-  def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
-    self.dev.make_current()
+  def pack(self, bufs, vals) -> tuple[list, ctypes.Array]:
+    """The kernel's arguments as C values (buffer pointers, then variables) and the array of pointers to them that
+    the driver reads (`kernelParams`)."""
     args = [ctypes.c_uint64(b.value) for b in bufs] + \
       [(self.var_types[j] if j < len(self.var_types) else ctypes.c_int32)(int(v)) for j, v in enumerate(vals)]
-    params = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
-    grid = (tuple(int(g) for g in global_size) + (1, 1, 1))[:3]
-    block = (tuple(int(x) for x in local_size) + (1, 1, 1))[:3] if local_size is not None else (1, 1, 1)
+    return args, (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
+
+  def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
+    self.dev.make_current()
+    args, params = self.pack(bufs, vals)
+    grid, block = launch_dims(global_size, local_size)
     start, end = self.dev.events if wait else (None, None)
     if wait: check("cuEventRecord", lib().cuEventRecord(start, self.dev.stream))
     check("cuLaunchKernel", lib().cuLaunchKernel(self.function, *grid, *block, 0, self.dev.stream, params, None),
@@ -153,6 +163,11 @@ class CUDADevice(Compiled):
   def make_program(self, spec: ProgramSpec, binary: bytes) -> Callable[..., float | None]:
     var_types = tuple(ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in getattr(spec, "vars", ()))
     return CUDAProgram(self, spec.name, binary, var_types)
+
+  def make_graph(self, launches: list) -> Any:
+    """TinyJit's runs of kernels as one CUDA graph each (graph.py); JIT_GRAPH=0 turns it off."""
+    from tinyplug_cuda.graph import CUDAGraph
+    return CUDAGraph(self, launches)
 
   def synchronize(self) -> None:
     self.make_current()
