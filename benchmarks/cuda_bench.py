@@ -7,7 +7,9 @@
 
 Each framework runs in its own subprocess. Times are wall-clock seconds from launching the work to the GPU having
 finished it (synchronized), best of several runs after a warm-up (compile excluded), except "first result" (a graph
-never seen before: scheduled, compiled, run, copied back) and "dispatch" (one tiny op, launch to finish). Memory-bound
+never seen before: scheduled, compiled, run, copied back) and "dispatch" (one tiny op, launch to finish). The jitted
+training step runs twice for tinyplug: as is (its replays go through CUDA graphs) and with JIT_GRAPH=0 (one launch per
+kernel, the row `--only mnist` compares). Memory-bound
 rows also give GB/s (bytes read and written once), beside a device-to-device copy measured by PyTorch in the same run.
 A framework that cannot run a row (no tinygrad wheel, no driver) shows `error` and the reason below the table."""
 from __future__ import annotations
@@ -27,6 +29,7 @@ def workloads(quick: bool) -> list[tuple[str, dict]]:
     (f"row softmax {sm}x{sm}", {"kind": "softmax", "n": sm, "bytes": 8 * sm * sm}),
     ("conv2d b32 64->64 56x56 3x3 pad 1", {"kind": "conv", "b": 4 if quick else 32}),
     ("mnist CNN training step, batch 128 (jit)", {"kind": "train"}),
+    ("mnist CNN training step (jit, JIT_GRAPH=0)", {"kind": "train", "graph": False, "only": "tinyplug"}),
     ("first result of a new elementwise graph", {"kind": "first"}),
     ("dispatch: one tiny op (16 floats), to finish", {"kind": "tiny"}),
   ]
@@ -75,8 +78,11 @@ def run_tiny(framework: str, cfg: dict, reps: int) -> float:
         loss = net(x).sparse_categorical_crossentropy(y).backward()
         opt.step()
       return loss.realize()
-    for _ in range(2): step()
-    return best(step, sync, reps)
+    from contextlib import nullcontext
+    from tinyplug.helpers import Context
+    with nullcontext() if cfg.get("graph", True) else Context(JIT_GRAPH=0):
+      for _ in range(2): step()
+      return best(step, sync, reps)
   raise ValueError(kind)
 
 # ---------------- PyTorch ----------------
@@ -115,7 +121,7 @@ def run_torch(cfg: dict, reps: int) -> float:
   raise ValueError(kind)
 
 def child(framework: str, quick: bool, only: str | None, reps: int) -> None:
-  rows = workloads(quick)
+  rows = [(name, cfg) for name, cfg in workloads(quick) if cfg.get("only", framework) == framework]
   if framework == "torch": rows = [("copy", {"kind": "copy", "n": 1 << 22 if quick else 1 << 28})] + rows
   run = (lambda cfg: run_torch(cfg, reps)) if framework == "torch" else (lambda cfg: run_tiny(framework, cfg, reps))
   report_rows(rows, run, only, always=("copy",))
