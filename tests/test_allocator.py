@@ -79,3 +79,14 @@ def test_host_blocks_are_zeroed_writable_and_big_ones_come_from_the_os():
     b[:] = 3
     assert int(b.sum()) == 3 * b.size
   assert big.ctypes.data % 4096 == 0
+
+def test_a_plugin_allocator_may_keep_small_blocks():
+  class KeepsSmall(CountingRaw):
+    reuse_min = 1   # e.g. a GPU driver whose free waits for the device
+  a = ReuseAllocator(KeepsSmall())
+  h = a.alloc(64)
+  a.free(h, 64)
+  assert a.raw.frees == 0 and a.alloc(64) is h and a.raw.allocs == 1
+  with Context(LRU=0):
+    a.free(h, 64)
+  assert a.raw.frees == 1

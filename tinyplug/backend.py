@@ -36,6 +36,9 @@ class Allocator:
   """Raw memory of one device, on opaque handles. A plugin implements all four methods; `free` really frees
   (the core keeps freed blocks for reuse itself, see `ReuseAllocator`)."""
   reusable: bool = True   # False: the core hands back no freed block (e.g. each block needs a fresh guard page)
+  # the smallest freed block the core keeps for reuse; None: LRU_MIN. A device whose alloc/free are costly driver calls
+  # (CUDA's cuMemFree may wait for the device) sets it low, so a loop of small ops does not call them every time
+  reuse_min: int | None = None
   def alloc(self, nbytes: int) -> Any:
     """A new block of at least `nbytes` bytes (its contents are undefined); raise (e.g. MemoryError) when full."""
     raise NotImplementedError
@@ -52,8 +55,8 @@ class Allocator:
 class ReuseAllocator(Allocator):
   """The core's reuse cache around a plugin's allocator; every `Compiled` device gets one.
 
-  Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all) and handed out again for the same
-  size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
+  Freed blocks of at least LRU_MIN bytes (or the plugin allocator's `reuse_min`) are kept (up to LRU_MAX bytes in all)
+  and handed out again for the same size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
   So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks are always fresh."""
   def __init__(self, raw: Allocator):
     self.raw = raw
@@ -71,7 +74,8 @@ class ReuseAllocator(Allocator):
       return self.raw.alloc(nbytes)
   def free(self, handle: Any, nbytes: int) -> None:
     nbytes = max(nbytes, 1)
-    if LRU and self.raw.reusable and nbytes >= LRU_MIN.value and self._kept_bytes + nbytes <= LRU_MAX.value:
+    small = LRU_MIN.value if self.raw.reuse_min is None else self.raw.reuse_min
+    if LRU and self.raw.reusable and nbytes >= small and self._kept_bytes + nbytes <= LRU_MAX.value:
       self._kept.setdefault(nbytes, []).append(handle)
       self._kept_bytes += nbytes
     else: self.raw.free(handle, nbytes)

@@ -28,6 +28,9 @@ def parse_name(name: str, renderers: list[str]) -> tuple[str | None, int]:
 class CUDAAllocator(Allocator):
   """cuMemAlloc'd device memory (never managed memory); copies go through two pinned host buffers in turn, so
   copying one chunk into a staging buffer overlaps the DMA of the previous one."""
+  # every freed block is kept for reuse (the core's LRU, up to LRU_MAX): cuMemAlloc/cuMemFree per small op are driver
+  # calls, and cuMemFree may wait for the device (the driver API docs), so a tiny op could wait for the one before
+  reuse_min = 1
   def __init__(self, dev: CUDADevice):
     self.dev = dev
     self.staging: list[tuple[ctypes.c_void_p, ctypes.c_void_p]] = []   # (pinned buffer, event marking its last use)
@@ -90,6 +93,7 @@ class CUDAProgram:
   def __init__(self, dev: CUDADevice, name: str, binary: bytes, var_types: tuple = ()):
     # the C type of each variable argument (int, or long long for a 64-bit variable); int where not given
     self.dev, self.name, self.var_types = dev, name, var_types
+    self._dims: dict = {}   # (global_size, local_size) -> (grid, block), worked out once per launch shape
     dev.make_current()
     self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
     image = ctypes.create_string_buffer(binary, len(binary))
@@ -98,24 +102,32 @@ class CUDAProgram:
 
   def pack(self, bufs, vals) -> tuple[list, ctypes.Array]:
     """The kernel's arguments as C values (buffer pointers, then variables) and the array of pointers to them that
-    the driver reads (`kernelParams`)."""
-    args = [ctypes.c_uint64(b.value) for b in bufs] + \
-      [(self.var_types[j] if j < len(self.var_types) else ctypes.c_int32)(int(v)) for j, v in enumerate(vals)]
+    the driver reads (`kernelParams`). The driver copies the values when called, so the buffers' own handles (c_uint64)
+    are pointed at directly."""
+    args = list(bufs)
+    if vals: args += [(self.var_types[j] if j < len(self.var_types) else ctypes.c_int32)(int(v)) for j, v in enumerate(vals)]
     return args, (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
 
   def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
-    self.dev.make_current()
+    dev = self.dev
+    dev.make_current()
     args, params = self.pack(bufs, vals)
-    grid, block = launch_dims(global_size, local_size)
-    start, end = self.dev.events if wait else (None, None)
-    if wait: check("cuEventRecord", lib().cuEventRecord(start, self.dev.stream))
-    check("cuLaunchKernel", lib().cuLaunchKernel(self.function, *grid, *block, 0, self.dev.stream, params, None),
-          f"kernel {self.name} grid {grid} block {block}")
+    try: dims = self._dims[(global_size, local_size)]
+    except (KeyError, TypeError):   # a new launch shape (or one given as lists)
+      dims = launch_dims(global_size, local_size)
+      if isinstance(global_size, tuple) and (local_size is None or isinstance(local_size, tuple)):
+        self._dims[(global_size, local_size)] = dims
+    (gx, gy, gz), (bx, by, bz) = dims
+    L = lib()
+    if wait: check("cuEventRecord", L.cuEventRecord(dev.events[0], dev.stream))
+    if (code := L.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, 0, dev.stream, params, None)) != 0:
+      check("cuLaunchKernel", code, f"kernel {self.name} grid {dims[0]} block {dims[1]}")
     if not wait: return None
-    check("cuEventRecord", lib().cuEventRecord(end, self.dev.stream))
-    check("cuEventSynchronize", lib().cuEventSynchronize(end), f"waiting for kernel {self.name}")
+    start, end = dev.events
+    check("cuEventRecord", L.cuEventRecord(end, dev.stream))
+    check("cuEventSynchronize", L.cuEventSynchronize(end), f"waiting for kernel {self.name}")
     ms = ctypes.c_float(0)
-    check("cuEventElapsedTime", lib().cuEventElapsedTime(ctypes.byref(ms), start, end))
+    check("cuEventElapsedTime", L.cuEventElapsedTime(ctypes.byref(ms), start, end))
     return ms.value * 1e-3
 
   def __del__(self):
