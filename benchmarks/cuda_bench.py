@@ -2,7 +2,7 @@
 
   python benchmarks/cuda_bench.py                 # every workload, three frameworks, one table
   python benchmarks/cuda_bench.py --quick         # small sizes, one repetition (a smoke test)
-  python benchmarks/cuda_bench.py --only matmul   # workloads whose name contains a word
+  python benchmarks/cuda_bench.py --only matmul   # workloads whose name contains a word (--only mnist,dispatch: either)
   python benchmarks/cuda_bench.py --json out.json # also write the numbers
 
 Each framework runs in its own subprocess. Times are wall-clock seconds from launching the work to the GPU having
@@ -15,7 +15,7 @@ A framework that cannot run a row (no tinygrad wheel, no driver) shows `error` a
 from __future__ import annotations
 import argparse, json, subprocess, sys
 import numpy as np
-from device_workloads import best, common_row, report_rows, run_child
+from device_workloads import best, common_row, report_rows, run_child, selected
 
 def workloads(quick: bool) -> list[tuple[str, dict]]:
   mm = 1024 if quick else 4096
@@ -147,7 +147,7 @@ def gpu_name() -> str:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
-  ap.add_argument("--only", default=None, help="run the workloads whose name contains this")
+  ap.add_argument("--only", default=None, help="run the workloads whose name contains this (or one of these words, comma-separated)")
   ap.add_argument("--reps", type=int, default=5, help="timed repetitions after the warm-up (best is kept)")
   ap.add_argument("--frameworks", default="tinyplug,torch,tinygrad", help="comma list")
   ap.add_argument("--timeout", type=float, default=900, help="seconds per framework")
@@ -168,7 +168,7 @@ def main() -> None:
     print(f"device-to-device copy (PyTorch, {n >> 20}M floats): {8 * n / copy / 1e9:.0f} GB/s read+written")
   print(f"{'workload':46s} " + " ".join(f"{fw:>12s}" for fw in names) + "  tp/torch  tp/tinygrad  tp GB/s (of copy)")
   for name, cfg in rows.items():
-    if args.only and args.only.lower() not in name.lower(): continue
+    if not selected(name, args.only): continue
     vals = [res[fw].get(name, "missing") for fw in names]
     tp, pt, tg = (res.get(fw, {}).get(name) for fw in ("tinyplug", "torch", "tinygrad"))
     r = lambda a, b: f"{a / b:8.2f}" if isinstance(a, float) and isinstance(b, float) and b > 0 else "       -"
