@@ -143,3 +143,12 @@ def test_bound_variables_reach_the_graph(graphs):
     np.testing.assert_allclose(out[:3, :n].numpy(), (x[:, :n] + 1) * 2, rtol=1e-6)
   assert len(graphs) == 1 and len(graphs[0].launches) == 2 and len(graphs[0].calls) == 4
   assert all(call == [0, 1] for call in graphs[0].calls)   # both kernels take the variable
+
+def test_graphs_learn_what_changed_while_they_were_off(graphs):
+  f = TinyJit(three_kernels)
+  for i in range(3): f(Tensor(data(i)), Tensor(data(i + 1)))
+  f.captured.free_intermediates()
+  with Context(JIT_GRAPH=0): f(Tensor(data(3)), Tensor(data(4)))   # reallocates the intermediates, no graph
+  a, b = data(5), data(6)
+  np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), want(a, b), rtol=1e-5, atol=1e-5)
+  assert graphs[0].calls[-1] == list(range(len(graphs[0].launches)))

@@ -142,7 +142,9 @@ def _graph_plan(launches: list[_Launch]) -> list:
       seg = _Segment(i, j, device, None, launches)
       try: seg.graph = Device[device].make_graph(launches[i:j])
       except Exception as e: _graph_off(seg, launches, e)
-    if seg is not None and seg.graph is not None: plan.append(seg)
+    if seg is not None and seg.graph is not None:
+      plan.append(seg)
+      if DEBUG >= 1: print(f"TinyJit: {device} replays kernels {i}..{j - 1} as one graph ({type(seg.graph).__name__})")
     else: plan.extend(range(i, j))
     i = j
   return plan
@@ -170,6 +172,7 @@ class CapturedJit:
     self.ret, self.signature = ret, signature
     self.input_buffers = list(input_buffers)
     self._plan: list | None = None   # graph replay plan, made at the first replay (JIT_GRAPH)
+    self._graphs_stale = False       # a replay ran without the graphs: they may hold old buffers or values
 
   def __len__(self) -> int: return len(self.launches)
 
@@ -219,7 +222,9 @@ class CapturedJit:
     if JIT_GRAPH.value and not profiling:
       if self._plan is None: self._plan = _graph_plan(launches)
       if any(step.__class__ is _Segment for step in self._plan):
-        return self._replay_plan(realloc, bool(var_vals))
+        return self._replay_plan(realloc or self._graphs_stale, bool(var_vals))
+    # replayed without the graphs (JIT_GRAPH=0 now, a profile listener): they learn every launch's values next time
+    self._graphs_stale = self._plan is not None
     if DEBUG >= 2 or profiling:
       for launch in launches: _replay_one_reported(launch)
       return
@@ -228,16 +233,17 @@ class CapturedJit:
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
 
-  def _changed(self, realloc: bool, rebound: bool) -> list[int]:
-    """The launches whose handles or variable values may differ from the previous replay."""
-    if realloc: return list(range(len(self.launches)))
+  def _changed(self, every: bool, rebound: bool) -> list[int]:
+    """The launches whose handles or variable values may differ from the graphs' previous replay."""
+    if every: return list(range(len(self.launches)))
     changed = {li for li, _, _ in self.input_slots}
     if rebound: changed.update(li for li, launch in enumerate(self.launches) if launch.var_names)
     return sorted(changed)
 
-  def _replay_plan(self, realloc: bool, rebound: bool) -> None:
+  def _replay_plan(self, every: bool, rebound: bool) -> None:
     launches, reported = self.launches, DEBUG >= 2
-    changed = self._changed(realloc, rebound)
+    changed = self._changed(every, rebound)
+    self._graphs_stale = False
     for step in self._plan:
       if step.__class__ is not _Segment:
         if reported: _replay_one_reported(launches[step])
@@ -270,7 +276,7 @@ def _unpickle_captured(launches: list[tuple], state: dict) -> CapturedJit:
   captured = CapturedJit.__new__(CapturedJit)
   captured.launches = [_Launch(None if ast is None else get_runner(device, ast), bufs, var_vals, ast)
                        for ast, device, bufs, var_vals in launches]
-  captured._freed, captured._plan = False, None
+  captured._freed, captured._plan, captured._graphs_stale = False, None, False
   for name, value in state.items(): setattr(captured, name, value)
   return captured
 
