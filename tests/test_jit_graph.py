@@ -71,9 +71,10 @@ def test_kernel_count_and_debug_2_line_for_a_graph(graphs, capsys):
   lines = [l for l in capsys.readouterr().out.splitlines() if f"graph {n} kernels" in l]
   assert len(lines) == 1 and "250000.00us" in lines[0], lines   # the graph's own time (wait=True)
 
-def test_jit_graph_0_replays_kernel_by_kernel(graphs):
+@pytest.mark.parametrize("off", [{"JIT_GRAPH": 0}, {"JIT": 2}])
+def test_jit_graph_0_replays_kernel_by_kernel(graphs, off):
   f = TinyJit(three_kernels)
-  with Context(JIT_GRAPH=0):
+  with Context(**off):
     for i in range(4):
       a, b = data(i), data(7)
       np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), want(a, b), rtol=1e-5, atol=1e-5)

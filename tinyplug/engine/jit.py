@@ -28,7 +28,7 @@ Graph replay: where the device offers it (`Compiled.make_graph`, the backend con
 graphs), each run of two or more kernels between copies is handed to the device once, at the first replay, and replayed
 as one unit from then on, with the launches whose buffers or variables changed (the arguments' slots, bound
 variables) updated in place. A device that returns None, or whose graph raises when built or run, gets its kernels
-replayed one by one (`DEBUG=1` says why); `JIT_GRAPH=0` always replays one by one. `DEBUG=2` prints one line per
+replayed one by one (`DEBUG=1` says why); `JIT_GRAPH=0` (or tinygrad's `JIT=2`) always replays one by one. `DEBUG=2` prints one line per
 graph (its whole run timed); a profile listener (the visualizer) gets per-kernel replay and spans.
 
 What is not replayed: Python side effects, values read back to the host inside the function (`.item()`), and
@@ -219,7 +219,7 @@ class CapturedJit:
       launch.handles[pos] = input_buffers[ii].handle
     if self.rng.draws or self.rng.used: self.rng.advance()
     profiling = events.enabled("profile")
-    if JIT_GRAPH.value and not profiling:
+    if JIT_GRAPH.value and JIT.value < 2 and not profiling:   # JIT=2: tinygrad's "jit without graphs"
       if self._plan is None: self._plan = _graph_plan(launches)
       if any(step.__class__ is _Segment for step in self._plan):
         return self._replay_plan(realloc or self._graphs_stale, bool(var_vals))
