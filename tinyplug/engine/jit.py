@@ -173,6 +173,7 @@ class CapturedJit:
     self.input_buffers = list(input_buffers)
     self._plan: list | None = None   # graph replay plan, made at the first replay (JIT_GRAPH)
     self._graphs_stale = False       # a replay ran without the graphs: they may hold old buffers or values
+    self._graphed = False            # the plan has graphs (a device offered make_graph)
 
   def __len__(self) -> int: return len(self.launches)
 
@@ -220,8 +221,10 @@ class CapturedJit:
     if self.rng.draws or self.rng.used: self.rng.advance()
     profiling = events.enabled("profile")
     if JIT_GRAPH.value and JIT.value < 2 and not profiling:   # JIT=2: tinygrad's "jit without graphs"
-      if self._plan is None: self._plan = _graph_plan(launches)
-      if any(step.__class__ is _Segment for step in self._plan):
+      if self._plan is None:
+        self._plan = _graph_plan(launches)
+        self._graphed = any(step.__class__ is _Segment for step in self._plan)
+      if self._graphed:
         return self._replay_plan(realloc or self._graphs_stale, bool(var_vals))
     # replayed without the graphs (JIT_GRAPH=0 now, a profile listener): they learn every launch's values next time
     self._graphs_stale = self._plan is not None
@@ -276,7 +279,7 @@ def _unpickle_captured(launches: list[tuple], state: dict) -> CapturedJit:
   captured = CapturedJit.__new__(CapturedJit)
   captured.launches = [_Launch(None if ast is None else get_runner(device, ast), bufs, var_vals, ast)
                        for ast, device, bufs, var_vals in launches]
-  captured._freed, captured._plan, captured._graphs_stale = False, None, False
+  captured._freed, captured._plan, captured._graphs_stale, captured._graphed = False, None, False, False
   for name, value in state.items(): setattr(captured, name, value)
   return captured
 
