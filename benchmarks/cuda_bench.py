@@ -2,18 +2,20 @@
 
   python benchmarks/cuda_bench.py                 # every workload, three frameworks, one table
   python benchmarks/cuda_bench.py --quick         # small sizes, one repetition (a smoke test)
-  python benchmarks/cuda_bench.py --only matmul   # workloads whose name contains a word
+  python benchmarks/cuda_bench.py --only matmul   # workloads whose name contains a word (--only mnist,dispatch: either)
   python benchmarks/cuda_bench.py --json out.json # also write the numbers
 
 Each framework runs in its own subprocess. Times are wall-clock seconds from launching the work to the GPU having
 finished it (synchronized), best of several runs after a warm-up (compile excluded), except "first result" (a graph
-never seen before: scheduled, compiled, run, copied back) and "dispatch" (one tiny op, launch to finish). Memory-bound
+never seen before: scheduled, compiled, run, copied back) and "dispatch" (one tiny op, launch to finish). The jitted
+training step runs twice for tinyplug: as is (its replays go through CUDA graphs) and with JIT_GRAPH=0 (one launch per
+kernel, the row `--only mnist` compares). Memory-bound
 rows also give GB/s (bytes read and written once), beside a device-to-device copy measured by PyTorch in the same run.
 A framework that cannot run a row (no tinygrad wheel, no driver) shows `error` and the reason below the table."""
 from __future__ import annotations
 import argparse, json, subprocess, sys
 import numpy as np
-from device_workloads import best, common_row, report_rows, run_child
+from device_workloads import best, common_row, report_rows, run_child, selected
 
 def workloads(quick: bool) -> list[tuple[str, dict]]:
   mm = 1024 if quick else 4096
@@ -27,6 +29,7 @@ def workloads(quick: bool) -> list[tuple[str, dict]]:
     (f"row softmax {sm}x{sm}", {"kind": "softmax", "n": sm, "bytes": 8 * sm * sm}),
     ("conv2d b32 64->64 56x56 3x3 pad 1", {"kind": "conv", "b": 4 if quick else 32}),
     ("mnist CNN training step, batch 128 (jit)", {"kind": "train"}),
+    ("mnist CNN training step (jit, JIT_GRAPH=0)", {"kind": "train", "graph": False, "only": "tinyplug"}),
     ("first result of a new elementwise graph", {"kind": "first"}),
     ("dispatch: one tiny op (16 floats), to finish", {"kind": "tiny"}),
   ]
@@ -75,8 +78,11 @@ def run_tiny(framework: str, cfg: dict, reps: int) -> float:
         loss = net(x).sparse_categorical_crossentropy(y).backward()
         opt.step()
       return loss.realize()
-    for _ in range(2): step()
-    return best(step, sync, reps)
+    from contextlib import nullcontext
+    from tinyplug.helpers import Context
+    with nullcontext() if cfg.get("graph", True) else Context(JIT_GRAPH=0):
+      for _ in range(2): step()
+      return best(step, sync, reps)
   raise ValueError(kind)
 
 # ---------------- PyTorch ----------------
@@ -115,7 +121,7 @@ def run_torch(cfg: dict, reps: int) -> float:
   raise ValueError(kind)
 
 def child(framework: str, quick: bool, only: str | None, reps: int) -> None:
-  rows = workloads(quick)
+  rows = [(name, cfg) for name, cfg in workloads(quick) if cfg.get("only", framework) == framework]
   if framework == "torch": rows = [("copy", {"kind": "copy", "n": 1 << 22 if quick else 1 << 28})] + rows
   run = (lambda cfg: run_torch(cfg, reps)) if framework == "torch" else (lambda cfg: run_tiny(framework, cfg, reps))
   report_rows(rows, run, only, always=("copy",))
@@ -141,7 +147,7 @@ def gpu_name() -> str:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
-  ap.add_argument("--only", default=None, help="run the workloads whose name contains this")
+  ap.add_argument("--only", default=None, help="run the workloads whose name contains this (or one of these words, comma-separated)")
   ap.add_argument("--reps", type=int, default=5, help="timed repetitions after the warm-up (best is kept)")
   ap.add_argument("--frameworks", default="tinyplug,torch,tinygrad", help="comma list")
   ap.add_argument("--timeout", type=float, default=900, help="seconds per framework")
@@ -162,7 +168,7 @@ def main() -> None:
     print(f"device-to-device copy (PyTorch, {n >> 20}M floats): {8 * n / copy / 1e9:.0f} GB/s read+written")
   print(f"{'workload':46s} " + " ".join(f"{fw:>12s}" for fw in names) + "  tp/torch  tp/tinygrad  tp GB/s (of copy)")
   for name, cfg in rows.items():
-    if args.only and args.only.lower() not in name.lower(): continue
+    if not selected(name, args.only): continue
     vals = [res[fw].get(name, "missing") for fw in names]
     tp, pt, tg = (res.get(fw, {}).get(name) for fw in ("tinyplug", "torch", "tinygrad"))
     r = lambda a, b: f"{a / b:8.2f}" if isinstance(a, float) and isinstance(b, float) and b > 0 else "       -"

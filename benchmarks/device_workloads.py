@@ -54,13 +54,18 @@ def common_row(cfg: dict, tensor: Callable[..., Any], sync: Callable[[], None], 
 
 # ---------------- one framework per subprocess ----------------
 
+def selected(name: str, only: str | None) -> bool:
+  """Whether a row is asked for: `--only` unset, or its name contains one of its comma-separated words."""
+  return not only or any(w.strip() and w.strip() in name.lower() for w in only.lower().split(","))
+
 def report_rows(rows: list[tuple[str, dict]], run: Callable[[dict], float], only: str | None,
                 always: tuple[str, ...] = ()) -> None:
-  """In a child: time each row (those whose name contains `only`, and the names in `always`) and print one JSON line
+  """In a child: time each row (those whose name contains `only`, or one of its comma-separated words, and the names in
+  `always`) and print one JSON line
   `{name: seconds or "Error: why"}` per row as it finishes, so a parent that times out still gets the rows before."""
   import json
   for name, cfg in rows:
-    if only and only.lower() not in name.lower() and name not in always: continue
+    if not selected(name, only) and name not in always: continue
     try: value: Any = run(cfg)
     except Exception as e: value = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
     print(json.dumps({name: value}), flush=True)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 from tinyplug.helpers import ContextVar
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
 __all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "TensorCore", "Compiler", "Program", "ProgramSpec", "Compiled",
+           "GraphLaunch", "LaunchGraph",
            "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work"]
 
 LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
@@ -56,7 +57,8 @@ class ReuseAllocator(Allocator):
   """The core's reuse cache around a plugin's allocator; every `Compiled` device gets one.
 
   Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all; each defaults to the plugin
-  allocator's `reuse_min`/`reuse_max`) and handed out again for the same size: a big output then lands in memory that is already mapped instead of faulting in (and zeroing) fresh pages.
+  allocator's `reuse_min`/`reuse_max`) and handed out again for the same size: a big output then lands in memory
+  that is already mapped instead of faulting in (and zeroing) fresh pages.
   So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks are always fresh."""
   def __init__(self, raw: Allocator):
     self.raw = raw
@@ -319,6 +321,26 @@ class Program(Protocol):
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
 
+class GraphLaunch(Protocol):
+  """One recorded kernel launch as `Compiled.make_graph` sees it (TinyJit's captured launches): the program and what
+  it is called with. `handles` and `vals` may change between replays; the rest never does."""
+  prg: Program
+  name: str
+  handles: list[Any]                       # raw buffer handles, DEFINE_GLOBAL order
+  vals: tuple[int, ...]                    # variable values, `spec.vars` order
+  global_size: tuple[int, ...] | None
+  local_size: tuple[int, ...] | None
+
+class LaunchGraph:
+  """A device's replay of a fixed list of kernel launches as one unit (a CUDA graph): built once by
+  `Compiled.make_graph(launches)`, it keeps the launch objects and reads their current `handles`/`vals` when told
+  they changed. Launches run in list order, each after the previous one has finished (stream order)."""
+  def __call__(self, changed: Sequence[int], wait: bool = False) -> float | None:
+    """Run every launch once more. `changed`: indices of the launches whose `handles` or `vals` may differ from the
+    previous run (update those first). Returns the whole run's device time in seconds when `wait`, else None.
+    Raising is safe: the caller replays the launches one by one from then on."""
+    raise NotImplementedError
+
 # ---------------- devices ----------------
 
 class Compiled:
@@ -335,6 +357,11 @@ class Compiled:
     return self.runtime(spec.name, lib)
   def synchronize(self) -> None:
     """Wait until every launched kernel and copy has finished."""
+  def make_graph(self, launches: Sequence[GraphLaunch]) -> LaunchGraph | None:
+    """Optional: one `LaunchGraph` replaying `launches` (2 or more kernels of this device, in order) as one unit,
+    or None where that does not pay or the device cannot (the default). TinyJit asks once per run of kernels between
+    copies; an exception here is reported under DEBUG and the launches are replayed one by one."""
+    return None
   def describe(self) -> str:
     """One line on what this device is and how it runs (for `tinyplug doctor`); empty if nothing to say."""
     return ""

@@ -183,7 +183,9 @@ BEAM = ContextVar("BEAM", 0, "kernel autotuning: width/budget of the search stra
 SEARCH = ContextVar("SEARCH", "beam", "name of the search strategy used when BEAM>0")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1 re-runs the search even when a cached result exists")
 VIZ = ContextVar("VIZ", 0, "1 turns on the viz_web plugin (same as TINY_PLUGINS=viz_web)")
-JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly)")
+JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly); 2 replays without device graphs")
+JIT_GRAPH = ContextVar("JIT_GRAPH", 1, "0: TinyJit replays kernel by kernel even on devices that replay a captured "
+                       "run of kernels as one unit (`Compiled.make_graph`: CUDA graphs)")
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "disk cache use: 0 off, 1 compiled programs only, 2 programs and search results")
 KERNEL_CACHE_SIZE = ContextVar("KERNEL_CACHE_SIZE", 4096, "compiled kernels kept in memory per kernel cache (the "
                                "least recently used go first); read when a cache is made")

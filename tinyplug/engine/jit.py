@@ -24,6 +24,13 @@ a capture that ran no kernels, a return value holding anything but tensors (a re
 value). `TinyJit(f, prune=True)` replays only the kernels that depend on the arguments; `captured.free_intermediates()`
 gives back the memory of the buffers the kernels write (reallocated by the next replay).
 
+Graph replay: where the device offers it (`Compiled.make_graph`, the backend contract: the cuda plugin's CUDA
+graphs), each run of two or more kernels between copies is handed to the device once, at the first replay, and replayed
+as one unit from then on, with the launches whose buffers or variables changed (the arguments' slots, bound
+variables) updated in place. A device that returns None, or whose graph raises when built or run, gets its kernels
+replayed one by one (`DEBUG=1` says why); `JIT_GRAPH=0` (or tinygrad's `JIT=2`) always replays one by one. `DEBUG=2` prints one line per
+graph (its whole run timed); a profile listener (the visualizer) gets per-kernel replay and spans.
+
 What is not replayed: Python side effects, values read back to the host inside the function (`.item()`), and
 anything that would change the graph from call to call (shapes, Python control flow on data).
 """
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 from tinyplug import events
 from tinyplug.engine import realize as _realize
-from tinyplug.helpers import DEBUG, JIT, GlobalCounters
+from tinyplug.helpers import DEBUG, JIT, JIT_GRAPH, GlobalCounters
 from tinyplug.tensor import Tensor
 from tinyplug.tensor_ops.graph import is_plain_buffer, is_symbolic_buffer
 from tinyplug.uop.sint import render_shape, unbind_shape
@@ -106,6 +113,47 @@ def _prune(launches: list[_Launch], input_buffers: list) -> list[_Launch]:
       dep.add(id(launch.bufs[0]))
   return kept
 
+class _Segment:
+  """Launches [start, stop) of one device, replayed by the device's LaunchGraph (None once it failed)."""
+  __slots__ = ("start", "stop", "device", "graph", "ops", "mem")
+  def __init__(self, start: int, stop: int, device: str, graph: Any, launches: list[_Launch]):
+    self.start, self.stop, self.device, self.graph = start, stop, device, graph
+    ests = [launch.runner.spec.estimates for launch in launches[start:stop]]
+    self.ops, self.mem = sum(e.get("ops", 0) for e in ests), sum(e.get("mem", 0) for e in ests)
+
+def _graph_off(seg: _Segment, launches: list[_Launch], why: Exception) -> None:
+  seg.graph = None
+  if DEBUG >= 1:
+    print(f"TinyJit: {seg.device} graph of {seg.stop - seg.start} kernels ({launches[seg.start].name} .. "
+          f"{launches[seg.stop - 1].name}) not used, replaying them one by one: {type(why).__name__}: {why}")
+
+def _graph_plan(launches: list[_Launch]) -> list:
+  """The replay plan: launch indices (run one by one) and _Segments (runs of kernels a device replays as one)."""
+  from tinyplug.device import Device
+  plan: list = []
+  i = 0
+  while i < len(launches):
+    j = i + 1
+    if not launches[i].is_copy:
+      device = launches[i].bufs[0].device
+      while j < len(launches) and not launches[j].is_copy and launches[j].bufs[0].device == device: j += 1
+    seg = None
+    if j - i >= 2:
+      seg = _Segment(i, j, device, None, launches)
+      try: seg.graph = Device[device].make_graph(launches[i:j])
+      except Exception as e: _graph_off(seg, launches, e)
+    if seg is not None and seg.graph is not None:
+      plan.append(seg)
+      if DEBUG >= 1: print(f"TinyJit: {device} replays kernels {i}..{j - 1} as one graph ({type(seg.graph).__name__})")
+    else: plan.extend(range(i, j))
+    i = j
+  return plan
+
+def _run_plain(launch: _Launch) -> None:
+  if launch.is_copy: launch.bufs[0].copyin(launch.bufs[1].numpy())
+  else: launch.prg(*launch.handles, global_size=launch.global_size, local_size=launch.local_size, vals=launch.vals,
+                   wait=False)
+
 class CapturedJit:
   """The kernels of one call, the positions where the tensor arguments' buffers go, and the call's return value."""
   def __init__(self, records: list[tuple], input_buffers: list, ret: Any, signature: list[_Signature],
@@ -123,6 +171,9 @@ class CapturedJit:
                         for pos, b in enumerate(launch.bufs) if id(b) in by_id]
     self.ret, self.signature = ret, signature
     self.input_buffers = list(input_buffers)
+    self._plan: list | None = None   # graph replay plan, made at the first replay (JIT_GRAPH)
+    self._graphs_stale = False       # a replay ran without the graphs: they may hold old buffers or values
+    self._graphed = False            # the plan has graphs (a device offered make_graph)
 
   def __len__(self) -> int: return len(self.launches)
 
@@ -157,7 +208,8 @@ class CapturedJit:
 
   def replay(self, input_buffers: list, var_vals: dict[str, int] | None = None) -> None:
     launches = self.launches
-    if self._freed:
+    realloc = self._freed
+    if realloc:
       for launch in launches: launch.handles = [b.ensure_allocated().handle for b in launch.bufs]
       self._freed = False
     if var_vals:
@@ -167,23 +219,67 @@ class CapturedJit:
       launch.bufs[pos] = input_buffers[ii]
       launch.handles[pos] = input_buffers[ii].handle
     if self.rng.draws or self.rng.used: self.rng.advance()
-    if DEBUG >= 2 or events.enabled("profile"):
+    profiling = events.enabled("profile")
+    if JIT_GRAPH.value and JIT.value < 2 and not profiling:   # JIT=2: tinygrad's "jit without graphs"
+      if self._plan is None:
+        self._plan = _graph_plan(launches)
+        self._graphed = any(step.__class__ is _Segment for step in self._plan)
+      if self._graphed:
+        return self._replay_plan(realloc or self._graphs_stale, bool(var_vals))
+    # replayed without the graphs (JIT_GRAPH=0 now, a profile listener): they learn every launch's values next time
+    self._graphs_stale = self._plan is not None
+    if DEBUG >= 2 or profiling:
       for launch in launches: _replay_one_reported(launch)
       return
-    for launch in launches:
-      if launch.is_copy: launch.bufs[0].copyin(launch.bufs[1].numpy())
-      else: launch.prg(*launch.handles, global_size=launch.global_size, local_size=launch.local_size,
-                       vals=launch.vals, wait=False)
+    for launch in launches: _run_plain(launch)
     GlobalCounters.kernel_count += len(launches)
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
+
+  def _changed(self, every: bool, rebound: bool) -> list[int]:
+    """The launches whose handles or variable values may differ from the graphs' previous replay."""
+    if every: return list(range(len(self.launches)))
+    changed = {li for li, _, _ in self.input_slots}
+    if rebound: changed.update(li for li, launch in enumerate(self.launches) if launch.var_names)
+    return sorted(changed)
+
+  def _replay_plan(self, every: bool, rebound: bool) -> None:
+    launches, reported = self.launches, DEBUG >= 2
+    changed = self._changed(every, rebound)
+    self._graphs_stale = False
+    for step in self._plan:
+      if step.__class__ is not _Segment:
+        if reported: _replay_one_reported(launches[step])
+        else: _run_plain(launches[step])
+        continue
+      if step.graph is not None:
+        local = [li - step.start for li in changed if step.start <= li < step.stop]
+        try:
+          tm = step.graph(local, wait=reported)
+          if reported: _graph_line(step, launches, tm)
+          continue
+        except Exception as e: _graph_off(step, launches, e)
+      for launch in launches[step.start:step.stop]:   # this segment's graph failed: one by one from now on
+        if reported: _replay_one_reported(launch)
+        else: _run_plain(launch)
+    if not reported:
+      GlobalCounters.kernel_count += len(launches)
+      GlobalCounters.global_ops += self.ops
+      GlobalCounters.global_mem += self.mem
+
+def _graph_line(seg: _Segment, launches: list[_Launch], tm: float | None) -> None:
+  """DEBUG=2: one line for a graph's run (its kernels have no times of their own inside it)."""
+  n = seg.stop - seg.start
+  GlobalCounters.kernel_count += n - 1   # _debug_line counts one
+  _realize._debug_line(f"graph {n} kernels", seg.device, launches[seg.start].bufs, tm, seg.ops, seg.mem)
+  if DEBUG >= 3: print("    " + ", ".join(launch.name for launch in launches[seg.start:seg.stop]))
 
 def _unpickle_captured(launches: list[tuple], state: dict) -> CapturedJit:
   from tinyplug.engine.realize import get_runner
   captured = CapturedJit.__new__(CapturedJit)
   captured.launches = [_Launch(None if ast is None else get_runner(device, ast), bufs, var_vals, ast)
                        for ast, device, bufs, var_vals in launches]
-  captured._freed = False
+  captured._freed, captured._plan, captured._graphs_stale, captured._graphed = False, None, False, False
   for name, value in state.items(): setattr(captured, name, value)
   return captured
 

@@ -93,3 +93,74 @@ def test_a_kernel_that_faults_names_the_kernel():
           "except RuntimeError as e: print('ERR', e)\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
   assert "ERR" in out.stdout and "CUDA_ERROR_ILLEGAL_ADDRESS" in out.stdout and "kernel bad" in out.stdout, out.stdout + out.stderr
+
+# ---------------- TinyJit through CUDA graphs (graph.py) ----------------
+
+def _numpy_sgd(w, b, batches, lr):
+  """Linear + mean softmax cross-entropy + SGD, in float64 numpy: the losses and the final weights."""
+  w, b, losses = w.astype(np.float64), b.astype(np.float64), []
+  for x, y in batches:
+    logits = x @ w.T + b
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    losses.append(float(-np.log(p[np.arange(len(y)), y]).mean()))
+    g = p.copy()
+    g[np.arange(len(y)), y] -= 1
+    g /= len(y)
+    w, b = w - lr * (g.T @ x), b - lr * g.sum(axis=0)
+  return losses, w, b
+
+def jit_training(device: str, graph: bool, steps: int = 6):
+  """A jitted SGD step on a new batch each call (the argument buffers change between replays), with JIT_GRAPH on or
+  off: (losses, weight, bias, numpy's losses/weight/bias, whether a device graph replayed the kernels)."""
+  from tinyplug import Context, Tensor, TinyJit, nn
+  from tinyplug.engine.jit import _Segment
+  rng = np.random.default_rng(7)
+  batches = [(rng.standard_normal((64, 32)).astype(np.float32), rng.integers(0, 4, 64).astype(np.int32))
+             for _ in range(steps)]
+  with Context(JIT_GRAPH=int(graph)):
+    Tensor.manual_seed(0)
+    model = nn.Linear(32, 4)
+    for p in (model.weight, model.bias): p.replace(p.to(device)).realize()
+    w0, b0 = model.weight.numpy(), model.bias.numpy()
+    opt = nn.optim.SGD([model.weight, model.bias], lr=0.5)
+    @TinyJit
+    def step(x, y):
+      with Tensor.train():
+        opt.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y).backward().realize()   # before the step changes the weights
+        opt.step()
+      return loss
+    losses = [step(Tensor(x, device=device), Tensor(y, device=device)).item() for x, y in batches]
+    used = any(type(s) is _Segment and s.graph is not None for s in (step.captured._plan or []))
+    return losses, model.weight.numpy(), model.bias.numpy(), _numpy_sgd(w0, b0, batches, 0.5), used
+
+def test_jit_training_with_cuda_graphs_matches_without_and_numpy(cuda):
+  on, off = jit_training("CUDA", True), jit_training("CUDA", False)
+  assert on[4] and not off[4], "JIT_GRAPH=1 replays through a CUDA graph, JIT_GRAPH=0 does not"
+  for run in (on, off):
+    np.testing.assert_allclose(run[0], run[3][0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(run[1], run[3][1], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(run[2], run[3][2], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(on[0], off[0], rtol=1e-6)
+  np.testing.assert_allclose(on[1], off[1], rtol=1e-6, atol=1e-7)
+
+def test_cuda_graph_replay_with_bound_variables(cuda):
+  from tinyplug import Tensor, TinyJit, Variable
+  from tinyplug.engine.jit import _Segment
+  x = np.random.default_rng(8).standard_normal((3, 10)).astype(np.float32)
+  jf = TinyJit(lambda a: ((a + 1).contiguous() * 2).realize())
+  for n in (2, 5, 3, 7, 1, 10):
+    out = jf(Tensor(x)[:, :Variable("i", 1, 10).bind(n)])
+    np.testing.assert_allclose(out[:3, :n].numpy(), (x[:, :n] + 1) * 2, rtol=1e-6)
+  assert any(type(s) is _Segment and s.graph is not None for s in jf.captured._plan)
+
+def test_cuda_graph_debug_2_times_the_graph():
+  code = ("from tinyplug import Tensor, TinyJit\n"
+          "f = TinyJit(lambda a: ((a + 1).contiguous() * 2).realize())\n"
+          "for i in range(4): f(Tensor.full((1 << 20,), float(i), device='CUDA').realize()).numpy()\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "DEBUG": "2"})
+  assert out.returncode == 0, out.stderr
+  lines = [l for l in out.stdout.splitlines() if "graph 2 kernels" in l]
+  assert len(lines) == 2 and all(" tm " in l and "tm      0.00us" not in l for l in lines), out.stdout

@@ -54,6 +54,44 @@ _SIGNATURES = {
   "cuGetErrorString": [c_int, P(ctypes.c_char_p)],
 }
 
+# ---- CUDA graphs (TinyJit's replay, graph.py): looked up on first use, so a driver without them still loads ----
+
+class KernelNodeParamsV1(ctypes.Structure):
+  """CUDA_KERNEL_NODE_PARAMS_v1 (cuda.h): what the unversioned cuGraphAddKernelNode / cuGraphExecKernelNodeSetParams
+  entry points take (CUDA 10-11 ABI)."""
+  _fields_ = [("func", c_void_p), ("gridDimX", c_uint), ("gridDimY", c_uint), ("gridDimZ", c_uint),
+              ("blockDimX", c_uint), ("blockDimY", c_uint), ("blockDimZ", c_uint), ("sharedMemBytes", c_uint),
+              ("kernelParams", c_void_p), ("extra", c_void_p)]
+
+class KernelNodeParamsV2(ctypes.Structure):
+  """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA 12+; what `CUDA_KERNEL_NODE_PARAMS` means there): v1 plus `kern` (a
+  CUkernel, used only when func is NULL) and `ctx` (NULL: the current context; ignored when func is set)."""
+  _fields_ = KernelNodeParamsV1._fields_ + [("kern", c_void_p), ("ctx", c_void_p)]
+
+class GraphAPI:
+  """The graph entry points of this driver: the `_v2` kernel-node calls with the v2 struct where the driver has them
+  (CUDA 12+), else the unversioned ones with the v1 struct."""
+  def __init__(self, L: ctypes.CDLL):
+    v2 = all(hasattr(L, f"{n}_v2") for n in ("cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams"))
+    self.params = KernelNodeParamsV2 if v2 else KernelNodeParamsV1
+    sfx = "_v2" if v2 else ""
+    def fn(name: str, argtypes: list):
+      f = getattr(L, name)   # AttributeError: a driver older than the call (the JIT then replays kernel by kernel)
+      f.restype, f.argtypes = c_int, argtypes
+      return f
+    self.create = fn("cuGraphCreate", [P(c_void_p), c_uint])
+    self.add_kernel_node = fn(f"cuGraphAddKernelNode{sfx}", [P(c_void_p), c_void_p, P(c_void_p), c_size_t, P(self.params)])
+    self.instantiate = fn("cuGraphInstantiateWithFlags", [P(c_void_p), c_void_p, ctypes.c_ulonglong])
+    self.exec_set_params = fn(f"cuGraphExecKernelNodeSetParams{sfx}", [c_void_p, c_void_p, P(self.params)])
+    self.launch = fn("cuGraphLaunch", [c_void_p, c_void_p])
+    self.exec_destroy = fn("cuGraphExecDestroy", [c_void_p])
+    self.destroy = fn("cuGraphDestroy", [c_void_p])
+    self.names = {"add": f"cuGraphAddKernelNode{sfx}", "set": f"cuGraphExecKernelNodeSetParams{sfx}"}
+
+@functools.cache
+def graph_api() -> GraphAPI:
+  return GraphAPI(lib())
+
 class CUDAError(RuntimeError):
   """A driver call failed: the message names the call, the CUresult's name and the driver's description."""
   def __init__(self, call: str, code: int, detail: str = ""):

@@ -82,34 +82,53 @@ class CUDAAllocator(Allocator):
         check("cuStreamSynchronize", lib().cuStreamSynchronize(self.dev.stream))
         ctypes.memmove(ctypes.addressof(out) + off, host, n)
 
+def launch_dims(global_size, local_size) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(grid, block) as three ints each: global_size counts blocks, local_size is the block."""
+  grid = (tuple(int(g) for g in (global_size or ())) + (1, 1, 1))[:3]
+  block = (tuple(int(x) for x in local_size) + (1, 1, 1))[:3] if local_size is not None else (1, 1, 1)
+  return grid, block  # type: ignore[return-value]
+
 class CUDAProgram:
   """One kernel of a loaded cubin. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:
   global_size counts blocks (as in the ProgramSpec), local_size is the block."""
   def __init__(self, dev: CUDADevice, name: str, binary: bytes, var_types: tuple = ()):
     # the C type of each variable argument (int, or long long for a 64-bit variable); int where not given
     self.dev, self.name, self.var_types = dev, name, var_types
+    self._dims: dict = {}   # (global_size, local_size) -> (grid, block), worked out once per launch shape
     dev.make_current()
     self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
     image = ctypes.create_string_buffer(binary, len(binary))
     check("cuModuleLoadData", lib().cuModuleLoadData(ctypes.byref(self.module), image), f"kernel {name}")
     check("cuModuleGetFunction", lib().cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()))
 
+  def pack(self, bufs, vals) -> tuple[list, ctypes.Array]:
+    """The kernel's arguments as C values (buffer pointers, then variables) and the array of pointers to them that
+    the driver reads (`kernelParams`). The driver copies the values when called, so the buffers' own handles (c_uint64)
+    are pointed at directly."""
+    args = list(bufs)
+    if vals: args += [(self.var_types[j] if j < len(self.var_types) else ctypes.c_int32)(int(v)) for j, v in enumerate(vals)]
+    return args, (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
+
   def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
-    self.dev.make_current()
-    args = [ctypes.c_uint64(b.value) for b in bufs] + \
-      [(self.var_types[j] if j < len(self.var_types) else ctypes.c_int32)(int(v)) for j, v in enumerate(vals)]
-    params = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(a) for a in args])
-    grid = (tuple(int(g) for g in global_size) + (1, 1, 1))[:3]
-    block = (tuple(int(x) for x in local_size) + (1, 1, 1))[:3] if local_size is not None else (1, 1, 1)
-    start, end = self.dev.events if wait else (None, None)
-    if wait: check("cuEventRecord", lib().cuEventRecord(start, self.dev.stream))
-    check("cuLaunchKernel", lib().cuLaunchKernel(self.function, *grid, *block, 0, self.dev.stream, params, None),
-          f"kernel {self.name} grid {grid} block {block}")
+    dev = self.dev
+    dev.make_current()
+    args, params = self.pack(bufs, vals)
+    try: dims = self._dims[(global_size, local_size)]
+    except (KeyError, TypeError):   # a new launch shape (or one given as lists)
+      dims = launch_dims(global_size, local_size)
+      if isinstance(global_size, tuple) and (local_size is None or isinstance(local_size, tuple)):
+        self._dims[(global_size, local_size)] = dims
+    (gx, gy, gz), (bx, by, bz) = dims
+    L = lib()
+    if wait: check("cuEventRecord", L.cuEventRecord(dev.events[0], dev.stream))
+    if (code := L.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, 0, dev.stream, params, None)) != 0:
+      check("cuLaunchKernel", code, f"kernel {self.name} grid {dims[0]} block {dims[1]}")
     if not wait: return None
-    check("cuEventRecord", lib().cuEventRecord(end, self.dev.stream))
-    check("cuEventSynchronize", lib().cuEventSynchronize(end), f"waiting for kernel {self.name}")
+    start, end = dev.events
+    check("cuEventRecord", L.cuEventRecord(end, dev.stream))
+    check("cuEventSynchronize", L.cuEventSynchronize(end), f"waiting for kernel {self.name}")
     ms = ctypes.c_float(0)
-    check("cuEventElapsedTime", lib().cuEventElapsedTime(ctypes.byref(ms), start, end))
+    check("cuEventElapsedTime", L.cuEventElapsedTime(ctypes.byref(ms), start, end))
     return ms.value * 1e-3
 
   def __del__(self):
@@ -157,6 +176,11 @@ class CUDADevice(Compiled):
   def make_program(self, spec: ProgramSpec, binary: bytes) -> Callable[..., float | None]:
     var_types = tuple(ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in getattr(spec, "vars", ()))
     return CUDAProgram(self, spec.name, binary, var_types)
+
+  def make_graph(self, launches: list) -> Any:
+    """TinyJit's runs of kernels as one CUDA graph each (graph.py); JIT_GRAPH=0 turns it off."""
+    from tinyplug_cuda.graph import CUDAGraph
+    return CUDAGraph(self, launches)
 
   def synchronize(self) -> None:
     self.make_current()

@@ -1,7 +1,12 @@
 // A stand-in for the NVIDIA driver (libcuda.so.1) for the cuda plugin's runtime tests on machines without a GPU:
 // one "sm_80" GPU whose memory is host memory. Copies are real; a module must be an ELF cubin; a launch runs no code:
-// it writes what it was given (grid, block, the first int parameter after the buffers) into the first buffer, so the
-// test sees how the runtime packed the call. Events report 1.5 ms.
+// it writes what it was given (grid, block, the first int parameter after the buffers, then a count of launches so far)
+// into the first buffer, so the test sees how the runtime packed the call. Events report 1.5 ms.
+// CUDA graphs: kernel nodes with CUDA_KERNEL_NODE_PARAMS laid out as cuda.h declares them (the _v2 entry points and
+// struct; built with -DFAKE_GRAPH_V1, the unversioned ones with the v1 struct, as a CUDA 11 driver has), each node must
+// depend on exactly the node added before it; a graph launch runs its nodes in order like launches, with the argument
+// values copied when the node was added or its parameters set.
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +51,93 @@ CUresult cuModuleLoadData(void **m, const void *image) {
 }
 CUresult cuModuleUnload(void *m) { return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)strdup(name); return 0; }
+static uint32_t launches = 0;
+static void run(uint32_t *out, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, uint32_t arg1) {
+  uint32_t seen[8] = {gx, gy, gz, bx, by, bz, arg1, ++launches};
+  size_t words = *(size_t *)((char *)out - 16) / 4;
+  for (size_t i = 0; i < 8 && i < words; i++) out[i] = seen[i];
+}
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra) {
-  uint32_t *out = *(uint32_t **)params[0];
-  uint32_t seen[7] = {gx, gy, gz, bx, by, bz, params[1] ? *(uint32_t *)params[1] : 0};   // (a buffer's low bits, or an int)
-  size_t words = *(size_t *)((char *)out - 16) / 4;
-  for (size_t i = 0; i < 7 && i < words; i++) out[i] = seen[i];
+  // params[1]: a buffer's low bits, or an int
+  run(*(uint32_t **)params[0], gx, gy, gz, bx, by, bz, params[1] ? *(uint32_t *)params[1] : 0);
   return 0;
 }
+
+// ---- graphs ----
+typedef struct {   // cuda.h: CUDA_KERNEL_NODE_PARAMS_v1
+  void *func; unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  void **kernelParams; void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+typedef struct {   // cuda.h: CUDA_KERNEL_NODE_PARAMS_v2 (CUDA 12+)
+  void *func; unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  void **kernelParams; void **extra; void *kern; void *ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+#ifdef FAKE_GRAPH_V1
+typedef CUDA_KERNEL_NODE_PARAMS_v1 NODE_PARAMS;
+#else
+typedef CUDA_KERNEL_NODE_PARAMS_v2 NODE_PARAMS;
+#endif
+// the C compiler's layout of both structs, for the test that checks the plugin's ctypes structs against it
+void fake_kernel_node_params_layout(size_t *out) {
+  size_t v[] = {offsetof(CUDA_KERNEL_NODE_PARAMS_v2, func), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, gridDimX),
+    offsetof(CUDA_KERNEL_NODE_PARAMS_v2, gridDimY), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, gridDimZ),
+    offsetof(CUDA_KERNEL_NODE_PARAMS_v2, blockDimX), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, blockDimY),
+    offsetof(CUDA_KERNEL_NODE_PARAMS_v2, blockDimZ), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, sharedMemBytes),
+    offsetof(CUDA_KERNEL_NODE_PARAMS_v2, kernelParams), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, extra),
+    offsetof(CUDA_KERNEL_NODE_PARAMS_v2, kern), offsetof(CUDA_KERNEL_NODE_PARAMS_v2, ctx),
+    sizeof(CUDA_KERNEL_NODE_PARAMS_v2), sizeof(CUDA_KERNEL_NODE_PARAMS_v1)};
+  memcpy(out, v, sizeof v);
+}
+typedef struct { unsigned grid[3], block[3]; uint64_t buf0; uint32_t arg1; int index; } Node;
+typedef struct { Node nodes[4096]; int n; } Graph;
+int graph_launches = 0, graph_param_sets = 0;
+static CUresult fill(Node *node, const NODE_PARAMS *p) {
+  if (!p->func || !p->kernelParams || p->extra || p->sharedMemBytes) return 1;   // CUDA_ERROR_INVALID_VALUE
+#ifndef FAKE_GRAPH_V1
+  if (p->kern || p->ctx) return 1;
+#endif
+  unsigned g[6] = {p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ};
+  memcpy(node->grid, g, sizeof node->grid); memcpy(node->block, g + 3, sizeof node->block);
+  node->buf0 = *(uint64_t *)p->kernelParams[0];   // the driver copies the values the pointers point at
+  node->arg1 = p->kernelParams[1] ? *(uint32_t *)p->kernelParams[1] : 0;
+  return 0;
+}
+CUresult cuGraphCreate(void **g, unsigned flags) { Graph *gr = calloc(1, sizeof(Graph)); *g = gr; return gr ? 0 : 2; }
+#ifdef FAKE_GRAPH_V1
+CUresult cuGraphAddKernelNode(Node **node, Graph *g, Node **deps, size_t ndeps, const NODE_PARAMS *p) {
+#else
+CUresult cuGraphAddKernelNode_v2(Node **node, Graph *g, Node **deps, size_t ndeps, const NODE_PARAMS *p) {
+#endif
+  if (g->n == 4096) return 2;
+  if (g->n == 0 ? ndeps != 0 : (ndeps != 1 || deps[0] != &g->nodes[g->n - 1])) return 1;   // a chain, in order
+  Node *nd = &g->nodes[g->n];
+  CUresult r = fill(nd, p);
+  if (r) return r;
+  nd->index = g->n++; *node = nd; return 0;
+}
+CUresult cuGraphInstantiateWithFlags(Graph **exec, Graph *g, unsigned long long flags) {
+  if (flags) return 1;
+  Graph *e = malloc(sizeof(Graph)); memcpy(e, g, sizeof(Graph)); *exec = e; return 0;
+}
+#ifdef FAKE_GRAPH_V1
+CUresult cuGraphExecKernelNodeSetParams(Graph *exec, Node *node, const NODE_PARAMS *p) {
+#else
+CUresult cuGraphExecKernelNodeSetParams_v2(Graph *exec, Node *node, const NODE_PARAMS *p) {
+#endif
+  graph_param_sets++;
+  return fill(&exec->nodes[node->index], p);
+}
+CUresult cuGraphLaunch(Graph *exec, void *stream) {
+  graph_launches++;
+  for (int i = 0; i < exec->n; i++) {
+    Node *nd = &exec->nodes[i];
+    run((uint32_t *)nd->buf0, nd->grid[0], nd->grid[1], nd->grid[2], nd->block[0], nd->block[1], nd->block[2], nd->arg1);
+  }
+  return 0;
+}
+CUresult cuGraphExecDestroy(Graph *exec) { free(exec); return 0; }
+CUresult cuGraphDestroy(Graph *g) { free(g); return 0; }
 CUresult cuEventCreate(void **e, unsigned flags) { *e = malloc(1); return 0; }
 CUresult cuEventRecord(void *e, void *s) { return 0; }
 CUresult cuEventSynchronize(void *e) { return 0; }
