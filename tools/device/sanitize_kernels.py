@@ -16,6 +16,11 @@ checks = {
   "argmax": (Tensor(x).argmax(1).numpy(), x.argmax(1)),
   "cumsum": (Tensor(x[:8]).cumsum(1).numpy(), x[:8].cumsum(1)),
 }
+# rows long enough to be shared by a work-group that combines in two rounds (float4 loads, two barriers)
+rows = rng.standard_normal((64, 4096), dtype=np.float32)
+checks["wide row max"] = (Tensor(rows).max(1).numpy(), rows.max(1))
+checks["wide softmax"] = (Tensor(rows).softmax(-1).numpy(), np.exp(rows - rows.max(1, keepdims=True)) /
+                          np.exp(rows - rows.max(1, keepdims=True)).sum(1, keepdims=True))
 a16, b16 = rng.standard_normal((256, 128), dtype=np.float32), rng.standard_normal((128, 192), dtype=np.float32)
 want16 = a16.astype(np.float16).astype(np.float32) @ b16.astype(np.float16).astype(np.float32)
 checks["fp16 matmul (tensor cores)"] = ((Tensor(a16, dtype=dtypes.half) @ Tensor(b16, dtype=dtypes.half)).float().numpy(), want16)

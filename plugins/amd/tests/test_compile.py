@@ -41,11 +41,11 @@ def test_every_rendered_kernel_compiles_and_links(lld, arch, render, kernel_tabl
 
 @pytest.mark.parametrize("arch,wave", [("gfx1100", 32), ("gfx942", 64), ("gfx1201", 32)])
 def test_code_object_notes_show_descriptor_target_and_lds(lld, readelf, tmp_path, render, arch, wave):
-  """A group reduction through 64 floats of LDS: the descriptor names the kernel, the target is the one asked for,
+  """A group reduction through two arrays of 64 floats of LDS: the descriptor names the kernel, the target is the one asked for,
   group_segment_fixed_size is the LDS the kernel declared, the work-group bound is the launch's."""
   (spec,) = render(t(8, 256).sum(axis=1), renderer=AMDGPURenderer(arch), opts=[Opt(OptOps.GROUPTOP, 0, 64)])
-  lds = next(u for u in spec.uops if u.op.name == "DEFINE_LOCAL").dtype.size * 4
-  assert lds == 256
+  lds = sum(u.dtype.size * 4 for u in spec.uops if u.op.name == "DEFINE_LOCAL")
+  assert lds == 512   # a group of 64 combines in two rounds: two local arrays of 64 floats
   text = notes(readelf, link(llvm_to_object(spec.src, arch), lld), tmp_path)
   assert note_field(text, ".name") == spec.name == "r_8_256"
   assert note_field(text, ".symbol") == "r_8_256.kd"

@@ -62,7 +62,7 @@ def test_code_object_notes(clang, readelf, tmp_path, render):
   (tmp_path / "k.hsaco").write_bytes(co)
   text = subprocess.run([readelf, "--notes", str(tmp_path / "k.hsaco")], capture_output=True, text=True).stdout
   assert re.search(r"^    \.name:\s+r_8_256$", text, re.M) and "amdhsa.target:   amdgcn-amd-amdhsa--gfx1201" in text
-  assert re.search(r"^    \.group_segment_fixed_size: 256$", text, re.M)
+  assert re.search(r"^    \.group_segment_fixed_size: 512$", text, re.M)   # two rounds: two arrays of 64 floats
   assert re.search(r"^    \.max_flat_workgroup_size: 64$", text, re.M)
 
 def test_compile_errors_carry_clangs_words(clang):
