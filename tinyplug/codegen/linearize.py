@@ -1,6 +1,8 @@
 """Linearize: a kernel graph with RANGEs and REDUCEs becomes a list of UOps in execution order.
 
 A REDUCE turns into an accumulator (DEFINE_REG): set to the identity, updated inside its loops, read after them.
+`AFTER(memory, deps...)` is the memory itself, placed after its deps (tc_staging: shared memory read after the BARRIER
+that follows its stores): it orders, and the linear program holds no AFTER.
 Before a loop opens, everything that does not depend on it is emitted, so loop-invariant work stays outside."""
 from __future__ import annotations
 import math
@@ -56,6 +58,9 @@ class _Linearizer:
       missing = sorted(r.arg for r in self.rdeps[u] - set(self.open))
       raise RuntimeError(f"linearize: {u.op} needs loops {missing} that are not open")
     if u.op is Ops.REDUCE: ret = self.reduce(u)
+    elif u.op is Ops.AFTER:   # a memory, once what must happen before reading it (a BARRIER after its stores) is emitted
+      for s in u.src[1:]: self.need(s)
+      ret = self.need(u.src[0])
     elif u.op is Ops.RANGE: raise RuntimeError(f"linearize: loop {u.arg} is used but was never opened")
     else:
       src = tuple(self.need(s) for s in u.src)

@@ -33,6 +33,12 @@ def vector_widths(renderer) -> Mapping[DType, tuple[int, ...]]:
   """The renderer's vector widths per scalar dtype (largest first); none declared means scalars only."""
   return renderer.vector_widths or {}
 
+_VECTOR_MEMORY = (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL)
+
+def _memory(buf: UOp) -> Ops:
+  """The kind of memory an INDEX addresses (through an AFTER: shared memory read after a barrier)."""
+  return buf.src[0].op if buf.op is Ops.AFTER else buf.op
+
 def split_offset(idx: UOp) -> tuple[frozenset, int]:
   """An index as (the multiset of its non-constant terms, its constant part): equal keys differ by a constant."""
   terms: Counter = Counter()
@@ -179,11 +185,11 @@ class Vectorizer:
     return out
 
   def scalar_loads(self, sink: UOp) -> UOp:
-    """Scalar LOADs left over at consecutive addresses (a row of A in a matmul's unrolled k loop) become one vector
-    LOAD and GEPs of it."""
+    """Scalar LOADs left over at consecutive addresses (a row of A in a matmul's unrolled k loop, a tensor core's
+    fragment in shared memory) become one vector LOAD and GEPs of it."""
     groups: dict[tuple, list[tuple[int, UOp]]] = {}
     for u in sink.toposort():
-      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and _memory(u.src[0].src[0]) in _VECTOR_MEMORY:
         index = u.src[0]
         key, off = split_offset(index.src[1])
         groups.setdefault((index.src[0], index.src[2:], key, u.dtype, u.src[1:]), []).append((off, u))

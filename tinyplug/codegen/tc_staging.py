@@ -1,0 +1,115 @@
+"""The STAGE action: a tensor-core kernel's A and B fragments come from shared memory that the whole work-group fills
+once per K step, instead of each warp loading its own fragments from global memory.
+
+What it builds, for each operand (A, then B) of the kernel's WMMA, from the graph the other actions left (run when the
+actions are done: `Kernel.finished_sink`, so the tile is final):
+- the operand's loads (one per fragment element) vary, within one work-group and one trip of the K loop, only with
+  the ranges of kind local, warp, upcast and unroll they use; each combination of those is a *slot*, and the slots'
+  fragments are exactly the operand's tile of this K step (A's rows of the work-group times the K step, B likewise);
+- a `DEFINE_LOCAL` holds the tile in fragment order (slot-major, the elements of a slot side by side, so every lane
+  reads its own fragment as a few contiguous vectors), twice: K steps alternate between the halves;
+- every thread of the work-group fills slots `tid, tid + T, ...` (T threads; `tid` the hardware order, lanes
+  fastest): it loads each element from global memory with the operand's own load, its ranges replaced by the slot's
+  coordinates (a PADTO's gates come along), and stores it; a BARRIER waits for all the stores of both operands;
+- the WMMA's operands become loads of this thread's slot, from `AFTER(buffer, barrier)`: the linearizer emits the
+  barrier (and the stores before it) ahead of them, inside the K loop.
+
+One barrier per K step is enough because of the two halves: a thread writes step k+1's half only after passing step
+k's barrier, and reads of step k-1's half (the one step k+1 overwrites) are done by every thread before it reaches
+step k's barrier. Refused where the two halves do not fit the renderer's shared memory."""
+from __future__ import annotations
+import math
+from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+# the kinds of range whose values differ between the fragment loads of one work-group in one trip of the K loop
+VARYING = ("warp", "local", "upcast", "unroll")
+
+class StagingError(ValueError):
+  pass
+
+def _size(r: UOp) -> int: return r.src[0].arg
+
+def _linear(ranges: list[UOp], dtype) -> UOp:
+  """sum of ranges[i] * prod(sizes before i): ranges[0] is the fastest."""
+  total, stride = None, 1
+  for r in ranges:
+    term = r * stride if stride != 1 else r
+    total, stride = term if total is None else total + term, stride * _size(r)
+  return total if total is not None else UOp.const(dtype, 0)
+
+def _ranges_of(u: UOp) -> set[UOp]: return {x for x in u.toposort() if x.op is Ops.RANGE}
+
+def _thread_ranges(sink: UOp) -> list[UOp]:
+  """The work-group's thread ranges, fastest first, in the order gpudims gives them ids (the warp's lanes, then the
+  local ranges, innermost id first): consecutive `tid`s are consecutive lanes of one warp."""
+  rs = [r for r in _ranges_of(sink) if r.arg[1] in ("local", "warp")]
+  warp = [r for r in rs if r.arg[1] == "warp"]
+  return warp + sorted((r for r in rs if r.arg[1] == "local"), key=lambda r: r.arg, reverse=True)
+
+def _gated(load: UOp, gate: UOp) -> UOp:
+  """`load` read only where `gate` holds (0 elsewhere)."""
+  index = load.src[0]
+  g = gate if len(index.src) < 3 else UOp(Ops.AND, dtypes.bool, (index.src[2], gate))
+  return UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, index.dtype, (*index.src[:2], g), index.arg),
+                                    UOp.const(load.dtype, 0)), load.arg)
+
+def stage_operands(sink: UOp, renderer) -> UOp:
+  """`sink` with its WMMAs' A and B operands read from shared memory (see the module docstring)."""
+  from tinyplug.codegen.kernel import replace_nodes
+  cores = {tc.name: tc for tc in getattr(renderer, "tensor_cores", ())}
+  wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA and u.arg in cores]
+  if not wmmas: raise StagingError("the kernel has no tensor-core WMMA to stage (TC first)")
+  if renderer is None or not renderer.has_shared: raise StagingError("the renderer has no shared memory")
+  threads = _thread_ranges(sink)
+  n_threads = math.prod(_size(r) for r in threads)
+  operands: dict[tuple[UOp, ...], None] = {}
+  for w in wmmas:
+    n_a, n_b, _ = cores[w.arg].elements
+    operands[tuple(w.src[:n_a])] = None
+    operands[tuple(w.src[n_a:n_a + n_b])] = None
+  subs: dict[UOp, UOp] = {}
+  fills: list[UOp] = []
+  staged: list[tuple[UOp, list[UOp], UOp]] = []   # (buffer, the operand's loads, their new index base) per operand
+  shared_bytes = 0
+  for i, loads in enumerate(operands):
+    if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
+           for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
+    used = set().union(*(_ranges_of(x) for x in loads))
+    if any(r.src[0].op is not Ops.CONST for r in used): raise StagingError("a WMMA operand's range has no fixed size")
+    varying = [r for r in threads if r in used] + sorted((r for r in used if r.arg[1] in VARYING and r not in threads),
+                                                        key=lambda r: r.arg)
+    steps = sorted((r for r in used if r.arg[1] == "reduce"), key=lambda r: r.arg, reverse=True)
+    idx_dt = (varying or threads or steps)[0].dtype if (varying or threads or steps) else dtypes.index
+    n, slots = len(loads), math.prod(_size(r) for r in varying)
+    dt = loads[0].dtype
+    buf = UOp(Ops.DEFINE_LOCAL, dt.ptr(2 * slots * n, local=True), (), f"stage{i}")
+    shared_bytes += 2 * slots * n * dt.itemsize
+    half = (_linear(steps, idx_dt) % 2) * (slots * n) if steps else UOp.const(idx_dt, 0)
+    # the fill: this thread's slots, each slot's coordinates decoded from its number
+    tid = _linear(threads, idx_dt)
+    for j in range(-(-slots // n_threads)):
+      s = tid + n_threads * j if j else tid
+      gate = UOp(Ops.CMPLT, dtypes.bool, (s, UOp.const(idx_dt, slots))) if slots % n_threads else None
+      coords, stride = {}, 1
+      for r in varying:
+        coords[r] = (s // stride if stride != 1 else s) % _size(r)
+        stride *= _size(r)
+      for e, x in enumerate(loads):
+        value = replace_nodes(x, coords)
+        if gate is not None: value = _gated(value, gate)
+        at = (UOp(Ops.INDEX, buf.dtype, (buf, half + s * n + e)) if gate is None else
+              UOp(Ops.INDEX, buf.dtype, (buf, half + s * n + e, gate)))
+        fills.append(UOp(Ops.STORE, dtypes.void, (at, value)))
+    staged.append((buf, list(loads), half + _linear(varying, idx_dt) * n))
+  shared_max = getattr(renderer, "shared_max", 0)
+  if shared_max and shared_bytes > shared_max:
+    raise StagingError(f"staging needs {shared_bytes} bytes of shared memory; the device has {shared_max}")
+  barrier = UOp(Ops.BARRIER, dtypes.void, tuple(fills))
+  for buf, loads, base in staged:
+    mem = UOp(Ops.AFTER, buf.dtype, (buf, barrier))
+    for e, x in enumerate(loads): subs[x] = UOp(Ops.LOAD, x.dtype, (UOp(Ops.INDEX, buf.dtype, (mem, base + e)),))
+  return replace_nodes(sink, subs)
+
+def is_staged(sink: UOp) -> bool:
+  return any(u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_LOCAL for u in sink.toposort())
