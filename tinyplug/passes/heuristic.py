@@ -250,14 +250,23 @@ def tensor_core_opts(k: Kernel) -> list[Opt] | None:
   return None
 
 def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
-  """A matmul on tensor cores: each thread runs a register tile of up to 2x4 WMMAs per K-tile (the A fragments reused
-  across the row, the B ones down the column), two K-tiles per loop trip, and up to 2x2 warps share a work-group."""
+  """A matmul on tensor cores: each warp runs a register tile of up to 4x4 WMMAs per K-tile (64x32 of the output for
+  m16n8k16: each A fragment is reused across the row, each B fragment down the column), two K-tiles per loop trip,
+  up to 2x4 warps share a work-group (a 128x128 block), and with two warps or more the work-group stages A and B
+  through shared memory (STAGE: each K step's tiles are read from global memory once per work-group, not once per
+  warp), where it fits."""
   for o in actions: k.apply_opt(o)
   m, n = len(k.loop_axes) - 2, len(k.loop_axes) - 1
-  for axis, amts in ((n, (4, 2)), (m, (2,))):
-    any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in amts)
+  for axis in (n, m): any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in (4, 2))
   _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, 2))
-  for axis in (n, m): _try(k, Opt(OptOps.LOCAL, axis, 2))
+  for axis, amts in ((n, (4, 2)), (m, (2,))): any(_try(k, Opt(OptOps.LOCAL, axis, a)) for a in amts)
+  if math.prod(r.src[0].arg for r in k.ranges if r.arg[1] == "local") >= 2:   # warps per work-group
+    trial = k.copy()
+    try:
+      trial.apply_opt(Opt(OptOps.STAGE))
+      trial.finished_sink()   # the staged tiles must fit the shared memory
+      k.apply_opt(Opt(OptOps.STAGE))
+    except KernelOptError: pass
   return k.applied_opts
 
 def heuristic_opts(k: Kernel) -> list[Opt]:
