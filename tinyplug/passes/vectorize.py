@@ -154,8 +154,18 @@ class Vectorizer:
 
   # ---- the pass ----
   def stores(self, sink: UOp) -> UOp:
+    """Scalar STOREs at consecutive addresses become vector STOREs: the kernel's own (the SINK's sources) and those a
+    BARRIER waits for (a tensor core's operands staged into shared memory)."""
+    src = self.store_list(sink.src)
+    if src is not sink.src: sink = UOp(Ops.SINK, sink.dtype, src, sink.arg)
+    subs = {}
+    for u in sink.toposort():
+      if u.op is Ops.BARRIER and (new := self.store_list(u.src)) is not u.src: subs[u] = UOp(Ops.BARRIER, u.dtype, new, u.arg)
+    return sink.substitute(subs, name="vector stores") if subs else sink
+
+  def store_list(self, stores: tuple[UOp, ...]) -> tuple[UOp, ...]:
     groups: dict[tuple, list[tuple[int, UOp]]] = {}
-    for s in sink.src:
+    for s in stores:
       if s.op is not Ops.STORE or s.src[0].op is not Ops.INDEX or s.src[1].dtype.count != 1: continue
       index = s.src[0]
       key, off = split_offset(index.src[1])
@@ -171,9 +181,8 @@ class Vectorizer:
           value = self.vec(tuple(s.src[1] for s in chunk))
           replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (vindex, value), chunk[0].arg)
           for s in chunk[1:]: replace[s] = None
-    if not replace: return sink
-    src = tuple(replace.get(s, s) for s in sink.src)
-    return UOp(Ops.SINK, sink.dtype, tuple(s for s in src if s is not None), sink.arg)
+    if not replace: return stores
+    return tuple(x for x in (replace.get(s, s) for s in stores) if x is not None)
 
   def _chunks(self, run: list[UOp], dt: DType) -> list[list[UOp]]:
     widths = self.widths.get(dt, ()) if dt.count == 1 else ()
