@@ -57,10 +57,10 @@ def _gated(load: UOp, gate: UOp) -> UOp:
 def stage_operands(sink: UOp, renderer) -> UOp:
   """`sink` with its WMMAs' A and B operands read from shared memory (see the module docstring)."""
   from tinyplug.codegen.kernel import replace_nodes
-  cores = {tc.name: tc for tc in getattr(renderer, "tensor_cores", ())}
+  if renderer is None or not renderer.has_shared: raise StagingError("the renderer has no shared memory")
+  cores = {tc.name: tc for tc in renderer.tensor_cores}
   wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA and u.arg in cores]
   if not wmmas: raise StagingError("the kernel has no tensor-core WMMA to stage (TC first)")
-  if renderer is None or not renderer.has_shared: raise StagingError("the renderer has no shared memory")
   threads = _thread_ranges(sink)
   n_threads = math.prod(_size(r) for r in threads)
   operands: dict[tuple[UOp, ...], None] = {}
@@ -102,7 +102,7 @@ def stage_operands(sink: UOp, renderer) -> UOp:
               UOp(Ops.INDEX, buf.dtype, (buf, half + s * n + e, gate)))
         fills.append(UOp(Ops.STORE, dtypes.void, (at, value)))
     staged.append((buf, list(loads), half + _linear(varying, idx_dt) * n))
-  shared_max = getattr(renderer, "shared_max", 0)
+  shared_max = renderer.shared_max
   if shared_max and shared_bytes > shared_max:
     raise StagingError(f"staging needs {shared_bytes} bytes of shared memory; the device has {shared_max}")
   barrier = UOp(Ops.BARRIER, dtypes.void, tuple(fills))
