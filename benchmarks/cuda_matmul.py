@@ -42,35 +42,36 @@ def _tinyplug_kernel(n: int, settings: dict, reps: int, a_np, b_np, device: str 
 
 # explicit action lists for the tensor-core kernel, timed beside the heuristic's with --variants: register tiles of
 # WMMAs per warp (UPCAST of the N and M tile axes), warps per work-group (LOCAL), the K step (UNROLL of 16-deep
-# K-tiles), with and without staging A and B through shared memory (STAGE)
+# K-tiles), with and without staging A and B through shared memory (STAGE; STAGE:1 also prefetches the next K step)
 VARIANTS = [
   "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:2",                # main before STAGE: 32x32/warp, 64x64 block
-  "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE",
-  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2",                # 64x32/warp, 128x128 block, no STAGE
-  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE",          # the heuristic's default
-  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE",          # 64x32/warp, 128x64 block, 4 warps
-  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE",          # 64x32/warp, 256x64 block
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2",                # 64x32/warp, 128x128 block, not staged
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE",          # ... staged
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:1",        # ... staged, next K step prefetched (default)
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:1",        # 64x32/warp, 128x64 block, 4 warps
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE:1",        # 64x32/warp, 256x64 block
   "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE",          # 64x64/warp, 128x128 block
-  "TC0:0 UPCAST1:8 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE",          # 32x64/warp, 128x128 block
-  "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:4 LOCAL0:4 STAGE",          # 32x32/warp, 128x128 block, 16 warps
-  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:4 LOCAL1:2 LOCAL0:2 STAGE",          # K step 64
-  "TC0:0 UPCAST1:2 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE",          # 64x16/warp
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:1",
+  "TC0:0 UPCAST1:8 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE:1",        # 32x64/warp, 128x128 block
+  "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:4 LOCAL0:4 STAGE:1",        # 32x32/warp, 128x128 block, 16 warps
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:4 LOCAL1:2 LOCAL0:2 STAGE:1",        # K step 64, 4 warps
+  "TC0:0 UPCAST1:2 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:1",        # 64x16/warp
 ]
 
 def parse_variant(text: str) -> list:
-  """`"TC0:0 UPCAST1:4 STAGE"` -> [Opt(TC, 0, 0), Opt(UPCAST, 1, 4), Opt(STAGE)]."""
+  """`"TC0:0 UPCAST1:4 STAGE:1"` -> [Opt(TC, 0, 0), Opt(UPCAST, 1, 4), Opt(STAGE, None, 1)]."""
   from tinyplug.codegen.kernel import Opt, OptOps
   opts = []
   for tok in text.split():
     name = tok.rstrip("0123456789:")
     if name not in OptOps.__members__: raise ValueError(f"{tok!r}: {name!r} is not an action ({', '.join(OptOps.__members__)})")
-    nums = [int(x) for x in tok[len(name):].split(":") if x] if tok[len(name):] else []
-    opts.append(Opt(OptOps[name], *nums))
+    axis, _, arg = tok[len(name):].partition(":")   # "UPCAST1:4", "STAGE:1" (no axis), "STAGE"
+    opts.append(Opt(OptOps[name], int(axis) if axis else None, int(arg) if arg else None))
   return opts
 
 def actions_text(opts) -> str:
   """The spelling `parse_variant` reads: `TC0:0 UPCAST1:4 STAGE`."""
-  return " ".join(o.op.name + ":".join(str(x) for x in (o.axis, o.arg) if x is not None) for o in opts)
+  return " ".join(o.op.name + ("" if o.axis is None else str(o.axis)) + ("" if o.arg is None else f":{o.arg}") for o in opts)
 
 def _variant_kernel(n: int, opts: list, reps: int, a_np, b_np, device: str = "CUDA"):
   """`_tinyplug_kernel` with explicit actions: (best GPU seconds, the actions, seconds to build, result)."""

@@ -47,7 +47,7 @@ class Kernel:
     self.sink, self.renderer = sink, renderer
     self.applied_opts: list[Opt] = []
     self.dont_use_locals = False
-    self.staged = False   # STAGE: the tensor core's operands go through shared memory (built by finished_sink)
+    self.staged: int | None = None   # STAGE's arg (0: plain, 1: prefetch): built by finished_sink
 
   def copy(self) -> Kernel:
     k = Kernel(self.sink, self.renderer)
@@ -119,18 +119,19 @@ class Kernel:
 
   def _stage(self, opt: Opt) -> None:
     from tinyplug.codegen.tensor_cores import has_warp
-    if self.staged: raise KernelOptError(f"{opt}: the operands are staged already")
+    if self.staged is not None: raise KernelOptError(f"{opt}: the operands are staged already")
+    if opt.arg not in (None, 0, 1): raise KernelOptError(f"{opt}: arg is 0 (stage) or 1 (stage and prefetch the next K step)")
     if not has_warp(self.sink): raise KernelOptError(f"{opt}: stages a tensor core's operands; apply TC first")
     if self.renderer is None or not self.renderer.has_shared or self.dont_use_locals:
       raise KernelOptError(f"{opt}: the renderer has no shared memory")
-    self.staged = True
+    self.staged = opt.arg or 0
 
   def finished_sink(self) -> UOp:
     """The kernel once every action is applied: STAGE's shared-memory staging is built last (codegen/tc_staging.py),
     when the tile it copies is final."""
-    if not self.staged: return self.sink
+    if self.staged is None: return self.sink
     from tinyplug.codegen.tc_staging import StagingError, stage_operands
-    try: return stage_operands(self.sink, self.renderer)
+    try: return stage_operands(self.sink, self.renderer, prefetch=self.staged == 1)
     except StagingError as e: raise KernelOptError(f"{Opt(OptOps.STAGE)}: {e}") from None
 
   def _padto(self, opt: Opt) -> UOp:

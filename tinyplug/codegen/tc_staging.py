@@ -19,6 +19,7 @@ k's barrier, and reads of step k-1's half (the one step k+1 overwrites) are done
 step k's barrier. Refused where the two halves do not fit the renderer's shared memory."""
 from __future__ import annotations
 import math
+from dataclasses import dataclass
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
@@ -54,62 +55,102 @@ def _gated(load: UOp, gate: UOp) -> UOp:
   return UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, index.dtype, (*index.src[:2], g), index.arg),
                                     UOp.const(load.dtype, 0)), load.arg)
 
-def stage_operands(sink: UOp, renderer) -> UOp:
-  """`sink` with its WMMAs' A and B operands read from shared memory (see the module docstring)."""
+def stage_operands(sink: UOp, renderer, prefetch: bool = False) -> UOp:
+  """`sink` with its WMMAs' A and B operands read from shared memory (see the module docstring); with `prefetch`,
+  each K step's loop trip loads the next step's tiles while its tensor cores run (see `_prefetched`)."""
   from tinyplug.codegen.kernel import replace_nodes
   if renderer is None or not renderer.has_shared: raise StagingError("the renderer has no shared memory")
   cores = {tc.name: tc for tc in renderer.tensor_cores}
   wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA and u.arg in cores]
   if not wmmas: raise StagingError("the kernel has no tensor-core WMMA to stage (TC first)")
   threads = _thread_ranges(sink)
-  n_threads = math.prod(_size(r) for r in threads)
   operands: dict[tuple[UOp, ...], None] = {}
   for w in wmmas:
     n_a, n_b, _ = cores[w.arg].elements
     operands[tuple(w.src[:n_a])] = None
     operands[tuple(w.src[n_a:n_a + n_b])] = None
-  subs: dict[UOp, UOp] = {}
-  fills: list[UOp] = []
-  staged: list[tuple[UOp, list[UOp], UOp]] = []   # (buffer, the operand's loads, their new index base) per operand
-  shared_bytes = 0
-  for i, loads in enumerate(operands):
-    if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
-           for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
-    used = set().union(*(_ranges_of(x) for x in loads))
-    if any(r.src[0].op is not Ops.CONST for r in used): raise StagingError("a WMMA operand's range has no fixed size")
-    varying = [r for r in threads if r in used] + sorted((r for r in used if r.arg[1] in VARYING and r not in threads),
-                                                        key=lambda r: r.arg)
-    steps = sorted((r for r in used if r.arg[1] == "reduce"), key=lambda r: r.arg, reverse=True)
-    idx_dt = (varying or threads or steps)[0].dtype if (varying or threads or steps) else dtypes.index
-    n, slots = len(loads), math.prod(_size(r) for r in varying)
-    dt = loads[0].dtype
-    buf = UOp(Ops.DEFINE_LOCAL, dt.ptr(2 * slots * n, local=True), (), f"stage{i}")
-    shared_bytes += 2 * slots * n * dt.itemsize
-    half = (_linear(steps, idx_dt) % 2) * (slots * n) if steps else UOp.const(idx_dt, 0)
-    # the fill: this thread's slots, each slot's coordinates decoded from its number
-    tid = _linear(threads, idx_dt)
-    for j in range(-(-slots // n_threads)):
-      s = tid + n_threads * j if j else tid
-      gate = UOp(Ops.CMPLT, dtypes.bool, (s, UOp.const(idx_dt, slots))) if slots % n_threads else None
-      coords, stride = {}, 1
-      for r in varying:
-        coords[r] = (s // stride if stride != 1 else s) % _size(r)
-        stride *= _size(r)
-      for e, x in enumerate(loads):
-        value = replace_nodes(x, coords)
-        if gate is not None: value = _gated(value, gate)
-        at = (UOp(Ops.INDEX, buf.dtype, (buf, half + s * n + e)) if gate is None else
-              UOp(Ops.INDEX, buf.dtype, (buf, half + s * n + e, gate)))
-        fills.append(UOp(Ops.STORE, dtypes.void, (at, value)))
-    staged.append((buf, list(loads), half + _linear(varying, idx_dt) * n))
-  shared_max = renderer.shared_max
-  if shared_max and shared_bytes > shared_max:
-    raise StagingError(f"staging needs {shared_bytes} bytes of shared memory; the device has {shared_max}")
-  barrier = UOp(Ops.BARRIER, dtypes.void, tuple(fills))
-  for buf, loads, base in staged:
-    mem = UOp(Ops.AFTER, buf.dtype, (buf, barrier))
-    for e, x in enumerate(loads): subs[x] = UOp(Ops.LOAD, x.dtype, (UOp(Ops.INDEX, buf.dtype, (mem, base + e)),))
-  return replace_nodes(sink, subs)
+  plans = [_plan(i, loads, threads) for i, loads in enumerate(operands)]
+  shared_bytes = sum(p.buf.dtype.size * p.loads[0].dtype.itemsize for p in plans)
+  if renderer.shared_max and shared_bytes > renderer.shared_max:
+    raise StagingError(f"staging needs {shared_bytes} bytes of shared memory; the device has {renderer.shared_max}")
+  steps = {r for p in plans for r in p.steps}
+  loop = next(iter(steps)) if prefetch and len(steps) == 1 and _size(next(iter(steps))) >= 2 else None
+  if loop is None:   # each trip fills its own half, then waits
+    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(st for p in plans for st in _fill(p, {}, p.buf, None, threads)))
+    return replace_nodes(sink, _reads(plans, barrier))
+  return _prefetched(sink, plans, loop, threads)
 
-def is_staged(sink: UOp) -> bool:
-  return any(u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_LOCAL for u in sink.toposort())
+def _prefetched(sink: UOp, plans: list, loop: UOp, threads: list[UOp]) -> UOp:
+  """Step 0's tiles are filled before the K loop; trip k waits at the barrier (the fills of step k are in its half),
+  then fills step k+1 into the other half (gated off in the last trip) while the WMMAs read step k: the fill hangs
+  on the WMMAs' results as `AFTER(element, stores...)`, so the linearizer emits its global loads before the WMMAs and
+  its stores after them. Trip k's stores go into the half trip k-1 read: they are ordered after trip k's barrier."""
+  from tinyplug.codegen.kernel import replace_nodes
+  first = [st for p in plans for st in _fill(p, {loop: UOp.const(loop.dtype, 0)}, p.buf, None, threads)]
+  barrier = UOp(Ops.BARRIER, dtypes.void, (*first, loop))   # the loop among its sources: one barrier per trip
+  nxt = loop + 1
+  more = UOp(Ops.CMPLT, dtypes.bool, (nxt, UOp.const(loop.dtype, _size(loop))))
+  ahead = tuple(st for p in plans
+                for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, barrier)), more, threads))
+  staged = replace_nodes(sink, _reads(plans, barrier))
+  elements = {u: UOp(Ops.AFTER, u.dtype, (u, *ahead)) for u in staged.toposort()
+              if u.op is Ops.GEP and u.src[0].op is Ops.WMMA}
+  return replace_nodes(staged, elements)
+
+@dataclass(frozen=True)
+class _Plan:
+  """One operand's staging: its loads, the ranges that tell its slots apart (fastest first), its K loop ranges, the
+  shared buffer (two halves) and where this thread's slot starts in the half of the current K step."""
+  loads: tuple[UOp, ...]
+  varying: tuple[UOp, ...]
+  steps: tuple[UOp, ...]
+  buf: UOp
+  half: UOp
+  slots: int
+
+def _plan(i: int, loads: tuple[UOp, ...], threads: list[UOp]) -> _Plan:
+  if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
+         for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
+  used = set().union(*(_ranges_of(x) for x in loads))
+  if any(r.src[0].op is not Ops.CONST for r in used): raise StagingError("a WMMA operand's range has no fixed size")
+  varying = [r for r in threads if r in used] + sorted((r for r in used if r.arg[1] in VARYING and r not in threads),
+                                                      key=lambda r: r.arg)
+  steps = sorted((r for r in used if r.arg[1] == "reduce"), key=lambda r: r.arg, reverse=True)
+  idx_dt = (varying + threads + steps)[0].dtype if varying + threads + steps else dtypes.index
+  n, slots = len(loads), math.prod(_size(r) for r in varying)
+  buf = UOp(Ops.DEFINE_LOCAL, loads[0].dtype.ptr(2 * slots * n, local=True), (), f"stage{i}")
+  half = (_linear(steps, idx_dt) % 2) * (slots * n) if steps else UOp.const(idx_dt, 0)
+  return _Plan(tuple(loads), tuple(varying), tuple(steps), buf, half, slots)
+
+def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: list[UOp]) -> list[UOp]:
+  """The stores of this thread's slots `tid, tid + T, ...` of `p`'s tile, for the K step `at_step` gives (the
+  current one where empty), each slot's coordinates decoded from its number, into `mem` (the buffer, or an AFTER
+  of it), where `extra_gate` holds."""
+  from tinyplug.codegen.kernel import replace_nodes
+  tid, n_threads = _linear(threads, p.half.dtype), math.prod(_size(r) for r in threads)
+  half = replace_nodes(p.half, at_step) if at_step else p.half
+  n, out = len(p.loads), []
+  for j in range(-(-p.slots // n_threads)):
+    s = tid + n_threads * j if j else tid
+    gate = UOp(Ops.CMPLT, dtypes.bool, (s, UOp.const(s.dtype, p.slots))) if p.slots % n_threads else None
+    if extra_gate is not None: gate = extra_gate if gate is None else UOp(Ops.AND, dtypes.bool, (gate, extra_gate))
+    coords, stride = dict(at_step), 1
+    for r in p.varying:
+      coords[r] = (s // stride if stride != 1 else s) % _size(r)
+      stride *= _size(r)
+    for e, x in enumerate(p.loads):
+      value = replace_nodes(x, coords)
+      if gate is not None: value = _gated(value, gate)
+      idx = half + s * n + e
+      out.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, p.buf.dtype, (mem, idx) if gate is None else (mem, idx, gate)),
+                                              value)))
+  return out
+
+def _reads(plans: list[_Plan], barrier: UOp) -> dict[UOp, UOp]:
+  """Each operand load -> the load of this thread's slot element from the current half, after `barrier`."""
+  subs = {}
+  for p in plans:
+    mem = UOp(Ops.AFTER, p.buf.dtype, (p.buf, barrier))
+    base = p.half + _linear(list(p.varying), p.half.dtype) * len(p.loads)
+    for e, x in enumerate(p.loads): subs[x] = UOp(Ops.LOAD, x.dtype, (UOp(Ops.INDEX, p.buf.dtype, (mem, base + e)),))
+  return subs

@@ -254,7 +254,7 @@ def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
   m16n8k16: each A fragment is reused across the row, each B fragment down the column), two K-tiles per loop trip,
   up to 2x4 warps share a work-group (a 128x128 block), and with two warps or more the work-group stages A and B
   through shared memory (STAGE: each K step's tiles are read from global memory once per work-group, not once per
-  warp), where it fits."""
+  warp), loading the next K step's while the tensor cores run (arg 1), where it fits."""
   for o in actions: k.apply_opt(o)
   m, n = len(k.loop_axes) - 2, len(k.loop_axes) - 1
   for axis in (n, m): any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in (4, 2))
@@ -263,9 +263,9 @@ def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
   if math.prod(r.src[0].arg for r in k.ranges if r.arg[1] == "local") >= 2:   # warps per work-group
     trial = k.copy()
     try:
-      trial.apply_opt(Opt(OptOps.STAGE))
+      trial.apply_opt(Opt(OptOps.STAGE, None, 1))
       trial.finished_sink()   # the staged tiles must fit the shared memory
-      k.apply_opt(Opt(OptOps.STAGE))
+      k.apply_opt(Opt(OptOps.STAGE, None, 1))
     except KernelOptError: pass
   return k.applied_opts
 

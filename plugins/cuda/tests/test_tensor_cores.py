@@ -109,7 +109,7 @@ def test_beam_tries_tc_first_and_not_with_tc_0(tensor):
   assert tcs == [Opt(OptOps.TC, 0, 0), Opt(OptOps.TC, 1, 0)] and all(apply_all(k, [a]) is not None for a in tcs)
   after = apply_all(k, [tcs[0]])
   assert not any(a.op is OptOps.TC for a in candidate_actions(after))   # TC is a first action only
-  assert STAGE in candidate_actions(after) and STAGE not in candidate_actions(apply_all(after, [STAGE]))
+  assert {STAGE, PREFETCH} <= set(candidate_actions(after)) and STAGE not in candidate_actions(apply_all(after, [STAGE]))
   assert STAGE not in candidate_actions(k)
   assert any(apply_all(after, [a]) is not None for a in candidate_actions(after))   # the tiles split further
   with Context(TC=0): assert not any(a.op is OptOps.TC for a in candidate_actions(k))
@@ -129,7 +129,7 @@ EMULATED_KERNELS = [
   ((32, 16, 32), [TC0, Opt(OptOps.UNROLL, 0, 2)]),   # K fully unrolled: the two WMMAs chain D into C
   ((24, 12, 40), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.PADTO, 2, 16), TC0]),   # padded first
 ]
-STAGE = Opt(OptOps.STAGE)
+STAGE, PREFETCH = Opt(OptOps.STAGE), Opt(OptOps.STAGE, None, 1)
 # A and B through shared memory (STAGE): with a register tile, K unroll and warps; STAGE before the tile actions (it
 # is built last); fewer A slots than threads (the fill is gated); padded M, N and K (the fill carries the gates)
 STAGED_KERNELS = [
@@ -141,6 +141,9 @@ STAGED_KERNELS = [
   ((24, 12, 40), [Opt(OptOps.PADTO, 0, 32), Opt(OptOps.PADTO, 1, 16), Opt(OptOps.PADTO, 2, 16), TC0,
                   Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), STAGE]),
 ]
+# the same with the next K step prefetched (STAGE arg 1); a single K step has nothing to prefetch (staged plainly)
+STAGED_KERNELS += [(shape, [PREFETCH if o == STAGE else o for o in opts]) for shape, opts in STAGED_KERNELS] + \
+  [((32, 32, 16), [TC0, Opt(OptOps.LOCAL, 1, 4), PREFETCH])]
 
 def _check_mma_kernel(shape, opts, device):
   m, n, k = shape
@@ -167,7 +170,7 @@ def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc,
   a, b = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 48)).astype(np.float32)
   ta, tb = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
   opts = [Opt(OptOps.TC, 0, index), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.LOCAL, 0, 2),
-          Opt(OptOps.LOCAL, 1, 3), STAGE]
+          Opt(OptOps.LOCAL, 1, 3), PREFETCH]
   got, src = _run(ta.matmul(tb, dtype=acc), opts)
   assert f"tp_{name}(" in src and "__syncthreads();" in src
   tol = dict(rtol=1e-2, atol=5e-2) if acc == dtypes.half else dict(rtol=1e-4, atol=1e-3)
@@ -176,13 +179,16 @@ def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc,
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
   """4096^3 fp16: 4x4 WMMAs per warp (64x32), K step 32, 2x4 warps (a 128x128 block), A and B through 32 KB of
-  double-buffered shared memory; NVRTC compiles it."""
+  double-buffered shared memory, the next K step prefetched; NVRTC compiles it."""
   (spec,) = render(tensor(4096, 4096, dtype=dtypes.half).matmul(tensor(4096, 4096, dtype=dtypes.half), dtype=dtypes.float),
                    renderer=CUDARenderer(arch))
   assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
-                               Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), STAGE]
+                               Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), PREFETCH]
   assert spec.local_size == (32, 2, 4) and spec.global_size == (32, 32, 1)
   assert "half stage0[8192];" in spec.src and "half stage1[8192];" in spec.src
+  loop = spec.src.split("for (int ridx")[1]
+  # the fill of the next K step is loaded before the barrier, the step's fragments read after it as 16-byte vectors
+  assert loop.index("(data1+") < loop.index("__syncthreads();") < loop.index("(*((half8*)(stage0+")
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
 
 def test_stage_refuses_what_it_cannot_stage(render, tensor):
@@ -195,6 +201,7 @@ def test_stage_refuses_what_it_cannot_stage(render, tensor):
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
   with pytest.raises(KernelOptError, match="apply TC first"): apply(mm, [STAGE])
   with pytest.raises(KernelOptError, match="staged already"): apply(mm, [TC0, STAGE, STAGE])
+  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 2)])
   # two halves of A (64 slots of 8 halves) and of B (64 slots of 4): 3 KB
   small = CUDARenderer("sm_80", shared_max=2048)
   with pytest.raises(KernelOptError, match="3072 bytes of shared memory; the device has 2048"):
