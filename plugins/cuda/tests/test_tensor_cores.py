@@ -161,9 +161,10 @@ def test_staged_kernel_reads_fragments_from_shared_memory(mock_cuda):
   _, src = _run(Tensor(a).realize().matmul(Tensor(b).realize(), dtype=dtypes.float), STAGED_KERNELS[0][1])
   body = src.split("__global__")[1]
   assert body.count("__shared__") == 2 and body.count("__syncthreads();") == 1   # one barrier per K step
-  call = body.split("tp_mma_m16n8k16_f16_f32(")[1].split(")")[0]
-  loaded = body.split(call.split(", ")[0] + " = ")[1].split(";")[0]   # A's first element comes from a shared vector
-  assert "stage0" in body.split(loaded.split(".")[0] + " = ")[1].split(";")[0] if "." in loaded else "stage0" in loaded
+  fill, reads = body.split("__syncthreads();")
+  # the fill writes whole fragments (A: 8 halves, B: 4) as vectors; after the barrier only shared memory is read
+  assert re.search(r"^\s*\*\(\(half8\*\)\(stage0\+", fill, re.M) and re.search(r"^\s*\*\(\(half4\*\)\(stage1\+", fill, re.M)
+  assert "(*((half8*)(stage0+" in reads and "(*((half4*)(stage1+" in reads and "data1" not in reads.split("}")[0]
 
 @pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
 def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc, index, name, instruction):
