@@ -73,21 +73,25 @@ def actions_text(opts) -> str:
   """The spelling `parse_variant` reads: `TC0:0 UPCAST1:4 STAGE`."""
   return " ".join(o.op.name + ("" if o.axis is None else str(o.axis)) + ("" if o.arg is None else f":{o.arg}") for o in opts)
 
-def _variant_kernel(n: int, opts: list, reps: int, a_np, b_np, device: str = "CUDA"):
-  """`_tinyplug_kernel` with explicit actions: (best GPU seconds, the actions, seconds to build, result)."""
+def matmul_item(a_np, b_np, device: str = "CUDA"):
+  """The one kernel of the fp16 matmul of `a_np` and `b_np` on `device`, and its buffers (inputs filled)."""
   from tinyplug import Tensor, dtypes
-  from tinyplug.codegen import get_program
-  from tinyplug.device import Device
   from tinyplug.schedule import create_schedule
   a = Tensor(a_np, device=device).cast(dtypes.half).realize()
   b = Tensor(b_np, device=device).cast(dtypes.half).realize()
   (item,), _ = create_schedule([a.matmul(b).uop])
+  return item, [buf.ensure_allocated() for buf in item.bufs]
+
+def _variant_kernel(n: int, opts: list, reps: int, item, bufs, device: str = "CUDA"):
+  """`_tinyplug_kernel` with explicit actions, on `matmul_item`'s kernel and buffers: (best GPU seconds, the actions,
+  seconds to build, result)."""
+  from tinyplug.codegen import get_program
+  from tinyplug.device import Device
   dev = Device[device]
   st = time.perf_counter()
   spec = get_program(item.ast, dev.renderer, opts=opts)
   prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
   build = time.perf_counter() - st
-  bufs = [buf.ensure_allocated() for buf in item.bufs]
   run = lambda: prg(*[x.handle for x in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
   times = [run() for _ in range(reps + 1)][1:]
   return min(t if t is not None else float("inf") for t in times), spec.applied_opts, build, bufs[0].numpy().reshape(n, n)
@@ -143,8 +147,9 @@ def main() -> None:
     print(f"{name:36s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f} {build:7.1f}s  {ok:4s}  "
           f"{actions_text(opts) or '(none)'}", flush=True)
   for name, settings in fixed: row(name, *_tinyplug_kernel(n, settings, args.reps, a_np, b_np, args.device))
+  item, bufs = matmul_item(a_np, b_np, args.device) if variants else (None, None)
   for i, text in enumerate(variants):
-    try: row(f"variant {i}", *_variant_kernel(n, parse_variant(text), args.reps, a_np, b_np, args.device))
+    try: row(f"variant {i}", *_variant_kernel(n, parse_variant(text), args.reps, item, bufs, args.device))
     except KernelOptError as e: print(f"{f'variant {i}':36s} refused: {e}  [{text}]", flush=True)
 
 if __name__ == "__main__":

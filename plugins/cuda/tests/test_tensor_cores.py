@@ -213,9 +213,11 @@ def _gpu_with_tensor_cores():
   if not probe_driver()[0]: pytest.skip(f"no NVIDIA GPU: {probe_driver()[1][:80]}")
   if not Device["CUDA"].renderer.tensor_cores: pytest.skip(f"{Device['CUDA'].renderer.arch} has no mma.sync m16n8k16")
 
-@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS + [
+@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS + STAGED_KERNELS + [
   ((512, 256, 1024), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4),
-                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2)])], ids=str)
+                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2)]),
+  ((512, 256, 1024), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), PREFETCH])], ids=str)
 def test_gpu_runs_the_same_kernels(shape, opts):
   """On a real GPU (skipped without one): the hardware's mma agrees with numpy, so the declared layouts are its own."""
   _gpu_with_tensor_cores()
