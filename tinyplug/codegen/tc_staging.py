@@ -82,16 +82,19 @@ def stage_operands(sink: UOp, renderer, prefetch: bool = False) -> UOp:
 
 def _prefetched(sink: UOp, plans: list, loop: UOp, threads: list[UOp]) -> UOp:
   """Step 0's tiles are filled before the K loop; trip k waits at the barrier (the fills of step k are in its half),
-  then fills step k+1 into the other half (gated off in the last trip) while the WMMAs read step k: the fill hangs
+  then fills step k+1 into the other half (the last trip refills its own step there) while the WMMAs read step k: the fill hangs
   on the WMMAs' results as `AFTER(element, stores...)`, so the linearizer emits its global loads before the WMMAs and
   its stores after them. Trip k's stores go into the half trip k-1 read: they are ordered after trip k's barrier."""
   from tinyplug.codegen.kernel import replace_nodes
   first = [st for p in plans for st in _fill(p, {loop: UOp.const(loop.dtype, 0)}, p.buf, None, threads)]
   barrier = UOp(Ops.BARRIER, dtypes.void, (*first, loop))   # the loop among its sources: one barrier per trip
-  nxt = loop + 1
-  more = UOp(Ops.CMPLT, dtypes.bool, (nxt, UOp.const(loop.dtype, _size(loop))))
+  # the last trip loads its own step again rather than a step past the end: no gate (a gated load is a branch), and
+  # its stores go into the half no trip reads any more
+  last = UOp.const(loop.dtype, _size(loop) - 1)
+  nxt = UOp(Ops.WHERE, loop.dtype, (UOp(Ops.CMPLT, dtypes.bool, (loop, last)), loop + 1, last))
+  half = {p: replace_nodes(p.half, {loop: loop + 1}) for p in plans}
   ahead = tuple(st for p in plans
-                for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, barrier)), more, threads))
+                for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, barrier)), None, threads, half[p]))
   staged = replace_nodes(sink, _reads(plans, barrier))
   elements = {u: UOp(Ops.AFTER, u.dtype, (u, *ahead)) for u in staged.toposort()
               if u.op is Ops.GEP and u.src[0].op is Ops.WMMA}
@@ -122,13 +125,13 @@ def _plan(i: int, loads: tuple[UOp, ...], threads: list[UOp]) -> _Plan:
   half = (_linear(steps, idx_dt) % 2) * (slots * n) if steps else UOp.const(idx_dt, 0)
   return _Plan(tuple(loads), tuple(varying), tuple(steps), buf, half, slots)
 
-def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: list[UOp]) -> list[UOp]:
+def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: list[UOp], half: UOp | None = None) -> list[UOp]:
   """The stores of this thread's slots `tid, tid + T, ...` of `p`'s tile, for the K step `at_step` gives (the
   current one where empty), each slot's coordinates decoded from its number, into `mem` (the buffer, or an AFTER
-  of it), where `extra_gate` holds."""
+  of it) at `half` (default: the step's half), where `extra_gate` holds."""
   from tinyplug.codegen.kernel import replace_nodes
   tid, n_threads = _linear(threads, p.half.dtype), math.prod(_size(r) for r in threads)
-  half = replace_nodes(p.half, at_step) if at_step else p.half
+  if half is None: half = replace_nodes(p.half, at_step) if at_step else p.half
   n, out = len(p.loads), []
   for j in range(-(-p.slots // n_threads)):
     s = tid + n_threads * j if j else tid

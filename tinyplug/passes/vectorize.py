@@ -155,12 +155,14 @@ class Vectorizer:
   # ---- the pass ----
   def stores(self, sink: UOp) -> UOp:
     """Scalar STOREs at consecutive addresses become vector STOREs: the kernel's own (the SINK's sources) and those a
-    BARRIER waits for (a tensor core's operands staged into shared memory)."""
+    BARRIER waits for or an AFTER carries (a tensor core's operands staged into shared memory)."""
     src = self.store_list(sink.src)
     if src is not sink.src: sink = UOp(Ops.SINK, sink.dtype, src, sink.arg)
     subs = {}
     for u in sink.toposort():
-      if u.op is Ops.BARRIER and (new := self.store_list(u.src)) is not u.src: subs[u] = UOp(Ops.BARRIER, u.dtype, new, u.arg)
+      if u.op not in (Ops.BARRIER, Ops.AFTER): continue
+      keep = 1 if u.op is Ops.AFTER else 0   # an AFTER's first source is its value
+      if (new := self.store_list(u.src[keep:])) is not u.src[keep:]: subs[u] = UOp(u.op, u.dtype, u.src[:keep] + new, u.arg)
     return sink.substitute(subs, name="vector stores") if subs else sink
 
   def store_list(self, stores: tuple[UOp, ...]) -> tuple[UOp, ...]:
