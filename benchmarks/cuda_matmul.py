@@ -64,14 +64,16 @@ def parse_variant(text: str) -> list:
   opts = []
   for tok in text.split():
     name = tok.rstrip("0123456789:")
-    if name not in OptOps.__members__: raise ValueError(f"{tok!r}: {name!r} is not an action ({', '.join(OptOps.__members__)})")
+    if name not in OptOps.__members__:
+      raise ValueError(f"{tok!r}: {name!r} is not an action ({', '.join(OptOps.__members__)})")
     axis, _, arg = tok[len(name):].partition(":")   # "UPCAST1:4", "STAGE:1" (no axis), "STAGE"
     opts.append(Opt(OptOps[name], int(axis) if axis else None, int(arg) if arg else None))
   return opts
 
 def actions_text(opts) -> str:
   """The spelling `parse_variant` reads: `TC0:0 UPCAST1:4 STAGE`."""
-  return " ".join(o.op.name + ("" if o.axis is None else str(o.axis)) + ("" if o.arg is None else f":{o.arg}") for o in opts)
+  def one(o) -> str: return o.op.name + ("" if o.axis is None else str(o.axis)) + ("" if o.arg is None else f":{o.arg}")
+  return " ".join(one(o) for o in opts)
 
 def matmul_item(a_np, b_np, device: str = "CUDA"):
   """The one kernel of the fp16 matmul of `a_np` and `b_np` on `device`, and its buffers (inputs filled)."""
@@ -94,7 +96,8 @@ def _variant_kernel(n: int, opts: list, reps: int, item, bufs, device: str = "CU
   build = time.perf_counter() - st
   run = lambda: prg(*[x.handle for x in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
   times = [run() for _ in range(reps + 1)][1:]
-  return min(t if t is not None else float("inf") for t in times), spec.applied_opts, build, bufs[0].numpy().reshape(n, n)
+  best = min(t if t is not None else float("inf") for t in times)
+  return best, spec.applied_opts, build, bufs[0].numpy().reshape(n, n)
 
 def _torch(n: int, reps: int, a_np, b_np):
   import torch
@@ -116,7 +119,8 @@ def main() -> None:
                   help="also time explicit action lists: ';'-separated, or none given: the built-in VARIANTS")
   ap.add_argument("--device", default="CUDA", help="tinyplug's device (MOCK+CUDA: a smoke test on the emulator)")
   args = ap.parse_args()
-  variants = [v.strip() for v in (";".join(VARIANTS) if args.variants == "builtin" else args.variants).split(";") if v.strip()]
+  text = ";".join(VARIANTS) if args.variants == "builtin" else args.variants
+  variants = [v.strip() for v in text.split(";") if v.strip()]
   for v in variants: parse_variant(v)   # a misspelt action stops the run before anything is timed
   import numpy as np
   from tinyplug.codegen.kernel import KernelOptError
@@ -132,7 +136,8 @@ def main() -> None:
     t_torch, ref, gpu = _torch(n, args.reps, a_np, b_np)
   else:   # a smoke test of the script off a GPU: numpy's product is the reference, nothing to compare times with
     t_torch, gpu = float("nan"), args.device
-    ref = (a_np.astype(np.float16).astype(np.float32) @ b_np.astype(np.float16).astype(np.float32)).astype(np.float16).astype(np.float32)
+    def half(x): return x.astype(np.float16).astype(np.float32)
+    ref = half(half(a_np) @ half(b_np))
   fixed = [("tinyplug, tensor cores (TC=1)", {"TC": 1, "BEAM": 0}),
            ("tinyplug, no tensor cores (TC=0)", {"TC": 0, "BEAM": 0})]
   if args.beam: fixed.append((f"tinyplug, BEAM={args.beam}", {"TC": 1, "BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}))

@@ -33,7 +33,7 @@ def test_small_kernels_keep_32_bit_index_math(device):
 
 def test_a_matmul_whose_broadcast_product_passes_2_to_the_31_keeps_32_bit_index_math(device):
   """4096^3: `a * b` before the sum has 2^36 elements but is indexed axis by axis (no reshape flattens it), every
-  buffer and axis fits int32: the kernel's ids, loops and offsets stay 32-bit (64-bit ones slowed the fp16 GPU matmul)."""
+  buffer and axis fits int32: the kernel's ids, loops and offsets stay 32-bit (64-bit ones slowed the GPU matmul)."""
   a, b = Tensor.empty(4096, 4096, device=device), Tensor.empty(4096, 4096, device=device)
   assert _index_dtypes(_program(a @ b, device)) == {dtypes.int32}
 

@@ -120,7 +120,8 @@ class Kernel:
   def _stage(self, opt: Opt) -> None:
     from tinyplug.codegen.tensor_cores import has_warp
     if self.staged is not None: raise KernelOptError(f"{opt}: the operands are staged already")
-    if opt.arg not in (None, 0, 1): raise KernelOptError(f"{opt}: arg is 0 (stage) or 1 (stage and prefetch the next K step)")
+    if opt.arg not in (None, 0, 1):
+      raise KernelOptError(f"{opt}: arg is 0 (stage) or 1 (stage and prefetch the next K step)")
     if not has_warp(self.sink): raise KernelOptError(f"{opt}: stages a tensor core's operands; apply TC first")
     if self.renderer is None or not self.renderer.has_shared or self.dont_use_locals:
       raise KernelOptError(f"{opt}: the renderer has no shared memory")

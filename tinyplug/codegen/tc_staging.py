@@ -82,7 +82,8 @@ def stage_operands(sink: UOp, renderer, prefetch: bool = False) -> UOp:
 
 def _prefetched(sink: UOp, plans: list, loop: UOp, threads: list[UOp]) -> UOp:
   """Step 0's tiles are filled before the K loop; trip k waits at the barrier (the fills of step k are in its half),
-  then fills step k+1 into the other half (the last trip refills its own step there) while the WMMAs read step k: the fill hangs
+  then fills step k+1 into the other half (the last trip refills its own step there) while the WMMAs read step
+  k: the fill hangs
   on the WMMAs' results as `AFTER(element, stores...)`, so the linearizer emits its global loads before the WMMAs and
   its stores after them. Trip k's stores go into the half trip k-1 read: they are ordered after trip k's barrier."""
   from tinyplug.codegen.kernel import replace_nodes
@@ -125,7 +126,8 @@ def _plan(i: int, loads: tuple[UOp, ...], threads: list[UOp]) -> _Plan:
   half = (_linear(steps, idx_dt) % 2) * (slots * n) if steps else UOp.const(idx_dt, 0)
   return _Plan(tuple(loads), tuple(varying), tuple(steps), buf, half, slots)
 
-def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: list[UOp], half: UOp | None = None) -> list[UOp]:
+def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: list[UOp],
+          half: UOp | None = None) -> list[UOp]:
   """The stores of this thread's slots `tid, tid + T, ...` of `p`'s tile, for the K step `at_step` gives (the
   current one where empty), each slot's coordinates decoded from its number, into `mem` (the buffer, or an AFTER
   of it) at `half` (default: the step's half), where `extra_gate` holds."""
@@ -145,8 +147,8 @@ def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: li
       value = replace_nodes(x, coords)
       if gate is not None: value = _gated(value, gate)
       idx = half + s * n + e
-      out.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, p.buf.dtype, (mem, idx) if gate is None else (mem, idx, gate)),
-                                              value)))
+      at = UOp(Ops.INDEX, p.buf.dtype, (mem, idx) if gate is None else (mem, idx, gate))
+      out.append(UOp(Ops.STORE, dtypes.void, (at, value)))
   return out
 
 def _reads(plans: list[_Plan], barrier: UOp) -> dict[UOp, UOp]:

@@ -162,7 +162,8 @@ class Vectorizer:
     for u in sink.toposort():
       if u.op not in (Ops.BARRIER, Ops.AFTER): continue
       keep = 1 if u.op is Ops.AFTER else 0   # an AFTER's first source is its value
-      if (new := self.store_list(u.src[keep:])) is not u.src[keep:]: subs[u] = UOp(u.op, u.dtype, u.src[:keep] + new, u.arg)
+      old = u.src[keep:]
+      if (new := self.store_list(old)) is not old: subs[u] = UOp(u.op, u.dtype, u.src[:keep] + new, u.arg)
     return sink.substitute(subs, name="vector stores") if subs else sink
 
   def store_list(self, stores: tuple[UOp, ...]) -> tuple[UOp, ...]:
@@ -200,7 +201,8 @@ class Vectorizer:
     fragment in shared memory) become one vector LOAD and GEPs of it."""
     groups: dict[tuple, list[tuple[int, UOp]]] = {}
     for u in sink.toposort():
-      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and _memory(u.src[0].src[0]) in _VECTOR_MEMORY:
+      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and \
+         _memory(u.src[0].src[0]) in _VECTOR_MEMORY:
         index = u.src[0]
         key, off = split_offset(index.src[1])
         groups.setdefault((index.src[0], index.src[2:], key, u.dtype, u.src[1:]), []).append((off, u))

@@ -109,7 +109,8 @@ def test_beam_tries_tc_first_and_not_with_tc_0(tensor):
   assert tcs == [Opt(OptOps.TC, 0, 0), Opt(OptOps.TC, 1, 0)] and all(apply_all(k, [a]) is not None for a in tcs)
   after = apply_all(k, [tcs[0]])
   assert not any(a.op is OptOps.TC for a in candidate_actions(after))   # TC is a first action only
-  assert {STAGE, PREFETCH} <= set(candidate_actions(after)) and STAGE not in candidate_actions(apply_all(after, [STAGE]))
+  assert {STAGE, PREFETCH} <= set(candidate_actions(after))
+  assert STAGE not in candidate_actions(apply_all(after, [STAGE]))
   assert STAGE not in candidate_actions(k)
   assert any(apply_all(after, [a]) is not None for a in candidate_actions(after))   # the tiles split further
   with Context(TC=0): assert not any(a.op is OptOps.TC for a in candidate_actions(k))
@@ -163,7 +164,8 @@ def test_staged_kernel_reads_fragments_from_shared_memory(mock_cuda):
   assert body.count("__shared__") == 2 and body.count("__syncthreads();") == 1   # one barrier per K step
   fill, reads = body.split("__syncthreads();")
   # the fill writes whole fragments (A: 8 halves, B: 4) as vectors; after the barrier only shared memory is read
-  assert re.search(r"^\s*\*\(\(half8\*\)\(stage0\+", fill, re.M) and re.search(r"^\s*\*\(\(half4\*\)\(stage1\+", fill, re.M)
+  assert re.search(r"^\s*\*\(\(half8\*\)\(stage0\+", fill, re.M)
+  assert re.search(r"^\s*\*\(\(half4\*\)\(stage1\+", fill, re.M)
   assert "(*((half8*)(stage0+" in reads and "(*((half4*)(stage1+" in reads and "data1" not in reads.split("}")[0]
 
 @pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
@@ -181,8 +183,8 @@ def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc,
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
   """4096^3 fp16: 4x4 WMMAs per warp (64x32), K step 32, 2x4 warps (a 128x128 block), A and B through 32 KB of
   double-buffered shared memory, the next K step prefetched; NVRTC compiles it."""
-  (spec,) = render(tensor(4096, 4096, dtype=dtypes.half).matmul(tensor(4096, 4096, dtype=dtypes.half), dtype=dtypes.float),
-                   renderer=CUDARenderer(arch))
+  a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch))
   assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
                                Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), PREFETCH]
   assert spec.local_size == (32, 2, 4) and spec.global_size == (32, 32, 1)
