@@ -194,6 +194,22 @@ def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tens
   assert loop.index("(data1+") < loop.index("__syncthreads();") < loop.index("(*((half8*)(stage0+")
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
 
+def test_odd_sizes_are_padded_to_the_block(nvrtc, render, tensor):
+  """1000^3: M, N and K padded to 1024 (2.4% more work) get the full default tile; to the core's tile only (1008, 63
+  tiles of 16) no tile action divided them: one warp of one WMMA."""
+  a, b = tensor(1000, 1000, dtype=dtypes.half), tensor(1000, 1000, dtype=dtypes.half)
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer("sm_90"))
+  assert list(spec.applied_opts)[:4] == [Opt(OptOps.PADTO, 0, 128), Opt(OptOps.PADTO, 1, 128),
+                                         Opt(OptOps.PADTO, 2, 32), TC0]
+  assert spec.applied_opts[-1] == PREFETCH and spec.local_size == (32, 2, 4)
+  assert nvrtc.compile_cuda(spec.src, "sm_90")[:4] == b"\x7fELF"
+
+def test_the_default_runs_padded_and_staged_on_the_emulator(mock_cuda):
+  a, b = RNG.standard_normal((120, 60)).astype(np.float16), RNG.standard_normal((60, 250)).astype(np.float16)
+  got, src = _run(Tensor(a).realize().matmul(Tensor(b).realize(), dtype=dtypes.float), None)   # the heuristic's
+  assert "__launch_bounds__(256)" in src and "half stage0[8192];" in src   # 128x256x64: 8 warps, staged
+  np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-3)
+
 def test_stage_refuses_what_it_cannot_stage(render, tensor):
   r = CUDARenderer("sm_80")
   h = dtypes.half
