@@ -16,7 +16,8 @@ actions are done: `Kernel.finished_sink`, so the tile is final):
 
 One barrier per K step is enough because of the two halves: a thread writes step k+1's half only after passing step
 k's barrier, and reads of step k-1's half (the one step k+1 overwrites) are done by every thread before it reaches
-step k's barrier. Refused where the two halves do not fit the renderer's shared memory."""
+step k's barrier. Refused where the two halves do not fit the renderer's shared memory. With prefetch (STAGE arg 1)
+trip k fills step k+1 while its WMMAs read step k (`_prefetched`)."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def stage_operands(sink: UOp, renderer, prefetch: bool = False) -> UOp:
   steps = {r for p in plans for r in p.steps}
   loop = next(iter(steps)) if prefetch and len(steps) == 1 and _size(next(iter(steps))) >= 2 else None
   if loop is None:   # each trip fills its own half, then waits
-    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(st for p in plans for st in _fill(p, {}, p.buf, None, threads)))
+    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(st for p in plans for st in _fill(p, {}, p.buf, threads)))
     return replace_nodes(sink, _reads(plans, barrier))
   return _prefetched(sink, plans, loop, threads)
 
@@ -87,7 +88,7 @@ def _prefetched(sink: UOp, plans: list, loop: UOp, threads: list[UOp]) -> UOp:
   on the WMMAs' results as `AFTER(element, stores...)`, so the linearizer emits its global loads before the WMMAs and
   its stores after them. Trip k's stores go into the half trip k-1 read: they are ordered after trip k's barrier."""
   from tinyplug.codegen.kernel import replace_nodes
-  first = [st for p in plans for st in _fill(p, {loop: UOp.const(loop.dtype, 0)}, p.buf, None, threads)]
+  first = [st for p in plans for st in _fill(p, {loop: UOp.const(loop.dtype, 0)}, p.buf, threads)]
   barrier = UOp(Ops.BARRIER, dtypes.void, (*first, loop))   # the loop among its sources: one barrier per trip
   # the last trip loads its own step again rather than a step past the end: no gate (a gated load is a branch), and
   # its stores go into the half no trip reads any more
@@ -95,7 +96,7 @@ def _prefetched(sink: UOp, plans: list, loop: UOp, threads: list[UOp]) -> UOp:
   nxt = UOp(Ops.WHERE, loop.dtype, (UOp(Ops.CMPLT, dtypes.bool, (loop, last)), loop + 1, last))
   half = {p: replace_nodes(p.half, {loop: loop + 1}) for p in plans}
   ahead = tuple(st for p in plans
-                for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, barrier)), None, threads, half[p]))
+                for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, barrier)), threads, half[p]))
   staged = replace_nodes(sink, _reads(plans, barrier))
   elements = {u: UOp(Ops.AFTER, u.dtype, (u, *ahead)) for u in staged.toposort()
               if u.op is Ops.GEP and u.src[0].op is Ops.WMMA}
@@ -126,11 +127,10 @@ def _plan(i: int, loads: tuple[UOp, ...], threads: list[UOp]) -> _Plan:
   half = (_linear(steps, idx_dt) % 2) * (slots * n) if steps else UOp.const(idx_dt, 0)
   return _Plan(tuple(loads), tuple(varying), tuple(steps), buf, half, slots)
 
-def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: list[UOp],
-          half: UOp | None = None) -> list[UOp]:
+def _fill(p: _Plan, at_step: dict, mem: UOp, threads: list[UOp], half: UOp | None = None) -> list[UOp]:
   """The stores of this thread's slots `tid, tid + T, ...` of `p`'s tile, for the K step `at_step` gives (the
   current one where empty), each slot's coordinates decoded from its number, into `mem` (the buffer, or an AFTER
-  of it) at `half` (default: the step's half), where `extra_gate` holds."""
+  of it) at `half` (default: the step's half)."""
   from tinyplug.codegen.kernel import replace_nodes
   tid, n_threads = _linear(threads, p.half.dtype), math.prod(_size(r) for r in threads)
   if half is None: half = replace_nodes(p.half, at_step) if at_step else p.half
@@ -138,7 +138,6 @@ def _fill(p: _Plan, at_step: dict, mem: UOp, extra_gate: UOp | None, threads: li
   for j in range(-(-p.slots // n_threads)):
     s = tid + n_threads * j if j else tid
     gate = UOp(Ops.CMPLT, dtypes.bool, (s, UOp.const(s.dtype, p.slots))) if p.slots % n_threads else None
-    if extra_gate is not None: gate = extra_gate if gate is None else UOp(Ops.AND, dtypes.bool, (gate, extra_gate))
     coords, stride = dict(at_step), 1
     for r in p.varying:
       coords[r] = (s // stride if stride != 1 else s) % _size(r)
