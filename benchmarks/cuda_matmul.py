@@ -4,6 +4,11 @@
   python benchmarks/cuda_matmul.py                 # 4096x4096x4096 fp16 (fp32 accumulate), TC on and TC=0
   python benchmarks/cuda_matmul.py --beam 2        # ... and the kernel BEAM=2 picks (searching takes minutes)
   python benchmarks/cuda_matmul.py --n 2048 --reps 20
+  python benchmarks/cuda_matmul.py --variants      # ... and each built-in action list (VARIANTS) beside them
+  python benchmarks/cuda_matmul.py --variants "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE; TC0:0 STAGE"
+
+A variant is actions separated by spaces, each `NAME[axis[:arg]]` (an OptOps name: TC, UPCAST, UNROLL, LOCAL, PADTO,
+STAGE, ...); variants are separated by ';'. An action list the kernel refuses prints why and the run goes on.
 
 Needs DEV=CUDA to work (a GPU, its driver, the cuda plugin) and torch with CUDA; exits with the reason otherwise.
 Kernel times are GPU times from CUDA events (tinyplug: the runtime's per-launch events; torch: torch.cuda.Event),
@@ -35,6 +40,66 @@ def _tinyplug_kernel(n: int, settings: dict, reps: int, a_np, b_np, device: str 
   result = bufs[0].numpy().reshape(n, n)
   return min(times), runner.spec.applied_opts, build, result
 
+# explicit action lists for the tensor-core kernel, timed beside the heuristic's with --variants: register tiles of
+# WMMAs per warp (UPCAST of the N and M tile axes), warps per work-group (LOCAL), the K step (UNROLL of 16-deep
+# K-tiles), with and without staging A and B through shared memory (STAGE; STAGE:1 also prefetches the next K step)
+VARIANTS = [
+  "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:2",                # main before STAGE: 32x32/warp, 64x64 block
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2",                # 64x32/warp, 128x128 block, not staged
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE",          # ... staged
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:1",        # ... staged, next K step prefetched (default)
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:1",        # 64x32/warp, 128x64 block, 4 warps
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE:1",        # 64x32/warp, 256x64 block
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE",          # 64x64/warp, 128x128 block
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:1",
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:1",        # 64x64/warp, 128x256 block (48 KB shared)
+  "TC0:0 UPCAST1:8 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE:1",        # 32x64/warp, 128x128 block
+  "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:4 LOCAL0:4 STAGE:1",        # 32x32/warp, 128x128 block, 16 warps
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:4 LOCAL1:2 LOCAL0:2 STAGE:1",        # K step 64, 4 warps
+  "TC0:0 UPCAST1:2 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:1",        # 64x16/warp
+]
+
+def parse_variant(text: str) -> list:
+  """`"TC0:0 UPCAST1:4 STAGE:1"` -> [Opt(TC, 0, 0), Opt(UPCAST, 1, 4), Opt(STAGE, None, 1)]."""
+  from tinyplug.codegen.kernel import Opt, OptOps
+  opts = []
+  for tok in text.split():
+    name = tok.rstrip("0123456789:")
+    if name not in OptOps.__members__:
+      raise ValueError(f"{tok!r}: {name!r} is not an action ({', '.join(OptOps.__members__)})")
+    axis, _, arg = tok[len(name):].partition(":")   # "UPCAST1:4", "STAGE:1" (no axis), "STAGE"
+    opts.append(Opt(OptOps[name], int(axis) if axis else None, int(arg) if arg else None))
+  return opts
+
+def actions_text(opts) -> str:
+  """The spelling `parse_variant` reads: `TC0:0 UPCAST1:4 STAGE`."""
+  def one(o) -> str: return o.op.name + ("" if o.axis is None else str(o.axis)) + ("" if o.arg is None else f":{o.arg}")
+  return " ".join(one(o) for o in opts)
+
+def matmul_item(a_np, b_np, device: str = "CUDA"):
+  """The one kernel of the fp16 matmul of `a_np` and `b_np` on `device`, and its buffers (inputs filled)."""
+  from tinyplug import Tensor, dtypes
+  from tinyplug.schedule import create_schedule
+  a = Tensor(a_np, device=device).cast(dtypes.half).realize()
+  b = Tensor(b_np, device=device).cast(dtypes.half).realize()
+  (item,), _ = create_schedule([a.matmul(b).uop])
+  return item, [buf.ensure_allocated() for buf in item.bufs]
+
+def _variant_kernel(n: int, opts: list, reps: int, item, bufs, device: str = "CUDA"):
+  """`_tinyplug_kernel` with explicit actions, on `matmul_item`'s kernel and buffers: (best GPU seconds, the actions,
+  seconds to build, result)."""
+  from tinyplug.codegen import get_program
+  from tinyplug.device import Device
+  dev = Device[device]
+  st = time.perf_counter()
+  spec = get_program(item.ast, dev.renderer, opts=opts)
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  build = time.perf_counter() - st
+  run = lambda: prg(*[x.handle for x in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  times = [run() for _ in range(reps + 1)][1:]
+  best = min(t if t is not None else float("inf") for t in times)
+  return best, spec.applied_opts, build, bufs[0].numpy().reshape(n, n)
+
 def _torch(n: int, reps: int, a_np, b_np):
   import torch
   a, b = torch.from_numpy(a_np).cuda().half(), torch.from_numpy(b_np).cuda().half()
@@ -51,32 +116,47 @@ def main() -> None:
   ap.add_argument("--n", type=int, default=4096)
   ap.add_argument("--reps", type=int, default=10)
   ap.add_argument("--beam", type=int, default=0, help="also time the kernel BEAM=<width> picks (0: skip)")
+  ap.add_argument("--variants", nargs="?", const="builtin", default="",
+                  help="also time explicit action lists: ';'-separated, or none given: the built-in VARIANTS")
+  ap.add_argument("--device", default="CUDA", help="tinyplug's device (MOCK+CUDA: a smoke test on the emulator)")
   args = ap.parse_args()
+  text = ";".join(VARIANTS) if args.variants == "builtin" else args.variants
+  variants = [v.strip() for v in text.split(";") if v.strip()]
+  for v in variants: parse_variant(v)   # a misspelt action stops the run before anything is timed
   import numpy as np
-  try: import torch
-  except ImportError: _fail("needs torch (with CUDA) for the reference")
-  if not torch.cuda.is_available(): _fail("torch sees no CUDA GPU")
+  from tinyplug.codegen.kernel import KernelOptError
   from tinyplug.device import Device
-  if "CUDA" not in Device.available():
-    _fail("tinyplug's CUDA device is unavailable here (`tinyplug list-plugins --all` says why); it needs a GPU")
-  n, rng = args.n, np.random.default_rng(0)
+  n, rng, on_gpu = args.n, np.random.default_rng(0), args.device == "CUDA"
   a_np, b_np = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
-  t_torch, ref, gpu = _torch(n, args.reps, a_np, b_np)
-  variants = [("tinyplug, tensor cores (TC=1)", {"TC": 1, "BEAM": 0}),
-              ("tinyplug, no tensor cores (TC=0)", {"TC": 0, "BEAM": 0})]
-  if args.beam: variants.append((f"tinyplug, BEAM={args.beam}", {"TC": 1, "BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}))
+  if on_gpu:
+    try: import torch
+    except ImportError: _fail("needs torch (with CUDA) for the reference")
+    if not torch.cuda.is_available(): _fail("torch sees no CUDA GPU")
+    if "CUDA" not in Device.available():
+      _fail("tinyplug's CUDA device is unavailable here (`tinyplug list-plugins --all` says why); it needs a GPU")
+    t_torch, ref, gpu = _torch(n, args.reps, a_np, b_np)
+  else:   # a smoke test of the script off a GPU: numpy's product is the reference, nothing to compare times with
+    t_torch, gpu = float("nan"), args.device
+    def half(x): return x.astype(np.float16).astype(np.float32)
+    ref = half(half(a_np) @ half(b_np))
+  fixed = [("tinyplug, tensor cores (TC=1)", {"TC": 1, "BEAM": 0}),
+           ("tinyplug, no tensor cores (TC=0)", {"TC": 0, "BEAM": 0})]
+  if args.beam: fixed.append((f"tinyplug, BEAM={args.beam}", {"TC": 1, "BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}))
   flops = 2 * n ** 3
   print(f"GPU: {gpu}; fp16 matmul {n}x{n}x{n}, fp32 accumulate; best of {args.reps}, GPU time")
-  print(f"{'variant':36s} {'time':>10s} {'TFLOP/s':>8s} {'of torch':>9s} {'build':>8s}  actions")
+  print(f"{'variant':36s} {'time':>10s} {'TFLOP/s':>8s} {'of torch':>9s} {'build':>8s}  {'check':4s}  actions")
   print(f"{'torch.matmul (cuBLAS)':36s} {t_torch * 1e3:8.3f}ms {flops / t_torch / 1e12:8.1f} {1.0:9.2f} {'':>8s}")
   scale = max(1.0, float(np.abs(ref).max()))
-  for name, settings in variants:
-    t, opts, build, got = _tinyplug_kernel(n, settings, args.reps, a_np, b_np)
+  def row(name: str, t: float, opts, build: float, got) -> None:
     err = float(np.abs(got.astype(np.float32) - ref).max())
-    ok = "" if err <= 2e-2 * scale else f"  WRONG: max error {err:.3g}"
-    uses_tc = any(getattr(o.op, "name", "") == "TC" for o in opts)
-    print(f"{name:36s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f} {build:7.1f}s  "
-          f"{'TC ' if uses_tc else ''}{list(opts)}{ok}")
+    ok = "ok" if err <= 2e-2 * scale else f"WRONG: max error {err:.3g}"
+    print(f"{name:36s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f} {build:7.1f}s  {ok:4s}  "
+          f"{actions_text(opts) or '(none)'}", flush=True)
+  for name, settings in fixed: row(name, *_tinyplug_kernel(n, settings, args.reps, a_np, b_np, args.device))
+  item, bufs = matmul_item(a_np, b_np, args.device) if variants else (None, None)
+  for i, text in enumerate(variants):
+    try: row(f"variant {i}", *_variant_kernel(n, parse_variant(text), args.reps, item, bufs, args.device))
+    except KernelOptError as e: print(f"{f'variant {i}':36s} refused: {e}  [{text}]", flush=True)
 
 if __name__ == "__main__":
   main()

@@ -31,6 +31,12 @@ def test_small_kernels_keep_32_bit_index_math(device):
   spec = _program(Tensor.empty(1000, dtype=dtypes.uint8, device=device) + 1, device)
   assert _index_dtypes(spec) == {dtypes.int32}
 
+def test_a_matmul_whose_broadcast_product_passes_2_to_the_31_keeps_32_bit_index_math(device):
+  """4096^3: `a * b` before the sum has 2^36 elements but is indexed axis by axis (no reshape flattens it), every
+  buffer and axis fits int32: the kernel's ids, loops and offsets stay 32-bit (64-bit ones slowed the GPU matmul)."""
+  a, b = Tensor.empty(4096, 4096, device=device), Tensor.empty(4096, 4096, device=device)
+  assert _index_dtypes(_program(a @ b, device)) == {dtypes.int32}
+
 def test_big_reduction_loop_bound(device):
   spec = _program(Tensor.empty(N, dtype=dtypes.uint8, device=device).sum(), device)
   bounds = [u.src[0].arg for u in spec.uops if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]

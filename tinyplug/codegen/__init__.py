@@ -35,7 +35,7 @@ class KernelContext:
     k = Kernel(sink, self.renderer)
     for o in opts: k.apply_opt(o)
     self.opts, self.applied_opts = list(opts), list(k.applied_opts)
-    return k.sink
+    return k.finished_sink()
 
 def _opt(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
   # explicit actions (the engine's, from a search) are applied; NOOPT=1 decides "none"; otherwise the actions stay

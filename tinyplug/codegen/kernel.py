@@ -16,7 +16,7 @@ from tinyplug.uop.ops import Ops, UOp
 
 class OptOps(Enum):
   UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); THREAD = auto(); NOLOCALS = auto()
-  SPLIT = auto(); SWAP = auto(); PADTO = auto(); TC = auto()
+  SPLIT = auto(); SWAP = auto(); PADTO = auto(); TC = auto(); STAGE = auto()
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True, order=True)
@@ -47,10 +47,11 @@ class Kernel:
     self.sink, self.renderer = sink, renderer
     self.applied_opts: list[Opt] = []
     self.dont_use_locals = False
+    self.staged: int | None = None   # STAGE's arg (0: plain, 1: prefetch): built by finished_sink
 
   def copy(self) -> Kernel:
     k = Kernel(self.sink, self.renderer)
-    k.applied_opts, k.dont_use_locals = list(self.applied_opts), self.dont_use_locals
+    k.applied_opts, k.dont_use_locals, k.staged = list(self.applied_opts), self.dont_use_locals, self.staged
     return k
 
   # ---- axes ----
@@ -89,6 +90,7 @@ class Kernel:
     elif opt.op is OptOps.SWAP: self.sink = self._swap(opt)
     elif opt.op is OptOps.PADTO: self.sink = self._padto(opt)
     elif opt.op is OptOps.TC: self.sink = self._tensor_core(opt)
+    elif opt.op is OptOps.STAGE: self._stage(opt)
     else: self._split(opt)
     self.applied_opts.append(opt)
 
@@ -114,6 +116,24 @@ class Kernel:
     if not isinstance(opt.axis, int) or not 0 <= opt.axis < len(matches):
       raise KernelOptError(f"{opt}: the kernel has {len(matches)} way(s) to run on {tc.name}")
     return apply_tensor_core(self.sink, tc, matches[opt.axis])
+
+  def _stage(self, opt: Opt) -> None:
+    from tinyplug.codegen.tensor_cores import has_warp
+    if self.staged is not None: raise KernelOptError(f"{opt}: the operands are staged already")
+    if opt.arg not in (None, 0, 1):
+      raise KernelOptError(f"{opt}: arg is 0 (stage) or 1 (stage and prefetch the next K step)")
+    if not has_warp(self.sink): raise KernelOptError(f"{opt}: stages a tensor core's operands; apply TC first")
+    if self.renderer is None or not self.renderer.has_shared or self.dont_use_locals:
+      raise KernelOptError(f"{opt}: the renderer has no shared memory")
+    self.staged = opt.arg or 0
+
+  def finished_sink(self) -> UOp:
+    """The kernel once every action is applied: STAGE's shared-memory staging is built last (codegen/tc_staging.py),
+    when the tile it copies is final."""
+    if self.staged is None: return self.sink
+    from tinyplug.codegen.tc_staging import StagingError, stage_operands
+    try: return stage_operands(self.sink, self.renderer, prefetch=self.staged == 1)
+    except StagingError as e: raise KernelOptError(f"{Opt(OptOps.STAGE)}: {e}") from None
 
   def _padto(self, opt: Opt) -> UOp:
     r = self.axis_for(opt)

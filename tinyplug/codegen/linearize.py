@@ -1,6 +1,8 @@
 """Linearize: a kernel graph with RANGEs and REDUCEs becomes a list of UOps in execution order.
 
 A REDUCE turns into an accumulator (DEFINE_REG): set to the identity, updated inside its loops, read after them.
+`AFTER(memory, deps...)` is the memory itself, placed after its deps (tc_staging: shared memory read after the BARRIER
+that follows its stores): it orders, and the linear program holds no AFTER.
 Before a loop opens, everything that does not depend on it is emitted, so loop-invariant work stays outside."""
 from __future__ import annotations
 import math
@@ -56,6 +58,9 @@ class _Linearizer:
       missing = sorted(r.arg for r in self.rdeps[u] - set(self.open))
       raise RuntimeError(f"linearize: {u.op} needs loops {missing} that are not open")
     if u.op is Ops.REDUCE: ret = self.reduce(u)
+    elif u.op is Ops.AFTER:   # its first source, with the others emitted too before anything that uses it
+      ret = self.need(u.src[0])
+      for s in u.src[1:]: self.need(s)
     elif u.op is Ops.RANGE: raise RuntimeError(f"linearize: loop {u.arg} is used but was never opened")
     else:
       src = tuple(self.need(s) for s in u.src)
@@ -115,9 +120,14 @@ class _Linearizer:
       slots.append(slot)
     for x in group: self.hoist(x.src[0])
     for r in ranges: self.open_loop(r)
-    chains = _wmma_chains(group)
+    effects: list[UOp] = []
+    chains = _wmma_chains(group, effects)
     in_chains = {x for _, targets in chains for x in targets}
     slot_of = dict(zip(group, slots))
+    # what the WMMAs carry (tc_staging's fill of the next K step): its global loads first, in flight while the
+    # tensor cores run, its stores after them
+    for u in (x for e in effects for x in e.toposort()):
+      if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL: self.need(u)
     for ws, targets in chains: self.accumulate_in_wmma(ws, [slot_of[x] for x in targets])
     rest = [(x, slot) for x, slot in zip(group, slots) if x not in in_chains]
     values = [self.need(x.src[0]) for x, _ in rest]
@@ -125,6 +135,7 @@ class _Linearizer:
       current = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "in")))
       self.emit(updated := UOp(x.arg, x.dtype, (current, v)))
       self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
+    for e in effects: self.need(e)
     for r in reversed(ranges): self.close_loop(r)
     for x, slot in zip(group, slots):
       self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
@@ -150,24 +161,29 @@ class _Linearizer:
     for r in reversed(loops): self.close_loop(r)
     return self.out
 
-def _wmma_terms(u: UOp) -> list[UOp] | None:
-  """The terms of a sum of WMMA elements (GEPs of WMMAs, added in any tree), or None when another term is in it."""
+def _wmma_terms(u: UOp, effects: list[UOp]) -> list[UOp] | None:
+  """The terms of a sum of WMMA elements (GEPs of WMMAs, added in any tree), or None when another term is in it. An
+  element may come as `AFTER(element, effects...)`: the effects are added to `effects`."""
   terms, stack = [], [u]
   while stack:
     x = stack.pop()
     if x.op is Ops.ADD: stack += [x.src[1], x.src[0]]
+    elif x.op is Ops.AFTER:
+      effects.extend(e for e in x.src[1:] if e not in effects)
+      stack.append(x.src[0])
     elif x.op is Ops.GEP and x.src[0].op is Ops.WMMA: terms.append(x)
     else: return None
   return terms
 
-def _wmma_chains(group: list[UOp]) -> list[tuple[list[UOp], tuple[UOp, ...]]]:
+def _wmma_chains(group: list[UOp], effects: list[UOp]) -> list[tuple[list[UOp], tuple[UOp, ...]]]:
   """ADD reductions of a group whose values are sums of elements of WMMAs from a zero C (what the TC action makes), as
   (the WMMAs, the reduction of each element of D): every element of each WMMA feeds exactly one of them, and the
-  WMMAs that feed the same reductions run one after another on one accumulator. [] where the values are not so."""
+  WMMAs that feed the same reductions run one after another on one accumulator. [] where the values are not so.
+  The effects the elements carry (`AFTER`) are added to `effects`."""
   feeds: dict[UOp, list] = {}
   for x in group:
     if x.arg is not Ops.ADD: continue
-    terms = _wmma_terms(x.src[0])
+    terms = _wmma_terms(x.src[0], effects)
     if terms is None or any(t.dtype != x.dtype for t in terms): continue
     for t in terms:
       w, (e,) = t.src[0], t.arg

@@ -28,7 +28,8 @@ def _problem(u: UOp) -> str | None:
     if u.src[0].dtype.scalar() != dtypes.bool: return f"condition of dtype {u.src[0].dtype!r}, not bool"
     if u.src[1].dtype != u.src[2].dtype or u.src[1].dtype != dt: return f"branches {u.src[1].dtype!r} / {u.src[2].dtype!r}, result {dt!r}"
   if op is Ops.INDEX:
-    if len(u.src) < 2 or u.src[0].op not in _MEMORY: return "INDEX does not address a DEFINE_GLOBAL/LOCAL/REG"
+    mem = u.src[0].src[0] if u.src and u.src[0].op is Ops.AFTER else u.src[0] if u.src else None
+    if len(u.src) < 2 or mem is None or mem.op not in _MEMORY: return "INDEX does not address a DEFINE_GLOBAL/LOCAL/REG"
     if not dtypes.is_int(u.src[1].dtype): return f"INDEX by {u.src[1].dtype!r}, not an integer"
     if len(u.src) > 2 and u.src[2].dtype.scalar() != dtypes.bool: return f"INDEX gate of dtype {u.src[2].dtype!r}"
   if op in (Ops.LOAD, Ops.STORE) and u.src and u.src[0].op is not Ops.INDEX and isinstance(u.src[0].dtype, PtrDType):

@@ -230,9 +230,22 @@ def _pad_for_tile(k: Kernel, axis: int, width: int) -> None:
   n = k.loop_axes[axis].src[0].arg
   if n >= width and n % width and -(-n // width) * width <= n * 5 // 4: _try(k, Opt(OptOps.PADTO, axis, width))
 
+# the work-group tile the tensor-core tiles below aim at (M, N, and the K step): an axis is padded to a multiple of
+# the largest power-of-two part of it that costs at most 1/8 more work, else of the core's own tile
+TC_BLOCK = (128, 128, 32)
+
+def _tc_pad(n: int, tile: int, block: int) -> int | None:
+  """What to PADTO an axis of size `n` to, for a tensor core tile of `tile` aiming at `block`; None: nothing. (A
+  1000-wide axis padded to 1008 is 63 tiles of 16, which no tile action divides: one warp of one tile; to 1024, the
+  full 128x128 block.)"""
+  amt = next((b for b in (block, block // 2, block // 4) if b >= tile and b % tile == 0 and
+              -(-n // b) * b <= n + n // 8), tile)
+  return amt if n % amt else None
+
 def tensor_core_opts(k: Kernel) -> list[Opt] | None:
   """The actions that put a matmul on the renderer's tensor cores: TC, after PADTOs of the M, N and K axes whose sizes
-  do not divide by the core's (each at most doubled); None: no tensor cores, TC=0, another dtype or kernel shape."""
+  do not divide by the core's (each at most doubled) or, at most 1/8 more work, by a part of the work-group tile
+  (`_tc_pad`); None: no tensor cores, TC=0, another dtype or kernel shape."""
   from tinyplug.codegen.tensor_cores import tc_matches
   from tinyplug.helpers import TC
   if not TC or k.renderer is None or not k.renderer.uses_work_groups: return None
@@ -244,20 +257,30 @@ def tensor_core_opts(k: Kernel) -> list[Opt] | None:
     for match in matches[:4]:
       trial = k.copy()
       axes = k.loop_axes + k.reduce_axes
-      pads = [Opt(OptOps.PADTO, axes.index(r), tile) for r, tile in zip((match.m, match.n, match.k), tc.dims)
-              if r.src[0].arg % tile]
+      pads = [Opt(OptOps.PADTO, axes.index(r), amt) for r, tile, block in zip((match.m, match.n, match.k), tc.dims,
+                                                                            TC_BLOCK)
+              if (amt := _tc_pad(r.src[0].arg, tile, block)) is not None]
       if all(_try(trial, p) for p in pads) and _try(trial, Opt(OptOps.TC, 0, i)): return trial.applied_opts
   return None
 
 def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
-  """A matmul on tensor cores: each thread runs a register tile of up to 2x4 WMMAs per K-tile (the A fragments reused
-  across the row, the B ones down the column), two K-tiles per loop trip, and up to 2x2 warps share a work-group."""
+  """A matmul on tensor cores: each warp runs a register tile of up to 4x4 WMMAs per K-tile (64x32 of the output for
+  m16n8k16: each A fragment is reused across the row, each B fragment down the column), two K-tiles per loop trip,
+  up to 2x4 warps share a work-group (a 128x128 block), and with two warps or more the work-group stages A and B
+  through shared memory (STAGE: each K step's tiles are read from global memory once per work-group, not once per
+  warp), loading the next K step's while the tensor cores run (arg 1), where it fits."""
   for o in actions: k.apply_opt(o)
   m, n = len(k.loop_axes) - 2, len(k.loop_axes) - 1
-  for axis, amts in ((n, (4, 2)), (m, (2,))):
-    any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in amts)
+  for axis in (n, m): any(_try(k, Opt(OptOps.UPCAST, axis, a)) for a in (4, 2))
   _try(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, 2))
-  for axis in (n, m): _try(k, Opt(OptOps.LOCAL, axis, 2))
+  for axis, amts in ((n, (4, 2)), (m, (2,))): any(_try(k, Opt(OptOps.LOCAL, axis, a)) for a in amts)
+  if math.prod(r.src[0].arg for r in k.ranges if r.arg[1] == "local") >= 2:   # warps per work-group
+    trial = k.copy()
+    try:
+      trial.apply_opt(Opt(OptOps.STAGE, None, 1))
+      trial.finished_sink()   # the staged tiles must fit the shared memory
+      k.apply_opt(Opt(OptOps.STAGE, None, 1))
+    except KernelOptError: pass
   return k.applied_opts
 
 def heuristic_opts(k: Kernel) -> list[Opt]:

@@ -33,6 +33,12 @@ def vector_widths(renderer) -> Mapping[DType, tuple[int, ...]]:
   """The renderer's vector widths per scalar dtype (largest first); none declared means scalars only."""
   return renderer.vector_widths or {}
 
+_VECTOR_MEMORY = (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL)
+
+def _memory(buf: UOp) -> Ops:
+  """The kind of memory an INDEX addresses (through an AFTER: shared memory read after a barrier)."""
+  return buf.src[0].op if buf.op is Ops.AFTER else buf.op
+
 def split_offset(idx: UOp) -> tuple[frozenset, int]:
   """An index as (the multiset of its non-constant terms, its constant part): equal keys differ by a constant."""
   terms: Counter = Counter()
@@ -148,8 +154,21 @@ class Vectorizer:
 
   # ---- the pass ----
   def stores(self, sink: UOp) -> UOp:
+    """Scalar STOREs at consecutive addresses become vector STOREs: the kernel's own (the SINK's sources) and those a
+    BARRIER waits for or an AFTER carries (a tensor core's operands staged into shared memory)."""
+    src = self.store_list(sink.src)
+    if src is not sink.src: sink = UOp(Ops.SINK, sink.dtype, src, sink.arg)
+    subs = {}
+    for u in sink.toposort():
+      if u.op not in (Ops.BARRIER, Ops.AFTER): continue
+      keep = 1 if u.op is Ops.AFTER else 0   # an AFTER's first source is its value
+      old = u.src[keep:]
+      if (new := self.store_list(old)) is not old: subs[u] = UOp(u.op, u.dtype, u.src[:keep] + new, u.arg)
+    return sink.substitute(subs, name="vector stores") if subs else sink
+
+  def store_list(self, stores: tuple[UOp, ...]) -> tuple[UOp, ...]:
     groups: dict[tuple, list[tuple[int, UOp]]] = {}
-    for s in sink.src:
+    for s in stores:
       if s.op is not Ops.STORE or s.src[0].op is not Ops.INDEX or s.src[1].dtype.count != 1: continue
       index = s.src[0]
       key, off = split_offset(index.src[1])
@@ -165,9 +184,8 @@ class Vectorizer:
           value = self.vec(tuple(s.src[1] for s in chunk))
           replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (vindex, value), chunk[0].arg)
           for s in chunk[1:]: replace[s] = None
-    if not replace: return sink
-    src = tuple(replace.get(s, s) for s in sink.src)
-    return UOp(Ops.SINK, sink.dtype, tuple(s for s in src if s is not None), sink.arg)
+    if not replace: return stores
+    return tuple(x for x in (replace.get(s, s) for s in stores) if x is not None)
 
   def _chunks(self, run: list[UOp], dt: DType) -> list[list[UOp]]:
     widths = self.widths.get(dt, ()) if dt.count == 1 else ()
@@ -179,11 +197,12 @@ class Vectorizer:
     return out
 
   def scalar_loads(self, sink: UOp) -> UOp:
-    """Scalar LOADs left over at consecutive addresses (a row of A in a matmul's unrolled k loop) become one vector
-    LOAD and GEPs of it."""
+    """Scalar LOADs left over at consecutive addresses (a row of A in a matmul's unrolled k loop, a tensor core's
+    fragment in shared memory) become one vector LOAD and GEPs of it."""
     groups: dict[tuple, list[tuple[int, UOp]]] = {}
     for u in sink.toposort():
-      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and \
+         _memory(u.src[0].src[0]) in _VECTOR_MEMORY:
         index = u.src[0]
         key, off = split_offset(index.src[1])
         groups.setdefault((index.src[0], index.src[2:], key, u.dtype, u.src[1:]), []).append((off, u))

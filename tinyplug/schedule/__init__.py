@@ -217,10 +217,16 @@ def _drop_unread_buffers(ast: UOp, buffers: list[UOp]) -> tuple[UOp, tuple[UOp, 
   return new[ast], tuple(buffers[i] for i in kept)
 
 def _too_big_for_int32(n: UOp) -> bool:
+  """Whether index math over `n` can pass int32: a buffer's offsets, a loop over one of its axes, or (a RESHAPE: the
+  only movement op that flattens an index over its whole shape) its element count. A broadcast product that is never
+  reshaped (a 4096^3 matmul's `a * b` before the sum) is indexed axis by axis: its loops and offsets stay int32."""
   if n.op is Ops.BUFFER: return n.arg > INT32_MAX
   if n.op in (Ops.SINK, Ops.DEVICE, Ops.UNIQUE) or n.dtype == dtypes.void: return False
+  dims = [d for d in n.shape or () if isinstance(d, int)]
+  if any(d > INT32_MAX for d in dims): return True
+  if n.op is not Ops.RESHAPE: return False
   size = 1
-  for d in n.shape or (): size *= d if isinstance(d, int) else 1
+  for d in dims: size *= d
   return size > INT32_MAX
 
 class _KernelBuilder:

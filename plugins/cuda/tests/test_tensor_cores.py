@@ -109,6 +109,9 @@ def test_beam_tries_tc_first_and_not_with_tc_0(tensor):
   assert tcs == [Opt(OptOps.TC, 0, 0), Opt(OptOps.TC, 1, 0)] and all(apply_all(k, [a]) is not None for a in tcs)
   after = apply_all(k, [tcs[0]])
   assert not any(a.op is OptOps.TC for a in candidate_actions(after))   # TC is a first action only
+  assert {STAGE, PREFETCH} <= set(candidate_actions(after))
+  assert STAGE not in candidate_actions(apply_all(after, [STAGE]))
+  assert STAGE not in candidate_actions(k)
   assert any(apply_all(after, [a]) is not None for a in candidate_actions(after))   # the tiles split further
   with Context(TC=0): assert not any(a.op is OptOps.TC for a in candidate_actions(k))
 
@@ -127,6 +130,21 @@ EMULATED_KERNELS = [
   ((32, 16, 32), [TC0, Opt(OptOps.UNROLL, 0, 2)]),   # K fully unrolled: the two WMMAs chain D into C
   ((24, 12, 40), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.PADTO, 2, 16), TC0]),   # padded first
 ]
+STAGE, PREFETCH = Opt(OptOps.STAGE), Opt(OptOps.STAGE, None, 1)
+# A and B through shared memory (STAGE): with a register tile, K unroll and warps; STAGE before the tile actions (it
+# is built last); fewer A slots than threads (the fill is gated); padded M, N and K (the fill carries the gates)
+STAGED_KERNELS = [
+  ((64, 64, 64), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2),
+                  Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), STAGE]),
+  ((128, 256, 96), [TC0, STAGE, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+                    Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2)]),
+  ((32, 32, 32), [TC0, Opt(OptOps.LOCAL, 1, 4), STAGE]),
+  ((24, 12, 40), [Opt(OptOps.PADTO, 0, 32), Opt(OptOps.PADTO, 1, 16), Opt(OptOps.PADTO, 2, 16), TC0,
+                  Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), STAGE]),
+]
+# the same with the next K step prefetched (STAGE arg 1); a single K step has nothing to prefetch (staged plainly)
+STAGED_KERNELS += [(shape, [PREFETCH if o == STAGE else o for o in opts]) for shape, opts in STAGED_KERNELS] + \
+  [((32, 32, 16), [TC0, Opt(OptOps.LOCAL, 1, 4), PREFETCH])]
 
 def _check_mma_kernel(shape, opts, device):
   m, n, k = shape
@@ -136,17 +154,88 @@ def _check_mma_kernel(shape, opts, device):
   assert "tp_mma_m16n8k16_f16_f32(" in src
   np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-3)
 
-@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS, ids=str)
+@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS + STAGED_KERNELS, ids=str)
 def test_emulator_runs_the_mma(mock_cuda, shape, opts): _check_mma_kernel(shape, opts, "MOCK+CUDA")
+
+def test_staged_kernel_reads_fragments_from_shared_memory(mock_cuda):
+  a, b = RNG.standard_normal((64, 64)).astype(np.float16), RNG.standard_normal((64, 64)).astype(np.float16)
+  _, src = _run(Tensor(a).realize().matmul(Tensor(b).realize(), dtype=dtypes.float), STAGED_KERNELS[0][1])
+  body = src.split("__global__")[1]
+  assert body.count("__shared__") == 2 and body.count("__syncthreads();") == 1   # one barrier per K step
+  fill, reads = body.split("__syncthreads();")
+  # the fill writes whole fragments (A: 8 halves, B: 4) as vectors; after the barrier only shared memory is read
+  assert re.search(r"^\s*\*\(\(half8\*\)\(stage0\+", fill, re.M)
+  assert re.search(r"^\s*\*\(\(half4\*\)\(stage1\+", fill, re.M)
+  assert "(*((half8*)(stage0+" in reads and "(*((half4*)(stage1+" in reads and "data1" not in reads.split("}")[0]
+
+@pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
+def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc, index, name, instruction):
+  a, b = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 48)).astype(np.float32)
+  ta, tb = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
+  opts = [Opt(OptOps.TC, 0, index), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.LOCAL, 0, 2),
+          Opt(OptOps.LOCAL, 1, 3), PREFETCH]
+  got, src = _run(ta.matmul(tb, dtype=acc), opts)
+  assert f"tp_{name}(" in src and "__syncthreads();" in src
+  tol = dict(rtol=1e-2, atol=5e-2) if acc == dtypes.half else dict(rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(got.astype(np.float32), ta.float().numpy() @ tb.float().numpy(), **tol)
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
+  """4096^3 fp16: 4x4 WMMAs per warp (64x32), K step 32, 2x4 warps (a 128x128 block), A and B through 32 KB of
+  double-buffered shared memory, the next K step prefetched; NVRTC compiles it."""
+  a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch))
+  assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+                               Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), PREFETCH]
+  assert spec.local_size == (32, 2, 4) and spec.global_size == (32, 32, 1)
+  assert "half stage0[8192];" in spec.src and "half stage1[8192];" in spec.src
+  loop = spec.src.split("for (int ridx")[1]
+  # the fill of the next K step is loaded before the barrier, the step's fragments read after it as 16-byte vectors
+  assert loop.index("(data1+") < loop.index("__syncthreads();") < loop.index("(*((half8*)(stage0+")
+  assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
+
+def test_odd_sizes_are_padded_to_the_block(nvrtc, render, tensor):
+  """1000^3: M, N and K padded to 1024 (2.4% more work) get the full default tile; to the core's tile only (1008, 63
+  tiles of 16) no tile action divided them: one warp of one WMMA."""
+  a, b = tensor(1000, 1000, dtype=dtypes.half), tensor(1000, 1000, dtype=dtypes.half)
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer("sm_90"))
+  assert list(spec.applied_opts)[:4] == [Opt(OptOps.PADTO, 0, 128), Opt(OptOps.PADTO, 1, 128),
+                                         Opt(OptOps.PADTO, 2, 32), TC0]
+  assert spec.applied_opts[-1] == PREFETCH and spec.local_size == (32, 2, 4)
+  assert nvrtc.compile_cuda(spec.src, "sm_90")[:4] == b"\x7fELF"
+
+def test_the_default_runs_padded_and_staged_on_the_emulator(mock_cuda):
+  a, b = RNG.standard_normal((120, 60)).astype(np.float16), RNG.standard_normal((60, 250)).astype(np.float16)
+  got, src = _run(Tensor(a).realize().matmul(Tensor(b).realize(), dtype=dtypes.float), None)   # the heuristic's
+  assert "__launch_bounds__(256)" in src and "half stage0[8192];" in src   # 128x256x64: 8 warps, staged
+  np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-3)
+
+def test_stage_refuses_what_it_cannot_stage(render, tensor):
+  r = CUDARenderer("sm_80")
+  h = dtypes.half
+  def apply(out, opts):
+    k = Kernel(_opt_graph(out, r), r)
+    for o in opts: k.apply_opt(o)
+    return k.finished_sink()
+  mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
+  with pytest.raises(KernelOptError, match="apply TC first"): apply(mm, [STAGE])
+  with pytest.raises(KernelOptError, match="staged already"): apply(mm, [TC0, STAGE, STAGE])
+  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 2)])
+  # two halves of A (64 slots of 8 halves) and of B (64 slots of 4): 3 KB
+  small = CUDARenderer("sm_80", shared_max=2048)
+  with pytest.raises(KernelOptError, match="3072 bytes of shared memory; the device has 2048"):
+    render(mm, renderer=small, opts=[TC0, Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 1, 2), STAGE])
 
 def _gpu_with_tensor_cores():
   from tinyplug_cuda.driver import probe_driver
   if not probe_driver()[0]: pytest.skip(f"no NVIDIA GPU: {probe_driver()[1][:80]}")
   if not Device["CUDA"].renderer.tensor_cores: pytest.skip(f"{Device['CUDA'].renderer.arch} has no mma.sync m16n8k16")
 
-@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS + [
+@pytest.mark.parametrize("shape,opts", EMULATED_KERNELS + STAGED_KERNELS + [
   ((512, 256, 1024), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 4),
-                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2)])], ids=str)
+                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2)]),
+  ((512, 256, 1024), [TC0, Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+                      Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), PREFETCH])], ids=str)
 def test_gpu_runs_the_same_kernels(shape, opts):
   """On a real GPU (skipped without one): the hardware's mma agrees with numpy, so the declared layouts are its own."""
   _gpu_with_tensor_cores()

@@ -31,6 +31,8 @@ _VECTOR_NAMES = {dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "shor
                  dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "longlong", dtypes.uint64: "ulonglong",
                  dtypes.float32: "float", dtypes.float64: "double", dtypes.float16: "half", dtypes.bfloat16: "bf16x"}
 _HALVES = (dtypes.float16, dtypes.bfloat16)
+# lane names of vectors: CUDA's x, y, z, w, then s4..s7 of the 8-lane half / bfloat16 structs (16-byte accesses)
+_FIELDS = ("x", "y", "z", "w", "s4", "s5", "s6", "s7")
 # bit patterns: (to bits, from bits) per scalar type; integers reinterpret through their unsigned type
 _BITS = {dtypes.float32: ("__float_as_uint({})", "__uint_as_float({})"),
          dtypes.float64: ("((unsigned long long)__double_as_longlong({}))", "__longlong_as_double((long long)({}))"),
@@ -72,7 +74,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   # the dialect, as tables for the C-style base
   kernel_prefix = 'extern "C" __global__ void'
   type_names = _TYPE_NAMES
-  vector_lengths = (2, 4)
+  vector_lengths = (2, 4, 8)   # 8: half and bfloat16 only
   buffer_param = "{type}* __restrict__ {name}"
   var_param = "{type} {name}"
   shared_decl = "__shared__ __align__(16) {type} {name}[{size}];"
@@ -87,8 +89,9 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   def __init__(self, arch: str | None = None, **limits: Any):
     super().__init__(arch, **limits)
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
-    # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane)
-    self.vector_widths = {dt: tuple(w for w in (4, 2) if w * dt.itemsize <= 16) for dt in _VECTOR_NAMES}
+    # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane); 8 halves are one 16-byte access
+    self.vector_widths = {dt: tuple(w for w in ((8, 4, 2) if dt in _HALVES else (4, 2)) if w * dt.itemsize <= 16)
+                          for dt in _VECTOR_NAMES}
 
   @property
   def tensor_cores(self) -> tuple:   # mma.sync m16n8k16 (f16, bf16 -> f32) from sm_80 on: tensor_cores.py
@@ -105,7 +108,8 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   # ---- types ----
   def value_type(self, dt: DType) -> str:
     if dt.count == 1 or dt.scalar() not in _VECTOR_NAMES: return super().value_type(dt)
-    if dt.count not in self.vector_lengths: raise NotImplementedError(f"CUDA C has no vectors of {dt.count} elements")
+    if dt.count not in self.vector_lengths or (dt.count == 8 and dt.scalar() not in _HALVES):
+      raise NotImplementedError(f"CUDA C has no vectors of {dt.count} {dt.scalar().name} elements")
     if dt.scalar() in _HALVES: self.needs.add(("vector", dt.scalar(), dt.count))
     return f"{_VECTOR_NAMES[dt.scalar()]}{dt.count}"
 
@@ -119,8 +123,8 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     return f"make_{self.value_type(dt)}({', '.join(parts)})"
 
   def render_gep(self, x: str, lanes: tuple[int, ...], dt: DType | None = None) -> str:
-    if len(lanes) == 1 and lanes[0] < 4: return f"{x}.{'xyzw'[lanes[0]]}"
-    return self.render_vectorize(dt.scalar().vec(len(lanes)), [f"{x}.{'xyzw'[i]}" for i in lanes])
+    if len(lanes) == 1: return f"{x}.{_FIELDS[lanes[0]]}"
+    return self.render_vectorize(dt.scalar().vec(len(lanes)), [f"{x}.{_FIELDS[i]}" for i in lanes])
 
   # ---- ALU ----
   def _render_alu(self, u: UOp, s: list[str]) -> str:
@@ -191,7 +195,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     mem = index.src[0]
     if dt.count > 1 and mem.dtype.base.count == 1 and not self._aligned(index, dt.count):
       idx = self.expr(index.src[1])
-      lanes = " ".join(f"{self.names[mem]}[({idx})+{i}] = tp_v.{'xyzw'[i]};" for i in range(dt.count))
+      lanes = " ".join(f"{self.names[mem]}[({idx})+{i}] = tp_v.{_FIELDS[i]};" for i in range(dt.count))
       return f"{{ {self.value_type(dt)} tp_v = {value}; {lanes} }}"
     return super().render_store(index, value, dt)
 
@@ -217,7 +221,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       lines.append("#include <cuda_bf16.h>")
     for _, sc, n in sorted((x for x in self.needs if isinstance(x, tuple) and x[0] == "vector"), key=str):
       if (sc, n) == (dtypes.float16, 2): continue   # half2 and make_half2 come with cuda_fp16.h
-      t, name, fields = self.type_names[sc], f"{_VECTOR_NAMES[sc]}{n}", "xyzw"[:n]
+      t, name, fields = self.type_names[sc], f"{_VECTOR_NAMES[sc]}{n}", _FIELDS[:n]
       lines.append(f"struct __align__({2 * n}) {name} {{ {t} {', '.join(fields)}; }};")
       lines.append(f"{self.helper_prefix} {name} make_{name}({', '.join(f'{t} {f}' for f in fields)}) "
                    f"{{ {name} r; {' '.join(f'r.{f} = {f};' for f in fields)} return r; }}")
