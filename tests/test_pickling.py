@@ -103,8 +103,8 @@ class TestFunctionPickle:
 
 class TestMisc:
   def test_context_var_carries_its_value(self):
-    v = ContextVar("TEST_PICKLED_SETTING", 0)
-    with Context(TEST_PICKLED_SETTING=4): blob = pickle.dumps(v)
+    v = ContextVar("TINYPLUG_TEST_PICKLED_SETTING", 0)
+    with Context(TINYPLUG_TEST_PICKLED_SETTING=4): blob = pickle.dumps(v)
     assert v.value == 0
     assert pickle.loads(blob) is v and v.value == 4
     v.value = 0
