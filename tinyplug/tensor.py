@@ -47,10 +47,15 @@ def live_tensors() -> list[Tensor]:
 
 _tensor_ids = itertools.count()
 
-def canonical_device(device: str | None) -> str:
-  """The canonical name of `device` (None means Device.DEFAULT); unknown names raise a ValueError."""
+def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
+  """The canonical name of `device` (None means Device.DEFAULT; a tuple of names, several devices: a tensor there is
+  a multi-device tensor, see Tensor.shard); unknown names raise a ValueError."""
   from tinyplug.device import Device
   if device is None: return Device.DEFAULT
+  if isinstance(device, (tuple, list)):
+    if not device: raise ValueError("a tuple of devices must name at least one device")
+    names = tuple(canonical_device(d) for d in device)
+    return names[0] if len(names) == 1 else names
   if not isinstance(device, str):
     raise TypeError(f"a device must be given by name (a str), not {type(device).__name__}")
   return Device.canonicalize(device)
@@ -136,7 +141,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
-  def device(self) -> str: return self.uop.device
+  def device(self) -> str | tuple[str, ...]: return self.uop.device
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int | UOp: return sprod(self.shape)
@@ -208,6 +213,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if self.uop.device is None: return self.to(None)._host_array()
+    if isinstance(self.device, tuple): return self.to(self.device[0])._host_array()   # gathered on the first device
     if any(isinstance(s, UOp) for s in self.shape):
       raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete "
                        "sizes"
@@ -238,7 +244,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self._host_array().reshape(-1)[0].item()
 
   # ---- devices, copies and in-place updates ----
-  def to(self, device: str | None) -> Tensor:
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """This tensor on `device`; from a multi-device tensor to one device, the parts gathered there; to a tuple of
+    devices, a copy of the whole on each."""
     device = canonical_device(device)
     if device == self.device: return self
     if self.uop.device is None:   # a deviceless constant: the same value on `device`
@@ -246,16 +254,36 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     ret = Tensor.from_uop(graph.copy_to(self.uop, device), self.requires_grad)
     if self.grad is not None: ret.grad = self.grad.to(device)
     return ret
-  def to_(self, device: str | None) -> Tensor:
+  def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
     moved = self.to(device)
     self.uop = moved.uop
     if self.grad is not None: self.grad.to_(device)
     return self
-  def clone(self, device: str | None = None) -> Tensor:
-    """A copy in a new buffer of its own (on `device`, default this tensor's)."""
+  def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+    """A copy in a new buffer of its own (on `device`, default this tensor's; split as this one is)."""
     src = self if device is None and self.uop.device is not None else self.to(device)
     if any(isinstance(s, UOp) for s in self.shape): return src._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
-    return Tensor.empty(*src.shape, device=src.device, dtype=src.dtype).assign(src)
+    return src.empty_like().assign(src)
+
+  # ---- several devices ----
+  def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+    """This tensor split along `axis` over `devices` (None: a copy of the whole on each), as one multi-device tensor:
+    its `.device` is the tuple, elementwise ops run on each device's part, a reduction over the split axis combines
+    the devices' results, `.to(device)` and `.numpy()` gather the parts. The axis must split evenly."""
+    if self.uop.device is None: return self   # a deviceless constant is the same value everywhere
+    devices = canonical_device(tuple(devices))
+    if isinstance(devices, str): return self.to(devices)
+    if axis is not None: axis = graph.normalize_axis(axis, self.ndim)
+    if self.device == devices and self.uop.axis == axis: return self
+    return Tensor.from_uop(graph.shard(self.uop, devices, axis), self.requires_grad)
+  def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+    """Split this tensor over `devices` in place (see shard)."""
+    return self.replace(self.shard(devices, axis))
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor on y's devices, split as y is."""
+    if y.uop.device is None: return self
+    if isinstance(y.device, str): return self.to(y.device)
+    return self.shard(y.device, y.uop.axis)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
     if self.uop.device is None: return self   # a deviceless constant stays one
@@ -303,6 +331,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
         if not materialize_grads:
           raise RuntimeError(f"no gradient: a target of shape {t.shape} is not in this tensor's graph")
         g = graph.const(0, t.dtype, t.device, t.shape)
+      if isinstance(t.device, tuple) and (g.device, g.axis) != (t.device, t.uop.axis):
+        g = graph.shard(g, t.device, t.uop.axis)   # a gradient is split over the devices as its tensor is
       out.append(Tensor.from_uop(g, requires_grad=False))
     return out
 

@@ -16,6 +16,7 @@ from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, line
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import GO, FusionGraph
+from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
 from tinyplug.schedule import simplify_cache
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
@@ -345,6 +346,11 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     if events.enabled("schedule"):
       events.emit("schedule", {"sink": sink, "items": tuple(items), "scope": events.current_scope() + ("schedule",)})
     return items, becomes
+  if found is None and (lowered := lower_multi(targets)) is not None:
+    # tensors split over devices: scheduled as the per-device graph they lower to (multi.py)
+    flat, renamed = lowered
+    items, becomes = create_schedule(flat)
+    return items, lift_becomes(renamed, becomes)
   if found is not None and SCALAR_ARGS and (p := parameterize(*found)) is not None:
     # the graph seen before with other float constants: schedule it with those as kernel arguments
     new_targets, new, var_vals = p
