@@ -213,3 +213,16 @@ def test_load_state_dict_keeps_or_takes_the_split():
   load_state_dict(plain, {"weight": Tensor(w).shard(DEVS, 1), "bias": Tensor(np.ones(4, np.float32)).shard(DEVS)})
   assert plain.weight.device == D
   np.testing.assert_equal(plain.weight.numpy(), w)
+
+def test_the_user_guide_example_runs_as_written():
+  """docs/user_guide.md's 'Several devices' example (on CPU and CPU:1) prints what the page says."""
+  import subprocess, sys
+  from pathlib import Path
+  try: Tensor.zeros(2, device="CPU:1").contiguous().realize()
+  except Exception as e: pytest.skip(f"no CPU device: {e}")
+  text = (Path(__file__).parent.parent / "docs" / "user_guide.md").read_text()
+  code = next(block.split("```", 1)[0] for block in text.split("```python\n")[1:] if "shard_(" in block)
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr
+  lines = done.stdout.splitlines()
+  assert lines[0] == "('CPU', 'CPU:1') 1 (16, 4)" and lines[1].startswith("(4, 8) [")
