@@ -103,8 +103,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     dtype = None if dtype is None else to_dtype(dtype)
     if isinstance(data, UOp) and data.shape is None and data.device is None and \
        any(u.op in (Ops.BIND, Ops.DEFINE_VAR) for u in data.toposort()):
-      # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs
-      uop = graph.const(data, dtype or data.dtype, canonical_device(device), ())
+      # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs. Of the
+      # default int it is a weak int, as in tinygrad: it takes the other operand's int type (`+ int8` gives int8)
+      weak = dtypes.weakint if data.dtype == dtypes.default_int else data.dtype
+      uop = graph.const(data, dtype or weak, canonical_device(device), ())
     elif isinstance(data, (UOp, Tensor)):
       # an existing graph stays on its own device unless another one is asked for
       uop = data if isinstance(data, UOp) else data.uop
@@ -219,6 +221,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
                        "sizes"
                        "first (t[:n] with an int n)")
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
+    if self.dtype == dtypes.weakint: return self.cast(dtypes.default_int)._host_array()   # a read commits it
     if self.dtype in dtypes.fp8s:   # numpy has no fp8: the raw bits come over and are decoded here
       from tinyplug.uop.minifloat import from_bits_np
       return from_bits_np(self.bitcast(dtypes.uint8)._host_array(), self.dtype)

@@ -10,8 +10,8 @@ from typing import Any, Callable
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.helpers import SCALAR_ARGS
-from tinyplug.uop.dtype import dtypes
-from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.uop.dtype import dtypes, strong_dtype
+from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
@@ -391,13 +391,24 @@ def _simplify_kernel(ast: UOp) -> UOp:
 # a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value
 strip_custom_grads = PatternMatcher([(UPat(Ops.CUSTOM_GRAD, name="m"), lambda m: m.src[0])])
 
+def _strong(x: UOp) -> UOp:
+  strong = strong_dtype(x.dtype)
+  return x.src[0] if x.op is Ops.CAST and x.src[0].dtype == strong else x.replace(dtype=strong)
+
+# a weak int (a tensor over a bound Variable, uop/dtype.py) is the default int in every kernel
+strengthen_weak_ints = PatternMatcher([
+  (UPat(dtype=dtypes.weakint, name="x"), _strong),
+  (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype == x.dtype else None),
+])
+_WEAK = _canonical_dtype(dtypes.weakint)
+
 def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp, UOp]]:
   """Schedule; where ASSIGNs read each other's old values (a.assign(f(b)); b.assign(g(a))), compute their values
   into buffers of their own first, then copy them into place."""
   snapshot: set[UOp] = set()
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
-  if any(n.op is Ops.CUSTOM_GRAD for n in sink.toposort()):
-    renamed = graph_rewrite_map(sink, strip_custom_grads, name="strip custom gradients")
+  if any(n.op is Ops.CUSTOM_GRAD or n.dtype is _WEAK for n in sink.toposort()):
+    renamed = graph_rewrite_map(sink, strip_custom_grads + strengthen_weak_ints, name="strip custom gradients, weak ints")
   else: renamed = {n: n for n in sink.toposort()}
   if any(n.op is Ops.REDUCE_AXIS for n in sink.toposort()):   # the tensor_graph stage's passes (split huge reductions)
     again = tensor_graph_rewrites(renamed[sink])
