@@ -226,3 +226,12 @@ def test_the_user_guide_example_runs_as_written():
   assert done.returncode == 0, done.stderr
   lines = done.stdout.splitlines()
   assert lines[0] == "('CPU', 'CPU:1') 1 (16, 4)" and lines[1].startswith("(4, 8) [")
+
+def test_full_without_a_buffer():
+  t = Tensor.ones(2, 3, buffer=False)
+  assert t.uop.base.op is Ops.CONST   # a broadcast constant, nothing stored
+  np.testing.assert_equal(t.numpy(), np.ones((2, 3)))
+  assert Tensor.full((2,), 7, buffer=True).uop.base.op is not Ops.CONST
+  z = Tensor.zeros(4, device=DEVS, buffer=False)
+  assert z.device == DEVS and all(p.base.op is Ops.CONST for p in z.uop.src)
+  np.testing.assert_equal(z.numpy(), np.zeros(4))

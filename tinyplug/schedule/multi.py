@@ -68,7 +68,9 @@ def _elementwise(x: UOp) -> UOp | None:
   multis = [s for s in x.src if s.op is Ops.MULTI]
   if not multis: return None
   axis, n = x.axis, len(multis[0].src)
-  cols = [reshard(s, axis) if s.op is Ops.MULTI else [s] * n for s in x.src]
+  if any(s.op is not Ops.MULTI and s.device is not None for s in x.src):
+    raise ValueError(f"{x.op} mixes a tensor on {multis[0].device} with one on {next(s.device for s in x.src if s.op is not Ops.MULTI and s.device is not None)}")
+  cols = [reshard(s, axis) if s.op is Ops.MULTI else [s] * n for s in x.src]   # a deviceless value is shared
   return _multi([UOp(x.op, x.dtype, tuple(c[i] for c in cols), x.arg) for i in range(n)], axis)
 
 def _reduce(x: UOp, m: UOp) -> UOp:

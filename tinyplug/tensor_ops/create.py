@@ -74,8 +74,7 @@ class CreationMixin:
     """`make(shape, device=..., **kwargs)` on each device of this multi-device tensor, split as this one is."""
     if kwargs.get("device") is not None: raise ValueError("a *_like of a multi-device tensor takes no device")
     parts = [make(graph.shard_shape(self.uop), **{**kwargs, "device": d}) for d in self.device]
-    ret = type(self).from_uop(graph.multi([p.uop for p in parts], self.uop.axis), parts[0].requires_grad)
-    return ret
+    return type(self).from_uop(graph.multi([p.uop for p in parts], self.uop.axis), parts[0].requires_grad)
   def full_like(self, fill_value: Any, **kwargs):
     kwargs = {"dtype": self.dtype, **kwargs}
     if isinstance(self.device, tuple):
