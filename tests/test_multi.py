@@ -235,3 +235,11 @@ def test_full_without_a_buffer():
   z = Tensor.zeros(4, device=DEVS, buffer=False)
   assert z.device == DEVS and all(p.base.op is Ops.CONST for p in z.uop.src)
   np.testing.assert_equal(z.numpy(), np.zeros(4))
+
+def test_copying_constants_moves_no_data():
+  """A value made of constants alone is made again on the target device: no copy runs."""
+  t = Tensor.ones(4, buffer=False).pad(((1, 1),)).to(f"{D}:1")
+  assert t.device == f"{D}:1"
+  assert all(it.ast.op is Ops.SINK for it in t.schedule())
+  np.testing.assert_equal(t.numpy(), [0, 1, 1, 1, 1, 0])
+  assert any(it.ast.op is Ops.COPY for it in Tensor.ones(4).to(f"{D}:1").schedule())   # a buffer's values do move

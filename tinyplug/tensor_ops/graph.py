@@ -78,7 +78,16 @@ def bitcast(u: UOp, dtype: DType) -> UOp: return u if u.dtype == dtype else UOp(
 def copy_to(u: UOp, device: str | tuple[str, ...]) -> UOp:
   """`u` on `device`; a tuple of devices gets a copy on each (a multi-device tensor that is not split)."""
   if isinstance(device, tuple): return shard(u, device, None)
+  if u.device is not None and _constants_only(u):   # nothing to move: the same constants, made on `device`
+    return u.substitute({d: device_uop(device) for d in u.toposort() if d.op is Ops.DEVICE})
   return UOp(Ops.COPY, u.dtype, (u, device_uop(device)))
+
+_CONSTANT_GRAPH = frozenset({Ops.CONST, Ops.DEVICE, Ops.CAST, Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE,
+                             Ops.FLIP})
+
+def _constants_only(u: UOp) -> bool:
+  """Whether u is computed from constants alone (a broadcast value, padded or cast): copying it needs no data."""
+  return all(n.op in _CONSTANT_GRAPH for n in u.toposort(gate=lambda n: n.op in _CONSTANT_GRAPH))
 
 # ---- multi-device tensors (architecture.md §1, MULTI) ----
 
@@ -109,7 +118,7 @@ def shard(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
   for i, d in enumerate(devices):
     part = u if axis is None else \
       shrink(u, tuple(shard_bounds(s, len(devices), i) if j == axis else (0, s) for j, s in enumerate(u.shape)))
-    pieces.append(UOp(Ops.COPY, u.dtype, (part, device_uop(d))))
+    pieces.append(copy_to(part, d))
   return multi(pieces, axis)
 
 def new_buffer(device: str | tuple[str, ...], shape: tuple[int, ...], dtype: DType, axis: int | None = None) -> UOp:
