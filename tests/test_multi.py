@@ -243,3 +243,9 @@ def test_copying_constants_moves_no_data():
   assert all(it.ast.op is Ops.SINK for it in t.schedule())
   np.testing.assert_equal(t.numpy(), [0, 1, 1, 1, 1, 0])
   assert any(it.ast.op is Ops.COPY for it in Tensor.ones(4).to(f"{D}:1").schedule())   # a buffer's values do move
+
+def test_jit_draws_fresh_random_numbers_on_several_devices():
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + Tensor.rand(4, 6, device=DEVS)).realize()
+  outs = [f(Tensor.zeros(4, 6).contiguous().shard(DEVS, 1)).numpy() for _ in range(4)]
+  assert len({o.tobytes() for o in outs}) == 4 and all(((0 <= o) & (o < 1)).all() for o in outs)

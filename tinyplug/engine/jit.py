@@ -325,7 +325,7 @@ def _realize_inputs(inputs: list[Tensor]) -> list:
 def _rng_use(draws: list[tuple[UOp, int]], first_counter: int) -> RngUse:
   """Where each draw's first counter lives: the host buffer it is created in (a captured copy moves it on)."""
   from tinyplug.engine.realize import buffer_of
-  def host(u: UOp) -> UOp: return host(u.src[0]) if u.op is Ops.COPY else u
+  def host(u: UOp) -> UOp: return host(u.src[0]) if u.op is Ops.COPY or u.op is Ops.MULTI else u   # MULTI: copies of one
   return RngUse([(buffer_of(host(u)), start - first_counter) for u, start in draws], RNGState.counter - first_counter)
 
 def _bound_args(args: tuple, kwargs: dict) -> dict[str, int]:
