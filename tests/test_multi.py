@@ -153,7 +153,7 @@ def test_optimizer_steps_match_one_device():
   with Tensor.train():
     for opt_cls in (SGD, Adam):
       multi, single = Linear(6, 4), Linear(6, 4)
-      single.weight.assign(multi.weight.detach().contiguous()).realize(); single.bias.assign(multi.bias.detach().contiguous()).realize()
+      for a, b in ((single.weight, multi.weight), (single.bias, multi.bias)): a.assign(b.detach().contiguous()).realize()
       multi.weight.shard_(DEVS, 0); multi.bias.shard_(DEVS, 0)
       opts = opt_cls([multi.weight, multi.bias], lr=0.05), opt_cls([single.weight, single.bias], lr=0.05)
       for _ in range(3):

@@ -54,8 +54,8 @@ def _multi_grad(g, out, *parts):
   axis, n = out.uop.arg, len(parts)
   if axis is None: return tuple(g.to(p.device) for p in parts)
   from tinyplug.uop.shapes import shard_bounds
-  return tuple(g.shrink(tuple(shard_bounds(s, n, i) if j == axis else (0, s) for j, s in enumerate(g.shape))).to(p.device)
-               for i, p in enumerate(parts))
+  def part(i: int): return tuple(shard_bounds(s, n, i) if j == axis else (0, s) for j, s in enumerate(g.shape))
+  return tuple(g.shrink(part(i)).to(p.device) for i, p in enumerate(parts))
 
 @dataclass(frozen=True)
 class GradFn:

@@ -408,7 +408,7 @@ def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp,
   snapshot: set[UOp] = set()
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
   if any(n.op is Ops.CUSTOM_GRAD or n.dtype is _WEAK for n in sink.toposort()):
-    renamed = graph_rewrite_map(sink, strip_custom_grads + strengthen_weak_ints, name="strip custom gradients, weak ints")
+    renamed = graph_rewrite_map(sink, strip_custom_grads + strengthen_weak_ints, name="custom gradients, weak ints")
   else: renamed = {n: n for n in sink.toposort()}
   if any(n.op is Ops.REDUCE_AXIS for n in sink.toposort()):   # the tensor_graph stage's passes (split huge reductions)
     again = tensor_graph_rewrites(renamed[sink])

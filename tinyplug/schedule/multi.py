@@ -68,8 +68,8 @@ def _elementwise(x: UOp) -> UOp | None:
   multis = [s for s in x.src if s.op is Ops.MULTI]
   if not multis: return None
   axis, n = x.axis, len(multis[0].src)
-  if any(s.op is not Ops.MULTI and s.device is not None for s in x.src):
-    raise ValueError(f"{x.op} mixes a tensor on {multis[0].device} with one on {next(s.device for s in x.src if s.op is not Ops.MULTI and s.device is not None)}")
+  if (single := next((s for s in x.src if s.op is not Ops.MULTI and s.device is not None), None)) is not None:
+    raise ValueError(f"{x.op} mixes a tensor on {multis[0].device} with one on {single.device}")
   cols = [reshard(s, axis) if s.op is Ops.MULTI else [s] * n for s in x.src]   # a deviceless value is shared
   return _multi([UOp(x.op, x.dtype, tuple(c[i] for c in cols), x.arg) for i in range(n)], axis)
 
@@ -102,10 +102,12 @@ def _keep_or_replicate(x: UOp, m: UOp) -> UOp:
   a = m.arg
   if a is None: return _per_device(x, m, None)
   if x.axis == a:
-    if x.op is Ops.SHRINK: return _per_device(x, m, a, tuple((0, m.src[0].shape[a]) if i == a else b for i, b in enumerate(x.arg)))
+    if x.op is Ops.SHRINK:
+      return _per_device(x, m, a, tuple((0, m.src[0].shape[a]) if i == a else b for i, b in enumerate(x.arg)))
     return _per_device(x, m, a)
   n, size = len(m.src), m.src[0].shape[a]
-  if x.op is Ops.SHRINK and (j := next((j for j in range(n) if tuple(x.arg[a]) == (j * size, (j + 1) * size)), None)) is not None:
+  j = next((j for j in range(n) if tuple(x.arg[a]) == (j * size, (j + 1) * size)), None) if x.op is Ops.SHRINK else None
+  if j is not None:
     part = UOp(Ops.SHRINK, x.dtype, (m.src[j],), tuple((0, size) if i == a else b for i, b in enumerate(x.arg)))
     return _multi([_on(part, s.device) for s in m.src], None)
   return _replicated(x, m)
