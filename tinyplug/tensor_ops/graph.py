@@ -78,7 +78,7 @@ def bitcast(u: UOp, dtype: DType) -> UOp: return u if u.dtype == dtype else UOp(
 def copy_to(u: UOp, device: str | tuple[str, ...]) -> UOp:
   """`u` on `device`; a tuple of devices gets a copy on each (a multi-device tensor that is not split)."""
   if isinstance(device, tuple): return shard(u, device, None)
-  if u.device is not None and _constants_only(u):   # nothing to move: the same constants, made on `device`
+  if u.op in _CONSTANT_GRAPH and u.device is not None and _constants_only(u):   # nothing to move: made on `device`
     return u.substitute({d: device_uop(device) for d in u.toposort() if d.op is Ops.DEVICE})
   return UOp(Ops.COPY, u.dtype, (u, device_uop(device)))
 
