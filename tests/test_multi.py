@@ -249,3 +249,9 @@ def test_jit_draws_fresh_random_numbers_on_several_devices():
   def f(x: Tensor) -> Tensor: return (x + Tensor.rand(4, 6, device=DEVS)).realize()
   outs = [f(Tensor.zeros(4, 6).contiguous().shard(DEVS, 1)).numpy() for _ in range(4)]
   assert len({o.tobytes() for o in outs}) == 4 and all(((0 <= o) & (o < 1)).all() for o in outs)
+
+def test_kernelize_a_split_tensor():
+  t = Tensor(A).shard(DEVS, 1) * 2
+  t.kernelize()
+  assert t.uop.op is Ops.MULTI and all(p.base.op is Ops.AFTER for p in t.uop.src)
+  np.testing.assert_equal(t.numpy(), A * 2)

@@ -440,8 +440,16 @@ def kernelize(targets: list[UOp]) -> dict[UOp, UOp]:
     out = it.buf_uops[0]
     kernel = UOp(Ops.KERNEL, dtypes.void, tuple(after.get(b, b) for b in it.buf_uops[1:]), it)
     after[out] = UOp(Ops.AFTER, out.dtype, (out, kernel))
+  # each realized view rebuilt over its buffer's AFTER (not by substitute: the AFTER holds the buffer, it would loop)
+  def over(view: UOp) -> UOp | None:
+    if view in after: return after[view]
+    if view.op is Ops.MULTI:   # a multi-device tensor: each part over its kernel's AFTER
+      parts = [over(p) for p in view.src]
+      return None if any(p is None for p in parts) else view.replace(src=tuple(parts))
+    if (view.op in GroupOp.Movement or view.op is Ops.DETACH) and (inner := over(view.src[0])) is not None:
+      return view.replace(src=(inner,))
+    return None
   ret = {}
   for n, view in becomes.items():
-    base = buffer_base(view)
-    if base in after: ret[n] = view.substitute({base: after[base]}) if view is not base else after[base]
+    if (v := over(view)) is not None: ret[n] = v
   return ret
