@@ -6,7 +6,7 @@ this module holds the Tensor object, its bookkeeping (the weak registry
 of live tensors that realize() updates), realization, data access, devices and autograd entry points.
 """
 from __future__ import annotations
-import itertools, math, weakref
+import itertools, math, pathlib, weakref
 from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
@@ -25,7 +25,7 @@ from tinyplug.tensor_ops.sorting import SortingMixin
 from tinyplug.tensor_ops.einsum import EinsumMixin
 from tinyplug.tensor_ops.selection import SelectionMixin
 from tinyplug.tensor_ops.resample import ResampleMixin
-from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops import disk, graph
 
 # every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
 # references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
@@ -101,6 +101,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     dtype = None if dtype is None else to_dtype(dtype)
+    if isinstance(data, pathlib.Path):   # a file's bytes, on the disk device unless another one is asked for
+      elem = dtypes.uint8 if dtype is None else dtype
+      data = Tensor.from_uop(UOp.new_buffer(canonical_device(f"disk:{data.resolve()}"), data.stat().st_size // elem.itemsize, elem))
+      dtype, device = None, data.device if device is None else device
     if isinstance(data, UOp) and data.shape is None and data.device is None and \
        any(u.op in (Ops.BIND, Ops.DEFINE_VAR) for u in data.toposort()):
       # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs. Of the
@@ -216,6 +220,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if self.uop.device is None: return self.to(None)._host_array()
     if isinstance(self.device, tuple): return self.to(self.device[0])._host_array()   # gathered on the first device
+    if disk.is_disk(self.device): return self.to(None)._host_array()   # a file's bytes, read on the default device
     if any(isinstance(s, UOp) for s in self.shape):
       raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete "
                        "sizes"
@@ -254,6 +259,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if device == self.device: return self
     if self.uop.device is None:   # a deviceless constant: the same value on `device`
       return Tensor.from_uop(graph.const(self.uop, self.dtype, device, ()), self.requires_grad)
+    if disk.is_disk(self.device) and not disk.is_disk(device):   # the disk runs no kernels: compute it on `device`
+      if writes := [Tensor.from_uop(w) for w in disk.pending_writes(self.uop)]: writes[0].realize(*writes[1:])
+      return Tensor.from_uop(disk.from_disk(self.uop, device), self.requires_grad)
     ret = Tensor.from_uop(graph.copy_to(self.uop, device), self.requires_grad)
     if self.grad is not None: ret.grad = self.grad.to(device)
     return ret
@@ -300,7 +308,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     self.uop = x.uop
     return self
   def assign(self, x: Any) -> Tensor:
-    """Write `x` into this tensor's buffer (lazily: an ASSIGN runs when realized)."""
+    """Write `x` into this tensor's buffer (lazily: an ASSIGN runs when realized; into a file on the disk device, now)."""
+    if disk.is_disk(self.device): return self._assign_to_disk(x)
     if not isinstance(x, Tensor):   # a Python number fills the target
       x = Tensor(x, device=self.device, dtype=self.dtype)
       if x.ndim == 0: x = x._broadcast_to(self.shape)
@@ -313,6 +322,15 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     elif graph.is_writable_view(self.uop):   # a view of a buffer (t.T, t[1:3]): write through it now, as setitem does
       Tensor.from_uop(UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))).realize()
     else: self.uop = x.uop
+    return self
+
+  def _assign_to_disk(self, x: Any) -> Tensor:
+    from tinyplug.device import buffer_of
+    value = (x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))._broadcast_to(self.shape)
+    if value.dtype != self.dtype: raise ValueError(f"assign: dtype {value.dtype} does not match the target's {self.dtype}")
+    if disk.pending_writes(self.uop) or not graph.is_plain_buffer(self.uop):
+      raise ValueError("assign to the disk device writes into a whole buffer (Tensor.empty(..., device='disk:<file>'))")
+    buffer_of(self.uop.base).copyin(np.ascontiguousarray(value.numpy()).reshape(-1))
     return self
 
   # ---- autograd ----
