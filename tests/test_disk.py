@@ -41,3 +41,11 @@ def test_the_disk_runs_no_kernels(tmp_path):
   with pytest.raises(RuntimeError, match="runs no kernels.*to\\('CPU'\\)"): (t + 1).realize()
   with pytest.raises(ValueError, match="needs a file"): Tensor.empty(4, device="disk:")
   assert not any(d.startswith("DISK") for d in Device.available())
+
+def test_the_user_guide_example_runs_as_written(tmp_path):
+  import subprocess, sys
+  text = (pathlib.Path(__file__).parent.parent / "docs" / "user_guide.md").read_text()
+  code = next(block.split("```", 1)[0] for block in text.split("```python\n")[1:] if "raw.bin" in block)
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.split() == ["[[0.", "1.", "2.]", "[3.", "4.", "5.]]"]
