@@ -89,6 +89,17 @@ def test_kernelize_then_realize(device):
   assert 3 not in consts or 7 in consts
   assert r.tolist() == [8, 9, 10, 11]
 
+def test_kernelize_a_view_of_its_buffer(device):
+  """A 2-D result is a reshape of its buffer: kernelize puts that view over the kernel's AFTER."""
+  a = np.arange(12, dtype=np.float32).reshape(3, 4)
+  r = Tensor(a) * 2
+  r.kernelize()
+  assert r.uop.op is Ops.RESHAPE and r.uop.src[0].op is Ops.AFTER and r.uop.src[0].src[1].op is Ops.KERNEL
+  np.testing.assert_equal(r.numpy(), a * 2)
+  s = Tensor(a)[:, 1:3].contiguous() + 1
+  s.kernelize()
+  np.testing.assert_equal(s.numpy(), a[:, 1:3] + 1)
+
 def test_shared_work_is_realized_once(device):
   t = Tensor([1, 2, 3, 4])
   A, B = t * 4, t * 4

@@ -125,3 +125,21 @@ def test_check_oob_refuses_a_variable_shrink_that_may_pass_the_end():
     np.testing.assert_allclose((t.pad(((1, 1), (2, 0))) + 1).numpy(), np.pad(x, ((1, 1), (2, 0))) + 1)
   v = Variable("r", 0, 6).bind(2)   # off (the default): no check
   np.testing.assert_allclose(t.shrink(((v, v + 1), None)).sum().item(), x[2].sum(), rtol=1e-5)
+
+def test_variable_tensor_is_a_weak_int():
+  """Tensor(bound variable) has tinygrad's weak int dtype: it takes the other operand's type, and is the default int
+  when read or stored."""
+  from tinyplug.dtype import DTYPES_DICT, least_upper_dtype
+  v = Variable("w", 1, 10).bind(3)
+  t = Tensor(v)
+  assert t.dtype == dtypes.weakint and dtypes.is_int(t.dtype) and "weakint" not in DTYPES_DICT
+  for other in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int64, dtypes.float16, dtypes.float32):
+    assert least_upper_dtype(dtypes.weakint, other) == other
+    out = t + Tensor([1, 2], dtype=other)
+    assert out.dtype == other
+    np.testing.assert_equal(out.numpy(), np.array([4, 5], dtype=out.numpy().dtype))
+  assert least_upper_dtype(dtypes.weakint, dtypes.bool) == dtypes.weakint
+  assert t.item() == 3 and isinstance(t.item(), int) and (t * 2 - 1).item() == 5 and (t * 2).dtype == dtypes.weakint
+  assert Tensor(v, dtype=dtypes.float32).item() == 3.0 and Tensor(v, dtype=dtypes.float32).dtype == dtypes.float32
+  assert t.realize().dtype == dtypes.default_int and t.item() == 3   # stored as the default int
+  assert Tensor(Variable("l", 1, 10, dtypes.int64).bind(4)).dtype == dtypes.int64   # not the default int: stays strong

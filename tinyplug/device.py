@@ -143,17 +143,25 @@ class _DeviceRegistry:
     return get_plugin_manager()
 
   def canonicalize(self, name: str) -> str:
-    """`cpu` -> `CPU`; `CPU:LLVM:...` keeps its options; unknown names raise a ValueError with a did-you-mean."""
+    """`cpu` -> `CPU`; `CPU:0` -> `CPU` (the first of its kind), `CPU:1` stays; `CPU:LLVM:...` keeps its options;
+    unknown names raise a ValueError with a did-you-mean."""
     if not isinstance(name, str) or not name: raise ValueError(f"a device name must be a non-empty string, got {name!r}")
     base, sep, rest = name.partition(":")
+    if base.upper() == "DISK":   # a file as storage (runtime/disk.py): the path is kept as given
+      if not rest: raise ValueError("the disk device needs a file: disk:<path>")
+      return "DISK:" + rest
     resolved = self._manager().resolve_device(base)
     if resolved is None: raise ValueError(self._manager().missing_device_message(base))
-    return resolved + sep + rest
+    return resolved if rest == "0" else resolved + sep + rest
 
   def __getitem__(self, name: str) -> Compiled:
     if (dev := self._opened.get(name)) is not None: return dev   # already canonical and open: the common case
     full = self.canonicalize(name)
     if (dev := self._opened.get(full)) is not None: return dev
+    if full.startswith("DISK:"):
+      from tinyplug.runtime.disk import DiskDevice
+      self._opened[full] = dev = DiskDevice(full)
+      return dev
     base = full.partition(":")[0]
     ok, reason = self._manager().device_available(base)
     if not ok: raise RuntimeError(f"device {base} is unavailable: {reason}")

@@ -4,13 +4,13 @@ The dtypes themselves live in `tinyplug.uop.dtype`, the small float formats in `
 re-exports them and adds the name tables and tinygrad's conversion helpers."""
 from __future__ import annotations
 from typing import Callable, Iterator, Mapping, Union
-from tinyplug.uop.dtype import (ConstType, DType, PtrDType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype,
-                                to_dtype, to_np_dtype, from_np_dtype, truncate as _truncate)
+from tinyplug.uop.dtype import (ConstType, DType, PtrDType, dtypes, least_upper_dtype, least_upper_float, strong_dtype,
+                                sum_acc_dtype, to_dtype, to_np_dtype, from_np_dtype, truncate as _truncate)
 
 DTypeLike = Union[str, DType]
 
 # every dtype by each of its attribute names on `dtypes` (aliases included), without void, the index type and defaults
-DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.fields().items() if k not in ("void", "index")}
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.fields().items() if k not in ("void", "index", "weakint")}
 
 def float_to_fp8(x: float, dtype: DType) -> int:
   """The fp8 bits (0..255) of a Python float, rounded to nearest even (overflow, NaN: tinyplug.uop.minifloat)."""
@@ -38,4 +38,4 @@ class _TruncateTable(Mapping[DType, Callable[[ConstType], ConstType]]):
 truncate = _TruncateTable()
 
 __all__ = ["ConstType", "DType", "DTypeLike", "PtrDType", "dtypes", "least_upper_dtype", "least_upper_float",
-           "sum_acc_dtype", "to_dtype", "to_np_dtype", "from_np_dtype", "DTYPES_DICT", "float_to_fp8", "fp8_to_float", "truncate"]
+           "strong_dtype", "sum_acc_dtype", "to_dtype", "to_np_dtype", "from_np_dtype", "DTYPES_DICT", "float_to_fp8", "fp8_to_float", "truncate"]

@@ -49,6 +49,14 @@ def _shrink_grad(g, out, x):
 
 def _no_grad(g, out, *srcs): return (None,) * len(srcs)
 
+def _multi_grad(g, out, *parts):
+  # each device's part gets its part of the gradient, on its own device
+  axis, n = out.uop.arg, len(parts)
+  if axis is None: return tuple(g.to(p.device) for p in parts)
+  from tinyplug.uop.shapes import shard_bounds
+  def part(i: int): return tuple(shard_bounds(s, n, i) if j == axis else (0, s) for j, s in enumerate(g.shape))
+  return tuple(g.shrink(part(i)).to(p.device) for i, p in enumerate(parts))
+
 @dataclass(frozen=True)
 class GradFn:
   """The arg of a CUSTOM_GRAD node: `fn(g, out, *inputs, **params)` gives one gradient per input (None for none).
@@ -99,6 +107,7 @@ GRADIENT_RULES: dict[Ops, Callable] = {
   # materialization and devices
   Ops.CONTIGUOUS: lambda g, out, x: (g,),
   Ops.COPY: lambda g, out, x, device: (g.to(x.device), None),
+  Ops.MULTI: _multi_grad,
   Ops.DETACH: _no_grad,
   Ops.CUSTOM_GRAD: _custom_grad,
   # piecewise constant: no gradient

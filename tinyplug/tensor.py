@@ -6,7 +6,7 @@ this module holds the Tensor object, its bookkeeping (the weak registry
 of live tensors that realize() updates), realization, data access, devices and autograd entry points.
 """
 from __future__ import annotations
-import itertools, math, weakref
+import itertools, math, pathlib, weakref
 from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
@@ -25,7 +25,7 @@ from tinyplug.tensor_ops.sorting import SortingMixin
 from tinyplug.tensor_ops.einsum import EinsumMixin
 from tinyplug.tensor_ops.selection import SelectionMixin
 from tinyplug.tensor_ops.resample import ResampleMixin
-from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops import disk, graph
 
 # every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
 # references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
@@ -47,10 +47,15 @@ def live_tensors() -> list[Tensor]:
 
 _tensor_ids = itertools.count()
 
-def canonical_device(device: str | None) -> str:
-  """The canonical name of `device` (None means Device.DEFAULT); unknown names raise a ValueError."""
+def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
+  """The canonical name of `device` (None means Device.DEFAULT; a tuple of names, several devices: a tensor there is
+  a multi-device tensor, see Tensor.shard); unknown names raise a ValueError."""
   from tinyplug.device import Device
   if device is None: return Device.DEFAULT
+  if isinstance(device, (tuple, list)):
+    if not device: raise ValueError("a tuple of devices must name at least one device")
+    names = tuple(canonical_device(d) for d in device)
+    return names[0] if len(names) == 1 else names
   if not isinstance(device, str):
     raise TypeError(f"a device must be given by name (a str), not {type(device).__name__}")
   return Device.canonicalize(device)
@@ -96,10 +101,16 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     dtype = None if dtype is None else to_dtype(dtype)
+    if isinstance(data, pathlib.Path):   # a file's bytes, on the disk device unless another one is asked for
+      elem = dtypes.uint8 if dtype is None else dtype
+      data = Tensor.from_uop(UOp.new_buffer(canonical_device(f"disk:{data.resolve()}"), data.stat().st_size // elem.itemsize, elem))
+      dtype, device = None, data.device if device is None else device
     if isinstance(data, UOp) and data.shape is None and data.device is None and \
        any(u.op in (Ops.BIND, Ops.DEFINE_VAR) for u in data.toposort()):
-      # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs
-      uop = graph.const(data, dtype or data.dtype, canonical_device(device), ())
+      # a bound variable (or an expression of them) as a 0-d tensor: its value is read when the kernel runs. Of the
+      # default int it is a weak int, as in tinygrad: it takes the other operand's int type (`+ int8` gives int8)
+      weak = dtypes.weakint if data.dtype == dtypes.default_int else data.dtype
+      uop = graph.const(data, dtype or weak, canonical_device(device), ())
     elif isinstance(data, (UOp, Tensor)):
       # an existing graph stays on its own device unless another one is asked for
       uop = data if isinstance(data, UOp) else data.uop
@@ -136,7 +147,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
-  def device(self) -> str: return self.uop.device
+  def device(self) -> str | tuple[str, ...]: return self.uop.device
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int | UOp: return sprod(self.shape)
@@ -208,11 +219,14 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
     if self.uop.device is None: return self.to(None)._host_array()
+    if isinstance(self.device, tuple): return self.to(self.device[0])._host_array()   # gathered on the first device
+    if disk.is_disk(self.device): return self.to(None)._host_array()   # a file's bytes, read on the default device
     if any(isinstance(s, UOp) for s in self.shape):
       raise ValueError(f"cannot read a tensor of symbolic shape {render_shape(self.shape)}: shrink it to concrete "
                        "sizes"
                        "first (t[:n] with an int n)")
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
+    if self.dtype == dtypes.weakint: return self.cast(dtypes.default_int)._host_array()   # a read commits it
     if self.dtype in dtypes.fp8s:   # numpy has no fp8: the raw bits come over and are decoded here
       from tinyplug.uop.minifloat import from_bits_np
       return from_bits_np(self.bitcast(dtypes.uint8)._host_array(), self.dtype)
@@ -238,24 +252,49 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self._host_array().reshape(-1)[0].item()
 
   # ---- devices, copies and in-place updates ----
-  def to(self, device: str | None) -> Tensor:
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """This tensor on `device`; from a multi-device tensor to one device, the parts gathered there; to a tuple of
+    devices, a copy of the whole on each."""
     device = canonical_device(device)
     if device == self.device: return self
     if self.uop.device is None:   # a deviceless constant: the same value on `device`
       return Tensor.from_uop(graph.const(self.uop, self.dtype, device, ()), self.requires_grad)
+    if disk.is_disk(self.device) and not disk.is_disk(device):   # the disk runs no kernels: compute it on `device`
+      if writes := [Tensor.from_uop(w) for w in disk.pending_writes(self.uop)]: writes[0].realize(*writes[1:])
+      return Tensor.from_uop(disk.from_disk(self.uop, device), self.requires_grad)
     ret = Tensor.from_uop(graph.copy_to(self.uop, device), self.requires_grad)
     if self.grad is not None: ret.grad = self.grad.to(device)
     return ret
-  def to_(self, device: str | None) -> Tensor:
+  def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
     moved = self.to(device)
     self.uop = moved.uop
     if self.grad is not None: self.grad.to_(device)
     return self
-  def clone(self, device: str | None = None) -> Tensor:
-    """A copy in a new buffer of its own (on `device`, default this tensor's)."""
+  def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+    """A copy in a new buffer of its own (on `device`, default this tensor's; split as this one is)."""
     src = self if device is None and self.uop.device is not None else self.to(device)
     if any(isinstance(s, UOp) for s in self.shape): return src._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))
-    return Tensor.empty(*src.shape, device=src.device, dtype=src.dtype).assign(src)
+    return src.empty_like().assign(src)
+
+  # ---- several devices ----
+  def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+    """This tensor split along `axis` over `devices` (None: a copy of the whole on each), as one multi-device tensor:
+    its `.device` is the tuple, elementwise ops run on each device's part, a reduction over the split axis combines
+    the devices' results, `.to(device)` and `.numpy()` gather the parts. The axis must split evenly."""
+    if self.uop.device is None: return self   # a deviceless constant is the same value everywhere
+    devices = canonical_device(tuple(devices))
+    if isinstance(devices, str): return self.to(devices)
+    if axis is not None: axis = graph.normalize_axis(axis, self.ndim)
+    if self.device == devices and self.uop.axis == axis: return self
+    return Tensor.from_uop(graph.shard(self.uop, devices, axis), self.requires_grad)
+  def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+    """Split this tensor over `devices` in place (see shard)."""
+    return self.replace(self.shard(devices, axis))
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor on y's devices, split as y is."""
+    if y.uop.device is None: return self
+    if isinstance(y.device, str): return self.to(y.device)
+    return self.shard(y.device, y.uop.axis)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
     if self.uop.device is None: return self   # a deviceless constant stays one
@@ -269,7 +308,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     self.uop = x.uop
     return self
   def assign(self, x: Any) -> Tensor:
-    """Write `x` into this tensor's buffer (lazily: an ASSIGN runs when realized)."""
+    """Write `x` into this tensor's buffer (lazily: an ASSIGN runs when realized; into a file on the disk device, now)."""
+    if disk.is_disk(self.device): return self._assign_to_disk(x)
     if not isinstance(x, Tensor):   # a Python number fills the target
       x = Tensor(x, device=self.device, dtype=self.dtype)
       if x.ndim == 0: x = x._broadcast_to(self.shape)
@@ -282,6 +322,15 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     elif graph.is_writable_view(self.uop):   # a view of a buffer (t.T, t[1:3]): write through it now, as setitem does
       Tensor.from_uop(UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))).realize()
     else: self.uop = x.uop
+    return self
+
+  def _assign_to_disk(self, x: Any) -> Tensor:
+    from tinyplug.device import buffer_of
+    value = (x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))._broadcast_to(self.shape)
+    if value.dtype != self.dtype: raise ValueError(f"assign: dtype {value.dtype} does not match the target's {self.dtype}")
+    if disk.pending_writes(self.uop) or not graph.is_plain_buffer(self.uop):
+      raise ValueError("assign to the disk device writes into a whole buffer (Tensor.empty(..., device='disk:<file>'))")
+    buffer_of(self.uop.base).copyin(np.ascontiguousarray(value.numpy()).reshape(-1))
     return self
 
   # ---- autograd ----
@@ -303,6 +352,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
         if not materialize_grads:
           raise RuntimeError(f"no gradient: a target of shape {t.shape} is not in this tensor's graph")
         g = graph.const(0, t.dtype, t.device, t.shape)
+      if isinstance(t.device, tuple) and (g.device, g.axis) != (t.device, t.uop.axis):
+        g = graph.shard(g, t.device, t.uop.axis)   # a gradient is split over the devices as its tensor is
       out.append(Tensor.from_uop(g, requires_grad=False))
     return out
 

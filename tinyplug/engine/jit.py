@@ -57,7 +57,7 @@ class JitError(RuntimeError):
 class _Signature:
   shape: tuple[int, ...]
   dtype: Any
-  device: str
+  device: str | tuple   # (devices, split axis) for a tensor split over several devices
   def describe(self) -> str: return f"shape {render_shape(self.shape)}, dtype {self.dtype!r}, device {self.device}"
 
 class _Launch:
@@ -315,7 +315,8 @@ def _realize_inputs(inputs: list[Tensor]) -> list:
     pending = [t for t in inputs if not is_plain_buffer(t.uop) and not is_symbolic_buffer(t.uop)]
     if make_contiguous: pending = [t.replace(t.contiguous()) for t in pending]
     if pending: pending[0].realize(*pending[1:])
-  bufs = [buffer_of(t.uop.base) for t in inputs]
+  # a tensor split over devices passes one buffer per device
+  bufs = [buffer_of(u.base) for t in inputs for u in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]
   if len({id(b) for b in bufs}) != len(bufs):
     raise JitError("the same tensor (buffer) is passed to a jitted function twice; pass distinct tensors")
   for b in bufs: b.ensure_allocated()
@@ -324,7 +325,7 @@ def _realize_inputs(inputs: list[Tensor]) -> list:
 def _rng_use(draws: list[tuple[UOp, int]], first_counter: int) -> RngUse:
   """Where each draw's first counter lives: the host buffer it is created in (a captured copy moves it on)."""
   from tinyplug.engine.realize import buffer_of
-  def host(u: UOp) -> UOp: return host(u.src[0]) if u.op is Ops.COPY else u
+  def host(u: UOp) -> UOp: return host(u.src[0]) if u.op is Ops.COPY or u.op is Ops.MULTI else u   # MULTI: copies of one
   return RngUse([(buffer_of(host(u)), start - first_counter) for u, start in draws], RNGState.counter - first_counter)
 
 def _bound_args(args: tuple, kwargs: dict) -> dict[str, int]:
@@ -387,7 +388,7 @@ class TinyJit(Generic[R]):
     signature, var_vals = [], _bound_args(args, kwargs)
     for t in inputs:
       shape, vals = unbind_shape(tuple(t.shape))
-      signature.append(_Signature(shape, t.dtype, t.device))
+      signature.append(_Signature(shape, t.dtype, t.device if isinstance(t.device, str) else (t.device, t.uop.axis)))
       var_vals.update(vals)
     if self.cnt >= 2 and self.captured is not None:
       self._check(signature)

@@ -49,7 +49,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
 
   A model tensor with no entry is an error when `strict` (else it is skipped); a shape mismatch is always an error,
   except a single value as () against (1,) (torch keeps BatchNorm's num_batches_tracked as a 0-d tensor).
-  Values are cast to the model tensor's dtype and moved to its device. Returns the updated model tensors."""
+  Values are cast to the model tensor's dtype and moved to its device (split as it is, for a model tensor split over
+  several devices; one split over devices already keeps its own split). Returns the updated model tensors."""
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
   if missing and strict:
@@ -70,10 +71,11 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
       continue
     value = state_dict[k]
     if not isinstance(value, Tensor): value = Tensor(np.asarray(value))
-    value = value.to(v.device)
     if value.dtype != v.dtype: value = value.cast(v.dtype)
     if value.shape != v.shape: value = value.reshape(v.shape)
-    _write_into(v, value)
+    if isinstance(v.device, tuple) and isinstance(value.device, tuple):
+      v.replace(value)   # both split over devices: the state dict's split wins (as in tinygrad)
+    else: _write_into(v, value.shard(v.device, v.uop.axis) if isinstance(v.device, tuple) else value.to(v.device))
     updated.append(v)
     if consume: del state_dict[k]
   if realize and updated: updated[0].realize(*updated[1:])
@@ -86,7 +88,7 @@ def _write_into(target: Tensor, value: Tensor) -> None:
   """Overwrite target's values, keeping its buffer when it has one (so optimizers and jits still see it)."""
   from tinyplug.tensor_ops.graph import is_plain_buffer
   if not is_plain_buffer(target.uop):
-    target.replace(Tensor.empty(*target.shape, dtype=target.dtype, device=target.device))
+    target.replace(target.empty_like())
   target.assign(value.contiguous() if value.uop is target.uop else value)
 
 # ---------------- safetensors ----------------

@@ -10,12 +10,13 @@ from typing import Any, Callable
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.helpers import SCALAR_ARGS
-from tinyplug.uop.dtype import dtypes
-from tinyplug.uop.ops import Ops, GroupOp, UOp
+from tinyplug.uop.dtype import dtypes, strong_dtype
+from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import GO, FusionGraph
+from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
 from tinyplug.schedule import simplify_cache
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
@@ -345,6 +346,11 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     if events.enabled("schedule"):
       events.emit("schedule", {"sink": sink, "items": tuple(items), "scope": events.current_scope() + ("schedule",)})
     return items, becomes
+  if found is None and (lowered := lower_multi(targets)) is not None:
+    # tensors split over devices: scheduled as the per-device graph they lower to (multi.py)
+    flat, renamed = lowered
+    items, becomes = create_schedule(flat)
+    return items, lift_becomes(renamed, becomes)
   if found is not None and SCALAR_ARGS and (p := parameterize(*found)) is not None:
     # the graph seen before with other float constants: schedule it with those as kernel arguments
     new_targets, new, var_vals = p
@@ -385,13 +391,24 @@ def _simplify_kernel(ast: UOp) -> UOp:
 # a custom gradient rule (gradient.py) is done with once the graph is scheduled: the marker is its value
 strip_custom_grads = PatternMatcher([(UPat(Ops.CUSTOM_GRAD, name="m"), lambda m: m.src[0])])
 
+def _strong(x: UOp) -> UOp:
+  strong = strong_dtype(x.dtype)
+  return x.src[0] if x.op is Ops.CAST and x.src[0].dtype == strong else x.replace(dtype=strong)
+
+# a weak int (a tensor over a bound Variable, uop/dtype.py) is the default int in every kernel
+strengthen_weak_ints = PatternMatcher([
+  (UPat(dtype=dtypes.weakint, name="x"), _strong),
+  (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype == x.dtype else None),
+])
+_WEAK = _canonical_dtype(dtypes.weakint)
+
 def _schedule_breaking_cycles(targets: list[UOp]) -> tuple[_Scheduler, dict[UOp, UOp]]:
   """Schedule; where ASSIGNs read each other's old values (a.assign(f(b)); b.assign(g(a))), compute their values
   into buffers of their own first, then copy them into place."""
   snapshot: set[UOp] = set()
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
-  if any(n.op is Ops.CUSTOM_GRAD for n in sink.toposort()):
-    renamed = graph_rewrite_map(sink, strip_custom_grads, name="strip custom gradients")
+  if any(n.op is Ops.CUSTOM_GRAD or n.dtype is _WEAK for n in sink.toposort()):
+    renamed = graph_rewrite_map(sink, strip_custom_grads + strengthen_weak_ints, name="custom gradients, weak ints")
   else: renamed = {n: n for n in sink.toposort()}
   if any(n.op is Ops.REDUCE_AXIS for n in sink.toposort()):   # the tensor_graph stage's passes (split huge reductions)
     again = tensor_graph_rewrites(renamed[sink])
@@ -423,8 +440,16 @@ def kernelize(targets: list[UOp]) -> dict[UOp, UOp]:
     out = it.buf_uops[0]
     kernel = UOp(Ops.KERNEL, dtypes.void, tuple(after.get(b, b) for b in it.buf_uops[1:]), it)
     after[out] = UOp(Ops.AFTER, out.dtype, (out, kernel))
+  # each realized view rebuilt over its buffer's AFTER (not by substitute: the AFTER holds the buffer, it would loop)
+  def over(view: UOp) -> UOp | None:
+    if view in after: return after[view]
+    if view.op is Ops.MULTI:   # a multi-device tensor: each part over its kernel's AFTER
+      parts = [over(p) for p in view.src]
+      return None if any(p is None for p in parts) else view.replace(src=tuple(parts))
+    if (view.op in GroupOp.Movement or view.op is Ops.DETACH) and (inner := over(view.src[0])) is not None:
+      return view.replace(src=(inner,))
+    return None
   ret = {}
   for n, view in becomes.items():
-    base = buffer_base(view)
-    if base in after: ret[n] = view.substitute({base: after[base]}) if view is not base else after[base]
+    if (v := over(view)) is not None: ret[n] = v
   return ret

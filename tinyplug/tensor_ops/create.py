@@ -33,7 +33,7 @@ def arange_uop(n: int, device: str) -> UOp:
 class CreationMixin:
   __slots__ = ()
   @classmethod
-  def _creation_args(cls, kwargs: dict, default_dtype: DType) -> tuple[str, DType, bool | None]:
+  def _creation_args(cls, kwargs: dict, default_dtype: DType) -> tuple[str | tuple[str, ...], DType, bool | None]:
     from tinyplug.tensor import canonical_device
     unknown = set(kwargs) - {"device", "dtype", "requires_grad"}
     if unknown: raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
@@ -48,7 +48,7 @@ class CreationMixin:
     device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
     if is_symbolic_shape(shape): return cls.from_uop(graph.symbolic_buffer(device, shape, dtype), rg)
     if math.prod(shape) == 0: return cls.from_uop(graph.const(0, dtype, device, shape), rg)
-    return cls.from_uop(graph.reshape(UOp.new_buffer(device, math.prod(shape), dtype), shape), rg)
+    return cls.from_uop(graph.new_buffer(device, shape, dtype), rg)
 
   @classmethod
   def invalids(cls, *shape, **kwargs):
@@ -57,22 +57,35 @@ class CreationMixin:
 
   @classmethod
   def full(cls, shape, fill_value: Any, **kwargs):
-    """A tensor of `fill_value` in a buffer of its own (two equal `full`s never share storage or gradients)."""
+    """A tensor of `fill_value` in a buffer of its own (two equal `full`s never share storage or gradients);
+    `buffer=False` gives the broadcast constant itself (nothing stored until something needs it)."""
     default = dtypes.from_py(fill_value) if isinstance(fill_value, (bool, int, float)) else dtypes.default_float
+    buffer = kwargs.pop("buffer", True)
     device, dtype, rg = cls._creation_args(kwargs, default)
-    return cls.from_uop(graph.own_buffer(graph.const(fill_value, dtype, device, argfix(shape))), rg)
+    value = graph.const(fill_value, dtype, device, argfix(shape))
+    return cls.from_uop(graph.own_buffer(value) if buffer else value, rg)
 
   @classmethod
   def zeros(cls, *shape, **kwargs): return cls.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
   @classmethod
   def ones(cls, *shape, **kwargs): return cls.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
+  def _multi_like(self, make, kwargs: dict):
+    """`make(shape, device=..., **kwargs)` on each device of this multi-device tensor, split as this one is."""
+    if kwargs.get("device") is not None: raise ValueError("a *_like of a multi-device tensor takes no device")
+    parts = [make(graph.shard_shape(self.uop), **{**kwargs, "device": d}) for d in self.device]
+    return type(self).from_uop(graph.multi([p.uop for p in parts], self.uop.axis), parts[0].requires_grad)
   def full_like(self, fill_value: Any, **kwargs):
-    return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+    kwargs = {"dtype": self.dtype, **kwargs}
+    if isinstance(self.device, tuple):
+      return self._multi_like(lambda shape, **kw: type(self).full(shape, fill_value, **kw), kwargs)
+    return type(self).full(self.shape, fill_value, **{"device": self.device, **kwargs})
   def zeros_like(self, **kwargs): return self.full_like(0, **kwargs)
   def ones_like(self, **kwargs): return self.full_like(1, **kwargs)
   def empty_like(self, **kwargs):
-    return type(self).empty(*self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
+    kwargs = {"dtype": self.dtype, **kwargs}
+    if isinstance(self.device, tuple): return self._multi_like(lambda shape, **kw: type(self).empty(*shape, **kw), kwargs)
+    return type(self).empty(*self.shape, **{"device": self.device, **kwargs})
 
   @classmethod
   def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs):

@@ -35,8 +35,9 @@ def normalize_axis(axis: int, ndim: int) -> int:
 
 def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=device)
 
-def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...] = ()) -> UOp:
+def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
   """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
+  if isinstance(device, tuple): return multi([const(value, dtype, d, shape) for d in device], None)
   # `x + 1.0` in a loop asks for the same constant each time: the three nodes are built once (they hold no buffer)
   key = None
   if isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
@@ -74,7 +75,58 @@ def cast(u: UOp, dtype: DType) -> UOp: return u if u.dtype == dtype else UOp(Ops
 
 def bitcast(u: UOp, dtype: DType) -> UOp: return u if u.dtype == dtype else UOp(Ops.BITCAST, dtype, (u,))
 
-def copy_to(u: UOp, device: str) -> UOp: return UOp(Ops.COPY, u.dtype, (u, device_uop(device)))
+def copy_to(u: UOp, device: str | tuple[str, ...]) -> UOp:
+  """`u` on `device`; a tuple of devices gets a copy on each (a multi-device tensor that is not split)."""
+  if isinstance(device, tuple): return shard(u, device, None)
+  if u.op in _CONSTANT_GRAPH and u.device is not None and _constants_only(u):   # nothing to move: made on `device`
+    return u.substitute({d: device_uop(device) for d in u.toposort() if d.op is Ops.DEVICE})
+  return UOp(Ops.COPY, u.dtype, (u, device_uop(device)))
+
+_CONSTANT_GRAPH = frozenset({Ops.CONST, Ops.DEVICE, Ops.CAST, Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.PERMUTE,
+                             Ops.FLIP})
+
+def _constants_only(u: UOp) -> bool:
+  """Whether u is computed from constants alone (a broadcast value, padded or cast): copying it needs no data."""
+  return all(n.op in _CONSTANT_GRAPH for n in u.toposort(gate=lambda n: n.op in _CONSTANT_GRAPH))
+
+# ---- multi-device tensors (architecture.md §1, MULTI) ----
+
+def multi(shards: list[UOp], axis: int | None) -> UOp:
+  """One tensor made of `shards`, one per device, side by side along `axis` (None: each holds all of it)."""
+  first = shards[0]
+  for s in shards:
+    if not isinstance(s.device, str): raise ValueError(f"a shard must live on one device, not on {s.device}")
+    if s.dtype != first.dtype or s.shape != first.shape:
+      raise ValueError(f"shards differ: {s.shape} {s.dtype!r} and {first.shape} {first.dtype!r}")
+  return UOp(Ops.MULTI, first.dtype, tuple(shards), axis)
+
+def shard_shape(u: UOp) -> tuple[int, ...]:
+  """The shape of each device's part of `u` (its shape when it is on one device or not split)."""
+  if not isinstance(u.device, tuple) or (a := u.axis) is None: return u.shape
+  return tuple(s // len(u.device) if i == a else s for i, s in enumerate(u.shape))
+
+def shard(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
+  """`u` split along `axis` over `devices` (None: copied whole to each). Each device gets a copy of its part; from a
+  tensor that is already split, each part is gathered first (the scheduler copies only what it needs)."""
+  from tinyplug.uop.shapes import shard_bounds
+  if axis is not None:
+    n = len(devices)
+    if is_symbolic_shape(u.shape) or u.shape[axis] % n != 0:
+      raise ShapeError(f"multi axis uneven: cannot split axis {axis} of shape {render_shape(u.shape)} evenly over "
+                       f"{n} devices (its size must be a multiple of {n})")
+  pieces = []
+  for i, d in enumerate(devices):
+    part = u if axis is None else \
+      shrink(u, tuple(shard_bounds(s, len(devices), i) if j == axis else (0, s) for j, s in enumerate(u.shape)))
+    pieces.append(copy_to(part, d))
+  return multi(pieces, axis)
+
+def new_buffer(device: str | tuple[str, ...], shape: tuple[int, ...], dtype: DType, axis: int | None = None) -> UOp:
+  """An unfilled buffer of `shape` (on each of a tuple of devices, split along `axis`)."""
+  if isinstance(device, tuple):
+    part = tuple(s // len(device) if i == axis else s for i, s in enumerate(shape))
+    return multi([new_buffer(d, part, dtype) for d in device], axis)
+  return reshape(UOp.new_buffer(device, math.prod(shape), dtype), shape)
 
 def alu(op: Ops, *srcs: UOp) -> UOp:
   """An elementwise op; comparisons give bool, everything else the dtype of the last source (WHERE: its values)."""
@@ -88,6 +140,7 @@ def own_buffer(u: UOp) -> UOp:
   if is_symbolic_shape(u.shape): return UOp(Ops.CONTIGUOUS, u.dtype, (u,))
   n = math.prod(u.shape)
   if n == 0: return u
+  if isinstance(u.device, tuple): return UOp(Ops.ASSIGN, u.dtype, (new_buffer(u.device, u.shape, u.dtype, u.axis), u))
   buf = UOp.new_buffer(u.device, n, u.dtype)
   return reshape(UOp(Ops.ASSIGN, u.dtype, (buf, reshape(u, (n,)))), u.shape)
 
@@ -163,6 +216,7 @@ def reduce(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
 
 def is_plain_buffer(u: UOp) -> bool:
   """A BUFFER, possibly reshaped, holding exactly this tensor's elements in order."""
+  if u.op is Ops.MULTI: return all(is_plain_buffer(s) for s in u.src)
   if u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
@@ -183,5 +237,6 @@ def is_symbolic_buffer(u: UOp) -> bool:
     all(seq(b, 0) for b, _ in u.arg)
 
 def is_realized(u: UOp) -> bool:
-  """Nothing to compute: a buffer seen through movement ops only."""
+  """Nothing to compute: a buffer seen through movement ops only (on each device, for a multi-device tensor)."""
+  if u.op is Ops.MULTI: return all(is_realized(s) for s in u.src)
   return u.base.op is Ops.BUFFER

@@ -108,6 +108,9 @@ class dtypes(metaclass=_DTypesType):
   int = int32; uint = uint32; long = int64; ulong = uint64
   # index arithmetic inside kernels
   index: Final = int32
+  # an int that takes the other operand's int type (tinygrad's weak int: a tensor over a bound Variable); it holds
+  # the default int's values and becomes the default int before any kernel is made (schedule/weak.py) or read back
+  weakint: Final = DType(0, 4, "weakint", None)
 
   @staticmethod
   def is_float(x: DType) -> bool: return x.scalar() in _FLOATS
@@ -166,7 +169,7 @@ _FINFO = {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4
 _FP8_MAX = {dtypes.fp8e4m3: 448.0, dtypes.fp8e4m3fnuz: 240.0, dtypes.fp8e5m2fnuz: 57344.0}   # no inf in these
 _FLOATS = frozenset(_FINFO)
 _UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
-_INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | _UINTS
+_INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.weakint}) | _UINTS
 _NAMED: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
 # groups, as tinygrad names them (tuples in a fixed order: code iterates them to parametrize over dtypes)
 dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)
@@ -177,6 +180,7 @@ dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = dtypes.uints + dtypes.sints
 dtypes.all = dtypes.floats + dtypes.ints + (dtypes.bool,)
+dtypes.weaks = (dtypes.weakint,)
 # the canonical short name of each dtype, for repr
 _INVERSE_NAMES: dict[DType, str] = {}
 for _k in ("void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "fp8e4m3", "fp8e5m2",
@@ -197,7 +201,8 @@ _FP8S = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 # smallest dtype reachable from all of them, as in PyTorch/tinygrad (int + half -> half, uint32 + int32 -> int64).
 # The 8-bit floats sit between the ints and half, as in tinygrad (int64 + fp8e4m3 -> fp8e4m3; two fp8 kinds -> half).
 _PROMO_LATTICE: dict[DType, tuple[DType, ...]] = {
-  dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
+  dtypes.bool: (dtypes.weakint,), dtypes.weakint: (dtypes.int8, dtypes.uint8),
+  dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
   dtypes.int32: (dtypes.int64,), dtypes.int64: _FP8S,
   dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
   dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: _FP8S,
@@ -216,6 +221,10 @@ def least_upper_dtype(*ds: DType) -> DType:
   if not common: raise TypeError(f"no common dtype for {ds}")
   if not any(dtypes.is_float(d) for d in ds) and not any(dtypes.is_int(d) for d in common): return dtypes.default_float
   return min(common)
+
+def strong_dtype(dt: DType) -> DType:
+  """`dt`, with the weak int as the default int (what a weak value is stored and read as)."""
+  return dtypes.default_int if dt == dtypes.weakint else dt
 
 def least_upper_float(dt: DType) -> DType:
   return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
@@ -245,7 +254,7 @@ _ROUNDED = frozenset(dtypes.fp8s + (dtypes.bfloat16,))   # rounded by tinyplug.u
 _NP_NAMES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16", dtypes.uint16: "uint16",
              dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64", dtypes.uint64: "uint64",
              dtypes.float16: "float16", dtypes.float32: "float32", dtypes.float64: "float64", dtypes.bfloat16: "uint16",
-             **{f: "uint8" for f in dtypes.fp8s}}
+             **{f: "uint8" for f in dtypes.fp8s}, dtypes.weakint: "int32"}
 
 def to_np_dtype(dt: DType):
   """The numpy dtype holding `dt` (bfloat16 and the fp8 dtypes are stored as their raw uint16/uint8 bits)."""

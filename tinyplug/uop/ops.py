@@ -46,6 +46,10 @@ class Ops(Enum):
   # (a warp) runs together on a tensor core, arg = the TensorCore's name (tinyplug.backend.TensorCore); its dtype is a
   # vector of this thread's elements of D = A @ B + C (GEP picks one)
   WMMA = auto()
+  # tensor level: MULTI(shard on device 0, shard on device 1, ...) is one tensor split over several devices, arg = the
+  # axis it is split along (None: each device holds all of it); its shape is the whole tensor's, its device the tuple
+  # of the shards' devices. The scheduler lowers every op over it to per-device ops first (schedule/multi.py)
+  MULTI = auto()
 
   def __str__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value
@@ -376,6 +380,12 @@ class UOp(metaclass=UOpMeta):
     if (c := self._cache) is not None and (d := c.get("device", _MISSING)) is not _MISSING: return d
     from tinyplug.uop.shapes import device_of
     return self._cached("device", lambda: device_of(self))
+  @property
+  def axis(self) -> int | None:
+    """The axis a multi-device tensor is split along over its devices (None: replicated, or on one device)."""
+    if (c := self._cache) is not None and (a := c.get("axis", _MISSING)) is not _MISSING: return a
+    from tinyplug.uop.shapes import axis_of
+    return self._cached("axis", lambda: axis_of(self))
   @property
   def size(self) -> int:
     shp = self.shape
