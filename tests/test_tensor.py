@@ -545,3 +545,28 @@ def test_setitem_on_a_tensor_made_from_data_is_differentiable():
   z[:2] += x
   (z * Tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
   assert z.tolist() == [11.0, 22.0, 3.0, 4.0] and x.grad.tolist() == [1.0, 2.0]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_from_blob_uses_the_memory_in_place(device):
+  owner = np.zeros(6, dtype=np.float32)   # memory another library allocated and keeps alive
+  t = Tensor.from_blob(owner.ctypes.data, (2, 3), dtype=dtypes.float32, device=device)
+  np.testing.assert_equal((t + 1).numpy(), np.ones((2, 3)))
+  owner[:] = np.arange(6)
+  np.testing.assert_equal((t * 2).numpy(), np.arange(6).reshape(2, 3) * 2)   # read where it lies, not copied
+  t.assign(t + 10).realize()
+  np.testing.assert_equal(owner, np.arange(6) + 10)                           # and written there
+  buf = t.uop.base.buffer
+  buf.deallocate()
+  assert buf.is_allocated and not buf.owned                                    # never freed or replaced here
+  np.testing.assert_equal(t.numpy().reshape(-1), np.arange(6) + 10)
+  with pytest.raises(ValueError, match="not aligned"):
+    Tensor.from_blob(owner.ctypes.data + 2, (2,), dtype=dtypes.float32, device=device)
+  with pytest.raises(ValueError, match="memory address"):
+    Tensor.from_blob(0, (2,), device=device)
+
+def test_from_blob_refuses_a_device_that_cannot_use_foreign_memory():
+  from tinyplug.device import Device
+  if "CL" not in Device.available(): pytest.skip("no OpenCL device here")
+  owner = np.zeros(4, dtype=np.float32)
+  with pytest.raises(NotImplementedError, match="cannot use memory it did not allocate"):
+    Tensor.from_blob(owner.ctypes.data, (4,), device="CL")

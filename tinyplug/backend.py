@@ -52,6 +52,10 @@ class Allocator:
     """Copy the first `len(dest)` bytes of block `src` into `dest` (a writable byte memoryview); the device
     is synchronized before this is called."""
     raise NotImplementedError
+  def wrap(self, address: int, nbytes: int) -> Any:
+    """Optional: a handle on `nbytes` of this device's memory at `address` that someone else allocated and owns
+    (`Tensor.from_blob`); the core never frees it."""
+    raise NotImplementedError(f"{type(self).__name__} cannot use memory it did not allocate (Tensor.from_blob)")
 
 class ReuseAllocator(Allocator):
   """The core's reuse cache around a plugin's allocator; every `Compiled` device gets one.
@@ -89,6 +93,7 @@ class ReuseAllocator(Allocator):
     self._kept, self._kept_bytes = {}, 0
   def copyin(self, dest: Any, src: memoryview) -> None: self.raw.copyin(dest, src)
   def copyout(self, dest: memoryview, src: Any) -> None: self.raw.copyout(dest, src)
+  def wrap(self, address: int, nbytes: int) -> Any: return self.raw.wrap(address, nbytes)
   def __getattr__(self, name: str) -> Any:   # a plugin's extra methods (e.g. a device-side copy) stay reachable
     if name == "raw": raise AttributeError(name)
     return getattr(self.raw, name)
@@ -104,9 +109,16 @@ def host_block(nbytes: int) -> Any:
   if nbytes < HOST_MMAP_MIN: return np.zeros(nbytes, dtype=np.uint8)
   return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
 
+def host_view(address: int, nbytes: int) -> Any:
+  """A numpy byte array over `nbytes` of this process's memory at `address` (not copied, not owned)."""
+  import ctypes
+  import numpy as np
+  return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype=np.uint8) if nbytes else np.zeros(0, np.uint8)
+
 class HostAllocator(Allocator):
   """Memory in this process, as zero-filled numpy byte arrays (used by PYTHON and host-side CPU backends)."""
   def alloc(self, nbytes: int) -> Any: return host_block(nbytes)
+  def wrap(self, address: int, nbytes: int) -> Any: return host_view(address, nbytes)
   def copyin(self, dest: Any, src: memoryview) -> None:
     import numpy as np
     dest[:len(src)] = np.frombuffer(src, dtype=np.uint8)

@@ -24,6 +24,17 @@ class Buffer:
     check_buffer_size(size, dtype)
     self.device, self.size, self.dtype = device, size, dtype
     self._handle: Any = None
+    self.owned = True   # False: the memory belongs to someone else (from_address); it is never freed here
+  @classmethod
+  def from_address(cls, device: str, size: int, dtype: DType, address: int) -> Buffer:
+    """A buffer over memory at `address` that the caller allocated and keeps alive (Tensor.from_blob); the device's
+    allocator must be able to use it (`Allocator.wrap`)."""
+    if not isinstance(address, int) or address <= 0: raise ValueError(f"from_blob needs a memory address, not {address!r}")
+    if address % dtype.itemsize:
+      raise ValueError(f"address {address:#x} is not aligned to {dtype!r}'s {dtype.itemsize} bytes")
+    buf = cls(device, size, dtype)
+    buf._handle, buf.owned = Device[device].allocator.wrap(address, buf.nbytes), False
+    return buf
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
@@ -60,11 +71,11 @@ class Buffer:
     return out
   def deallocate(self) -> None:
     """Give the memory back now (the buffer allocates again when next used)."""
-    if self._handle is not None:
+    if self._handle is not None and self.owned:
       self.__del__()
       self._handle = None
   def __del__(self):
-    if getattr(self, "_handle", None) is not None:
+    if getattr(self, "_handle", None) is not None and getattr(self, "owned", True):
       try:
         from tinyplug.helpers import GlobalCounters
         allocator = Device[self.device].allocator
@@ -122,6 +133,11 @@ def _attach_buffer(u: UOp, buf: Buffer) -> None:
   if (u.dtype, u.arg) != (buf.dtype, buf.size):
     raise ValueError(f"cannot attach a buffer of {buf.size} x {buf.dtype!r} to a BUFFER uop of {u.arg} x {u.dtype!r}")
   _BUFFERS[u] = buf
+
+def buffer_attach_external(u: UOp, buf: Buffer) -> None:
+  """Put `buf` (memory from `Buffer.from_address`) behind the BUFFER uop `u`, which must not have one yet."""
+  if u.op is not Ops.BUFFER or u in _BUFFERS: raise ValueError(f"{u.op} is not a fresh BUFFER uop")
+  _attach_buffer(u, buf)
 
 # UOp.buffer, UOp.realized and unpickling (uop/ does not import this layer)
 _uop_ops.buffer_lookup, _uop_ops.realized_lookup, _uop_ops.buffer_attach = buffer_of, realized_buffer, _attach_buffer

@@ -51,6 +51,19 @@ class CreationMixin:
     return cls.from_uop(graph.new_buffer(device, shape, dtype), rg)
 
   @classmethod
+  def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs):
+    """A tensor over memory someone else allocated at address `ptr` (host memory on CPU and PYTHON, a device
+    pointer on CUDA), used in place, not copied: what is written there shows in the tensor's next use. The caller
+    keeps the memory alive as long as the tensor."""
+    from tinyplug.device import Buffer, buffer_attach_external
+    shape = argfix(shape)
+    device, dtype, rg = cls._creation_args(kwargs, dtypes.default_float)
+    if isinstance(device, tuple): raise ValueError("from_blob makes a tensor on one device, not a tuple of devices")
+    uop = graph.new_buffer(device, shape, dtype)
+    buffer_attach_external(uop.base, Buffer.from_address(device, math.prod(shape), dtype, ptr))
+    return cls.from_uop(uop, rg)
+
+  @classmethod
   def invalids(cls, *shape, **kwargs):
     """tinygrad's name for a tensor whose values are not defined until written: `empty` (a buffer, not filled)."""
     return cls.empty(*shape, **kwargs)

@@ -164,3 +164,15 @@ def test_cuda_graph_debug_2_times_the_graph():
   assert out.returncode == 0, out.stderr
   lines = [l for l in out.stdout.splitlines() if "graph 2 kernels" in l]
   assert len(lines) == 2 and all(" tm " in l and "tm      0.00us" not in l for l in lines), out.stdout
+
+def test_from_blob_uses_another_librarys_device_memory_in_place(cuda):
+  torch = pytest.importorskip("torch")
+  if not torch.cuda.is_available(): pytest.skip("torch here has no CUDA")
+  from tinyplug import Tensor, dtypes
+  owner = torch.arange(6, dtype=torch.float32, device="cuda")   # the same primary context as the driver API's
+  torch.cuda.synchronize()
+  t = Tensor.from_blob(owner.data_ptr(), (2, 3), dtype=dtypes.float32, device="CUDA")
+  np.testing.assert_equal((t * 2).numpy(), np.arange(6).reshape(2, 3) * 2)
+  t.assign(t + 10).realize()
+  cuda.synchronize()
+  np.testing.assert_equal(owner.cpu().numpy(), np.arange(6) + 10)

@@ -8,7 +8,7 @@ import ctypes, os, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
-from tinyplug.backend import host_block
+from tinyplug.backend import host_block, host_view
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.plugin import CPU_THREADS
@@ -34,9 +34,16 @@ class CPUMemory:
     self.array = raw[off:off + nbytes]
     self.addr, self.nbytes = base + off, nbytes
   def __repr__(self) -> str: return f"<CPUMemory {self.nbytes} bytes at {self.addr:#x}>"
+  @classmethod
+  def over(cls, address: int, nbytes: int) -> CPUMemory:
+    """Memory someone else allocated (Tensor.from_blob): used in place, never freed here."""
+    self = cls.__new__(cls)
+    self.array, self.addr, self.nbytes = host_view(address, nbytes), address, nbytes
+    return self
 
 class CPUAllocator(Allocator):
   def alloc(self, nbytes: int) -> CPUMemory: return CPUMemory(nbytes)
+  def wrap(self, address: int, nbytes: int) -> CPUMemory: return CPUMemory.over(address, nbytes)
   def copyin(self, dest: CPUMemory, src: memoryview) -> None:
     dest.array[:len(src)] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, src: CPUMemory) -> None:

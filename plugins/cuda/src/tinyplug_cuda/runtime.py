@@ -45,6 +45,8 @@ class CUDAAllocator(Allocator):
   def free(self, handle: ctypes.c_uint64, nbytes: int) -> None:
     self.dev.make_current()
     lib().cuMemFree_v2(handle)
+  def wrap(self, address: int, nbytes: int) -> ctypes.c_uint64:
+    return ctypes.c_uint64(address)   # a device pointer another library allocated (Tensor.from_blob)
 
   def _staging(self) -> list[tuple[ctypes.c_void_p, ctypes.c_void_p]]:
     if not self.staging:
