@@ -217,6 +217,17 @@ class TestDivMod:
   def test_recombine(self):
     assert simp((a // 4) * 4 + a % 4) is a
     assert simp((n // 3) * 3 + n % 3) is n
+  def test_recombine_through_a_sum(self):
+    # a flattened view's index: row*16 + col//4096 rows of 4096, then col%4096, is row*65536 + col (stride 1 in col)
+    r, col = UOp.variable("r", 0, 255), UOp.variable("col", 0, 65535)
+    assert simp((r * 16 + col // 4096) * 4096 + col % 4096).render() == "((r*65536)+col)"
+    for expr in ((b + n // 3) * 3 + n % 3, (n // 3 + a) * 3 + n % 3):   # C division: either sign of the dividend
+      assert simp(expr).op is not Ops.MOD
+      for av in range(0, 11):
+        for bv in range(0, 4):
+          for nv in range(-5, 6):
+            env = {"a": av, "b": bv, "n": nv}
+            assert evaluate(simp(expr), env) == evaluate(expr, env), (expr.render(), env)
   def test_gcd(self):
     assert simp((a * 6 + b * 4) // 2).render() == "((a*3)+(b*2))"
     assert simp((a * 2) // 4).render() == "(a//2)"

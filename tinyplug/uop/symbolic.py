@@ -189,6 +189,11 @@ def recombine_div_mod(x: UOp, c: UOp, c2: UOp) -> UOp | None:
   """(x//c)*c + x%c is x, for either sign of x."""
   return x if c.arg == c2.arg and c.arg != 0 else None
 
+def recombine_div_mod_sum(x: UOp, y: UOp, c: UOp, c2: UOp) -> UOp | None:
+  """(x + y//c)*c + y%c is x*c + y, for either sign of y: a flattened view's index (a 4096x4096 tensor summed as
+  256 rows of 65536 reads row*16 + col//4096 and col%4096), which then walks memory with stride 1 again."""
+  return x * c + y if c.arg == c2.arg and c.arg != 0 else None
+
 def _lt_const(x: UOp, bound: int) -> UOp | None:
   """x < bound, when bound fits x's dtype (else the rule would wrap the constant)."""
   return x < x.const_like(bound) if x.dtype.min <= bound <= x.dtype.max else None
@@ -224,6 +229,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.MOD, INTS, (x_var, c_scalar), name="m"), fold_mod_of_sum),
   (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x_var, c_scalar)), c2_scalar)),
                         UPat(Ops.MOD, src=(x_var, c_scalar))]), recombine_div_mod),
+  (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.ADD, src=[x_var, UPat(Ops.IDIV, src=(y_var, c_scalar))]), c2_scalar)),
+                        UPat(Ops.MOD, src=(y_var, c_scalar))]), recombine_div_mod_sum),
   # comparisons
   (UPat((Ops.CMPLT, Ops.CMPNE), src=(x_int, x_int)), lambda x: UOp.const(dtypes.bool, False)),
   (UPat(Ops.CMPLT, src=(x_int + c1_scalar, c2_scalar)), lt_of_add),
