@@ -1,7 +1,8 @@
 """The CPU heuristic reads the machine from the renderer (`Renderer.cache_bytes`, `Renderer.threads`) instead of
 assuming one: the matmul cache block follows the L2 and the thread count, the scheduler's pack pass (passes/pack.py)
 copies a large matmul's B into column panels only where B outgrows the L2, and a long contiguous reduction reads
-several outputs' streams at once. Fake machines are fed through the CPU renderer; values are checked against numpy."""
+several outputs' streams at once, a transposing copy reads along its source's rows. Fake machines are fed through the
+CPU renderer; values are checked against numpy."""
 import numpy as np
 import pytest
 from tinyplug.codegen import get_program
@@ -37,7 +38,7 @@ def test_block_rows_fits_the_l2_and_shares_evenly():
   # a 2048 matmul's 8-row tiles: 256 of them, 64 KB of A each, a 256 KB panel of B
   assert block_rows(256, 64 * KB, 256 * KB, 1 * MB, 2) == 8       # 8 x 64 KB + 256 KB fits 1 MB, 16 would not
   assert block_rows(256, 64 * KB, 256 * KB, 2 * MB, 16) == 16      # a 2 MB L2 takes 16 rows: 16 blocks, 1 per thread
-  assert block_rows(256, 64 * KB, 256 * KB, 4 * MB, 16) == 16      # 32 would fit but leave 8 blocks for 16 threads
+  assert block_rows(128, 32 * KB, 128 * KB, 4 * MB, 2) == 16       # at most 16 rows of tiles
   assert block_rows(128, 32 * KB, 128 * KB, 1 * MB, 16) == 8       # 1024: 16 fits, 8 gives 16 blocks for 16 threads
   assert block_rows(256, 1 * MB, 256 * KB, 1 * MB, 2) == 2         # nothing fits: the smallest block
   assert block_rows(3, 1 * KB, 1 * KB, 1 * MB, 2) is None          # nothing splits the axis
@@ -112,3 +113,17 @@ def test_long_contiguous_reduction_reads_several_streams(machine):
   items, _ = create_schedule([col.uop])
   assert Opt(OptOps.UPCAST, 0, STREAMS) not in get_program(items[0].ast, Device["CPU"].renderer).applied_opts
   np.testing.assert_allclose(col.numpy(), yn.sum(0), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("case", ["transpose", "add_transposed", "nchw_to_nhwc"])
+def test_transposing_copy_upcasts_the_axis_its_reads_run_along(case):
+  x, xn = _realized(192, 256)
+  if case == "transpose": t, want = x.T.contiguous(), xn.T
+  elif case == "add_transposed":
+    y, yn = _realized(256, 192); t, want = y + x.T, yn + xn.T
+  else:
+    z, zn = _realized(4, 8, 16, 32); t, want = z.permute(0, 2, 3, 1).contiguous(), zn.transpose(0, 2, 3, 1)
+  items, _ = create_schedule([t.uop])
+  opts = get_program(items[-1].ast, Device["CPU"].renderer).applied_opts
+  # the first action upcasts an axis other than the innermost by 16: the one the transposed reads walk along
+  assert opts[0].op is OptOps.UPCAST and opts[0].arg == 16 and opts[0].axis != len(want.shape) - 1, opts
+  np.testing.assert_array_equal(t.numpy(), want)
