@@ -21,13 +21,16 @@ from tinyplug.schedule import create_schedule
 from tinyplug.search.runner import Timer
 from tinyplug.tensor import Tensor
 
+SETTLE_S = 0.3   # between frameworks: longer than any of their idle threads spin (OpenMP's KMP_BLOCKTIME is 200 ms)
 TILE_ONLY = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 8)]   # the heuristic before cache blocking
 
 def matmul_items(n: int, packed: bool) -> list:
   """The schedule of an n x n matmul: [pack kernel, matmul] where the pack pass packs B, else [matmul]."""
+  from tinyplug import schedule
   a, b = Tensor.empty(n, n, device="CPU"), Tensor.empty(n, n, device="CPU")
   keep = pack.should_pack
   if not packed: pack.should_pack = lambda *args: False
+  schedule._templates.clear()   # a graph of the same structure would get the schedule made the other way
   try: items, _ = create_schedule([(a @ b).uop])
   finally: pack.should_pack = keep
   return items
@@ -56,11 +59,16 @@ def compare(n: int, rounds: int, extra: list[list[Opt]], threads: int, extra_pla
   best = {name: float("inf") for name in configs}
   best_np = best_torch = best_pack = float("inf")
   for _ in range(rounds):
-    st = time.perf_counter(); a @ b; best_np = min(best_np, time.perf_counter() - st)
-    if torch:
-      st = time.perf_counter(); ta @ tb; best_torch = min(best_torch, time.perf_counter() - st)
     if pack_timer: best_pack = min(best_pack, pack_timer(pack_opts))
     for name, (_, opts) in configs.items(): best[name] = min(best[name], timers[name](opts))
+    # idle threads keep spinning a while after a kernel (ours CPU_SPIN_US, the BLAS's and OpenMP's their own) and
+    # would take the cores from whoever runs next: let them go to sleep between frameworks
+    time.sleep(SETTLE_S)
+    st = time.perf_counter(); a @ b; best_np = min(best_np, time.perf_counter() - st)
+    time.sleep(SETTLE_S)
+    if torch:
+      st = time.perf_counter(); ta @ tb; best_torch = min(best_torch, time.perf_counter() - st)
+      time.sleep(SETTLE_S)
   flops = 2 * n**3
   peers = f"numpy {best_np*1e3:.2f} ms ({flops/best_np/1e9:.0f} GFLOP/s)" + \
     (f", torch {best_torch*1e3:.2f} ms ({flops/best_torch/1e9:.0f} GFLOP/s)" if torch else "")
