@@ -9,6 +9,7 @@ from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.passes.heuristic import DEFAULT_CACHES, STREAMS, block_rows, cache_sizes, heuristic_opts
+from tinyplug.passes import pack
 from tinyplug.passes.pack import PACK_WIDTH, should_pack
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
@@ -61,22 +62,26 @@ def test_matmul_block_and_threads_follow_the_machine(machine):
 
 def test_should_pack_follows_the_l2(machine):
   r = machine((32 * KB, 1 * MB, 32 * MB), 2)
-  assert should_pack(2048, 2048, 2048, 4, r) and should_pack(1024, 1024, 1024, 4, r)
-  assert not should_pack(512, 512, 512, 4, r)                # B is 1 MB: it fits the L2
+  assert should_pack(2048, 2048, 2048, 4, r) and should_pack(512, 2080, 2048, 4, r)   # (m, n, k)
+  assert not should_pack(1536, 1536, 1536, 4, r)             # rows 6 KB apart: packing measured slower
+  assert not should_pack(1024, 1024, 1024, 4, r)             # rows a page apart: no faster packed
+  assert should_pack(1024, 1024, 1024, 8, r)                 # float64: rows 8 KB apart
   assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
-  assert not should_pack(1024, 1000, 1024, 4, r)             # no whole panels
-  r = machine((32 * KB, 256 * KB, 8 * MB), 2)
-  assert should_pack(512, 512, 512, 4, r)
-  assert not should_pack(1024, 1024, 1024, 4, machine((), 2))   # a renderer that does not know its caches
-  assert not should_pack(1024, 1024, 1024, 4, Device["PYTHON"].renderer)
+  assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
+  # a B of 2 MB: packed where it outgrows the L2 only
+  assert should_pack(2048, 2048, 256, 4, machine((32 * KB, 256 * KB, 8 * MB), 2))
+  assert not should_pack(2048, 2048, 256, 4, machine((48 * KB, 4 * MB, 8 * MB), 2))
+  assert not should_pack(2048, 2048, 2048, 4, machine((), 2))   # a renderer that does not know its caches
+  assert not should_pack(2048, 2048, 2048, 4, Device["PYTHON"].renderer)
 
 def _realized(*shape) -> tuple[Tensor, np.ndarray]:
   a = RNG.standard_normal(shape).astype(np.float32)
   return Tensor(a, device="CPU").realize(), a
 
 @pytest.mark.parametrize("case", ["plain", "transposed", "batched", "expression"])
-def test_packed_matmul_values(machine, case):
-  machine((32 * KB, 64 * KB, 1 * MB), 2)   # a tiny L2, so a small matmul packs
+def test_packed_matmul_values(machine, monkeypatch, case):
+  machine((32 * KB, 64 * KB, 1 * MB), 2)   # a tiny L2 (and short rows allowed), so a small matmul packs
+  monkeypatch.setattr(pack, "PACK_MIN_ROW_BYTES", 256)
   m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * PACK_WIDTH
   a, an = _realized(m, k)
   if case == "plain":
@@ -91,8 +96,9 @@ def test_packed_matmul_values(machine, case):
   assert len(items) == 2, items   # the panels of B, then the matmul
   np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-3)
 
-def test_no_pack_where_b_fits_the_l2(machine):
+def test_no_pack_where_b_fits_the_l2(machine, monkeypatch):
   machine((32 * KB, 1 * MB, 32 * MB), 2)
+  monkeypatch.setattr(pack, "PACK_MIN_ROW_BYTES", 256)
   a, an = _realized(300, 256)
   b, bn = _realized(256, 96)
   t = a @ b
