@@ -245,9 +245,10 @@ def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
   return k.applied_opts
 
 # a long contiguous reduction into several outputs on a CPU reads this many of them at once: independent streams
-# and accumulator chains in flight. A sum of 16M floats' 256 partials, one thread, Zen 4 (best of 30, loaded machine):
-# one 8-wide stream 2.95-3.77 ms, 2 streams 2.81-3.21, 4 streams 2.33-2.68, 8 streams 2.38-2.50
-STREAMS, STREAM_MIN_REDUCE = 4, 1024
+# and accumulator chains in flight. A sum of 16M floats' 256 partials on Zen 4, one thread (best of 30, loaded
+# machine): one 8-wide stream 2.95-3.77 ms, 2 streams 2.81-3.21, 4 streams 2.33-2.68, 8 streams 2.38-2.50; two
+# threads (best of 40, three runs): one stream 1.55-2.89 ms, 4 streams 1.32-2.31, 8 streams 1.25-2.12
+STREAMS, STREAM_MIN_REDUCE = 8, 1024
 
 def _streams(k: Kernel) -> bool:
   """A reduction with one output loop whose loads all walk memory contiguously along the reduction (a huge sum's
