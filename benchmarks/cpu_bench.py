@@ -126,9 +126,16 @@ def worker_numpy(quick: bool) -> dict:
   if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
   return out
 
+def peer_threads() -> int:
+  """The threads the peers get: as many as tinyplug runs on (CPU_THREADS, else every core this process may use)."""
+  n = int(os.environ.get("CPU_THREADS", "0") or 0)
+  if n > 0: return n
+  try: return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError): return os.cpu_count() or 1
+
 def worker_torch(quick: bool) -> dict:
   import numpy as np, torch
-  torch.set_num_threads(2)
+  torch.set_num_threads(peer_threads())
   g = torch.Generator().manual_seed(0)
   out = {}
   for n in ((512, 1024) if quick else (512, 1024, 2048)):

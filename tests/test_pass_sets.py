@@ -19,8 +19,8 @@ from tinyplug.uop import Ops
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PASS_SETS = {"heuristic": ["heuristic.actions"], "simplify": ["simplify.initial", "simplify.postopt", "simplify.final"],
              "vectorize": ["vectorize.lanes"]}
-# every first-party pass set, the scheduler's (fuse_rows, split_reduce: test_schedule_passes.py) included
-LISTED = {**PASS_SETS, "fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
+# every first-party pass set, the scheduler's (fuse_rows, split_reduce, heuristic.pack: test_schedule_passes.py) included
+LISTED = {**PASS_SETS, "heuristic": ["heuristic.actions", "heuristic.pack"], "fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
           "materialize": ["materialize.broadcasts"]}
 RNG = np.random.default_rng(0)
 

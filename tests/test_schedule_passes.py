@@ -15,7 +15,7 @@ from tinyplug.tensor import Tensor
 
 RNG = np.random.default_rng(1)
 SCHEDULE_PASS_SETS = {"fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
-                      "materialize": ["materialize.broadcasts"]}
+                      "materialize": ["materialize.broadcasts"], "heuristic": ["heuristic.pack"]}
 
 def _off(site, *ids: str) -> None:
   site.monkeypatch.setenv("TINY_PLUGINS", ",".join(f"-{i}" for i in ids))
@@ -31,8 +31,8 @@ def _softmax_case(rows: int = 6, cols: int = 50):
 
 def test_placed_in_the_scheduler_pipeline_not_in_codegen(plugin_site):
   names = [s.name for s in schedule_steps()]
-  assert names == ["tensor_graph", "split_reduce.partials", "fusion", "fuse_rows.rows", "materialize", "materialize.broadcasts"]
-  assert not {"split_reduce.partials", "fuse_rows.rows"} & {s.name for s in pipeline_steps()}
+  assert names == ["tensor_graph", "heuristic.pack", "split_reduce.partials", "fusion", "fuse_rows.rows", "materialize", "materialize.broadcasts"]
+  assert not {"heuristic.pack", "split_reduce.partials", "fuse_rows.rows"} & {s.name for s in pipeline_steps()}
   _off(plugin_site, *SCHEDULE_PASS_SETS)
   assert [s.name for s in schedule_steps()] == list(SCHEDULE_STAGES)
 

@@ -217,6 +217,29 @@ class TestDivMod:
   def test_recombine(self):
     assert simp((a // 4) * 4 + a % 4) is a
     assert simp((n // 3) * 3 + n % 3) is n
+  def test_div_by_a_multiple_of_a_coefficient(self):
+    # a reshaped view's index: (n*K + k) // (32*K) is n // 32 when 0 <= k < K (the rest never carries into n)
+    col, k = UOp.variable("col", 0, 767), UOp.variable("k", 0, 767)
+    assert simp((col * 768 + k) // 24576).render() == "(col//32)"
+    jo = UOp.variable("jo", 0, 23)
+    assert simp((((jo * 32) + 5) * 768 + k) // 24576) is jo
+    wide = UOp.variable("wide", 0, 768)   # may reach 768: it carries, nothing folds
+    assert simp((col * 768 + wide) // 24576).op is Ops.IDIV and "768" in simp((col * 768 + wide) // 24576).render()
+    for expr in ((a * 4 + b) // 8, (a * 4 + b) // 12):   # b < 4: a // 2, a // 3
+      assert simp(expr).render() in ("(a//2)", "(a//3)")
+      for av in range(0, 11):
+        for bv in range(0, 4): assert evaluate(simp(expr), {"a": av, "b": bv}) == evaluate(expr, {"a": av, "b": bv})
+  def test_recombine_through_a_sum(self):
+    # a flattened view's index: row*16 + col//4096 rows of 4096, then col%4096, is row*65536 + col (stride 1 in col)
+    r, col = UOp.variable("r", 0, 255), UOp.variable("col", 0, 65535)
+    assert simp((r * 16 + col // 4096) * 4096 + col % 4096).render() == "((r*65536)+col)"
+    for expr in ((b + n // 3) * 3 + n % 3, (n // 3 + a) * 3 + n % 3):   # C division: either sign of the dividend
+      assert simp(expr).op is not Ops.MOD
+      for av in range(0, 11):
+        for bv in range(0, 4):
+          for nv in range(-5, 6):
+            env = {"a": av, "b": bv, "n": nv}
+            assert evaluate(simp(expr), env) == evaluate(expr, env), (expr.render(), env)
   def test_gcd(self):
     assert simp((a * 6 + b * 4) // 2).render() == "((a*3)+(b*2))"
     assert simp((a * 2) // 4).render() == "(a//2)"

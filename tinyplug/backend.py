@@ -218,6 +218,10 @@ class Renderer:
   # float dtypes it lists in supported_dtypes() (they work) but has no type for: the core's "dtypes" stage still
   # turns them into bits in memory and float32 math, as for the dtypes left out of supported_dtypes()
   emulated: frozenset[DType] = frozenset()
+  # ---- the machine (loop-running renderers): the heuristic sizes cache blocks and thread shares by these, the
+  # scheduler's pack pass decides by them; a renderer that does not know keeps the defaults ----
+  cache_bytes: tuple[int, ...] = ()   # data cache per level as one core sees it, (L1d, L2, L3); () unknown
+  threads: int = 1                    # threads a kernel's THREAD axis is shared across
 
   def supported_dtypes(self) -> list[DType]:
     """The scalar dtypes this target computes and stores (default: all but the fp8 ones). Float dtypes left out still

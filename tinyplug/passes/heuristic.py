@@ -4,7 +4,7 @@ Its one pass runs in the "opt" stage, after the core applied the actions that we
 from a search under BEAM=n; none under NOOPT=1): where they are still undecided it picks them with `heuristic_opts`
 and applies them. Turned off (`TINY_PLUGINS=-heuristic`) kernels run as scheduled: plain loops, correct and slower."""
 from __future__ import annotations
-import math, os
+import math
 from itertools import repeat
 from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
@@ -84,21 +84,65 @@ def _tile_budget(k: Kernel) -> int:
   work = math.prod(r.src[0].arg for r in k.loop_axes) * math.prod(r.src[0].arg for r in k.reduce_axes)
   return next(budget for least, budget in TILE_BUDGETS if work >= least)
 
-def _cpu_threads() -> int:
-  try: return max(1, len(os.sched_getaffinity(0)))
-  except (AttributeError, OSError): return os.cpu_count() or 1
+# the data caches (L1d, L2, L3) assumed where the renderer does not declare its machine's (`Renderer.cache_bytes`)
+DEFAULT_CACHES = (32 << 10, 1 << 20, 32 << 20)
+
+def cache_sizes(renderer: Any) -> tuple[int, ...]:
+  """The renderer's data caches per level, or DEFAULT_CACHES where it does not know them."""
+  caches = tuple(getattr(renderer, "cache_bytes", ()) or ())
+  return caches if len(caches) >= 2 else DEFAULT_CACHES
+
+def _threads(k: Kernel) -> int:
+  return max(1, int(getattr(k.renderer, "threads", 1) or 1)) if k.renderer is not None else 1
+
+def _step_bytes(k: Kernel, axis: UOp) -> int:
+  """Bytes that the global loads depending on `axis` (and not on the innermost output axis) read per iteration of
+  the output loops: each such load's extent over the upcast, unroll and reduce axes it depends on. For a matmul's
+  outer tile axis: the tile's rows of A (rows x K floats)."""
+  inner, total = k.loop_axes[-1], 0
+  for u in k.sink.toposort():
+    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
+    deps = set(x for x in u.toposort() if x.op is Ops.RANGE)
+    if axis in deps and inner not in deps:
+      total += u.dtype.itemsize * math.prod(r.src[0].arg for r in deps if r.arg[1] != "loop")
+  return total
+
+def _panel_bytes(k: Kernel) -> int:
+  """Bytes the loads depending on the innermost output axis read per iteration of it: a matmul's column panel of B
+  (K x the tile's width), which every tile of a row block reuses."""
+  inner, total = k.loop_axes[-1], 0
+  for u in k.sink.toposort():
+    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
+    deps = set(x for x in u.toposort() if x.op is Ops.RANGE)
+    if inner in deps: total += u.dtype.itemsize * math.prod(r.src[0].arg for r in deps if r.arg[1] != "loop")
+  return total
+
+# cache block sizes, in tile rows (a 512 matmul blocked by 32 left each of 2 threads one block: 2.89 ms under load,
+# 2.42-2.50 ms with 16, 8 or no block, where a late thread delays the kernel less)
+BLOCK_ROWS = (16, 8, 4, 2)
+
+def block_rows(rows: int, row_bytes: int, panel_bytes: int, l2: int, threads: int) -> int | None:
+  """How many steps of the outer tile axis (of `rows`) one cache block takes: the block's rows (`row_bytes` each)
+  and the column panel they reuse fit the L2 together; of those sizes, one that leaves a multiple of `threads`
+  blocks (every thread an equal share) first, then the largest. None: no size splits the axis."""
+  fits = [s for s in BLOCK_ROWS if rows % s == 0 and rows // s >= 2]
+  if not fits: return None
+  in_l2 = [s for s in fits if s * row_bytes + panel_bytes <= l2] or fits[-1:]
+  return max(in_l2, key=lambda s: ((rows // s) % threads == 0, s))
 
 def _block_for_cache(k: Kernel) -> None:
-  """Large matmul-like kernels: the outer tile axis is split so a block of its rows (a few hundred KB of the input
-  that does not depend on the innermost output axis) stays in L2 while the loop over the innermost axis streams
-  the other input past it; each reused column panel then comes from cache, not memory. Then one contiguous share
-  of the outermost loop per CPU thread."""
+  """Large matmul-like kernels: the outer tile axis is split so a block of its rows (the input that does not depend
+  on the innermost output axis) stays in the L2 beside the column panel of the other input that the loop over the
+  innermost axis brings in; each panel is then reused from cache by every tile of the block, and the block by every
+  panel. The block size follows the renderer's L2 (`Renderer.cache_bytes`) and thread count. Then one contiguous
+  share of the outermost loop per thread."""
   sizes = [r.src[0].arg for r in k.loop_axes]
+  threads = _threads(k)
   if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
     if not _divisor(sizes[outer], (16, 8, 4)): _pad_for_tile(k, outer, 16)
-    for amt in (16, 8, 4):
-      if k.loop_axes[outer].src[0].arg // amt >= 2 and _try(k, Opt(OptOps.SPLIT, outer, amt)): break
-  threads = _cpu_threads()
+    rows = k.loop_axes[outer].src[0].arg
+    amt = block_rows(rows, _step_bytes(k, k.loop_axes[outer]), _panel_bytes(k), cache_sizes(k.renderer)[1], threads)
+    if amt is not None: _try(k, Opt(OptOps.SPLIT, outer, amt))
   if threads > 1:
     for axis in range(len(k.loop_axes)):
       if _try(k, Opt(OptOps.THREAD, axis, threads)): break
@@ -199,6 +243,35 @@ def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
     if _try_tile(k, Opt(OptOps.UPCAST, axis, second)) or _try_tile(k, Opt(OptOps.UPCAST, axis, 2)): break
   if big: _block_for_cache(k)
   return k.applied_opts
+
+# a long contiguous reduction into several outputs on a CPU reads this many of them at once: independent streams
+# and accumulator chains in flight. A sum of 16M floats' 256 partials on Zen 4, one thread (best of 30, loaded
+# machine): one 8-wide stream 2.95-3.77 ms, 2 streams 2.81-3.21, 4 streams 2.33-2.68, 8 streams 2.38-2.50; two
+# threads (best of 40, three runs): one stream 1.55-2.89 ms, 4 streams 1.32-2.31, 8 streams 1.25-2.12
+STREAMS, STREAM_MIN_REDUCE = 8, 1024
+
+def _streams(k: Kernel) -> bool:
+  """A reduction with one output loop whose loads all walk memory contiguously along the reduction (a huge sum's
+  partials, a row sum): one output at a time is a single load stream feeding one dependent chain of adds."""
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if len(loops) != 1 or len(reduces) != 1 or loops[0].src[0].arg % STREAMS: return False
+  if reduces[0].src[0].arg < STREAM_MIN_REDUCE or loops[0].src[0].arg < STREAMS * _threads(k): return False
+  on_red = [s for s in _load_strides(k, reduces[0]) if s != 0]
+  return bool(on_red) and all(s == 1 for s in on_red)
+
+def _transpose_axis(k: Kernel) -> int | None:
+  """An elementwise kernel that reads some input across its rows (a transpose, a permute, B's column panels from a
+  transposed B): the output axis, nearest the innermost, along which those reads are contiguous. Upcast by 16 beside
+  the row's 4, a 16x4 tile reads 4 vectors and writes 16 short rows, instead of 4-lane gathers down a column
+  (2048x2048 `.T.contiguous()`, 2 threads: 28-38 ms as gathers, 3.0 ms as 16x4 tiles)."""
+  loops = k.loop_axes
+  if len(loops) < 2: return None
+  across = [i for i, s in enumerate(_load_strides(k, loops[-1])) if s is not None and s not in (0, 1)]
+  if not across: return None
+  for a in reversed(range(len(loops) - 1)):
+    strides = _load_strides(k, loops[a])
+    if all(strides[i] == 1 for i in across): return a
+  return None
 
 def _gated_by_parity(k: Kernel) -> bool:
   """Whether a load from global memory is gated by a remainder of an index along the innermost loop (`x % 2`)."""
@@ -334,6 +407,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     if big: _block_for_cache(k)
   elif reduces:
     size = reduces[0].src[0].arg
+    if not gpu and _streams(k): _try(k, Opt(OptOps.UPCAST, 0, STREAMS))
     for amt in (8, 4, 2):
       if size >= 4 * amt and _try(k, Opt(OptOps.UNROLL, 0, amt)): break
   elif loops:
@@ -346,8 +420,11 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     # loop on CPUs: LLVM's loop vectorizer turns its gates and index arithmetic into vector selects, while the lanes of
     # an upcast stay scalar (E_64_64_28_28, one thread: 2.8 ms as a loop, 13.6 ms upcast by 4)
     if not gpu and _gated_by_parity(k): choices = ()
+    elif not gpu and not small and (across := _transpose_axis(k)) is not None:
+      amt = next((c for c in (16, 8, 4) if loops[across].src[0].arg % c == 0), None)
+      if amt is not None: _try(k, Opt(OptOps.UPCAST, across, amt))
     for amt in choices:
-      if _try(k, Opt(OptOps.UPCAST, len(loops) - 1, amt)): break
+      if _try(k, Opt(OptOps.UPCAST, len(k.loop_axes) - 1, amt)): break
   if gpu: _gpu_locals(k)
   return k.applied_opts
 

@@ -13,3 +13,5 @@ TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
 @hookimpl
 def tinyplug_register_passes(register) -> None:
   register(PassSpec(name="heuristic.actions", stage="opt", rewrite="tinyplug.passes.heuristic:make_pass"))
+  # large matmuls on a machine with caches read B from contiguous column panels (a copy first): passes/pack.py
+  register(PassSpec(name="heuristic.pack", stage="tensor_graph", rewrite="tinyplug.passes.pack:make_pass"))

@@ -156,11 +156,20 @@ def fold_div_of_sum(d: UOp, x: UOp, c: UOp) -> UOp | None:
   if g > 1:  # exact for every sign: (g*s) / (g*c') truncates like s / c'
     return _build_sum(x, [(b, k // g) for b, k in terms]) // c.const_like(c.arg // g)
   quotient = [(b, k // c.arg) for b, k in terms if k % c.arg == 0]
-  if not quotient: return None
+  if not quotient: return _div_by_multiple(x, terms, c.arg)
   rest = _build_sum(x, [(b, k) for b, k in terms if k % c.arg != 0])
   if not _same_sign(x, rest): return None
   out = _build_sum(x, quotient)
   return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest // c
+
+def _div_by_multiple(x: UOp, terms: list[tuple[UOp | None, int]], c: int) -> UOp | None:
+  """(b*k + rest) // (k*m) is b // m when b >= 0 and 0 <= rest < k: the rest never carries into b. A view's index
+  through a reshape: (n*K + k) // (32*K) with 0 <= k < K is n // 32 (the panel of column n of a packed matrix)."""
+  for i, (b, k) in enumerate(terms):
+    if b is None or k <= 1 or c % k != 0 or b.vmin < 0: continue
+    rest = _build_sum(x, terms[:i] + terms[i + 1:])
+    if rest.vmin >= 0 and rest.vmax < k: return b // b.const_like(c // k)
+  return None
 
 def fold_mod_of_sum(m: UOp, x: UOp, c: UOp) -> UOp | None:
   """x%c for a sum x: drop the terms that c divides and reduce the other coefficients mod c."""
@@ -188,6 +197,11 @@ def fold_mod_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
 def recombine_div_mod(x: UOp, c: UOp, c2: UOp) -> UOp | None:
   """(x//c)*c + x%c is x, for either sign of x."""
   return x if c.arg == c2.arg and c.arg != 0 else None
+
+def recombine_div_mod_sum(x: UOp, y: UOp, c: UOp, c2: UOp) -> UOp | None:
+  """(x + y//c)*c + y%c is x*c + y, for either sign of y: a flattened view's index (a 4096x4096 tensor summed as
+  256 rows of 65536 reads row*16 + col//4096 and col%4096), which then walks memory with stride 1 again."""
+  return x * c + y if c.arg == c2.arg and c.arg != 0 else None
 
 def _lt_const(x: UOp, bound: int) -> UOp | None:
   """x < bound, when bound fits x's dtype (else the rule would wrap the constant)."""
@@ -224,6 +238,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.MOD, INTS, (x_var, c_scalar), name="m"), fold_mod_of_sum),
   (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x_var, c_scalar)), c2_scalar)),
                         UPat(Ops.MOD, src=(x_var, c_scalar))]), recombine_div_mod),
+  (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.ADD, src=[x_var, UPat(Ops.IDIV, src=(y_var, c_scalar))]), c2_scalar)),
+                        UPat(Ops.MOD, src=(y_var, c_scalar))]), recombine_div_mod_sum),
   # comparisons
   (UPat((Ops.CMPLT, Ops.CMPNE), src=(x_int, x_int)), lambda x: UOp.const(dtypes.bool, False)),
   (UPat(Ops.CMPLT, src=(x_int + c1_scalar, c2_scalar)), lt_of_add),

@@ -3,6 +3,7 @@ host, the outermost shareable loop split across threads (`core_id`, `n_cores`), 
 whose vector variants (glibc's libmvec) LLVM may vectorise to."""
 from __future__ import annotations
 from tinyplug.backend import LAUNCH_LOOPS
+from tinyplug_cpu_llvm.machine import n_threads, usable_cores
 from tinyplug.renderer.llvmir import LLVM_VECTOR_WIDTHS, LLVMFunctionBuilder, LLVMIRRenderer, reg_type
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops
@@ -77,7 +78,14 @@ class LLVMRenderer(LLVMIRRenderer):
   split_threads = True
   vector_widths = LLVM_VECTOR_WIDTHS
   builder = CPUFunctionBuilder
-  def __init__(self, vector_isas: tuple[str, ...] = ()):
+  def __init__(self, vector_isas: tuple[str, ...] = (), cache_bytes: tuple[int, ...] = ()):
     """vector_isas: libmvec ISA letters the target supports ("b" SSE4, "d" AVX2, "e" AVX-512); with them, exp2, log2
-    and sin of float32/float64 become libm calls whose vector variants (glibc's libmvec) LLVM may vectorise to."""
+    and sin of float32/float64 become libm calls whose vector variants (glibc's libmvec) LLVM may vectorise to.
+    cache_bytes: the host's data caches (machine.data_caches()), which the optimiser sizes its cache blocks by."""
     self.vector_isas = tuple(vector_isas)
+    self.cache_bytes = tuple(cache_bytes)
+    self.cores = usable_cores()   # an instance field, so programs cached on disk are keyed by the machine's core count
+  @property
+  def threads(self) -> int:
+    """CPU_THREADS, or every usable core: what the runtime shares a kernel across (read live, like the runtime)."""
+    return n_threads()

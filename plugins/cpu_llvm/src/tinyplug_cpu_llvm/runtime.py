@@ -4,14 +4,14 @@ one runs on every core through the process's thread pool (threads.py).
 `DEV=CPU` (or `CPU:LLVM`) uses the host CPU and all its features; `DEV=CPU:LLVM:<cpu>,<+feature,...>` overrides
 them, e.g. `CPU:LLVM:znver4,+avx2`, or `CPU:LLVM:x86-64` for a baseline build."""
 from __future__ import annotations
-import ctypes, os, time
+import ctypes, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
 from tinyplug.backend import host_block, host_view
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
-from tinyplug_cpu_llvm.plugin import CPU_THREADS
+from tinyplug_cpu_llvm.machine import data_caches, n_threads
 from tinyplug_cpu_llvm.renderer import LLVMRenderer
 from tinyplug_cpu_llvm.threads import pool
 
@@ -54,15 +54,6 @@ def _address(handle: Any) -> int:
   if isinstance(handle, np.ndarray): return handle.ctypes.data
   if isinstance(handle, int): return handle
   raise TypeError(f"not CPU memory: {type(handle).__name__}")
-
-# ---------------- threads ----------------
-
-def n_threads() -> int:
-  """CPU_THREADS, or every core this process may run on (its affinity mask, which taskset/containers narrow)."""
-  n = int(CPU_THREADS.value)
-  if n > 0: return n
-  try: return max(1, len(os.sched_getaffinity(0)))
-  except (AttributeError, OSError): return os.cpu_count() or 1
 
 # ---------------- programs ----------------
 
@@ -123,7 +114,7 @@ class CPUDevice(Compiled):
   def __init__(self, name: str = "CPU"):
     cpu, features = parse_device(name)
     compiler = LLVMCompiler(cpu, features)
-    super().__init__(name, CPUAllocator(), LLVMRenderer(vector_math_isas(compiler.features)), compiler)
+    super().__init__(name, CPUAllocator(), LLVMRenderer(vector_math_isas(compiler.features), data_caches()), compiler)
     self._engine = None
     self._loaded: dict[str, int] = {}
     self._lock = LLVM_LOCK

@@ -1,0 +1,44 @@
+"""What the host CPU looks like to the optimiser: its data caches and how many cores this process may use. The
+renderer declares them (`cache_bytes`, `threads`), so the heuristic and the scheduler's pack pass size their cache
+blocks and thread shares for this machine rather than for the one they were tuned on."""
+from __future__ import annotations
+import os
+from pathlib import Path
+from tinyplug_cpu_llvm.plugin import CPU_THREADS
+
+SYSFS_CACHES = "/sys/devices/system/cpu/cpu0/cache"
+
+def _bytes(text: str) -> int:
+  """sysfs sizes: `32K`, `1024K`, `32M`, or plain bytes."""
+  text = text.strip().upper()
+  scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+  return int(text.rstrip("KMG")) * scale
+
+def data_caches(root: str | os.PathLike = SYSFS_CACHES) -> tuple[int, ...]:
+  """Bytes of data cache per level as core 0 sees it, (L1d, L2, L3, ...): Linux's sysfs, else glibc's sysconf;
+  () when neither says (the optimiser then keeps its defaults). An L3 is shared by the cores of its complex."""
+  levels: dict[int, int] = {}
+  try:
+    for d in sorted(Path(root).glob("index*")):
+      if (d / "type").read_text().strip() == "Instruction": continue
+      levels[int((d / "level").read_text())] = _bytes((d / "size").read_text())
+  except (OSError, ValueError): levels = {}
+  if not levels:
+    for level, name in ((1, "SC_LEVEL1_DCACHE_SIZE"), (2, "SC_LEVEL2_CACHE_SIZE"), (3, "SC_LEVEL3_CACHE_SIZE")):
+      try: size = os.sysconf(name)
+      except (ValueError, OSError, AttributeError): size = 0
+      if size > 0: levels[level] = size
+  # levels 1..n without a gap (a missing L2 would make the L3 look like one)
+  out: list[int] = []
+  while len(out) + 1 in levels: out.append(levels[len(out) + 1])
+  return tuple(out)
+
+def usable_cores() -> int:
+  """Every core this process may run on (its affinity mask, which taskset and containers narrow)."""
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except (AttributeError, OSError): return os.cpu_count() or 1
+
+def n_threads() -> int:
+  """The threads a kernel is shared across: CPU_THREADS, or every usable core (0, the default)."""
+  n = int(CPU_THREADS.value)
+  return n if n > 0 else usable_cores()
