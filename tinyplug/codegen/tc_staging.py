@@ -24,7 +24,7 @@ order instead, 16 bytes (8 halves) per load, consecutive threads taking consecut
 element to its slot in shared memory (`_Tile`); a *pad* (8) leaves one empty slot after each warp's worth of slots, so
 a scattered store's 32 lanes, which land a warp's worth of slots apart, hit different banks."""
 from __future__ import annotations
-import dataclasses, math
+import dataclasses, itertools, math
 from dataclasses import dataclass
 import numpy as np
 from tinyplug.uop.dtype import dtypes
@@ -280,12 +280,45 @@ def _tile(p: _Plan, threads: list[UOp], renderer) -> _Tile | None:
   slot_of, e_of = order // n, order % n
   position = np.array([p.slot_at(int(s)) for s in slot_of]) * n + e_of
   breaks = (width, width * n_threads)
-  offset_digits, position_digits = _digits(rel, breaks), _digits(position - position[0], breaks)
-  if offset_digits is None or position_digits is None: return None
+  for pieces in (_piece_order(rel, position, width, n_threads, dt.itemsize), None):
+    x = np.arange(count) if pieces is None else (pieces[:, None] * width + np.arange(width)).reshape(-1)
+    offset_digits, position_digits = _digits(rel[x], breaks), _digits(position[x] - position[0], breaks)
+    if offset_digits is not None and position_digits is not None: break
+  else: return None
   s0, e0 = divmod(int(order[0]), n)
   first = {r: UOp.const(r.dtype, int(c[s0])) for r, c in coords.items()}
   return _Tile(replace_nodes(indexes[e0], first), width, n_threads, count, offset_digits, position_digits,
                int(position[0]))
+
+def _bank_conflicts(position: np.ndarray, width: int, pieces: np.ndarray, itemsize: int) -> int:
+  """The shared-memory wavefronts of the stores of `pieces` (one per thread of a warp), summed over a piece's lanes:
+  for each lane, the most distinct 4-byte words that fall into one of the 32 banks."""
+  total = 0
+  for v in range(width):
+    words = np.unique(position[pieces * width + v] * itemsize // 4)
+    total += int(np.bincount(words % 32).max())
+  return total
+
+def _piece_order(rel: np.ndarray, position: np.ndarray, width: int, n_threads: int, itemsize: int) -> np.ndarray | None:
+  """Which piece (in address order) each thread takes, round by round, where a warp of threads in address order
+  would store into few banks: the bits of the piece number are permuted so that a warp still reads whole 128-byte
+  runs (the pieces' lowest, contiguous bits stay the threads' lowest) and its other thread bits are those with the
+  fewest bank conflicts (the lowest such bits). None: address order (it is best, or the counts are not powers of 2)."""
+  pieces = len(rel) // width
+  bits, tbits = pieces.bit_length() - 1, n_threads.bit_length() - 1
+  if 1 << bits != pieces or 1 << tbits != n_threads: return None
+  warp_bits = min(5, tbits, bits)
+  low = 0
+  while low < min(3, warp_bits) and rel[(1 << low) * width] == (1 << low) * width: low += 1
+  def lanes(bs) -> np.ndarray:
+    t = np.arange(1 << len(bs))
+    return sum((((t >> k) & 1) << b for k, b in enumerate(bs)), np.zeros_like(t))
+  best = min(itertools.combinations(range(low, bits), warp_bits - low),
+             key=lambda c: (_bank_conflicts(position, width, lanes(list(range(low)) + list(c)), itemsize), c))
+  order = list(range(low)) + list(best)
+  order += [b for b in range(bits) if b not in order]
+  if order == list(range(bits)): return None
+  return lanes(order)
 
 def _digit_terms(digits, tid: UOp, width: int, n_threads: int, x0: int) -> tuple[UOp | None, int]:
   """f(x0 + tid * width) split into (the thread's part, a UOp or None; the constant part): x0 holds the vector

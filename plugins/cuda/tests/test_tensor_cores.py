@@ -13,6 +13,7 @@ from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.helpers import Context
 from tinyplug.schedule import create_schedule
+from tinyplug.uop.ops import Ops
 from tinyplug.testing.kernels import run_kernel
 from tinyplug_cuda.renderer import CUDARenderer
 from tinyplug_cuda.tensor_cores import MMA_M16N8K16
@@ -198,6 +199,30 @@ def test_digits_describe_the_tiles():
   x = np.arange(64)
   assert _digits(x * 3, (8, 32)) == ((1, 8, 3), (8, 4, 24), (32, 2, 96))   # split at the breaks
   assert _digits(np.array([0, 1, 3, 2]), ()) is None   # not a sum of digits
+
+@pytest.mark.parametrize("pad,most", [(False, {"A": 4, "B": 8}), (True, {"A": 2, "B": 1})])
+def test_vector_fills_of_the_default_spread_their_stores_over_the_banks(tensor, pad, most):
+  """The 4096 default's tiles: every thread's 16-byte piece starts on a 16-byte boundary, each warp reads whole
+  64-byte runs or more, and a warp's scattered stores into shared memory meet at most `most` distinct words in one
+  bank (address order would give A 8 and B 16; the pad takes B's to none)."""
+  from tinyplug.codegen import tc_staging as st
+  r = CUDARenderer("sm_90")
+  k = Kernel(_opt_graph(tensor(4096, 4096, dtype=dtypes.half).matmul(tensor(4096, 4096, dtype=dtypes.half),
+                                                                     dtype=dtypes.float), r), r)
+  for o in [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 1, 2),
+            Opt(OptOps.LOCAL, 0, 2)]: k.apply_opt(o)
+  threads = st._thread_ranges(k.sink)
+  wmma = next(u for u in k.sink.toposort() if u.op is Ops.WMMA)
+  def value(digits, x): return sum(((x // lo) % radix) * coef for lo, radix, coef in digits)
+  for i, (name, loads) in enumerate((("A", wmma.src[:8]), ("B", wmma.src[8:12]))):
+    tile = st._plan(i, tuple(loads), threads, pad, True, r).tile
+    assert tile is not None and tile.width == 8 and tile.threads == 128 and tile.count == 4096
+    lanes = np.arange(32) * 8
+    offsets = np.sort(value(tile.offset, lanes))
+    assert (offsets % 8 == 0).all() and all(len(set(offsets[g:g + 4] - np.arange(4) * 8)) == 1 for g in range(0, 32, 4))
+    for v in range(8):
+      words = np.unique((tile.position0 + value(tile.position, lanes + v)) // 2)
+      assert np.bincount(words % 32).max() <= most[name]
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("arg,pieces", [(3, 8), (7, 16), (15, 16)])
