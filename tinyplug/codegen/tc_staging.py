@@ -20,8 +20,8 @@ step k's barrier. Refused where the two halves do not fit the renderer's shared 
 trip k fills step k+1 while its WMMAs read step k (`_prefetched`).
 
 The arg's other bits (`STAGE_*` below): a *vector fill* of B (2) or A (4) reads the operand's tile in global address
-order instead, 16 bytes (8 halves) per load, consecutive threads taking consecutive 16-byte pieces, and scatters each
-element to its slot in shared memory (`_Tile`); a *pad* (8) leaves one empty slot after each warp's worth of slots, so
+order instead, 16 bytes (8 halves) per load, each warp reading whole runs of 64 bytes or more (`_piece_order` picks
+which, for fewer bank conflicts), and scatters each element to its slot in shared memory (`_Tile`); a *pad* (8) leaves one empty slot after each warp's worth of slots, so
 a scattered store's 32 lanes, which land a warp's worth of slots apart, hit different banks."""
 from __future__ import annotations
 import dataclasses, itertools, math
