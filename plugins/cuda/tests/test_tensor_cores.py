@@ -249,6 +249,19 @@ def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc,
   tol = dict(rtol=1e-2, atol=5e-2) if acc == dtypes.half else dict(rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(got.astype(np.float32), ta.float().numpy() @ tb.float().numpy(), **tol)
 
+@pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
+def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, nvrtc, dtype, acc, index, name, instruction):
+  """STAGE:15 with each core: both tiles read as 8-lane vectors (half8, bf16x8), the values match, NVRTC compiles it."""
+  a, b = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 64)).astype(np.float32)
+  ta, tb = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
+  opts = [Opt(OptOps.TC, 0, index), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 0, 2),
+          Opt(OptOps.LOCAL, 1, 2), ALL]
+  got, src = _run(ta.matmul(tb, dtype=acc), opts)
+  assert len(re.findall(r"\(\((?:half8|bf16x8)\*\)\(data[12]\+", src)) == 4 and not re.search(r"= data[12]\[", src)
+  tol = dict(rtol=1e-2, atol=5e-2) if acc == dtypes.half else dict(rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(got.astype(np.float32), ta.float().numpy() @ tb.float().numpy(), **tol)
+  assert nvrtc.compile_cuda(src, "sm_80")[:4] == b"\x7fELF"
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
   """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 32 KB of
