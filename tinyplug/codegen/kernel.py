@@ -135,7 +135,7 @@ class Kernel:
     if self.staged is None: return self.sink
     from tinyplug.codegen.tc_staging import StagingError, stage_operands
     try: return stage_operands(self.sink, self.renderer, arg=self.staged)
-    except StagingError as e: raise KernelOptError(f"{Opt(OptOps.STAGE)}: {e}") from None
+    except StagingError as e: raise KernelOptError(f"{Opt(OptOps.STAGE, None, self.staged)}: {e}") from None
 
   def _padto(self, opt: Opt) -> UOp:
     r = self.axis_for(opt)
