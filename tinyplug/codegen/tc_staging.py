@@ -21,8 +21,9 @@ trip k fills step k+1 while its WMMAs read step k (`_prefetched`).
 
 The arg's other bits (`STAGE_*` below): a *vector fill* of B (2) or A (4) reads the operand's tile in global address
 order instead, 16 bytes (8 halves) per load, each warp reading whole runs of 64 bytes or more (`_piece_order` picks
-which, for fewer bank conflicts), and scatters each element to its slot in shared memory (`_Tile`); a *pad* (8) leaves one empty slot after each warp's worth of slots, so
-a scattered store's 32 lanes, which land a warp's worth of slots apart, hit different banks."""
+which, for fewer bank conflicts), and scatters each element to its slot in shared memory (`_Tile`); a *pad* (8)
+leaves one empty slot after each warp's worth of slots, so scattered stores a warp's worth of slots apart hit
+different banks. A tile the vector fill cannot describe keeps the slot-by-slot fill."""
 from __future__ import annotations
 import dataclasses, itertools, math
 from dataclasses import dataclass
@@ -192,11 +193,12 @@ def _reads(plans: list[_Plan], barrier: UOp) -> dict[UOp, UOp]:
 
 @dataclass(frozen=True)
 class _Tile:
-  """An operand's tile in global address order: element x (0 .. count-1, the tile's addresses sorted) is at global
-  index `base + offset(x)` and goes to shared position `half + position(x)`. Both functions are kept as digits
-  `(lo, radix, coef)`: f(x) = const + sum(((x // lo) % radix) * coef), split where x crosses a vector (`width`
-  elements) and a round of the work-group's threads (`width * threads`), so each digit depends on the vector's lane,
-  the thread or the round alone. `at` maps the operand's ranges other than the K step's to their values in `base`."""
+  """An operand's tile in whole 16-byte pieces: element x (0 .. count-1; piece x // width, in the order the threads
+  take them: thread t's piece of round j is number `t + threads * j`) is at global index `base + offset(x)` and goes
+  to shared position `half + position0 + position(x)`. Both functions are kept as digits `(lo, radix, coef)`:
+  f(x) = sum(((x // lo) % radix) * coef), split where x crosses a piece (`width` elements) and a round of the
+  work-group's threads (`width * threads`), so each digit depends on the piece's lane, the thread or the round alone;
+  `base` holds the work-group's and the K step's ranges."""
   base: UOp
   width: int
   threads: int
@@ -206,8 +208,9 @@ class _Tile:
   position0: int
 
 _INT_OPS = {Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.SUB: np.subtract, Ops.IDIV: np.floor_divide, Ops.MOD: np.mod,
-            Ops.MAX: np.maximum, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal, Ops.AND: np.bitwise_and,
-            Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift, Ops.SHR: np.right_shift}
+            Ops.MAX: np.maximum, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal,
+            Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift,
+            Ops.SHR: np.right_shift}
 
 def _evaluate(u: UOp, values: dict[UOp, object], memo: dict | None = None):
   """The integer value of index expression `u` with its RANGEs at `values` (ints or numpy arrays); a RANGE not given

@@ -250,7 +250,8 @@ def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc,
   np.testing.assert_allclose(got.astype(np.float32), ta.float().numpy() @ tb.float().numpy(), **tol)
 
 @pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
-def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, nvrtc, dtype, acc, index, name, instruction):
+def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, nvrtc, dtype, acc, index, name,
+                                                                   instruction):
   """STAGE:15 with each core: both tiles read as 8-lane vectors (half8, bf16x8), the values match, NVRTC compiles it."""
   a, b = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 64)).astype(np.float32)
   ta, tb = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
