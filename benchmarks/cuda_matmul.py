@@ -5,7 +5,7 @@
   python benchmarks/cuda_matmul.py --beam 2        # ... and the kernel BEAM=2 picks (searching takes minutes)
   python benchmarks/cuda_matmul.py --n 2048 --reps 20
   python benchmarks/cuda_matmul.py --variants      # ... and each built-in action list (VARIANTS) beside them
-  python benchmarks/cuda_matmul.py --variants "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE; TC0:0 STAGE"
+  python benchmarks/cuda_matmul.py --variants "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE; TC0:0 STAGE:15"
 
 A variant is actions separated by spaces, each `NAME[axis[:arg]]` (an OptOps name: TC, UPCAST, UNROLL, LOCAL, PADTO,
 STAGE, ...); variants are separated by ';'. An action list the kernel refuses prints why and the run goes on.
@@ -57,6 +57,15 @@ VARIANTS = [
   "TC0:0 UPCAST1:4 UPCAST0:2 UNROLL0:2 LOCAL1:4 LOCAL0:4 STAGE:1",        # 32x32/warp, 128x128 block, 16 warps
   "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:4 LOCAL1:2 LOCAL0:2 STAGE:1",        # K step 64, 4 warps
   "TC0:0 UPCAST1:2 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:1",        # 64x16/warp
+  # the default tile with vector fills (STAGE bits: 1 prefetch, 2 B in 16-byte loads, 4 A so, 8 padded shared tiles)
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:3",        # B by 16 bytes (its stores: bank conflicts)
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:11",       # ... padded: B's stores conflict-free
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:7",        # A and B by 16 bytes
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:15",       # ... padded
+  "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:7",        # 128x256 block (48 KB: no room to pad)
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE:15",       # 64x32/warp, 128x128 block, 8 warps
+  "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:4 LOCAL1:2 LOCAL0:2 STAGE:7",        # K step 64, 4 warps (48 KB: no pad)
+  "TC0:0 UPCAST1:8 UPCAST0:2 UNROLL0:2 LOCAL1:2 LOCAL0:4 STAGE:15",       # 32x64/warp, 128x128 block
 ]
 
 def parse_variant(text: str) -> list:

@@ -47,7 +47,7 @@ class Kernel:
     self.sink, self.renderer = sink, renderer
     self.applied_opts: list[Opt] = []
     self.dont_use_locals = False
-    self.staged: int | None = None   # STAGE's arg (0: plain, 1: prefetch): built by finished_sink
+    self.staged: int | None = None   # STAGE's arg (tc_staging's STAGE_* bits): built by finished_sink
 
   def copy(self) -> Kernel:
     k = Kernel(self.sink, self.renderer)
@@ -120,8 +120,10 @@ class Kernel:
   def _stage(self, opt: Opt) -> None:
     from tinyplug.codegen.tensor_cores import has_warp
     if self.staged is not None: raise KernelOptError(f"{opt}: the operands are staged already")
-    if opt.arg not in (None, 0, 1):
-      raise KernelOptError(f"{opt}: arg is 0 (stage) or 1 (stage and prefetch the next K step)")
+    from tinyplug.codegen.tc_staging import STAGE_ARGS
+    if opt.arg is not None and opt.arg not in range(STAGE_ARGS):
+      raise KernelOptError(f"{opt}: arg is 0 (stage) to {STAGE_ARGS - 1}: the sum of 1 (prefetch the next K step), "
+                           "2 (fill B with 16-byte loads), 4 (fill A so), 8 (pad the shared tiles)")
     if not has_warp(self.sink): raise KernelOptError(f"{opt}: stages a tensor core's operands; apply TC first")
     if self.renderer is None or not self.renderer.has_shared or self.dont_use_locals:
       raise KernelOptError(f"{opt}: the renderer has no shared memory")
@@ -132,8 +134,8 @@ class Kernel:
     when the tile it copies is final."""
     if self.staged is None: return self.sink
     from tinyplug.codegen.tc_staging import StagingError, stage_operands
-    try: return stage_operands(self.sink, self.renderer, prefetch=self.staged == 1)
-    except StagingError as e: raise KernelOptError(f"{Opt(OptOps.STAGE)}: {e}") from None
+    try: return stage_operands(self.sink, self.renderer, arg=self.staged)
+    except StagingError as e: raise KernelOptError(f"{Opt(OptOps.STAGE, None, self.staged)}: {e}") from None
 
   def _padto(self, opt: Opt) -> UOp:
     r = self.axis_for(opt)

@@ -36,12 +36,12 @@ def candidate_actions(k: Kernel) -> list[Opt]:
 
 def _tensor_core_actions(k: Kernel) -> list[Opt]:
   """TC actions (first, or after PADTOs only): one per tensor core and way the kernel's reduction runs on it (up to 2);
-  after TC, STAGE (once)."""
+  after TC, STAGE (once): plain, prefetched, and prefetched with 16-byte fills of B (A too) into padded tiles."""
   from tinyplug.codegen.tensor_cores import tc_matches
   from tinyplug.helpers import TC
   if not TC or k.renderer is None or not k.renderer.uses_work_groups: return []
   if any(o.op is OptOps.TC for o in k.applied_opts):   # then STAGE: the operands through shared memory
-    return [Opt(OptOps.STAGE), Opt(OptOps.STAGE, None, 1)] if k.staged is None and k.renderer.has_shared else []
+    return [Opt(OptOps.STAGE, None, a) for a in (None, 1, 11, 15)] if k.staged is None and k.renderer.has_shared else []
   if any(o.op is not OptOps.PADTO for o in k.applied_opts): return []
   return [Opt(OptOps.TC, choice, i) for i, tc in enumerate(k.renderer.tensor_cores)
           for choice in range(min(2, len(tc_matches(k.sink, tc))))]

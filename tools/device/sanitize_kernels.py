@@ -24,6 +24,16 @@ checks["wide softmax"] = (Tensor(rows).softmax(-1).numpy(), np.exp(rows - rows.m
 a16, b16 = rng.standard_normal((256, 128), dtype=np.float32), rng.standard_normal((128, 192), dtype=np.float32)
 want16 = a16.astype(np.float16).astype(np.float32) @ b16.astype(np.float16).astype(np.float32)
 checks["fp16 matmul (tensor cores)"] = ((Tensor(a16, dtype=dtypes.half) @ Tensor(b16, dtype=dtypes.half)).float().numpy(), want16)
+# the staged tensor-core tile with STAGE's vector fills and padded tiles (16-byte loads scattered to the fragment slots)
+from tinyplug.codegen.kernel import Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.testing.kernels import run_kernel
+s16 = [rng.standard_normal((256, 256), dtype=np.float32).astype(np.float16) for _ in range(2)]
+vector_fill = [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 15)]
+staged = Tensor(s16[0]).realize().matmul(Tensor(s16[1]).realize(), dtype=dtypes.float)
+checks["fp16 matmul (tensor cores, STAGE:15)"] = (run_kernel(staged, Device.DEFAULT, vector_fill)[0],
+                                                  s16[0].astype(np.float32) @ s16[1].astype(np.float32))
 img, k = rng.standard_normal((4, 8, 20, 20), dtype=np.float32), rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
 import torch
 checks["conv"] = (Tensor(img).conv2d(Tensor(k), padding=1).numpy(), torch.nn.functional.conv2d(torch.tensor(img), torch.tensor(k), padding=1).numpy())

@@ -13,6 +13,7 @@ from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.helpers import Context
 from tinyplug.schedule import create_schedule
+from tinyplug.uop.ops import Ops
 from tinyplug.testing.kernels import run_kernel
 from tinyplug_cuda.renderer import CUDARenderer
 from tinyplug_cuda.tensor_cores import MMA_M16N8K16
@@ -145,6 +146,12 @@ STAGED_KERNELS = [
 # the same with the next K step prefetched (STAGE arg 1); a single K step has nothing to prefetch (staged plainly)
 STAGED_KERNELS += [(shape, [PREFETCH if o == STAGE else o for o in opts]) for shape, opts in STAGED_KERNELS] + \
   [((32, 32, 16), [TC0, Opt(OptOps.LOCAL, 1, 4), PREFETCH])]
+# the vector fills (STAGE bits 2 and 4: A and B read in 16-byte pieces, scattered to the slots) and the pad (8), with
+# and without prefetch; the padded kernel's gated loads and the tile smaller than a round of the threads keep the
+# slot-by-slot fill (still padded)
+VECTOR, ALL = Opt(OptOps.STAGE, None, 6), Opt(OptOps.STAGE, None, 15)
+STAGED_KERNELS += [(shape, [ALL if o == STAGE else o for o in opts]) for shape, opts in STAGED_KERNELS[:4]] + \
+  [(STAGED_KERNELS[1][0], [VECTOR if o == STAGE else o for o in STAGED_KERNELS[1][1]])]
 
 def _check_mma_kernel(shape, opts, device):
   m, n, k = shape
@@ -168,6 +175,69 @@ def test_staged_kernel_reads_fragments_from_shared_memory(mock_cuda):
   assert re.search(r"^\s*\*\(\(half4\*\)\(stage1\+", fill, re.M)
   assert "(*((half8*)(stage0+" in reads and "(*((half4*)(stage1+" in reads and "data1" not in reads.split("}")[0]
 
+def test_vector_fill_reads_16_byte_pieces(mock_cuda):
+  """STAGE:15: both tiles are read from global memory as 16-byte vectors only, scattered to the fragment slots of
+  padded shared tiles (an empty slot after each 32), and the fragments are still read as vectors."""
+  a, b = RNG.standard_normal((64, 64)).astype(np.float16), RNG.standard_normal((64, 64)).astype(np.float16)
+  opts = [ALL if o == STAGE else o for o in STAGED_KERNELS[0][1]]
+  got, src = _run(Tensor(a).realize().matmul(Tensor(b).realize(), dtype=dtypes.float), opts)
+  np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-3)
+  body = src.split("__global__")[1]
+  # A: 256 slots of 8 halves, B: 512 of 4; each padded by 1/32, twice
+  assert "half stage0[4224];" in body and "half stage1[4224];" in body
+  for data in ("data1", "data2"):
+    assert re.search(rf"\(\*\(\(half8\*\)\({data}\+", body) and f"{data}[" not in body
+    assert not re.search(rf"\(half[24]\*\)\({data}\+", body)
+  assert "(*((half8*)(stage0+" in body and "(*((half4*)(stage1+" in body
+
+def test_digits_describe_the_tiles():
+  from tinyplug.codegen.tc_staging import _digits
+  x = np.arange(48)
+  f = (x % 4) * 16 + ((x // 4) % 3) * 1 + (x // 12) * 100
+  assert _digits(f, (8, 48)) is None   # 8 is not a digit boundary of f
+  assert _digits(f, (4, 12)) == ((1, 4, 16), (4, 3, 1), (12, 4, 100))
+  x = np.arange(64)
+  assert _digits(x * 3, (8, 32)) == ((1, 8, 3), (8, 4, 24), (32, 2, 96))   # split at the breaks
+  assert _digits(np.array([0, 1, 3, 2]), ()) is None   # not a sum of digits
+
+@pytest.mark.parametrize("pad,most", [(False, {"A": 4, "B": 8}), (True, {"A": 2, "B": 1})])
+def test_vector_fills_of_the_default_spread_their_stores_over_the_banks(tensor, pad, most):
+  """The 4096 default's tiles: every thread's 16-byte piece starts on a 16-byte boundary, each warp reads whole
+  64-byte runs or more, and a warp's scattered stores into shared memory meet at most `most` distinct words in one
+  bank (address order would give A 8 and B 16; the pad takes B's to none)."""
+  from tinyplug.codegen import tc_staging as st
+  r = CUDARenderer("sm_90")
+  k = Kernel(_opt_graph(tensor(4096, 4096, dtype=dtypes.half).matmul(tensor(4096, 4096, dtype=dtypes.half),
+                                                                     dtype=dtypes.float), r), r)
+  for o in [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 1, 2),
+            Opt(OptOps.LOCAL, 0, 2)]: k.apply_opt(o)
+  threads = st._thread_ranges(k.sink)
+  wmma = next(u for u in k.sink.toposort() if u.op is Ops.WMMA)
+  def value(digits, x): return sum(((x // lo) % radix) * coef for lo, radix, coef in digits)
+  for i, (name, loads) in enumerate((("A", wmma.src[:8]), ("B", wmma.src[8:12]))):
+    tile = st._plan(i, tuple(loads), threads, pad, True, r).tile
+    assert tile is not None and tile.width == 8 and tile.threads == 128 and tile.count == 4096
+    lanes = np.arange(32) * 8
+    offsets = np.sort(value(tile.offset, lanes))
+    assert (offsets % 8 == 0).all() and all(len(set(offsets[g:g + 4] - np.arange(4) * 8)) == 1 for g in range(0, 32, 4))
+    for v in range(8):
+      words = np.unique((tile.position0 + value(tile.position, lanes + v)) // 2)
+      assert np.bincount(words % 32).max() <= most[name]
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arg,pieces", [(3, 8), (7, 16), (15, 16)])
+def test_the_default_with_vector_fills_compiles(nvrtc, render, tensor, arch, arg, pieces):
+  """The 4096 default's tile with STAGE:3 (B in 16-byte pieces), 7 (A too), 15 (and padded): NVRTC compiles it, and the
+  PTX reads global memory with 16-byte loads only (4 pieces of each tile per thread, before the loop and in it)."""
+  a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
+  opts = [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 1, 2),
+          Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, arg)]
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch), opts=opts)
+  ptx = nvrtc.compile_cuda(spec.src, arch, ptx=True).decode()
+  assert len(re.findall(r"ld\.global\.(?:nc\.)?v4\.", ptx)) == pieces
+  assert not re.findall(r"ld\.global\.(?:nc\.)?[ub]16", ptx)
+  assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
+
 @pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
 def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc, index, name, instruction):
   a, b = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 48)).astype(np.float32)
@@ -178,6 +248,20 @@ def test_staged_kernels_of_every_core_run_on_the_emulator(mock_cuda, dtype, acc,
   assert f"tp_{name}(" in src and "__syncthreads();" in src
   tol = dict(rtol=1e-2, atol=5e-2) if acc == dtypes.half else dict(rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(got.astype(np.float32), ta.float().numpy() @ tb.float().numpy(), **tol)
+
+@pytest.mark.parametrize("dtype,acc,index,name,instruction", CORES, ids=lambda x: x if isinstance(x, str) else "")
+def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, nvrtc, dtype, acc, index, name,
+                                                                   instruction):
+  """STAGE:15 with each core: both tiles read as 8-lane vectors (half8, bf16x8), the values match, NVRTC compiles it."""
+  a, b = RNG.standard_normal((64, 96)).astype(np.float32), RNG.standard_normal((96, 64)).astype(np.float32)
+  ta, tb = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
+  opts = [Opt(OptOps.TC, 0, index), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 0, 2),
+          Opt(OptOps.LOCAL, 1, 2), ALL]
+  got, src = _run(ta.matmul(tb, dtype=acc), opts)
+  assert len(re.findall(r"\(\((?:half8|bf16x8)\*\)\(data[12]\+", src)) == 4 and not re.search(r"= data[12]\[", src)
+  tol = dict(rtol=1e-2, atol=5e-2) if acc == dtypes.half else dict(rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(got.astype(np.float32), ta.float().numpy() @ tb.float().numpy(), **tol)
+  assert nvrtc.compile_cuda(src, "sm_80")[:4] == b"\x7fELF"
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
@@ -220,7 +304,7 @@ def test_stage_refuses_what_it_cannot_stage(render, tensor):
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
   with pytest.raises(KernelOptError, match="apply TC first"): apply(mm, [STAGE])
   with pytest.raises(KernelOptError, match="staged already"): apply(mm, [TC0, STAGE, STAGE])
-  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 2)])
+  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 16)])
   # two halves of A (64 slots of 8 halves) and of B (64 slots of 4): 3 KB
   small = CUDARenderer("sm_80", shared_max=2048)
   with pytest.raises(KernelOptError, match="3072 bytes of shared memory; the device has 2048"):
