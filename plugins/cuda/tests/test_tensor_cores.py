@@ -132,6 +132,7 @@ EMULATED_KERNELS = [
   ((24, 12, 40), [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.PADTO, 1, 8), Opt(OptOps.PADTO, 2, 16), TC0]),   # padded first
 ]
 STAGE, PREFETCH = Opt(OptOps.STAGE), Opt(OptOps.STAGE, None, 1)
+VECTOR_FILL = Opt(OptOps.STAGE, None, 15)   # prefetch, 16-byte fills of A and B, padded rows: the heuristic's default
 # A and B through shared memory (STAGE): with a register tile, K unroll and warps; STAGE before the tile actions (it
 # is built last); fewer A slots than threads (the fill is gated); padded M, N and K (the fill carries the gates)
 STAGED_KERNELS = [
@@ -265,17 +266,17 @@ def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, n
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
-  """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 32 KB of
-  double-buffered shared memory, the next K step prefetched; NVRTC compiles it."""
+  """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 33 KB of
+  double-buffered, padded shared memory filled with 16-byte loads, the next K step prefetched; NVRTC compiles it."""
   a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
   (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch))
   assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
-                               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), PREFETCH]
+                               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), VECTOR_FILL]
   assert spec.local_size == (32, 2, 2) and spec.global_size == (32, 32, 1)
-  assert "half stage0[8192];" in spec.src and "half stage1[8192];" in spec.src
+  assert "half stage0[8448];" in spec.src and "half stage1[8448];" in spec.src   # 8192 + a slot of padding per 32
   loop = spec.src.split("for (int ridx")[1]
-  # the fill of the next K step is loaded before the barrier, the step's fragments read after it as 16-byte vectors
-  assert loop.index("(data1+") < loop.index("__syncthreads();") < loop.index("(*((half8*)(stage0+")
+  # the fill of the next K step is loaded (as 16-byte vectors) before the barrier, the step's fragments read after it
+  assert loop.index("(*((half8*)(data1+") < loop.index("__syncthreads();") < loop.index("(*((half8*)(stage0+")
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
 
 def test_odd_sizes_are_padded_to_the_block(nvrtc, render, tensor):
@@ -285,13 +286,13 @@ def test_odd_sizes_are_padded_to_the_block(nvrtc, render, tensor):
   (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer("sm_90"))
   assert list(spec.applied_opts)[:4] == [Opt(OptOps.PADTO, 0, 128), Opt(OptOps.PADTO, 1, 128),
                                          Opt(OptOps.PADTO, 2, 32), TC0]
-  assert spec.applied_opts[-1] == PREFETCH and spec.local_size == (32, 2, 2)
+  assert spec.applied_opts[-1] == VECTOR_FILL and spec.local_size == (32, 2, 2)   # gated tiles fill slot by slot
   assert nvrtc.compile_cuda(spec.src, "sm_90")[:4] == b"\x7fELF"
 
 def test_the_default_runs_padded_and_staged_on_the_emulator(mock_cuda):
   a, b = RNG.standard_normal((120, 60)).astype(np.float16), RNG.standard_normal((60, 250)).astype(np.float16)
   got, src = _run(Tensor(a).realize().matmul(Tensor(b).realize(), dtype=dtypes.float), None)   # the heuristic's
-  assert "__launch_bounds__(128)" in src and "half stage0[8192];" in src   # 128x256x64: 4 warps a block, staged
+  assert "__launch_bounds__(128)" in src and "half stage0[8448];" in src   # 128x256x64: 4 warps a block, staged
   np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-3)
 
 def test_stage_refuses_what_it_cannot_stage(render, tensor):
