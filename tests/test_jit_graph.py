@@ -48,11 +48,15 @@ def want(a, b):
   c = a * 2 + b
   return ((np.exp2(c) - a) * c).sum(axis=1)
 
+def check_calls(f, n: int, first_b: int) -> None:
+  """Call the jitted `f` n times with new inputs; each result must match numpy's."""
+  for i in range(n):
+    a, b = data(i), data(first_b + i)
+    np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), want(a, b), rtol=1e-5, atol=1e-5)
+
 def test_jit_replays_through_the_device_graph_with_new_inputs(graphs):
   f = TinyJit(three_kernels)
-  for i in range(6):
-    a, b = data(i), data(100 + i)
-    np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), want(a, b), rtol=1e-5, atol=1e-5)
+  check_calls(f, 6, 100)
   assert len(graphs) == 1, "one graph, built at the first replay"
   g = graphs[0]
   assert len(g.launches) == len(f.captured) >= 3 and len(g.calls) == 4   # calls 3..6
@@ -87,10 +91,7 @@ def test_a_device_that_cannot_build_a_graph_replays_one_by_one(monkeypatch, caps
     return None
   monkeypatch.setattr(Device["PYTHON"], "make_graph", make_graph, raising=False)
   with Device.use("PYTHON"), Context(DEBUG=1):
-    f = TinyJit(three_kernels)
-    for i in range(4):
-      a, b = data(i), data(3 + i)
-      np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), want(a, b), rtol=1e-5, atol=1e-5)
+    check_calls(TinyJit(three_kernels), 4, 3)
   out = capsys.readouterr().out
   assert out.count("no graphs on this device today") == (1 if how == "raise" else 0), out
   if how == "raise": assert "replaying them one by one" in out
@@ -102,10 +103,7 @@ def test_a_graph_that_fails_at_replay_falls_back_for_good(monkeypatch, capsys):
     return built[-1]
   monkeypatch.setattr(Device["PYTHON"], "make_graph", make_graph, raising=False)
   with Device.use("PYTHON"), Context(DEBUG=1):
-    f = TinyJit(three_kernels)
-    for i in range(6):
-      a, b = data(i), data(30 + i)
-      np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), want(a, b), rtol=1e-5, atol=1e-5)
+    check_calls(TinyJit(three_kernels), 6, 30)
   assert len(built) == 1 and len(built[0].calls) == 2   # ran once, failed once, never asked again
   assert capsys.readouterr().out.count("graph launch broke") == 1
 
