@@ -89,11 +89,11 @@ DEFAULT_CACHES = (32 << 10, 1 << 20, 32 << 20)
 
 def cache_sizes(renderer: Any) -> tuple[int, ...]:
   """The renderer's data caches per level, or DEFAULT_CACHES where it does not know them."""
-  caches = tuple(getattr(renderer, "cache_bytes", ()) or ())
+  caches = tuple(renderer.cache_bytes or ()) if renderer is not None else ()
   return caches if len(caches) >= 2 else DEFAULT_CACHES
 
 def _threads(k: Kernel) -> int:
-  return max(1, int(getattr(k.renderer, "threads", 1) or 1)) if k.renderer is not None else 1
+  return max(1, int(k.renderer.threads or 1)) if k.renderer is not None else 1
 
 def _step_bytes(k: Kernel, axis: UOp) -> int:
   """Bytes that the global loads depending on `axis` (and not on the innermost output axis) read per iteration of

@@ -37,7 +37,7 @@ def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   caches, B bigger than the L2 with rows PACK_MIN_ROW_BYTES or more apart (its panels' rows would evict each other),
   enough rows of A to pay for the copy, and whole panels."""
   if renderer is None or not renderer.runs_loops: return False
-  caches = tuple(getattr(renderer, "cache_bytes", ()) or ())
+  caches = tuple(renderer.cache_bytes or ())
   if len(caches) < 2: return False
   return n * k * itemsize > caches[1] and n * itemsize >= PACK_MIN_ROW_BYTES and m >= PACK_MIN_ROWS and \
     k >= PACK_MIN_REDUCE and n % PACK_WIDTH == 0
