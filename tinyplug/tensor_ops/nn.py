@@ -1,7 +1,7 @@
 """Neural-network building blocks on top of movement, elementwise and reduce ops: matmul, linear, sliding windows
 (conv2d, max_pool2d, avg_pool2d), normalisation, dropout and losses."""
 from __future__ import annotations
-import functools, math
+import functools, itertools, math
 from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
@@ -307,20 +307,55 @@ def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], di
   nd, kernel = w.ndim - 2, w.shape[2:]
   (cout, cin), bs, spatial = w.shape[:2], x.shape[0], x.shape[2:]
   g = g.contiguous()  # read many times by both convolutions below: compute whatever produced it once
-  # d x: the transposed convolution, g spread by the stride and fully padded, with the flipped, transposed weight
+  # d x: the transposed convolution of g with the flipped, transposed weight
   wt = w.reshape(groups, cout // groups, cin, *kernel).transpose(1, 2).reshape(groups * cin, cout // groups, *kernel)
-  rest = [(i - d * (k - 1) - 1) % s for i, k, s, d in zip(spatial, kernel, stride, dilation)]   # rows no window reached
-  edge = [d * (k - 1) for k, d in zip(kernel, dilation)]
-  gx = g._spread(stride).conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation,
-                                padding=[v for e, r in reversed(list(zip(edge, rest))) for v in (e, e + r)])
+  if all(s == 1 for s in stride):
+    edge = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    gx = g.conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation,
+                  padding=[v for e in reversed(edge) for v in (e, e)])
+  else: gx = _strided_input_grad(g, wt, spatial, groups, stride, dilation)
   # d w: a convolution over the batch. Channels become the batch and the batch the channels; g is the kernel, and
-  # stride and dilation trade places
+  # stride and dilation trade places. The input is cut to the rows the kernel's k taps reach, so that the output
+  # is k wide (uncut, a stride-2 3x3 convolution's came out 4x4: 16/9 of the work, then cut)
+  reach = [(k - 1) * d + s * (o - 1) + 1 for k, d, s, o in zip(kernel, dilation, stride, g.shape[2:])]
   xt = x.reshape(bs, groups, cin, *spatial).permute(2, 1, 0, *range(3, 3 + nd)).reshape(cin, groups * bs, *spatial)
+  if any(r < i for r, i in zip(reach, spatial)): xt = xt.shrink((None, None, *[(0, r) for r in reach]))
   gt = g.transpose(0, 1)                                                    # (cout, bs, o..)
-  gw = xt.conv2d(gt, groups=groups, stride=dilation, dilation=stride)       # (cin, cout, k'..) with k' >= k
-  gw = gw.shrink((None, None, *[(0, k) for k in kernel])).transpose(0, 1)
+  gw = xt.conv2d(gt, groups=groups, stride=dilation, dilation=stride).transpose(0, 1)   # (cout, cin, k..)
   gb = tuple(g.sum((0, *range(2, 2 + nd))).cast(b.dtype) for b in bias)
   return (gx.cast(x.dtype), gw.cast(w.dtype), *gb)
+
+def _phase_taps(n: int, k: int, s: int, d: int, p: int) -> tuple[slice, int, int] | None:
+  """One dim of a strided convolution's input gradient, for the input positions j = s*q + p: the kernel taps that
+  reach them (a slice of the kernel, every s/gcd(s, d)-th tap), and the left and right pads of the output gradient
+  (o long) that make the phase a plain convolution with dilation d/gcd(s, d) over q < ceil(n/s). None: no tap."""
+  taps = [t for t in range(k) if (t * d - p) % s == 0]
+  if not taps: return None
+  o = (n - d * (k - 1) - 1) // s + 1
+  first, last = (taps[0] * d - p) // s, (taps[-1] * d - p) // s
+  return slice(taps[0], taps[-1] + 1, s // math.gcd(s, d)), last, -(-n // s) - first - o
+
+def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation):
+  """The input gradient of a strided convolution as one stride-1 convolution per phase (input position modulo the
+  stride), each with the taps that reach it, interleaved: prod(stride) times less work than convolving g spread
+  by the stride with zeros (a stride-2 3x3: 9 taps per position instead of 36)."""
+  nd = len(spatial)
+  bs, chans = g.shape[0], wt.shape[0]
+  qs = [-(-n // s) for n, s in zip(spatial, stride)]
+  phases = []
+  for phase in itertools.product(*[range(s) for s in stride]):
+    dims = [_phase_taps(n, k, s, d, p) for n, k, s, d, p in zip(spatial, wt.shape[2:], stride, dilation, phase)]
+    if any(t is None for t in dims):
+      phases.append(g.zeros_like().shrink(((0, bs), (0, 1), *[(0, 1)] * nd)).expand(bs, chans, *qs)); continue
+    pads = [(left, max(right, 0)) for _, left, right in dims]
+    gp = g.pad(((0, 0), (0, 0), *pads))
+    gp = gp.shrink((None, None, *[(0, n + left + right) for n, (_, left, right) in zip(g.shape[2:], dims)]))
+    sub = wt[(slice(None), slice(None), *[t[0] for t in dims])].flip(tuple(range(2, 2 + nd)))
+    phases.append(gp.conv2d(sub, groups=groups, dilation=[d // math.gcd(s, d) for s, d in zip(stride, dilation)]))
+  gx = phases[0].stack(*phases[1:], dim=2).reshape(bs, chans, *stride, *qs)
+  gx = gx.permute(0, 1, *[v for j in range(nd) for v in (2 + nd + j, 2 + j)])
+  gx = gx.reshape(bs, chans, *[q * s for q, s in zip(qs, stride)])
+  return gx.shrink((None, None, *[(0, n) for n in spatial]))
 
 def _reduce_loss(loss, reduction: str):
   if reduction == "none": return loss
