@@ -342,14 +342,18 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation):
   nd = len(spatial)
   bs, chans = g.shape[0], wt.shape[0]
   qs = [-(-n // s) for n, s in zip(spatial, stride)]
+  plan = {phase: [_phase_taps(n, k, s, d, p) for n, k, s, d, p in zip(spatial, wt.shape[2:], stride, dilation, phase)]
+          for phase in itertools.product(*[range(s) for s in stride])}
+  # g padded once for every phase (each reads a window of it): padding inside each phase's convolution would put a
+  # bounds check on every read
+  most = [(max(t[j][1] for t in plan.values() if None not in t), max(max(t[j][2] for t in plan.values() if None not in t), 0))
+          for j in range(nd)] if any(None not in t for t in plan.values()) else []
+  gpad = g.pad(((0, 0), (0, 0), *most)).contiguous() if most else g
   phases = []
-  for phase in itertools.product(*[range(s) for s in stride]):
-    dims = [_phase_taps(n, k, s, d, p) for n, k, s, d, p in zip(spatial, wt.shape[2:], stride, dilation, phase)]
+  for dims in plan.values():
     if any(t is None for t in dims):
       phases.append(g.zeros_like().shrink(((0, bs), (0, 1), *[(0, 1)] * nd)).expand(bs, chans, *qs)); continue
-    pads = [(left, max(right, 0)) for _, left, right in dims]
-    gp = g.pad(((0, 0), (0, 0), *pads))
-    gp = gp.shrink((None, None, *[(0, n + left + right) for n, (_, left, right) in zip(g.shape[2:], dims)]))
+    gp = gpad.shrink((None, None, *[(m - left, m + n + right) for n, (m, _), (_, left, right) in zip(g.shape[2:], most, dims)]))
     sub = wt[(slice(None), slice(None), *[t[0] for t in dims])].flip(tuple(range(2, 2 + nd)))
     phases.append(gp.conv2d(sub, groups=groups, dilation=[d // math.gcd(s, d) for s, d in zip(stride, dilation)]))
   gx = phases[0].stack(*phases[1:], dim=2).reshape(bs, chans, *stride, *qs)
