@@ -2,7 +2,7 @@
 PyTorch for every combination of stride, dilation, padding and groups, in 1, 2 and 3 spatial dims; the mechanism
 itself (the marker is stripped before scheduling, second derivatives, errors); pooling's reshape path."""
 from __future__ import annotations
-import itertools
+import itertools, math
 import numpy as np
 import pytest
 import torch
@@ -159,3 +159,35 @@ def test_maxpool_gradient_of_an_inline_input_matches_the_interpreter():
   for ours, ref in zip(_cnn_grads("CPU"), _cnn_grads("PYTHON")):
     assert np.isfinite(ours).all()
     np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=1e-4)
+
+def _multiply_adds(t: Tensor) -> int:
+  """Multiply-adds of the reductions in t's schedule: each kernel's output elements times its reduction's length."""
+  import math
+  from tinyplug.codegen.kernel import Kernel
+  from tinyplug.device import Device
+  from tinyplug.schedule import create_schedule
+  items, _ = create_schedule([t.uop])
+  total = 0
+  for it in items:
+    k = Kernel(it.ast, Device["CPU"].renderer)
+    if k.reduce_axes: total += math.prod(r.src[0].arg for r in k.loop_axes + k.reduce_axes)
+  return total
+
+@pytest.mark.parametrize("stride,dilation", [(2, 1), (3, 1), ((2, 1), 1), (2, 2)], ids=str)
+def test_strided_input_gradient_skips_the_zeros(stride, dilation):
+  # one stride-1 convolution per phase of the input: each input position meets only the taps that reach it, so the
+  # input gradient's multiply-adds are about those of the forward convolution, not prod(stride) times them; the
+  # weight gradient's output is k x k (not cut down from a larger one). Values against torch.
+  x, w = _rand((4, 6, 21, 20), 5), _rand((8, 6, 3, 3), 6)
+  xs, ws = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  out = xs.conv2d(ws, stride=stride, dilation=dilation)
+  forward = _multiply_adds(out)   # the gradients' schedules compute the forward convolution too
+  assert forward == math.prod(out.shape) * 6 * 9
+  (out * out).sum().backward()
+  assert _multiply_adds(xs.grad) - forward <= 1.6 * forward
+  assert _multiply_adds(ws.grad) - forward <= 1.1 * forward
+  xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  ref = F.conv2d(xt, wt, stride=stride, dilation=dilation)
+  (ref * ref).sum().backward()
+  np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-3, rtol=1e-4)
+  np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=1e-3, rtol=1e-4)

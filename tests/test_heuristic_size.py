@@ -89,8 +89,8 @@ def test_elementwise_rows_are_not_capped():
   assert Opt(OptOps.UPCAST, 1, 13) in opts and expanded_with(items[-1].ast, opts) > EXPAND_BUDGET.value
 
 def test_zero_inserting_gather_stays_a_loop():
-  # a stride-2 convolution's input gradient dilates the output gradient (every other element 0, gated by `% 2`):
-  # left as a loop for LLVM's vectorizer, 5x faster than upcast lanes; the gradient matches torch
+  # a stride-2 convolution's input gradient interleaves its phases (every other element from another buffer, gated
+  # by `% 2`): left as a loop for LLVM's vectorizer, 5x faster than upcast lanes; the gradient matches torch
   import torch
   from tinyplug.passes.heuristic import _gated_by_parity
   xs, ws = RNG.standard_normal((4, 3, 16, 16)).astype(np.float32), RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
@@ -116,3 +116,13 @@ def test_long_reduction_takes_a_26_wide_row_whole():
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
   one = cpu(xs[:, :1]).conv2d(cpu(ws[:, :1]))
   assert Opt(OptOps.UPCAST, 3, 13) in _small_window_tile(Kernel(item(one).ast, Device["CPU"].renderer))
+
+def test_strided_row_takes_a_short_row_and_wide_channels():
+  # a stride-2 convolution reads its 12-wide output row from every other input element: lanes along it are gathers,
+  # so the tile is 4 of the row by 16 output channels (whose weights do not depend on the row); values match torch
+  import torch
+  xs, ws = RNG.standard_normal((2, 8, 26, 26)).astype(np.float32), RNG.standard_normal((32, 8, 3, 3)).astype(np.float32)
+  got, spec, _ = lower_and_run(cpu(xs).conv2d(cpu(ws), stride=2))
+  assert Opt(OptOps.UPCAST, 3, 4) in spec.applied_opts and Opt(OptOps.UPCAST, 1, 16) in spec.applied_opts
+  want = torch.nn.functional.conv2d(torch.tensor(xs), torch.tensor(ws), stride=2).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
