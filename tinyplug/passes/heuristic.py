@@ -173,10 +173,11 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   # a short one (a one-channel 3x3 convolution) keeps half the row (whole, it measured 2x slower)
   budget = SMALL_TILE_BUDGET
   if sizes[inner] > 16 and math.prod(r.src[0].arg for r in reduces) >= 64: amt, budget = sizes[inner], 4 * sizes[inner]
-  # a row read with a stride (a stride-2 convolution's input) gives lanes that are gathers: a short row (4) and a
-  # wide second axis, whose loads do not depend on the row (r_64_64_12_12_32_3_3, one thread: 12x4 13.3 ms, 4x16 8.7)
+  # a window's row read with a stride (a stride-2 convolution's input) gives lanes that are gathers: a short row (4)
+  # and a wide second axis, whose loads do not depend on the row (r_64_64_12_12_32_3_3, one thread: 12x4 13.3 ms,
+  # 4x16 8.7). Not a row read across a matrix's rows (a linear layer's 10 outputs: 10x4 38 us, 2x16 104 us)
   along = [s for s in _load_strides(k, loops[inner]) if s != 0]
-  gathers = bool(along) and all(s is not None and abs(s) > 1 for s in along)
+  gathers = len(reduces) >= 2 and bool(along) and all(s is not None and 1 < abs(s) <= 8 for s in along)
   if gathers: amt = next((d for d in (4, 2) if sizes[inner] % d == 0), amt)
   k = k.copy()
   deps, reuse, red = _load_ranges(k), _reuse(k), set(reduces)
