@@ -24,6 +24,7 @@ def _spatial_padding(padding: int | Sequence[int], nd: int) -> list[tuple[int, i
 class NNMixin:
   __slots__ = ()
   # ---- matrix products ----
+  @graph_template   # ~10 Tensor methods and their checks per call otherwise (a 16x16 matmul: ~150 us to build)
   def dot(self, w, dtype: DType | str | None = None):
     """Matrix product with torch.matmul's rules: 1-D operands gain and lose a dim, batch dims broadcast."""
     if self.ndim == 0 or w.ndim == 0:

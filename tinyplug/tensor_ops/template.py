@@ -95,6 +95,9 @@ def graph_template(fn: Callable) -> Callable:
     tt = type(self)
     names = sorted(k for k, v in kwargs.items() if isinstance(v, tt))
     tensors = [self] + [a for a in args if isinstance(a, tt)] + [kwargs[k] for k in names]
+    # placeholders are plain buffers on one device: symbolic sizes and multi-device tensors take the method itself
+    if not all(type(t.device) is str and all(type(s) is int for s in t.shape) for t in tensors):
+      return fn(self, *args, **kwargs)
     try:
       key = (fn, tuple((t.shape, t.dtype, t.device, t.requires_grad) for t in tensors),
              tuple(None if isinstance(a, tt) else _frozen(a) for a in args),
