@@ -5,7 +5,7 @@ import contextlib, pickle, sys
 from typing import Any, Iterator
 import numpy as np
 from tinyplug import events
-from tinyplug.helpers import getenv
+from tinyplug.helpers import GlobalCounters, getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
 from tinyplug.uop import ops as _uop_ops
 from tinyplug.uop.ops import Ops, UOp, check_buffer_size
@@ -43,8 +43,8 @@ class Buffer:
     if self._handle is None: self._allocate()
     return self
   def _allocate(self) -> None:
-    from tinyplug.helpers import GlobalCounters
-    allocator = Device[self.device].allocator
+    # kept for the free in __del__ (one device lookup per buffer, not two)
+    self._allocator = allocator = Device[self.device].allocator
     if events.enabled("profile"):   # the span's name is only built for a listener: a tiny op allocates every time
       with events.profile_span("alloc", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
         self._handle = allocator.alloc(self.nbytes)
@@ -77,8 +77,7 @@ class Buffer:
   def __del__(self):
     if getattr(self, "_handle", None) is not None and getattr(self, "owned", True):
       try:
-        from tinyplug.helpers import GlobalCounters
-        allocator = Device[self.device].allocator
+        allocator = self.__dict__.get("_allocator") or Device[self.device].allocator
         if events.enabled("profile"):
           with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
             allocator.free(self._handle, self.nbytes)

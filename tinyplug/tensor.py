@@ -80,6 +80,15 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
     elif not graph.is_realized(u) and not keys.isdisjoint(u.toposort()):   # a buffer view holds no computation
       t.uop = u.substitute(becomes, name="apply becomes map")
 
+def _engine():
+  # the engine imports the scheduler and codegen: loaded on the first realize, then bound (not imported per call)
+  global _engine_mod
+  if _engine_mod is None:
+    import tinyplug.engine.realize as mod
+    _engine_mod = mod
+  return _engine_mod
+_engine_mod = None
+
 class _TensorType(type):
   # `Tensor.training` is the TRAINING context variable, so `Context(TRAINING=1)`, `Tensor.train()` and
   # `Tensor.training = True` are one switch
@@ -134,9 +143,18 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
 
   def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
     """A new tensor whose uop is `fn(self.uop, *other uops, **kwargs)`; it requires grad if any input does."""
-    new = fn(self.uop, *[o.uop for o in others], **kwargs)
-    flags = [t.requires_grad for t in (self, *others)]
-    requires_grad = True if True in flags else (None if None in flags else False)
+    if not others:   # the usual one- or two-input op: no lists
+      new, rg = fn(self.uop, **kwargs), self.requires_grad
+      requires_grad = rg if rg is None or rg is True or rg is False else True in (rg,)
+    elif len(others) == 1:
+      o = others[0]
+      new = fn(self.uop, o.uop, **kwargs)
+      a, b = self.requires_grad, o.requires_grad
+      requires_grad = True if True in (a, b) else (None if None in (a, b) else False)
+    else:
+      new = fn(self.uop, *[o.uop for o in others], **kwargs)
+      flags = [t.requires_grad for t in (self, *others)]
+      requires_grad = True if True in flags else (None if None in flags else False)
     if Tensor.no_grad: requires_grad = False
     return Tensor.from_uop(new, requires_grad)
 
@@ -184,9 +202,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
     pending = [t.uop for t in (self, *others) if not graph.is_realized(t.uop) and t.uop.device is not None]
-    if pending:
-      from tinyplug.engine.realize import realize
-      _apply_becomes_map(realize(pending))
+    if pending: _apply_becomes_map(_engine().realize(pending))
     return self
 
   def schedule(self, *others: Tensor) -> list:

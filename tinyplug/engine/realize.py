@@ -68,7 +68,7 @@ def _debug_line(name: str, device: str, item_bufs: list[Buffer], tm: float | Non
   GlobalCounters.global_ops += ops
   GlobalCounters.global_mem += mem
   if tm is not None: GlobalCounters.time_sum_s += tm
-  if DEBUG >= 2:
+  if DEBUG.value >= 2:
     t = tm if tm is not None else 0.0
     gflops = ops / t / 1e9 if t > 0 else 0.0
     gbs = mem / t / 1e9 if t > 0 else 0.0
@@ -126,7 +126,7 @@ def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None
     with events.profile_span("run", runner.spec.name, device) as info:
       tm = runner(bufs, var_vals or {}, wait=True)
       info["device_time_s"] = tm
-  else: tm = runner(bufs, var_vals or {}, wait=DEBUG >= 2)
+  else: tm = runner(bufs, var_vals or {}, wait=DEBUG.value >= 2)
   _debug_line(runner.spec.name, device, bufs, tm, runner.spec.estimates.get("ops", 0),
               runner.spec.estimates.get("mem", 0), runner.spec.global_size)
 
@@ -154,7 +154,7 @@ def realize(uops: list[UOp]) -> dict[UOp, UOp]:
     schedule, becomes = create_schedule(uops)
     count_before = GlobalCounters.kernel_count
     run_schedule(schedule)
-  if DEBUG >= 1 and schedule:
+  if DEBUG.value >= 1 and schedule:
     print(f"realize: {GlobalCounters.kernel_count - count_before} kernels in {(time.perf_counter()-st)*1e3:.2f} ms")
   return becomes
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 from tinyplug import events
 from tinyplug.caches import BoundedCache
+from tinyplug.device import buffer_of
 from tinyplug.helpers import SCALAR_ARGS
 from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
@@ -36,9 +37,7 @@ class ScheduleItem:
     what = kernel_name(self.ast) if self.ast.op is Ops.SINK else self.metadata.get("name", "copy")
     return f"<ScheduleItem {what} with {len(self.buf_uops)} buffers>"
   @property
-  def bufs(self) -> list:
-    from tinyplug.device import buffer_of
-    return [buffer_of(b) for b in self.buf_uops]
+  def bufs(self) -> list: return [buffer_of(b) for b in self.buf_uops]
 
 # ops a reduction's result may flow through and still be computed inside the consumer's kernel
 _FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}

@@ -31,15 +31,29 @@ def structure(sink: UOp) -> tuple[tuple, list[UOp]] | None:
   if len(sink.src) == 1 and sink.arg is None and (c := sink.src[0]._cache) is not None and \
      (hint := c.get("sink_structure")) is not None:
     return hint[0], [*hint[1], sink.src[0], sink]
-  nodes = list(sink.toposort())
+  # one walk for the toposort (the order of UOp.toposort: sources first, left to right) and the key; called per
+  # realize, so _arg_key is inlined and an op templates do not cover stops the walk where it is met
   pos: dict[UOp, int] = {}
-  key = []
-  unique = Ops.UNIQUE._value_
-  for i, n in enumerate(nodes):
-    op = n.op._value_
-    if op not in _CACHEABLE_VALUES: return None
-    pos[n] = i
-    key.append((op, id(n.dtype), None if op == unique else _arg_key(n.arg), tuple([pos[s] for s in n.src])))
+  nodes: list[UOp] = []
+  key: list[tuple] = []
+  unique, cacheable = Ops.UNIQUE._value_, _CACHEABLE_VALUES
+  stack: list[tuple[UOp, bool]] = [(sink, False)]
+  while stack:
+    n, expanded = stack.pop()
+    if n in pos: continue
+    if not expanded:
+      if n.op._value_ not in cacheable: return None
+      stack.append((n, True))
+      for s in reversed(n.src):
+        if s not in pos: stack.append((s, False))
+      continue
+    op, arg = n.op._value_, n.arg
+    if op == unique: arg = None
+    elif (t := type(arg)) is float: arg = ("f", arg.hex())
+    elif t is bool: arg = ("b", arg)
+    pos[n] = len(nodes)
+    nodes.append(n)
+    key.append((op, id(n.dtype), arg, tuple([pos[s] for s in n.src]) if n.src else ()))
   return tuple(key), nodes
 
 # A reference to a buffer or node: r >= 0 is the node at position r of the graph, r < 0 the new buffer number -r-1.

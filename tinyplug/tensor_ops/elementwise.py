@@ -63,9 +63,11 @@ class ElementwiseMixin:
     return x._apply_uop(graph.expand, shape=tuple(shape))
 
   def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True):
-    if type(y) in (int, float, bool) and (not match_dtype or self._scalar_dtype(y) == self.dtype):
+    if type(y) in (int, float, bool) and (not match_dtype or (sdt := self._scalar_dtype(y)) == self.dtype):
       # the common `x * 2.0`: the constant is made at x's shape at once (one node chain, one tensor)
-      c = self.from_uop(graph.const(y, self._scalar_dtype(y), self.device, self.shape), requires_grad=False)
+      u = self.uop
+      c = self.from_uop(graph.const(y, sdt if match_dtype else self._scalar_dtype(y), u.device, () if (s := u.shape) is None else s),
+                        requires_grad=False)
       return (c, self) if reverse else (self, c)
     x, y = self, self._to_tensor(y)
     if x.device != y.device: raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")

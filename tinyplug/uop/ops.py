@@ -141,6 +141,13 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
 
 _PLAIN_ARGS = (type(None), int, str, bool)
 
+def _make_unique(n: int) -> UOp:
+  # UOp(Ops.UNIQUE, dtypes.void, arg=n) without the generic constructor's checks (a fresh int arg, no sources)
+  return _intern((_UNIQUE_V, _VOID_ID, (), n), Ops.UNIQUE, _VOID, (), n)
+_VOID = _canonical_dtype(dtypes.void)
+_UNIQUE_V, _VOID_ID = Ops.UNIQUE._value_, id(_VOID)
+_device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
+
 # set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer; BUFFER uop ->
 # its Buffer when memory holds its values (else None); and (BUFFER uop, Buffer) -> None, to attach an unpickled Buffer
 buffer_lookup: Callable[[UOp], Any] | None = None
@@ -262,12 +269,17 @@ class UOp(metaclass=UOpMeta):
     return self.arg[0]
   def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
   @staticmethod
-  def unique() -> UOp: return UOp(Ops.UNIQUE, dtypes.void, arg=next(_unique_ids))
+  def unique() -> UOp: return _make_unique(next(_unique_ids))
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A tensor-level BUFFER of `size` elements on `device`, distinct from every other buffer."""
     check_buffer_size(size, dtype)
-    return UOp(Ops.BUFFER, dtype, (UOp.unique(), UOp(Ops.DEVICE, dtypes.void, arg=device)), size)
+    # every realize makes its output buffers here: the UNIQUE and DEVICE nodes skip the generic constructor
+    if (dev := _device_nodes.get(device)) is None or dev() is None:
+      dev = UOp(Ops.DEVICE, dtypes.void, arg=device)
+      if type(device) is str: _device_nodes[device] = weakref.ref(dev)
+    else: dev = dev()
+    return UOp(Ops.BUFFER, dtype, (_make_unique(next(_unique_ids)), dev), size)
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
@@ -372,14 +384,17 @@ class UOp(metaclass=UOpMeta):
   @property
   def shape(self) -> tuple[int, ...] | None:
     # read on every Tensor op many times over: a hit must not build a closure or run an import
-    if (c := self._cache) is not None and (s := c.get("shape", _MISSING)) is not _MISSING: return s
-    from tinyplug.uop.shapes import shape_of
-    return self._cached("shape", lambda: shape_of(self))
+    # (and every realize makes new nodes whose shape is asked for: a miss builds no closure either)
+    if (c := self._cache) is None: object.__setattr__(self, "_cache", c := {})
+    elif (s := c.get("shape", _MISSING)) is not _MISSING: return s
+    c["shape"] = s = shape_of(self)
+    return s
   @property
   def device(self) -> str | tuple[str, ...] | None:
-    if (c := self._cache) is not None and (d := c.get("device", _MISSING)) is not _MISSING: return d
-    from tinyplug.uop.shapes import device_of
-    return self._cached("device", lambda: device_of(self))
+    if (c := self._cache) is None: object.__setattr__(self, "_cache", c := {})
+    elif (d := c.get("device", _MISSING)) is not _MISSING: return d
+    c["device"] = d = device_of(self)
+    return d
   @property
   def axis(self) -> int | None:
     """The axis a multi-device tensor is split along over its devices (None: replicated, or on one device)."""
@@ -650,3 +665,6 @@ def __getattr__(name: str):
     from tinyplug.uop import rewrite
     return getattr(rewrite, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+# shape and device rules live in shapes.py, which builds on this module: bound once it is loaded, not per lookup
+from tinyplug.uop.shapes import device_of, shape_of  # noqa: E402
