@@ -16,6 +16,7 @@ WORKLOADS = {   # name: description
   "first_result": "((x * k) + 1.0).exp().realize(), k new each time",
   "build_matmul_16": "a @ b built, not realized (16x16)",
   "matmul_16": "(a @ b).realize(), 16x16",
+  "python_matmul_512": "512x512 a @ b built and scheduled, not run (its Python cost)",
   "conv_small": "x.conv2d(w, padding=1).realize(), 1x3x8x8 k3",
   "chain_10": "10 elementwise ops, one realize",
   "realize_10": "10 ops each realized",
@@ -49,6 +50,10 @@ def worker(only: list[str]) -> dict:
   a, b = Tensor(rng.random((16, 16), dtype=np.float32)).realize(), Tensor(rng.random((16, 16), dtype=np.float32)).realize()
   if "build_matmul_16" in only: out["build_matmul_16"] = _measure(lambda: a @ b, 200)
   if "matmul_16" in only: out["matmul_16"] = _measure(lambda: (a @ b).realize(), 100)
+  if "python_matmul_512" in only:
+    from tinyplug.schedule import create_schedule
+    a5, b5 = [Tensor(rng.random((512, 512), dtype=np.float32)).realize() for _ in range(2)]
+    out["python_matmul_512"] = _measure(lambda: create_schedule([(a5 @ b5).uop]), 100)
   if "conv_small" in only:
     x = Tensor(rng.random((1, 3, 8, 8), dtype=np.float32)).realize()
     w = Tensor(rng.random((4, 3, 3, 3), dtype=np.float32)).realize()

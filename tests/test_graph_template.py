@@ -104,3 +104,48 @@ def test_rebuilt_output_brings_its_schedule_key_and_aliased_inputs_do_not():
   lazy = mix(lazy_in, b)   # an input that is a graph, not a buffer: no hint (and its graph is not walked), still right
   assert "sink_structure" not in (lazy.uop._cache or {}) and "view_key" not in (lazy_in.uop._cache or {})
   np.testing.assert_allclose(lazy.numpy(), ref(an + 1, bn), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((7,), (7, 3)), ((5, 7), (7,)), ((7,), (7,)), ((2, 1, 5, 7), (3, 7, 4))],
+                         ids=["2d", "vec_mat", "mat_vec", "dot", "batched"])
+def test_matmul_template_values_and_gradients(device, sa, sb):
+  """Tensor.dot is a graph template: every call after the first rebuilds its graph; values and gradients match torch."""
+  for seed in range(3):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    ta, tb = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    out = ta @ tb
+    (out * out).sum().backward()
+    pa, pb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    ref = pa @ pb
+    (ref * ref).sum().backward()
+    assert out.shape == tuple(ref.shape)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ta.grad.numpy(), pa.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(tb.grad.numpy(), pb.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+def test_matmul_template_same_tensor_dtypes_and_errors(device):
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  for _ in range(2):   # a graph over one input twice, or over a view of the other, is not the a @ b graph
+    np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((ta @ ta).numpy(), a @ a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((ta @ ta.T).numpy(), a @ a.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((tb @ ta).numpy(), b @ a, rtol=1e-5, atol=1e-5)
+  ia, ib = np.arange(12, dtype=np.int32).reshape(3, 4), np.arange(8, dtype=np.int32).reshape(4, 2)
+  got = Tensor(ia) @ Tensor(ib)
+  assert got.dtype == Tensor(ia).dtype
+  np.testing.assert_array_equal(got.numpy(), ia @ ib)
+  np.testing.assert_allclose(Tensor(ia).dot(Tensor(ib), dtype="float32").numpy(), (ia @ ib).astype(np.float32))
+  assert (Tensor(a, requires_grad=True) @ Tensor(b)).requires_grad is True
+  assert (Tensor(a) @ Tensor(b)).requires_grad is None
+  with pytest.raises(ValueError, match=r"matmul shapes \(4, 4\) and \(3, 4\) do not match"): Tensor(a) @ Tensor(b[:3])
+  with pytest.raises(ValueError, match="at least 1 dim"): Tensor(a) @ Tensor(2.0)
+
+def test_matmul_with_symbolic_sizes_skips_the_template(device):
+  from tinyplug import UOp
+  n = UOp.variable("n", 1, 8).bind(3)
+  x = np.arange(24, dtype=np.float32).reshape(8, 3)
+  out = Tensor(x)[:n] @ Tensor(np.ones((3, 2), np.float32))
+  assert isinstance(out.shape[0], UOp) and out.shape[1] == 2   # the size stays the variable
+  np.testing.assert_allclose(out[:3].numpy(), x[:3] @ np.ones((3, 2), np.float32))

@@ -135,3 +135,39 @@ def test_kernelize_is_not_templated(device):
     assert any(u.op is Ops.KERNEL for u in y.uop.toposort())
     z = (y * 2.0).realize()
     np.testing.assert_allclose(z.numpy(), (x.numpy() + 1) * 2, rtol=1e-6)
+
+def test_near_identical_graphs_never_share_a_schedule(device):
+  """Graphs that differ in one detail (op, operand order, which buffer, constant value or type, shape, view, dtype)
+  each get their own schedule; run twice over fresh buffers, the second time from the templates."""
+  x0, y0 = arr(6, seed=3), arr(6, seed=4)
+  cases = [
+    (lambda x, y: x + y, lambda x, y: x + y), (lambda x, y: x * y, lambda x, y: x * y),
+    (lambda x, y: x - y, lambda x, y: x - y), (lambda x, y: y - x, lambda x, y: y - x),
+    (lambda x, y: x - x * y, lambda x, y: x - x * y), (lambda x, y: y - x * y, lambda x, y: y - x * y),
+    (lambda x, y: x + 1, lambda x, y: x + 1), (lambda x, y: x + 1.0, lambda x, y: x + 1.0),
+    (lambda x, y: x + 2.0, lambda x, y: x + 2.0), (lambda x, y: x + True, lambda x, y: x + 1.0),
+    (lambda x, y: x[1:] + y[:-1], lambda x, y: x[1:] + y[:-1]), (lambda x, y: x[:-1] + y[1:], lambda x, y: x[:-1] + y[1:]),
+    (lambda x, y: x.flip(0) * y, lambda x, y: x[::-1] * y), (lambda x, y: x.reshape(2, 3).sum(0), lambda x, y: x.reshape(2, 3).sum(0)),
+    (lambda x, y: x.reshape(2, 3).sum(1), lambda x, y: x.reshape(2, 3).sum(1)),
+    (lambda x, y: x.reshape(2, 3).max(1), lambda x, y: x.reshape(2, 3).max(1)),
+    (lambda x, y: (x > y).where(x, y), lambda x, y: np.where(x > y, x, y)),
+    (lambda x, y: (x < y).where(x, y), lambda x, y: np.where(x < y, x, y)),
+    (lambda x, y: x.cast("int32") + 0, lambda x, y: x.astype(np.int32)),
+  ]
+  for rnd in range(2):
+    for i, (ours, ref) in enumerate(cases):
+      x, y = Tensor(x0 + rnd).realize(), Tensor(y0 - rnd).realize()   # fresh buffers each time
+      np.testing.assert_allclose(ours(x, y).numpy(), ref(x0 + rnd, y0 - rnd), rtol=1e-6, atol=1e-6,
+                                 err_msg=f"case {i}, round {rnd}")
+
+def test_structure_walk_follows_toposort_order():
+  """structure() walks the graph itself (one pass); its node order is UOp.toposort's, which templates rely on."""
+  from tinyplug.schedule.cache import structure
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import UOp
+  a, b = Tensor(arr(4, 4, seed=5)).realize(), Tensor(arr(4, seed=6))
+  for t in (a + 1.0, (a * a + b).sum(0), ((a + b) * (a - b)).relu().exp(), a[1:3].pad(((1, 1), (0, 0))) + 2, a @ a.T):
+    sink = UOp(Ops.SINK, dtypes.void, (t.uop,))
+    key, nodes = structure(sink)
+    assert nodes == list(sink.toposort()) and len(key) == len(nodes)
+  assert structure(UOp(Ops.SINK, dtypes.void, (UOp(Ops.KERNEL, dtypes.void, (), None),))) is None

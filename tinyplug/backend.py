@@ -14,7 +14,8 @@ A backend is a `Compiled` device made of four parts, each a subclass of a class 
 This module imports only the IR (`tinyplug.uop`) and helpers: every layer may import it. docs/plugin_guide.md walks
 through a backend written against it; examples/plugin_example has a complete one."""
 from __future__ import annotations
-import math
+import math, mmap
+import numpy as _np
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
@@ -104,10 +105,8 @@ HOST_MMAP_MIN = 1 << 18
 
 def host_block(nbytes: int) -> Any:
   """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps)."""
-  import mmap
-  import numpy as np
-  if nbytes < HOST_MMAP_MIN: return np.zeros(nbytes, dtype=np.uint8)
-  return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
+  if nbytes < HOST_MMAP_MIN: return _np.zeros(nbytes, dtype=_np.uint8)   # every small output of a CPU op: no imports
+  return _np.frombuffer(mmap.mmap(-1, nbytes), dtype=_np.uint8)
 
 def host_view(address: int, nbytes: int) -> Any:
   """A numpy byte array over `nbytes` of this process's memory at `address` (not copied, not owned)."""

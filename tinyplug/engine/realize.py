@@ -104,7 +104,7 @@ def run_pending() -> None:
       _ran_early.add(item)
 
 def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None:
-  if _pending or _ran_early:
+  if _pending or _ran_early.data:   # (a WeakSet's len() is Python code; its set of references is not)
     if item in _ran_early:
       _ran_early.discard(item)
       return

@@ -74,7 +74,7 @@ class Template:
     for ast, refs, meta, copy_arg, var_vals in self.items:
       bufs = tuple([ref(r) for r in refs])
       if ast is None: ast = UOp(Ops.COPY, bufs[0].dtype, (bufs[1], bufs[0]), copy_arg)
-      items.append(ScheduleItem(ast, bufs, dict(meta), var_vals=dict(var_vals)))
+      items.append(ScheduleItem(ast, bufs, dict(meta) if meta else {}, var_vals=dict(var_vals) if var_vals else {}))
     built: dict[tuple, UOp] = {}   # a realized node and the view over it often become the same
     becomes = {}
     for p, recipe in self.becomes:

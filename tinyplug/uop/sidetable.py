@@ -4,26 +4,27 @@ A UOp's own cache holds only what follows from the node itself (its shape, topos
 a layer lives in that layer's UOpMap instead: an entry goes away with its node, and the map keeps no node alive."""
 from __future__ import annotations
 import weakref
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, Iterator, TypeVar
 
 V = TypeVar("V")
 _MISSING = object()
+
+class _KeyRef(weakref.ref):
+  __slots__ = ("key",)
 
 class UOpMap(Generic[V]):
   """A weak-keyed map from UOps (compared by identity, as hash-consing makes equal nodes the same object) to values.
 
   Lookups are one dict access by `id(node)`: a node's weak reference removes its entry when the node dies, before its
   id can be reused."""
-  __slots__ = ("_entries", "__weakref__")
+  __slots__ = ("_entries", "_gone", "__weakref__")
 
   def __init__(self) -> None:
     self._entries: dict[int, tuple[weakref.ref, V]] = {}
-
-  def _forget(self, key: int) -> Callable[[weakref.ref], None]:
     owner = weakref.ref(self)
-    def gone(_ref: weakref.ref) -> None:
-      if (m := owner()) is not None: m._entries.pop(key, None)
-    return gone
+    def gone(ref: _KeyRef) -> None:   # one callback per map (the key rides on the reference): no closure per entry
+      if (m := owner()) is not None: m._entries.pop(ref.key, None)
+    self._gone = gone
 
   def get(self, node: Any, default: Any = None) -> V | Any:
     e = self._entries.get(id(node))
@@ -36,7 +37,11 @@ class UOpMap(Generic[V]):
   def __setitem__(self, node: Any, value: V) -> None:
     key = id(node)
     e = self._entries.get(key)
-    self._entries[key] = (e[0] if e is not None else weakref.ref(node, self._forget(key)), value)
+    if e is None:
+      ref = _KeyRef(node, self._gone)
+      ref.key = key
+    else: ref = e[0]
+    self._entries[key] = (ref, value)
 
   def setdefault(self, node: Any, value: V) -> V:
     if (e := self._entries.get(id(node))) is not None: return e[1]
