@@ -72,7 +72,7 @@ class Template:
     def ref(r: int) -> UOp: return nodes[r] if r >= 0 else outs[-r - 1]
     items = []
     for ast, refs, meta, copy_arg, var_vals in self.items:
-      bufs = tuple([ref(r) for r in refs])
+      bufs = tuple([nodes[r] if r >= 0 else outs[-r - 1] for r in refs])
       if ast is None: ast = UOp(Ops.COPY, bufs[0].dtype, (bufs[1], bufs[0]), copy_arg)
       items.append(ScheduleItem(ast, bufs, dict(meta) if meta else {}, var_vals=dict(var_vals) if var_vals else {}))
     built: dict[tuple, UOp] = {}   # a realized node and the view over it often become the same

@@ -36,6 +36,9 @@ def _pow_grad(g, out, a, b):
   db = (a.eq(0) & (b >= 0)).where(0.0, out * a.log())
   return g * da, g * db
 
+def _alu(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, u, c)
+def _alu_rev(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, c, u)
+
 class ElementwiseMixin:
   __slots__ = ()
   # ---- broadcasting and promotion ----
@@ -79,6 +82,12 @@ class ElementwiseMixin:
     return x._broadcast_to(shape), y._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False):
+    if type(y) in (int, float, bool) and (sdt := self._scalar_dtype(y)) == self.dtype:
+      # `x + 1.0`: the constant goes into the graph as it is, without a Tensor of its own (it would require no grad,
+      # which leaves x's gradient flag as it is)
+      u = self.uop
+      c = graph.const(y, sdt, u.device, () if (s := u.shape) is None else s)
+      return self._apply_uop(_alu_rev if reverse else _alu, op=op, c=c)
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda u, v: graph.alu(op, u, v), b)
 
