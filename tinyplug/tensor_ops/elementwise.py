@@ -18,6 +18,7 @@ _UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """The shape all of `shapes` broadcast to (aligned on the right); a mismatch raises a ValueError naming them."""
+  if all(s == shapes[0] for s in shapes): return tuple(shapes[0])   # nothing to broadcast (most ops)
   ndim = max(len(s) for s in shapes)
   padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
   out = []
@@ -170,6 +171,7 @@ class ElementwiseMixin:
     return -((-a).maximum(-b))
   def where(self, x, y):
     """self ? x : y, elementwise with broadcasting; x and y are promoted to a common dtype."""
+    if (fast := self._where_same(x, y)) is not None: return fast
     if isinstance(x, type(self)): x, y = x._broadcasted(y)
     elif isinstance(y, type(self)): y, x = y._broadcasted(x)
     cond, x = self._broadcasted(x, match_dtype=False)
@@ -177,6 +179,26 @@ class ElementwiseMixin:
     x, y = x._broadcasted(y)
     cond = cond._broadcast_to(x.shape).cast(dtypes.bool)
     return cond._apply_uop(lambda c, u, v: graph.alu(Ops.WHERE, c, u, v), x, y)
+
+  def _where_same(self, x, y):
+    """where() when there is nothing to promote or broadcast (relu's `(x > 0).where(x, 0)`): a bool condition, and
+    tensors of its shape and device and of one dtype, and Python scalars that take that dtype as they are (as
+    `_broadcasted` gives them). None otherwise: the general path promotes and broadcasts."""
+    tt = type(self)
+    t = x if isinstance(x, tt) else y if isinstance(y, tt) else None
+    cu = self.uop
+    if t is None or cu.dtype != dtypes.bool or t.uop.shape != cu.shape or t.uop.device != cu.device: return None
+    srcs, tensors = [cu], [self]
+    for v in (x, y):
+      if isinstance(v, tt):
+        if v is not t and (v.uop.dtype != t.uop.dtype or v.uop.shape != cu.shape or v.uop.device != cu.device): return None
+        srcs.append(v.uop); tensors.append(v)
+      elif type(v) in (int, float, bool) and t._scalar_dtype(v) == t.uop.dtype:
+        srcs.append(graph.const(v, t.uop.dtype, cu.device, () if cu.shape is None else cu.shape))
+      else: return None
+    flags = [u.requires_grad for u in tensors]
+    requires_grad = False if tt.no_grad else True if True in flags else (None if None in flags else False)
+    return self.from_uop(graph.alu(Ops.WHERE, *srcs), requires_grad)
 
   # ---- comparisons (bool results) ----
   def __lt__(self, y): return self._binop(Ops.CMPLT, y)
