@@ -279,7 +279,10 @@ class UOp(metaclass=UOpMeta):
       dev = UOp(Ops.DEVICE, dtypes.void, arg=device)
       if type(device) is str: _device_nodes[device] = weakref.ref(dev)
     else: dev = dev()
-    return UOp(Ops.BUFFER, dtype, (_make_unique(next(_unique_ids)), dev), size)
+    buf = UOp(Ops.BUFFER, dtype, (_make_unique(next(_unique_ids)), dev), size)
+    # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
+    object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
+    return buf
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
