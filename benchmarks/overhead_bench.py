@@ -17,6 +17,7 @@ WORKLOADS = {   # name: description
   "build_matmul_16": "a @ b built, not realized (16x16)",
   "matmul_16": "(a @ b).realize(), 16x16",
   "python_matmul_512": "512x512 a @ b built and scheduled, not run (its Python cost)",
+  "matmul_512": "(a @ b).realize(), 512x512 (kernel included)",
   "conv_small": "x.conv2d(w, padding=1).realize(), 1x3x8x8 k3",
   "chain_10": "10 elementwise ops, one realize",
   "realize_10": "10 ops each realized",
@@ -54,6 +55,9 @@ def worker(only: list[str]) -> dict:
     from tinyplug.schedule import create_schedule
     a5, b5 = [Tensor(rng.random((512, 512), dtype=np.float32)).realize() for _ in range(2)]
     out["python_matmul_512"] = _measure(lambda: create_schedule([(a5 @ b5).uop]), 100)
+  if "matmul_512" in only:
+    a5, b5 = [Tensor(rng.random((512, 512), dtype=np.float32)).realize() for _ in range(2)]
+    out["matmul_512"] = _measure(lambda: (a5 @ b5).realize(), 5, budget_s=1.5)
   if "conv_small" in only:
     x = Tensor(rng.random((1, 3, 8, 8), dtype=np.float32)).realize()
     w = Tensor(rng.random((4, 3, 3, 3), dtype=np.float32)).realize()

@@ -82,8 +82,11 @@ class ReuseAllocator(Allocator):
   def free(self, handle: Any, nbytes: int) -> None:
     nbytes = max(nbytes, 1)
     lo = self.raw.reuse_min if LRU_MIN.value < 0 else LRU_MIN.value
+    if nbytes < lo:   # a small block (every tiny op's output): freed at once, the other settings not read
+      self.raw.free(handle, nbytes)
+      return
     hi = self.raw.reuse_max if LRU_MAX.value < 0 else LRU_MAX.value
-    if LRU and self.raw.reusable and nbytes >= lo and self._kept_bytes + nbytes <= hi:
+    if LRU and self.raw.reusable and self._kept_bytes + nbytes <= hi:
       self._kept.setdefault(nbytes, []).append(handle)
       self._kept_bytes += nbytes
     else: self.raw.free(handle, nbytes)
