@@ -161,13 +161,26 @@ def test_near_identical_graphs_never_share_a_schedule(device):
                                  err_msg=f"case {i}, round {rnd}")
 
 def test_structure_walk_follows_toposort_order():
-  """structure() walks the graph itself (one pass); its node order is UOp.toposort's, which templates rely on."""
+  """structure() walks the graph itself (one pass), or for one op over buffers and constants finds it by a shallow
+  key; either way its node order is UOp.toposort's, which templates rely on, and equal structures get equal keys."""
   from tinyplug.schedule.cache import structure
   from tinyplug.uop.dtype import dtypes
   from tinyplug.uop.ops import UOp
-  a, b = Tensor(arr(4, 4, seed=5)).realize(), Tensor(arr(4, seed=6))
-  for t in (a + 1.0, (a * a + b).sum(0), ((a + b) * (a - b)).relu().exp(), a[1:3].pad(((1, 1), (0, 0))) + 2, a @ a.T):
-    sink = UOp(Ops.SINK, dtypes.void, (t.uop,))
-    key, nodes = structure(sink)
-    assert nodes == list(sink.toposort()) and len(key) == len(nodes)
+  def graphs(a, b, c):
+    return [a + 1.0, a * 2.0, 2.0 - a, a + a, a + c, a + a.reshape(16).reshape(4, 4), a * c, a.reshape(16) + c.reshape(16),
+            (a * a + b).sum(0), ((a + b) * (a - b)).relu().exp(), a[1:3].pad(((1, 1), (0, 0))) + 2, a @ a.T, a.contiguous(),
+            (a > 0).where(a, 0.0), (a > 0).where(c, a)]
+  keys = None
+  for seed in range(3):   # fresh buffers each round: the second and third find the first's shallow keys
+    a, c = Tensor(arr(4, 4, seed=5 + seed)).realize(), Tensor(arr(4, 4, seed=9 + seed)).realize()
+    b = Tensor(arr(4, seed=6))
+    got = []
+    for t in graphs(a, b, c):
+      sink = UOp(Ops.SINK, dtypes.void, (t.uop,))
+      key, nodes = structure(sink)
+      assert nodes == list(sink.toposort()) and len(key) == len(nodes)
+      got.append(key)
+    assert len(set(got)) == len(got)   # other graphs, other keys
+    if keys is not None: assert got == keys
+    keys = got
   assert structure(UOp(Ops.SINK, dtypes.void, (UOp(Ops.KERNEL, dtypes.void, (), None),))) is None

@@ -8,6 +8,7 @@ So `t = (t + 1).realize()` in a loop schedules once. Templates hold no buffers, 
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
+from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
@@ -31,6 +32,85 @@ def structure(sink: UOp) -> tuple[tuple, list[UOp]] | None:
   if len(sink.src) == 1 and sink.arg is None and (c := sink.src[0]._cache) is not None and \
      (hint := c.get("sink_structure")) is not None:
     return hint[0], [*hint[1], sink.src[0], sink]
+  if len(sink.src) == 1 and sink.arg is None and (shallow := _shallow_key(sink.src[0])) is not None:
+    if (known := _shallow.get(shallow)) is not None: return known[0], _nodes_from(known[1], sink)
+    if (found := _walk(sink)) is not None and (recipe := _recipe_of(found[1], sink.src[0])) is not None:
+      _shallow.put(shallow, (found[0], recipe))
+    return found
+  return _walk(sink)
+
+# One op over buffers (or reshaped buffers) and constants, the usual small realize (`t + 1`, `a * b`), is known
+# without a walk: a node with no buffer below it (a constant: graph.const's CONST/RESHAPE/EXPAND chain) is its own
+# structure, as hash-consing makes it the same object each time, so the key names it (keeping it alive, with the
+# DEVICE nodes); a buffer counts by its dtype, size, device, the view over it and which other operand is the same
+# buffer. Such a key maps to the walked key and to where each node of the walk comes from.
+_shallow: BoundedCache = BoundedCache("schedule.shallow_structures", 4096)
+_VIEW_BUDGET = 16   # a buffer-free operand is looked at up to this many nodes deep (constants are a few)
+
+def _buffer_of_view(u: UOp) -> UOp | None:
+  if u.op is Ops.RESHAPE: u = u.src[0]
+  return u if u.op is Ops.BUFFER and len(u.src) == 2 and u.src[0].op is Ops.UNIQUE else None
+
+def _buffer_free(u: UOp) -> bool:
+  """Whether u's graph holds no buffer and only ops templates cover (remembered on u when so)."""
+  if (c := u._cache) is not None and c.get("buffer_free"): return True
+  seen, stack = set(), [u]
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if len(seen) > _VIEW_BUDGET or n.op is Ops.BUFFER or n.op is Ops.UNIQUE or n.op._value_ not in _CACHEABLE_VALUES:
+      return False
+    stack.extend(n.src)
+  u._cached("buffer_free", lambda: True)
+  return True
+
+def _shallow_key(x: UOp) -> tuple | None:
+  if x.op._value_ not in _CACHEABLE_VALUES or not x.src: return None
+  parts: list = []
+  bufs: list[UOp] = []
+  for s in x.src:
+    if (b := _buffer_of_view(s)) is not None:
+      same = bufs.index(b) if b in bufs else -1
+      bufs.append(b)
+      parts.append((id(b.dtype), b.arg, b.src[1], s.arg if s is not b else None, same))
+    elif _buffer_free(s):
+      bufs.append(None)
+      parts.append(s)
+    else: return None
+  arg = x.arg
+  if (t := type(arg)) is float: arg = ("f", arg.hex())
+  elif t is bool: arg = ("b", arg)
+  return (x.op._value_, id(x.dtype), arg, tuple(parts))
+
+def _recipe_of(nodes: list[UOp], x: UOp) -> tuple | None:
+  """Where each node of the walk comes from: (i, k) is part k of operand i (0: the UNIQUE, 1: the BUFFER, 2: the
+  reshape over it), a UOp is that very node (buffer-free, or a DEVICE), None is the op and then the SINK."""
+  parts: dict[UOp, tuple[int, int]] = {}
+  for i, s in enumerate(x.src):
+    if (b := _buffer_of_view(s)) is not None:
+      for k, n in enumerate((b.src[0], b) + ((s,) if s is not b else ())): parts.setdefault(n, (i, k))
+  recipe = []
+  for n in nodes[:-2]:
+    if n in parts: recipe.append(parts[n])
+    elif n.op is Ops.UNIQUE or n.op is Ops.BUFFER: return None
+    else: recipe.append(n)
+  return tuple(recipe)
+
+def _nodes_from(recipe: tuple, sink: UOp) -> list[UOp]:
+  x = sink.src[0]
+  out = []
+  for r in recipe:
+    if type(r) is tuple:
+      s = x.src[r[0]]
+      b = s if s.op is Ops.BUFFER else s.src[0]
+      out.append(b.src[0] if r[1] == 0 else b if r[1] == 1 else s)
+    else: out.append(r)
+  out.append(x)
+  out.append(sink)
+  return out
+
+def _walk(sink: UOp) -> tuple[tuple, list[UOp]] | None:
   # one walk for the toposort (the order of UOp.toposort: sources first, left to right) and the key; called per
   # realize, so _arg_key is inlined and an op templates do not cover stops the walk where it is met
   pos: dict[UOp, int] = {}
