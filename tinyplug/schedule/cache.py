@@ -147,7 +147,8 @@ class Template:
   becomes: tuple[tuple[int, tuple], ...]                   # (position of a realized node, recipe of its value)
 
   def instantiate(self, nodes: list[UOp]) -> tuple[list, dict[UOp, UOp]]:
-    from tinyplug.schedule import ScheduleItem
+    global ScheduleItem
+    if ScheduleItem is None: from tinyplug.schedule import ScheduleItem   # (it imports this module)
     outs = [UOp.new_buffer(dev, size, dtype) for dev, size, dtype in self.outs]
     def ref(r: int) -> UOp: return nodes[r] if r >= 0 else outs[-r - 1]
     items = []
@@ -158,9 +159,12 @@ class Template:
     built: dict[tuple, UOp] = {}   # a realized node and the view over it often become the same
     becomes = {}
     for p, recipe in self.becomes:
-      if (v := built.get(recipe)) is None: v = built[recipe] = _replay(recipe, ref)
+      if len(recipe) == 1: v = nodes[recipe[0]] if recipe[0] >= 0 else outs[-recipe[0] - 1]   # a buffer as it is
+      elif (v := built.get(recipe)) is None: v = built[recipe] = _replay(recipe, ref)
       becomes[nodes[p]] = v
     return items, becomes
+
+ScheduleItem: Any = None   # tinyplug.schedule's, bound on first use
 
 def _replay(recipe: tuple, ref) -> UOp:
   if len(recipe) == 1: return ref(recipe[0])
