@@ -48,7 +48,7 @@ def worker(only: list[str]) -> dict:
       k = float(rng.random()) + 1.0
       ((small * k) + 1.0).exp().realize()
     out["first_result"] = _measure(first, 20)
-  a, b = Tensor(rng.random((16, 16), dtype=np.float32)).realize(), Tensor(rng.random((16, 16), dtype=np.float32)).realize()
+  a, b = [Tensor(rng.random((16, 16), dtype=np.float32)).realize() for _ in range(2)]
   if "build_matmul_16" in only: out["build_matmul_16"] = _measure(lambda: a @ b, 200)
   if "matmul_16" in only: out["matmul_16"] = _measure(lambda: (a @ b).realize(), 100)
   if "python_matmul_512" in only:
@@ -77,7 +77,8 @@ def run_checkout(root: str | None, only: list[str]) -> dict:
   env = dict(os.environ, DEV="CPU")
   if root is not None:
     root = os.path.abspath(root)
-    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "plugins", "cpu_llvm", "src"), env.get("PYTHONPATH", "")])
+    paths = [root, os.path.join(root, "plugins", "cpu_llvm", "src"), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(only)]
   res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root or os.getcwd())
   if res.returncode != 0: raise RuntimeError(f"worker failed ({root or 'this checkout'}):\n{res.stderr[-3000:]}")

@@ -105,8 +105,8 @@ def test_rebuilt_output_brings_its_schedule_key_and_aliased_inputs_do_not():
   assert "sink_structure" not in (lazy.uop._cache or {}) and "view_key" not in (lazy_in.uop._cache or {})
   np.testing.assert_allclose(lazy.numpy(), ref(an + 1, bn), rtol=1e-5, atol=1e-5)
 
-@pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((7,), (7, 3)), ((5, 7), (7,)), ((7,), (7,)), ((2, 1, 5, 7), (3, 7, 4))],
-                         ids=["2d", "vec_mat", "mat_vec", "dot", "batched"])
+@pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((7,), (7, 3)), ((5, 7), (7,)), ((7,), (7,)),
+                                   ((2, 1, 5, 7), (3, 7, 4))], ids=["2d", "vec_mat", "mat_vec", "dot", "batched"])
 def test_matmul_template_values_and_gradients(device, sa, sb):
   """Tensor.dot is a graph template: every call after the first rebuilds its graph; values and gradients match torch."""
   for seed in range(3):

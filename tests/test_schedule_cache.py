@@ -146,8 +146,10 @@ def test_near_identical_graphs_never_share_a_schedule(device):
     (lambda x, y: x - x * y, lambda x, y: x - x * y), (lambda x, y: y - x * y, lambda x, y: y - x * y),
     (lambda x, y: x + 1, lambda x, y: x + 1), (lambda x, y: x + 1.0, lambda x, y: x + 1.0),
     (lambda x, y: x + 2.0, lambda x, y: x + 2.0), (lambda x, y: x + True, lambda x, y: x + 1.0),
-    (lambda x, y: x[1:] + y[:-1], lambda x, y: x[1:] + y[:-1]), (lambda x, y: x[:-1] + y[1:], lambda x, y: x[:-1] + y[1:]),
-    (lambda x, y: x.flip(0) * y, lambda x, y: x[::-1] * y), (lambda x, y: x.reshape(2, 3).sum(0), lambda x, y: x.reshape(2, 3).sum(0)),
+    (lambda x, y: x[1:] + y[:-1], lambda x, y: x[1:] + y[:-1]),
+    (lambda x, y: x[:-1] + y[1:], lambda x, y: x[:-1] + y[1:]),
+    (lambda x, y: x.flip(0) * y, lambda x, y: x[::-1] * y),
+    (lambda x, y: x.reshape(2, 3).sum(0), lambda x, y: x.reshape(2, 3).sum(0)),
     (lambda x, y: x.reshape(2, 3).sum(1), lambda x, y: x.reshape(2, 3).sum(1)),
     (lambda x, y: x.reshape(2, 3).max(1), lambda x, y: x.reshape(2, 3).max(1)),
     (lambda x, y: (x > y).where(x, y), lambda x, y: np.where(x > y, x, y)),
@@ -167,9 +169,9 @@ def test_structure_walk_follows_toposort_order():
   from tinyplug.uop.dtype import dtypes
   from tinyplug.uop.ops import UOp
   def graphs(a, b, c):
-    return [a + 1.0, a * 2.0, 2.0 - a, a + a, a + c, a + a.reshape(16).reshape(4, 4), a * c, a.reshape(16) + c.reshape(16),
-            (a * a + b).sum(0), ((a + b) * (a - b)).relu().exp(), a[1:3].pad(((1, 1), (0, 0))) + 2, a @ a.T, a.contiguous(),
-            (a > 0).where(a, 0.0), (a > 0).where(c, a)]
+    return [a + 1.0, a * 2.0, 2.0 - a, a + a, a + c, a + a.reshape(16).reshape(4, 4), a * c,
+            a.reshape(16) + c.reshape(16), (a * a + b).sum(0), ((a + b) * (a - b)).relu().exp(),
+            a[1:3].pad(((1, 1), (0, 0))) + 2, a @ a.T, a.contiguous(), (a > 0).where(a, 0.0), (a > 0).where(c, a)]
   keys = None
   for seed in range(3):   # fresh buffers each round: the second and third find the first's shallow keys
     a, c = Tensor(arr(4, 4, seed=5 + seed)).realize(), Tensor(arr(4, 4, seed=9 + seed)).realize()

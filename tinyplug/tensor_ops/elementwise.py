@@ -70,8 +70,9 @@ class ElementwiseMixin:
     if type(y) in (int, float, bool) and (not match_dtype or (sdt := self._scalar_dtype(y)) == self.dtype):
       # the common `x * 2.0`: the constant is made at x's shape at once (one node chain, one tensor)
       u = self.uop
-      c = self.from_uop(graph.const(y, sdt if match_dtype else self._scalar_dtype(y), u.device, () if (s := u.shape) is None else s),
-                        requires_grad=False)
+      shape = () if (s := u.shape) is None else s
+      dtype = sdt if match_dtype else self._scalar_dtype(y)
+      c = self.from_uop(graph.const(y, dtype, u.device, shape), requires_grad=False)
       return (c, self) if reverse else (self, c)
     x, y = self, self._to_tensor(y)
     if x.device != y.device: raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
@@ -191,7 +192,8 @@ class ElementwiseMixin:
     srcs, tensors = [cu], [self]
     for v in (x, y):
       if isinstance(v, tt):
-        if v is not t and (v.uop.dtype != t.uop.dtype or v.uop.shape != cu.shape or v.uop.device != cu.device): return None
+        vu = v.uop
+        if v is not t and (vu.dtype != t.uop.dtype or vu.shape != cu.shape or vu.device != cu.device): return None
         srcs.append(v.uop); tensors.append(v)
       elif type(v) in (int, float, bool) and t._scalar_dtype(v) == t.uop.dtype:
         srcs.append(graph.const(v, t.uop.dtype, cu.device, () if cu.shape is None else cu.shape))
