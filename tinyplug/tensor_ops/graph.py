@@ -133,11 +133,7 @@ def alu(op: Ops, *srcs: UOp) -> UOp:
   shapes = {s.shape for s in srcs}
   if len(shapes) != 1: raise ValueError(f"{op} needs sources of one shape, got {[s.shape for s in srcs]}")
   out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else srcs[-1].dtype
-  ret = UOp(op, out, tuple(srcs))
-  # its shape is the one just checked (what shapes.shape_of would work out again on the first look)
-  if (c := ret._cache) is None: object.__setattr__(ret, "_cache", {"shape": next(iter(shapes))})
-  elif "shape" not in c: c["shape"] = next(iter(shapes))
-  return ret
+  return UOp(op, out, tuple(srcs)).with_known_shape(next(iter(shapes)))
 
 def own_buffer(u: UOp) -> UOp:
   """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""

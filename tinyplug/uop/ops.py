@@ -392,6 +392,12 @@ class UOp(metaclass=UOpMeta):
     elif (s := c.get("shape", _MISSING)) is not _MISSING: return s
     c["shape"] = s = shape_of(self)
     return s
+  def with_known_shape(self, shape: tuple[int, ...] | None) -> UOp:
+    """This node, with `shape` recorded as its shape: for a maker that has just checked it (the shape is then not
+    worked out again on the first look)."""
+    if (c := self._cache) is None: object.__setattr__(self, "_cache", {"shape": shape})
+    elif "shape" not in c: c["shape"] = shape
+    return self
   @property
   def device(self) -> str | tuple[str, ...] | None:
     if (c := self._cache) is None: object.__setattr__(self, "_cache", c := {})
