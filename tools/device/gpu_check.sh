@@ -23,4 +23,5 @@ fi
 wait
 cat $OUT/sanitizer.log; for f in cuda_tests opsuite opsuite_ptx; do echo "--- $f"; grep -E "passed|failed|rc " $OUT/$f.log | tail -2; done
 NVRTC_PATH=$($P -c "from tinyplug_cuda import nvrtc; print(nvrtc.library_path())") PYTHONPATH=/tmp/tg timeout 200 $P benchmarks/cuda_bench.py --json $OUT/bench.json 2>&1 | tee $OUT/bench.log
-DEV=CUDA timeout 60 $P benchmarks/cuda_matmul.py 2>&1 | tee $OUT/matmul.log
+DEV=CUDA timeout 60 $P benchmarks/cuda_matmul.py --variants 2>&1 | tee $OUT/matmul.log
+DEV=CUDA timeout 60 $P $H/kernel_variants.py --reps 8 2>&1 | tee $OUT/variants.log   # kernel times beside the wall clock
