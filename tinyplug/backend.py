@@ -114,8 +114,8 @@ def host_block(nbytes: int) -> Any:
 def host_view(address: int, nbytes: int) -> Any:
   """A numpy byte array over `nbytes` of this process's memory at `address` (not copied, not owned)."""
   import ctypes
-  import numpy as np
-  return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype=np.uint8) if nbytes else np.zeros(0, np.uint8)
+  if not nbytes: return _np.zeros(0, dtype=_np.uint8)
+  return _np.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype=_np.uint8)
 
 class HostAllocator(Allocator):
   """Memory in this process, as zero-filled numpy byte arrays (used by PYTHON and host-side CPU backends)."""

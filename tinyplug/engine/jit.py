@@ -232,7 +232,11 @@ class CapturedJit:
       for launch in launches: _replay_one_reported(launch)
       return
     for launch in launches: _run_plain(launch)
-    GlobalCounters.kernel_count += len(launches)
+    self._count()
+
+  def _count(self) -> None:
+    """A replay without DEBUG lines adds its totals at once (a reported launch counts itself)."""
+    GlobalCounters.kernel_count += len(self.launches)
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
 
@@ -245,12 +249,12 @@ class CapturedJit:
 
   def _replay_plan(self, every: bool, rebound: bool) -> None:
     launches, reported = self.launches, DEBUG >= 2
+    run_one = _replay_one_reported if reported else _run_plain
     changed = self._changed(every, rebound)
     self._graphs_stale = False
     for step in self._plan:
       if step.__class__ is not _Segment:
-        if reported: _replay_one_reported(launches[step])
-        else: _run_plain(launches[step])
+        run_one(launches[step])
         continue
       if step.graph is not None:
         local = [li - step.start for li in changed if step.start <= li < step.stop]
@@ -259,13 +263,8 @@ class CapturedJit:
           if reported: _graph_line(step, launches, tm)
           continue
         except Exception as e: _graph_off(step, launches, e)
-      for launch in launches[step.start:step.stop]:   # this segment's graph failed: one by one from now on
-        if reported: _replay_one_reported(launch)
-        else: _run_plain(launch)
-    if not reported:
-      GlobalCounters.kernel_count += len(launches)
-      GlobalCounters.global_ops += self.ops
-      GlobalCounters.global_mem += self.mem
+      for launch in launches[step.start:step.stop]: run_one(launch)   # its graph failed: one by one from now on
+    if not reported: self._count()
 
 def _graph_line(seg: _Segment, launches: list[_Launch], tm: float | None) -> None:
   """DEBUG=2: one line for a graph's run (its kernels have no times of their own inside it)."""

@@ -100,10 +100,13 @@ def multi(shards: list[UOp], axis: int | None) -> UOp:
       raise ValueError(f"shards differ: {s.shape} {s.dtype!r} and {first.shape} {first.dtype!r}")
   return UOp(Ops.MULTI, first.dtype, tuple(shards), axis)
 
+def part_shape(shape: tuple[int, ...], n_devices: int, axis: int | None) -> tuple[int, ...]:
+  """The shape of one device's part of a tensor of `shape` split evenly over `n_devices` along `axis`."""
+  return shape if axis is None else tuple(s // n_devices if i == axis else s for i, s in enumerate(shape))
+
 def shard_shape(u: UOp) -> tuple[int, ...]:
   """The shape of each device's part of `u` (its shape when it is on one device or not split)."""
-  if not isinstance(u.device, tuple) or (a := u.axis) is None: return u.shape
-  return tuple(s // len(u.device) if i == a else s for i, s in enumerate(u.shape))
+  return part_shape(u.shape, len(u.device), u.axis) if isinstance(u.device, tuple) else u.shape
 
 def shard(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
   """`u` split along `axis` over `devices` (None: copied whole to each). Each device gets a copy of its part; from a
@@ -124,8 +127,7 @@ def shard(u: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
 def new_buffer(device: str | tuple[str, ...], shape: tuple[int, ...], dtype: DType, axis: int | None = None) -> UOp:
   """An unfilled buffer of `shape` (on each of a tuple of devices, split along `axis`)."""
   if isinstance(device, tuple):
-    part = tuple(s // len(device) if i == axis else s for i, s in enumerate(shape))
-    return multi([new_buffer(d, part, dtype) for d in device], axis)
+    return multi([new_buffer(d, part_shape(shape, len(device), axis), dtype) for d in device], axis)
   return reshape(UOp.new_buffer(device, math.prod(shape), dtype), shape)
 
 def alu(op: Ops, *srcs: UOp) -> UOp:

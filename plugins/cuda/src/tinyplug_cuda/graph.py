@@ -66,14 +66,9 @@ class CUDAGraph(LaunchGraph):
     if not wait:
       check("cuGraphLaunch", api.launch(self.exec, dev.stream))
       return None
-    start, end = dev.events
-    check("cuEventRecord", lib().cuEventRecord(start, dev.stream))
+    check("cuEventRecord", lib().cuEventRecord(dev.events[0], dev.stream))
     check("cuGraphLaunch", api.launch(self.exec, dev.stream))
-    check("cuEventRecord", lib().cuEventRecord(end, dev.stream))
-    check("cuEventSynchronize", lib().cuEventSynchronize(end), "waiting for a graph")
-    ms = ctypes.c_float(0)
-    check("cuEventElapsedTime", lib().cuEventElapsedTime(ctypes.byref(ms), start, end))
-    return ms.value * 1e-3
+    return dev.elapsed_since_start("a graph")
 
   def __del__(self):
     try:

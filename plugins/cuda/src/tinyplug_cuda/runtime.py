@@ -125,13 +125,7 @@ class CUDAProgram:
     if wait: check("cuEventRecord", L.cuEventRecord(dev.events[0], dev.stream))
     if (code := L.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, 0, dev.stream, params, None)) != 0:
       check("cuLaunchKernel", code, f"kernel {self.name} grid {dims[0]} block {dims[1]}")
-    if not wait: return None
-    start, end = dev.events
-    check("cuEventRecord", L.cuEventRecord(end, dev.stream))
-    check("cuEventSynchronize", L.cuEventSynchronize(end), f"waiting for kernel {self.name}")
-    ms = ctypes.c_float(0)
-    check("cuEventElapsedTime", L.cuEventElapsedTime(ctypes.byref(ms), start, end))
-    return ms.value * 1e-3
+    return dev.elapsed_since_start(f"kernel {self.name}") if wait else None
 
   def __del__(self):
     try: lib().cuModuleUnload(self.module)
@@ -187,6 +181,15 @@ class CUDADevice(Compiled):
   def synchronize(self) -> None:
     self.make_current()
     check("cuStreamSynchronize", lib().cuStreamSynchronize(self.stream))
+
+  def elapsed_since_start(self, what: str) -> float:
+    """Seconds on the GPU since the stream passed `events[0]` (recorded before a launch), waiting for the work."""
+    start, end = self.events
+    check("cuEventRecord", lib().cuEventRecord(end, self.stream))
+    check("cuEventSynchronize", lib().cuEventSynchronize(end), f"waiting for {what}")
+    ms = ctypes.c_float(0)
+    check("cuEventElapsedTime", lib().cuEventElapsedTime(ctypes.byref(ms), start, end))
+    return ms.value * 1e-3
 
   def describe(self) -> str:
     return (f"{self.info['name']} ({self.arch}, {self.info['sms']} SMs, {self.info['memory'] >> 20} MiB, driver "
