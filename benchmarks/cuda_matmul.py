@@ -2,7 +2,8 @@
 (cuBLAS) on the same GPU, in one run.
 
   python benchmarks/cuda_matmul.py                 # 4096x4096x4096 fp16 (fp32 accumulate), TC on and TC=0
-  python benchmarks/cuda_matmul.py --beam 2        # ... and the kernel BEAM=2 picks (searching takes minutes)
+  python benchmarks/cuda_matmul.py --beam 2        # ... and the kernel BEAM=2 picks, and the search's wall time
+  PARALLEL=14 python benchmarks/cuda_matmul.py --beam 2   # candidates built by 14 worker processes (default: 1 per core)
   python benchmarks/cuda_matmul.py --n 2048 --reps 20
   python benchmarks/cuda_matmul.py --variants      # ... and each built-in action list (VARIANTS) beside them
   python benchmarks/cuda_matmul.py --variants "TC0:0 UPCAST1:4 UPCAST0:4 UNROLL0:2 LOCAL1:4 LOCAL0:2 STAGE; TC0:0 STAGE:15"
@@ -161,7 +162,16 @@ def main() -> None:
     ok = "ok" if err <= 2e-2 * scale else f"WRONG: max error {err:.3g}"
     print(f"{name:36s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f} {build:7.1f}s  {ok:4s}  "
           f"{actions_text(opts) or '(none)'}", flush=True)
-  for name, settings in fixed: row(name, *_tinyplug_kernel(n, settings, args.reps, a_np, b_np, args.device))
+  from tinyplug import events
+  searches: list[dict] = []
+  events.subscribe("search", searches.append)
+  for name, settings in fixed:
+    row(name, *_tinyplug_kernel(n, settings, args.reps, a_np, b_np, args.device))
+    for ev in searches:   # what BEAM cost: the wall time of the search, and what happened to its candidates
+      from tinyplug.search.runner import parallel_workers
+      print(f"{'':36s} search: {ev['seconds']:.1f}s wall, PARALLEL={parallel_workers()}: {ev['timed']} timed, "
+            f"{ev['refused']} refused, {ev['failed']} failed, {ev['built_in_workers']} built by workers", flush=True)
+    searches.clear()
   item, bufs = matmul_item(a_np, b_np, args.device) if variants else (None, None)
   for i, text in enumerate(variants):
     try: row(f"variant {i}", *_variant_kernel(n, parse_variant(text), args.reps, item, bufs, args.device))

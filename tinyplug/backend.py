@@ -211,6 +211,7 @@ class Renderer:
   global_max: tuple[int, ...] | None = None   # the largest launch grid per dimension (None: no limit)
   local_max: tuple[int, ...] | None = None    # the largest work-group per dimension
   shared_max: int = 0              # bytes of shared memory per work-group (0: no declared limit)
+  max_registers: int = 0           # 32-bit registers per work-item; the search skips tiles whose accumulators need more
   # ---- what code it can express ----
   native_ops: frozenset[Ops] | None = None    # ALU ops it renders; others are decomposed first (None: every op)
   vector_widths: Mapping[DType, tuple[int, ...]] = {}   # vector widths per scalar dtype, widest first ({}: scalars)

@@ -181,6 +181,8 @@ TC = ContextVar("TC", 1, "tensor cores: 1 lets the heuristic and search turn mat
                "instructions (`Renderer.tensor_cores`, the TC action); 0 never uses them")
 BEAM = ContextVar("BEAM", 0, "kernel autotuning: width/budget of the search strategy picked by SEARCH; 0 is off")
 SEARCH = ContextVar("SEARCH", "beam", "name of the search strategy used when BEAM>0")
+PARALLEL = ContextVar("PARALLEL", -1, "worker processes that build BEAM's candidates (lower and compile them) while "
+                      "the search times them on the device: -1 (default) one per core, 0 builds them in this process")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0, "1 re-runs the search even when a cached result exists")
 VIZ = ContextVar("VIZ", 0, "1 turns on the viz_web plugin (same as TINY_PLUGINS=viz_web)")
 JIT = ContextVar("JIT", 1, "0 disables TinyJit capture (functions run eagerly); 2 replays without device graphs")

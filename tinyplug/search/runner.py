@@ -1,6 +1,7 @@
 """Kernel search: run the selected strategy plugin, time candidates on the real device, cache the answer on disk."""
 from __future__ import annotations
 import hashlib, json, os, sys, time
+from typing import Callable
 from tinyplug import events
 from tinyplug.diskcache import SealedTable
 from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, suggest
@@ -34,17 +35,54 @@ def candidate_actions(k: Kernel) -> list[Opt]:
   for axis in range(n_loop + n_reduce): acts += [Opt(OptOps.PADTO, axis, a) for a in (4, 8, 16, 32)]
   return _tensor_core_actions(k) + acts
 
+def candidate_steps(k: Kernel) -> list[tuple[Opt, ...]]:
+  """What a search may add to `k` in one step: each single action of `candidate_actions`, and on a renderer with
+  tensor cores, from the plain kernel, whole tensor-core kernels (TC with a tile of TC_SEARCH, staged or not)."""
+  return [(a,) for a in candidate_actions(k)] + _tensor_core_tiles(k)
+
+# The tensor-core kernel's search space, in one table (the TC action's args come from the renderer's cores):
+# "stage": the STAGE args tried once a kernel runs on tensor cores (tc_staging's bits: 1 prefetch the next K step, 2 and
+#   4 fill B and A with 16-byte loads, 8 pad the shared tiles; None: plain staging);
+# "tiles": whole tiles tried in one step from the plain kernel, each (UPCAST N, UPCAST M, UNROLL K, LOCAL N, LOCAL M):
+#   WMMAs per warp along N and M, K-tiles per loop trip, warps per work-group along N and M (1: that action left out),
+#   each unstaged and with every "stage" arg. One action at a time a narrow beam never gets there: each step of the
+#   way is slower than the heuristic's kernel it competes with.
+TC_SEARCH: dict[str, tuple] = {
+  "stage": (None, 1, 11, 15),
+  "tiles": ((4, 2, 2, 2, 2), (4, 4, 2, 2, 2), (4, 4, 2, 4, 2), (4, 4, 2, 2, 4), (8, 4, 2, 2, 2), (8, 4, 2, 4, 2),
+            (8, 2, 2, 2, 4), (4, 2, 2, 4, 4), (4, 4, 4, 2, 2), (2, 4, 2, 4, 2), (8, 4, 4, 2, 2), (8, 4, 2, 1, 2)),
+}
+
 def _tensor_core_actions(k: Kernel) -> list[Opt]:
   """TC actions (first, or after PADTOs only): one per tensor core and way the kernel's reduction runs on it (up to 2);
-  after TC, STAGE (once): plain, prefetched, and prefetched with 16-byte fills of B (A too) into padded tiles."""
+  after TC, STAGE (once) with each of TC_SEARCH's args."""
   from tinyplug.codegen.tensor_cores import tc_matches
   from tinyplug.helpers import TC
   if not TC or k.renderer is None or not k.renderer.uses_work_groups: return []
   if any(o.op is OptOps.TC for o in k.applied_opts):   # then STAGE: the operands through shared memory
-    return [Opt(OptOps.STAGE, None, a) for a in (None, 1, 11, 15)] if k.staged is None and k.renderer.has_shared else []
+    if k.staged is not None or not k.renderer.has_shared: return []
+    return [Opt(OptOps.STAGE, None, a) for a in TC_SEARCH["stage"]]
   if any(o.op is not OptOps.PADTO for o in k.applied_opts): return []
   return [Opt(OptOps.TC, choice, i) for i, tc in enumerate(k.renderer.tensor_cores)
           for choice in range(min(2, len(tc_matches(k.sink, tc))))]
+
+def _tensor_core_tiles(k: Kernel) -> list[tuple[Opt, ...]]:
+  """TC_SEARCH's whole tensor-core kernels for `k` (which has only PADTOs applied): each tensor core the kernel
+  matches (its first assignment), each tile, unstaged and staged each way. Those that do not apply are left out."""
+  steps: list[tuple[Opt, ...]] = []
+  for tc in (a for a in _tensor_core_actions(k) if a.op is OptOps.TC and a.axis == 0):
+    if (on_tc := apply_all(k, [tc])) is None: continue
+    n, m, red = len(on_tc.loop_axes) - 1, len(on_tc.loop_axes) - 2, len(on_tc.reduce_axes) - 1
+    if m < 0 or red < 0: continue
+    for up_n, up_m, unroll, loc_n, loc_m in TC_SEARCH["tiles"]:
+      tile = [Opt(op, axis, amt) for op, axis, amt in ((OptOps.UPCAST, n, up_n), (OptOps.UPCAST, m, up_m),
+                                                       (OptOps.UNROLL, red, unroll), (OptOps.LOCAL, n, loc_n),
+                                                       (OptOps.LOCAL, m, loc_m)) if amt > 1]
+      if (tiled := apply_all(on_tc, tile)) is None: continue
+      steps.append((tc, *tile))
+      if k.renderer.has_shared:
+        steps += [(tc, *tile, st) for a in TC_SEARCH["stage"] if apply_all(tiled, [st := Opt(OptOps.STAGE, None, a)])]
+  return steps
 
 def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
   k = k.copy()
@@ -53,6 +91,26 @@ def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
   except KernelOptError: return None
   return k
 
+def accumulator_registers(k: Kernel) -> int:
+  """32-bit registers a work-item's reduction accumulators take: each REDUCE (a tensor core's: one per element of its
+  C fragment) once per element of the upcast output tile, at least one register each."""
+  reduces = [u for u in k.sink.toposort() if u.op is Ops.REDUCE]
+  tile = 1
+  for r in k.ranges:
+    if r.arg[1] == "upcast" and r.src[0].op is Ops.CONST: tile *= int(r.src[0].arg)
+  return sum(tile * max(1, -(-u.dtype.itemsize // 4)) for u in reduces)
+
+def refusal(k: Kernel, opts: list[Opt]) -> str | None:
+  """Why `opts` on `k` need not be built at all (they do not apply, or the renderer says they cannot be fast), or None."""
+  done = k.copy()
+  try:
+    for o in opts: done.apply_opt(o)
+  except KernelOptError as e: return str(e)
+  budget = k.renderer.max_registers if k.renderer is not None else 0
+  if budget and (regs := accumulator_registers(done)) > budget:
+    return f"its accumulators take {regs} registers per work-item; the renderer has {budget}"
+  return None
+
 def _scratch(buf):
   """An allocated buffer with every byte written once: fresh host memory maps one shared zero page until it is
   written, which would make every candidate look cache-resident and hide its real memory traffic."""
@@ -60,35 +118,146 @@ def _scratch(buf):
   buf.copyin(memoryview(bytearray(buf.nbytes)))
   return buf
 
+def parallel_workers() -> int:
+  """How many worker processes build candidates: PARALLEL, or one per core when it is negative (the default)."""
+  from tinyplug.helpers import PARALLEL
+  from tinyplug.search.pool import default_workers
+  n = int(PARALLEL.value)
+  return default_workers() if n < 0 else n
+
+def _dropped(opts: list[Opt], why: str, level: int = 2) -> None:
+  from tinyplug.helpers import DEBUG
+  if DEBUG >= level: print(f"search: dropped {opts}: {why}")
+  if events.enabled("log"): events.emit("log", f"search: {opts} failed: {why}")
+
 class Timer:
-  """Compiles a kernel AST with given actions and times it on `device` with scratch buffers (min of a few runs)."""
+  """Builds a kernel AST with given actions and times it on `device` with scratch buffers (min of a few runs).
+
+  `timer(opts)` builds and times one candidate here; `timer.many(candidates)` builds them in the compile workers
+  (PARALLEL, tinyplug/search/pool.py) and times them here in order, each as soon as it is built (on a device that
+  runs on the host CPU, once all are built: compiling would slow the runs down). Either way a candidate that does
+  not build, or whose worker crashes, is inf, and candidates the renderer rules out (`refusal`) are never built.
+  `stats` counts what happened to the candidates."""
   def __init__(self, ast: UOp, renderer, device: str):
     self.ast, self.renderer, self.device = ast, renderer, device
+    self.kernel = Kernel(ast, renderer)
     self.bufs = None
     self.best = float("inf")
-  def __call__(self, opts: list[Opt]) -> float:
+    self.stats = {"timed": 0, "refused": 0, "failed": 0, "built_in_workers": 0}
+    self.on_progress: Callable[[int, int], None] | None = None   # (candidates done, of) in a `many` batch
+    self._job: bytes | None | bool = None   # the pickled job for the workers; False: they cannot build this kernel
+    self._job_key = ""
+
+  def __call__(self, opts: list[Opt]) -> float: return self.many([opts])[0]
+
+  def many(self, candidates: list[list[Opt]]) -> list[float]:
+    """The time of each candidate (inf: refused, failed to build or run), timed in the order given."""
+    out = [float("inf")] * len(candidates)
+    todo: list[int] = []
+    for i, opts in enumerate(candidates):
+      if (why := refusal(self.kernel, opts)) is not None:
+        self.stats["refused"] += 1
+        _dropped(opts, f"refused: {why}", 3)
+      else: todo.append(i)
+    pool = self._pool() if len(todo) > 1 else None
+    if pool is None:
+      for n, i in enumerate(todo):
+        out[i] = self._time(candidates[i], self._build_here(candidates[i]))
+        if self.on_progress is not None: self.on_progress(n + 1, len(todo))
+      return out
+    import concurrent.futures
+    from tinyplug.search.pool import JobRefused, WorkerDied
+    futures = [pool.submit(self._job_key, self._job, candidates[i]) for i in todo]
+    if self.renderer.runs_loops: concurrent.futures.wait(futures)
+    for n, (i, fut) in enumerate(zip(todo, futures)):
+      try: built = fut.result()
+      except JobRefused as e:   # nothing of this kernel builds there: build the rest here
+        from tinyplug.helpers import DEBUG
+        if DEBUG >= 1: print(f"search: the compile workers cannot build this kernel ({e}); building here")
+        self._job = False
+        for f in futures[n:]: f.cancel()
+        for j in todo[n:]: out[j] = self._time(candidates[j], self._build_here(candidates[j]))
+        break
+      except WorkerDied as e:
+        self.stats["failed"] += 1
+        _dropped(candidates[i], str(e), 1)
+        continue
+      except Exception as e:
+        self.stats["failed"] += 1
+        _dropped(candidates[i], str(e))
+        continue
+      self.stats["built_in_workers"] += 1
+      self._announce(built[0])
+      out[i] = self._time(candidates[i], built)
+      if self.on_progress is not None: self.on_progress(n + 1, len(todo))
+    return out
+
+  def _pool(self):
+    """The compile workers for this kernel, or None: PARALLEL=0, or its renderer or compiler does not pickle."""
+    n = parallel_workers()
+    if n <= 0 or self._job is False: return None
+    if self._job is None:
+      import pickle
+      from tinyplug.codegen import pipeline_key
+      from tinyplug.device import Device
+      from tinyplug.helpers import ContextVar
+      settings = {name: var.value for name, var in ContextVar.registry.items()}
+      try: self._job = pickle.dumps((self.renderer, Device[self.device].compiler, self.ast, settings, pipeline_key()))
+      except Exception as e:
+        from tinyplug.helpers import DEBUG
+        if DEBUG >= 2: print(f"search: building candidates here: the renderer or compiler does not pickle ({e})")
+        self._job = False
+        return None
+      self._job_key = hashlib.sha256(self._job).hexdigest()
+    from tinyplug.search.pool import compile_pool
+    return compile_pool(n)
+
+  def _build_here(self, opts: list[Opt]) -> tuple | None:
     from tinyplug.codegen import get_program
+    from tinyplug.device import Device
+    try:
+      spec = get_program(self.ast, self.renderer, opts=opts)
+      return spec, Device[self.device].compiler.compile_program(spec)
+    except (KernelOptError, NotImplementedError) as e: why = str(e)
+    except Exception as e: why = f"{type(e).__name__}: {e}"   # a compiler's error: a bad candidate, not a failed search
+    self.stats["failed"] += 1
+    _dropped(opts, why)
+    return None
+
+  def _announce(self, spec) -> None:
+    """The `kernel` event codegen sends for a kernel it lowers, for one a worker lowered (listeners see every candidate)."""
+    if events.enabled("kernel"):
+      events.emit("kernel", {"name": spec.name, "ast": self.ast, "uops": list(spec.uops), "src": spec.src,
+                             "device": self.renderer.device, "opts": spec.applied_opts, "estimates": spec.estimates,
+                             "global_size": spec.global_size, "local_size": spec.local_size})
+
+  def run_once(self, prg, spec) -> float:
+    """Seconds of one run of a built candidate (tests replace this to time deterministically)."""
+    st = time.perf_counter()
+    tm = prg(*[b.handle for b in self.bufs], global_size=spec.global_size, local_size=spec.local_size,
+             vals=tuple(v.arg[1] for v in spec.vars), wait=True)
+    return tm if tm is not None else time.perf_counter() - st
+
+  def _time(self, opts: list[Opt], built: tuple | None) -> float:
+    if built is None: return float("inf")
     from tinyplug.device import Buffer, Device
-    try: spec = get_program(self.ast, self.renderer, opts=opts)
-    except (KernelOptError, NotImplementedError): return float("inf")
+    spec, lib = built
     dev = Device[self.device]
     if self.bufs is None:
       gl = sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
       self.bufs = [_scratch(Buffer(self.device, max(g.dtype.size, 1), g.dtype.base)) for g in gl]
     try:
-      prg = dev.make_program(spec, dev.compiler.compile_program(spec))
+      prg = dev.make_program(spec, lib)
       times: list[float] = []
-      # a candidate far slower than the best so far is not run again (large kernels make search slow otherwise)
-      while len(times) < 3 and (not times or times[0] < 2 * self.best):
-        st = time.perf_counter()
-        tm = prg(*[b.handle for b in self.bufs], global_size=spec.global_size, local_size=spec.local_size,
-                 vals=tuple(v.arg[1] for v in spec.vars), wait=True)
-        times.append(tm if tm is not None else time.perf_counter() - st)
-      self.best = min(self.best, *times)
-      return min(times)
+      # the time cap: a candidate far slower than the best so far runs once, not three times
+      while len(times) < 3 and (not times or times[0] < 2 * self.best): times.append(self.run_once(prg, spec))
     except Exception as e:  # a candidate the device rejects is just a bad candidate
-      if events.enabled("log"): events.emit("log", f"search: {opts} failed: {e}")
+      self.stats["failed"] += 1
+      _dropped(opts, str(e))
       return float("inf")
+    self.stats["timed"] += 1
+    self.best = min(self.best, *times)
+    return min(times)
 
 def _progress(text: str) -> None:
   if sys.stderr.isatty(): print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
@@ -134,11 +303,17 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
   label = f"{name}={width} {renderer.device} kernel {'x'.join(map(str, kernel.full_shape)) or 'scalar'}"
   # shown before the first candidate: timing the starting points already compiles kernels
   _progress(f"{label}: timing the starting points")
+  timer.on_progress = lambda done, total: _progress(f"{label} {time.perf_counter()-st:5.1f}s: {done}/{total} built and "
+                                                   f"timed, best {timer.best*1e6:.1f} us")
   opts = strategy.search(kernel, timer, width,
                          lambda text: _progress(f"{label} {time.perf_counter()-st:5.1f}s: {text}"))
   _progress("")
-  if sys.stderr.isatty(): print(f"\r\033[K{label}: {opts} in {time.perf_counter()-st:.2f}s", file=sys.stderr)
-  if events.enabled("search"): events.emit("search", {"strategy": name, "opts": opts, "seconds": time.perf_counter() - st})
+  seconds, stats = time.perf_counter() - st, dict(timer.stats)
+  if sys.stderr.isatty():
+    print(f"\r\033[K{label}: {opts} in {seconds:.2f}s ({stats['timed']} timed, {stats['refused']} refused, "
+          f"{stats['failed']} failed; {stats['built_in_workers']} built by {parallel_workers()} workers)", file=sys.stderr)
+  if events.enabled("search"):
+    events.emit("search", {"strategy": name, "opts": opts, "seconds": seconds, "kernel": kernel.full_shape, **stats})
   if CACHELEVEL >= 1: SEARCH_DB.put(key, _opts_to_json(opts).encode())
   return opts
 

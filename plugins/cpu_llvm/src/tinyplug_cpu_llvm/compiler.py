@@ -73,6 +73,9 @@ class LLVMCompiler(Compiler):
     self.cachekey = (f"cpu_llvm-{__version__}-llvm{version}-llvmlite{llvmlite.__version__}-{self.cpu}-{self.features}-O{opt}"
                      f"-{CODE_MODEL}-quick{QUICK_WORK}")
 
+  def __reduce__(self):   # rebuilt from its settings in BEAM's compile workers (a TargetMachine does not pickle)
+    return type(self), (self.cpu, self.features, self.opt)
+
   def key(self, src: str, quick: bool = False) -> str:
     return hashlib.sha256(f"{self.cachekey}{'-quick' if quick else ''}\n{src}".encode()).hexdigest()
 

@@ -18,6 +18,9 @@ class CUDACompiler(Compiler):
     self._memory = BoundedCache("cuda.cubins", KERNEL_CACHE_SIZE.value)   # source -> cubin, least recently used go first
     self._lock = threading.Lock()
 
+  def __reduce__(self):   # rebuilt from its architecture in BEAM's compile workers
+    return type(self), (self.arch,)
+
   def key(self, src: str) -> str:
     return hashlib.sha256("\0".join([self.identity, self.arch, *nvrtc.options(self.arch), src]).encode()).hexdigest()
 

@@ -157,6 +157,9 @@ class PTXCompiler(Compiler):
     self._memory: dict[str, bytes] = {}
     self._lock = threading.Lock()
 
+  def __reduce__(self):   # rebuilt from its architecture in BEAM's compile workers
+    return type(self), (self.arch,)
+
   def key(self, src: str) -> str: return hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
 
   def compile(self, src: str) -> bytes:

@@ -65,6 +65,9 @@ class EmulatorCompiler(Compiler):
     self._lock = threading.Lock()
     self._headers_digest = digest(b"".join(_read(h) for h in dialect.headers))
 
+  def __reduce__(self):   # rebuilt from its dialect in BEAM's compile workers
+    return type(self), (self.dialect,)
+
   def support_libraries(self) -> list[str]:
     """Paths of the runtime and the dialect's builtins, loaded with global symbols (kernels link against them)."""
     _, runtime_path = native.runtime_library()

@@ -1,0 +1,57 @@
+"""BEAM on CUDA: the tensor-core kernels it tries as whole steps, the tiles it refuses before building them, and its
+compile workers building CUDA candidates through NVRTC with no GPU (a worker never opens a device)."""
+import pickle
+import pytest
+from tinyplug import Tensor
+from tinyplug.codegen import KernelContext, pipeline_key, run_pipeline
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.helpers import Context, ContextVar
+from tinyplug.schedule import create_schedule
+from tinyplug.search import runner
+from tinyplug.uop.dtype import dtypes
+from tinyplug_cuda.renderer import CUDARenderer
+
+def _matmul_kernel(n: int, r) -> Kernel:
+  a, b = Tensor.empty(n, n, dtype=dtypes.half, device="CPU"), Tensor.empty(n, n, dtype=dtypes.half, device="CPU")
+  (item,), _ = create_schedule([(a @ b).uop])
+  return Kernel(run_pipeline(item.ast, r, KernelContext(r), until="opt"), r)
+
+HEURISTIC = [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+             Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 15)]
+
+def test_too_many_accumulators_are_refused_before_building():
+  r = CUDARenderer("sm_80")
+  k = _matmul_kernel(256, r)
+  tc = Opt(OptOps.TC, 0, 0)
+  fits = [tc, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4)]        # 8x4 WMMAs, 4 floats each: 128 registers
+  spills = [tc, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 8)]      # 256
+  assert runner.accumulator_registers(runner.apply_all(k, fits)) == 128 and runner.refusal(k, fits) is None
+  assert "256 registers" in runner.refusal(k, spills)
+  assert "does not split" in runner.refusal(k, [Opt(OptOps.UPCAST, 0, 7)])
+  plain = [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16)]           # no tensor cores: 256 float accumulators
+  assert runner.accumulator_registers(runner.apply_all(k, plain)) == 256 and runner.refusal(k, plain)
+
+def test_tensor_core_tiles_are_whole_search_steps():
+  r = CUDARenderer("sm_80")
+  k = _matmul_kernel(512, r)
+  tiles = [s for s in runner.candidate_steps(k) if len(s) > 1]
+  assert tiles and all(s[0].op is OptOps.TC and runner.apply_all(k, list(s)) is not None for s in tiles)
+  stages = {s[-1].arg for s in tiles if s[-1].op is OptOps.STAGE}
+  assert stages == set(runner.TC_SEARCH["stage"]) and any(s[-1].op is not OptOps.STAGE for s in tiles)
+  assert tuple(HEURISTIC) in tiles
+  assert not [s for s in runner.candidate_steps(runner.apply_all(k, HEURISTIC[:1])) if len(s) > 1]   # from the plain kernel only
+  with Context(TC=0): assert not [s for s in runner.candidate_steps(k) if len(s) > 1]
+
+def test_a_worker_builds_cuda_candidates_with_nvrtc_and_no_gpu(nvrtc):
+  from tinyplug_cuda.compiler import CUDACompiler
+  from tinyplug.search.pool import compile_pool
+  r = CUDARenderer("sm_80")
+  k = _matmul_kernel(1024, r)
+  settings = {name: var.value for name, var in ContextVar.registry.items()}
+  job = pickle.dumps((r, CUDACompiler("sm_80"), k.sink, settings, pipeline_key()))
+  pool = compile_pool(2)
+  staged = pool.submit("cuda-test", job, HEURISTIC)
+  too_big = pool.submit("cuda-test", job, HEURISTIC[:4] + [Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.STAGE, None, 15)])
+  spec, cubin = staged.result(timeout=300)
+  assert cubin[:4] == b"\x7fELF" and list(spec.applied_opts) == HEURISTIC and "__shared__" in spec.src
+  with pytest.raises(RuntimeError, match="shared memory"): too_big.result(timeout=300)
