@@ -21,7 +21,7 @@ class SearchStrategy:
   - timer: `timer(opts: list[Opt]) -> float`, seconds to run the kernel with those actions on the real device
     (inf when they do not compile or run); `timer.many(list_of_opts) -> list[float]` times several, built in
     parallel by the compile workers (PARALLEL) and timed in the given order: use it for each step's candidates.
-    `tinyplug.search.runner.candidate_steps(kernel)` lists steps of one or more actions (whole tensor-core tiles).
+    `tinyplug.search.runner.tensor_core_kernels(kernel)` lists whole tensor-core kernels worth starting from.
   - width: the value of BEAM (how many candidates to keep, or a budget).
   - progress: `progress(text)` shows a status line on a terminal.
   Returns the list of `Opt` actions to use; the core caches it on disk (strategy name and version in the key)."""

@@ -35,18 +35,13 @@ def candidate_actions(k: Kernel) -> list[Opt]:
   for axis in range(n_loop + n_reduce): acts += [Opt(OptOps.PADTO, axis, a) for a in (4, 8, 16, 32)]
   return _tensor_core_actions(k) + acts
 
-def candidate_steps(k: Kernel) -> list[tuple[Opt, ...]]:
-  """What a search may add to `k` in one step: each single action of `candidate_actions`, and on a renderer with
-  tensor cores, from the plain kernel, whole tensor-core kernels (TC with a tile of TC_SEARCH, staged or not)."""
-  return [(a,) for a in candidate_actions(k)] + _tensor_core_tiles(k)
-
 # The tensor-core kernel's search space, in one table (the TC action's args come from the renderer's cores):
 # "stage": the STAGE args tried once a kernel runs on tensor cores (tc_staging's bits: 1 prefetch the next K step, 2 and
 #   4 fill B and A with 16-byte loads, 8 pad the shared tiles; None: plain staging);
-# "tiles": whole tiles tried in one step from the plain kernel, each (UPCAST N, UPCAST M, UNROLL K, LOCAL N, LOCAL M):
-#   WMMAs per warp along N and M, K-tiles per loop trip, warps per work-group along N and M (1: that action left out),
-#   each unstaged and with every "stage" arg. One action at a time a narrow beam never gets there: each step of the
-#   way is slower than the heuristic's kernel it competes with.
+# "tiles": the whole tensor-core kernels a search starts from (`tensor_core_kernels`), each (UPCAST N, UPCAST M,
+#   UNROLL K, LOCAL N, LOCAL M): WMMAs per warp along N and M, K-tiles per loop trip, warps per work-group along N and
+#   M (1: that action left out), each unstaged and with every "stage" arg. One action at a time a narrow beam never
+#   gets there: each step of the way is slower than the heuristic's kernel it competes with.
 TC_SEARCH: dict[str, tuple] = {
   "stage": (None, 1, 11, 15),
   "tiles": ((4, 2, 2, 2, 2), (4, 4, 2, 2, 2), (4, 4, 2, 4, 2), (4, 4, 2, 2, 4), (8, 4, 2, 2, 2), (8, 4, 2, 4, 2),
@@ -66,9 +61,9 @@ def _tensor_core_actions(k: Kernel) -> list[Opt]:
   return [Opt(OptOps.TC, choice, i) for i, tc in enumerate(k.renderer.tensor_cores)
           for choice in range(min(2, len(tc_matches(k.sink, tc))))]
 
-def _tensor_core_tiles(k: Kernel) -> list[tuple[Opt, ...]]:
-  """TC_SEARCH's whole tensor-core kernels for `k` (which has only PADTOs applied): each tensor core the kernel
-  matches (its first assignment), each tile, unstaged and staged each way. Those that do not apply are left out."""
+def tensor_core_kernels(k: Kernel) -> list[tuple[Opt, ...]]:
+  """TC_SEARCH's whole tensor-core kernels for `k` (no actions but PADTOs applied; else none): each tensor core the
+  kernel matches (its first assignment), each tile, unstaged and staged each way. Those that do not apply are left out."""
   steps: list[tuple[Opt, ...]] = []
   for tc in (a for a in _tensor_core_actions(k) if a.op is OptOps.TC and a.axis == 0):
     if (on_tc := apply_all(k, [tc])) is None: continue

@@ -4,17 +4,23 @@ import random
 from typing import Callable
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt
 from tinyplug.hookspecs.search import SearchStrategy
-from tinyplug.search.runner import apply_all, candidate_actions, candidate_steps
+from tinyplug.search.runner import apply_all, candidate_actions, tensor_core_kernels
 
 def _start(kernel: Kernel, timer: Callable[[list[Opt]], float]) -> list[tuple[float, list[Opt]]]:
-  """The search starts from no actions and from the heuristic's (timed first: a far slower baseline is then timed
-  once, not three times), so it refines the heuristic instead of rediscovering it and never ends up slower. The
-  heuristic is whichever pass set decides actions in the opt stage (none when it is turned off)."""
+  """The search starts from the heuristic's actions (timed first: a far slower start is then timed once, not three
+  times), from no actions, and on a renderer with tensor cores from whole tensor-core kernels (`TC_SEARCH`), so it
+  refines the heuristic instead of rediscovering it and never ends up slower. The heuristic is whichever pass set
+  decides actions in the opt stage (none when it is turned off). Fastest first."""
   from tinyplug.codegen import heuristic_actions
   try: hand = heuristic_actions(kernel.sink, kernel.renderer)
   except KernelOptError: hand = []
   starts = ([hand] if hand and apply_all(kernel, hand) is not None else []) + [[]]
+  starts += [list(s) for s in tensor_core_kernels(kernel) if list(s) != hand]
   return sorted(zip(time_all(timer, starts), starts), key=lambda t: t[0])
+
+# a beam entry this many times slower than the best is not extended: one more action will not catch up (on a GPU its
+# one-action variants of a naive 4096^3 matmul took most of the search's device time)
+FAR_SLOWER = 8
 
 def time_all(timer: Callable[[list[Opt]], float], candidates: list[list[Opt]]) -> list[float]:
   """Each candidate's time, in order: `timer.many` (the core's timer: built in parallel) where the timer has it."""
@@ -22,17 +28,20 @@ def time_all(timer: Callable[[list[Opt]], float], candidates: list[list[Opt]]) -
   return list(many(candidates)) if many is not None else [timer(c) for c in candidates]
 
 class BeamSearch(SearchStrategy):
-  """Keep the `width` fastest action lists; extend each by one action per step until nothing gets faster."""
+  """Keep the `width` fastest action lists (at least the two fastest starts); extend each by one action per step
+  until nothing gets faster."""
   def search(self, kernel: Kernel, timer: Callable[[list[Opt]], float], width: int,
              progress: Callable[[str], None]) -> list[Opt]:
-    beam = _start(kernel, timer)
-    seen: set[tuple[Opt, ...]] = {tuple(opts) for _, opts in beam}
+    starts = _start(kernel, timer)
+    seen: set[tuple[Opt, ...]] = {tuple(opts) for _, opts in starts}
+    beam = starts[:max(width, 2)]
     for step in range(8):
       candidates: list[list[Opt]] = []
-      for _, opts in beam:
+      for t, opts in beam:
+        if t > FAR_SLOWER * beam[0][0]: continue
         k = apply_all(kernel, opts)
-        for acts in candidate_steps(k):
-          new = opts + list(acts)
+        for act in candidate_actions(k):
+          new = opts + [act]
           if tuple(new) in seen or apply_all(kernel, new) is None: continue
           seen.add(tuple(new)); candidates.append(new)
       progress(f"beam step {step}: {len(candidates)} candidates, best {beam[0][0]*1e6:.1f} us")

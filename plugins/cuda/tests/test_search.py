@@ -31,16 +31,16 @@ def test_too_many_accumulators_are_refused_before_building():
   plain = [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16)]           # no tensor cores: 256 float accumulators
   assert runner.accumulator_registers(runner.apply_all(k, plain)) == 256 and runner.refusal(k, plain)
 
-def test_tensor_core_tiles_are_whole_search_steps():
+def test_whole_tensor_core_kernels_are_search_starts():
   r = CUDARenderer("sm_80")
   k = _matmul_kernel(512, r)
-  tiles = [s for s in runner.candidate_steps(k) if len(s) > 1]
+  tiles = runner.tensor_core_kernels(k)
   assert tiles and all(s[0].op is OptOps.TC and runner.apply_all(k, list(s)) is not None for s in tiles)
   stages = {s[-1].arg for s in tiles if s[-1].op is OptOps.STAGE}
   assert stages == set(runner.TC_SEARCH["stage"]) and any(s[-1].op is not OptOps.STAGE for s in tiles)
   assert tuple(HEURISTIC) in tiles
-  assert not [s for s in runner.candidate_steps(runner.apply_all(k, HEURISTIC[:1])) if len(s) > 1]   # from the plain kernel only
-  with Context(TC=0): assert not [s for s in runner.candidate_steps(k) if len(s) > 1]
+  assert not runner.tensor_core_kernels(runner.apply_all(k, HEURISTIC[:1]))   # from the plain kernel only
+  with Context(TC=0): assert not runner.tensor_core_kernels(k)
 
 def test_a_worker_builds_cuda_candidates_with_nvrtc_and_no_gpu(nvrtc):
   from tinyplug_cuda.compiler import CUDACompiler
@@ -55,3 +55,19 @@ def test_a_worker_builds_cuda_candidates_with_nvrtc_and_no_gpu(nvrtc):
   spec, cubin = staged.result(timeout=300)
   assert cubin[:4] == b"\x7fELF" and list(spec.applied_opts) == HEURISTIC and "__shared__" in spec.src
   with pytest.raises(RuntimeError, match="shared memory"): too_big.result(timeout=300)
+
+def test_beam_finds_a_tensor_core_tile_faster_than_the_heuristics():
+  """Given timings where one table tile (64x32 per warp, 4x2 warps, STAGE:11) beats the heuristic's kernel and
+  nothing improves on it, BEAM=2 picks it (the strategy with a plain timer function: no device)."""
+  from tinyplug.search.strategies import BeamSearch
+  r = CUDARenderer("sm_80")
+  k = _matmul_kernel(1024, r)
+  target = [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
+            Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 11)]
+  timed = []
+  def timer(opts):
+    timed.append(list(opts))
+    if opts == HEURISTIC: return 0.8
+    return 0.5 + 0.01 * (len(opts) - len(target)) if opts[:len(target)] == target else 1.0
+  assert BeamSearch().search(k, timer, 2, lambda text: None) == target
+  assert timed[0] == HEURISTIC and target in timed
