@@ -4,7 +4,7 @@ import hashlib, json, os, sys, time
 from typing import Callable
 from tinyplug import events
 from tinyplug.diskcache import SealedTable
-from tinyplug.helpers import CACHELEVEL, IGNORE_BEAM_CACHE, suggest
+from tinyplug.helpers import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, suggest
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.hookspecs.search import check_strategy
@@ -121,7 +121,6 @@ def parallel_workers() -> int:
   return default_workers() if n < 0 else n
 
 def _dropped(opts: list[Opt], why: str, level: int = 2) -> None:
-  from tinyplug.helpers import DEBUG
   if DEBUG >= level: print(f"search: dropped {opts}: {why}")
   if events.enabled("log"): events.emit("log", f"search: {opts} failed: {why}")
 
@@ -148,13 +147,16 @@ class Timer:
   def many(self, candidates: list[list[Opt]]) -> list[float]:
     """The time of each candidate (inf: refused, failed to build or run), timed in the order given."""
     out = [float("inf")] * len(candidates)
+    pool = self._pool() if len(candidates) > 1 else None
     todo: list[int] = []
-    for i, opts in enumerate(candidates):
+    futures: list = []
+    for i, opts in enumerate(candidates):   # each sent to the workers as soon as it passes: they start at once
       if (why := refusal(self.kernel, opts)) is not None:
         self.stats["refused"] += 1
         _dropped(opts, f"refused: {why}", 3)
-      else: todo.append(i)
-    pool = self._pool() if len(todo) > 1 else None
+        continue
+      todo.append(i)
+      if pool is not None: futures.append(pool.submit(self._job_key, self._job, opts))
     if pool is None:
       for n, i in enumerate(todo):
         out[i] = self._time(candidates[i], self._build_here(candidates[i]))
@@ -162,12 +164,10 @@ class Timer:
       return out
     import concurrent.futures
     from tinyplug.search.pool import JobRefused, WorkerDied
-    futures = [pool.submit(self._job_key, self._job, candidates[i]) for i in todo]
     if self.renderer.runs_loops: concurrent.futures.wait(futures)
     for n, (i, fut) in enumerate(zip(todo, futures)):
       try: built = fut.result()
       except JobRefused as e:   # nothing of this kernel builds there: build the rest here
-        from tinyplug.helpers import DEBUG
         if DEBUG >= 1: print(f"search: the compile workers cannot build this kernel ({e}); building here")
         self._job = False
         for f in futures[n:]: f.cancel()
@@ -199,7 +199,6 @@ class Timer:
       settings = {name: var.value for name, var in ContextVar.registry.items()}
       try: self._job = pickle.dumps((self.renderer, Device[self.device].compiler, self.ast, settings, pipeline_key()))
       except Exception as e:
-        from tinyplug.helpers import DEBUG
         if DEBUG >= 2: print(f"search: building candidates here: the renderer or compiler does not pickle ({e})")
         self._job = False
         return None
@@ -254,8 +253,10 @@ class Timer:
     self.best = min(self.best, *times)
     return min(times)
 
+_CLEAR_LINE = "\r\033[K"
+
 def _progress(text: str) -> None:
-  if sys.stderr.isatty(): print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+  if sys.stderr.isatty(): print(f"{_CLEAR_LINE}{text}", end="", file=sys.stderr, flush=True)
 
 def _cache_key(strategy: str, version: str, ast: UOp, renderer, device: str, width: int) -> str:
   from tinyplug.codegen import pipeline_key
@@ -296,16 +297,17 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
   st = time.perf_counter()
   kernel = Kernel(sink, renderer)
   label = f"{name}={width} {renderer.device} kernel {'x'.join(map(str, kernel.full_shape)) or 'scalar'}"
-  # shown before the first candidate: timing the starting points already compiles kernels
-  _progress(f"{label}: timing the starting points")
+  def step(text: str) -> None:   # the strategy's own lines; without a terminal, DEBUG=1 prints them one per line
+    _progress(line := f"{label} {time.perf_counter()-st:5.1f}s: {text}")
+    if DEBUG >= 1 and not sys.stderr.isatty(): print(line, file=sys.stderr, flush=True)
+  step("timing the starting points")   # shown before the first candidate: that already builds kernels
   timer.on_progress = lambda done, total: _progress(f"{label} {time.perf_counter()-st:5.1f}s: {done}/{total} built and "
                                                    f"timed, best {timer.best*1e6:.1f} us")
-  opts = strategy.search(kernel, timer, width,
-                         lambda text: _progress(f"{label} {time.perf_counter()-st:5.1f}s: {text}"))
+  opts = strategy.search(kernel, timer, width, step)
   _progress("")
   seconds, stats = time.perf_counter() - st, dict(timer.stats)
-  if sys.stderr.isatty():
-    print(f"\r\033[K{label}: {opts} in {seconds:.2f}s ({stats['timed']} timed, {stats['refused']} refused, "
+  if (tty := sys.stderr.isatty()) or DEBUG >= 1:
+    print(f"{_CLEAR_LINE if tty else ''}{label}: {opts} in {seconds:.2f}s ({stats['timed']} timed, {stats['refused']} refused, "
           f"{stats['failed']} failed; {stats['built_in_workers']} built by {parallel_workers()} workers)", file=sys.stderr)
   if events.enabled("search"):
     events.emit("search", {"strategy": name, "opts": opts, "seconds": seconds, "kernel": kernel.full_shape, **stats})
