@@ -1,7 +1,7 @@
 """BEAM builds candidates in worker processes (PARALLEL) and times them here: the kernel it picks computes the right
 values, the workers change nothing about which kernel it picks, a crashing worker or a candidate that does not compile
 costs that candidate only, and a second process reads the answer from the disk cache instead of searching."""
-import json, os, subprocess, sys, textwrap, zlib
+import json, os, subprocess, sys, textwrap, time, zlib
 import numpy as np
 import pytest
 from tinyplug import Tensor, events
@@ -62,13 +62,14 @@ def test_parallel_and_serial_pick_the_same_given_the_same_timings(monkeypatch):
   assert timed == serial_timed and parallel == serial and len(timed) > 10
 
 class FlakyLLVMCompiler(cpu_llvm.LLVMCompiler):
-  """The CPU compiler, except that it kills its process on any UPCAST by 4 (in a compile worker; here it raises) and
-  refuses any UPCAST by 2."""
+  """The CPU compiler, except that it kills its process on any UPCAST by 4 and hangs on any UPCAST by 8 (in a compile
+  worker; here it raises), and refuses any UPCAST by 2."""
   def compile_program(self, spec):
     ups = {o.arg for o in spec.applied_opts if o.op is OptOps.UPCAST}
-    if 4 in ups:
-      if os.environ.get("TINYPLUG_TEST_PARENT") != str(os.getpid()): os._exit(3)
-      raise RuntimeError("UPCAST by 4 crashes a worker")
+    if 4 in ups or 8 in ups:
+      if os.environ.get("TINYPLUG_TEST_PARENT") == str(os.getpid()): raise RuntimeError("would crash or hang")
+      if 4 in ups: os._exit(3)
+      time.sleep(3600)
     if 2 in ups: raise RuntimeError("this compiler refuses UPCAST by 2")
     return super().compile_program(spec)
 
@@ -78,10 +79,12 @@ def test_a_crashing_worker_or_a_failed_compile_drops_only_that_candidate(monkeyp
   dev = Device["CPU"]
   monkeypatch.setattr(dev, "compiler", FlakyLLVMCompiler(dev.compiler.cpu, dev.compiler.features, dev.compiler.opt))
   monkeypatch.setenv("TINYPLUG_TEST_PARENT", str(os.getpid()))
+  monkeypatch.setattr(runner, "BUILD_TIMEOUT", 3.0)
   opts, ev = _search(out, 2, PARALLEL=2, DEBUG=1)
-  assert not any(o.op is OptOps.UPCAST and o.arg in (2, 4) for o in opts)
-  assert ev["failed"] >= 2 and ev["timed"] > 0
-  assert "the compile worker exited with status 3" in capfd.readouterr().out
+  assert not any(o.op is OptOps.UPCAST and o.arg in (2, 4, 8) for o in opts)
+  assert ev["failed"] >= 3 and ev["timed"] > 0
+  printed = capfd.readouterr().out
+  assert "the compile worker exited with status 3" in printed and "building took over 3 s: stopped" in printed
   monkeypatch.undo()
   got, _ = run_kernel(out, "CPU", opts)
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -7,7 +7,7 @@ for its answer on stdout (frames: an 8-byte length, then a pickle; both ends are
 started). A worker that dies takes only the candidate it was building with it: that candidate's future fails with
 `WorkerDied`, and the thread starts a new worker for its next candidate."""
 from __future__ import annotations
-import atexit, os, pickle, queue, struct, subprocess, sys, threading
+import atexit, os, pickle, queue, struct, subprocess, sys, threading, time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
@@ -46,14 +46,19 @@ class _Worker:
     self.proc = subprocess.Popen([sys.executable, "-m", "tinyplug.search.worker"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, env=env)
     self.job_key: str | None = None   # the job (kernel, renderer, compiler, settings) it holds
+    self.busy_since: float | None = None
+    self.stopped_after: float | None = None   # seconds, when `stop_stuck` ended it
 
   def build(self, job_key: str, job: bytes, opts: list) -> tuple[Any, bytes]:
+    self.busy_since = time.monotonic()
     try:
       write_frame(self.proc.stdin, (job_key, job if job_key != self.job_key else None, opts))
       reply = read_frame(self.proc.stdout)
     except (BrokenPipeError, OSError): reply = None
+    finally: self.busy_since = None
     if reply is None:
       code = self.proc.wait()
+      if self.stopped_after is not None: raise WorkerDied(f"building took over {self.stopped_after:.0f} s: stopped")
       raise WorkerDied(f"the compile worker exited with status {code}")
     self.job_key = job_key
     kind, *rest = reply
@@ -65,7 +70,9 @@ class _Worker:
     try:
       self.proc.stdin.close()
       self.proc.wait(timeout=5)
-    except Exception: self.proc.kill()
+    except Exception:
+      self.proc.kill()
+      self.proc.wait()
 
 class CompilePool:
   """`n` worker processes; `submit(job_key, job, opts)` -> a Future of (ProgramSpec, binary)."""
@@ -93,16 +100,28 @@ class CompilePool:
     try: return w.build(job_key, job, opts)
     except WorkerDied:
       self._local.worker = None
-      with self._lock: self._all.remove(w)
+      with self._lock:
+        if w in self._all: self._all.remove(w)
       raise
+
+  def stop_stuck(self, seconds: float) -> None:
+    """End the workers busy with one candidate for more than `seconds` (its future then fails with WorkerDied)."""
+    now = time.monotonic()
+    with self._lock: workers = list(self._all)
+    for w in workers:
+      if (since := w.busy_since) is not None and now - since > seconds:
+        w.stopped_after = seconds
+        w.proc.kill()
 
   def submit(self, job_key: str, job: bytes, opts: list) -> Future:
     return self._threads.submit(self._run, job_key, job, opts)
 
   def close(self) -> None:
-    self._threads.shutdown(wait=True, cancel_futures=True)
+    # the workers first: a thread waits on its worker's answer, so the threads end once the workers have
+    self._threads.shutdown(wait=False, cancel_futures=True)
     with self._lock: workers, self._all = self._all, []
     for w in workers: w.close()
+    self._threads.shutdown(wait=True)
 
 _POOL: CompilePool | None = None
 

@@ -124,6 +124,16 @@ def _dropped(opts: list[Opt], why: str, level: int = 2) -> None:
   if DEBUG >= level: print(f"search: dropped {opts}: {why}")
   if events.enabled("log"): events.emit("log", f"search: {opts} failed: {why}")
 
+# a candidate whose build (codegen and compiler) takes longer than this is stopped and dropped: a pathological tile
+# (huge unrolls) would otherwise hold the search up for many minutes (only in the workers: a build in this process
+# cannot be stopped)
+BUILD_TIMEOUT = 120.0
+
+def _settle(pool, fut) -> None:
+  """Wait until `fut` is done, stopping builds that run past BUILD_TIMEOUT meanwhile."""
+  import concurrent.futures
+  while not concurrent.futures.wait([fut], timeout=min(5.0, BUILD_TIMEOUT)).done: pool.stop_stuck(BUILD_TIMEOUT)
+
 class Timer:
   """Builds a kernel AST with given actions and times it on `device` with scratch buffers (min of a few runs).
 
@@ -162,11 +172,13 @@ class Timer:
         out[i] = self._time(candidates[i], self._build_here(candidates[i]))
         if self.on_progress is not None: self.on_progress(n + 1, len(todo))
       return out
-    import concurrent.futures
     from tinyplug.search.pool import JobRefused, WorkerDied
-    if self.renderer.runs_loops: concurrent.futures.wait(futures)
+    if self.renderer.runs_loops:
+      for fut in futures: _settle(pool, fut)
     for n, (i, fut) in enumerate(zip(todo, futures)):
-      try: built = fut.result()
+      try:
+        _settle(pool, fut)
+        built = fut.result()
       except JobRefused as e:   # nothing of this kernel builds there: build the rest here
         if DEBUG >= 1: print(f"search: the compile workers cannot build this kernel ({e}); building here")
         self._job = False

@@ -44,6 +44,8 @@ def main() -> None:
   # the protocol owns the real stdout; anything printed (DEBUG lines, a compiler's chatter) goes to stderr
   out = os.fdopen(os.dup(1), "wb")
   os.dup2(2, 1)
+  from tinyplug.codegen import pipeline_key
+  pipeline_key()   # the plugins and the pass pipeline load now, while the parent gets its first candidates ready
   try: serve(sys.stdin.buffer, out)
   except KeyboardInterrupt: pass
 
