@@ -52,18 +52,19 @@ class BeamSearch(SearchStrategy):
     return beam[0][1]
 
 class RandomSearch(SearchStrategy):
-  """Time `16 * width` random action lists (up to four actions each) and keep the fastest."""
+  """Time `16 * width` random action lists (up to four actions each) and keep the fastest (the first on a tie)."""
   def search(self, kernel: Kernel, timer: Callable[[list[Opt]], float], width: int,
              progress: Callable[[str], None]) -> list[Opt]:
     rng = random.Random(0)
-    best = (timer([]), [])
-    for i in range(16 * width):
+    candidates: list[list[Opt]] = [[]]
+    for _ in range(16 * width):   # drawn first (no draw depends on a time), then built and timed as one batch
       opts: list[Opt] = []
       for _ in range(rng.randint(1, 4)):
         k = apply_all(kernel, opts)
         acts = [a for a in candidate_actions(k) if apply_all(kernel, opts + [a]) is not None]
         if not acts: break
         opts.append(rng.choice(acts))
-      progress(f"random search: {i+1}/{16*width}, best {best[0]*1e6:.1f} us")
-      if (t := timer(opts)) < best[0]: best = (t, opts)
-    return best[1]
+      candidates.append(opts)
+    progress(f"random search: {len(candidates)} candidates")
+    times = time_all(timer, candidates)
+    return candidates[min(range(len(candidates)), key=lambda i: times[i])]
