@@ -71,3 +71,23 @@ def test_beam_finds_a_tensor_core_tile_faster_than_the_heuristics():
     return 0.5 + 0.01 * (len(opts) - len(target)) if opts[:len(target)] == target else 1.0
   assert BeamSearch().search(k, timer, 2, lambda text: None) == target
   assert timed[0] == HEURISTIC and target in timed
+
+def test_emulator_parallel_beam_times_tensor_core_kernels_and_matches_numpy(mock_cuda):
+  """BEAM=1 with PARALLEL=2 on MOCK+CUDA: the workers build the candidates (tensor-core kernels among them) with the
+  emulator's compiler, the parent times them, and the kernel picked computes the product."""
+  import numpy as np
+  from tinyplug import events
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((64, 32)).astype(np.float16), rng.standard_normal((32, 32)).astype(np.float16)
+  ta, tb = Tensor(a, device=mock_cuda).realize(), Tensor(b, device=mock_cuda).realize()
+  searches, kernels = [], []
+  events.subscribe("search", searches.append)
+  events.subscribe("kernel", kernels.append)
+  try:
+    with Context(BEAM=1, PARALLEL=2, IGNORE_BEAM_CACHE=1): got = (ta @ tb).numpy()
+  finally:
+    events.unsubscribe("search", searches.append)
+    events.unsubscribe("kernel", kernels.append)
+  assert len(searches) == 1 and searches[0]["built_in_workers"] > 0
+  assert any(len(e["opts"]) > 2 and e["opts"][0].op is OptOps.TC for e in kernels)   # whole tensor-core kernels timed
+  np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=0.1)
