@@ -115,6 +115,9 @@ class CachedCodeObjects(Compiler):
     self._memory = BoundedCache(f"amd.{type(self).__name__}", KERNEL_CACHE_SIZE.value)
     self._lock = threading.Lock()
 
+  def __reduce__(self):   # rebuilt from its target in BEAM's compile workers (both subclasses take the arch alone)
+    return type(self), (self.arch,)
+
   def key(self, src: str) -> str:
     return hashlib.sha256("\0".join([type(self).__name__, self.identity, self.arch, src]).encode()).hexdigest()
 
