@@ -60,8 +60,8 @@ class _Worker:
       code = self.proc.wait()
       if self.stopped_after is not None: raise WorkerDied(f"building took over {self.stopped_after:.0f} s: stopped")
       raise WorkerDied(f"the compile worker exited with status {code}")
-    self.job_key = job_key
     kind, *rest = reply
+    self.job_key = job_key if kind != "refused" else None
     if kind == "ok": return rest[0], rest[1]
     if kind == "refused": raise JobRefused(rest[0])
     raise RuntimeError(rest[0])   # this candidate did not lower or compile
