@@ -124,3 +124,18 @@ def test_a_second_process_reads_the_search_from_disk_and_a_damaged_cache_is_igno
   third = _run_script(str(tmp_path))
   assert third["searches"] == 1 and third["ok"]
 
+
+def test_workers_that_cannot_build_the_kernel_leave_it_to_this_process(monkeypatch, capfd):
+  """A worker whose pass pipeline differs from this process's (another plugin set) refuses the job rather than build
+  other programs; the search then builds every candidate here, and still finds a right kernel."""
+  _cpu_or_skip()
+  import tinyplug.codegen as codegen
+  out, ref = _matmul(16, 24, 32)
+  real = codegen.pipeline_key
+  monkeypatch.setattr(codegen, "pipeline_key", lambda: "another plugin set " + real())
+  opts, ev = _search(out, 1, PARALLEL=2, DEBUG=1)
+  assert ev["built_in_workers"] == 0 and ev["timed"] > 2
+  assert "the compile workers cannot build this kernel" in capfd.readouterr().out
+  monkeypatch.undo()
+  got, _ = run_kernel(out, "CPU", opts)
+  np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
