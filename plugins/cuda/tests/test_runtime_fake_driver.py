@@ -3,7 +3,7 @@ probe, device open (name, sm_80, limits), allocation, copies through the pinned 
 cubins from NVRTC and nvJitLink loaded, launch geometry and parameters packed as the driver API expects, event timing,
 driver errors by name. No GPU semantics are checked: the fake runs no kernel code (the emulator does that)."""
 from __future__ import annotations
-import os, pathlib, shutil, subprocess, sys
+import json, os, pathlib, shutil, subprocess, sys
 import pytest
 
 HERE = pathlib.Path(__file__).parent
@@ -60,3 +60,28 @@ def test_runtime_against_a_fake_driver(fake_driver, nvrtc):
   assert "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid (kernel k)" in lines["BADIMAGE"]
   assert lines["PTX"] == "PTX PTXRenderer PTXCompiler"
   assert "CUDA" in lines["REALIZED"] and "E_2" in out.stdout   # DEBUG=2 line of the launched kernel
+
+BEAM_SCRIPT = r'''
+import json
+import numpy as np
+from tinyplug import Tensor, dtypes, events
+from tinyplug.helpers import Context
+seen = []
+events.subscribe("search", seen.append)
+a = Tensor(np.ones((64, 32), np.float32), device="CUDA").cast(dtypes.half).realize()
+b = Tensor(np.ones((32, 32), np.float32), device="CUDA").cast(dtypes.half).realize()
+with Context(BEAM=1, PARALLEL=2, IGNORE_BEAM_CACHE=1): (a @ b).realize()
+print("SEARCH", json.dumps({k: v for k, v in seen[0].items() if k not in ("opts", "kernel")}),
+      " ".join(f"{o.op.name}:{o.arg}" for o in seen[0]["opts"]))
+'''
+
+def test_parallel_beam_against_a_fake_driver(fake_driver, nvrtc):
+  """BEAM on DEV=CUDA with PARALLEL=2: the workers build cubins with NVRTC, this process loads and times them through
+  the driver (the fake's event time is the same for every kernel, so the first start, the heuristic's, stays)."""
+  env = {**os.environ, "LD_LIBRARY_PATH": fake_driver + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""), "DEV": "CUDA"}
+  out = subprocess.run([sys.executable, "-c", BEAM_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+  assert out.returncode == 0, out.stdout + out.stderr
+  line = next(l for l in out.stdout.splitlines() if l.startswith("SEARCH"))
+  stats = json.loads(line.split(" ", 1)[1].rsplit("}", 1)[0] + "}")
+  assert stats["built_in_workers"] == stats["timed"] > 5 and "exited" not in out.stdout + out.stderr
+  assert line.split("}", 1)[1].split()[0] == "TC:0"
