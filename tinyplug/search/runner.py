@@ -306,6 +306,7 @@ def run_search(name: str, sink: UOp, renderer, width: int) -> list[Opt]:
   strategy = pm.load_factory(spec.factory)()
   check_strategy(strategy, name)
   timer = Timer(sink, renderer, renderer.device)
+  timer._pool()   # the workers start now: they import while the strategy works out its starting points
   st = time.perf_counter()
   kernel = Kernel(sink, renderer)
   label = f"{name}={width} {renderer.device} kernel {'x'.join(map(str, kernel.full_shape)) or 'scalar'}"
