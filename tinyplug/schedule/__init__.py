@@ -16,7 +16,7 @@ from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
-from tinyplug.schedule.fusion import GO, FusionGraph
+from tinyplug.schedule.fusion import GO, FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
 from tinyplug.schedule import simplify_cache
@@ -38,17 +38,6 @@ class ScheduleItem:
     return f"<ScheduleItem {what} with {len(self.buf_uops)} buffers>"
   @property
   def bufs(self) -> list: return [buffer_of(b) for b in self.buf_uops]
-
-# ops a reduction's result may flow through and still be computed inside the consumer's kernel
-_FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}
-
-def fuse_step(must: set[UOp]) -> Callable[[UOp, UOp], Any]:
-  """The consumer rule of a reduction computed inside its consumer's kernel: elementwise math up to one output."""
-  def step(x: UOp, c: UOp) -> UOp | object | None:
-    if c.op is Ops.SINK: return x
-    if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return None
-    return c if c in must else GO
-  return step
 
 def is_contiguous_buffer(x: UOp) -> bool:
   while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]

@@ -4,12 +4,23 @@ consumer's kernel instead."""
 from __future__ import annotations
 from typing import Any, Callable, Iterable
 from tinyplug.caches import BoundedCache
-from tinyplug.uop.ops import GroupOp, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp
 
 GO = object()   # a consumer-walk step's answer: walk on through this consumer
 
 # a walk step: (node, one of its consumers) -> GO, a node where this path ends, or None (the consumer refuses)
 Step = Callable[[UOp, UOp], Any]
+
+# ops a reduction's result may flow through and still be computed inside the consumer's kernel
+_FUSE_THROUGH = GroupOp.Elementwise | {Ops.RESHAPE, Ops.PERMUTE, Ops.FLIP, Ops.SHRINK, Ops.DETACH}
+
+def fuse_step(must: set[UOp]) -> Callable[[UOp, UOp], Any]:
+  """The consumer rule of a reduction computed inside its consumer's kernel: elementwise math up to one output."""
+  def step(x: UOp, c: UOp) -> UOp | object | None:
+    if c.op is Ops.SINK: return x
+    if c.op not in _FUSE_THROUGH and c.op is not Ops.CONTIGUOUS: return None
+    return c if c in must else GO
+  return step
 
 _loop_devices: BoundedCache = BoundedCache("schedule.loop_devices", 64)
 
@@ -84,8 +95,14 @@ class FusionGraph:
     ends, refused = self.consumer_walk(r, step)
     return None if refused is not None or len(ends) > 1 else ends
 
+  def fuses_into(self, r: UOp) -> UOp | None:
+    """The one realized node that reduction r's value reaches through elementwise math (the core's fusion rule),
+    now that passes may have realized more nodes; None if it reaches more than one or goes anywhere else."""
+    ends = self.one_end(r, fuse_step(self._realized))
+    return next(iter(ends)) if ends and len(ends) == 1 else None
+
   def unrealized_inputs(self, r: UOp) -> Iterable[UOp]:
     """The nodes computed inside r's kernel along with r (its inputs up to realized nodes)."""
     return r.src[0].toposort(gate=lambda u: u not in self._realized)
 
-__all__ = ["GO", "FusionGraph", "runs_loops"]
+__all__ = ["GO", "FusionGraph", "fuse_step", "runs_loops"]

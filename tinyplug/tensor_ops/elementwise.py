@@ -30,6 +30,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 def _sigmoid_grad(g, s, x): return (g * s * (1 - s),)
+def _relu_grad(g, out, x): return (out.eq(0).where(0, g),)   # out is 0 exactly where x <= 0 (NaN passes g, as in torch)
 
 def _pow_grad(g, out, a, b):
   """torch's: d/da = b * a^(b-1), 0 where b == 0; d/db = a^b * ln(a), 0 where a == 0 and b >= 0."""
@@ -284,7 +285,11 @@ class ElementwiseMixin:
   # ---- activations ----
   def relu(self):
     if not dtypes.is_float(self.dtype): return (self > 0).where(self, 0)
-    return (self > 0).where(self, self.isnan().where(self, 0))   # relu(nan) is nan, as in torch
+    out = (self > 0).where(self, self.isnan().where(self, 0))   # relu(nan) is nan, as in torch
+    if out.requires_grad is False: return out
+    # the gradient reads the output, not the input: a materialized activation is then the one value both passes read
+    from tinyplug.gradient import custom_gradient
+    return custom_gradient(out, (self,), _relu_grad)
   def sigmoid(self):
     x = self._floats()
     s = (1 + (x * (-1 / LN2)).exp2()).reciprocal()
