@@ -50,6 +50,20 @@ def split_offset(idx: UOp) -> tuple[frozenset, int]:
     else: terms[x] += 1
   return frozenset(terms.items()), const
 
+def affine_offset(idx: UOp) -> tuple[frozenset, int]:
+  """An index as (its non-constant terms with their constant factors, its constant part), constant factors
+  distributed over sums: ((r*16 + 3)*144) is r with factor 2304, plus 432."""
+  terms: Counter = Counter()
+  const, stack = 0, [(idx, 1)]
+  while stack:
+    x, f = stack.pop()
+    if x.op is Ops.ADD: stack.extend((s, f) for s in x.src)
+    elif x.op is Ops.CONST: const += int(x.arg) * f
+    elif x.op is Ops.MUL and x.src[1].op is Ops.CONST: stack.append((x.src[0], f * int(x.src[1].arg)))
+    elif x.op is Ops.MUL and x.src[0].op is Ops.CONST: stack.append((x.src[1], f * int(x.src[0].arg)))
+    else: terms[x] += f
+  return frozenset((t, f) for t, f in terms.items() if f), const
+
 def has_gather(v: UOp) -> bool:
   """Does building `v` fall back to scalar lanes anywhere (a VECTORIZE of lanes that are not all one value)? Gates
   put together lane by lane do not count: a few scalar compares, mostly of one value (a padded row's middle)."""
@@ -167,25 +181,54 @@ class Vectorizer:
     return sink.substitute(subs, name="vector stores") if subs else sink
 
   def store_list(self, stores: tuple[UOp, ...]) -> tuple[UOp, ...]:
-    groups: dict[tuple, list[tuple[int, UOp]]] = {}
+    # stores that differ by a constant after distributing constant factors ((r*16 + 3)*144: r*2304 + 432) may group at
+    # a stride; within those, stores whose index terms are the same group at consecutive addresses
+    families: dict[tuple, dict[tuple, list[tuple[int, UOp]]]] = {}
     for s in stores:
       if s.op is not Ops.STORE or s.src[0].op is not Ops.INDEX or s.src[1].dtype.count != 1: continue
       index = s.src[0]
       key, off = split_offset(index.src[1])
-      groups.setdefault((index.src[0], index.src[2:], key, s.src[1].dtype), []).append((off, s))
+      family = (index.src[0], index.src[2:], affine_offset(index.src[1])[0], s.src[1].dtype)
+      families.setdefault(family, {}).setdefault(key, []).append((off, s))
     replace: dict[UOp, UOp | None] = {}
-    for (_, _, _, dt), members in groups.items():
-      members.sort(key=lambda m: m[0])
-      for run in _runs(members):
-        for chunk in self._chunks(run, dt):
-          if len(chunk) < 2: continue
-          index = chunk[0].src[0]
-          vindex = UOp(Ops.INDEX, index.dtype.vec(len(chunk)), index.src)
-          value = self.vec(tuple(s.src[1] for s in chunk))
-          replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (vindex, value), chunk[0].arg)
-          for s in chunk[1:]: replace[s] = None
+    for (_, _, _, dt), groups in families.items():
+      chunks = []
+      for members in groups.values():
+        members.sort(key=lambda m: m[0])
+        chunks += [chunk for run in _runs(members) for chunk in self._chunks(run, dt) if len(chunk) >= 2]
+      values = [self.vec(tuple(s.src[1] for s in chunk)) for chunk in chunks]
+      if self.vector_alu and (not chunks or any(has_gather(v) for v in values)):
+        every = sorted(((affine_offset(st.src[0].src[1])[1], st) for m in groups.values() for _, st in m), key=lambda m: m[0])
+        if (strided := self.strided(every, dt)) is not None:
+          for chunk, value in strided: replace.update((st, UOp(Ops.STORE, st.dtype, (st.src[0], gep(value, k)), st.arg))
+                                                      for k, st in enumerate(chunk))
+          continue
+      for chunk, value in zip(chunks, values):
+        index = chunk[0].src[0]
+        vindex = UOp(Ops.INDEX, index.dtype.vec(len(chunk)), index.src)
+        replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (vindex, value), chunk[0].arg)
+        for s in chunk[1:]: replace[s] = None
     if not replace: return stores
     return tuple(x for x in (replace.get(s, s) for s in stores) if x is not None)
+
+  def strided(self, members: list[tuple[int, UOp]], dt: DType) -> list[tuple[list[UOp], UOp]] | None:
+    """Stores whose consecutive runs would compute their values from gathers (a convolution's row read every other
+    element) grouped instead at one constant stride (the output channels of a tile, a plane apart), if that makes
+    every group's value vector math without gathers: [(stores, vector value)], each lane stored on its own."""
+    at = {off: st for off, st in members}
+    for d in sorted({off - members[0][0] for off, _ in members if off - members[0][0] > 1}):
+      for w in self.widths.get(dt, ()) if dt.count == 1 else ():
+        used: set[int] = set()
+        groups = []
+        for off, _ in members:
+          if off in used: continue
+          if any((o := off + k * d) not in at or o in used for k in range(w)): break
+          used.update(off + k * d for k in range(w))
+          groups.append([at[off + k * d] for k in range(w)])
+        else:
+          values = [self.vec(tuple(st.src[1] for st in g)) for g in groups]
+          if not any(has_gather(v) for v in values): return list(zip(groups, values))
+    return None
 
   def _chunks(self, run: list[UOp], dt: DType) -> list[list[UOp]]:
     widths = self.widths.get(dt, ()) if dt.count == 1 else ()

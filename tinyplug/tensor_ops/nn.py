@@ -112,7 +112,11 @@ class NNMixin:
     # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read
     if any(b or a for b, a in pads): x = x.contiguous()
     strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
-    out = x._conv_valid(weight, groups, strides, dilations, dtype)
+    # a strided or dilated window's row is read every s-th element: its math vectorizes along the output channels
+    # instead, which wants them contiguous in the weight (a copy of weight size; the gradient is still the weight's)
+    w = weight.permute(*range(1, nd + 2), 0).contiguous().permute(nd + 1, *range(nd + 1)) \
+      if any(v > 1 for v in strides + dilations) and cout // groups > 1 else weight
+    out = x._conv_valid(w, groups, strides, dilations, dtype)
     out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
     if bias is not None: out = out + bias.reshape((1, -1) + (1,) * nd)
     # the bias is an input too, so that its gradient reads the one materialized output gradient
