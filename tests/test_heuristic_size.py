@@ -119,10 +119,16 @@ def test_long_reduction_takes_a_26_wide_row_whole():
 
 def test_strided_row_takes_a_short_row_and_wide_channels():
   # a stride-2 convolution reads its 12-wide output row from every other input element: lanes along it are gathers,
-  # so the tile is 4 of the row by 16 output channels (whose weights do not depend on the row); values match torch
+  # so the tile is 4 of the row by 16 output channels (whose weights do not depend on the row), and its math is
+  # vectors along those channels (the weight is read from a copy with the output channel innermost, the first
+  # kernel); values match torch
   import torch
   xs, ws = RNG.standard_normal((2, 8, 26, 26)).astype(np.float32), RNG.standard_normal((32, 8, 3, 3)).astype(np.float32)
-  got, spec, _ = lower_and_run(cpu(xs).conv2d(cpu(ws), stride=2))
+  t = cpu(xs).conv2d(cpu(ws), stride=2)
+  items, _ = create_schedule([t.uop])
+  assert [it.ast.op.name for it in items] == ["SINK", "SINK"]
+  spec = get_program(items[-1].ast, Device["CPU"].renderer)
   assert Opt(OptOps.UPCAST, 3, 4) in spec.applied_opts and Opt(OptOps.UPCAST, 1, 16) in spec.applied_opts
+  assert "fmul contract <16 x float>" in spec.src and "fmul contract float" not in spec.src
   want = torch.nn.functional.conv2d(torch.tensor(xs), torch.tensor(ws), stride=2).numpy()
-  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-3)
