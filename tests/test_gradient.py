@@ -110,6 +110,20 @@ def test_relu_clip_gradient_at_the_kinks():
   y.clip(0.0, 1.0).sum().backward()
   assert y.grad.tolist() == [0.0, 1.0, 1.0, 0.0]
 
+def test_relu_gradient_reads_its_output_like_torch():
+  # relu's gradient is computed from its output (0 exactly where the input is <= 0), so a materialized activation is
+  # the one value forward and backward read; NaN passes the gradient and -0.0 does not, as in torch
+  import torch
+  a = np.array([-2.0, -0.0, 0.0, 1e-30, 3.0, np.nan, np.inf, -np.inf], dtype=np.float32)
+  w = np.arange(1, 9, dtype=np.float32)
+  x = Tensor(a, requires_grad=True)
+  (x.relu() * Tensor(w)).sum().backward()
+  xt = torch.tensor(a, requires_grad=True)
+  (xt.relu() * torch.tensor(w)).sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), xt.grad.numpy())
+  (gg,) = (x * 3).relu().sum().gradient(x)   # through more math below it
+  np.testing.assert_array_equal(gg.numpy(), np.where((a * 3 > 0) | np.isnan(a), 3.0, 0.0).astype(np.float32))
+
 def test_second_use_after_numpy():
   x = Tensor([0.5, 1.5], requires_grad=True)
   y = x.sigmoid()

@@ -80,6 +80,32 @@ def test_materialize_computes_an_expensive_broadcast_once(plugin_site):
   n_off, exp_in_matmul_off = run()
   assert exp_in_matmul_off and n_off == n_on - 1
 
+def test_materialize_computes_a_reread_activation_once(plugin_site):
+  """A bias add and ReLU read by a stride-2 convolution (each element read ~60 times): the activation gets a kernel of
+  its own, which the first convolution writes (its sum fused there: no extra kernel), and the second convolution
+  loads it instead of recomputing it; without the pass set, inlined, the same values."""
+  import torch
+  from tinyplug.codegen import get_program
+  from tinyplug.device import Device
+  rng = np.random.default_rng(4)
+  x, w1, b1 = rng.standard_normal((8, 1, 28, 28)), rng.standard_normal((32, 1, 3, 3)), rng.standard_normal(32)
+  w2 = rng.standard_normal((64, 32, 3, 3))
+  x, w1, b1, w2 = (a.astype(np.float32) for a in (x, w1, b1, w2))
+  act = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w1), torch.tensor(b1)).relu()
+  want = torch.nn.functional.conv2d(act, torch.tensor(w2), stride=2).numpy()
+  def run():
+    c = lambda a: Tensor(a, device="CPU").realize()
+    out = c(x).conv2d(c(w1), c(b1)).relu().conv2d(c(w2), stride=2)
+    items = [it for it in create_schedule([out.uop])[0] if it.ast.op.name == "SINK"]
+    conv2 = get_program(items[-1].ast, Device["CPU"].renderer)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+    return len(items), any(u.op.name == "WHERE" for u in conv2.uops)
+  n_on, relu_in_conv_on = run()
+  assert not relu_in_conv_on
+  _off(plugin_site, "materialize")
+  n_off, relu_in_conv_off = run()
+  assert relu_in_conv_off and n_off == n_on   # off: the first convolution's raw sum is the kernel of its own
+
 THIRD_PARTY_FUSION = """
   from tinyplug.hookspecs import FusionPass, FusionRefusal
   from tinyplug.uop.ops import Ops

@@ -98,6 +98,18 @@ def test_llvm_per_lane_gates_are_one_masked_load():
   assert "@llvm.masked.load.v16f32.p0(" in spec.src and "bitcast i16 " in spec.src
   assert "insertelement <16 x i1>" not in spec.src
 
+def test_llvm_strided_stores_vectorize_along_channels():
+  # a stride-2 convolution's tile of 4 row positions by 16 output channels: the stores run along the row, whose lanes
+  # read every other input element (gathers); grouped a channel plane apart instead, the lanes read one input value
+  # and 16 consecutive weights (the weight copy conv2d reads has the output channel innermost): vector math
+  pytest.importorskip("tinyplug_cpu_llvm")
+  from tinyplug_cpu_llvm.renderer import LLVMRenderer
+  x, w = Tensor(_f32(2, 8, 17, 17), device="PYTHON").realize(), Tensor(_f32(16, 8, 3, 3), device="PYTHON").realize()
+  sched, _ = create_schedule([x.conv2d(w, stride=2).uop])
+  spec = get_program(sched[-1].ast, LLVMRenderer(), opts=[Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, 16)])
+  assert "fmul contract <16 x float>" in spec.src and "fmul contract float" not in spec.src
+  assert "store <4 x float>" not in spec.src   # each lane stored on its own, at its own address
+
 def test_opencl_source_has_vector_types():
   pytest.importorskip("tinyplug_opencl")
   from tinyplug_opencl.renderer import OpenCLRenderer
