@@ -6,7 +6,6 @@ kernel that consumes it, and movement ops turn into index arithmetic (indexing.p
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.device import buffer_of
