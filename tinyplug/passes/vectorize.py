@@ -199,7 +199,7 @@ class Vectorizer:
       values = [self.vec(tuple(s.src[1] for s in chunk)) for chunk in chunks]
       if self.vector_alu and (not chunks or any(has_gather(v) for v in values)):
         every = sorted(((affine_offset(st.src[0].src[1])[1], st) for m in groups.values() for _, st in m), key=lambda m: m[0])
-        if (strided := self.strided(every, dt)) is not None:
+        if (strided := self.strided(every, dt, max((len(c) for c in chunks), default=2))) is not None:
           for chunk, value in strided: replace.update((st, UOp(Ops.STORE, st.dtype, (st.src[0], gep(value, k)), st.arg))
                                                       for k, st in enumerate(chunk))
           continue
@@ -211,13 +211,14 @@ class Vectorizer:
     if not replace: return stores
     return tuple(x for x in (replace.get(s, s) for s in stores) if x is not None)
 
-  def strided(self, members: list[tuple[int, UOp]], dt: DType) -> list[tuple[list[UOp], UOp]] | None:
+  def strided(self, members: list[tuple[int, UOp]], dt: DType, least: int) -> list[tuple[list[UOp], UOp]] | None:
     """Stores whose consecutive runs would compute their values from gathers (a convolution's row read every other
     element) grouped instead at one constant stride (the output channels of a tile, a plane apart), if that makes
-    every group's value vector math without gathers: [(stores, vector value)], each lane stored on its own."""
+    every group's value vector math without gathers in vectors of `least` lanes or more: [(stores, vector value)],
+    each lane stored on its own."""
     at = {off: st for off, st in members}
     for d in sorted({off - members[0][0] for off, _ in members if off - members[0][0] > 1}):
-      for w in self.widths.get(dt, ()) if dt.count == 1 else ():
+      for w in (w for w in self.widths.get(dt, ()) if w >= least) if dt.count == 1 else ():
         used: set[int] = set()
         groups = []
         for off, _ in members:
