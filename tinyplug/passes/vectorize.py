@@ -244,8 +244,15 @@ class Vectorizer:
     """Scalar LOADs left over at consecutive addresses (a row of A in a matmul's unrolled k loop, a tensor core's
     fragment in shared memory) become one vector LOAD and GEPs of it."""
     groups: dict[tuple, list[tuple[int, UOp]]] = {}
-    for u in sink.toposort():
-      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and \
+    nodes = sink.toposort()
+    # a value only ever broadcast (one input element times a vector of weights) is best a scalar load: x86 folds it
+    # into the multiply-add as a broadcast operand, where a vector load's lanes would each need a shuffle
+    users: dict[UOp, set] = {}
+    for u in nodes:
+      for s in u.src: users.setdefault(s, set()).add(u)
+    broadcast = {u for u, us in users.items() if all(c.op is Ops.VECTORIZE and all(s is u for s in c.src) for c in us)}
+    for u in nodes:
+      if u.op is Ops.LOAD and u.dtype.count == 1 and u.src[0].op is Ops.INDEX and u not in broadcast and \
          _memory(u.src[0].src[0]) in _VECTOR_MEMORY:
         index = u.src[0]
         key, off = split_offset(index.src[1])
