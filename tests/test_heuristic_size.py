@@ -117,6 +117,21 @@ def test_long_reduction_takes_a_26_wide_row_whole():
   one = cpu(xs[:, :1]).conv2d(cpu(ws[:, :1]))
   assert Opt(OptOps.UPCAST, 3, 13) in _small_window_tile(Kernel(item(one).ast, Device["CPU"].renderer))
 
+def test_vector_channels_take_a_wider_tile():
+  # a strided convolution's weight gradient reads the output gradient through a copy with the channel innermost:
+  # its channel lanes are vectors, so the 3x3 tile takes 16 of them (past SMALL_TILE_BUDGET); values match torch
+  import torch
+  xs, ws = RNG.standard_normal((4, 8, 13, 13)).astype(np.float32), RNG.standard_normal((32, 8, 3, 3)).astype(np.float32)
+  x, w = Tensor(xs, device="CPU", requires_grad=True), Tensor(ws, device="CPU", requires_grad=True)
+  x.conv2d(w, stride=2).sum().backward()
+  items, _ = create_schedule([w.grad.uop])
+  progs = [get_program(it.ast, Device["CPU"].renderer) for it in items if it.ast.op.name == "SINK"]
+  (wgrad,) = [p for p in progs if p.name.startswith("r_32_8_3_3_")]   # (cout, cin, 3, 3), summed over batch and rows
+  assert Opt(OptOps.UPCAST, 0, 16) in wgrad.applied_opts and "fmul contract <16 x float>" in wgrad.src
+  xt, wt = torch.tensor(xs, requires_grad=True), torch.tensor(ws, requires_grad=True)
+  torch.nn.functional.conv2d(xt, wt, stride=2).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
 def test_strided_row_takes_a_short_row_and_wide_channels():
   # a stride-2 convolution reads its 12-wide output row from every other input element: lanes along it are gathers,
   # so the tile is 4 of the row by 16 output channels (whose weights do not depend on the row), and its math is
@@ -129,6 +144,7 @@ def test_strided_row_takes_a_short_row_and_wide_channels():
   assert [it.ast.op.name for it in items] == ["SINK", "SINK"]
   spec = get_program(items[-1].ast, Device["CPU"].renderer)
   assert Opt(OptOps.UPCAST, 3, 4) in spec.applied_opts and Opt(OptOps.UPCAST, 1, 16) in spec.applied_opts
+  assert Opt(OptOps.UPCAST, 2, 2) in spec.applied_opts   # two rows: 8 vector accumulators
   assert "fmul contract <16 x float>" in spec.src and "fmul contract float" not in spec.src
   want = torch.nn.functional.conv2d(torch.tensor(xs), torch.tensor(ws), stride=2).numpy()
   np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-3)

@@ -155,6 +155,8 @@ def _load_ranges(k: Kernel) -> list[set[UOp]]:
 # upcasted elements a small-window tile may reach when its vectors are not a power of two wide (measured on AVX-512:
 # 11x4 and 13x4 beat 11x8 and 13x8, 3x3x8 beats 3x3x4)
 SMALL_TILE_BUDGET = 72
+# ... and when the second axis's lanes are vectors (its loads contiguous along it): 8-9 AVX-512 accumulators
+VECTOR_TILE_BUDGET = 144
 
 def _small_window_tile(k: Kernel) -> list[Opt] | None:
   """Convolution-shaped CPU kernels whose innermost output axis is small and odd (an output width of 11 or 13, a
@@ -191,8 +193,17 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   def clash(a: int) -> int: return sum(1 for d in deps if loops[a] in d and d & up)
   others = sorted((a for a in range(tiled[-1]) if reuse[a]), key=lambda a: (clash(a), -reuse[a], -sizes[a]))
   for axis in others:
-    if (amt := next((c for c in ((16, 8, 4, 2) if gathers else (8, 4, 2)) if sizes[axis] % c == 0 and k.upcasted * c <= budget), None)) \
-       and _try_tile(k, Opt(OptOps.UPCAST, axis, amt)): break
+    # loads contiguous along the axis (a strided convolution's weight copy, output channel innermost): its lanes are
+    # vectors, and the budget counts them as such (r_32_64_3_3_64_12_12, one thread: 3x3x8 4.5 ms, 3x3x16 3.1)
+    vec = all(s in (0, 1) for s in _load_strides(k, loops[axis])) and any(s == 1 for s in _load_strides(k, loops[axis]))
+    cap = VECTOR_TILE_BUDGET if vec else budget
+    if (amt := next((c for c in ((16, 8, 4, 2) if gathers or vec else (8, 4, 2)) if sizes[axis] % c == 0 and k.upcasted * c <= cap), None)) \
+       and _try_tile(k, Opt(OptOps.UPCAST, axis, amt)):
+      # a strided row's tile with vector channels takes two rows too: twice the accumulators in flight
+      # (r_64_64_12_12_32_3_3, one thread: 4x16 4.5 ms, 2x4x16 3.7)
+      if vec and gathers and inner - 1 != axis and sizes[inner - 1] % 2 == 0 and k.upcasted * 2 <= VECTOR_TILE_BUDGET:
+        _try_tile(k, Opt(OptOps.UPCAST, inner - 1, 2))
+      break
   last = len(reduces) - 1
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
   return k.applied_opts
