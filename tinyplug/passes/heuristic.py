@@ -163,7 +163,9 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   weight gradient's kernel width of 3): no power-of-two upcast fits it, so it is upcast whole (an axis of at most 4,
   like a kernel width, together with the axis before it when that is as small). The second tile axis is one whose
   loads do not depend on the axes already upcast (so each of its loads feeds a whole row of the tile), by up to 8
-  within SMALL_TILE_BUDGET; a reduce axis of at most 4 (the kernel width of a forward conv) is unrolled."""
+  within SMALL_TILE_BUDGET, or by 16 within VECTOR_TILE_BUDGET when its loads are contiguous along it (its lanes are
+  vectors: a strided convolution's channels, read from a channel-innermost copy); a reduce axis of at most 4 (the
+  kernel width of a forward conv) is unrolled."""
   loops, reduces = k.loop_axes, k.reduce_axes
   if not reduces or len(loops) < 2: return None
   sizes, inner = [r.src[0].arg for r in loops], len(loops) - 1
