@@ -354,6 +354,9 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation):
   most = [(max(t[j][1] for t in plan.values() if None not in t), max(max(t[j][2] for t in plan.values() if None not in t), 0))
           for j in range(nd)] if any(None not in t for t in plan.values()) else []
   gpad = g.pad(((0, 0), (0, 0), *most)).contiguous() if most else g
+  # the phases' rows are short (13 for a 26-wide input): their math vectorizes along the channels instead, which wants
+  # those contiguous in the weight (one copy for every phase)
+  wt = wt.permute(*range(1, nd + 2), 0).contiguous().permute(nd + 1, *range(nd + 1))
   phases = []
   for dims in plan.values():
     if any(t is None for t in dims):
