@@ -216,6 +216,9 @@ class Renderer:
   native_ops: frozenset[Ops] | None = None    # ALU ops it renders; others are decomposed first (None: every op)
   vector_widths: Mapping[DType, tuple[int, ...]] = {}   # vector widths per scalar dtype, widest first ({}: scalars)
   vector_alu: bool = True          # False: vectors only carry loads and stores; math runs per lane (SIMT GPUs)
+  # a STORE of a vector to an INDEX with a vector of offsets is one scatter; False: the vectorizer stores such lanes
+  # (a tile's output channels, a plane apart) one STORE each
+  scatter_stores: bool = False
   tensor_cores: tuple[TensorCore, ...] = ()   # matrix-multiply instructions the TC action may use (see TensorCore)
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
   # float dtypes it lists in supported_dtypes() (they work) but has no type for: the core's "dtypes" stage still

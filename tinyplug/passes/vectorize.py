@@ -74,6 +74,7 @@ class Vectorizer:
     self.widths = vector_widths(renderer)
     self.native = renderer.native_ops
     self.vector_alu = renderer.vector_alu
+    self.scatter = getattr(renderer, "scatter_stores", False)
     self.memo: dict[tuple[UOp, ...], UOp] = {}
     self.lane_memo: dict[tuple[tuple[UOp, ...], int], UOp] = {}
 
@@ -206,8 +207,18 @@ class Vectorizer:
         every = sorted(((affine_offset(st.src[0].src[1])[1], st) for m in groups.values() for _, st in m), key=lambda m: m[0])
         if (strided := self.strided(every, dt, widest + 1 if narrow and not any(has_gather(v) for v in values)
                                     else max(widest, 2))) is not None:
-          for chunk, value in strided: replace.update((st, UOp(Ops.STORE, st.dtype, (st.src[0], gep(value, k)), st.arg))
-                                                      for k, st in enumerate(chunk))
+          for chunk, value in strided:
+            first = chunk[0].src[0]
+            if self.scatter and len(first.src) == 2:   # one scatter of the vector (ungated stores only)
+              # lane k's address is the first lane's plus a constant: one broadcast and add, not an index per lane
+              base, c0 = first.src[1], affine_offset(first.src[1])[1]
+              vdt = base.dtype.vec(len(chunk))
+              deltas = tuple(affine_offset(st.src[0].src[1])[1] - c0 for st in chunk)
+              lanes = UOp(Ops.ADD, vdt, (UOp(Ops.VECTORIZE, vdt, (base,) * len(chunk)), UOp(Ops.VCONST, vdt, arg=deltas)))
+              replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (UOp(Ops.INDEX, first.dtype, (first.src[0], lanes)), value),
+                                      chunk[0].arg)
+              replace.update((st, None) for st in chunk[1:])
+            else: replace.update((st, UOp(Ops.STORE, st.dtype, (st.src[0], gep(value, k)), st.arg)) for k, st in enumerate(chunk))
           continue
       for chunk, value in zip(chunks, values):
         index = chunk[0].src[0]
