@@ -7,6 +7,9 @@ The expander leaves one scalar copy of the work per lane. This pass works bottom
 vectorizer on the graph:
 - STOREs to one buffer at consecutive addresses (`base + c`, `base + c + 1`, ...) become one vector STORE of a
   width the renderer declares for the value's dtype (`Renderer.vector_widths`), their values one vector value;
+- where those would be built from gathers, or (a reduction's) are narrower than another grouping, STOREs at one
+  constant stride (a tile's output channels) are grouped instead when their values then vectorize without gathers:
+  one scatter where the renderer declares `scatter_stores`, else each lane stored on its own;
 - a vector of lanes is built from its lanes: equal lanes broadcast, constants become a (V)CONST, LOADs at consecutive
   addresses one vector LOAD, same ALU/CAST/BITCAST/REDUCE on every lane one vector op of vectorized sources
   (a vector REDUCE is a vector accumulator);
@@ -74,7 +77,7 @@ class Vectorizer:
     self.widths = vector_widths(renderer)
     self.native = renderer.native_ops
     self.vector_alu = renderer.vector_alu
-    self.scatter = getattr(renderer, "scatter_stores", False)
+    self.scatter = renderer.scatter_stores
     self.memo: dict[tuple[UOp, ...], UOp] = {}
     self.lane_memo: dict[tuple[tuple[UOp, ...], int], UOp] = {}
 
