@@ -330,10 +330,13 @@ def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], di
   return (gx.cast(x.dtype), gw.cast(w.dtype), *gb)
 
 def _channels_last(w):
-  """The same weight (cout, cin, k..) read from a copy with the output channel innermost. The copy is a 2-D transpose,
-  (cout, rest) -> (rest, cout): as a (cin, k.., cout) permute of the 4-D weight LLVM fully unrolled its short loops
-  (E_32_3_3_64: ~300 ms to compile, 26 ms without the unroll)."""
+  """The same weight (cout, cin, k..) read from a copy with the output channel innermost. A small window's copy is a
+  2-D transpose (cout, rest) -> (rest, cout): as a (cin, k.., cout) permute LLVM fully unrolled its short loops
+  (E_32_3_3_64: ~300 ms to compile, 26 ms without the unroll). A large one (a weight gradient's output-gradient
+  "weight", 12x12) is that permute: the heuristic tiles it as a transposing copy (as (cin*k, cout) the transposed
+  view's index had a division, and it ran 0.56 against 0.36 ms)."""
   cout, rest = w.shape[0], w.shape[1:]
+  if math.prod(rest[1:]) >= 16: return w.permute(*range(1, w.ndim), 0).contiguous().permute(w.ndim - 1, *range(w.ndim - 1))
   return w.reshape(cout, -1).transpose(0, 1).contiguous().reshape(*rest, cout).permute(w.ndim - 1, *range(w.ndim - 1))
 
 def _phase_taps(n: int, k: int, s: int, d: int, p: int) -> tuple[slice, int, int] | None:
