@@ -203,10 +203,11 @@ class Vectorizer:
       values = [self.vec(tuple(s.src[1] for s in chunk)) for chunk in chunks]
       # another grouping where these would be gathers, or where a reduction's short rows (13 = 8+4+1 lanes) would
       # make narrower vectors than its channels (16): a reduction stores once per long loop, so lane stores are cheap
+      # (reductions only: an elementwise transpose keeps its contiguous stores, the heuristic tiles it for them)
       widest = max((len(c) for c in chunks), default=1)
-      narrow = widest < max(self.widths.get(dt, (1,))) and all(any(u.op is Ops.REDUCE for u in st.src[1].toposort())
-                                                              for m in groups.values() for _, st in m)
-      if self.vector_alu and (not chunks or narrow or any(has_gather(v) for v in values)):
+      reduction = all(any(u.op is Ops.REDUCE for u in st.src[1].toposort()) for m in groups.values() for _, st in m)
+      narrow = widest < max(self.widths.get(dt, (1,)))
+      if self.vector_alu and reduction and (not chunks or narrow or any(has_gather(v) for v in values)):
         every = sorted(((affine_offset(st.src[0].src[1])[1], st) for m in groups.values() for _, st in m), key=lambda m: m[0])
         if (strided := self.strided(every, dt, widest + 1 if narrow and not any(has_gather(v) for v in values)
                                     else max(widest, 2))) is not None:
