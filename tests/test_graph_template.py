@@ -149,3 +149,34 @@ def test_matmul_with_symbolic_sizes_skips_the_template(device):
   out = Tensor(x)[:n] @ Tensor(np.ones((3, 2), np.float32))
   assert isinstance(out.shape[0], UOp) and out.shape[1] == 2   # the size stays the variable
   np.testing.assert_allclose(out[:3].numpy(), x[:3] @ np.ones((3, 2), np.float32))
+
+@pytest.mark.parametrize("kw", [{}, {"axis": 0}, {"axis": [1, -1], "keepdim": True}, {"dtype": "float64"}],
+                         ids=["all", "axis0", "axes_keepdim", "dtype"])
+def test_sum_template_values_gradients_and_hint(device, kw):
+  """Tensor.sum is a graph template: new inputs of one signature reuse it; values and gradients match torch, and a
+  sum over a buffer brings its schedule key (the scheduler does not walk it)."""
+  for seed in range(3):
+    x = np.random.default_rng(seed).standard_normal((3, 4, 5)).astype(np.float32)
+    tx = Tensor(x, requires_grad=True).realize()
+    out = tx.sum(**kw)
+    assert "sink_structure" in (out.uop._cache or {})
+    (out * out).sum().backward()
+    px = torch.tensor(x, requires_grad=True)
+    tkw = {"dim": kw["axis"], "keepdim": kw.get("keepdim", False)} if "axis" in kw else {}
+    ref = px.sum(**tkw, dtype=torch.float64 if "dtype" in kw else None)
+    (ref * ref).sum().backward()
+    assert out.shape == tuple(ref.shape) and out.dtype == Tensor(ref.detach().numpy()).dtype
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+def test_sum_template_keeps_narrow_and_int_rules(device):
+  h = np.linspace(-2, 2, 12, dtype=np.float16).reshape(3, 4)
+  i8 = np.arange(-6, 6, dtype=np.int8).reshape(3, 4) * 20
+  for _ in range(2):
+    got = Tensor(h).sum(1)
+    assert got.dtype == Tensor(h).dtype
+    np.testing.assert_allclose(got.numpy(), h.astype(np.float32).sum(1), rtol=1e-3)
+    got = Tensor(i8).sum()
+    assert got.dtype.itemsize >= 4
+    assert got.item() == int(i8.astype(np.int64).sum())
+  assert Tensor(np.zeros((0, 3), np.float32)).sum(0).numpy().tolist() == [0.0, 0.0, 0.0]

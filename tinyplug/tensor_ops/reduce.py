@@ -6,6 +6,7 @@ from typing import Sequence
 from tinyplug.uop.dtype import DType, dtypes, sum_acc_dtype, to_dtype
 from tinyplug.uop.ops import Ops
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.template import graph_template
 
 _NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16) + dtypes.fp8s   # summed in float32, returned in their own dtype
 
@@ -30,6 +31,7 @@ class ReduceMixin:
 
   def _reduced_count(self, axis: Axis) -> int: return math.prod(self.shape[a] for a in self._axes(axis))
 
+  @graph_template   # a reshape, a cast and a reduction per call otherwise, and the scheduler would walk the graph
   def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None):
     """Sum over `axis` (all axes when None); ints accumulate in at least int32, half and 8-bit floats in float32 (and
     come back in their own dtype)."""
