@@ -180,3 +180,24 @@ def test_sum_template_keeps_narrow_and_int_rules(device):
     assert got.dtype.itemsize >= 4
     assert got.item() == int(i8.astype(np.int64).sum())
   assert Tensor(np.zeros((0, 3), np.float32)).sum(0).numpy().tolist() == [0.0, 0.0, 0.0]
+
+@pytest.mark.parametrize("name,kw", [("softmax", {}), ("softmax", {"axis": 0}), ("log_softmax", {}),
+                                     ("logsumexp", {"axis": 1}), ("mean", {}), ("mean", {"axis": 0, "keepdim": True}),
+                                     ("max", {"axis": 1}), ("min", {})])
+def test_reduction_templates_values_and_gradients(device, name, kw):
+  """softmax, log_softmax, logsumexp, mean and max are graph templates: repeated calls on new inputs match torch,
+  gradients included."""
+  tkw = {("dim" if k == "axis" else k): v for k, v in kw.items()}
+  for seed in range(3):
+    x = np.random.default_rng(seed).standard_normal((4, 6)).astype(np.float32)
+    tx = Tensor(x, requires_grad=True).realize()
+    out = getattr(tx, name)(**kw)
+    (out * out).sum().backward()
+    px = torch.tensor(x, requires_grad=True)
+    if name in ("softmax", "log_softmax"): ref = getattr(px, name)(tkw.get("dim", -1))
+    elif name == "logsumexp": ref = px.logsumexp(**tkw)
+    elif name in ("max", "min") and "dim" in tkw: ref = getattr(px, name)(**tkw).values
+    else: ref = getattr(px, name)(**tkw)
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -40,11 +40,13 @@ class ReduceMixin:
   def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None):
     ret = self.cast(sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype))._reduce(Ops.MUL, axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype in _NARROW_FLOATS else ret
+  @graph_template
   def max(self, axis: Axis = None, keepdim: bool = False): return self._reduce(Ops.MAX, axis, keepdim)
   def _inverse(self):
     """An order-reversing map: -x for floats, ~x for integers and bools (-x would overflow the smallest signed int)."""
     return -self if dtypes.is_float(self.dtype) else ~self
   def min(self, axis: Axis = None, keepdim: bool = False): return self._inverse().max(axis, keepdim)._inverse()
+  @graph_template
   def mean(self, axis: Axis = None, keepdim: bool = False):
     out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
     total = self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim)
@@ -95,16 +97,19 @@ class ReduceMixin:
   def cumprod(self, axis: int = 0): return self._scan(axis, 1, "prod")
 
   # ---- softmax family ----
+  @graph_template
   def logsumexp(self, axis: Axis = None, keepdim: bool = False):
     m = self.max(axis, keepdim=True).detach()
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
     return out if keepdim else out.squeeze(self._axes(axis))
+  @graph_template
   def softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
     if x.ndim == 0: return x.reshape(1).softmax(0).reshape(())
     e = (x - x.max(axis, keepdim=True).detach()).exp()
     return e / e.sum(axis, keepdim=True)
   def softmin(self, axis: int = -1, dtype: DType | str | None = None): return (-self).softmax(axis, dtype)
+  @graph_template
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None):
     x = self if dtype is None else self.cast(dtype)
     if x.ndim == 0: return x.reshape(1).log_softmax(0).reshape(())

@@ -102,6 +102,7 @@ class CUDAProgram:
     image = ctypes.create_string_buffer(binary, len(binary))
     check("cuModuleLoadData", lib().cuModuleLoadData(ctypes.byref(self.module), image), f"kernel {name}")
     check("cuModuleGetFunction", lib().cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()))
+    self._launch = lib().cuLaunchKernel   # bound once: a launch is on every op's path
 
   def pack(self, bufs, vals) -> tuple[list, ctypes.Array]:
     """The kernel's arguments as C values (buffer pointers, then variables) and the array of pointers to them that
@@ -113,17 +114,18 @@ class CUDAProgram:
 
   def __call__(self, *bufs: ctypes.c_uint64, global_size=(1, 1, 1), local_size=None, vals=(), wait=False) -> float | None:
     dev = self.dev
-    dev.make_current()
-    args, params = self.pack(bufs, vals)
+    if not getattr(dev._current, "set", False): dev.make_current()
+    if vals: args, params = self.pack(bufs, vals)
+    else:   # buffers only (most launches): the pointer array straight from the handles, which outlive the call
+      params = (ctypes.c_void_p * max(len(bufs), 1))(*[ctypes.addressof(b) for b in bufs])
     try: dims = self._dims[(global_size, local_size)]
     except (KeyError, TypeError):   # a new launch shape (or one given as lists)
       dims = launch_dims(global_size, local_size)
       if isinstance(global_size, tuple) and (local_size is None or isinstance(local_size, tuple)):
         self._dims[(global_size, local_size)] = dims
     (gx, gy, gz), (bx, by, bz) = dims
-    L = lib()
-    if wait: check("cuEventRecord", L.cuEventRecord(dev.events[0], dev.stream))
-    if (code := L.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, 0, dev.stream, params, None)) != 0:
+    if wait: check("cuEventRecord", lib().cuEventRecord(dev.events[0], dev.stream))
+    if (code := self._launch(self.function, gx, gy, gz, bx, by, bz, 0, dev.stream, params, None)) != 0:
       check("cuLaunchKernel", code, f"kernel {self.name} grid {dims[0]} block {dims[1]}")
     return dev.elapsed_since_start(f"kernel {self.name}") if wait else None
 
