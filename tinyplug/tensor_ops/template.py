@@ -17,6 +17,7 @@ from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 
 MAX_TEMPLATES = 1024
+_MISSING = object()
 
 @dataclass(frozen=True)
 class Built:
@@ -35,12 +36,14 @@ _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 
 def _frozen(x: Any) -> Any:
   """x as a hashable key part (lists become tuples); a TypeError says it cannot be one."""
+  if (t := type(x)) is int or t is str or x is None: return x
   if isinstance(x, (list, tuple)): return tuple(_frozen(v) for v in x)
   hash(x)
   return x
 
 def view_key(u: UOp) -> tuple | None:
   """The scheduler's structure key of `u` alone (its buffers left out), kept on the node: inputs are long-lived."""
+  if (c := u._cache) is not None and (k := c.get("view_key", _MISSING)) is not _MISSING: return k
   from tinyplug.schedule.cache import structure
   def key() -> tuple | None:
     found = structure(UOp(Ops.SINK, dtypes.void, (u,)))
@@ -78,8 +81,7 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
   out = vals[-1]
   # inputs that are views of buffers only (a lazy input's graph is not walked: in a long lazy chain that would be
   # a walk of everything before it per call)
-  if t.structure is not None and all(u.base.op is Ops.BUFFER for u in inputs) and \
-     len({u.base for u in inputs}) == len(inputs) and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)):
+  if t.structure is not None and _buffer_views(inputs) and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)):
     key, where = t.structure
     tops = [tuple(u.toposort()) for u in inputs]
     # the nodes below the output, in the key's order (the output itself is not kept: it would refer to itself)
@@ -87,21 +89,30 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
     out._cached("sink_structure", lambda: (key, below))
   return out
 
+def _buffer_views(inputs: list[UOp]) -> bool:
+  """Whether every input is a view of a buffer, each of another buffer."""
+  if len(inputs) == 1: return inputs[0].base.op is Ops.BUFFER
+  bases = [u.base for u in inputs]
+  return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
+
 def graph_template(fn: Callable) -> Callable:
   """Decorate a Tensor method; its tensor arguments (positional or keyword) become the template's inputs, every other
   argument is part of the key (an unhashable one just skips the template)."""
   @functools.wraps(fn)
   def wrapper(self, *args, **kwargs):
     tt = type(self)
-    names = sorted(k for k, v in kwargs.items() if isinstance(v, tt))
-    tensors = [self] + [a for a in args if isinstance(a, tt)] + [kwargs[k] for k in names]
-    # placeholders are plain buffers on one device: symbolic sizes and multi-device tensors take the method itself
-    if not all(type(t.device) is str and all(type(s) is int for s in t.shape) for t in tensors):
-      return fn(self, *args, **kwargs)
+    names = sorted(k for k, v in kwargs.items() if isinstance(v, tt)) if kwargs else ()
+    tensors = [self, *[a for a in args if isinstance(a, tt)], *[kwargs[k] for k in names]] if args or names else [self]
+    sig = []
+    for t in tensors:   # (shape, dtype, device, gradient flag) of each tensor input, read off its node once
+      u = t.uop
+      shape, device = u.shape, u.device
+      # placeholders are plain buffers on one device: symbolic sizes and multi-device tensors take the method itself
+      if type(device) is not str or shape is None or not all(type(s) is int for s in shape): return fn(self, *args, **kwargs)
+      sig.append((shape, u.dtype, device, t.requires_grad))
     try:
-      key = (fn, tuple((t.shape, t.dtype, t.device, t.requires_grad) for t in tensors),
-             tuple(None if isinstance(a, tt) else _frozen(a) for a in args),
-             tuple((k, None if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())),
+      key = (fn, tuple(sig), tuple([None if isinstance(a, tt) else _frozen(a) for a in args]) if args else (),
+             tuple([(k, None if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
              tt.no_grad, tt.training)
     except TypeError: return fn(self, *args, **kwargs)
     if (hit := _templates.get(key)) is None:
