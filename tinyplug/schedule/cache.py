@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType
-from tinyplug.uop.ops import GroupOp, Ops, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
 
 # graphs with other ops (AFTER/KERNEL from kernelize(), ...) are scheduled every time
 _CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.CONST,
@@ -137,7 +137,7 @@ def _walk(sink: UOp) -> tuple[tuple, list[UOp]] | None:
   return tuple(key), nodes
 
 # A reference to a buffer or node: r >= 0 is the node at position r of the graph, r < 0 the new buffer number -r-1.
-# A recipe rebuilds a UOp from references: each step is a reference (int) or (op, dtype, arg, indices of earlier steps).
+# A recipe rebuilds a UOp from references: each step is a reference (int) or (maker of the node, indices of earlier steps).
 
 @dataclass(frozen=True)
 class Template:
@@ -172,8 +172,8 @@ def _replay(recipe: tuple, ref) -> UOp:
   for step in recipe:
     if type(step) is int: built.append(ref(step))
     else:
-      op, dtype, arg, srcs = step
-      built.append(UOp(op, dtype, tuple([built[i] for i in srcs]), arg))
+      make, srcs = step
+      built.append(make(tuple([built[i] for i in srcs])))
   return built[-1]
 
 def make_template(nodes: list[UOp], items: list, becomes: dict[UOp, UOp]) -> Template | None:
@@ -208,6 +208,6 @@ def _recipe(value: UOp, pos: dict[UOp, int], outs: dict[UOp, int]) -> tuple | No
   for u in value.toposort(gate=lambda u: leaf(u) is None):
     if (r := leaf(u)) is not None: steps.append(r)
     elif u.op in (Ops.BUFFER, Ops.UNIQUE): return None   # a buffer the template would not know how to make
-    else: steps.append((u.op, u.dtype, u.arg, tuple(index[s] for s in u.src)))
+    else: steps.append((uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src)))   # its cache key worked out once
     index[u] = len(steps) - 1
   return tuple(steps)
