@@ -33,9 +33,19 @@ HEAVY = ("conv_b32", "sum_16m")
 
 _sync = lambda: None   # the device's synchronize, set by the worker: each batch is timed to its end
 
+_count_calls = False   # --calls: Python function calls per op (cProfile's count; the same on a busy machine)
+
 def _measure(fn, n: int, budget_s: float = 0.6) -> float:
-  """Best time per call over repeated batches of n calls (us)."""
+  """Best time per call over repeated batches of n calls (us), or with --calls the Python calls per call."""
   fn(); fn()
+  if _count_calls:
+    import cProfile, io, pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n): fn()
+    _sync()
+    prof.disable()
+    return pstats.Stats(prof, stream=io.StringIO()).total_calls / n
   best, start = float("inf"), time.perf_counter()
   while time.perf_counter() - start < budget_s:
     st = time.perf_counter()
@@ -100,8 +110,9 @@ def worker(only: list[str]) -> dict:
     out["sum_16m"] = _measure(lambda: t16.sum().realize(), 5, budget_s=1.5)
   return out
 
-def run_checkout(root: str | None, only: list[str], device: str = "CPU") -> dict:
+def run_checkout(root: str | None, only: list[str], device: str = "CPU", calls: bool = False) -> dict:
   env = dict(os.environ, DEV=device)
+  if calls: env["OVERHEAD_BENCH_CALLS"] = "1"
   if root is not None:
     root = os.path.abspath(root)
     paths = [root, os.path.join(root, "plugins", "cpu_llvm", "src"), env.get("PYTHONPATH", "")]
@@ -116,12 +127,15 @@ def main() -> None:
   ap.add_argument("--before", help="another checkout to compare against (A/B, rounds interleaved)")
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--only", default=None, help=f"comma list (default: all but {', '.join(HEAVY)})")
+  ap.add_argument("--calls", action="store_true", help="count Python function calls per op instead of timing")
   ap.add_argument("--all", action="store_true", help="every workload, the heavy ones included")
   ap.add_argument("--device", default="CPU", help="DEV for the workers, e.g. CUDA (with LD_LIBRARY_PATH at "
                   "plugins/cuda/tests' fake libcuda.so.1 it measures the host side of the CUDA path without a GPU)")
   ap.add_argument("--worker", help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.worker is not None:
+    global _count_calls
+    _count_calls = bool(os.environ.get("OVERHEAD_BENCH_CALLS"))
     print(json.dumps(worker(args.worker.split(","))))
     return
   only = [w for w in args.only.split(",") if w] if args.only else [w for w in WORKLOADS if args.all or w not in HEAVY]
@@ -131,15 +145,16 @@ def main() -> None:
   best: dict[str, dict[str, float]] = {name: {} for name, _ in sides}
   for r in range(args.rounds):
     for name, root in (sides if r % 2 == 0 else sides[::-1]):
-      for k, v in run_checkout(root, only, args.device).items(): best[name][k] = min(best[name].get(k, float("inf")), v)
-  print(f"DEV={args.device}; load average: {os.getloadavg()[0]:.2f}; best of {args.rounds} rounds, us per op")
+      for k, v in run_checkout(root, only, args.device, args.calls).items(): best[name][k] = min(best[name].get(k, float("inf")), v)
+  unit = "Python calls per op" if args.calls else "us per op"
+  print(f"DEV={args.device}; load average: {os.getloadavg()[0]:.2f}; best of {args.rounds} rounds, {unit}")
   if args.before:
     print("| workload | before | after | before / after |\n|---|---|---|---|")
     for k in only:
       b, a = best["before"][k], best["after"][k]
       print(f"| {WORKLOADS[k]} | {b:.1f} | {a:.1f} | {b / a:.2f}x |")
   else:
-    print("| workload | us |\n|---|---|")
+    print(f"| workload | {'calls' if args.calls else 'us'} |\n|---|---|")
     for k in only: print(f"| {WORKLOADS[k]} | {best['after'][k]:.1f} |")
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def _make_unique(n: int) -> UOp:
   # UOp(Ops.UNIQUE, dtypes.void, arg=n) without the generic constructor's checks (a fresh int arg, no sources)
   return _intern((_UNIQUE_V, _VOID_ID, (), n), Ops.UNIQUE, _VOID, (), n)
 _VOID = _canonical_dtype(dtypes.void)
-_UNIQUE_V, _VOID_ID = Ops.UNIQUE._value_, id(_VOID)
+_UNIQUE_V, _VOID_ID, _BUFFER_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_
 _device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
 
 # set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer; BUFFER uop ->
@@ -279,7 +279,11 @@ class UOp(metaclass=UOpMeta):
       dev = UOp(Ops.DEVICE, dtypes.void, arg=device)
       if type(device) is str: _device_nodes[device] = weakref.ref(dev)
     else: dev = dev()
-    buf = UOp(Ops.BUFFER, dtype, (_make_unique(next(_unique_ids)), dev), size)
+    src = (_make_unique(next(_unique_ids)), dev)
+    if type(size) is int:   # the generic constructor's work, for the one kind of node made here
+      dtype = _canonical_dtype(dtype)
+      buf = _intern((_BUFFER_V, id(dtype), src, size), Ops.BUFFER, dtype, src, size)
+    else: buf = UOp(Ops.BUFFER, dtype, src, size)
     # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
