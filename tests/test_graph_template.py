@@ -201,3 +201,43 @@ def test_reduction_templates_values_and_gradients(device, name, kw):
     (ref * ref).sum().backward()
     np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "quick_gelu", "silu",
+                                  "softplus", "mish", "relu6", "hardswish"])
+def test_activation_templates_values_and_gradients(device, name):
+  """Activations are graph templates: repeated calls on new inputs (NaN included) match torch, gradients too."""
+  import torch.nn.functional as TF
+  refs = {"gelu": lambda t: TF.gelu(t, approximate="tanh"), "quick_gelu": lambda t: t * torch.sigmoid(1.702 * t),
+          "silu": TF.silu, "softplus": TF.softplus, "mish": TF.mish, "relu6": TF.relu6, "hardswish": TF.hardswish,
+          "elu": TF.elu, "leaky_relu": TF.leaky_relu}
+  for seed in range(3):
+    x = (np.random.default_rng(seed).standard_normal((3, 7)) * 4).astype(np.float32)
+    tx = Tensor(x, requires_grad=True).realize()
+    out = getattr(tx, name)()
+    out.sum().backward()
+    px = torch.tensor(x, requires_grad=True)
+    ref = refs[name](px) if name in refs else getattr(torch, name)(px)
+    ref.sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-5)
+  if name == "relu":
+    assert np.isnan(Tensor(np.array([np.nan, -1.0], np.float32)).relu().numpy()[0])
+
+def test_template_key_keeps_float_and_int_arguments_apart(device):
+  ints = Tensor(np.array([-3, 4], np.int32))
+  as_float = ints.leaky_relu(1.0)   # an int tensor times 1.0 is a float tensor
+  as_int = ints.leaky_relu(1)       # ... times 1 stays int: not the template of the call before
+  assert as_float.dtype != as_int.dtype and as_int.dtype == ints.dtype
+  np.testing.assert_array_equal(as_int.numpy(), [-3, 4])
+  x = Tensor(np.array([-2.0, 3.0], np.float32))
+  np.testing.assert_array_equal(x.leaky_relu(0.0).numpy(), [0.0, 3.0])
+  assert np.signbit(x.leaky_relu(-0.0).numpy()[0]) != np.signbit(x.leaky_relu(0.0).numpy()[0])   # -2 * -0.0 is +0.0
+
+def test_float_minus_scalar_is_exact(device):
+  x = np.array([-0.0, 0.0, 1.5, np.inf, np.nan, 1e-38], np.float32)
+  for c in (0.0, -0.0, 0.25, 3, np.float32(2.5).item()):
+    got = (Tensor(x) - c).numpy()
+    np.testing.assert_array_equal(got, x - np.float32(c))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(x - np.float32(c)))
+  u = Tensor(np.array([1, 5], np.uint8))
+  np.testing.assert_array_equal((u - 3).numpy(), np.array([1, 5], np.uint8) - np.uint8(3))   # ints keep their path

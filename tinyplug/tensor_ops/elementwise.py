@@ -11,6 +11,7 @@ from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, least_upper_flo
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 from tinyplug.tensor_ops.graph import DTypeError, ShapeError
+from tinyplug.tensor_ops.template import graph_template
 from tinyplug.uop.sint import seq
 
 LN2 = math.log(2)
@@ -103,6 +104,8 @@ class ElementwiseMixin:
   # ---- arithmetic ----
   def add(self, y, reverse: bool = False): return self._binop(Ops.ADD, y, reverse)
   def sub(self, y, reverse: bool = False):
+    if not reverse and type(y) in (int, float) and dtypes.is_float(self.dtype):
+      return self._binop(Ops.ADD, -y)   # `x - c` is `x + (-c)` exactly in IEEE arithmetic: one constant, no NEG node
     a, b = self._broadcasted(y, reverse)
     if a.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
     return a._binop(Ops.ADD, -b)
@@ -283,6 +286,7 @@ class ElementwiseMixin:
   def isfinite(self): return (self.isinf() | self.isnan()).logical_not()
 
   # ---- activations ----
+  @graph_template   # a few Tensor ops per call otherwise
   def relu(self):
     if not dtypes.is_float(self.dtype): return (self > 0).where(self, 0)
     out = (self > 0).where(self, self.isnan().where(self, 0))   # relu(nan) is nan, as in torch
@@ -290,6 +294,7 @@ class ElementwiseMixin:
     # the gradient reads the output, not the input: a materialized activation is then the one value both passes read
     from tinyplug.gradient import custom_gradient
     return custom_gradient(out, (self,), _relu_grad)
+  @graph_template
   def sigmoid(self):
     x = self._floats()
     s = (1 + (x * (-1 / LN2)).exp2()).reciprocal()
@@ -298,6 +303,7 @@ class ElementwiseMixin:
     from tinyplug.gradient import custom_gradient
     return custom_gradient(s, (x,), _sigmoid_grad)
   def logsigmoid(self): return -(-self).softplus()
+  @graph_template
   def tanh(self):
     # 2*sigmoid(2x)-1 cancels to nothing near 0 (tanh(1e-8) gave 0): there, its odd series to x^11 is exact to
     # float precision (the next term is below 1e-10 for |x| < 0.25)
@@ -308,26 +314,35 @@ class ElementwiseMixin:
     x2 = xs * xs
     near = xs * (1.0 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835 + x2 * (-1382 / 155925))))))
     return small.where(near, far)
+  @graph_template
   def leaky_relu(self, neg_slope: float = 0.01): return (self < 0).where(self * neg_slope, self)
+  @graph_template
   def elu(self, alpha: float = 1.0): return self.relu() - alpha * (1 - self.exp()).relu()
   def celu(self, alpha: float = 1.0): return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
   def selu(self, alpha: float = 1.67326, gamma: float = 1.0507):
     return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+  @graph_template
   def gelu(self, approximate: str = "tanh"):
     """approximate='tanh' (the default, as in tinygrad) or 'none' (x * Phi(x) with erf), as torch's gelu."""
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
     if approximate != "tanh": raise ValueError(f"gelu: approximate must be 'tanh' or 'none', not {approximate!r}")
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  @graph_template
   def quick_gelu(self): return self * (self * 1.702).sigmoid()
+  @graph_template
   def silu(self): return self * self.sigmoid()
   def swish(self): return self.silu()
+  @graph_template
   def softplus(self, beta: float = 1.0):
     bx = self._floats() * beta
     return (bx.relu() + (-bx.abs()).exp().add(1).log()) * (1 / beta)
+  @graph_template
   def mish(self): return self * self.softplus().tanh()
+  @graph_template
   def relu6(self): return self.relu() - (self - 6).relu()
   def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5):
     return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+  @graph_template
   def hardswish(self): return self * (self + 3).relu6() * (1 / 6)
   def hardtanh(self, min_val: float = -1, max_val: float = 1): return self.clip(min_val, max_val)
   def softsign(self): return self / (1 + self.abs())

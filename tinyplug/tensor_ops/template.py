@@ -37,6 +37,10 @@ _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 def _frozen(x: Any) -> Any:
   """x as a hashable key part (lists become tuples); a TypeError says it cannot be one."""
   if (t := type(x)) is int or t is str or x is None: return x
+  # 1 == 1.0 == True and 0.0 == -0.0, but `x * 1` and `x * 1.0` differ on an int tensor: floats and bools keep their
+  # type (and a float its bits) in the key
+  if t is float: return ("f", x.hex())
+  if t is bool: return ("b", x)
   if isinstance(x, (list, tuple)): return tuple(_frozen(v) for v in x)
   hash(x)
   return x

@@ -68,6 +68,11 @@ def _cached_hash(self: DType) -> int:
 def _reduce(self: DType) -> tuple:   # pickles carry the fields only: a string's hash differs between processes
   return type(self), tuple(getattr(self, f.name) for f in fields(self))
 DType.__hash__ = PtrDType.__hash__ = _cached_hash   # type: ignore[method-assign]
+def _fast_eq(generated):
+  # the same object (canonical dtypes, nearly every comparison) answers before the dataclass builds two field tuples
+  def __eq__(self, other): return True if self is other else generated(self, other)
+  return __eq__
+DType.__eq__, PtrDType.__eq__ = _fast_eq(DType.__eq__), _fast_eq(PtrDType.__eq__)   # type: ignore[method-assign]
 DType.__reduce__ = _reduce   # type: ignore[method-assign,assignment]
 
 class _DTypesType(type):
