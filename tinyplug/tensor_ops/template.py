@@ -83,6 +83,8 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
   for p, u in zip(t.holder_pos, inputs): vals[p] = u
   for p, make, srcs in t.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
   out = vals[-1]
+  # a new output has the template's shape and device: known without a walk down its graph (realize asks at once)
+  if out is not (ref := t.order[-1]): out.with_known_shape_and_device(ref.shape, ref.device)
   # inputs that are views of buffers only (a lazy input's graph is not walked: in a long lazy chain that would be
   # a walk of everything before it per call)
   if t.structure is not None and _buffer_views(inputs) and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)):

@@ -402,6 +402,13 @@ class UOp(metaclass=UOpMeta):
     if (c := self._cache) is None: object.__setattr__(self, "_cache", {"shape": shape})
     elif "shape" not in c: c["shape"] = shape
     return self
+  def with_known_shape_and_device(self, shape: tuple[int, ...] | None, device: str | tuple[str, ...] | None) -> UOp:
+    """with_known_shape, and the device as well (a graph template's rebuilt output: the template's own output's)."""
+    if (c := self._cache) is None: object.__setattr__(self, "_cache", {"shape": shape, "device": device})
+    else:
+      if "shape" not in c: c["shape"] = shape
+      if "device" not in c: c["device"] = device
+    return self
   @property
   def device(self) -> str | tuple[str, ...] | None:
     if (c := self._cache) is None: object.__setattr__(self, "_cache", c := {})
