@@ -8,10 +8,10 @@
 
 Most workloads' data is tiny, so the time is the Python path (graph building, schedule templates, launch), not the
 kernels. Each round runs each workload in a fresh subprocess per checkout; the table shows the best round.
---before runs the other checkout with PYTHONPATH=<dir>:<dir>/plugins/cpu_llvm/src, its rounds interleaved with
+--before runs the other checkout with PYTHONPATH=<dir>:<dir>/plugins/*/src, its rounds interleaved with
 ours so that load from other work hits both alike. Never run from tests: it takes a minute."""
 from __future__ import annotations
-import argparse, json, os, subprocess, sys, time
+import argparse, glob, json, os, subprocess, sys, time
 
 WORKLOADS = {   # name: description
   "tiny_op": "(t + 1.0).realize() on one float",
@@ -115,7 +115,8 @@ def run_checkout(root: str | None, only: list[str], device: str = "CPU", calls: 
   if calls: env["OVERHEAD_BENCH_CALLS"] = "1"
   if root is not None:
     root = os.path.abspath(root)
-    paths = [root, os.path.join(root, "plugins", "cpu_llvm", "src"), env.get("PYTHONPATH", "")]
+    plugins = sorted(glob.glob(os.path.join(root, "plugins", "*", "src")))   # its own plugins too (cpu_llvm, cuda, ...)
+    paths = [root, *plugins, env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(paths)
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(only)]
   res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root or os.getcwd())
