@@ -62,17 +62,19 @@ def test_built_once_list_arguments_frozen_unhashable_ones_skip():
   def scaled(self, scale):
     calls.append(1)
     return self * scale[0]
-  a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
-  assert scaled(a, (2.0,)).tolist() == [2.0, 4.0] and scaled(b, (2.0,)).tolist() == [6.0, 8.0]
-  assert len(calls) == 1   # built once, rebuilt over b
-  assert scaled(a, [3.0]).tolist() == [3.0, 6.0] and scaled(b, [3.0]).tolist() == [9.0, 12.0] and len(calls) == 2
-  assert scaled(a, np.array([5.0])).tolist() == [5.0, 10.0] and len(calls) == 3   # unhashable: built directly
-  assert scaled(a, np.array([5.0])).tolist() == [5.0, 10.0] and len(calls) == 4
+  a, b, c = Tensor([1.0, 2.0]), Tensor([3.0, 4.0]), Tensor([5.0, 6.0])
+  assert scaled(a, (2.0,)).tolist() == [2.0, 4.0] and len(calls) == 1   # the first call runs the method as it is
+  assert scaled(b, (2.0,)).tolist() == [6.0, 8.0] and len(calls) == 2   # the second builds the template (over b)
+  assert scaled(c, (2.0,)).tolist() == [10.0, 12.0] and len(calls) == 2   # later ones rebuild it
+  assert scaled(a, [3.0]).tolist() == [3.0, 6.0] and scaled(b, [3.0]).tolist() == [9.0, 12.0] and len(calls) == 4
+  assert scaled(c, [3.0]).tolist() == [15.0, 18.0] and len(calls) == 4   # a list is frozen into the key
+  assert scaled(a, np.array([5.0])).tolist() == [5.0, 10.0] and len(calls) == 5   # unhashable: built directly
+  assert scaled(a, np.array([5.0])).tolist() == [5.0, 10.0] and len(calls) == 6
 
 def test_a_template_holds_no_memory():
   from tinyplug.engine.realize import has_buffer
   x, w, b = _conv_pair(2)
-  Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1).realize()
+  for _ in range(2): Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1).realize()
   holders = [h for built in template._templates.values() for h in built.holders]
   assert holders and all(h.base.op.name == "BUFFER" and not has_buffer(h.base) for h in holders)
 
@@ -87,6 +89,7 @@ def test_rebuilt_output_brings_its_schedule_key_and_aliased_inputs_do_not():
   an, bn = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
   a, b = Tensor(an).realize(), Tensor(bn).realize()
   ref = lambda x, y: np.maximum(x * 2 + y[::-1], 0).sum(0)
+  mix(b, a)   # a template is built on the second call of a signature
   for x, y, xn, yn in [(a, b, an, bn), (b, a, bn, an), (a, a, an, an), (b, b, bn, bn), (a, b, an, bn)]:
     out = mix(x, y)
     hint = (out.uop._cache or {}).get("sink_structure")
@@ -159,7 +162,7 @@ def test_sum_template_values_gradients_and_hint(device, kw):
     x = np.random.default_rng(seed).standard_normal((3, 4, 5)).astype(np.float32)
     tx = Tensor(x, requires_grad=True).realize()
     out = tx.sum(**kw)
-    assert "sink_structure" in (out.uop._cache or {})
+    if seed > 0: assert "sink_structure" in (out.uop._cache or {})   # built by the second call, used from then on
     (out * out).sum().backward()
     px = torch.tensor(x, requires_grad=True)
     tkw = {"dim": kw["axis"], "keepdim": kw.get("keepdim", False)} if "axis" in kw else {}

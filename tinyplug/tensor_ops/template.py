@@ -33,6 +33,7 @@ class Built:
   view_keys: tuple[tuple, ...]      # the structure key of each placeholder on its own (an input must match it)
 
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
+_seen: BoundedCache = BoundedCache("tensor.graph_template_keys_seen", 4 * MAX_TEMPLATES)   # signatures called once
 
 def _frozen(x: Any) -> Any:
   """x as a hashable key part (lists become tuples); a TypeError says it cannot be one."""
@@ -101,11 +102,16 @@ def _buffer_views(inputs: list[UOp]) -> bool:
   bases = [u.base for u in inputs]
   return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
+_building = 0   # > 0 while a template's method runs over its placeholders
+
 def graph_template(fn: Callable) -> Callable:
   """Decorate a Tensor method; its tensor arguments (positional or keyword) become the template's inputs, every other
   argument is part of the key (an unhashable one just skips the template)."""
   @functools.wraps(fn)
   def wrapper(self, *args, **kwargs):
+    global _building
+    # inside another template's build the graph is the builder's: a template of its own would be built for nothing
+    if _building: return fn(self, *args, **kwargs)
     tt = type(self)
     names = sorted(k for k, v in kwargs.items() if isinstance(v, tt)) if kwargs else ()
     tensors = [self, *[a for a in args if isinstance(a, tt)], *[kwargs[k] for k in names]] if args or names else [self]
@@ -122,13 +128,21 @@ def graph_template(fn: Callable) -> Callable:
              tt.no_grad, tt.training)
     except TypeError: return fn(self, *args, **kwargs)
     if (hit := _templates.get(key)) is None:
+      # built on the second call with a signature: a graph made once (a first training step's many shapes) would pay
+      # for the build and the rebuild and never get them back
+      if key not in _seen:
+        _seen.put(key, True)
+        return fn(self, *args, **kwargs)
       if any(t.numel() == 0 for t in tensors): return fn(self, *args, **kwargs)
       holders = [tt.from_uop(UOp.new_buffer(t.device, t.numel(), t.dtype).reshape(t.shape), t.requires_grad)
                  for t in tensors]
       pos = iter(holders[1:1 + len(tensors) - 1 - len(names)])
       by_name = dict(zip(names, holders[len(holders) - len(names):]))
-      out = fn(holders[0], *[next(pos) if isinstance(a, tt) else a for a in args],
-               **{k: by_name.get(k, v) for k, v in kwargs.items()})
+      _building += 1
+      try:
+        out = fn(holders[0], *[next(pos) if isinstance(a, tt) else a for a in args],
+                 **{k: by_name.get(k, v) for k, v in kwargs.items()})
+      finally: _building -= 1
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
     return tt.from_uop(_rebuild(hit, [t.uop for t in tensors]), hit.requires_grad)
   return wrapper
