@@ -244,3 +244,19 @@ def test_float_minus_scalar_is_exact(device):
     np.testing.assert_array_equal(np.signbit(got), np.signbit(x - np.float32(c)))
   u = Tensor(np.array([1, 5], np.uint8))
   np.testing.assert_array_equal((u - 3).numpy(), np.array([1, 5], np.uint8) - np.uint8(3))   # ints keep their path
+
+def test_linear_and_layernorm_templates(device):
+  """linear and layernorm are graph templates: repeated calls on new inputs match torch, gradients included (a bias
+  given or not, a 1-D weight scaling elementwise)."""
+  import torch.nn.functional as TF
+  for seed in range(3):
+    rng = np.random.default_rng(seed)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 6), (6, 3), (3,)))
+    tx, tw, tb = (Tensor(a, requires_grad=True).realize() for a in (x, w, b))
+    px, pw, pb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    out, ref = tx.linear(tw, tb).layernorm(), TF.layer_norm(px @ pw + pb, (3,), eps=1e-5)
+    (out * out).sum().backward(); (ref * ref).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    for t, p in ((tx, px), (tw, pw), (tb, pb)): np.testing.assert_allclose(t.grad.numpy(), p.grad.numpy(), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(tx.linear(tw).numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tx.linear(Tensor(x[0])).numpy(), x * x[0], rtol=1e-6)

@@ -42,6 +42,7 @@ class NNMixin:
     return w.dot(self, dtype=dtype) if reverse else self.dot(w, dtype=dtype)
   def __matmul__(self, w): return self.matmul(w)
   def __rmatmul__(self, w): return self.matmul(w, reverse=True)
+  @graph_template
   def linear(self, weight, bias=None):
     """self @ weight + bias, with weight of shape (in, out) as in tinygrad (a 1-D weight scales elementwise)."""
     x = self * weight if weight.ndim == 1 else self.dot(weight)
@@ -235,6 +236,7 @@ class NNMixin:
     return scores.softmax(-1).dropout(dropout_p) @ value
 
   # ---- normalisation, dropout, losses ----
+  @graph_template
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5):
     y = self - self.mean(axis, keepdim=True)
     return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
