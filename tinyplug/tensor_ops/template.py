@@ -9,7 +9,7 @@ realized as it is, over inputs shaped like the placeholders, the scheduler need 
 Only for methods whose graph does not look at their inputs beyond that (not, say, whether an input is a buffer
 already). Placeholders are unallocated BUFFER views, so a template holds no memory."""
 from __future__ import annotations
-import functools
+import functools, threading
 from dataclasses import dataclass
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
@@ -102,16 +102,15 @@ def _buffer_views(inputs: list[UOp]) -> bool:
   bases = [u.base for u in inputs]
   return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
-_building = 0   # > 0 while a template's method runs over its placeholders
+_building = threading.local()   # .depth > 0 while a template's method runs over its placeholders (in this thread)
 
 def graph_template(fn: Callable) -> Callable:
   """Decorate a Tensor method; its tensor arguments (positional or keyword) become the template's inputs, every other
   argument is part of the key (an unhashable one just skips the template)."""
   @functools.wraps(fn)
   def wrapper(self, *args, **kwargs):
-    global _building
     # inside another template's build the graph is the builder's: a template of its own would be built for nothing
-    if _building: return fn(self, *args, **kwargs)
+    if getattr(_building, "depth", 0): return fn(self, *args, **kwargs)
     tt = type(self)
     names = sorted(k for k, v in kwargs.items() if isinstance(v, tt)) if kwargs else ()
     tensors = [self, *[a for a in args if isinstance(a, tt)], *[kwargs[k] for k in names]] if args or names else [self]
@@ -138,11 +137,11 @@ def graph_template(fn: Callable) -> Callable:
                  for t in tensors]
       pos = iter(holders[1:1 + len(tensors) - 1 - len(names)])
       by_name = dict(zip(names, holders[len(holders) - len(names):]))
-      _building += 1
+      _building.depth = getattr(_building, "depth", 0) + 1
       try:
         out = fn(holders[0], *[next(pos) if isinstance(a, tt) else a for a in args],
                  **{k: by_name.get(k, v) for k, v in kwargs.items()})
-      finally: _building -= 1
+      finally: _building.depth -= 1
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
     return tt.from_uop(_rebuild(hit, [t.uop for t in tensors]), hit.requires_grad)
   return wrapper
