@@ -132,6 +132,8 @@ def graph_template(fn: Callable) -> Callable:
       if key not in _seen:
         _seen.put(key, True)
         return fn(self, *args, **kwargs)
+      from tinyplug.engine import realize as engine   # (a layer above uop/, below this one; loaded by any realize)
+      if engine.capturing is not None: return fn(self, *args, **kwargs)   # TinyJit's capture: replays build no graphs
       if any(t.numel() == 0 for t in tensors): return fn(self, *args, **kwargs)
       holders = [tt.from_uop(UOp.new_buffer(t.device, t.numel(), t.dtype).reshape(t.shape), t.requires_grad)
                  for t in tensors]
