@@ -19,7 +19,8 @@ What a dialect sets (class attributes):
   const_suffix      scalar DType -> literal suffix ("f", "l", "u", ...); inf_code / nan_code: the names of inf and NaN
   helper_prefix     how helper functions in the prelude start ("inline", "__device__ inline", ...)
 and overrides, where the dialect needs more than a table: `value_type`, `storage_type`, `render_const`, `render_alu`,
-`render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `render_wmma` (a tensor core's WMMA, for a
+`render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `render_barrier`, `render_memory_op`
+(LOADs whose arg is in `memory_ops`: CUDA's cp.async and ldmatrix), `render_wmma` (a tensor core's WMMA, for a
 dialect that advertises `tensor_cores`), `note` (per-uop bookkeeping, e.g.
 extensions a type needs), `prelude` (lines before the kernel) and `render_kernel_head`.
 
@@ -65,6 +66,7 @@ class CStyleRenderer(Renderer):
   inf_code: str = "INFINITY"
   nan_code: str = "NAN"
   helper_prefix: str = "inline"
+  memory_ops: frozenset = frozenset()   # LOAD args the dialect renders itself (render_memory_op)
 
   def supported_dtypes(self) -> list[DType]: return list(self.type_names)
 
@@ -151,6 +153,16 @@ class CStyleRenderer(Renderer):
   def render_wmma(self, u: UOp, s: list[str]) -> str:
     """The expression for WMMA `u` (arg: a TensorCore's name) from its operands' expressions."""
     raise NotImplementedError(f"{type(self).__name__} has no tensor core {u.arg!r}")
+
+  def render_barrier(self, u: UOp) -> str:
+    """A BARRIER's statement: the dialect's work-group barrier (arg None); a dialect with other kinds overrides."""
+    if u.arg is not None: raise NotImplementedError(f"{type(self).__name__} has no barrier {u.arg!r}")
+    return self.barrier_code
+
+  def render_memory_op(self, u: UOp) -> str | None:
+    """A LOAD whose arg is in `memory_ops` (its expression, or None where it only names an address for the STORE that
+    uses it), or a STORE of such a LOAD (its statement)."""
+    raise NotImplementedError(f"{type(self).__name__} has no memory instruction {u.arg!r}")
 
   def render_vectorize(self, dt: DType, parts: list[str]) -> str:
     return self.vector_ctor.format(type=self.value_type(dt), args=", ".join(parts))
@@ -262,9 +274,15 @@ class CStyleRenderer(Renderer):
         line(f"if ({strip_parens(self.expr(u.src[0]))}) {{")
         depth += 1
       elif op is Ops.BARRIER:
-        line(self.barrier_code)
+        line(self.render_barrier(u))
       elif op is Ops.INDEX:
         self.names[u] = "<index>"   # rendered where it is loaded from or stored to
+      elif op is Ops.LOAD and u.arg in self.memory_ops:   # a dialect's own memory instruction (cp.async, ldmatrix)
+        if (text := self.render_memory_op(u)) is not None: define(u, "val", text)
+      elif op is Ops.STORE and u.src[1].op is Ops.LOAD and u.src[1].arg in self.memory_ops:
+        text = self.render_memory_op(u)
+        index = u.src[0]
+        line(f"if ({strip_parens(self.expr(index.src[2]))}) {text}" if len(index.src) > 2 else text)
       elif op is Ops.LOAD:
         index = u.src[0]
         text = self.render_load(index, dt)

@@ -44,19 +44,25 @@ def candidate_actions(k: Kernel) -> list[Opt]:
 #   gets there: each step of the way is slower than the heuristic's kernel it competes with.
 TC_SEARCH: dict[str, tuple] = {
   "stage": (None, 1, 11, 15),
+  # STAGE's asynchronous mode (tc_async.py), where the renderer has async copies: 2, 3 and 4 stages; 3 stages with the
+  # blocks in grouped order (the heuristic's default)
+  "async_stage": (16, 48, 80, 304),
   "tiles": ((4, 2, 2, 2, 2), (4, 4, 2, 2, 2), (4, 4, 2, 4, 2), (4, 4, 2, 2, 4), (8, 4, 2, 2, 2), (8, 4, 2, 4, 2),
             (8, 2, 2, 2, 4), (4, 2, 2, 4, 4), (4, 4, 4, 2, 2), (2, 4, 2, 4, 2), (8, 4, 4, 2, 2), (8, 4, 2, 1, 2)),
 }
 
+def _stage_args(k: Kernel) -> tuple:
+  return TC_SEARCH["stage"] + (TC_SEARCH["async_stage"] if k.renderer.async_copy else ())
+
 def _tensor_core_actions(k: Kernel) -> list[Opt]:
   """TC actions (first, or after PADTOs only): one per tensor core and way the kernel's reduction runs on it (up to 2);
-  after TC, STAGE (once) with each of TC_SEARCH's args."""
+  after TC, STAGE (once) with each of TC_SEARCH's args ("async_stage" too where the renderer has async copies)."""
   from tinyplug.codegen.tensor_cores import tc_matches
   from tinyplug.helpers import TC
   if not TC or k.renderer is None or not k.renderer.uses_work_groups: return []
   if any(o.op is OptOps.TC for o in k.applied_opts):   # then STAGE: the operands through shared memory
     if k.staged is not None or not k.renderer.has_shared: return []
-    return [Opt(OptOps.STAGE, None, a) for a in TC_SEARCH["stage"]]
+    return [Opt(OptOps.STAGE, None, a) for a in _stage_args(k)]
   if any(o.op is not OptOps.PADTO for o in k.applied_opts): return []
   return [Opt(OptOps.TC, choice, i) for i, tc in enumerate(k.renderer.tensor_cores)
           for choice in range(min(2, len(tc_matches(k.sink, tc))))]
@@ -76,7 +82,7 @@ def tensor_core_kernels(k: Kernel) -> list[tuple[Opt, ...]]:
       if (tiled := apply_all(on_tc, tile)) is None: continue
       steps.append((tc, *tile))
       if k.renderer.has_shared:
-        steps += [(tc, *tile, st) for a in TC_SEARCH["stage"] if apply_all(tiled, [st := Opt(OptOps.STAGE, None, a)])]
+        steps += [(tc, *tile, st) for a in _stage_args(k) if apply_all(tiled, [st := Opt(OptOps.STAGE, None, a)])]
   return steps
 
 def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:

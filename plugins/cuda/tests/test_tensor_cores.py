@@ -266,13 +266,28 @@ def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, n
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
-  """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 33 KB of
-  double-buffered, padded shared memory filled with 16-byte loads, the next K step prefetched; NVRTC compiles it."""
+  """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 48 KB of
+  shared memory in 3 stages filled by cp.async and read by ldmatrix (tc_async.py); NVRTC compiles it."""
   a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
   (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch))
   assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
-                               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), VECTOR_FILL]
+                               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 48)]
   assert spec.local_size == (32, 2, 2) and spec.global_size == (32, 32, 1)
+  assert "half stage0[12288];" in spec.src and "half stage1[12288];" in spec.src   # 3 x 128x32 (A), 3 x 32x128 (B)
+  loop = spec.src.split("for (int ridx")[1]
+  # each trip waits for its step's copies and the work-group, copies the step 2 ahead, then reads its fragments
+  assert loop.index("tp_cp_async_wait<1>(); __syncthreads();") < loop.index("tp_cp_async16(stage0+") < \
+    loop.index("tp_cp_async_commit();") < loop.index("tp_ldmatrix<half8, 4>(stage0+")
+  assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_fragment_order_default_without_async_copies(nvrtc, render, tensor, arch):
+  """The same with STAGE:15 (the default where the renderer has no cp.async): 33 KB of double-buffered, padded shared
+  memory in fragment order filled with 16-byte loads, the next K step prefetched; NVRTC compiles it."""
+  a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
+  opts = [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 1, 2),
+          Opt(OptOps.LOCAL, 0, 2), VECTOR_FILL]
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch), opts=opts)
   assert "half stage0[8448];" in spec.src and "half stage1[8448];" in spec.src   # 8192 + a slot of padding per 32
   loop = spec.src.split("for (int ridx")[1]
   # the fill of the next K step is loaded (as 16-byte vectors) before the barrier, the step's fragments read after it
@@ -305,7 +320,7 @@ def test_stage_refuses_what_it_cannot_stage(render, tensor):
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
   with pytest.raises(KernelOptError, match="apply TC first"): apply(mm, [STAGE])
   with pytest.raises(KernelOptError, match="staged already"): apply(mm, [TC0, STAGE, STAGE])
-  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 16)])
+  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 256)])
   # two halves of A (64 slots of 8 halves) and of B (64 slots of 4): 3 KB
   small = CUDARenderer("sm_80", shared_max=2048)
   with pytest.raises(KernelOptError, match="3072 bytes of shared memory; the device has 2048"):

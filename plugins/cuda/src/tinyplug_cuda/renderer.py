@@ -20,7 +20,7 @@ from tinyplug.helpers import env_str
 from tinyplug.renderer.cstyle import CStyleRenderer, SMALL_INTS, is_ptr_of
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
-from tinyplug_cuda.tensor_cores import mma_function, tensor_cores_for
+from tinyplug_cuda.tensor_cores import ASYNC_HELPERS, mma_function, tensor_cores_for
 
 _TYPE_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
@@ -97,6 +97,36 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   @property
   def tensor_cores(self) -> tuple:   # mma.sync m16n8k16 (f16, bf16 -> f32) from sm_80 on: tensor_cores.py
     return tensor_cores_for(self.arch)
+
+  # STAGE's asynchronous mode (codegen/tc_async.py): cp.async copies, their commit groups and waits, ldmatrix reads
+  memory_ops = frozenset({"cp.async", "ldmatrix", "ldmatrix.trans"})
+
+  @property
+  def async_copy(self) -> bool: return bool(self.tensor_cores)   # cp.async and ldmatrix: sm_80 on, as mma.sync
+
+  def render_barrier(self, u: UOp) -> str:
+    if u.arg == "cp.async.commit":
+      self.needs.add("async")
+      return "tp_cp_async_commit();"
+    if isinstance(u.arg, tuple) and u.arg[0] == "cp.async.wait":
+      self.needs.add("async")
+      return f"tp_cp_async_wait<{int(u.arg[1])}>(); {self.barrier_code}"
+    return super().render_barrier(u)
+
+  def render_memory_op(self, u: UOp) -> str | None:
+    self.needs.add("async")
+    if u.op is Ops.LOAD and u.arg == "cp.async":   # the source address, for the STORE that copies it
+      index = u.src[0]
+      self.names[u] = f"({self.names[index.src[0]]}+{self.expr(index.src[1])})"
+      return None
+    if u.op is Ops.STORE:
+      index, src = u.src[0], u.src[1]
+      if src.dtype.itemsize != 16: raise NotImplementedError(f"cp.async copies 16 bytes, not {src.dtype!r}")
+      return f"tp_cp_async16({self.names[index.src[0]]}+{self.expr(index.src[1])}, {self.expr(src)});"
+    index, regs = u.src[0], u.dtype.itemsize // 4
+    if regs not in (1, 2, 4): raise NotImplementedError(f"ldmatrix loads 1, 2 or 4 registers, not {u.dtype!r}")
+    fn = "tp_ldmatrix_trans" if u.arg == "ldmatrix.trans" else "tp_ldmatrix"
+    return f"{fn}<{self.value_type(u.dtype)}, {regs}>({self.names[index.src[0]]}+{self.expr(index.src[1])})"
 
   def render_wmma(self, u: UOp, s: list[str]) -> str:
     tc = next((t for t in self.tensor_cores if t.name == u.arg), None)
@@ -226,6 +256,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       lines.append(f"struct __align__({2 * n}) {name} {{ {t} {', '.join(fields)}; }};")
       lines.append(f"{self.helper_prefix} {name} make_{name}({', '.join(f'{t} {f}' for f in fields)}) "
                    f"{{ {name} r; {' '.join(f'r.{f} = {f};' for f in fields)} return r; }}")
+    if "async" in self.needs: lines.append(ASYNC_HELPERS)
     for _, name in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == "wmma"):
       lines.append(mma_function(next(t for t in self.tensor_cores if t.name == name)))
     return lines + super().prelude()

@@ -68,3 +68,30 @@ def mma_function(tc: TensorCore) -> str:
     ret = "return d;"
   return "\n".join(["#ifdef __CUDA_ARCH__", f"__device__ {ct}4 tp_{tc.name}({params}) {{", f"  {' '.join(packs)}",
                     f"  {asm}", f"  {ret}", "}", "#endif"])
+
+# STAGE's asynchronous mode (tinyplug/codegen/tc_async.py) on the GPU: 16-byte copies from global to shared memory
+# without registers (cp.async.cg, L2 only), their commit groups and waits, and ldmatrix (x1/x2/x4, optionally .trans)
+# into a fragment vector; `asm volatile` keeps them in program order relative to each other (as CUTLASS does). The
+# emulator's CUDA prelude defines the same functions for the host.
+ASYNC_HELPERS = r"""#ifdef __CUDA_ARCH__
+__device__ __forceinline__ void tp_cp_async16(void* dst, const void* src) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(src));
+}
+__device__ __forceinline__ void tp_cp_async_commit() { asm volatile("cp.async.commit_group;" ::); }
+template <int N> __device__ __forceinline__ void tp_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+template <typename V, int R> __device__ __forceinline__ V tp_ldmatrix_any(const void* p, bool trans) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(p), r[4];
+  if (R == 4 && !trans) asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  if (R == 4 && trans) asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  if (R == 2 && !trans) asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  if (R == 2 && trans) asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  if (R == 1 && !trans) asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(a));
+  if (R == 1 && trans) asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(a));
+  V v;
+  memcpy(&v, r, sizeof(V));
+  return v;
+}
+template <typename V, int R> __device__ __forceinline__ V tp_ldmatrix(const void* p) { return tp_ldmatrix_any<V, R>(p, false); }
+template <typename V, int R> __device__ __forceinline__ V tp_ldmatrix_trans(const void* p) { return tp_ldmatrix_any<V, R>(p, true); }
+#endif"""

@@ -6,6 +6,7 @@
 #pragma once
 #include <stdint.h>
 #include <math.h>
+#include <stdlib.h>
 
 extern "C" {
 uint64_t tp_local_id(uint32_t d); uint64_t tp_group_id(uint32_t d); uint64_t tp_local_size(uint32_t d);
@@ -137,3 +138,55 @@ static inline H4 tp_mma_m16n8k16_f16acc(half a0, half a1, half a2, half a3, half
   return H4{(half)d.x, (half)d.y, (half)d.z, (half)d.w};
 }
 #define tp_mma_m16n8k16_f16_f16(...) tp_mma_m16n8k16_f16acc<half4>(__VA_ARGS__)
+
+// STAGE's asynchronous mode (the CUDA C renderer's tp_cp_async16 / tp_cp_async_commit / tp_cp_async_wait<N> /
+// tp_ldmatrix[_trans]<V, R>; on a GPU: cp.async.cg, cp.async.commit_group, cp.async.wait_group, ldmatrix).
+// A copy is queued per work-item and lands only when a wait leaves its group no longer pending (as on the GPU, where
+// nothing guarantees it earlier), so a kernel that reads a tile before waiting for it reads stale data here too.
+#define TP_ASYNC_MAX 256
+struct tp_async_copy { void* dst; const void* src; int group; };
+static thread_local tp_async_copy (*tp_async_pool)[TP_ASYNC_MAX];   // [work-item][copy], allocated on first use
+static thread_local int tp_async_count[TP_MMA_MAX_ITEMS], tp_async_group[TP_MMA_MAX_ITEMS];
+static inline uint64_t tp_item_id() {
+  return tp_local_id(0) + tp_local_size(0) * (tp_local_id(1) + tp_local_size(1) * tp_local_id(2));
+}
+static inline void tp_cp_async16(void* dst, const void* src) {
+  uint64_t id = tp_item_id();
+  if (!tp_async_pool) tp_async_pool = (tp_async_copy (*)[TP_ASYNC_MAX])calloc(TP_MMA_MAX_ITEMS, sizeof(*tp_async_pool));
+  if (!tp_async_pool || tp_async_count[id] == TP_ASYNC_MAX) __builtin_trap();   // more copies in flight than kept here
+  tp_async_pool[id][tp_async_count[id]++] = tp_async_copy{dst, src, tp_async_group[id]};
+}
+static inline void tp_cp_async_commit() { tp_async_group[tp_item_id()]++; }
+template <int N> static inline void tp_cp_async_wait() {   // copies of all but the N newest committed groups land
+  uint64_t id = tp_item_id();
+  int keep = 0, limit = tp_async_group[id] - N;
+  for (int i = 0; i < tp_async_count[id]; i++) {
+    tp_async_copy c = tp_async_pool[id][i];
+    if (c.group < limit) __builtin_memcpy(c.dst, c.src, 16);
+    else tp_async_pool[id][keep++] = c;
+  }
+  tp_async_count[id] = keep;
+}
+// ldmatrix.m8n8.xR(.trans).b16: lane 8i + r names row r of matrix i (16 bytes); without .trans lane l receives
+// elements 2(l%4), 2(l%4)+1 of row l/4 of each matrix, with .trans those of column l/4 from rows 2(l%4), 2(l%4)+1.
+// Lanes publish their addresses through scratch between two barriers, as the mma above does.
+static thread_local const unsigned short* tp_ldsm_rows[TP_MMA_MAX_ITEMS];
+template <typename V, int R> static inline V tp_ldmatrix_any(const void* p, bool trans) {
+  uint64_t id = tp_item_id(), warp = id / 32 * 32, lane = id % 32;
+  tp_ldsm_rows[id] = (const unsigned short*)p;
+  tp_barrier();
+  unsigned short out[8];
+  for (int i = 0; i < R; i++) {
+    for (int h = 0; h < 2; h++) {
+      const unsigned short* row = trans ? tp_ldsm_rows[warp + 8 * i + 2 * (lane % 4) + h] : tp_ldsm_rows[warp + 8 * i + lane / 4];
+      out[2 * i + h] = trans ? row[lane / 4] : row[2 * (lane % 4) + h];
+    }
+  }
+  tp_barrier();
+  V v;
+  static_assert(sizeof(V) == 4 * R, "ldmatrix fills R 4-byte registers");
+  __builtin_memcpy(&v, out, sizeof(V));
+  return v;
+}
+template <typename V, int R> static inline V tp_ldmatrix(const void* p) { return tp_ldmatrix_any<V, R>(p, false); }
+template <typename V, int R> static inline V tp_ldmatrix_trans(const void* p) { return tp_ldmatrix_any<V, R>(p, true); }

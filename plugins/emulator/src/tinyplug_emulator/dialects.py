@@ -95,7 +95,7 @@ class CUDADialect(Dialect):
         n_var += 1
     return f'{src}\nextern "C" void tp_entry(void **args, int *vars) {{ {name}({", ".join(args)}); }}\n'
   def uses_barrier(self, src: str) -> bool:   # a warp's mma exchanges fragments through barriers too (cuda_prelude.h)
-    return re.search(r"\b(__syncthreads|__barrier_sync|bar_sync|tp_mma_\w+)\s*\(", src) is not None
+    return re.search(r"\b(__syncthreads|__barrier_sync|bar_sync|tp_mma_\w+|tp_ldmatrix\w*)\s*[(<]", src) is not None
   def uses_local_memory(self, src: str) -> bool: return False   # __shared__ is thread_local: groups may run in parallel
 
 # GPU intrinsics -> (runtime function, dimension); the id functions return i64 in the runtime, i32 here
@@ -249,7 +249,7 @@ C_TYPE_SIZES = {"char": 1, "uchar": 1, "unsigned char": 1, "bool": 1, "short": 2
                 "unsigned int": 4, "unsigned short": 2, "long long": 8, "unsigned long long": 8}
 
 CUDA = CUDADialect(
-  name="cuda", device="CUDA", version="4", headers=("cuda_prelude.h", "include/cuda_fp16.h", "include/cuda_bf16.h"),
+  name="cuda", device="CUDA", version="5", headers=("cuda_prelude.h", "include/cuda_fp16.h", "include/cuda_bf16.h"),
   compile_flags=("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-Xclang",
                  "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none", "-include", os.path.join(_HERE, "cuda_prelude.h"),
                  "-I", os.path.join(_HERE, "include"), "-w"),

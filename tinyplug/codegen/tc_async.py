@@ -1,0 +1,273 @@
+"""STAGE's asynchronous mode (arg bit 16, `STAGE_ASYNC`): a tensor-core kernel's A and B tiles go through shared memory
+the way fast mma.sync kernels do it, for renderers that declare `async_copy` (CUDA C from sm_80 on).
+
+- Each operand's tile of one K step is kept in shared memory *as it lies in global memory*: R rows of W contiguous
+  elements (A: the work-group's M rows by the K step, row-major; B: the K step's rows by its N columns), found by
+  evaluating the operand's fragment loads over every slot (tc_staging's `_evaluate`). Rows are stored W apart, their
+  16-byte chunks XOR-swizzled (`_swizzle`: chunk ^ a few row bits) so that the 8 rows one ldmatrix reads, and the 8
+  chunks a quarter warp copies, fall into different banks; STAGE bit 128 turns the swizzle off (to measure it).
+- The fill: every thread copies 16-byte chunks `tid, tid + T, ...` straight from global to shared memory, without
+  registers: a STORE of a LOAD with arg "cp.async" (the renderer writes one `cp.async.cg.shared.global`). A K step's
+  copies are one commit group (a BARRIER with arg "cp.async.commit").
+- S stages (2 + the two bits 32 and 64 of the arg: 2 to 5 buffers per operand): before the K loop the first S-1
+  steps are copied, a group each; trip k waits until at most S-2 groups are pending and for the work-group (one
+  BARRIER with arg ("cp.async.wait", S-2): `cp.async.wait_group` then `__syncthreads()`), copies step k+S-1 into the
+  buffer step k-1 used (every thread finished reading it before the barrier), commits, and reads step k. Trips past
+  the last step copy the last step again into a buffer no later trip reads (no branch).
+- The reads: each WMMA's A fragment (8 elements, 4 registers) is one `ldmatrix.x4`, its B fragment (4 elements) one
+  `ldmatrix.x2`; `.trans` where the fragment's element pairs run down the shared tile's columns (B of a row-major KxN
+  matrix). Each lane gives the address of one 8-element row of one 8x8 matrix: a LOAD of the fragment vector with arg
+  "ldmatrix" / "ldmatrix.trans", its address a sum of digits of the lane and the tile ranges (`_digits`), checked
+  against every element of every lane's fragment before it is used.
+
+Refused (StagingError, with the reason): a renderer without `async_copy`, operands read through a gate (a PADTO's:
+cp.async copies whole 16-byte chunks), tiles that are not whole 16-byte aligned rows, fragments no ldmatrix gathers,
+more than one K loop, and tiles whose S buffers do not fit the shared memory."""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+import numpy as np
+from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import Ops, UOp
+
+STAGE_ASYNC, STAGE_DEPTH, STAGE_NO_SWIZZLE = 16, 32, 128
+CHUNK = 16   # bytes one cp.async copies and one ldmatrix row holds
+
+def async_stages(arg: int) -> int:
+  """The number of shared buffers per operand STAGE's arg asks for (2 to 5)."""
+  return 2 + (arg // STAGE_DEPTH) % 4
+
+@dataclass(frozen=True)
+class _AsyncPlan:
+  """One operand: its loads, the ranges telling its fragments apart (fastest first), the global buffer and the tile's
+  first element (`base`, a UOp of the work-group's and the K step's ranges), the tile's `rows` rows of `width`
+  elements, `ld` apart in global memory, the shared buffer (`stages` tiles), and for the reads the ldmatrix variant,
+  the digits of each lane's row address (row, chunk) over the slot number."""
+  loads: tuple[UOp, ...]
+  varying: tuple[UOp, ...]
+  steps: tuple[UOp, ...]
+  gbuf: UOp
+  base: UOp
+  rows: int
+  width: int
+  ld: int
+  buf: UOp
+  trans: bool
+  row_digits: tuple
+  chunk_digits: tuple
+  row0: int
+  chunk0: int
+  swizzle: bool
+
+  @property
+  def tile(self) -> int: return self.rows * self.width
+  @property
+  def chunks(self) -> int: return self.width * self.loads[0].dtype.itemsize // CHUNK   # per row
+
+def _swizzle(row: UOp | int, chunks: int, on: bool):
+  """The XOR applied to a row's chunk numbers: the row's bits that make 8 consecutive rows (or the rows of one
+  128-byte line, for short rows) meet 8 different 16-byte bank groups; 0 where off or a row is one chunk."""
+  if not on or chunks < 2: return 0
+  if chunks >= 8: return row % 8
+  return (row // (8 // chunks)) % chunks
+
+def _position(p: _AsyncPlan, row, chunk):
+  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled."""
+  sw = _swizzle(row, p.chunks, p.swizzle)
+  phys = chunk if isinstance(sw, int) and sw == 0 else UOp(Ops.XOR, chunk.dtype, (chunk, sw)) \
+    if isinstance(chunk, UOp) else chunk ^ sw
+  per = CHUNK // p.loads[0].dtype.itemsize
+  return row * p.width + phys * per
+
+def _digit_uop(digits, varying: tuple[UOp, ...], const: int, dtype) -> UOp:
+  """sum(((slot // lo) % radix) * coef) + const with the slot number's digits read off the ranges themselves (each
+  digit lies within one range: `_digits` splits at the ranges' boundaries)."""
+  from tinyplug.codegen.tc_staging import _size
+  starts, s = [], 1
+  for r in varying:
+    starts.append(s)
+    s *= _size(r)
+  total = UOp.const(dtype, const)
+  for lo, radix, coef in digits:
+    if coef == 0: continue
+    j = max(i for i, st in enumerate(starts) if st <= lo)
+    r, st = varying[j], starts[j]
+    d = r // (lo // st) if lo != st else r
+    if lo * radix != st * _size(r): d = d % radix
+    total = total + (d * coef if coef != 1 else d)
+  return total
+
+def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: int, swizzle: bool) -> _AsyncPlan:
+  from tinyplug.codegen.kernel import replace_nodes
+  from tinyplug.codegen.tc_staging import VARYING, StagingError, _digits, _evaluate, _ranges_of, _size
+  if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
+         for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
+  if any(len(x.src) > 1 or len(x.src[0].src) > 2 for x in loads):
+    raise StagingError("a WMMA operand is read through a gate (a PADTO): asynchronous copies move whole 16-byte "
+                       "chunks; stage it without bit 16")
+  gbuf = loads[0].src[0].src[0]
+  if any(x.src[0].src[0] is not gbuf for x in loads): raise StagingError("a WMMA operand reads two buffers")
+  dt = loads[0].dtype
+  per = CHUNK // dt.itemsize
+  used = set().union(*(_ranges_of(x) for x in loads))
+  if any(r.src[0].op is not Ops.CONST for r in used): raise StagingError("a WMMA operand's range has no fixed size")
+  varying = tuple([r for r in threads if r in used] + sorted((r for r in used if r.arg[1] in VARYING and r not in threads),
+                                                             key=lambda r: r.arg))
+  steps = tuple(sorted((r for r in used if r.arg[1] == "reduce"), key=lambda r: r.arg, reverse=True))
+  warp = [i for i, r in enumerate(varying) if r.arg[1] == "warp"]
+  if len(warp) != 1 or _size(varying[warp[0]]) != 32: raise StagingError("the WMMA's lanes are not one warp of 32")
+  n_slots = math.prod(_size(r) for r in varying)
+  slot = np.arange(n_slots)
+  coords, strides, stride = {}, [], 1
+  for r in varying:
+    coords[r] = (slot // stride) % _size(r)
+    strides.append(stride)
+    stride *= _size(r)
+  indexes = [x.src[0].src[1] for x in loads]
+  def offsets(at: dict) -> np.ndarray:   # [slot, element] -> global index
+    memo: dict = {}
+    return np.stack([np.broadcast_to(_evaluate(i, {**coords, **at}, memo), (n_slots,)) for i in indexes], axis=1)
+  off = offsets({})
+  for r in {r for i in indexes for r in _ranges_of(i)} - set(varying):   # the work-group's and the K step's ranges
+    for v in {1, _size(r) - 1} - {0}:
+      d = offsets({r: v}) - off
+      if not (d == d.flat[0]).all() or d.flat[0] % per:
+        raise StagingError(f"range {r.arg} moves the tile by other than whole 16-byte chunks")
+  start = int(off.min())
+  rel = off - start
+  uniq = np.unique(rel)
+  width = next((i for i in range(1, len(uniq)) if uniq[i] != i), len(uniq))
+  rows = len(uniq) // width
+  ld = int(uniq[width]) if rows > 1 else width
+  if rows * width != len(uniq) or not np.array_equal(uniq, (np.arange(rows)[:, None] * ld + np.arange(width)).reshape(-1)) \
+     or ld < width: raise StagingError("the operand's tile is not a set of equally long rows in global memory")
+  if width % per or ld % per or start % per: raise StagingError("the tile's rows are not whole, aligned 16-byte chunks")
+  row, col = rel // ld, rel % ld
+  # the ldmatrix rows: lane L gives the address of row L % 8 of matrix (register) L // 8; matrix i is elements 2i, 2i+1
+  n = len(loads)
+  if n % 2 or n // 2 not in (1, 2, 4): raise StagingError(f"a fragment of {n} elements is no ldmatrix")
+  regs, ls = n // 2, strides[warp[0]]
+  lane = coords[varying[warp[0]]]
+  at_lane = lambda l: slot + (l - lane) * ls   # the slot with the same tile coordinates, at lane l
+  L = lane % (8 * regs)
+  i, rho = L // 8, L % 8
+  found = None
+  for trans in (False, True):
+    # non-trans: lane l holds (row l//4, elements 2(l%4), +1) of each 8x8 matrix; .trans: (elements 2(l%4), +1 of
+    # column l//4): the source of row rho is lane 4*rho (elements 2i) or lane rho//2 (element 2i + rho % 2)
+    src_slot, src_e = (at_lane(4 * rho), 2 * i) if not trans else (at_lane(rho // 2), 2 * i + rho % 2)
+    a_row, a_col = row[src_slot, src_e], col[src_slot, src_e]
+    ok = not (a_col % per).any()
+    for reg in range(regs):
+      for h in range(2):
+        if not ok: break
+        e = 2 * reg + h
+        if not trans:
+          s2 = at_lane(4 * (lane // 4))
+          ok = np.array_equal(row[:, e], row[s2, 2 * reg]) and np.array_equal(col[:, e], col[s2, 2 * reg] + 2 * (lane % 4) + h)
+        else:
+          s2 = at_lane(lane % 4)
+          ok = np.array_equal(row[:, e], row[s2, e]) and np.array_equal(col[:, e], col[s2, e] + lane // 4)
+          # and lane l%4's element 2i+h is the row that matrix row 2(l%4)+h names: its source is that lane too
+    if ok:
+      found = (trans, a_row, a_col // per)
+      break
+  if found is None: raise StagingError("the fragment's element pairs run along neither the rows nor the columns of the "
+                                       "shared tile: no ldmatrix gathers it")
+  trans, a_row, a_chunk = found
+  breaks = tuple(strides[1:])
+  row_d = _digits(a_row - a_row[0], breaks) if (a_row - a_row[0]).any() else ()
+  chunk_d = _digits(a_chunk - a_chunk[0], breaks) if (a_chunk - a_chunk[0]).any() else ()
+  if row_d is None or chunk_d is None: raise StagingError("the ldmatrix addresses are not sums of the ranges' digits")
+  idx = indexes[0]
+  s0, e0 = np.unravel_index(int(np.argmin(off)), off.shape)
+  first = {r: UOp.const(r.dtype, int(coords[r][s0])) for r in varying}
+  base = replace_nodes(indexes[e0], first)
+  buf = UOp(Ops.DEFINE_LOCAL, dt.ptr(stages * rows * width, local=True), (), f"stage{number}")
+  return _AsyncPlan(tuple(loads), varying, steps, gbuf, base, rows, width, ld, buf, trans, row_d, chunk_d,
+                    int(a_row[0]), int(a_chunk[0]), swizzle)
+
+def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half) -> list[UOp]:
+  """This thread's cp.async copies of `p`'s tile at the K step `at_step` gives, into `mem` at element `half`."""
+  from tinyplug.codegen.kernel import replace_nodes
+  from tinyplug.codegen.tc_staging import _linear, _size
+  base = replace_nodes(p.base, at_step) if at_step else p.base
+  n_threads = math.prod(_size(r) for r in threads)
+  tid = _linear(threads, base.dtype)
+  total, c = p.rows * p.chunks, p.chunks
+  per = CHUNK // p.loads[0].dtype.itemsize
+  vec = p.loads[0].dtype.vec(per)
+  out = []
+  for j in range(-(-total // n_threads)):
+    if n_threads % c == 0:   # a thread keeps its chunk column: row and column without a division per round
+      row, chunk = tid // c + (n_threads // c) * j if j else tid // c, tid % c
+    else:
+      x = tid + n_threads * j if j else tid
+      row, chunk = x // c, x % c
+    gate = None
+    if total % n_threads:
+      x = tid + n_threads * j if j else tid
+      gate = UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, total)))
+    g_idx = base + row * p.ld + chunk * per
+    s_idx = half + _position(p, row, chunk)
+    src = UOp(Ops.INDEX, p.gbuf.dtype, (p.gbuf, g_idx) if gate is None else (p.gbuf, g_idx, gate))
+    value = UOp(Ops.LOAD, vec, (src,), "cp.async")
+    at = UOp(Ops.INDEX, p.buf.dtype, (mem, s_idx) if gate is None else (mem, s_idx, gate))
+    out.append(UOp(Ops.STORE, dtypes.void, (at, value)))
+  return out
+
+def _reads(p: _AsyncPlan, mem: UOp, half) -> dict[UOp, UOp]:
+  """Each of the operand's loads -> its element of this lane's ldmatrix of the fragment."""
+  dtype = half.dtype
+  row = _digit_uop(p.row_digits, p.varying, p.row0, dtype)
+  chunk = _digit_uop(p.chunk_digits, p.varying, p.chunk0, dtype)
+  addr = half + _position(p, row, chunk)
+  n = len(p.loads)
+  frag = UOp(Ops.LOAD, p.loads[0].dtype.vec(n), (UOp(Ops.INDEX, p.buf.dtype, (mem, addr)),),
+             "ldmatrix.trans" if p.trans else "ldmatrix")
+  return {x: UOp(Ops.GEP, x.dtype, (frag,), (e,)) for e, x in enumerate(p.loads)}
+
+def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], threads: list[UOp]) -> UOp:
+  """`sink` with its WMMAs' operands (each a tuple of loads) read by ldmatrix from S-stage shared
+  tiles that cp.async fills (the module docstring)."""
+  from tinyplug.codegen.kernel import replace_nodes
+  from tinyplug.codegen.tc_staging import StagingError, _size
+  if not getattr(renderer, "async_copy", False):
+    raise StagingError("the renderer has no asynchronous copies to shared memory and no ldmatrix (CUDA C, sm_80+): "
+                       "stage without bit 16")
+  if arg & 14: raise StagingError("bits 2, 4 and 8 shape fragment-order tiles; bit 16 keeps row-major tiles")
+  stages = async_stages(arg)
+  plans = [plan_async(i, loads, threads, stages, not arg & STAGE_NO_SWIZZLE) for i, loads in enumerate(operands)]
+  shared = sum(p.buf.dtype.size * p.loads[0].dtype.itemsize for p in plans)
+  if renderer.shared_max and shared > renderer.shared_max:
+    raise StagingError(f"{stages} stages need {shared} bytes of shared memory; the device has {renderer.shared_max}")
+  steps = {r for p in plans for r in p.steps}
+  if len(steps) > 1: raise StagingError("the operands run over more than one K loop")
+  loop = next(iter(steps), None)
+  idx_dt = plans[0].base.dtype
+  const = lambda v: UOp.const(idx_dt, v)
+  if loop is None:   # no K loop: one copy, one wait
+    commit = UOp(Ops.BARRIER, dtypes.void, tuple(st for p in plans for st in _fill(p, {}, p.buf, threads, const(0))),
+                 "cp.async.commit")
+    wait = UOp(Ops.BARRIER, dtypes.void, (commit,), ("cp.async.wait", 0))
+    subs = {}
+    for p in plans: subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), const(0)))
+    return replace_nodes(sink, subs)
+  n = _size(loop)
+  prev = None
+  for s in range(stages - 1):   # the prologue: steps 0 .. S-2, a commit group each
+    at = {loop: UOp.const(loop.dtype, min(s, n - 1))}
+    mem = {p: p.buf if prev is None else UOp(Ops.AFTER, p.buf.dtype, (p.buf, prev)) for p in plans}   # group order
+    fills = [st for p in plans for st in _fill(p, at, mem[p], threads, const(s * p.tile))]
+    prev = UOp(Ops.BARRIER, dtypes.void, (*fills, *((prev,) if prev is not None else ())), "cp.async.commit")
+  wait = UOp(Ops.BARRIER, dtypes.void, (prev, loop), ("cp.async.wait", stages - 2))
+  last = UOp.const(loop.dtype, n - 1)
+  ahead = loop + (stages - 1)
+  nxt = UOp(Ops.WHERE, loop.dtype, (UOp(Ops.CMPLT, dtypes.bool, (ahead, last)), ahead, last))
+  fills = [st for p in plans for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), threads,
+                                              (ahead % stages) * p.tile)]
+  commit = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "cp.async.commit")
+  subs = {}
+  for p in plans:   # the reads come after this trip's copies are issued (they overlap the tensor cores)
+    subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait, commit)), (loop % stages) * p.tile))
+  return replace_nodes(sink, subs)
