@@ -58,6 +58,7 @@ class _AsyncPlan:
   row0: int
   chunk0: int
   swizzle: bool
+  pair: int | None = None   # varying[pair]: loaded two fragments at a time (x4 for two 2-register fragments)
 
   @property
   def tile(self) -> int: return self.rows * self.width
@@ -176,6 +177,19 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
                                        "shared tile: no ldmatrix gathers it")
   trans, a_row, a_chunk = found
   breaks = tuple(strides[1:])
+  # a 2-register fragment (B) is loaded with its neighbour along an even upcast or unroll range by one ldmatrix.x4:
+  # matrices 2 and 3 are the neighbour's (each fragment is checked above, so the pair is too)
+  pair = next((j for j, r in enumerate(varying) if regs == 2 and r not in threads and r.arg[1] in ("upcast", "unroll")
+               and _size(r) % 2 == 0), None)
+  if pair is not None:
+    r, sp = varying[pair], strides[pair]
+    L, cr = lane, coords[varying[pair]]
+    i, rho = L // 8, L % 8
+    at_pair = slot + (2 * (cr // 2) + i // 2 - cr) * sp   # the slot of the fragment matrix i belongs to
+    if not trans: src_slot, src_e = at_pair + (4 * rho - lane) * ls, 2 * (i % 2)
+    else: src_slot, src_e = at_pair + (rho // 2 - lane) * ls, 2 * (i % 2) + rho % 2
+    a_row, a_chunk = row[src_slot, src_e], col[src_slot, src_e] // per
+    breaks = tuple(sorted(set(breaks) | {2 * sp}))
   row_d = _digits(a_row - a_row[0], breaks) if (a_row - a_row[0]).any() else ()
   chunk_d = _digits(a_chunk - a_chunk[0], breaks) if (a_chunk - a_chunk[0]).any() else ()
   if row_d is None or chunk_d is None: raise StagingError("the ldmatrix addresses are not sums of the ranges' digits")
@@ -185,7 +199,7 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
   base = replace_nodes(indexes[e0], first)
   buf = UOp(Ops.DEFINE_LOCAL, dt.ptr(stages * rows * width, local=True), (), f"stage{number}")
   return _AsyncPlan(tuple(loads), varying, steps, gbuf, base, rows, width, ld, buf, trans, row_d, chunk_d,
-                    int(a_row[0]), int(a_chunk[0]), swizzle)
+                    int(a_row[0]), int(a_chunk[0]), swizzle, pair)
 
 def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half) -> list[UOp]:
   """This thread's cp.async copies of `p`'s tile at the K step `at_step` gives, into `mem` at element `half`."""
@@ -223,9 +237,12 @@ def _reads(p: _AsyncPlan, mem: UOp, half) -> dict[UOp, UOp]:
   chunk = _digit_uop(p.chunk_digits, p.varying, p.chunk0, dtype)
   addr = half + _position(p, row, chunk)
   n = len(p.loads)
-  frag = UOp(Ops.LOAD, p.loads[0].dtype.vec(n), (UOp(Ops.INDEX, p.buf.dtype, (mem, addr)),),
-             "ldmatrix.trans" if p.trans else "ldmatrix")
-  return {x: UOp(Ops.GEP, x.dtype, (frag,), (e,)) for e, x in enumerate(p.loads)}
+  frag = UOp(Ops.LOAD, p.loads[0].dtype.vec(2 * n if p.pair is not None else n),
+             (UOp(Ops.INDEX, p.buf.dtype, (mem, addr)),), "ldmatrix.trans" if p.trans else "ldmatrix")
+  if p.pair is None: return {x: UOp(Ops.GEP, x.dtype, (frag,), (e,)) for e, x in enumerate(p.loads)}
+  first = UOp(Ops.CMPLT, dtypes.bool, (p.varying[p.pair] % 2, UOp.const(p.varying[p.pair].dtype, 1)))
+  return {x: UOp(Ops.WHERE, x.dtype, (first, UOp(Ops.GEP, x.dtype, (frag,), (e,)), UOp(Ops.GEP, x.dtype, (frag,), (n + e,))))
+          for e, x in enumerate(p.loads)}
 
 def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], threads: list[UOp]) -> UOp:
   """`sink` with its WMMAs' operands (each a tuple of loads) read by ldmatrix from S-stage shared

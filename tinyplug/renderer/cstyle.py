@@ -19,7 +19,8 @@ What a dialect sets (class attributes):
   const_suffix      scalar DType -> literal suffix ("f", "l", "u", ...); inf_code / nan_code: the names of inf and NaN
   helper_prefix     how helper functions in the prelude start ("inline", "__device__ inline", ...)
 and overrides, where the dialect needs more than a table: `value_type`, `storage_type`, `render_const`, `render_alu`,
-`render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `render_barrier`, `render_memory_op`
+`render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `render_shared`, `render_barrier`,
+`render_memory_op`
 (LOADs whose arg is in `memory_ops`: CUDA's cp.async and ldmatrix), `render_wmma` (a tensor core's WMMA, for a
 dialect that advertises `tensor_cores`), `note` (per-uop bookkeeping, e.g.
 extensions a type needs), `prelude` (lines before the kernel) and `render_kernel_head`.
@@ -154,6 +155,10 @@ class CStyleRenderer(Renderer):
     """The expression for WMMA `u` (arg: a TensorCore's name) from its operands' expressions."""
     raise NotImplementedError(f"{type(self).__name__} has no tensor core {u.arg!r}")
 
+  def render_shared(self, u: UOp, name: str, ctype: str, size: int) -> str:
+    """The declaration of work-group array `name` (DEFINE_LOCAL `u`, `size` elements of `ctype`)."""
+    return self.shared_decl.format(type=ctype, name=name, size=size)
+
   def render_barrier(self, u: UOp) -> str:
     """A BARRIER's statement: the dialect's work-group barrier (arg None); a dialect with other kinds overrides."""
     if u.arg is not None: raise NotImplementedError(f"{type(self).__name__} has no barrier {u.arg!r}")
@@ -250,8 +255,7 @@ class CStyleRenderer(Renderer):
       elif op is Ops.DEFINE_LOCAL:
         nm = "".join(c if c.isalnum() or c == "_" else "_" for c in str(u.arg))
         self.names[u] = nm = nm if nm and not nm[0].isdigit() else f"temp{nm}"
-        locals_.append("  " + self.shared_decl.format(type=self.storage_type(dt.base, global_mem=False), name=nm,
-                                                      size=max(dt.size, 1)))
+        locals_.append("  " + self.render_shared(u, nm, self.storage_type(dt.base, global_mem=False), max(dt.size, 1)))
       elif op is Ops.DEFINE_REG:
         self.names[u] = nm = f"acc{u.arg}"
         line(f"{self.value_type(dt.base)} {nm}[{max(dt.size, 1)}];")

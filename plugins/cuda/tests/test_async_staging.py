@@ -48,18 +48,20 @@ def _matmul(m, n, k, trans_a=False, trans_b=False, dtype=dtypes.half):
 def test_emulator_runs_async_staging(mock_cuda, shape, opts):
   out, ref = _matmul(*shape)
   got, src = _run(out, opts)
-  assert "tp_cp_async16(" in src and "tp_ldmatrix<half8, 4>(" in src and "tp_ldmatrix_trans<half4, 2>(" in src
+  assert "tp_cp_async16(" in src and "tp_ldmatrix<half8, 4>(" in src and "tp_ldmatrix_trans<half" in src
   assert not re.search(r"data[12]\[", src) and "(*((half8*)(data" not in src   # global memory: cp.async only
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
 
 @pytest.mark.parametrize("trans_a,trans_b,a_call,b_call", [
-  (True, False, "tp_ldmatrix_trans<half8, 4>(", "tp_ldmatrix_trans<half4, 2>("),   # A stored K x M
-  (False, True, "tp_ldmatrix<half8, 4>(", "tp_ldmatrix<half4, 2>("),               # B stored N x K
-  (True, True, "tp_ldmatrix_trans<half8, 4>(", "tp_ldmatrix<half4, 2>(")])
+  (False, False, "tp_ldmatrix<half8, 4>(stage0", "tp_ldmatrix_trans<half8, 4>(stage1"),   # row-major A and B
+  (True, False, "tp_ldmatrix_trans<half8, 4>(stage0", "tp_ldmatrix_trans<half8, 4>(stage1"),   # A stored K x M
+  (False, True, "tp_ldmatrix<half8, 4>(stage0", "tp_ldmatrix<half8, 4>(stage1"),               # B stored N x K
+  (True, True, "tp_ldmatrix_trans<half8, 4>(stage0", "tp_ldmatrix<half8, 4>(stage1")])
 def test_transposed_operands_pick_the_ldmatrix_variant(mock_cuda, trans_a, trans_b, a_call, b_call):
+  """ldmatrix or .trans by where the fragments' element pairs lie; B's 2-register fragments two at a time (x4)."""
   out, ref = _matmul(64, 64, 128, trans_a, trans_b)
   got, src = _run(out, TILE + [STAGE(48)])
-  assert a_call in src and b_call in src
+  assert a_call in src and b_call in src and ", 2>(" not in src
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
 
 @pytest.mark.parametrize("core,dtype,acc", [(1, dtypes.bfloat16, dtypes.float), (2, dtypes.half, dtypes.half)])
@@ -88,7 +90,8 @@ def test_the_emulator_catches_a_missing_wait(mock_cuda):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_4096_tile_compiles(nvrtc, render, tensor, arch):
   """128x128x32 in 3 stages (48 KB): per thread 8 cp.async a K step (3 x 8 in all: two steps before the loop), 8
-  ldmatrix.x4 (A) and 16 .x2.trans (B) for 64 mma.sync; no other global or shared access, no local memory."""
+  ldmatrix.x4 (A) and 8 .x4.trans (B, two fragments each) for 64 mma.sync; no other global or shared access, no local
+  memory."""
   a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
   (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch), opts=BIG + [STAGE(48)])
   assert "half stage0[12288];" in spec.src and "half stage1[12288];" in spec.src
@@ -96,9 +99,28 @@ def test_the_4096_tile_compiles(nvrtc, render, tensor, arch):
   count = lambda pattern: len(re.findall(pattern, ptx))
   assert count(r"cp\.async\.cg\.shared\.global") == 24 and count(r"cp\.async\.wait_group 1;") == 1
   assert count(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.shared") == 8
-  assert count(r"ldmatrix\.sync\.aligned\.m8n8\.x2\.trans\.shared") == 16 and count(r"mma\.sync") == 64
+  assert count(r"ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared") == 8 and count(r"mma\.sync") == 64
   assert count(r"\bld\.global") == 0 and count(r"\b(ld|st)\.shared") == 0 and count(r"\b(ld|st)\.local") == 0
   assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
+
+WIDE = [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 1, 4),
+        Opt(OptOps.LOCAL, 0, 2)]   # 64x64 per warp, 2x4 warps: a 128x256 block
+
+@pytest.mark.parametrize("opts,shared", [(BIG + [STAGE(80)], 65536), (WIDE + [STAGE(48)], 73728)], ids=["4 stages", "wide"])
+def test_more_than_48_kb_is_dynamic_shared_memory(mock_cuda, nvrtc, render, tensor, opts, shared):
+  """Past 48 KB the tiles are carved out of one `extern __shared__` array (the runtime raises the kernel's limit and
+  passes the size at launch: test_runtime_fake_driver); the emulator runs it, NVRTC compiles it for sm_80 and sm_90."""
+  from tinyplug_cuda.renderer import dynamic_shared_bytes
+  a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
+  for arch in ("sm_80", "sm_90"):
+    (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch), opts=opts)
+    assert dynamic_shared_bytes(spec.uops) == shared and "extern __shared__ __align__(16) unsigned char tp_smem[];" in spec.src
+    assert f"half* stage1 = (half*)(tp_smem+{shared // 2 if opts[4].arg == 2 else shared // 3});" in spec.src
+    assert nvrtc.compile_cuda(spec.src, arch)[:4] == b"\x7fELF"
+  out, ref = _matmul(256, 256, 128)
+  got, src = _run(out, opts)
+  assert "tp_smem" in src
+  np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
 
 def _kernel(out, renderer, opts):
   from tinyplug.codegen import KernelContext, run_pipeline

@@ -37,6 +37,13 @@ t = prg(out, global_size=(3, 2, 1), local_size=(32, 1, 1), vals=(7,), wait=True)
 got = np.zeros(7, np.uint32)
 dev.allocator.copyout(memoryview(got).cast("B"), out)
 print("LAUNCH", [int(x) for x in got], t)
+from tinyplug import dtypes
+from tinyplug.uop.ops import Ops, UOp
+big = (UOp(Ops.DEFINE_LOCAL, dtypes.half.ptr(40960, local=True), (), "stage0"),)   # 80 KB: dynamic shared memory
+dyn = dev.make_program(ProgramSpec(name="k", uops=big, src=src), dev.compiler.compile_cached(src))
+dyn(out, global_size=(1, 1, 1), local_size=(32, 1, 1), vals=(9,), wait=True)
+dev.allocator.copyout(memoryview(got).cast("B"), out)
+print("DYNAMIC", dyn.shared, prg.shared, int(got[6]))
 try: dev.make_program(ProgramSpec(name="k", uops=(), src=src), b"not a cubin")
 except RuntimeError as e: print("BADIMAGE", e)
 ptx = Device["CUDA:PTX"]
@@ -53,10 +60,12 @@ def test_runtime_against_a_fake_driver(fake_driver, nvrtc):
   out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
   assert out.returncode == 0, out.stdout + out.stderr
   lines = {l.split()[0]: l for l in out.stdout.splitlines() if l.split()}
-  assert lines["OPEN"].startswith("OPEN sm_80 CUDARenderer (1024, 1024, 64) 49152 Fake GPU (sm_80, 4 SMs, 1024 MiB, driver 13.0)")
+  # the shared memory a block may opt in to: the CUDA C renderer carves more than 48 KB out of dynamic shared memory
+  assert lines["OPEN"].startswith("OPEN sm_80 CUDARenderer (1024, 1024, 64) 166912 Fake GPU (sm_80, 4 SMs, 1024 MiB, driver 13.0)")
   assert lines["DEFAULT"] == "DEFAULT CUDA"
   assert lines["ROUNDTRIP"] == "ROUNDTRIP True"
   assert lines["LAUNCH"] == "LAUNCH [3, 2, 1, 32, 1, 1, 7] 0.0015"   # grid, block, int parameter, event time
+  assert lines["DYNAMIC"] == "DYNAMIC 81920 0 9"   # the function's limit raised, the launch given 80 KB
   assert "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid (kernel k)" in lines["BADIMAGE"]
   assert lines["PTX"] == "PTX PTXRenderer PTXCompiler"
   assert "CUDA" in lines["REALIZED"] and "E_2" in out.stdout   # DEBUG=2 line of the launched kernel

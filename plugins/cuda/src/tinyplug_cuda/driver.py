@@ -14,6 +14,8 @@ ATTR_MAX_THREADS_PER_BLOCK = 1
 ATTR_MAX_BLOCK_DIM = (2, 3, 4)
 ATTR_MAX_GRID_DIM = (5, 6, 7)
 ATTR_MAX_SHARED_PER_BLOCK = 8
+ATTR_MAX_SHARED_PER_BLOCK_OPTIN = 97   # what a kernel may ask for with FUNC_ATTR_MAX_DYNAMIC_SHARED
+FUNC_ATTR_MAX_DYNAMIC_SHARED = 8       # CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 ATTR_MULTIPROCESSOR_COUNT = 16
 ATTR_CC_MAJOR, ATTR_CC_MINOR = 75, 76
 MEMHOSTALLOC_PORTABLE = 0x01
@@ -44,6 +46,7 @@ _SIGNATURES = {
   "cuModuleLoadData": [P(c_void_p), c_void_p],
   "cuModuleUnload": [c_void_p],
   "cuModuleGetFunction": [P(c_void_p), c_void_p, ctypes.c_char_p],
+  "cuFuncSetAttribute": [c_void_p, c_int, c_int],
   "cuLaunchKernel": [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, P(c_void_p), P(c_void_p)],
   "cuEventCreate": [P(c_void_p), c_uint],
   "cuEventRecord": [c_void_p, c_void_p],

@@ -50,7 +50,7 @@ class CUDAGraph(LaunchGraph):
     node.args, node.params = launch.prg.pack(launch.handles, launch.vals)
     grid, block = _dims(launch)
     node.struct = self.api.params(func=launch.prg.function, gridDimX=grid[0], gridDimY=grid[1], gridDimZ=grid[2],
-                                  blockDimX=block[0], blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=0,
+                                  blockDimX=block[0], blockDimY=block[1], blockDimZ=block[2], sharedMemBytes=launch.prg.shared,
                                   kernelParams=ctypes.cast(node.params, ctypes.c_void_p), extra=None)
     node.held = _values(launch)
 

@@ -50,6 +50,28 @@ def known_divisor(u: UOp) -> int:
   if u.op is Ops.SHL and u.src[1].op is Ops.CONST and 0 <= int(u.src[1].arg) < 62: return known_divisor(u.src[0]) << int(u.src[1].arg)
   return 1
 
+STATIC_SHARED_MAX = 49152   # bytes of static __shared__ arrays a kernel may declare; more is dynamic shared memory
+
+def shared_layout(uops) -> tuple[dict[UOp, int], int]:
+  """Where each DEFINE_LOCAL of a kernel starts in its shared memory (bytes, 16-byte aligned) and the total: past
+  STATIC_SHARED_MAX the arrays are carved out of dynamic shared memory, which the runtime sizes at launch."""
+  offsets, total = {}, 0
+  for u in uops:
+    if u.op is Ops.DEFINE_LOCAL and u not in offsets:
+      offsets[u] = total
+      total += -(-max(u.dtype.size, 1) * u.dtype.base.itemsize // 16) * 16
+  return offsets, total
+
+# the shared memory one block may opt in to, per architecture (CUDA C Programming Guide, "Technical Specifications
+# per Compute Capability"): the CUDA C renderer's limit where no device gives its own
+SHARED_OPTIN = {"sm_70": 98304, "sm_72": 98304, "sm_75": 65536, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
+                "sm_89": 101376, "sm_90": 232448}
+
+def dynamic_shared_bytes(uops) -> int:
+  """The dynamic shared memory a kernel rendered by CUDARenderer needs at launch (0: its arrays are static)."""
+  total = shared_layout(uops)[1]
+  return total if total > STATIC_SHARED_MAX else 0
+
 class CUDATarget:
   """What the CUDA C and the PTX renderer share: the device, its grid/block launch and limits. `arch` ("sm_80";
   default CUDA_ARCH, else sm_80) is the GPU they write for; the limits default to those every CUDA GPU since sm_50
@@ -89,7 +111,10 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
 
   def __init__(self, arch: str | None = None, **limits: Any):
     super().__init__(arch, **limits)
+    if "shared_max" not in limits: self.shared_max = SHARED_OPTIN.get(self.arch.split("_", 1)[0] + "_" + "".join(
+      ch for ch in self.arch.split("_")[-1] if ch.isdigit()), STATIC_SHARED_MAX)   # sm_90a counts as sm_90
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
+    self._dynamic: dict = {}  # DEFINE_LOCAL -> byte offset in dynamic shared memory (render() works it out)
     # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane); 8 halves are one 16-byte access
     self.vector_widths = {dt: tuple(w for w in ((8, 4, 2) if dt in _HALVES else (4, 2)) if w * dt.itemsize <= 16)
                           for dt in _VECTOR_NAMES}
@@ -98,6 +123,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   def tensor_cores(self) -> tuple:   # mma.sync m16n8k16 (f16, bf16 -> f32) from sm_80 on: tensor_cores.py
     return tensor_cores_for(self.arch)
 
+  dynamic_shared = True   # shared arrays past 48 KB come from dynamic shared memory (the runtime sizes it)
   # STAGE's asynchronous mode (codegen/tc_async.py): cp.async copies, their commit groups and waits, ldmatrix reads
   memory_ops = frozenset({"cp.async", "ldmatrix", "ldmatrix.trans"})
 
@@ -127,6 +153,22 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     if regs not in (1, 2, 4): raise NotImplementedError(f"ldmatrix loads 1, 2 or 4 registers, not {u.dtype!r}")
     fn = "tp_ldmatrix_trans" if u.arg == "ldmatrix.trans" else "tp_ldmatrix"
     return f"{fn}<{self.value_type(u.dtype)}, {regs}>({self.names[index.src[0]]}+{self.expr(index.src[1])})"
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    offsets, total = shared_layout(uops)
+    self._dynamic = offsets if total > STATIC_SHARED_MAX else {}
+    return super().render(name, uops)
+
+  def render_shared(self, u: UOp, name: str, ctype: str, size: int) -> str:
+    if u not in self._dynamic: return super().render_shared(u, name, ctype, size)
+    # more than 48 KB: one dynamic array (the runtime sets the kernel's limit and passes its size at launch); the
+    # emulator, which has no launch-time size, gets a static array as large
+    head = ""
+    if self._dynamic[u] == 0:
+      total = shared_layout([x for x in self._dynamic])[1]
+      head = (f"#ifdef __CUDA_ARCH__\n  extern __shared__ __align__(16) unsigned char tp_smem[];\n#else\n"
+              f"  __shared__ __align__(16) unsigned char tp_smem[{total}];\n#endif\n  ")
+    return f"{head}{ctype}* {name} = ({ctype}*)(tp_smem+{self._dynamic[u]});"
 
   def render_wmma(self, u: UOp, s: list[str]) -> str:
     tc = next((t for t in self.tensor_cores if t.name == u.arg), None)

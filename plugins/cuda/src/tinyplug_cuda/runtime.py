@@ -93,9 +93,10 @@ def launch_dims(global_size, local_size) -> tuple[tuple[int, int, int], tuple[in
 class CUDAProgram:
   """One kernel of a loaded cubin. `prg(*buffers, global_size=, local_size=, vals=, wait=) -> seconds | None`:
   global_size counts blocks (as in the ProgramSpec), local_size is the block."""
-  def __init__(self, dev: CUDADevice, name: str, binary: bytes, var_types: tuple = ()):
-    # the C type of each variable argument (int, or long long for a 64-bit variable); int where not given
-    self.dev, self.name, self.var_types = dev, name, var_types
+  def __init__(self, dev: CUDADevice, name: str, binary: bytes, var_types: tuple = (), shared: int = 0):
+    # the C type of each variable argument (int, or long long for a 64-bit variable); int where not given; the
+    # dynamic shared memory each launch gets (bytes; renderer.dynamic_shared_bytes)
+    self.dev, self.name, self.var_types, self.shared = dev, name, var_types, int(shared)
     self._dims: dict = {}   # (global_size, local_size) -> (grid, block), worked out once per launch shape
     dev.make_current()
     self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
@@ -103,6 +104,9 @@ class CUDAProgram:
     check("cuModuleLoadData", lib().cuModuleLoadData(ctypes.byref(self.module), image), f"kernel {name}")
     check("cuModuleGetFunction", lib().cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()))
     self._launch = lib().cuLaunchKernel   # bound once: a launch is on every op's path
+    if self.shared:   # past 48 KB a kernel must ask for its dynamic shared memory
+      check("cuFuncSetAttribute", lib().cuFuncSetAttribute(self.function, driver.FUNC_ATTR_MAX_DYNAMIC_SHARED, self.shared),
+            f"kernel {name}: {self.shared} bytes of dynamic shared memory")
 
   def pack(self, bufs, vals) -> tuple[list, ctypes.Array]:
     """The kernel's arguments as C values (buffer pointers, then variables) and the array of pointers to them that
@@ -125,7 +129,7 @@ class CUDAProgram:
         self._dims[(global_size, local_size)] = dims
     (gx, gy, gz), (bx, by, bz) = dims
     if wait: check("cuEventRecord", lib().cuEventRecord(dev.events[0], dev.stream))
-    if (code := self._launch(self.function, gx, gy, gz, bx, by, bz, 0, dev.stream, params, None)) != 0:
+    if (code := self._launch(self.function, gx, gy, gz, bx, by, bz, self.shared, dev.stream, params, None)) != 0:
       check("cuLaunchKernel", code, f"kernel {self.name} grid {dims[0]} block {dims[1]}")
     return dev.elapsed_since_start(f"kernel {self.name}") if wait else None
 
@@ -162,6 +166,8 @@ class CUDADevice(Compiled):
     renderer = pm.load_factory(spec.factory)(self.arch, local_max=self.info["block_max"], max_threads=self.info["threads"],
                                              shared_max=self.info["shared"])
     renderer.global_max = self.info["grid_max"]
+    # a renderer that carves large shared arrays out of dynamic shared memory may use all a block can opt in to
+    if getattr(renderer, "dynamic_shared", False): renderer.shared_max = self.info["shared_optin"]
     from tinyplug_cuda.compiler import compiler_for
     super().__init__(name, CUDAAllocator(self), renderer, compiler_for(spec.name, self.arch))
     if DEBUG >= 1: print(f"{name}: {self.describe()}")
@@ -173,7 +179,8 @@ class CUDADevice(Compiled):
 
   def make_program(self, spec: ProgramSpec, binary: bytes) -> Callable[..., float | None]:
     var_types = tuple(ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32 for v in getattr(spec, "vars", ()))
-    return CUDAProgram(self, spec.name, binary, var_types)
+    from tinyplug_cuda.renderer import dynamic_shared_bytes
+    return CUDAProgram(self, spec.name, binary, var_types, dynamic_shared_bytes(spec.uops))
 
   def make_graph(self, launches: list) -> Any:
     """TinyJit's runs of kernels as one CUDA graph each (graph.py); JIT_GRAPH=0 turns it off."""
@@ -211,5 +218,6 @@ def device_info(device: ctypes.c_int) -> dict[str, Any]:
   return {"name": name.value.decode(errors="replace"), "cc": (attr(driver.ATTR_CC_MAJOR), attr(driver.ATTR_CC_MINOR)),
           "threads": attr(driver.ATTR_MAX_THREADS_PER_BLOCK), "block_max": tuple(attr(a) for a in driver.ATTR_MAX_BLOCK_DIM),
           "grid_max": tuple(attr(a) for a in driver.ATTR_MAX_GRID_DIM), "shared": attr(driver.ATTR_MAX_SHARED_PER_BLOCK),
+          "shared_optin": max(attr(driver.ATTR_MAX_SHARED_PER_BLOCK), attr(driver.ATTR_MAX_SHARED_PER_BLOCK_OPTIN)),
           "sms": attr(driver.ATTR_MULTIPROCESSOR_COUNT), "memory": mem.value,
           "driver": f"{ver.value // 1000}.{ver.value % 1000 // 10}"}

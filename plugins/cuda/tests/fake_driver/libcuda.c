@@ -22,7 +22,8 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
   switch (attr) {
     case 1: *v = 1024; break; case 2: case 3: *v = 1024; break; case 4: *v = 64; break;
     case 5: *v = 2147483647; break; case 6: case 7: *v = 65535; break; case 8: *v = 49152; break;
-    case 16: *v = 4; break; case 75: *v = 8; break; case 76: *v = 0; break; default: *v = 0;
+    case 16: *v = 4; break; case 75: *v = 8; break; case 76: *v = 0; break; case 97: *v = 166912; break;
+    default: *v = 0;
   }
   return 0;
 }
@@ -51,6 +52,17 @@ CUresult cuModuleLoadData(void **m, const void *image) {
 }
 CUresult cuModuleUnload(void *m) { return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)strdup(name); return 0; }
+// the dynamic shared memory a function may use (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; 48 KB unless set)
+static struct { void *f; int bytes; } shared_limits[64];
+static int n_shared_limits = 0;
+CUresult cuFuncSetAttribute(void *f, int attr, int value) {
+  if (attr != 8 || value > 232448 || n_shared_limits == 64) return 1;   // CUDA_ERROR_INVALID_VALUE
+  shared_limits[n_shared_limits].f = f; shared_limits[n_shared_limits++].bytes = value; return 0;
+}
+static int shared_limit(void *f) {
+  for (int i = n_shared_limits - 1; i >= 0; i--) if (shared_limits[i].f == f) return shared_limits[i].bytes;
+  return 49152;
+}
 static uint32_t launches = 0;
 static void run(uint32_t *out, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, uint32_t arg1) {
   uint32_t seen[8] = {gx, gy, gz, bx, by, bz, arg1, ++launches};
@@ -59,6 +71,7 @@ static void run(uint32_t *out, unsigned gx, unsigned gy, unsigned gz, unsigned b
 }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra) {
+  if ((int)shared > shared_limit(f)) return 1;   // more dynamic shared memory than the function was allowed
   // params[1]: a buffer's low bits, or an int
   run(*(uint32_t **)params[0], gx, gy, gz, bx, by, bz, params[1] ? *(uint32_t *)params[1] : 0);
   return 0;
@@ -93,7 +106,7 @@ typedef struct { unsigned grid[3], block[3]; uint64_t buf0; uint32_t arg1; int i
 typedef struct { Node nodes[4096]; int n; } Graph;
 int graph_launches = 0, graph_param_sets = 0;
 static CUresult fill(Node *node, const NODE_PARAMS *p) {
-  if (!p->func || !p->kernelParams || p->extra || p->sharedMemBytes) return 1;   // CUDA_ERROR_INVALID_VALUE
+  if (!p->func || !p->kernelParams || p->extra || (int)p->sharedMemBytes > shared_limit(p->func)) return 1;
 #ifndef FAKE_GRAPH_V1
   if (p->kern || p->ctx) return 1;
 #endif
