@@ -33,7 +33,7 @@ def _matmul(m, n, k, trans_a=False, trans_b=False, dtype=dtypes.half):
   ta, tb = ta.T if trans_a else ta, tb.T if trans_b else tb
   return ta.matmul(tb, dtype=dtypes.float), ta.float().numpy() @ tb.float().numpy()
 
-@pytest.mark.parametrize("shape,opts", [
+KERNELS = [
   ((128, 128, 128), TILE + [STAGE(16)]),                 # 2 stages, 4 K steps
   ((128, 128, 256), TILE + [STAGE(16 + 32)]),            # 3 stages
   ((64, 64, 256), TILE + [STAGE(16 + 64)]),              # 4 stages
@@ -44,7 +44,9 @@ def _matmul(m, n, k, trans_a=False, trans_b=False, dtype=dtypes.half):
                      Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), STAGE(16)]),   # K step 64: 8-chunk rows
   ((32, 32, 32), [TC0, Opt(OptOps.LOCAL, 1, 4), STAGE(16)]),   # fewer A chunks than threads: the copy is gated
   ((16, 8, 16), [TC0, STAGE(48)]),                       # one warp, one K step
-], ids=str)
+]
+
+@pytest.mark.parametrize("shape,opts", KERNELS, ids=str)
 def test_emulator_runs_async_staging(mock_cuda, shape, opts):
   out, ref = _matmul(*shape)
   got, src = _run(out, opts)
@@ -151,3 +153,17 @@ def test_renderers_without_async_copies_refuse_it(tensor):
   mm = tensor(64, 64, dtype=dtypes.half) @ tensor(64, 64, dtype=dtypes.half)
   with pytest.raises(KernelOptError, match="no asynchronous copies"): _kernel(mm, NoAsync("sm_80"), TILE + [STAGE(16)])
   _kernel(mm, NoAsync("sm_80"), TILE + [STAGE(15)])   # the other modes stay
+
+@pytest.mark.parametrize("shape,opts", KERNELS + [((512, 512, 512), BIG + [STAGE(80)]), ((512, 512, 512), WIDE + [STAGE(48)])],
+                         ids=str)
+def test_gpu_runs_async_staging(shape, opts):
+  """On a real GPU (skipped without one): cp.async, the waits, ldmatrix and the swizzle agree with numpy."""
+  from tinyplug_cuda.driver import probe_driver
+  if not probe_driver()[0]: pytest.skip(f"no NVIDIA GPU: {probe_driver()[1][:80]}")
+  if not Device["CUDA"].renderer.async_copy: pytest.skip(f"{Device['CUDA'].renderer.arch} has no cp.async/ldmatrix")
+  m, n, k = shape
+  a, b = RNG.standard_normal((m, k)).astype(np.float16), RNG.standard_normal((k, n)).astype(np.float16)
+  out = Tensor(a, device="CUDA").realize().matmul(Tensor(b, device="CUDA").realize(), dtype=dtypes.float)
+  got, src = run_kernel(out, "CUDA", opts)
+  assert "tp_ldmatrix" in src
+  np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-2)
