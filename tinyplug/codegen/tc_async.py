@@ -12,8 +12,8 @@ the way fast mma.sync kernels do it, for renderers that declare `async_copy` (CU
 - S stages (2 + the two bits 32 and 64 of the arg: 2 to 5 buffers per operand): before the K loop the first S-1
   steps are copied, a group each; trip k waits until at most S-2 groups are pending and for the work-group (one
   BARRIER with arg ("cp.async.wait", S-2): `cp.async.wait_group` then `__syncthreads()`), copies step k+S-1 into the
-  buffer step k-1 used (every thread finished reading it before the barrier), commits, and reads step k. Trips past
-  the last step copy the last step again into a buffer no later trip reads (no branch).
+  buffer step k-1 used (every thread finished reading it before the barrier), commits, and reads step k. The last
+  S-1 trips copy nothing (their copies are gated off; the groups stay, empty), so none is in flight at the end.
 - The reads: each WMMA's A fragment (8 elements, 4 registers) is one `ldmatrix.x4`, its B fragment (4 elements) one
   `ldmatrix.x2`; `.trans` where the fragment's element pairs run down the shared tile's columns (B of a row-major KxN
   matrix). Each lane gives the address of one 8-element row of one 8x8 matrix: a LOAD of the fragment vector with arg
@@ -201,8 +201,9 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
   return _AsyncPlan(tuple(loads), varying, steps, gbuf, base, rows, width, ld, buf, trans, row_d, chunk_d,
                     int(a_row[0]), int(a_chunk[0]), swizzle, pair)
 
-def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half) -> list[UOp]:
-  """This thread's cp.async copies of `p`'s tile at the K step `at_step` gives, into `mem` at element `half`."""
+def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half, live: UOp | None = None) -> list[UOp]:
+  """This thread's cp.async copies of `p`'s tile at the K step `at_step` gives, into `mem` at element `half`; only
+  where `live` holds, if given."""
   from tinyplug.codegen.kernel import replace_nodes
   from tinyplug.codegen.tc_staging import _linear, _size
   base = replace_nodes(p.base, at_step) if at_step else p.base
@@ -218,10 +219,11 @@ def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half) -> l
     else:
       x = tid + n_threads * j if j else tid
       row, chunk = x // c, x % c
-    gate = None
+    gate = live
     if total % n_threads:
       x = tid + n_threads * j if j else tid
-      gate = UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, total)))
+      inside = UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(x.dtype, total)))
+      gate = inside if gate is None else UOp(Ops.AND, dtypes.bool, (gate, inside))
     g_idx = base + row * p.ld + chunk * per
     s_idx = half + _position(p, row, chunk)
     src = UOp(Ops.INDEX, p.gbuf.dtype, (p.gbuf, g_idx) if gate is None else (p.gbuf, g_idx, gate))
@@ -272,17 +274,17 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
     return replace_nodes(sink, subs)
   n = _size(loop)
   prev = None
-  for s in range(stages - 1):   # the prologue: steps 0 .. S-2, a commit group each
-    at = {loop: UOp.const(loop.dtype, min(s, n - 1))}
+  for s in range(stages - 1):   # the prologue: steps 0 .. S-2 (those that exist), a commit group each
+    at = {loop: UOp.const(loop.dtype, s)}
     mem = {p: p.buf if prev is None else UOp(Ops.AFTER, p.buf.dtype, (p.buf, prev)) for p in plans}   # group order
-    fills = [st for p in plans for st in _fill(p, at, mem[p], threads, const(s * p.tile))]
+    fills = [st for p in plans for st in _fill(p, at, mem[p], threads, const(s * p.tile))] if s < n else []
     prev = UOp(Ops.BARRIER, dtypes.void, (*fills, *((prev,) if prev is not None else ())), "cp.async.commit")
   wait = UOp(Ops.BARRIER, dtypes.void, (prev, loop), ("cp.async.wait", stages - 2))
-  last = UOp.const(loop.dtype, n - 1)
+  # the last S-1 trips copy nothing (their groups are empty): no copy is in flight when the kernel ends
   ahead = loop + (stages - 1)
-  nxt = UOp(Ops.WHERE, loop.dtype, (UOp(Ops.CMPLT, dtypes.bool, (ahead, last)), ahead, last))
-  fills = [st for p in plans for st in _fill(p, {loop: nxt}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), threads,
-                                              (ahead % stages) * p.tile)]
+  live = UOp(Ops.CMPLT, dtypes.bool, (ahead, UOp.const(loop.dtype, n)))
+  fills = [st for p in plans for st in _fill(p, {loop: ahead}, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), threads,
+                                              (ahead % stages) * p.tile, live)]
   commit = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "cp.async.commit")
   subs = {}
   for p in plans:   # the reads come after this trip's copies are issued (they overlap the tensor cores)
