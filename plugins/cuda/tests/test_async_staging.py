@@ -167,3 +167,16 @@ def test_gpu_runs_async_staging(shape, opts):
   got, src = run_kernel(out, "CUDA", opts)
   assert "tp_ldmatrix" in src
   np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-2)
+
+def test_beam_offers_the_async_modes(tensor):
+  """After TC, BEAM's candidates include STAGE in 2, 3 and 4 stages where the renderer has async copies, else not."""
+  from tinyplug.codegen import KernelContext, run_pipeline
+  from tinyplug.search.runner import apply_all, candidate_actions
+  class NoAsync(CUDARenderer):
+    async_copy = False
+  mm = tensor(128, 128, dtype=dtypes.half) @ tensor(128, 128, dtype=dtypes.half)
+  (item,), _ = create_schedule([mm.uop])
+  for r, expected in ((CUDARenderer("sm_80"), True), (NoAsync("sm_80"), False)):
+    k = apply_all(Kernel(run_pipeline(item.ast, r, KernelContext(r), until="opt"), r), [TC0])
+    stages = {a.arg for a in candidate_actions(k) if a.op is OptOps.STAGE}
+    assert ({16, 48, 80} <= stages) == expected and {None, 1, 11, 15} <= stages
