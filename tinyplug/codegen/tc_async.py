@@ -67,8 +67,9 @@ class _AsyncPlan:
 
 def _swizzle(row: UOp | int, chunks: int, on: bool):
   """The XOR applied to a row's chunk numbers: the row's bits that make 8 consecutive rows (or the rows of one
-  128-byte line, for short rows) meet 8 different 16-byte bank groups; 0 where off or a row is one chunk."""
-  if not on or chunks < 2: return 0
+  128-byte line, for short rows) meet 8 different 16-byte bank groups; 0 where off, or where a row's chunk count is
+  not a power of two (the XOR would leave the row)."""
+  if not on or chunks < 2 or chunks & (chunks - 1): return 0
   if chunks >= 8: return row % 8
   return (row // (8 // chunks)) % chunks
 

@@ -44,6 +44,10 @@ KERNELS = [
                      Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), STAGE(16)]),   # K step 64: 8-chunk rows
   ((32, 32, 32), [TC0, Opt(OptOps.LOCAL, 1, 4), STAGE(16)]),   # fewer A chunks than threads: the copy is gated
   ((16, 8, 16), [TC0, STAGE(48)]),                       # one warp, one K step
+  # rows of 3 or 6 chunks (no swizzle: an XOR would leave the row); the other assignment of A and B to the core
+  ((64, 48, 64), [TC0, Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.LOCAL, 0, 2), STAGE(48)]),
+  ((96, 32, 96), [TC0, Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.LOCAL, 1, 2), STAGE(80)]),
+  ((64, 64, 128), [Opt(OptOps.TC, 1, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 1, 2), STAGE(48)]),
 ]
 
 @pytest.mark.parametrize("shape,opts", KERNELS, ids=str)
