@@ -220,6 +220,9 @@ class Renderer:
   # (a tile's output channels, a plane apart) one STORE each
   scatter_stores: bool = False
   tensor_cores: tuple[TensorCore, ...] = ()   # matrix-multiply instructions the TC action may use (see TensorCore)
+  # asynchronous 16-byte copies into shared memory and warp-wide matrix loads from it (CUDA's cp.async and ldmatrix):
+  # STAGE's asynchronous mode (codegen/tc_async.py; what it renders: docs/plugin_guide.md)
+  async_copy: bool = False
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
   # float dtypes it lists in supported_dtypes() (they work) but has no type for: the core's "dtypes" stage still
   # turns them into bits in memory and float32 math, as for the dtypes left out of supported_dtypes()

@@ -252,7 +252,7 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
   tiles that cp.async fills (the module docstring)."""
   from tinyplug.codegen.kernel import replace_nodes
   from tinyplug.codegen.tc_staging import StagingError, _size
-  if not getattr(renderer, "async_copy", False):
+  if not renderer.async_copy:
     raise StagingError("the renderer has no asynchronous copies to shared memory and no ldmatrix (CUDA C, sm_80+): "
                        "stage without bit 16")
   if arg & 14: raise StagingError("bits 2, 4 and 8 shape fragment-order tiles; bit 16 keeps row-major tiles")

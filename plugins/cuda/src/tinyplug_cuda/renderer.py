@@ -83,6 +83,7 @@ class CUDATarget:
   global_max = (2**31 - 1, 65535, 65535)
   vector_alu = False
   max_registers = 255   # 32-bit registers a thread may use: a tile whose accumulators alone need more would spill
+  dynamic_shared = False   # whether shared arrays past 48 KB come from dynamic shared memory (the CUDA C renderer's)
 
   def __init__(self, arch: str | None = None, *, local_max: tuple[int, ...] = (1024, 1024, 64), max_threads: int = 1024,
                shared_max: int = 49152):

@@ -167,7 +167,7 @@ class CUDADevice(Compiled):
                                              shared_max=self.info["shared"])
     renderer.global_max = self.info["grid_max"]
     # a renderer that carves large shared arrays out of dynamic shared memory may use all a block can opt in to
-    if getattr(renderer, "dynamic_shared", False): renderer.shared_max = self.info["shared_optin"]
+    if renderer.dynamic_shared: renderer.shared_max = self.info["shared_optin"]
     from tinyplug_cuda.compiler import compiler_for
     super().__init__(name, CUDAAllocator(self), renderer, compiler_for(spec.name, self.arch))
     if DEBUG >= 1: print(f"{name}: {self.describe()}")
