@@ -124,7 +124,8 @@ class Kernel:
     if opt.arg is not None and opt.arg not in range(STAGE_ARGS):
       raise KernelOptError(f"{opt}: arg is 0 (stage) to {STAGE_ARGS - 1}: the sum of 1 (prefetch the next K step), "
                            "2 (fill B with 16-byte loads), 4 (fill A so), 8 (pad the shared tiles); or 16 (row-major swizzled tiles "
-                           "filled by cp.async, read by ldmatrix) + 32 * (stages - 2) (2 to 5 stages) + 128 (no swizzle)")
+                           "filled by cp.async, read by ldmatrix) + 32 * (stages - 2) (2 to 5 stages) + 128 (no swizzle) + 256 "
+                           "(work-groups in grouped order)")
     if not has_warp(self.sink): raise KernelOptError(f"{opt}: stages a tensor core's operands; apply TC first")
     if self.renderer is None or not self.renderer.has_shared or self.dont_use_locals:
       raise KernelOptError(f"{opt}: the renderer has no shared memory")

@@ -20,6 +20,8 @@ the way fast mma.sync kernels do it, for renderers that declare `async_copy` (CU
   "ldmatrix" / "ldmatrix.trans", its address a sum of digits of the lane and the tile ranges (`_digits`), checked
   against every element of every lane's fragment before it is used.
 
+With bit 256 the work-groups run in grouped order (`_grouped`) for the L2 cache.
+
 Refused (StagingError, with the reason): a renderer without `async_copy`, operands read through a gate (a PADTO's:
 cp.async copies whole 16-byte chunks), tiles that are not whole 16-byte aligned rows, fragments no ldmatrix gathers,
 more than one K loop, and tiles whose S buffers do not fit the shared memory."""
@@ -30,7 +32,7 @@ import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
-STAGE_ASYNC, STAGE_DEPTH, STAGE_NO_SWIZZLE = 16, 32, 128
+STAGE_ASYNC, STAGE_DEPTH, STAGE_NO_SWIZZLE, STAGE_GROUPED = 16, 32, 128, 256
 CHUNK = 16   # bytes one cp.async copies and one ldmatrix row holds
 
 def async_stages(arg: int) -> int:
@@ -272,7 +274,7 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
     wait = UOp(Ops.BARRIER, dtypes.void, (commit,), ("cp.async.wait", 0))
     subs = {}
     for p in plans: subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), const(0)))
-    return replace_nodes(sink, subs)
+    return _grouped(replace_nodes(sink, subs), plans) if arg & STAGE_GROUPED else replace_nodes(sink, subs)
   n = _size(loop)
   prev = None
   for s in range(stages - 1):   # the prologue: steps 0 .. S-2 (those that exist), a commit group each
@@ -290,4 +292,24 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
   subs = {}
   for p in plans:   # the reads come after this trip's copies are issued (they overlap the tensor cores)
     subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait, commit)), (loop % stages) * p.tile))
-  return replace_nodes(sink, subs)
+  return _grouped(replace_nodes(sink, subs), plans) if arg & STAGE_GROUPED else replace_nodes(sink, subs)
+
+GROUP_ROWS = 8   # block rows a group of consecutive blocks spans (STAGE_GROUPED)
+
+def _grouped(sink: UOp, plans: list[_AsyncPlan]) -> UOp:
+  """The work-groups in grouped order (STAGE bit 256): launched with the N blocks fastest, block number l = m * NB + n
+  takes block row (l // (G * NB)) * G + l % G and column (l % (G * NB)) // G, so the blocks running at once read G
+  rows of A's blocks against fewer of B's and the tiles they share stay in the L2 cache. A bijection of the two block
+  ranges (A's alone and B's alone); refused where there are not exactly those two or G divides no block count."""
+  from tinyplug.codegen.kernel import replace_nodes
+  from tinyplug.codegen.tc_staging import StagingError, _ranges_of, _size
+  a, b = (({r for r in _ranges_of(p.base) if r.arg[1] == "loop"}) for p in plans[:2]) if len(plans) == 2 else ((), ())
+  mine, theirs = set(a) - set(b), set(b) - set(a)
+  if len(mine) != 1 or len(theirs) != 1: raise StagingError("grouped blocks need one block range of A and one of B")
+  rm, rn = next(iter(mine)), next(iter(theirs))
+  mb, nb = _size(rm), _size(rn)
+  g = next((g for g in (GROUP_ROWS, 4, 2) if mb % g == 0), None)
+  if g is None: raise StagingError(f"no group of 2, 4 or 8 block rows divides {mb}")
+  l = rm * nb + rn
+  within = l % (g * nb)
+  return replace_nodes(sink, {rm: (l // (g * nb)) * g + within % g, rn: within // g})

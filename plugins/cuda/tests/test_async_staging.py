@@ -48,6 +48,8 @@ KERNELS = [
   ((64, 48, 64), [TC0, Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.LOCAL, 0, 2), STAGE(48)]),
   ((96, 32, 96), [TC0, Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.LOCAL, 1, 2), STAGE(80)]),
   ((64, 64, 128), [Opt(OptOps.TC, 1, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 1, 2), STAGE(48)]),
+  ((512, 256, 64), TILE + [STAGE(48 + 256)]),            # blocks in grouped order: 8 block rows a group
+  ((128, 512, 64), TILE + [STAGE(16 + 256)]),            # 2 block rows: a group of 2
 ]
 
 @pytest.mark.parametrize("shape,opts", KERNELS, ids=str)
@@ -138,12 +140,15 @@ def _kernel(out, renderer, opts):
 def test_what_async_staging_refuses(tensor):
   h, r = dtypes.half, CUDARenderer("sm_80")
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
-  with pytest.raises(KernelOptError, match="arg is 0"): _kernel(mm, r, [TC0, STAGE(256)])
+  with pytest.raises(KernelOptError, match="arg is 0"): _kernel(mm, r, [TC0, STAGE(512)])
   with pytest.raises(KernelOptError, match="bits 2, 4 and 8"): _kernel(mm, r, [TC0, STAGE(16 + 2)])
   with pytest.raises(KernelOptError, match="belong to bit 16"): _kernel(mm, r, [TC0, STAGE(32 + 1)])
+  with pytest.raises(KernelOptError, match="belong to bit 16"): _kernel(mm, r, [TC0, STAGE(256 + 15)])
   # PADTO's gates: cp.async copies whole chunks
   with pytest.raises(KernelOptError, match="through a gate"):
     _kernel(tensor(48, 24, dtype=h) @ tensor(24, 32, dtype=h), r, [Opt(OptOps.PADTO, 2, 32), TC0, STAGE(16)])
+  with pytest.raises(KernelOptError, match="no group of 2, 4 or 8 block rows divides 1"):
+    _kernel(tensor(64, 64, dtype=h) @ tensor(64, 256, dtype=h), r, TILE + [STAGE(16 + 256)])
   # A's rows 52 halves (104 bytes) apart: not whole 16-byte chunks
   with pytest.raises(KernelOptError, match="not whole, aligned 16-byte chunks"):
     _kernel(tensor(64, 52, dtype=h)[:, :48] @ tensor(48, 64, dtype=h), r, TILE[:1] + [STAGE(16)])
