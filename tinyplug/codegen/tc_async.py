@@ -20,7 +20,9 @@ the way fast mma.sync kernels do it, for renderers that declare `async_copy` (CU
   "ldmatrix" / "ldmatrix.trans", its address a sum of digits of the lane and the tile ranges (`_digits`), checked
   against every element of every lane's fragment before it is used.
 
-With bit 256 the work-groups run in grouped order (`_grouped`) for the L2 cache.
+With bit 256 the work-groups run in grouped order (`_grouped`) for the L2 cache. Bits 512 and 1024 (1 to 3) ask the
+compiler to fit that many work-groups per multiprocessor (CUDA: `__launch_bounds__(threads, blocks)`, fewer registers
+per thread): the wait's arg carries it, ("cp.async.wait", S-2, blocks), 0 for no ask.
 
 Refused (StagingError, with the reason): a renderer without `async_copy`, operands read through a gate (a PADTO's:
 cp.async copies whole 16-byte chunks), tiles that are not whole 16-byte aligned rows, fragments no ldmatrix gathers,
@@ -32,8 +34,12 @@ import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
-STAGE_ASYNC, STAGE_DEPTH, STAGE_NO_SWIZZLE, STAGE_GROUPED = 16, 32, 128, 256
+STAGE_ASYNC, STAGE_DEPTH, STAGE_NO_SWIZZLE, STAGE_GROUPED, STAGE_BLOCKS = 16, 32, 128, 256, 512
 CHUNK = 16   # bytes one cp.async copies and one ldmatrix row holds
+
+def blocks_per_sm(arg: int) -> int:
+  """The work-groups per multiprocessor STAGE's arg asks the compiler to fit (bits 512, 1024: 1 to 3; 0: no ask)."""
+  return (arg // STAGE_BLOCKS) % 4
 
 def async_stages(arg: int) -> int:
   """The number of shared buffers per operand STAGE's arg asks for (2 to 5)."""
@@ -271,7 +277,7 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
   if loop is None:   # no K loop: one copy, one wait
     commit = UOp(Ops.BARRIER, dtypes.void, tuple(st for p in plans for st in _fill(p, {}, p.buf, threads, const(0))),
                  "cp.async.commit")
-    wait = UOp(Ops.BARRIER, dtypes.void, (commit,), ("cp.async.wait", 0))
+    wait = UOp(Ops.BARRIER, dtypes.void, (commit,), ("cp.async.wait", 0, blocks_per_sm(arg)))
     subs = {}
     for p in plans: subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), const(0)))
     return _grouped(replace_nodes(sink, subs), plans) if arg & STAGE_GROUPED else replace_nodes(sink, subs)
@@ -282,7 +288,7 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
     mem = {p: p.buf if prev is None else UOp(Ops.AFTER, p.buf.dtype, (p.buf, prev)) for p in plans}   # group order
     fills = [st for p in plans for st in _fill(p, at, mem[p], threads, const(s * p.tile))] if s < n else []
     prev = UOp(Ops.BARRIER, dtypes.void, (*fills, *((prev,) if prev is not None else ())), "cp.async.commit")
-  wait = UOp(Ops.BARRIER, dtypes.void, (prev, loop), ("cp.async.wait", stages - 2))
+  wait = UOp(Ops.BARRIER, dtypes.void, (prev, loop), ("cp.async.wait", stages - 2, blocks_per_sm(arg)))
   # the last S-1 trips copy nothing (their groups are empty): no copy is in flight when the kernel ends
   ahead = loop + (stages - 1)
   live = UOp(Ops.CMPLT, dtypes.bool, (ahead, UOp.const(loop.dtype, n)))

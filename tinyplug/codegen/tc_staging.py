@@ -33,7 +33,7 @@ from tinyplug.uop.ops import Ops, UOp
 
 STAGE_PREFETCH, STAGE_VECTOR_B, STAGE_VECTOR_A, STAGE_PAD = 1, 2, 4, 8
 STAGE_ASYNC = 16   # row-major swizzled tiles, cp.async fills, ldmatrix reads, 2-5 stages (bits 32, 64): tc_async.py
-STAGE_ARGS = 512   # args 0 .. 511: any combination of the bits
+STAGE_ARGS = 2048   # args 0 .. 2047: any combination of the bits
 
 # the kinds of range whose values differ between the fragment loads of one work-group in one trip of the K loop
 VARYING = ("warp", "local", "upcast", "unroll")
@@ -87,8 +87,8 @@ def stage_operands(sink: UOp, renderer, prefetch: bool = False, arg: int | None 
   if arg & STAGE_ASYNC:
     from tinyplug.codegen.tc_async import stage_async
     return stage_async(sink, renderer, arg, list(operands), threads)
-  if arg >= STAGE_ASYNC: raise StagingError("bits 32, 64, 128 and 256 (stages, swizzle, grouped blocks) belong to bit "
-                                            "16's mode")
+  if arg >= STAGE_ASYNC: raise StagingError("bits 32 to 1024 (stages, swizzle, grouped blocks, blocks per SM) belong "
+                                            "to bit 16's mode")
   vector = (arg & STAGE_VECTOR_A, arg & STAGE_VECTOR_B)   # operand 0 is A, 1 is B
   plans = [_plan(i, loads, threads, bool(arg & STAGE_PAD), bool(vector[i % 2]), renderer)
            for i, loads in enumerate(operands)]

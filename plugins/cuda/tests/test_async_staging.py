@@ -50,6 +50,7 @@ KERNELS = [
   ((64, 64, 128), [Opt(OptOps.TC, 1, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.LOCAL, 1, 2), STAGE(48)]),
   ((512, 256, 64), TILE + [STAGE(48 + 256)]),            # blocks in grouped order: 8 block rows a group
   ((128, 512, 64), TILE + [STAGE(16 + 256)]),            # 2 block rows: a group of 2
+  ((128, 128, 128), TILE + [STAGE(48 + 3 * 512)]),       # 3 blocks per multiprocessor asked of the compiler
 ]
 
 @pytest.mark.parametrize("shape,opts", KERNELS, ids=str)
@@ -130,6 +131,15 @@ def test_more_than_48_kb_is_dynamic_shared_memory(mock_cuda, nvrtc, render, tens
   assert "tp_smem" in src
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("blocks", [0, 2, 3])
+def test_blocks_per_multiprocessor(nvrtc, render, tensor, blocks):
+  """STAGE bits 512/1024 put a minimum of work-groups per multiprocessor into __launch_bounds__; ptxas fits the 4096
+  tile (64x64 a warp) into fewer registers for it."""
+  a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer("sm_90"), opts=BIG + [STAGE(48 + 512 * blocks)])
+  assert f"__launch_bounds__(128{f', {blocks}' if blocks else ''})" in spec.src
+  assert nvrtc.compile_cuda(spec.src, "sm_90")[:4] == b"\x7fELF"
+
 def _kernel(out, renderer, opts):
   from tinyplug.codegen import KernelContext, run_pipeline
   (item,), _ = create_schedule([out.uop])
@@ -140,7 +150,7 @@ def _kernel(out, renderer, opts):
 def test_what_async_staging_refuses(tensor):
   h, r = dtypes.half, CUDARenderer("sm_80")
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
-  with pytest.raises(KernelOptError, match="arg is 0"): _kernel(mm, r, [TC0, STAGE(512)])
+  with pytest.raises(KernelOptError, match="arg is 0"): _kernel(mm, r, [TC0, STAGE(2048)])
   with pytest.raises(KernelOptError, match="bits 2, 4 and 8"): _kernel(mm, r, [TC0, STAGE(16 + 2)])
   with pytest.raises(KernelOptError, match="belong to bit 16"): _kernel(mm, r, [TC0, STAGE(32 + 1)])
   with pytest.raises(KernelOptError, match="belong to bit 16"): _kernel(mm, r, [TC0, STAGE(256 + 15)])

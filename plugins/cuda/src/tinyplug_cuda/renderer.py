@@ -280,7 +280,10 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"):
         if not isinstance(u.arg[1], int): threads = 0; break
         threads *= u.arg[1]
-    bounds = f" __launch_bounds__({threads})" if threads else ""
+    # STAGE's asynchronous mode may ask for a number of blocks per multiprocessor (its wait carries it: tc_async.py)
+    blocks = max((u.arg[2] for u in uops if u.op is Ops.BARRIER and isinstance(u.arg, tuple) and len(u.arg) > 2
+                  and u.arg[0] == "cp.async.wait"), default=0)
+    bounds = f" __launch_bounds__({threads}{f', {blocks}' if blocks else ''})" if threads else ""
     return f"{self.kernel_prefix}{bounds} {name}({', '.join(params)}) {{"
 
   def note(self, u: UOp) -> None:
