@@ -128,7 +128,7 @@ class _Linearizer:
     # tensor cores run, its stores after them
     for u in (x for e in effects for x in e.toposort()):
       if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL: self.need(u)
-    for ws, targets in chains: self.accumulate_in_wmma(ws, [slot_of[x] for x in targets])
+    self.accumulate_in_wmmas([(ws, [slot_of[x] for x in targets]) for ws, targets in chains])
     rest = [(x, slot) for x, slot in zip(group, slots) if x not in in_chains]
     values = [self.need(x.src[0]) for x, _ in rest]
     for (x, slot), v in zip(rest, values):
@@ -141,15 +141,22 @@ class _Linearizer:
       self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
     return self.done[red]
 
-  def accumulate_in_wmma(self, wmmas: list[UOp], slots: list[UOp]) -> None:
-    """The accumulators (one per element of D) are the first WMMA's C, each WMMA's D the next one's C, the last D is
-    stored back: the tensor core accumulates, instead of an ADD per element after a WMMA from zero."""
-    acc = [self.emit(UOp(Ops.LOAD, slot.dtype.base, (slot,), arg=("acc", slot.src[0].arg, "in"))) for slot in slots]
-    for w in wmmas:
-      operands = tuple(self.need(s) for s in w.src[:len(w.src) - len(acc)])
-      d = self.emit(UOp(Ops.WMMA, w.dtype, (*operands, *acc), w.arg))
-      acc = [self.emit(UOp(Ops.GEP, w.dtype.scalar(), (d,), (e,))) for e in range(len(acc))]
-    for slot, v in zip(slots, acc): self.emit(UOp(Ops.STORE, dtypes.void, (slot, v)))
+  def accumulate_in_wmmas(self, chains: list[tuple[list[UOp], list[UOp]]]) -> None:
+    """Per chain (its WMMAs, the accumulator slots of D's elements): the accumulators are the first WMMA's C, each
+    WMMA's D the next one's C, the last D is stored back: the tensor core accumulates, instead of an ADD per element
+    after a WMMA from zero. The chains' WMMAs are emitted round by round (every chain's first, then every chain's
+    second, ...), so a WMMA never waits on the one just issued (a dependent mma.sync stalls for its whole latency)."""
+    accs = [[self.emit(UOp(Ops.LOAD, slot.dtype.base, (slot,), arg=("acc", slot.src[0].arg, "in"))) for slot in slots]
+            for _, slots in chains]
+    for i in range(max((len(ws) for ws, _ in chains), default=0)):
+      for c, (wmmas, _) in enumerate(chains):
+        if i >= len(wmmas): continue
+        w, acc = wmmas[i], accs[c]
+        operands = tuple(self.need(s) for s in w.src[:len(w.src) - len(acc)])
+        d = self.emit(UOp(Ops.WMMA, w.dtype, (*operands, *acc), w.arg))
+        accs[c] = [self.emit(UOp(Ops.GEP, w.dtype.scalar(), (d,), (e,))) for e in range(len(acc))]
+    for (_, slots), acc in zip(chains, accs):
+      for slot, v in zip(slots, acc): self.emit(UOp(Ops.STORE, dtypes.void, (slot, v)))
 
   def run(self) -> list[UOp]:
     loops = sorted((u for u in self.order if u.op is Ops.RANGE and u.arg[1] != "reduce"), key=lambda r: r.arg)
