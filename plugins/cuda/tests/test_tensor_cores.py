@@ -267,11 +267,13 @@ def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, n
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
   """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 48 KB of
-  shared memory in 3 stages filled by cp.async and read by ldmatrix (tc_async.py); NVRTC compiles it."""
+  shared memory in 3 stages filled by cp.async and read by ldmatrix, the blocks in grouped order (tc_async.py);
+  NVRTC compiles it."""
   a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
   (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch))
   assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
-                               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 48)]
+                               Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 304)]
+  assert "((gidx1/8)*8)+(gidx0%8)" in spec.src   # 8 block rows a group
   assert spec.local_size == (32, 2, 2) and spec.global_size == (32, 32, 1)
   assert "half stage0[12288];" in spec.src and "half stage1[12288];" in spec.src   # 3 x 128x32 (A), 3 x 32x128 (B)
   loop = spec.src.split("for (int ridx")[1]
