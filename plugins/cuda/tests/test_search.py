@@ -17,7 +17,7 @@ def _matmul_kernel(n: int, r) -> Kernel:
   return Kernel(run_pipeline(item.ast, r, KernelContext(r), until="opt"), r)
 
 HEURISTIC = [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
-             Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 15)]
+             Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 304)]
 
 def test_too_many_accumulators_are_refused_before_building():
   r = CUDARenderer("sm_80")
@@ -37,7 +37,9 @@ def test_whole_tensor_core_kernels_are_search_starts():
   tiles = runner.tensor_core_kernels(k)
   assert tiles and all(s[0].op is OptOps.TC and runner.apply_all(k, list(s)) is not None for s in tiles)
   stages = {s[-1].arg for s in tiles if s[-1].op is OptOps.STAGE}
-  assert stages == set(runner.TC_SEARCH["stage"]) and any(s[-1].op is not OptOps.STAGE for s in tiles)
+  # sm_80 has cp.async and ldmatrix: the asynchronous STAGE modes too
+  assert stages == set(runner.TC_SEARCH["stage"] + runner.TC_SEARCH["async_stage"])
+  assert any(s[-1].op is not OptOps.STAGE for s in tiles)
   assert tuple(HEURISTIC) in tiles
   assert not runner.tensor_core_kernels(runner.apply_all(k, HEURISTIC[:1]))   # from the plain kernel only
   with Context(TC=0): assert not runner.tensor_core_kernels(k)
@@ -51,7 +53,9 @@ def test_a_worker_builds_cuda_candidates_with_nvrtc_and_no_gpu(nvrtc):
   job = pickle.dumps((r, CUDACompiler("sm_80"), k.sink, settings, pipeline_key()))
   pool = compile_pool(2)
   staged = pool.submit("cuda-test", job, HEURISTIC)
-  too_big = pool.submit("cuda-test", job, HEURISTIC[:4] + [Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.STAGE, None, 15)])
+  # a 256x256 block with a K step of 64 in 5 stages: 320 KB of shared memory (sm_80 has 163 KB)
+  too_big = pool.submit("cuda-test", job, HEURISTIC[:3] + [Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.LOCAL, 1, 4),
+                                                           Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.STAGE, None, 16 + 96)])
   spec, cubin = staged.result(timeout=300)
   assert cubin[:4] == b"\x7fELF" and list(spec.applied_opts) == HEURISTIC and "__shared__" in spec.src
   with pytest.raises(RuntimeError, match="shared memory"): too_big.result(timeout=300)
