@@ -250,3 +250,24 @@ def test_a_call_with_the_wrong_buffer_count_is_refused_not_run():
   with pytest.raises(ValueError, match=r"takes 2 buffers and 0 values, got 3 and 0"): runner.prg(*bufs, bufs[0])
   runner.prg(*bufs)
   assert t.numpy().tolist() == [3.0] * 8
+
+def test_shared_loop_bounds_let_llvm_drop_the_sign_extensions(monkeypatch):
+  """The shared loop's bounds are clamped to [0, end], so LLVM knows its 32-bit counter stays small: every index is
+  widened to 64 bits once instead of sign-extended per access (42 `sext`s in a 4x4-upcast transposition's loops before;
+  they made LSR and IndVarSimplify the most expensive passes of small kernels). Results stay exact on any thread count."""
+  from tinyplug import Tensor, Device
+  from tinyplug.helpers import Context
+  from tinyplug_cpu_llvm.compiler import LLVMCompiler
+  specs = []
+  compile_program = LLVMCompiler.compile_program
+  monkeypatch.setattr(LLVMCompiler, "compile_program", lambda self, spec: specs.append(spec) or compile_program(self, spec))
+  x = np.random.rand(64, 64, 12, 12).astype(np.float32)
+  compiler = Device["CPU"].compiler    # opening the device registers CPU_THREADS
+  for threads in (1, 2, 5):
+    with Context(CPU_THREADS=threads):
+      np.testing.assert_array_equal(Tensor(x).permute(0, 2, 3, 1).contiguous().numpy(), x.transpose(0, 2, 3, 1))
+  split = [sp for sp in specs if sp.thread_split and not sp.work <= 1024]
+  assert split
+  for sp in split:
+    blocks = compiler.optimized_ir(sp.src).split("define")[1].split("\n\n")
+    assert "sext" not in "".join(blocks[1:]), sp.name    # only the entry block widens core_id and n_cores

@@ -89,17 +89,31 @@ class LLVMCompiler(Compiler):
       fns = [f for f in mod.functions if not f.is_declaration]
       if len(fns) != 1: raise ValueError(f"expected one function in the module, found {len(fns)}")
       fns[0].name = symbol_for(src)
-      opt, tm = self._tier(quick)
-      mod.triple = tm.triple
-      mod.data_layout = str(tm.target_data)
-      pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-      pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = opt >= 2
-      pb = llvm.create_pass_builder(tm, pto)
-      pb.getModulePassManager().run(mod, pb)
+      tm = self._optimize(mod, quick)
       obj = tm.emit_object(mod)
       LLVMCompiler.compiles += 1
       if DEBUG >= 5: print(f"cpu_llvm: compiled {symbol_for(src)} in {(time.perf_counter()-st)*1e3:.2f} ms\n{mod}")
     return obj
+
+  def _optimize(self, mod, quick: bool):
+    """Run the tier's pass pipeline on `mod` in place; returns the TargetMachine that emits it."""
+    llvm = init_llvm()
+    opt, tm = self._tier(quick)
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+    pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = pto.loop_interleaving = opt >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm
+
+  def optimized_ir(self, src: str, quick: bool = False) -> str:
+    """The IR `compile` would emit for `src`, as text (for tests and for looking at what the optimiser did)."""
+    llvm = init_llvm()
+    with self._lock:
+      mod = llvm.parse_assembly(src)
+      self._optimize(mod, quick)
+      return str(mod)
 
   def _tier(self, quick: bool):
     """(IR opt level, TargetMachine): O0 for a quick kernel, else the configured level."""
