@@ -3,8 +3,8 @@
 The function is `void @name(ptr noalias %data0, ..., i32 %<var>, ...)`: buffers first (DEFINE_GLOBAL order), then the
 DEFINE_VARs sorted by name. With `split_threads` (the CPU) two more parameters `i32 %core_id, i32 %n_cores` follow
 and the loop threads may share (`tinyplug.backend.shareable_loop`) iterates only the share
-`[n*core_id/n_cores, n*(core_id+1)/n_cores)` of its range, so a runtime can run the same function on several
-threads; `core_id=0, n_cores=1` runs everything.
+`[n*core_id/n_cores, n*(core_id+1)/n_cores)` of its range (both ends clamped to [0, n], which tells LLVM the
+counter's range), so a runtime can run the same function on several threads; `core_id=0, n_cores=1` runs everything.
 
 How values are held:
 - bool is `i1` in registers and `i8` in memory; bfloat16 is `float` in registers (rounded to bfloat16 after every
