@@ -34,6 +34,11 @@ vector_fill = [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST
 staged = Tensor(s16[0]).realize().matmul(Tensor(s16[1]).realize(), dtype=dtypes.float)
 checks["fp16 matmul (tensor cores, STAGE:15)"] = (run_kernel(staged, Device.DEFAULT, vector_fill)[0],
                                                   s16[0].astype(np.float32) @ s16[1].astype(np.float32))
+# the asynchronous mode: cp.async into swizzled row-major tiles, ldmatrix, 3 and 4 stages, blocks in grouped order
+for arg in (304, 80):
+  staged = Tensor(s16[0]).realize().matmul(Tensor(s16[1]).realize(), dtype=dtypes.float)
+  checks[f"fp16 matmul (tensor cores, STAGE:{arg})"] = (run_kernel(staged, Device.DEFAULT, vector_fill[:-1] + [Opt(OptOps.STAGE, None, arg)])[0],
+                                                        s16[0].astype(np.float32) @ s16[1].astype(np.float32))
 img, k = rng.standard_normal((4, 8, 20, 20), dtype=np.float32), rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
 import torch
 checks["conv"] = (Tensor(img).conv2d(Tensor(k), padding=1).numpy(), torch.nn.functional.conv2d(torch.tensor(img), torch.tensor(k), padding=1).numpy())
