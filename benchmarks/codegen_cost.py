@@ -19,21 +19,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def collect_asts(model: str) -> list:
   """Every kernel AST of the model's first training step (weights, optimiser state, the jitted step)."""
-  from tinyplug import Tensor, TinyJit, nn
+  from tinyplug import Tensor, nn
   from tinyplug.nn.optim import Adam
   from tinyplug.nn.state import get_parameters
   from tinyplug.engine import realize
-  from first_step import _batches, _make_model
+  from first_step import _batches, _make_model, tinyplug_step
   Tensor.manual_seed(0)
   before = set(realize._runners)
   m = _make_model(model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
-  @TinyJit
-  @Tensor.train()
-  def jstep(x, y):
-    opt.zero_grad()
-    loss = m(x).sparse_categorical_crossentropy(y).backward()
-    return loss.realize(*opt.schedule_step())
+  jstep = tinyplug_step(m, opt)
   for x, y in _batches(model, 2): jstep(Tensor(x), Tensor(y)).item()
   return [k[1] for k in realize._runners if k not in before]
 

@@ -56,6 +56,18 @@ def _make_model(model: str, nn):
 
 CPU_STEPS: list[float] = []   # process CPU time (all threads) of each step of the last _time_steps
 
+def tinyplug_step(m, opt):
+  """tinyplug's jitted training step of model `m`: cross-entropy, backward, one optimiser step (also step_kernels.py's
+  and codegen_cost.py's)."""
+  from tinyplug import Tensor, TinyJit
+  @TinyJit
+  @Tensor.train()
+  def step(x, y):
+    opt.zero_grad()
+    loss = m(x).sparse_categorical_crossentropy(y).backward()
+    return loss.realize(*opt.schedule_step())
+  return step
+
 def _time_steps(step, batches) -> list[float]:
   times = []
   CPU_STEPS.clear()
@@ -69,7 +81,7 @@ def _time_steps(step, batches) -> list[float]:
 # ---------------- workers (each runs in its own process) ----------------
 
 def worker_tinyplug(model: str, steps: int) -> dict:
-  from tinyplug import Tensor, TinyJit, Device, nn
+  from tinyplug import Tensor, Device, nn
   from tinyplug.nn.optim import Adam
   from tinyplug.nn.state import get_parameters
   from tinyplug.engine import realize
@@ -81,12 +93,7 @@ def worker_tinyplug(model: str, steps: int) -> dict:
   m = _make_model(model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
   t_setup = time.perf_counter() - T0 - t_import
-  @TinyJit
-  @Tensor.train()
-  def jstep(x, y):
-    opt.zero_grad()
-    loss = m(x).sparse_categorical_crossentropy(y).backward()
-    return loss.realize(*opt.schedule_step())
+  jstep = tinyplug_step(m, opt)
   compiler = Device[Device.DEFAULT].compiler
   before = (getattr(type(compiler), "compiles", 0), len(realize._runners))
   times = _time_steps(lambda x, y: jstep(Tensor(x), Tensor(y)).item(), _batches(model, steps))

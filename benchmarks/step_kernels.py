@@ -20,17 +20,12 @@ def main() -> None:
   ap.add_argument("--top", type=int, default=12, help="how many of the slowest kernels to list")
   ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of the wall clock")
   args = ap.parse_args()
-  from tinyplug import Tensor, TinyJit, nn
+  from tinyplug import Tensor, nn
   from tinyplug.nn.optim import Adam
   from tinyplug.nn.state import get_parameters
   m = first_step._make_model(args.model, nn)
   opt = Adam(get_parameters(m), lr=1e-3)
-  @TinyJit
-  @Tensor.train()
-  def step(x, y):
-    opt.zero_grad()
-    loss = m(x).sparse_categorical_crossentropy(y).backward()
-    return loss.realize(*opt.schedule_step())
+  step = first_step.tinyplug_step(m, opt)
   batches = first_step._batches(args.model, 4)
   for x, y in batches[:3]: step(Tensor(x), Tensor(y)).item()   # the third call replays
   launches = step.captured.launches
