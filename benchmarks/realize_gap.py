@@ -77,8 +77,9 @@ def main() -> None:
     print(f"\n{name}: phases in context (after its kernel) and hot (the same Python around a tiny kernel)")
     print("| phase | in context | hot |\n|---|---:|---:|")
     for key in ("build", "schedule", "run", "kernel", "becomes", "free", "all"):
-      print(f"| {key if key != 'run' else 'run (without the kernel)'} | {_pct([s[key] for s in ctx], .1):.1f} / "
-            f"{_pct([s[key] for s in ctx], .5):.1f} | {_pct([s[key] for s in hot], .1):.1f} / {_pct([s[key] for s in hot], .5):.1f} |")
+      c, h = [s[key] for s in ctx], [s[key] for s in hot]
+      print(f"| {key if key != 'run' else 'run (without the kernel)'} | {_pct(c, .1):.1f} / {_pct(c, .5):.1f} | "
+            f"{_pct(h, .1):.1f} / {_pct(h, .5):.1f} |")
     py_ctx = [s["all"] - s["kernel"] for s in ctx]
     py_hot = [s["all"] - s["kernel"] for s in hot]
     print(f"Python around the kernel: {_pct(py_ctx, .1):.1f} us in context, {_pct(py_hot, .1):.1f} us hot (p10)")
@@ -108,7 +109,7 @@ def main() -> None:
           if warm:
             for v in views: np.add.reduce(v)   # the buffers back into the caches (untimed)
           res[(g, warm)].append(kernels())
-    print(f"kernels alone after an idle gap (p10 / median, us):\n| gap | as it is | buffers re-read first |\n|---|---:|---:|")
+    print("kernels alone after an idle gap (p10 / median, us):\n| gap | as it is | buffers re-read first |\n|---|---:|---:|")
     for g in gaps:
       print(f"| {g} us | {_pct(res[(g, False)], .1):.1f} / {_pct(res[(g, False)], .5):.1f} | "
             f"{_pct(res[(g, True)], .1):.1f} / {_pct(res[(g, True)], .5):.1f} |")
