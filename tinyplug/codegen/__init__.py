@@ -220,21 +220,13 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
     from tinyplug.codegen import program_cache
     if (cached := program_cache.load(key)) is not None:
       if CHECK_OOB: check_in_bounds(cached.name, cached.uops)
-      if events.enabled("kernel"): events.emit("kernel", {"name": cached.name, "ast": ast, "uops": list(cached.uops),
-                                                            "src": cached.src, "device": renderer.device,
-                                                            "opts": cached.applied_opts, "estimates": cached.estimates,
-                                                            "global_size": cached.global_size,
-                                                            "local_size": cached.local_size})
+      announce_kernel(cached, ast, renderer.device)
       return cached
   with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
     uops = run_pipeline(ast, renderer, ctx)
     if CHECK_OOB: check_in_bounds(ctx.name, uops)
     src = renderer.render(ctx.name, uops)
   est = estimate(ast)
-  if events.enabled("kernel"): events.emit("kernel", {"name": ctx.name, "ast": ast, "uops": uops, "src": src,
-                                                        "device": renderer.device, "opts": tuple(ctx.applied_opts),
-                                                        "estimates": est, "global_size": ctx.global_size,
-                                                        "local_size": ctx.local_size})
   bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
   outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}))
   ins = tuple(b.arg for b in bufs if b.arg not in outs)
@@ -242,8 +234,16 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   spec = ProgramSpec(ctx.name, tuple(uops), src, ctx.global_size, ctx.local_size, variables, outs, ins,
                      tuple(ctx.applied_opts), est,
                      thread_split=renderer.runs_loops and shareable_loop(uops) is not None, work=loop_work(uops))
+  announce_kernel(spec, ast, renderer.device)
   if key is not None: program_cache.store(key, spec)
   return spec
+
+def announce_kernel(spec: ProgramSpec, ast: UOp, device: str) -> None:
+  """The `kernel` event of a lowered kernel (built here, read from the disk cache, or built by a BEAM worker)."""
+  if events.enabled("kernel"):
+    events.emit("kernel", {"name": spec.name, "ast": ast, "uops": list(spec.uops), "src": spec.src, "device": device,
+                           "opts": spec.applied_opts, "estimates": spec.estimates, "global_size": spec.global_size,
+                           "local_size": spec.local_size})
 
 def check_in_bounds(name: str, uops: Any) -> None:
   """CHECK_OOB: every unmasked access to a kernel buffer stays inside it, for every value its index can take (the

@@ -178,6 +178,7 @@ class Timer:
         out[i] = self._time(candidates[i], self._build_here(candidates[i]))
         if self.on_progress is not None: self.on_progress(n + 1, len(todo))
       return out
+    from tinyplug.codegen import announce_kernel
     from tinyplug.search.pool import JobRefused, WorkerDied
     if self.renderer.runs_loops:
       for fut in futures: _settle(pool, fut)
@@ -200,7 +201,7 @@ class Timer:
         _dropped(candidates[i], str(e))
         continue
       self.stats["built_in_workers"] += 1
-      self._announce(built[0])
+      announce_kernel(built[0], self.ast, self.renderer.device)   # codegen's event, for a kernel a worker lowered
       out[i] = self._time(candidates[i], built)
       if self.on_progress is not None: self.on_progress(n + 1, len(todo))
     return out
@@ -235,13 +236,6 @@ class Timer:
     self.stats["failed"] += 1
     _dropped(opts, why)
     return None
-
-  def _announce(self, spec) -> None:
-    """The `kernel` event codegen sends for a kernel it lowers, for one a worker lowered (listeners see every candidate)."""
-    if events.enabled("kernel"):
-      events.emit("kernel", {"name": spec.name, "ast": self.ast, "uops": list(spec.uops), "src": spec.src,
-                             "device": self.renderer.device, "opts": spec.applied_opts, "estimates": spec.estimates,
-                             "global_size": spec.global_size, "local_size": spec.local_size})
 
   def run_once(self, prg, spec) -> float:
     """Seconds of one run of a built candidate (tests replace this to time deterministically)."""
