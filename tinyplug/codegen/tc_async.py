@@ -109,7 +109,7 @@ def _digit_uop(digits, varying: tuple[UOp, ...], const: int, dtype) -> UOp:
 
 def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: int, swizzle: bool) -> _AsyncPlan:
   from tinyplug.codegen.kernel import replace_nodes
-  from tinyplug.codegen.tc_staging import VARYING, StagingError, _digits, _evaluate, _ranges_of, _size
+  from tinyplug.codegen.tc_staging import VARYING, StagingError, _digits, _ranges_of, _size, _slot_offsets
   if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
          for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
   if any(len(x.src) > 1 or len(x.src[0].src) > 2 for x in loads):
@@ -126,23 +126,10 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
   steps = tuple(sorted((r for r in used if r.arg[1] == "reduce"), key=lambda r: r.arg, reverse=True))
   warp = [i for i, r in enumerate(varying) if r.arg[1] == "warp"]
   if len(warp) != 1 or _size(varying[warp[0]]) != 32: raise StagingError("the WMMA's lanes are not one warp of 32")
-  n_slots = math.prod(_size(r) for r in varying)
-  slot = np.arange(n_slots)
-  coords, strides, stride = {}, [], 1
-  for r in varying:
-    coords[r] = (slot // stride) % _size(r)
-    strides.append(stride)
-    stride *= _size(r)
+  slot = np.arange(math.prod(_size(r) for r in varying))
+  strides = [math.prod(_size(r) for r in varying[:i]) for i in range(len(varying))]
   indexes = [x.src[0].src[1] for x in loads]
-  def offsets(at: dict) -> np.ndarray:   # [slot, element] -> global index
-    memo: dict = {}
-    return np.stack([np.broadcast_to(_evaluate(i, {**coords, **at}, memo), (n_slots,)) for i in indexes], axis=1)
-  off = offsets({})
-  for r in {r for i in indexes for r in _ranges_of(i)} - set(varying):   # the work-group's and the K step's ranges
-    for v in {1, _size(r) - 1} - {0}:
-      d = offsets({r: v}) - off
-      if not (d == d.flat[0]).all() or d.flat[0] % per:
-        raise StagingError(f"range {r.arg} moves the tile by other than whole 16-byte chunks")
+  coords, off = _slot_offsets(varying, indexes, per, "16-byte chunks")   # [slot, element] -> global index
   start = int(off.min())
   rel = off - start
   uniq = np.unique(rel)

@@ -233,6 +233,27 @@ def _evaluate(u: UOp, values: dict[UOp, object], memo: dict | None = None):
   memo[u] = out
   return out
 
+def _slot_offsets(varying: tuple[UOp, ...], indexes: list[UOp], unit: int,
+                  what: str) -> tuple[dict[UOp, np.ndarray], np.ndarray]:
+  """Each slot's value of each `varying` range (fastest first), and the global index of every [slot, element] of an
+  operand whose loads read `indexes`. Raises StagingError where another range (the work-group's, the K step's) moves
+  the tile by other than whole multiples of `unit` elements (`what` names them), or an index does not evaluate."""
+  n_slots = math.prod(_size(r) for r in varying)
+  slot, coords, stride = np.arange(n_slots), {}, 1
+  for r in varying:
+    coords[r] = (slot // stride) % _size(r)
+    stride *= _size(r)
+  def offsets(at: dict) -> np.ndarray:
+    memo: dict = {}
+    return np.stack([np.broadcast_to(_evaluate(i, {**coords, **at}, memo), (n_slots,)) for i in indexes], axis=1)
+  off = offsets({})
+  for r in {r for i in indexes for r in _ranges_of(i)} - set(varying):
+    for v in {1, _size(r) - 1} - {0}:
+      d = offsets({r: v}) - off
+      if not (d == d.flat[0]).all() or d.flat[0] % unit:
+        raise StagingError(f"range {r.arg} moves the tile by other than whole {what}")
+  return coords, off
+
 def _digits(f: np.ndarray, breaks: tuple[int, ...]) -> tuple[tuple[int, int, int], ...] | None:
   """f (f[0] == 0) as digits `(lo, radix, coef)` of x with a digit boundary at each of `breaks`, or None."""
   digits, lo, size = [], 1, len(f)
@@ -261,23 +282,8 @@ def _tile(p: _Plan, threads: list[UOp], renderer) -> _Tile | None:
                        for x in p.loads): return None
   width, count = max(widths), p.slots * n
   if count % (width * n_threads): return None
-  slot = np.arange(p.slots)
-  coords, stride = {}, 1
-  for r in p.varying:
-    coords[r] = (slot // stride) % _size(r)
-    stride *= _size(r)
   indexes = [x.src[0].src[1] for x in p.loads]
-  try:
-    def offsets(at: dict) -> np.ndarray:   # [slot, element] -> global index
-      memo: dict = {}
-      return np.stack([np.broadcast_to(_evaluate(i, {**coords, **at}, memo), (p.slots,)) for i in indexes], axis=1)
-    off = offsets({})
-    # the other ranges (the work-group's, the K step's) must shift the whole tile by whole vectors
-    others = {r for i in indexes for r in _ranges_of(i)} - set(p.varying)
-    for r in others:
-      for v in {1, _size(r) - 1} - {0}:
-        d = offsets({r: v}) - off
-        if not (d == d.flat[0]).all() or d.flat[0] % width: return None
+  try: coords, off = _slot_offsets(p.varying, indexes, width, "vectors")
   except StagingError: return None
   flat = off.reshape(-1)
   order = np.argsort(flat, kind="stable")
