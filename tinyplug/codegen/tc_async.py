@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.codegen.tc_staging import VARYING, StagingError, _digits, _linear, _ranges_of, _size, _slot_offsets
 
-STAGE_ASYNC, STAGE_DEPTH, STAGE_NO_SWIZZLE, STAGE_GROUPED, STAGE_BLOCKS = 16, 32, 128, 256, 512
+STAGE_DEPTH, STAGE_NO_SWIZZLE, STAGE_GROUPED, STAGE_BLOCKS = 32, 128, 256, 512   # bit 16 is tc_staging's STAGE_ASYNC
 CHUNK = 16   # bytes one cp.async copies and one ldmatrix row holds
 
 def blocks_per_sm(arg: int) -> int:
@@ -92,7 +93,6 @@ def _position(p: _AsyncPlan, row, chunk):
 def _digit_uop(digits, varying: tuple[UOp, ...], const: int, dtype) -> UOp:
   """sum(((slot // lo) % radix) * coef) + const with the slot number's digits read off the ranges themselves (each
   digit lies within one range: `_digits` splits at the ranges' boundaries)."""
-  from tinyplug.codegen.tc_staging import _size
   starts, s = [], 1
   for r in varying:
     starts.append(s)
@@ -109,7 +109,6 @@ def _digit_uop(digits, varying: tuple[UOp, ...], const: int, dtype) -> UOp:
 
 def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: int, swizzle: bool) -> _AsyncPlan:
   from tinyplug.codegen.kernel import replace_nodes
-  from tinyplug.codegen.tc_staging import VARYING, StagingError, _digits, _ranges_of, _size, _slot_offsets
   if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
          for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
   if any(len(x.src) > 1 or len(x.src[0].src) > 2 for x in loads):
@@ -201,7 +200,6 @@ def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half, live
   """This thread's cp.async copies of `p`'s tile at the K step `at_step` gives, into `mem` at element `half`; only
   where `live` holds, if given."""
   from tinyplug.codegen.kernel import replace_nodes
-  from tinyplug.codegen.tc_staging import _linear, _size
   base = replace_nodes(p.base, at_step) if at_step else p.base
   n_threads = math.prod(_size(r) for r in threads)
   tid = _linear(threads, base.dtype)
@@ -246,7 +244,6 @@ def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], 
   """`sink` with its WMMAs' operands (each a tuple of loads) read by ldmatrix from S-stage shared
   tiles that cp.async fills (the module docstring)."""
   from tinyplug.codegen.kernel import replace_nodes
-  from tinyplug.codegen.tc_staging import StagingError, _size
   if not renderer.async_copy:
     raise StagingError("the renderer has no asynchronous copies to shared memory and no ldmatrix (CUDA C, sm_80+): "
                        "stage without bit 16")
@@ -295,7 +292,6 @@ def _grouped(sink: UOp, plans: list[_AsyncPlan]) -> UOp:
   rows of A's blocks against fewer of B's and the tiles they share stay in the L2 cache. A bijection of the two block
   ranges (A's alone and B's alone); refused where there are not exactly those two or G divides no block count."""
   from tinyplug.codegen.kernel import replace_nodes
-  from tinyplug.codegen.tc_staging import StagingError, _ranges_of, _size
   a, b = (({r for r in _ranges_of(p.base) if r.arg[1] == "loop"}) for p in plans[:2]) if len(plans) == 2 else ((), ())
   mine, theirs = set(a) - set(b), set(b) - set(a)
   if len(mine) != 1 or len(theirs) != 1: raise StagingError("grouped blocks need one block range of A and one of B")
