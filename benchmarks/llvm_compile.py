@@ -10,7 +10,7 @@ renders the same model too, and both sets are compiled in turns by the same comp
 --passes adds LLVM's pass timing report summed over the kernels (-time-passes).
 """
 from __future__ import annotations
-import argparse, collections, glob, json, os, re, subprocess, sys, tempfile, time
+import argparse, collections, glob, os, re, subprocess, sys, tempfile, time
 
 def capture(model: str, out: str) -> None:
   """(subprocess) run the model's first two steps and write every O3 kernel's IR into `out`."""

@@ -13,9 +13,9 @@ from tinyplug.helpers import SCALAR_ARGS
 from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
-from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
+from tinyplug.schedule.cache import MAX_TEMPLATES, make_template, structure
 from tinyplug.schedule.scalars import parameterize
-from tinyplug.schedule.fusion import GO, FusionGraph, fuse_step
+from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
 from tinyplug.schedule import simplify_cache

@@ -64,7 +64,7 @@ def explain(sched: Any) -> list[Decision]:
 def _reduce_blocker(sched: Any, r: UOp) -> tuple[str, str]:
   """(rule, sentence): why reduction r's result cannot be computed inside one consumer kernel with elementwise math
   only; ("", "") if it can. The walk and its rule are the scheduler's own."""
-  from tinyplug.schedule import fuse_step
+  from tinyplug.schedule.fusion import fuse_step
   ends, refused = sched.fusion.consumer_walk(r, fuse_step(set(sched.realized)), every_end=True)
   if refused is not None:
     return f"reduce-then-{refused.op.name.lower().removesuffix('_axis')}", f"its result is used by {_op_text(refused)}, " \
