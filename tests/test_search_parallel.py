@@ -45,6 +45,21 @@ def test_parallel_search_picks_a_kernel_that_matches_numpy():
   with Context(BEAM=2, PARALLEL=2, CACHELEVEL=0, IGNORE_BEAM_CACHE=1):   # and through the engine
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
 
+def test_workers_import_nothing_from_the_working_directory(monkeypatch, tmp_path):
+  """A module in the working directory that this process does not import from (here: a struct.py) is not imported by
+  the workers either (`python -m` would put the directory first on their path)."""
+  _cpu_or_skip()
+  from tinyplug.search.pool import close_pool
+  marker = tmp_path / "imported"
+  (tmp_path / "struct.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+  monkeypatch.chdir(tmp_path)
+  close_pool()   # the workers start in this directory
+  try:
+    out, _ = _matmul(16, 16, 32)
+    _, ev = _search(out, 2, PARALLEL=2)
+  finally: close_pool()
+  assert not marker.exists() and ev["built_in_workers"] > 0
+
 def test_parallel_and_serial_pick_the_same_given_the_same_timings(monkeypatch):
   """With each program's time a function of its source, both ways time the same candidates in the same order
   and pick the same actions."""

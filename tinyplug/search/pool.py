@@ -40,10 +40,12 @@ def default_workers() -> int:
 
 class _Worker:
   def __init__(self):
-    # the worker imports codegen and, through the job's pickle, the plugin's renderer and compiler: never a device
-    # and finds modules where this process does (a compiler class defined next to a script)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in sys.path if p and os.path.isdir(p)])}
-    self.proc = subprocess.Popen([sys.executable, "-m", "tinyplug.search.worker"], stdin=subprocess.PIPE,
+    # the worker imports codegen and, through the job's pickle, the plugin's renderer and compiler: never a device.
+    # It finds modules where this process does (a compiler class defined next to a script) and nowhere else: -P keeps
+    # `-m` from putting its working directory first (a struct.py there would run in the worker, not in this process)
+    path = [os.getcwd() if p == "" else p for p in sys.path]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in path if os.path.isdir(p)])}
+    self.proc = subprocess.Popen([sys.executable, "-P", "-m", "tinyplug.search.worker"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, env=env)
     self.job_key: str | None = None   # the job (kernel, renderer, compiler, settings) it holds
     self.busy_since: float | None = None
