@@ -95,7 +95,7 @@ class CUDAProgram:
   global_size counts blocks (as in the ProgramSpec), local_size is the block."""
   def __init__(self, dev: CUDADevice, name: str, binary: bytes, var_types: tuple = (), shared: int = 0):
     # the C type of each variable argument (int, or long long for a 64-bit variable); int where not given; the
-    # dynamic shared memory each launch gets (bytes; renderer.dynamic_shared_bytes)
+    # dynamic shared memory each launch gets (bytes; renderer.py's dynamic_shared_bytes)
     self.dev, self.name, self.var_types, self.shared = dev, name, var_types, int(shared)
     self._dims: dict = {}   # (global_size, local_size) -> (grid, block), worked out once per launch shape
     dev.make_current()
