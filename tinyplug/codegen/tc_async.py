@@ -30,10 +30,12 @@ more than one K loop, and tiles whose S buffers do not fit the shared memory."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.tc_staging import VARYING, StagingError, _digits, _linear, _ranges_of, _size, _slot_offsets
+if TYPE_CHECKING: from tinyplug.backend import Renderer
 
 STAGE_DEPTH, STAGE_NO_SWIZZLE, STAGE_GROUPED, STAGE_BLOCKS = 32, 128, 256, 512   # bit 16 is tc_staging's STAGE_ASYNC
 CHUNK = 16   # bytes one cp.async copies and one ldmatrix row holds
@@ -240,7 +242,7 @@ def _reads(p: _AsyncPlan, mem: UOp, half) -> dict[UOp, UOp]:
   return {x: UOp(Ops.WHERE, x.dtype, (first, UOp(Ops.GEP, x.dtype, (frag,), (e,)), UOp(Ops.GEP, x.dtype, (frag,), (n + e,))))
           for e, x in enumerate(p.loads)}
 
-def stage_async(sink: UOp, renderer, arg: int, operands: list[tuple[UOp, ...]], threads: list[UOp]) -> UOp:
+def stage_async(sink: UOp, renderer: Renderer, arg: int, operands: list[tuple[UOp, ...]], threads: list[UOp]) -> UOp:
   """`sink` with its WMMAs' operands (each a tuple of loads) read by ldmatrix from S-stage shared
   tiles that cp.async fills (the module docstring)."""
   from tinyplug.codegen.kernel import replace_nodes

@@ -1,13 +1,14 @@
 """Kernel search: run the selected strategy plugin, time candidates on the real device, cache the answer on disk."""
 from __future__ import annotations
 import hashlib, json, os, sys, time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from tinyplug import events
 from tinyplug.diskcache import SealedTable
 from tinyplug.helpers import CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE, suggest
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.hookspecs.search import check_strategy
+if TYPE_CHECKING: from tinyplug.backend import ProgramSpec
 
 def _thread_choices() -> tuple[int, ...]:
   try: n = len(os.sched_getaffinity(0))
@@ -237,7 +238,7 @@ class Timer:
     _dropped(opts, why)
     return None
 
-  def run_once(self, prg, spec) -> float:
+  def run_once(self, prg: Callable[..., float | None], spec: ProgramSpec) -> float:
     """Seconds of one run of a built candidate (tests replace this to time deterministically)."""
     st = time.perf_counter()
     tm = prg(*[b.handle for b in self.bufs], global_size=spec.global_size, local_size=spec.local_size,

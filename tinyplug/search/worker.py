@@ -4,7 +4,7 @@ stdout. It never opens a device: the job carries the renderer and compiler the p
 plugin's compiler rebuilds itself from its settings) and the parent's settings (every ContextVar's value)."""
 from __future__ import annotations
 import os, pickle, sys
-from typing import Any
+from typing import Any, BinaryIO
 
 def _load_job(job: bytes) -> tuple[Any, Any, Any]:
   """(renderer, compiler, kernel graph) of a job, with the parent's settings applied; raises when they differ in a
@@ -18,7 +18,7 @@ def _load_job(job: bytes) -> tuple[Any, Any, Any]:
     raise RuntimeError(f"the worker's pass pipeline ({mine[:12]}) is not the parent's ({key[:12]}): another plugin set")
   return renderer, compiler, sink
 
-def serve(inp, out) -> None:
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
   from tinyplug.codegen import get_program
   from tinyplug.search.pool import read_frame, write_frame
   job_key, state = None, None

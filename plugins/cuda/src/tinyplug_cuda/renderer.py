@@ -14,7 +14,7 @@ tables (`blockIdx`/`threadIdx` ids, `__shared__` arrays, `__syncthreads()`, `ext
   the same way everywhere instead of saturating."""
 from __future__ import annotations
 import math
-from typing import Any
+from typing import Any, Iterable
 from tinyplug.backend import LAUNCH_GRID
 from tinyplug.helpers import env_str
 from tinyplug.renderer.cstyle import CStyleRenderer, SMALL_INTS, is_ptr_of
@@ -52,7 +52,7 @@ def known_divisor(u: UOp) -> int:
 
 STATIC_SHARED_MAX = 49152   # bytes of static __shared__ arrays a kernel may declare; more is dynamic shared memory
 
-def shared_layout(uops) -> tuple[dict[UOp, int], int]:
+def shared_layout(uops: Iterable[UOp]) -> tuple[dict[UOp, int], int]:
   """Where each DEFINE_LOCAL of a kernel starts in its shared memory (bytes, 16-byte aligned) and the total: past
   STATIC_SHARED_MAX the arrays are carved out of dynamic shared memory, which the runtime sizes at launch."""
   offsets, total = {}, 0
@@ -67,7 +67,7 @@ def shared_layout(uops) -> tuple[dict[UOp, int], int]:
 SHARED_OPTIN = {"sm_70": 98304, "sm_72": 98304, "sm_75": 65536, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
                 "sm_89": 101376, "sm_90": 232448}
 
-def dynamic_shared_bytes(uops) -> int:
+def dynamic_shared_bytes(uops: Iterable[UOp]) -> int:
   """The dynamic shared memory a kernel rendered by CUDARenderer needs at launch (0: its arrays are static)."""
   total = shared_layout(uops)[1]
   return total if total > STATIC_SHARED_MAX else 0
