@@ -3,7 +3,7 @@ the way fast mma.sync kernels do it, for renderers that declare `async_copy` (CU
 
 - Each operand's tile of one K step is kept in shared memory *as it lies in global memory*: R rows of W contiguous
   elements (A: the work-group's M rows by the K step, row-major; B: the K step's rows by its N columns), found by
-  evaluating the operand's fragment loads over every slot (tc_staging's `_evaluate`). Rows are stored W apart, their
+  evaluating the operand's fragment loads over every slot (tc_staging's `_slot_offsets`). Rows are stored W apart, their
   16-byte chunks XOR-swizzled (`_swizzle`: chunk ^ a few row bits) so that the 8 rows one ldmatrix reads, and the 8
   chunks a quarter warp copies, fall into different banks; STAGE bit 128 turns the swizzle off (to measure it).
 - The fill: every thread copies 16-byte chunks `tid, tid + T, ...` straight from global to shared memory, without

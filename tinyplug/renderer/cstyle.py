@@ -18,12 +18,11 @@ What a dialect sets (class attributes):
   infix_ops / call_ops   ALU op -> C operator / function name
   const_suffix      scalar DType -> literal suffix ("f", "l", "u", ...); inf_code / nan_code: the names of inf and NaN
   helper_prefix     how helper functions in the prelude start ("inline", "__device__ inline", ...)
+  memory_ops        LOAD args the dialect renders itself in `render_memory_op` (CUDA's cp.async and ldmatrix)
 and overrides, where the dialect needs more than a table: `value_type`, `storage_type`, `render_const`, `render_alu`,
 `render_cast`, `render_bitcast`, `render_gep`, `render_load`, `render_store`, `render_shared`, `render_barrier`,
-`render_memory_op`
-(LOADs whose arg is in `memory_ops`: CUDA's cp.async and ldmatrix), `render_wmma` (a tensor core's WMMA, for a
-dialect that advertises `tensor_cores`), `note` (per-uop bookkeeping, e.g.
-extensions a type needs), `prelude` (lines before the kernel) and `render_kernel_head`.
+`render_memory_op`, `render_wmma` (a tensor core's WMMA, for a dialect that advertises `tensor_cores`), `note`
+(per-uop bookkeeping, e.g. extensions a type needs), `prelude` (lines before the kernel) and `render_kernel_head`.
 
 Helpers a method may ask for go into `self.needs` while rendering; `prelude()` turns them into text."""
 from __future__ import annotations
