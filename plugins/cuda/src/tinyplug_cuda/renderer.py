@@ -116,6 +116,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       ch for ch in self.arch.split("_")[-1] if ch.isdigit()), STATIC_SHARED_MAX)   # sm_90a counts as sm_90
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
     self._dynamic: dict = {}  # DEFINE_LOCAL -> byte offset in dynamic shared memory (render() works it out)
+    self._dynamic_total = 0   # and the bytes they take
     # 8- and 16-byte loads and stores (no bool vectors: comparisons stay per lane); 8 halves are one 16-byte access
     self.vector_widths = {dt: tuple(w for w in ((8, 4, 2) if dt in _HALVES else (4, 2)) if w * dt.itemsize <= 16)
                           for dt in _VECTOR_NAMES}
@@ -157,7 +158,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
 
   def render(self, name: str, uops: list[UOp]) -> str:
     offsets, total = shared_layout(uops)
-    self._dynamic = offsets if total > STATIC_SHARED_MAX else {}
+    self._dynamic, self._dynamic_total = (offsets, total) if total > STATIC_SHARED_MAX else ({}, 0)
     return super().render(name, uops)
 
   def render_shared(self, u: UOp, name: str, ctype: str, size: int) -> str:
@@ -166,9 +167,8 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     # emulator, which has no launch-time size, gets a static array as large
     head = ""
     if self._dynamic[u] == 0:
-      total = shared_layout([x for x in self._dynamic])[1]
       head = (f"#ifdef __CUDA_ARCH__\n  extern __shared__ __align__(16) unsigned char tp_smem[];\n#else\n"
-              f"  __shared__ __align__(16) unsigned char tp_smem[{total}];\n#endif\n  ")
+              f"  __shared__ __align__(16) unsigned char tp_smem[{self._dynamic_total}];\n#endif\n  ")
     return f"{head}{ctype}* {name} = ({ctype}*)(tp_smem+{self._dynamic[u]});"
 
   def render_wmma(self, u: UOp, s: list[str]) -> str:
