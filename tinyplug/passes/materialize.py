@@ -2,7 +2,8 @@
 of its own. Inlined, it would be recomputed for every element of the broadcast: the softmax-cross-entropy gradient
 (an exp per logit) inside a linear layer's weight gradient ran once per weight column, 9216 times over. Cheap math
 counts too when it is re-read enough: a convolution reads each input element once per output channel and window tap
-(a ReLU after a bias add, read 61 times per element by a stride-2 convolution and by its weight gradient). Off
+(a ReLU after a bias add: a stride-2 3x3 convolution into 64 channels reads each element ~120 times, its weight
+gradient as often). Off
 (`TINY_PLUGINS=-materialize`) it is recomputed there: correct, slower."""
 from __future__ import annotations
 import math
