@@ -86,12 +86,16 @@ def tensor_core_kernels(k: Kernel) -> list[tuple[Opt, ...]]:
         steps += [(tc, *tile, st) for a in _stage_args(k) if apply_all(tiled, [st := Opt(OptOps.STAGE, None, a)])]
   return steps
 
-def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
+def _applied(k: Kernel, opts: list[Opt]) -> Kernel | str:
+  """A copy of `k` with `opts` applied, or why one of them does not apply."""
   k = k.copy()
   try:
     for o in opts: k.apply_opt(o)
-  except KernelOptError: return None
+  except KernelOptError as e: return str(e)
   return k
+
+def apply_all(k: Kernel, opts: list[Opt]) -> Kernel | None:
+  return None if isinstance(done := _applied(k, opts), str) else done
 
 def accumulator_registers(k: Kernel) -> int:
   """32-bit registers a work-item's reduction accumulators take: each REDUCE (a tensor core's: one per element of its
@@ -104,10 +108,7 @@ def accumulator_registers(k: Kernel) -> int:
 
 def refusal(k: Kernel, opts: list[Opt]) -> str | None:
   """Why `opts` on `k` need not be built at all (they do not apply, or the renderer says they cannot be fast), or None."""
-  done = k.copy()
-  try:
-    for o in opts: done.apply_opt(o)
-  except KernelOptError as e: return str(e)
+  if isinstance(done := _applied(k, opts), str): return done
   budget = k.renderer.max_registers if k.renderer is not None else 0
   if budget and (regs := accumulator_registers(done)) > budget:
     return f"its accumulators take {regs} registers per work-item; the renderer has {budget}"
