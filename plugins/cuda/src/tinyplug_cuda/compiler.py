@@ -21,12 +21,18 @@ class CUDACompiler(Compiler):
   def __reduce__(self):   # rebuilt from its architecture in BEAM's compile workers
     return type(self), (self.arch,)
 
+  def arch_for(self, src: str) -> str:
+    """The architecture `src` is compiled for: the device's, or sm_90a where a sm_90 kernel uses wgmma (wgmma.py)."""
+    from tinyplug_cuda.wgmma import arch_for
+    return arch_for(src, self.arch)
+
   def key(self, src: str) -> str:
-    return hashlib.sha256("\0".join([self.identity, self.arch, *nvrtc.options(self.arch), src]).encode()).hexdigest()
+    arch = self.arch_for(src)
+    return hashlib.sha256("\0".join([self.identity, arch, *nvrtc.options(arch), src]).encode()).hexdigest()
 
   def compile(self, src: str) -> bytes:
     CUDACompiler.compiles += 1
-    return nvrtc.compile_cuda(src, self.arch)
+    return nvrtc.compile_cuda(src, self.arch_for(src))
 
   def compile_cached(self, src: str) -> bytes:
     with self._lock:

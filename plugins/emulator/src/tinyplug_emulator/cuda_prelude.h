@@ -7,11 +7,13 @@
 #include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 
 extern "C" {
 uint64_t tp_local_id(uint32_t d); uint64_t tp_group_id(uint32_t d); uint64_t tp_local_size(uint32_t d);
 uint64_t tp_num_groups(uint32_t d);
 __attribute__((convergent)) void tp_barrier(void);   // convergent: the optimiser must not duplicate or move it into a branch
+__attribute__((noreturn)) void tp_kernel_error(const char* message);   // stops the launch: an EmulatorError("kernel")
 }
 
 struct tp_uint3 { unsigned int x, y, z; };
@@ -150,8 +152,10 @@ static thread_local int tp_async_count[TP_MMA_MAX_ITEMS], tp_async_group[TP_MMA_
 static inline uint64_t tp_item_id() {
   return tp_local_id(0) + tp_local_size(0) * (tp_local_id(1) + tp_local_size(1) * tp_local_id(2));
 }
+static inline void tp_wgmma_write_check(const void* dst, uint32_t bytes);   // below: a wgmma still reading there
 static inline void tp_cp_async16(void* dst, const void* src) {
   uint64_t id = tp_item_id();
+  tp_wgmma_write_check(dst, 16);
   if (!tp_async_pool) tp_async_pool = (tp_async_copy (*)[TP_ASYNC_MAX])calloc(TP_MMA_MAX_ITEMS, sizeof(*tp_async_pool));
   if (!tp_async_pool || tp_async_count[id] == TP_ASYNC_MAX) __builtin_trap();   // more copies in flight than kept here
   tp_async_pool[id][tp_async_count[id]++] = tp_async_copy{dst, src, tp_async_group[id]};
@@ -190,3 +194,114 @@ template <typename V, int R> static inline V tp_ldmatrix_any(const void* p, bool
 }
 template <typename V, int R> static inline V tp_ldmatrix(const void* p) { return tp_ldmatrix_any<V, R>(p, false); }
 template <typename V, int R> static inline V tp_ldmatrix_trans(const void* p) { return tp_ldmatrix_any<V, R>(p, true); }
+
+// Hopper's warpgroup MMA (the cuda plugin's wgmma.py: tp_wgmma<T, N, tA, tB>, tp_wgmma_fence / _commit / _wait<N>,
+// tp_smem_addr, tp_fence_proxy_async; on a GPU: wgmma.mma_async m64nNk16 .f32, its fence, commit_group, wait_group).
+// Shared addresses are offsets from the kernel's one shared array (it names it with tp_shared_window), as the GPU's
+// are offsets in the block's shared window. A wgmma is queued per work-item and runs only at the wait_group that
+// covers it, reading shared memory then through its descriptors (start, LBO, SBO, swizzle decoded as the PTX ISA
+// defines them, the swizzle applied to the address bits), so a wrong descriptor, a stage overwritten before its wgmma
+// was waited for, or accumulators read early give wrong values here too.
+static thread_local unsigned char* tp_smem_origin;
+static thread_local uint32_t tp_smem_size;
+static inline void tp_shared_window(unsigned char* p, uint32_t size) { tp_smem_origin = p; tp_smem_size = size; }
+#define tp_shared_window(p) tp_shared_window(p, (uint32_t)sizeof(p))
+static inline unsigned tp_smem_addr(const void* p) {
+  if (!tp_smem_origin) tp_kernel_error("tp_smem_addr: the kernel named no shared window (tp_shared_window)");
+  return (unsigned)((const unsigned char*)p - tp_smem_origin);
+}
+static inline void tp_fence_proxy_async() {}
+static inline void tp_wgmma_fence() {}
+template <int R> static inline void tp_fence_operands(float*) {}
+struct tp_wgmma_op { float* d; unsigned long long da, db; int scale_d, n, trans_a, trans_b, bf16, group;
+                     uint32_t lo[2], hi[2]; };   // the shared bytes A's and B's elements lie in (first lane only)
+#define TP_WGMMA_MAX 64
+static thread_local tp_wgmma_op (*tp_wgmma_pool)[TP_WGMMA_MAX];
+static thread_local int tp_wgmma_count[TP_MMA_MAX_ITEMS], tp_wgmma_group[TP_MMA_MAX_ITEMS];
+// the shared byte address of element (mn, k) of a 16-bit operand: the canonical layouts of the PTX ISA (T = 8 elements)
+static inline uint32_t tp_wgmma_address(unsigned long long desc, int mn, int k, bool mn_major) {
+  uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
+  uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4, mode = (uint32_t)(desc >> 62) & 3;
+  if ((desc >> 49) & 7) tp_kernel_error("a wgmma descriptor with a base offset: the emulator models tiles that start on the swizzle pattern's boundary only");
+  uint32_t off;
+  if (mode == 0) {   // interleaved: 8x8 core matrices of 16-byte rows
+    off = mn_major ? (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                   : (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  } else {
+    uint32_t w = mode == 1 ? 128 : mode == 2 ? 64 : 32;   // swizzle width in bytes
+    off = mn_major ? (mn % (w / 2)) * 2 + (mn / (w / 2)) * lbo + (k % 8) * w + (k / 8) * sbo
+                   : (mn % 8) * w + (mn / 8) * sbo + k * 2;
+  }
+  uint32_t addr = start + off, bits = mode == 1 ? 3 : mode == 2 ? 2 : mode == 3 ? 1 : 0;
+  addr ^= ((addr >> 7) & ((1u << bits) - 1)) << 4;   // Swizzle<bits, 4, 3>: address bits 4.. ^= bits 7..
+  if (addr + 2 > tp_smem_size) tp_kernel_error("a wgmma descriptor points outside the kernel's shared memory");
+  return addr;
+}
+static inline float tp_wgmma_element(unsigned long long desc, int mn, int k, bool mn_major, bool bf16) {
+  unsigned short bits;
+  __builtin_memcpy(&bits, tp_smem_origin + tp_wgmma_address(desc, mn, k, mn_major), 2);
+  return bf16 ? (float)__builtin_bit_cast(__bf16, bits) : (float)__builtin_bit_cast(_Float16, bits);
+}
+static inline void tp_wgmma_run(uint64_t id, const tp_wgmma_op& op) {   // this work-item's N/2 elements of D
+  int t = (int)(id % 128);
+  for (int i = 0; i < op.n / 2; i++) {
+    int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (t % 4) + (i & 1);
+    float acc = 0.0f;
+    for (int k = 0; k < 16; k++)
+      acc += tp_wgmma_element(op.da, row, k, op.trans_a, op.bf16) * tp_wgmma_element(op.db, col, k, op.trans_b, op.bf16);
+    op.d[i] = (op.scale_d ? op.d[i] : 0.0f) + acc;
+  }
+}
+template <typename T, int N, int TA, int TB>
+static inline void tp_wgmma(float* d, unsigned long long da, unsigned long long db, int scale_d) {
+  static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma's N is a multiple of 8 from 8 to 256");
+  uint64_t id = tp_item_id();
+  if (!tp_wgmma_pool) tp_wgmma_pool = (tp_wgmma_op (*)[TP_WGMMA_MAX])calloc(TP_MMA_MAX_ITEMS, sizeof(*tp_wgmma_pool));
+  if (!tp_wgmma_pool || tp_wgmma_count[id] == TP_WGMMA_MAX) tp_kernel_error("more wgmma operations pending than the emulator keeps (64 per thread)");
+  tp_wgmma_op op{d, da, db, scale_d, N, TA, TB, (int)__is_same(T, __nv_bfloat16), tp_wgmma_group[id],
+                 {0xffffffffu, 0xffffffffu}, {0, 0}};
+  if (id % 128 == 0) {   // the warpgroup's first lane keeps where the operands lie (every lane passes the same ones)
+    for (int k = 0; k < 16; k++) {
+      for (int mn = 0; mn < 64 || mn < N; mn++) {
+        for (int o = 0; o < 2; o++) {
+          if (mn >= (o ? N : 64)) continue;
+          uint32_t at = tp_wgmma_address(o ? db : da, mn, k, o ? TB : TA);
+          op.lo[o] = at < op.lo[o] ? at : op.lo[o];
+          op.hi[o] = at + 2 > op.hi[o] ? at + 2 : op.hi[o];
+        }
+      }
+    }
+  }
+  tp_wgmma_pool[id][tp_wgmma_count[id]++] = op;
+}
+// a copy into shared bytes that a wgmma of the work-group has not been waited for reads: a race on the GPU
+static inline void tp_wgmma_write_check(const void* dst, uint32_t bytes) {
+  if (!tp_wgmma_pool || !tp_smem_origin) return;
+  uint32_t at = (uint32_t)((const unsigned char*)dst - tp_smem_origin);
+  uint64_t items = tp_local_size(0) * tp_local_size(1) * tp_local_size(2);
+  for (uint64_t w = 0; w < items; w += 128) {
+    for (int i = 0; i < tp_wgmma_count[w]; i++) {
+      const tp_wgmma_op& op = tp_wgmma_pool[w][i];
+      for (int o = 0; o < 2; o++) {
+        if (at < op.hi[o] && at + bytes > op.lo[o]) {
+          char message[256];
+          snprintf(message, sizeof message, "a copy into shared bytes %u..%u overwrites operand %c of a wgmma (group %d "
+                   "of warpgroup %d) not yet waited for (wgmma.wait_group): a race on the GPU", at, at + bytes,
+                   o ? 'B' : 'A', op.group, (int)(w / 128));
+          tp_kernel_error(message);
+        }
+      }
+    }
+  }
+}
+static inline void tp_wgmma_commit() { tp_wgmma_group[tp_item_id()]++; }
+template <int N> static inline void tp_wgmma_wait() {   // the wgmmas of all but the N newest committed groups run
+  uint64_t id = tp_item_id();
+  int keep = 0, limit = tp_wgmma_group[id] - N;
+  for (int i = 0; i < tp_wgmma_count[id]; i++) {
+    tp_wgmma_op op = tp_wgmma_pool[id][i];
+    if (op.group < limit) tp_wgmma_run(id, op);
+    else tp_wgmma_pool[id][keep++] = op;
+  }
+  tp_wgmma_count[id] = keep;
+}

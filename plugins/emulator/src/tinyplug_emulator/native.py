@@ -11,11 +11,12 @@ from tinyplug_emulator.toolchain import build_shared, clang, digest, run_clang
 _HERE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME_FLAGS = ["-O2", "-fPIC", "-shared", "-U_FORTIFY_SOURCE", "-fno-stack-protector", "-Wall"]
 ORDERS = {"forward": 0, "reverse": 1, "shuffle": 2}
-ERR_DIVERGENCE, ERR_BARRIER_SITES, ERR_OOB, ERR_SEGV, ERR_FPE, ERR_STACK, ERR_NO_FIBERS, ERR_ALLOC = range(1, 9)
+ERR_DIVERGENCE, ERR_BARRIER_SITES, ERR_OOB, ERR_SEGV, ERR_FPE, ERR_STACK, ERR_NO_FIBERS, ERR_ALLOC, ERR_KERNEL = range(1, 10)
 
 class EmulatorError(RuntimeError):
   """A kernel did something a GPU would not survive or a test must know about (barrier divergence, an out-of-bounds
-  access, a wild pointer); `kind` is "divergence", "barrier_sites", "bounds", "segfault", "fpe", "stack" or "internal"."""
+  access, a wild pointer); `kind` is "divergence", "barrier_sites", "bounds", "segfault", "fpe", "stack", "kernel" (a prelude function's report: a race with an asynchronous operation, a bad operand) or
+  "internal"."""
   def __init__(self, kind: str, message: str):
     self.kind = kind
     super().__init__(message)
@@ -60,6 +61,7 @@ def runtime_library() -> tuple[ctypes.CDLL, str]:
   lib.tp_alloc_guarded.argtypes = [ctypes.c_uint64, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
                                    ctypes.POINTER(ctypes.c_uint64)]
   lib.tp_free_guarded.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+  lib.tp_kernel_message.restype = ctypes.c_char_p
   return lib, path
 
 def load_global(path: str) -> ctypes.CDLL:
@@ -113,6 +115,9 @@ def _error(kernel: str, err: TPError, handles: Sequence, groups: tuple[int, ...]
                          f"outside every buffer ({where}); EMU_BOUNDS=1 names the buffer")
   if err.code == ERR_FPE:
     return EmulatorError("fpe", f"kernel {kernel} raised an arithmetic trap the emulator could not complete ({where})")
+  if err.code == ERR_KERNEL:
+    message = runtime_library()[0].tp_kernel_message().decode(errors="replace")
+    return EmulatorError("kernel", f"kernel {kernel}, {where}: {message}")
   if err.code == ERR_NO_FIBERS:
     return EmulatorError("internal", f"kernel {kernel} reached a barrier, but its source showed none: it ran without "
                          "fibers (a dialect's barrier detection is wrong)")

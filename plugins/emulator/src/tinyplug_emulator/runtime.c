@@ -20,7 +20,7 @@
 #define TP_RUNTIME_VERSION 2
 enum { ORDER_FORWARD = 0, ORDER_REVERSE = 1, ORDER_SHUFFLE = 2 };
 enum { ERR_NONE = 0, ERR_DIVERGENCE = 1, ERR_BARRIER_SITES = 2, ERR_OOB = 3, ERR_SEGV = 4, ERR_FPE = 5,
-       ERR_STACK = 6, ERR_NO_FIBERS = 7, ERR_ALLOC = 8 };
+       ERR_STACK = 6, ERR_NO_FIBERS = 7, ERR_ALLOC = 8, ERR_KERNEL = 9 };
 enum { FIBER_READY = 0, FIBER_AT_BARRIER = 1, FIBER_DONE = 2 };
 
 typedef void (*tp_entry_fn)(void **args, int32_t *vars);
@@ -107,6 +107,18 @@ static void report(int code, int64_t index, int buffer, int is_store, uint64_t a
   }
   pthread_mutex_unlock(&L->error_lock);
 }
+
+// A device function of a dialect's prelude found the kernel doing something the hardware does not define (a race with
+// an asynchronous operation, a bad operand): it stops the launch with a message, as a fault would.
+static char kernel_message[512];
+void tp_kernel_error(const char *message) {
+  pthread_mutex_lock(&T.launch->error_lock);
+  if (!atomic_load(&T.launch->failed)) snprintf(kernel_message, sizeof kernel_message, "%s", message);
+  pthread_mutex_unlock(&T.launch->error_lock);
+  report(ERR_KERNEL, 0, -1, 0, 0);
+  siglongjmp(T.recover, 1);
+}
+const char *tp_kernel_message(void) { return kernel_message; }
 
 // ---------------- switching between fibers ----------------
 #if defined(__x86_64__)
