@@ -1,0 +1,150 @@
+"""The wgmma kernels (tinyplug_cuda/wgmma.py) on a real Hopper GPU, in one call (issue 16):
+
+  DEV=CUDA python plugins/cuda/gpu_check_wgmma.py [--reps 20] [--quick]
+
+1. each variant's ptxas report (registers, spills, "wgmma serialized" warnings) from NVRTC for sm_90a;
+2. correctness against torch (fp32 matmul of the same fp16/bf16 inputs, TF32 off) for small shapes and 4096^3;
+3. fp16 4096^3 (fp32 accumulate) timing by CUDA events, best of --reps after a warm-up: every wgmma variant, the
+   heuristic's mma.sync kernel (STAGE bit 16, as benchmarks/cuda_matmul.py builds it) and torch.matmul (cuBLAS),
+   as one table with TFLOP/s and the ratio to cuBLAS.
+Needs an sm_90 GPU (H100/H200), the cuda plugin and torch with CUDA; exits with the reason otherwise."""
+from __future__ import annotations
+import argparse, ctypes, os, sys, time
+import numpy as np
+
+# (label, keyword arguments of matmul_kernel); 4096 fits every one
+VARIANTS = [
+  ("128x128 s4 f0", dict(bm=128, bn=128, stages=4, inflight=0)),
+  ("128x128 s4 f1", dict(bm=128, bn=128, stages=4, inflight=1)),
+  ("128x128 s3 f0", dict(bm=128, bn=128, stages=3, inflight=0)),
+  ("128x128 s5 f1", dict(bm=128, bn=128, stages=5, inflight=1)),
+  ("128x256 s3 f0", dict(bm=128, bn=256, stages=3, inflight=0)),
+  ("128x256 s4 f0", dict(bm=128, bn=256, stages=4, inflight=0)),
+  ("128x256 s4 f1", dict(bm=128, bn=256, stages=4, inflight=1)),
+  ("256x128 s4 f0", dict(bm=256, bn=128, stages=4, inflight=0)),
+  ("256x128 s4 f1", dict(bm=256, bn=128, stages=4, inflight=1)),
+  ("64x256 s4 f1", dict(bm=64, bn=256, stages=4, inflight=1)),
+  ("128x256 s4 f0 ungrouped", dict(bm=128, bn=256, stages=4, inflight=0, grouped=False)),
+  ("128x128 s4 f1 half out", dict(bm=128, bn=128, stages=4, inflight=1, out="half")),
+  ("128x256 s4 f0 half out", dict(bm=128, bn=256, stages=4, inflight=0, out="half")),
+]
+SHAPES = [(128, 128, 128), (256, 512, 192), (512, 256, 1024), (4096, 4096, 4096)]
+
+def _fail(why: str) -> None:
+  print(f"gpu_check_wgmma: {why}", file=sys.stderr)
+  sys.exit(2)
+
+def _kwargs(kw: dict) -> dict:
+  from tinyplug.uop.dtype import dtypes
+  kw = dict(kw)
+  if kw.get("out") == "half": kw["out"] = dtypes.float16
+  return kw
+
+def ptxas_report(src: str) -> str:
+  """Registers, spills and ptxas's performance warnings of `src` for sm_90a."""
+  from tinyplug_cuda import nvrtc
+  L, prog = nvrtc.lib(), ctypes.c_void_p()
+  L.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None)
+  opts = nvrtc.options("sm_90a") + ["--ptxas-options=-v"]
+  try:
+    L.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts]))
+    log = nvrtc._log(prog)
+  finally: L.nvrtcDestroyProgram(ctypes.byref(prog))
+  keep = [line.split(":", 1)[-1].strip() for line in log.splitlines()
+          if "Used" in line or "spill" in line or "C7514" in line or "C7515" in line or "C7510" in line or "error" in line]
+  return "; ".join(keep)
+
+def run_variant(kw: dict, m: int, n: int, k: int, a_np, b_np, reps: int = 0, device: str = "CUDA"):
+  """(result as float32 numpy, best seconds or None) of one variant on `device`."""
+  from tinyplug.device import Buffer
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug_cuda.wgmma import matmul_kernel, program
+  kernel = matmul_kernel(m, n, k, **_kwargs(kw))
+  out = _kwargs(kw).get("out", dtypes.float32)
+  A = Buffer(device, m * k, dtypes.half).copyin(a_np.astype(np.float16))
+  B = Buffer(device, k * n, dtypes.half).copyin(b_np.astype(np.float16))
+  C = Buffer(device, m * n, out)
+  prg = program(kernel, device)
+  prg(C, A, B)
+  times = [prg(C, A, B, wait=True) for _ in range(reps)] if reps else []
+  return C.numpy().reshape(m, n).astype(np.float32), (min(times) if times else None)
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--reps", type=int, default=20)
+  ap.add_argument("--quick", action="store_true", help="the first 4 variants only")
+  args = ap.parse_args()
+  try: import torch
+  except ImportError: _fail("needs torch (with CUDA) for the reference and cuBLAS")
+  if not torch.cuda.is_available(): _fail("torch sees no CUDA GPU")
+  cc = torch.cuda.get_device_capability()
+  if cc != (9, 0): _fail(f"{torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}: wgmma needs sm_90 (H100/H200)")
+  torch.backends.cuda.matmul.allow_tf32 = False
+  from tinyplug.device import Device
+  dev = Device["CUDA"]
+  print(f"{torch.cuda.get_device_name()} (sm_90, compiled for sm_90a), torch {torch.__version__}, "
+        f"{dev.describe() if hasattr(dev, 'describe') else ''}")
+  variants = VARIANTS[:4] if args.quick else VARIANTS
+  from tinyplug_cuda.wgmma import matmul_kernel
+  print("\n## ptxas (sm_90a)")
+  for label, kw in variants:
+    print(f"{label:28s} {ptxas_report(matmul_kernel(4096, 4096, 4096, **_kwargs(kw)).src)}")
+
+  print("\n## correctness against torch (fp32 matmul of the fp16 inputs)")
+  rng = np.random.default_rng(0)
+  bad = 0
+  for m, n, k in SHAPES:
+    a_np = rng.standard_normal((m, k)).astype(np.float16)
+    b_np = rng.standard_normal((k, n)).astype(np.float16)
+    ref = (torch.from_numpy(a_np).cuda().float() @ torch.from_numpy(b_np).cuda().float()).cpu().numpy()
+    for label, kw in variants:
+      try: matmul_kernel(m, n, k, **_kwargs(kw))
+      except ValueError: continue   # the shape does not tile by this block
+      got, _ = run_variant(kw, m, n, k, a_np, b_np)
+      tol = 2e-2 * np.sqrt(k) if kw.get("out") == "half" else 1e-3 * np.sqrt(k)
+      err = float(np.abs(got - ref).max())
+      ok = err <= tol
+      bad += not ok
+      print(f"{m}x{n}x{k:<6d} {label:28s} max |err| {err:.3g} {'ok' if ok else 'FAIL'}")
+
+  print(f"\n## fp16 4096^3, fp32 accumulate: best of {args.reps} by CUDA events")
+  n = 4096
+  a_np = rng.standard_normal((n, n)).astype(np.float16)
+  b_np = rng.standard_normal((n, n)).astype(np.float16)
+  ta, tb = torch.from_numpy(a_np).cuda(), torch.from_numpy(b_np).cuda()
+  torch.matmul(ta, tb); torch.cuda.synchronize()
+  times = []
+  for _ in range(args.reps):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); c = torch.matmul(ta, tb); e.record(); torch.cuda.synchronize()
+    times.append(s.elapsed_time(e) / 1e3)
+  t_torch = min(times)
+  ref = (ta.float() @ tb.float()).cpu().numpy()
+  flops = 2 * n ** 3
+  print(f"{'kernel':34s} {'time':>10s} {'TFLOP/s':>8s} {'of cuBLAS':>9s}  check")
+  print(f"{'torch.matmul (cuBLAS, half out)':34s} {t_torch * 1e3:8.3f}ms {flops / t_torch / 1e12:8.1f} {1.0:9.2f}")
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+  try:
+    from cuda_matmul import _tinyplug_kernel
+    t, opts, _, got = _tinyplug_kernel(n, {}, args.reps, a_np.astype(np.float32), b_np.astype(np.float32))
+    err = float(np.abs(got.astype(np.float32) - ref).max())
+    acts = " ".join(f"{o.op.name}{'' if o.axis is None else o.axis}{'' if o.arg is None else f':{o.arg}'}" for o in opts)
+    print(f"{'heuristic (mma.sync) ' + acts[-14:]:34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  "
+          f"{'ok' if err < 1.0 else f'FAIL {err:.3g}'}  [{acts}]")
+  except Exception as e: print(f"heuristic kernel: {type(e).__name__}: {e}")
+  best = None
+  for label, kw in variants:
+    st = time.perf_counter()
+    got, t = run_variant(kw, n, n, n, a_np, b_np, args.reps)
+    err = float(np.abs(got - ref).max())
+    ok = err <= (2.0 if kw.get("out") == "half" else 0.1)
+    bad += not ok
+    if ok and (best is None or t < best[1]): best = (label, t)
+    print(f"{'wgmma ' + label:34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  "
+          f"{'ok' if ok else f'FAIL {err:.3g}'}  ({time.perf_counter() - st:.1f}s)")
+  if best: print(f"\nbest wgmma: {best[0]} {best[1] * 1e3:.3f} ms = {t_torch / best[1]:.2f}x cuBLAS")
+  print(f"{bad} failed check(s)")
+  sys.exit(1 if bad else 0)
+
+if __name__ == "__main__":
+  main()
