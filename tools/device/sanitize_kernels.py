@@ -39,6 +39,14 @@ for arg in (304, 80):
   staged = Tensor(s16[0]).realize().matmul(Tensor(s16[1]).realize(), dtype=dtypes.float)
   checks[f"fp16 matmul (tensor cores, STAGE:{arg})"] = (run_kernel(staged, Device.DEFAULT, vector_fill[:-1] + [Opt(OptOps.STAGE, None, arg)])[0],
                                                         s16[0].astype(np.float32) @ s16[1].astype(np.float32))
+# Hopper only: the wgmma kernel (plugins/cuda/src/tinyplug_cuda/wgmma.py), 2 warpgroups, 3 stages, one group in flight
+if Device["CUDA"].arch == "sm_90":
+  from tinyplug.device import Buffer
+  from tinyplug_cuda.wgmma import matmul_kernel, program
+  wa, wb = (rng.standard_normal(s, dtype=np.float32).astype(np.float16) for s in ((256, 320), (320, 256)))
+  WA, WB, WC = Buffer("CUDA", wa.size, dtypes.half).copyin(wa), Buffer("CUDA", wb.size, dtypes.half).copyin(wb), Buffer("CUDA", 256 * 256, dtypes.float)
+  program(matmul_kernel(256, 256, 320, stages=3, inflight=1), "CUDA")(WC, WA, WB)
+  checks["fp16 matmul (wgmma)"] = (WC.numpy().reshape(256, 256), wa.astype(np.float32) @ wb.astype(np.float32))
 img, k = rng.standard_normal((4, 8, 20, 20), dtype=np.float32), rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
 import torch
 checks["conv"] = (Tensor(img).conv2d(Tensor(k), padding=1).numpy(), torch.nn.functional.conv2d(torch.tensor(img), torch.tensor(k), padding=1).numpy())

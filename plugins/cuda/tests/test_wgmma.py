@@ -25,12 +25,12 @@ def _inputs(m, n, k, dtype):
     raw = lambda x: x.astype(np.float16)
   return a, b, raw
 
-def _run(kernel, m, n, k, dtype=dtypes.float16, out=dtypes.float32):
+def _run(kernel, m, n, k, dtype=dtypes.float16, out=dtypes.float32, dev="MOCK+CUDA", **settings):
+  from tinyplug.helpers import Context
   a, b, raw = _inputs(m, n, k, dtype)
-  dev = "MOCK+CUDA"
   A, B = Buffer(dev, m * k, dtype).copyin(raw(a)), Buffer(dev, k * n, dtype).copyin(raw(b))
   C = Buffer(dev, m * n, out)
-  program(kernel, dev)(C, A, B)
+  with Context(**settings): program(kernel, dev)(C, A, B)
   got = C.numpy().reshape(m, n)
   if out == dtypes.bfloat16: got = (got.astype(np.uint32) << 16).view(np.float32)
   return got.astype(np.float32), a @ b
@@ -45,7 +45,7 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape,kw", SHAPES, ids=str)
 def test_emulator_matches_numpy(mock_cuda, shape, kw):
-  got, ref = _run(matmul_kernel(*shape, **kw), *shape)
+  got, ref = _run(matmul_kernel(*shape, **kw), *shape, EMU_ORDER="check")   # the same in every work-item order
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
 
 @pytest.mark.parametrize("dtype,out", [(dtypes.bfloat16, dtypes.float32), (dtypes.float16, dtypes.float16),
@@ -142,3 +142,19 @@ def test_descriptor_encoding():
   d = descriptor(0x400, 256 * 2, 512 * 2, SWIZZLE_64B)
   assert d == (0x400 >> 4) | 32 << 16 | 64 << 32 | 2 << 62
   assert descriptor(0x40000 + 16, 0, 0, 0) == 1   # addresses are taken modulo 256 KB, in 16-byte units
+
+def _sm90_or_skip():
+  from tinyplug_cuda.driver import probe_driver
+  if not probe_driver()[0]: pytest.skip(f"no NVIDIA GPU: {probe_driver()[1][:80]}")
+  from tinyplug.device import Device
+  if Device["CUDA"].arch != "sm_90": pytest.skip(f"wgmma needs sm_90, the GPU is {Device['CUDA'].arch}")
+
+@pytest.mark.parametrize("shape,kw", SHAPES + [((4096, 4096, 4096), dict(bn=256, stages=4)),
+                                              ((1024, 512, 2048), dict(stages=3, inflight=1, out=dtypes.float16))], ids=str)
+def test_gpu_matches_numpy(shape, kw):
+  """On an H100/H200 (skipped elsewhere): the kernels the emulator checked give the same values on the hardware."""
+  _sm90_or_skip()
+  out = kw.get("out", dtypes.float32)
+  got, ref = _run(matmul_kernel(*shape, **kw), *shape, out=out, dev="CUDA")
+  tol = 1e-5 if out == dtypes.float32 else 2 ** -10
+  np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max() + 1e-4 * np.sqrt(shape[2]))
