@@ -69,6 +69,36 @@ def run_variant(kw: dict, m: int, n: int, k: int, a_np, b_np, reps: int = 0, dev
   times = [prg(C, A, B, wait=True) for _ in range(reps)] if reps else []
   return C.numpy().reshape(m, n).astype(np.float32), (min(times) if times else None)
 
+# where the generated kernel disagrees with the GPU: the same kernel with one assumption about the PTX ISA's layouts
+# changed at a time (the emulator implements the unchanged reading); whichever edit makes the GPU agree names the fix
+ALTERNATIVES = {
+  "B's LBO and SBO swapped": ("kk * 2048, 8192, 1024, 1)", "kk * 2048, 1024, 8192, 1)"),
+  "A's LBO 0 instead of 16": ("kk * 32, 16, 1024, 1)", "kk * 32, 0, 1024, 1)"),
+  "A's LBO = SBO": ("kk * 32, 16, 1024, 1)", "kk * 32, 1024, 1024, 1)"),
+  "no async-proxy fence": ("    tp_fence_proxy_async();\n", "\n"),
+}
+
+def diagnose(torch) -> None:
+  import dataclasses
+  from tinyplug.device import Buffer
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug_cuda.wgmma import matmul_kernel, program
+  print("\n## diagnosis: the 256x256x256 kernel (128x128, 3 stages) with one layout assumption changed")
+  rng = np.random.default_rng(1)
+  a_np, b_np = (rng.standard_normal(s).astype(np.float16) for s in ((256, 256), (256, 256)))
+  ref = a_np.astype(np.float32) @ b_np.astype(np.float32)
+  base = matmul_kernel(256, 256, 256, stages=3)
+  for label, (old, new) in {"as generated": ("", ""), **ALTERNATIVES}.items():
+    kernel = dataclasses.replace(base, src=base.src.replace(old, new) if old else base.src)
+    A = Buffer("CUDA", a_np.size, dtypes.half).copyin(a_np)
+    B = Buffer("CUDA", b_np.size, dtypes.half).copyin(b_np)
+    C = Buffer("CUDA", 256 * 256, dtypes.float)
+    try:
+      program(kernel, "CUDA")(C, A, B)
+      err = float(np.abs(C.numpy().reshape(256, 256) - ref).max())
+      print(f"{label:28s} max |err| {err:.3g} {'ok' if err < 1e-2 else 'wrong'}")
+    except Exception as e: print(f"{label:28s} {type(e).__name__}: {str(e)[:200]}")
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--reps", type=int, default=20)
@@ -106,6 +136,8 @@ def main() -> None:
       ok = err <= tol
       bad += not ok
       print(f"{m}x{n}x{k:<6d} {label:28s} max |err| {err:.3g} {'ok' if ok else 'FAIL'}")
+
+  if bad: diagnose(torch)
 
   print(f"\n## fp16 4096^3, fp32 accumulate: best of {args.reps} by CUDA events")
   n = 4096
