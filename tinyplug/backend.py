@@ -223,6 +223,11 @@ class Renderer:
   # asynchronous 16-byte copies into shared memory and warp-wide matrix loads from it (CUDA's cp.async and ldmatrix):
   # STAGE's asynchronous mode (codegen/tc_async.py; what it renders: docs/plugin_guide.md)
   async_copy: bool = False
+  # tensor cores (by name) whose A and B the instruction reads from shared memory through descriptors (Hopper's wgmma):
+  # their WMMAs run only once STAGE's descriptor mode (bit 2048, codegen/tc_wgmma.py) has staged the operands
+  descriptor_cores: frozenset = frozenset()
+  # whether the heuristic runs a matmul on a descriptor core (where one matches) rather than on the others
+  prefer_descriptor_cores: bool = False
   extra_matcher: Any = None        # a PatternMatcher run in the "final" stage (the renderer's own lowering)
   # float dtypes it lists in supported_dtypes() (they work) but has no type for: the core's "dtypes" stage still
   # turns them into bits in memory and float32 math, as for the dtypes left out of supported_dtypes()

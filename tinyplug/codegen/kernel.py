@@ -125,7 +125,8 @@ class Kernel:
       raise KernelOptError(f"{opt}: arg is 0 (stage) to {STAGE_ARGS - 1}: the sum of 1 (prefetch the next K step), "
                            "2 (fill B with 16-byte loads), 4 (fill A so), 8 (pad the shared tiles); or 16 (row-major swizzled tiles "
                            "filled by cp.async, read by ldmatrix) + 32 * (stages - 2) (2 to 5 stages) + 128 (no swizzle) + 256 "
-                           "(work-groups in grouped order) + 512 * (work-groups per multiprocessor, 1 to 3)")
+                           "(work-groups in grouped order) + 512 * (work-groups per multiprocessor, 1 to 3) + 2048 (bit 16's tiles read by "
+                           "descriptors: a descriptor tensor core's, Hopper's wgmma)")
     if not has_warp(self.sink): raise KernelOptError(f"{opt}: stages a tensor core's operands; apply TC first")
     if self.renderer is None or not self.renderer.has_shared or self.dont_use_locals:
       raise KernelOptError(f"{opt}: the renderer has no shared memory")

@@ -70,6 +70,7 @@ class _AsyncPlan:
   chunk0: int
   swizzle: bool
   pair: int | None = None   # varying[pair]: loaded two fragments at a time (x4 for two 2-register fragments)
+  blocks: bool = False      # rows cut into 128-byte column blocks, each block's rows together (tc_wgmma.py)
 
   @property
   def tile(self) -> int: return self.rows * self.width
@@ -85,7 +86,14 @@ def _swizzle(row: UOp | int, chunks: int, on: bool):
   return (row // (8 // chunks)) % chunks
 
 def _position(p: _AsyncPlan, row, chunk):
-  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled."""
+  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled. With `blocks`, rows are cut into blocks of
+  8 chunks (128 bytes), stored one block after the other, each block's rows 128 bytes apart and swizzled as the
+  128-byte swizzle of Hopper's descriptors wants it (chunk ^ row % 8: the shared address bits 4-6 ^= bits 7-9)."""
+  if p.blocks:
+    per = CHUNK // p.loads[0].dtype.itemsize
+    block, within = (chunk // 8, chunk % 8) if p.chunks > 8 else (0, chunk)
+    phys = UOp(Ops.XOR, within.dtype, (within, row % 8)) if isinstance(within, UOp) else within ^ (row % 8)
+    return block * (p.rows * 8 * per) + row * (8 * per) + phys * per if p.chunks > 8 else row * (8 * per) + phys * per
   sw = _swizzle(row, p.chunks, p.swizzle)
   phys = chunk if isinstance(sw, int) and sw == 0 else UOp(Ops.XOR, chunk.dtype, (chunk, sw)) \
     if isinstance(chunk, UOp) else chunk ^ sw
@@ -109,8 +117,31 @@ def _digit_uop(digits, varying: tuple[UOp, ...], const: int, dtype) -> UOp:
     total = total + (d * coef if coef != 1 else d)
   return total
 
-def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: int, swizzle: bool) -> _AsyncPlan:
-  from tinyplug.codegen.kernel import replace_nodes
+@dataclass(frozen=True)
+class Geometry:
+  """Where an operand's tile lies in global memory: its buffer, the ranges that tell its fragments apart (fastest
+  first; `strides` their slot strides), its K loop ranges, each slot's range values (`coords`) and each [slot,
+  element]'s global index (`off`, first at `start`), `rows` rows of `width` elements `ld` apart, the loads' indexes."""
+  gbuf: UOp
+  varying: tuple[UOp, ...]
+  steps: tuple[UOp, ...]
+  strides: list[int]
+  coords: dict
+  off: np.ndarray
+  start: int
+  rows: int
+  width: int
+  ld: int
+  indexes: list[UOp]
+
+  def base(self) -> UOp:
+    """The index of the tile's first element, a UOp of the work-group's and the K step's ranges."""
+    from tinyplug.codegen.kernel import replace_nodes
+    s0, e0 = np.unravel_index(int(np.argmin(self.off)), self.off.shape)
+    return replace_nodes(self.indexes[e0], {r: UOp.const(r.dtype, int(self.coords[r][s0])) for r in self.varying})
+
+def tile_geometry(loads: tuple[UOp, ...], threads: list[UOp]) -> Geometry:
+  """The operand's tile as equally long rows of whole, aligned 16-byte chunks (StagingError where it is not)."""
   if any(x.op is not Ops.LOAD or x.src[0].op is not Ops.INDEX or x.src[0].src[0].op is not Ops.DEFINE_GLOBAL
          for x in loads): raise StagingError("a WMMA operand is not a load from global memory")
   if any(len(x.src) > 1 or len(x.src[0].src) > 2 for x in loads):
@@ -125,9 +156,7 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
   varying = tuple([r for r in threads if r in used] + sorted((r for r in used if r.arg[1] in VARYING and r not in threads),
                                                              key=lambda r: r.arg))
   steps = tuple(sorted((r for r in used if r.arg[1] == "reduce"), key=lambda r: r.arg, reverse=True))
-  warp = [i for i, r in enumerate(varying) if r.arg[1] == "warp"]
-  if len(warp) != 1 or _size(varying[warp[0]]) != 32: raise StagingError("the WMMA's lanes are not one warp of 32")
-  slot = np.arange(math.prod(_size(r) for r in varying))
+  if len([r for r in varying if r.arg[1] == "warp"]) != 1: raise StagingError("the WMMA's lanes are not one range")
   strides = [math.prod(_size(r) for r in varying[:i]) for i in range(len(varying))]
   indexes = [x.src[0].src[1] for x in loads]
   coords, off = _slot_offsets(varying, indexes, per, "16-byte chunks")   # [slot, element] -> global index
@@ -140,6 +169,15 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
   if rows * width != len(uniq) or not np.array_equal(uniq, (np.arange(rows)[:, None] * ld + np.arange(width)).reshape(-1)) \
      or ld < width: raise StagingError("the operand's tile is not a set of equally long rows in global memory")
   if width % per or ld % per or start % per: raise StagingError("the tile's rows are not whole, aligned 16-byte chunks")
+  return Geometry(gbuf, varying, steps, strides, coords, off, start, rows, width, ld, indexes)
+
+def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: int, swizzle: bool) -> _AsyncPlan:
+  g = tile_geometry(loads, threads)
+  varying, steps, strides, coords, off, rows, width, ld = g.varying, g.steps, g.strides, g.coords, g.off, g.rows, g.width, g.ld
+  dt, per, slot = loads[0].dtype, CHUNK // loads[0].dtype.itemsize, np.arange(math.prod(_size(r) for r in varying))
+  warp = [i for i, r in enumerate(varying) if r.arg[1] == "warp"]
+  if len(warp) != 1 or _size(varying[warp[0]]) != 32: raise StagingError("the WMMA's lanes are not one warp of 32")
+  rel = off - g.start
   row, col = rel // ld, rel % ld
   # the ldmatrix rows: lane L gives the address of row L % 8 of matrix (register) L // 8; matrix i is elements 2i, 2i+1
   n = len(loads)
@@ -190,12 +228,8 @@ def plan_async(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: 
   row_d = _digits(a_row - a_row[0], breaks) if (a_row - a_row[0]).any() else ()
   chunk_d = _digits(a_chunk - a_chunk[0], breaks) if (a_chunk - a_chunk[0]).any() else ()
   if row_d is None or chunk_d is None: raise StagingError("the ldmatrix addresses are not sums of the ranges' digits")
-  idx = indexes[0]
-  s0, e0 = np.unravel_index(int(np.argmin(off)), off.shape)
-  first = {r: UOp.const(r.dtype, int(coords[r][s0])) for r in varying}
-  base = replace_nodes(indexes[e0], first)
   buf = UOp(Ops.DEFINE_LOCAL, dt.ptr(stages * rows * width, local=True), (), f"stage{number}")
-  return _AsyncPlan(tuple(loads), varying, steps, gbuf, base, rows, width, ld, buf, trans, row_d, chunk_d,
+  return _AsyncPlan(tuple(loads), varying, steps, g.gbuf, g.base(), rows, width, ld, buf, trans, row_d, chunk_d,
                     int(a_row[0]), int(a_chunk[0]), swizzle, pair)
 
 def _fill(p: _AsyncPlan, at_step: dict, mem: UOp, threads: list[UOp], half, live: UOp | None = None) -> list[UOp]:
@@ -252,6 +286,14 @@ def stage_async(sink: UOp, renderer: Renderer, arg: int, operands: list[tuple[UO
   if arg & 14: raise StagingError("bits 2, 4 and 8 shape fragment-order tiles; bit 16 keeps row-major tiles")
   stages = async_stages(arg)
   plans = [plan_async(i, loads, threads, stages, not arg & STAGE_NO_SWIZZLE) for i, loads in enumerate(operands)]
+  return pipeline(sink, renderer, arg, plans, stages, threads, _reads)
+
+def pipeline(sink: UOp, renderer: Renderer, arg: int, plans: list[_AsyncPlan], stages: int, threads: list[UOp], reads,
+             proxy: bool = False) -> UOp:
+  """`sink` with its operands copied by cp.async into `stages` buffers each (the module docstring's loop) and each
+  operand load replaced by what `reads(plan, buffer after the copies, the stage's first element)` maps it to. With
+  `proxy` each wait also fences the async proxy (the tiles are read by the tensor cores' own loads: wgmma)."""
+  from tinyplug.codegen.kernel import replace_nodes
   shared = sum(p.buf.dtype.size * p.loads[0].dtype.itemsize for p in plans)
   if renderer.shared_max and shared > renderer.shared_max:
     raise StagingError(f"{stages} stages need {shared} bytes of shared memory; the device has {renderer.shared_max}")
@@ -263,9 +305,9 @@ def stage_async(sink: UOp, renderer: Renderer, arg: int, operands: list[tuple[UO
   if loop is None:   # no K loop: one copy, one wait
     commit = UOp(Ops.BARRIER, dtypes.void, tuple(st for p in plans for st in _fill(p, {}, p.buf, threads, const(0))),
                  "cp.async.commit")
-    wait = UOp(Ops.BARRIER, dtypes.void, (commit,), ("cp.async.wait", 0, blocks_per_sm(arg)))
+    wait = UOp(Ops.BARRIER, dtypes.void, (commit,), ("cp.async.wait", 0, blocks_per_sm(arg), proxy))
     subs = {}
-    for p in plans: subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), const(0)))
+    for p in plans: subs.update(reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait)), const(0)))
     return _grouped(replace_nodes(sink, subs), plans) if arg & STAGE_GROUPED else replace_nodes(sink, subs)
   n = _size(loop)
   prev = None
@@ -274,7 +316,7 @@ def stage_async(sink: UOp, renderer: Renderer, arg: int, operands: list[tuple[UO
     mem = {p: p.buf if prev is None else UOp(Ops.AFTER, p.buf.dtype, (p.buf, prev)) for p in plans}   # group order
     fills = [st for p in plans for st in _fill(p, at, mem[p], threads, const(s * p.tile))] if s < n else []
     prev = UOp(Ops.BARRIER, dtypes.void, (*fills, *((prev,) if prev is not None else ())), "cp.async.commit")
-  wait = UOp(Ops.BARRIER, dtypes.void, (prev, loop), ("cp.async.wait", stages - 2, blocks_per_sm(arg)))
+  wait = UOp(Ops.BARRIER, dtypes.void, (prev, loop), ("cp.async.wait", stages - 2, blocks_per_sm(arg), proxy))
   # the last S-1 trips copy nothing (their groups are empty): no copy is in flight when the kernel ends
   ahead = loop + (stages - 1)
   live = UOp(Ops.CMPLT, dtypes.bool, (ahead, UOp.const(loop.dtype, n)))
@@ -283,7 +325,7 @@ def stage_async(sink: UOp, renderer: Renderer, arg: int, operands: list[tuple[UO
   commit = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "cp.async.commit")
   subs = {}
   for p in plans:   # the reads come after this trip's copies are issued (they overlap the tensor cores)
-    subs.update(_reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait, commit)), (loop % stages) * p.tile))
+    subs.update(reads(p, UOp(Ops.AFTER, p.buf.dtype, (p.buf, wait, commit)), (loop % stages) * p.tile))
   return _grouped(replace_nodes(sink, subs), plans) if arg & STAGE_GROUPED else replace_nodes(sink, subs)
 
 GROUP_ROWS = 8   # block rows a group of consecutive blocks spans (STAGE_GROUPED)

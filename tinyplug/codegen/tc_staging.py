@@ -33,7 +33,8 @@ from tinyplug.uop.ops import Ops, UOp
 
 STAGE_PREFETCH, STAGE_VECTOR_B, STAGE_VECTOR_A, STAGE_PAD = 1, 2, 4, 8
 STAGE_ASYNC = 16   # row-major swizzled tiles, cp.async fills, ldmatrix reads, 2-5 stages (bits 32, 64): tc_async.py
-STAGE_ARGS = 2048   # args 0 .. 2047: any combination of the bits
+STAGE_DESCRIPTOR = 2048   # bit 16's tiles in 128-byte swizzled column blocks read by descriptors (wgmma): tc_wgmma.py
+STAGE_ARGS = 4096   # args 0 .. 4095: any combination of the bits
 
 # the kinds of range whose values differ between the fragment loads of one work-group in one trip of the K loop
 VARYING = ("warp", "local", "upcast", "unroll")
@@ -84,6 +85,16 @@ def stage_operands(sink: UOp, renderer, prefetch: bool = False, arg: int | None 
     n_a, n_b, _ = cores[w.arg].elements
     operands[tuple(w.src[:n_a])] = None
     operands[tuple(w.src[n_a:n_a + n_b])] = None
+  descriptor = {w.arg in renderer.descriptor_cores for w in wmmas}
+  if len(descriptor) > 1: raise StagingError("the kernel mixes tensor cores with and without descriptor operands")
+  if descriptor == {True} and not arg & STAGE_DESCRIPTOR:
+    raise StagingError(f"{wmmas[0].arg} reads its operands from shared memory through descriptors: stage with bit "
+                       f"{STAGE_DESCRIPTOR} (and 16)")
+  if arg & STAGE_DESCRIPTOR:
+    if descriptor != {True}: raise StagingError(f"bit {STAGE_DESCRIPTOR} stages the operands of a descriptor tensor core "
+                                                "(Hopper's wgmma, CUDA C on sm_90); this kernel runs on another")
+    from tinyplug.codegen.tc_wgmma import stage_descriptors
+    return stage_descriptors(sink, renderer, arg, list(operands), threads)
   if arg & STAGE_ASYNC:
     from tinyplug.codegen.tc_async import stage_async
     return stage_async(sink, renderer, arg, list(operands), threads)

@@ -344,6 +344,7 @@ def tensor_core_opts(k: Kernel) -> list[Opt] | None:
   if not TC or k.renderer is None or not k.renderer.uses_work_groups: return None
   def padded(r: UOp, tile: int) -> int: return -(-r.src[0].arg // tile) * tile
   for i, tc in enumerate(k.renderer.tensor_cores):
+    if tc.name in k.renderer.descriptor_cores: continue   # those only with their own recipe (_descriptor_core_opts)
     # the assignments that need the least padding first (none, for sizes that divide)
     matches = sorted(tc_matches(k.sink, tc, any_size=True), key=lambda mt: math.prod(
       padded(r, tile) / r.src[0].arg for r, tile in zip((mt.m, mt.n, mt.k), tc.dims)))
@@ -384,6 +385,34 @@ def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
       break
   return k.applied_opts
 
+# STAGE args for a descriptor core (tc_wgmma.py: 2048 + 16), best first: 3 stages in grouped order (two 96 KB blocks
+# fit a multiprocessor), 4 stages grouped, then ungrouped
+DESCRIPTOR_STAGES = (2048 + 16 + 32 + 256, 2048 + 16 + 64 + 256, 2048 + 16 + 32, 2048 + 16 + 64, 2048 + 16)
+
+def _descriptor_core_opts(k: Kernel) -> list[Opt] | None:
+  """A matmul on a tensor core that reads shared memory through descriptors (Hopper's wgmma), where the renderer
+  prefers them: one warpgroup per 64 rows of the core's 64 x N tile, two warpgroups a work-group (a 128 x N block),
+  K steps of 4 K-tiles (64: one 128-byte row of A), STAGE's descriptor mode (DESCRIPTOR_STAGES); sizes must divide
+  (no PADTO: cp.async copies whole chunks). None where no descriptor core runs the kernel so."""
+  from tinyplug.codegen.tensor_cores import tc_matches
+  from tinyplug.helpers import TC
+  r = k.renderer
+  if not TC or r is None or not r.prefer_descriptor_cores or any(True for _ in k.applied_opts): return None
+  for i, tc in enumerate(r.tensor_cores):
+    if tc.name not in r.descriptor_cores or not tc_matches(k.sink, tc): continue
+    for local in (2, 1):
+      base = k.copy()
+      if not _try(base, Opt(OptOps.TC, 0, i)) or not _try(base, Opt(OptOps.UNROLL, len(base.reduce_axes) - 1, 4)): break
+      if local > 1 and not _try(base, Opt(OptOps.LOCAL, len(base.loop_axes) - 2, local)): continue
+      for stage in DESCRIPTOR_STAGES:
+        trial = base.copy()
+        try:
+          trial.apply_opt(Opt(OptOps.STAGE, None, stage))
+          trial.finished_sink()
+        except KernelOptError: continue
+        return trial.applied_opts
+  return None
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (32 for large ones on CPUs), another by up to 8, so each loaded value
@@ -393,6 +422,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   k = k.copy()
   loops, reduces = k.loop_axes, k.reduce_axes
   gpu = k.renderer is not None and k.renderer.uses_work_groups
+  if gpu and (wg := _descriptor_core_opts(k)) is not None: return wg
   if gpu and (tc := tensor_core_opts(k)) is not None: return _tensor_core_opts(k, tc)
   if gpu and k.renderer.parallel_work_items and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
   if not gpu and _is_row_kernel(k): return _row_opts(k)

@@ -50,9 +50,20 @@ TC_SEARCH: dict[str, tuple] = {
   "async_stage": (16, 48, 80, 304),
   "tiles": ((4, 2, 2, 2, 2), (4, 4, 2, 2, 2), (4, 4, 2, 4, 2), (4, 4, 2, 2, 4), (8, 4, 2, 2, 2), (8, 4, 2, 4, 2),
             (8, 2, 2, 2, 4), (4, 2, 2, 4, 4), (4, 4, 4, 2, 2), (2, 4, 2, 4, 2), (8, 4, 4, 2, 2), (8, 4, 2, 1, 2)),
+  # tensor cores that read shared memory through descriptors (Hopper's wgmma: the renderer's descriptor_cores): only
+  # staged by STAGE's descriptor mode (tc_wgmma.py, 2048 + 16): 3 and 4 stages, grouped and not; tiles of K steps of
+  # 64 (UNROLL 4), one or two warpgroups along M, one or two cores' N (64 x 128 and 64 x 256 per warpgroup)
+  "descriptor_stage": (2048 + 16 + 32 + 256, 2048 + 16 + 64 + 256, 2048 + 16 + 32, 2048 + 16 + 64),
+  "descriptor_tiles": ((1, 1, 4, 1, 2), (2, 1, 4, 1, 2), (1, 1, 4, 1, 1), (2, 1, 4, 1, 1), (1, 2, 4, 1, 1)),
 }
 
+def _on_descriptor_core(k: Kernel) -> bool:
+  cores = k.renderer.tensor_cores
+  return any(o.op is OptOps.TC and isinstance(o.arg, int) and o.arg < len(cores) and
+             cores[o.arg].name in k.renderer.descriptor_cores for o in k.applied_opts)
+
 def _stage_args(k: Kernel) -> tuple:
+  if _on_descriptor_core(k): return TC_SEARCH["descriptor_stage"]
   return TC_SEARCH["stage"] + (TC_SEARCH["async_stage"] if k.renderer.async_copy else ())
 
 def _tensor_core_actions(k: Kernel) -> list[Opt]:
@@ -76,14 +87,15 @@ def tensor_core_kernels(k: Kernel) -> list[tuple[Opt, ...]]:
     if (on_tc := apply_all(k, [tc])) is None: continue
     n, m, red = len(on_tc.loop_axes) - 1, len(on_tc.loop_axes) - 2, len(on_tc.reduce_axes) - 1
     if m < 0 or red < 0: continue
-    for up_n, up_m, unroll, loc_n, loc_m in TC_SEARCH["tiles"]:
+    descriptor = _on_descriptor_core(on_tc)   # its WMMAs run only staged so
+    for up_n, up_m, unroll, loc_n, loc_m in TC_SEARCH["descriptor_tiles" if descriptor else "tiles"]:
       tile = [Opt(op, axis, amt) for op, axis, amt in ((OptOps.UPCAST, n, up_n), (OptOps.UPCAST, m, up_m),
                                                        (OptOps.UNROLL, red, unroll), (OptOps.LOCAL, n, loc_n),
                                                        (OptOps.LOCAL, m, loc_m)) if amt > 1]
       if (tiled := apply_all(on_tc, tile)) is None: continue
-      steps.append((tc, *tile))
+      if not descriptor: steps.append((tc, *tile))
       if k.renderer.has_shared:
-        steps += [(tc, *tile, st) for a in _stage_args(k) if apply_all(tiled, [st := Opt(OptOps.STAGE, None, a)])]
+        steps += [(tc, *tile, st) for a in _stage_args(tiled) if apply_all(tiled, [st := Opt(OptOps.STAGE, None, a)])]
   return steps
 
 def _applied(k: Kernel, opts: list[Opt]) -> Kernel | str:

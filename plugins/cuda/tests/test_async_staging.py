@@ -150,7 +150,7 @@ def _kernel(out, renderer, opts):
 def test_what_async_staging_refuses(tensor):
   h, r = dtypes.half, CUDARenderer("sm_80")
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
-  with pytest.raises(KernelOptError, match="arg is 0"): _kernel(mm, r, [TC0, STAGE(2048)])
+  with pytest.raises(KernelOptError, match="arg is 0"): _kernel(mm, r, [TC0, STAGE(4096)])
   with pytest.raises(KernelOptError, match="bits 2, 4 and 8"): _kernel(mm, r, [TC0, STAGE(16 + 2)])
   with pytest.raises(KernelOptError, match="belong to bit 16"): _kernel(mm, r, [TC0, STAGE(32 + 1)])
   with pytest.raises(KernelOptError, match="belong to bit 16"): _kernel(mm, r, [TC0, STAGE(256 + 15)])

@@ -322,7 +322,7 @@ def test_stage_refuses_what_it_cannot_stage(render, tensor):
   mm = tensor(64, 64, dtype=h) @ tensor(64, 64, dtype=h)
   with pytest.raises(KernelOptError, match="apply TC first"): apply(mm, [STAGE])
   with pytest.raises(KernelOptError, match="staged already"): apply(mm, [TC0, STAGE, STAGE])
-  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 2048)])
+  with pytest.raises(KernelOptError, match="arg is 0"): apply(mm, [TC0, Opt(OptOps.STAGE, None, 4096)])
   # two halves of A (64 slots of 8 halves) and of B (64 slots of 4): 3 KB
   small = CUDARenderer("sm_80", shared_max=2048)
   with pytest.raises(KernelOptError, match="3072 bytes of shared memory; the device has 2048"):

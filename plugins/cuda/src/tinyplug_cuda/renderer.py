@@ -20,7 +20,7 @@ from tinyplug.helpers import env_str
 from tinyplug.renderer.cstyle import CStyleRenderer, SMALL_INTS, is_ptr_of
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp
-from tinyplug_cuda.tensor_cores import ASYNC_HELPERS, mma_function, tensor_cores_for
+from tinyplug_cuda.tensor_cores import ASYNC_HELPERS, WGMMA, mma_function, tensor_cores_for
 
 _TYPE_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
                dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
@@ -51,16 +51,25 @@ def known_divisor(u: UOp) -> int:
   return 1
 
 STATIC_SHARED_MAX = 49152   # bytes of static __shared__ arrays a kernel may declare; more is dynamic shared memory
+DESCRIPTOR_ALIGN = 1024     # descriptor tiles (arrays named wgmma*, tc_wgmma.py): the 128-byte swizzle's period
+
+def _is_descriptor_tile(u: UOp) -> bool: return isinstance(u.arg, str) and u.arg.startswith("wgmma")
 
 def shared_layout(uops: Iterable[UOp]) -> tuple[dict[UOp, int], int]:
-  """Where each DEFINE_LOCAL of a kernel starts in its shared memory (bytes, 16-byte aligned) and the total: past
-  STATIC_SHARED_MAX the arrays are carved out of dynamic shared memory, which the runtime sizes at launch."""
-  offsets, total = {}, 0
+  """Where each DEFINE_LOCAL of a kernel starts in its shared memory (bytes, 16-byte aligned, 1024 for descriptor
+  tiles) and the total: past STATIC_SHARED_MAX, or with descriptor tiles, the arrays are carved out of dynamic shared
+  memory, which the runtime sizes at launch (descriptor tiles: 1024 bytes more, to align its start at run time)."""
+  offsets, total, descriptors = {}, 0, False
   for u in uops:
     if u.op is Ops.DEFINE_LOCAL and u not in offsets:
+      if _is_descriptor_tile(u):
+        total, descriptors = -(-total // DESCRIPTOR_ALIGN) * DESCRIPTOR_ALIGN, True
       offsets[u] = total
       total += -(-max(u.dtype.size, 1) * u.dtype.base.itemsize // 16) * 16
-  return offsets, total
+  return offsets, total + (DESCRIPTOR_ALIGN if descriptors else 0)
+
+def _dynamic(uops: Iterable[UOp], total: int) -> bool:
+  return total > STATIC_SHARED_MAX or any(u.op is Ops.DEFINE_LOCAL and _is_descriptor_tile(u) for u in uops)
 
 # the shared memory one block may opt in to, per architecture (CUDA C Programming Guide, "Technical Specifications
 # per Compute Capability"): the CUDA C renderer's limit where no device gives its own
@@ -69,8 +78,9 @@ SHARED_OPTIN = {"sm_70": 98304, "sm_72": 98304, "sm_75": 65536, "sm_80": 166912,
 
 def dynamic_shared_bytes(uops: Iterable[UOp]) -> int:
   """The dynamic shared memory a kernel rendered by CUDARenderer needs at launch (0: its arrays are static)."""
+  uops = list(uops)
   total = shared_layout(uops)[1]
-  return total if total > STATIC_SHARED_MAX else 0
+  return total if _dynamic(uops, total) else 0
 
 class CUDATarget:
   """What the CUDA C and the PTX renderer share: the device, its grid/block launch and limits. `arch` ("sm_80";
@@ -110,8 +120,10 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   nan_code = "__int_as_float(0x7fffffff)"
   helper_prefix = "__device__"
 
-  def __init__(self, arch: str | None = None, **limits: Any):
+  def __init__(self, arch: str | None = None, *, wgmma: bool | None = None, **limits: Any):
     super().__init__(arch, **limits)
+    # Hopper's wgmma cores (sm_90 only): CUDA_WGMMA=1 (or wgmma=True) until the GPU check has run them on an H100
+    self.wgmma = bool(int(env_str("CUDA_WGMMA") or "0")) if wgmma is None else wgmma
     if "shared_max" not in limits: self.shared_max = SHARED_OPTIN.get(self.arch.split("_", 1)[0] + "_" + "".join(
       ch for ch in self.arch.split("_")[-1] if ch.isdigit()), STATIC_SHARED_MAX)   # sm_90a counts as sm_90
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
@@ -122,12 +134,19 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
                           for dt in _VECTOR_NAMES}
 
   @property
-  def tensor_cores(self) -> tuple:   # mma.sync m16n8k16 (f16, bf16 -> f32) from sm_80 on: tensor_cores.py
-    return tensor_cores_for(self.arch)
+  def tensor_cores(self) -> tuple:   # mma.sync m16n8k16 (f16, bf16 -> f32) from sm_80 on, wgmma on sm_90: tensor_cores.py
+    return tensor_cores_for(self.arch, self.wgmma)
+
+  @property
+  def descriptor_cores(self) -> frozenset:   # wgmma reads A and B from shared memory (STAGE bit 2048: tc_wgmma.py)
+    return frozenset(t.name for t in self.tensor_cores if t in WGMMA)
+
+  @property
+  def prefer_descriptor_cores(self) -> bool: return bool(self.descriptor_cores)
 
   dynamic_shared = True   # shared arrays past 48 KB come from dynamic shared memory (the runtime sizes it)
   # STAGE's asynchronous mode (codegen/tc_async.py): cp.async copies, their commit groups and waits, ldmatrix reads
-  memory_ops = frozenset({"cp.async", "ldmatrix", "ldmatrix.trans"})
+  memory_ops = frozenset({"cp.async", "ldmatrix", "ldmatrix.trans", "wgmma.a", "wgmma.b"})
 
   @property
   def async_copy(self) -> bool: return bool(self.tensor_cores)   # cp.async and ldmatrix: sm_80 on, as mma.sync
@@ -138,11 +157,18 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       return "tp_cp_async_commit();"
     if isinstance(u.arg, tuple) and u.arg[0] == "cp.async.wait":
       self.needs.add("async")
-      return f"tp_cp_async_wait<{int(u.arg[1])}>(); {self.barrier_code}"
+      proxy = " tp_fence_proxy_async();" if len(u.arg) > 3 and u.arg[3] else ""   # cp.async -> wgmma's reads
+      if proxy: self.needs.add("wgmma")
+      return f"tp_cp_async_wait<{int(u.arg[1])}>();{proxy} {self.barrier_code}"
     return super().render_barrier(u)
 
   def render_memory_op(self, u: UOp) -> str | None:
     self.needs.add("async")
+    if u.op is Ops.LOAD and u.arg in ("wgmma.a", "wgmma.b"):   # a descriptor of the tile at this element
+      from tinyplug.codegen.tc_wgmma import STRIDES
+      self.needs.add("wgmma")
+      index, (lbo, sbo) = u.src[0], STRIDES[u.arg]
+      return f"tp_wgmma_desc(tp_smem_addr({self.names[index.src[0]]}+{self.expr(index.src[1])}), {lbo}, {sbo}, 1)"
     if u.op is Ops.LOAD and u.arg == "cp.async":   # the source address, for the STORE that copies it
       index = u.src[0]
       self.names[u] = f"({self.names[index.src[0]]}+{self.expr(index.src[1])})"
@@ -158,7 +184,13 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
 
   def render(self, name: str, uops: list[UOp]) -> str:
     offsets, total = shared_layout(uops)
-    self._dynamic, self._dynamic_total = (offsets, total) if total > STATIC_SHARED_MAX else ({}, 0)
+    self._dynamic, self._dynamic_total = (offsets, total) if _dynamic(uops, total) else ({}, 0)
+    self._align_smem = any(u.op is Ops.DEFINE_LOCAL and _is_descriptor_tile(u) for u in uops)
+    # WMMAs whose C is exactly the D of another (a K chain): that one neither waits nor this one fences (wgmma)
+    self._chained = {u: u.src[-u.dtype.count].src[0] for u in uops if u.op is Ops.WMMA and
+                     all(c.op is Ops.GEP and c.src[0] is u.src[-u.dtype.count].src[0] and c.arg == (i,) and
+                         c.src[0].op is Ops.WMMA for i, c in enumerate(u.src[-u.dtype.count:]))}
+    self._chain_inner = set(self._chained.values())
     return super().render(name, uops)
 
   def render_shared(self, u: UOp, name: str, ctype: str, size: int) -> str:
@@ -166,7 +198,12 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     # more than 48 KB: one dynamic array (the runtime sets the kernel's limit and passes its size at launch); the
     # emulator, which has no launch-time size, gets a static array as large
     head = ""
-    if self._dynamic[u] == 0:
+    if self._dynamic[u] == 0 and self._align_smem:   # descriptor tiles: the arrays start on a 1024-byte boundary
+      head = (f"#ifdef __CUDA_ARCH__\n  extern __shared__ __align__(1024) unsigned char tp_smem_raw[];\n#else\n"
+              f"  __shared__ __align__(1024) unsigned char tp_smem_raw[{self._dynamic_total}];\n"
+              f"  tp_shared_window(tp_smem_raw);\n#endif\n"
+              f"  unsigned char* tp_smem = tp_smem_raw + ((1024u - (tp_smem_addr(tp_smem_raw) & 1023u)) & 1023u);\n  ")
+    elif self._dynamic[u] == 0:
       head = (f"#ifdef __CUDA_ARCH__\n  extern __shared__ __align__(16) unsigned char tp_smem[];\n#else\n"
               f"  __shared__ __align__(16) unsigned char tp_smem[{self._dynamic_total}];\n#endif\n  ")
     return f"{head}{ctype}* {name} = ({ctype}*)(tp_smem+{self._dynamic[u]});"
@@ -174,13 +211,30 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
   def render_wmma(self, u: UOp, s: list[str]) -> str:
     tc = next((t for t in self.tensor_cores if t.name == u.arg), None)
     if tc is None: raise NotImplementedError(f"CUDA C for {self.arch} has no tensor core {u.arg!r}")
+    if tc in WGMMA: return self._render_wgmma(u, tc, s)
     self.needs.add(("wmma", u.arg))
     return f"tp_{tc.name}({', '.join(s)})"
+
+  def _render_wgmma(self, u: UOp, tc, s: list[str]) -> str:
+    """One wgmma of a K chain (tp_wgmma_chain<T, N, first, last>): the first fences the accumulators, the last commits
+    and waits for the chain; D comes back as a struct of N/2 floats."""
+    n_a, n_b, n_c = tc.elements
+    if u.src[0].op is not Ops.LOAD or u.src[0].arg != "wgmma.a" or u.src[n_a].arg != "wgmma.b":
+      raise NotImplementedError(f"{tc.name} reads A and B from shared memory through descriptors: stage its operands "
+                                "with STAGE bit 2048 (+16)")
+    self.needs.add("wgmma")
+    self.needs.add(("wgmma_mma", tc.dtype_in, tc.dims[1]))
+    acc = self.names[self._chained[u]] if u in self._chained else f"tp_f32s<{n_c}>{{{{{', '.join(s[n_a + n_b:])}}}}}"
+    first, last = int(u not in self._chained), int(u not in self._chain_inner)
+    return f"tp_wgmma_chain<{self.type_names[tc.dtype_in]}, {tc.dims[1]}, {first}, {last}>({acc}, {s[0]}, {s[n_a]})"
 
   def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
 
   # ---- types ----
   def value_type(self, dt: DType) -> str:
+    if dt.count > 8 and dt.scalar() == dtypes.float32:   # a wgmma's D: a struct of floats
+      self.needs.add("wgmma")
+      return f"tp_f32s<{dt.count}>"
     if dt.count == 1 or dt.scalar() not in _VECTOR_NAMES: return super().value_type(dt)
     if dt.count not in self.vector_lengths or (dt.count == 8 and dt.scalar() not in _HALVES):
       raise NotImplementedError(f"CUDA C has no vectors of {dt.count} {dt.scalar().name} elements")
@@ -197,6 +251,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     return f"make_{self.value_type(dt)}({', '.join(parts)})"
 
   def render_gep(self, x: str, lanes: tuple[int, ...], dt: DType | None = None) -> str:
+    if dt is not None and dt.count > 8 and len(lanes) == 1: return f"{x}.v[{lanes[0]}]"
     if len(lanes) == 1: return f"{x}.{_FIELDS[lanes[0]]}"
     return self.render_vectorize(dt.scalar().vec(len(lanes)), [f"{x}.{_FIELDS[i]}" for i in lanes])
 
@@ -303,6 +358,11 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
       lines.append(f"{self.helper_prefix} {name} make_{name}({', '.join(f'{t} {f}' for f in fields)}) "
                    f"{{ {name} r; {' '.join(f'r.{f} = {f};' for f in fields)} return r; }}")
     if "async" in self.needs: lines.append(ASYNC_HELPERS)
+    if "wgmma" in self.needs:
+      from tinyplug_cuda.wgmma import CHAIN_HELPER, COMMON, GPU_HELPERS, mma_specialization
+      lines += [COMMON, GPU_HELPERS, CHAIN_HELPER]
+      lines += [mma_specialization(dt, n, 0, 1) for _, dt, n in sorted((x for x in self.needs if isinstance(x, tuple)
+                                                                       and x[0] == "wgmma_mma"), key=str)]
     for _, name in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == "wmma"):
       lines.append(mma_function(next(t for t in self.tensor_cores if t.name == name)))
     return lines + super().prelude()

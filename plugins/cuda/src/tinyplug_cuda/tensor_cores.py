@@ -37,11 +37,32 @@ def mma_m16n8k16(dtype_in: DType, dtype_out: DType = dtypes.float32) -> TensorCo
 MMA_M16N8K16 = (mma_m16n8k16(dtypes.float16), mma_m16n8k16(dtypes.bfloat16),
                 mma_m16n8k16(dtypes.float16, dtypes.float16))
 
-def tensor_cores_for(arch: str) -> tuple[TensorCore, ...]:
-  """The tensor cores of GPU architecture `arch` ("sm_80"): the m16n8k16 ones from sm_80 (Ampere) on."""
+def wgmma_m64nk16(dtype_in: DType, n: int = 128) -> TensorCore:
+  """Hopper's `wgmma.mma_async` m64n{n}k16 with f32 accumulators, one warpgroup (128 threads). Its A and B come from
+  shared memory through descriptors (wgmma.py): such a WMMA runs only once STAGE's wgmma mode (bit 2048,
+  codegen/tc_wgmma.py) has staged its operands; the fragments below say which elements each thread's loads name
+  before that (A: the register layout of the PTX ISA, warp w's rows 16w..16w+15 as mma.m16n8k16's A; B: a layout of
+  ours, any even cover would do). C/D: thread t (warp w = t/32, g = (t%32)/4, c = t%4) holds element i at row
+  16w + g + 8((i/2)%2), column 8(i/4) + 2c + i%2, which for each 8 columns is mma.m16n8k16's C of warp w."""
+  thread_cols, group_rows, warp_rows = ((0, 2), (0, 4)), ((1, 0), (2, 0), (4, 0)), ((16, 0), (32, 0))
+  return TensorCore(
+    name=f"wgmma_m64n{n}k16_{_PTX_TYPE[dtype_in]}_f32", dims=(64, n, 16), dtype_in=dtype_in, dtype_out=dtypes.float32,
+    threads=128,
+    lane_bits=(thread_cols + group_rows + warp_rows,
+               ((2, 0), (4, 0), (0, 1), (0, 2), (0, 4), (8, 0), (0, 8)),
+               thread_cols + group_rows + warp_rows),
+    element_offsets=(tuple((8 * ((i >> 1) & 1), (i & 1) + 8 * (i >> 2)) for i in range(8)),
+                     tuple((i & 1, 16 * (i >> 1)) for i in range(n // 8)),
+                     tuple((8 * ((i >> 1) & 1), (i & 1) + 8 * (i >> 2)) for i in range(n // 2))))
+
+WGMMA = (wgmma_m64nk16(dtypes.float16), wgmma_m64nk16(dtypes.bfloat16))
+
+def tensor_cores_for(arch: str, wgmma: bool = False) -> tuple[TensorCore, ...]:
+  """The tensor cores of GPU architecture `arch` ("sm_80"): the m16n8k16 ones from sm_80 (Ampere) on, then with
+  `wgmma` on sm_90 (Hopper: sm_90a) the wgmma ones, after them so the mma.sync cores keep their TC numbers."""
   try: sm = int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()))
   except ValueError: return ()
-  return MMA_M16N8K16 if sm >= 80 else ()
+  return MMA_M16N8K16 + (WGMMA if sm == 90 and wgmma else ()) if sm >= 80 else ()
 
 def mma_function(tc: TensorCore) -> str:
   """The `__device__` function a WMMA of `tc` calls: this thread's 8 A, 4 B and 4 C elements in, its 4 of D out (a

@@ -82,6 +82,19 @@ template <int R> __device__ __forceinline__ void tp_fence_operands(float* d) {
 template <typename T, int N, int TA, int TB> __device__ void tp_wgmma(float* d, unsigned long long da, unsigned long long db, int scale_d);
 #endif"""
 
+# the CUDA C renderer's form (tc_wgmma.py's kernels): D as a struct of N/2 floats through a K chain of wgmmas, the
+# first fencing the accumulators, the last committing the chain and waiting for it (tp_f32s: the struct)
+CHAIN_HELPER = r"""template <int R> struct tp_f32s { float v[R]; };
+#ifdef __CUDA_ARCH__
+template <typename T, int N, int FIRST, int LAST, typename S>
+__device__ __forceinline__ S tp_wgmma_chain(S d, unsigned long long da, unsigned long long db) {
+  if (FIRST) { tp_fence_operands<N / 2>(d.v); tp_wgmma_fence(); }
+  tp_wgmma<T, N, 0, 1>(d.v, da, db, 1);
+  if (LAST) { tp_wgmma_commit(); tp_wgmma_wait<0>(); tp_fence_operands<N / 2>(d.v); }
+  return d;
+}
+#endif"""
+
 def mma_specialization(dtype: DType, n: int, trans_a: int, trans_b: int) -> str:
   """The GPU's `tp_wgmma<T, n, tA, tB>`: one wgmma.mma_async m64n{n}k16 with f32 accumulators `d[0 .. n/2-1]`."""
   if dtype not in _T: raise WgmmaError(f"wgmma here takes float16 or bfloat16 inputs, not {dtype.name}")

@@ -305,3 +305,11 @@ template <int N> static inline void tp_wgmma_wait() {   // the wgmmas of all but
   }
   tp_wgmma_count[id] = keep;
 }
+// the CUDA C renderer's K chains (wgmma.py's CHAIN_HELPER): here each link runs at once (commit and wait), its D a copy
+template <typename T, int N, int FIRST, int LAST, typename S>
+static inline S tp_wgmma_chain(S d, unsigned long long da, unsigned long long db) {
+  tp_wgmma<T, N, 0, 1>(d.v, da, db, 1);
+  tp_wgmma_commit();
+  tp_wgmma_wait<0>();
+  return d;
+}
