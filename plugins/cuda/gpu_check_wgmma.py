@@ -1,12 +1,13 @@
 """The wgmma kernels (tinyplug_cuda/wgmma.py) on a real Hopper GPU, in one call (issue 16):
 
-  DEV=CUDA python plugins/cuda/gpu_check_wgmma.py [--reps 20] [--quick]
+  DEV=CUDA python plugins/cuda/gpu_check_wgmma.py [--reps 20] [--quick] [--beam 2]
 
 1. each variant's ptxas report (registers, spills, "wgmma serialized" warnings) from NVRTC for sm_90a;
 2. correctness against torch (fp32 matmul of the same fp16/bf16 inputs, TF32 off) for small shapes and 4096^3;
-3. fp16 4096^3 (fp32 accumulate) timing by CUDA events, best of --reps after a warm-up: every wgmma variant, the
-   heuristic's mma.sync kernel (STAGE bit 16, as benchmarks/cuda_matmul.py builds it) and torch.matmul (cuBLAS),
-   as one table with TFLOP/s and the ratio to cuBLAS.
+3. fp16 4096^3 (fp32 accumulate) timing by CUDA events, best of --reps after a warm-up: torch.matmul (cuBLAS), the
+   optimiser's kernels (session 9's mma.sync tile, the heuristic with the wgmma cores on, wgmma tiles through STAGE's
+   descriptor mode; with --beam, BEAM's pick) and every generated wgmma variant, as one table with TFLOP/s and the
+   ratio to cuBLAS; then the best.
 Needs an sm_90 GPU (H100/H200), the cuda plugin and torch with CUDA; exits with the reason otherwise."""
 from __future__ import annotations
 import argparse, ctypes, os, sys, time
@@ -29,6 +30,20 @@ VARIANTS = [
   ("128x256 s4 f0 half out", dict(bm=128, bn=256, stages=4, inflight=0, out="half")),
 ]
 SHAPES = [(128, 128, 128), (256, 512, 192), (512, 256, 1024), (4096, 4096, 4096)]
+# the optimiser's kernels, as action lists (benchmarks/cuda_matmul.py's spelling; "" = the heuristic's choice): the
+# session 9 mma.sync tile, and wgmma (TC 3) through STAGE's descriptor mode (2048 + 16 + 32 per stage past 2 + 256
+# grouped): 128x128 of 2 warpgroups in 3/4 stages, grouped or not; 128x256; 256x128 of 4 warpgroups or of 2 doing 2 each
+OPTIMISER = [
+  ("mma.sync, session 9 heuristic", "TC0:0 UPCAST1:8 UPCAST0:4 UNROLL0:2 LOCAL1:2 LOCAL0:2 STAGE:304"),
+  ("heuristic (wgmma on)", ""),
+  ("opt wgmma 128x128 s3 grouped", "TC0:3 UNROLL0:4 LOCAL0:2 STAGE:2352"),
+  ("opt wgmma 128x128 s4 grouped", "TC0:3 UNROLL0:4 LOCAL0:2 STAGE:2384"),
+  ("opt wgmma 128x128 s3", "TC0:3 UNROLL0:4 LOCAL0:2 STAGE:2096"),
+  ("opt wgmma 128x256 s3 grouped", "TC0:3 UNROLL0:4 UPCAST1:2 LOCAL0:2 STAGE:2352"),
+  ("opt wgmma 128x256 s4 grouped", "TC0:3 UNROLL0:4 UPCAST1:2 LOCAL0:2 STAGE:2384"),
+  ("opt wgmma 256x128 4wg s3 grouped", "TC0:3 UNROLL0:4 LOCAL0:4 STAGE:2352"),
+  ("opt wgmma 256x128 2x2 s3 grouped", "TC0:3 UNROLL0:4 UPCAST0:2 LOCAL0:2 STAGE:2352"),
+]
 
 def _fail(why: str) -> None:
   print(f"gpu_check_wgmma: {why}", file=sys.stderr)
@@ -103,6 +118,7 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--reps", type=int, default=20)
   ap.add_argument("--quick", action="store_true", help="the first 4 variants only")
+  ap.add_argument("--beam", type=int, default=0, help="also the kernel BEAM=<width> picks, with the wgmma cores on")
   args = ap.parse_args()
   try: import torch
   except ImportError: _fail("needs torch (with CUDA) for the reference and cuBLAS")
@@ -153,18 +169,34 @@ def main() -> None:
   t_torch = min(times)
   ref = (ta.float() @ tb.float()).cpu().numpy()
   flops = 2 * n ** 3
-  print(f"{'kernel':34s} {'time':>10s} {'TFLOP/s':>8s} {'of cuBLAS':>9s}  check")
+  print(f"{'kernel':34s} {'time':>10s} {'TFLOP/s':>8s} {'of cuBLAS':>9s}  check  (the generator's: fp32 out; the "
+        "optimiser's: fp16 out, as torch)")
   print(f"{'torch.matmul (cuBLAS, half out)':34s} {t_torch * 1e3:8.3f}ms {flops / t_torch / 1e12:8.1f} {1.0:9.2f}")
+  # the optimiser's kernels (the same matmul graph: fp16 in, fp32 accumulate, fp16 out), by their actions
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-  try:
-    from cuda_matmul import _tinyplug_kernel
-    t, opts, _, got = _tinyplug_kernel(n, {}, args.reps, a_np.astype(np.float32), b_np.astype(np.float32))
-    err = float(np.abs(got.astype(np.float32) - ref).max())
-    acts = " ".join(f"{o.op.name}{'' if o.axis is None else o.axis}{'' if o.arg is None else f':{o.arg}'}" for o in opts)
-    print(f"{'heuristic (mma.sync) ' + acts[-14:]:34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  "
-          f"{'ok' if err < 1.0 else f'FAIL {err:.3g}'}  [{acts}]")
-  except Exception as e: print(f"heuristic kernel: {type(e).__name__}: {e}")
+  from cuda_matmul import _tinyplug_kernel, _variant_kernel, actions_text, matmul_item, parse_variant
+  dev.renderer.wgmma = True   # the wgmma cores (TC 3 and 4) and the heuristic's preference for them
+  item, bufs = matmul_item(a_np.astype(np.float32), b_np.astype(np.float32))
   best = None
+  for label, text in OPTIMISER:
+    try: t, opts, build, got = _variant_kernel(n, parse_variant(text) if text else None, args.reps, item, bufs)
+    except Exception as e:
+      print(f"{label:34s} {type(e).__name__}: {str(e)[:300]}")
+      bad += 1
+      continue
+    err = float(np.abs(got.astype(np.float32) - ref).max())
+    ok = err < 2.0
+    bad += not ok
+    if ok and "wgmma" in label and (best is None or t < best[1]): best = (label, t)
+    print(f"{label:34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  {'ok' if ok else f'FAIL {err:.3g}'}  "
+          f"[{actions_text(opts)}] ({build:.1f}s)")
+  if args.beam:
+    t, opts, build, got = _tinyplug_kernel(n, {"BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}, args.reps,
+                                           a_np.astype(np.float32), b_np.astype(np.float32))
+    err = float(np.abs(got.astype(np.float32) - ref).max())
+    bad += err >= 2.0
+    print(f"{'BEAM=' + str(args.beam):34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  "
+          f"{'ok' if err < 2.0 else f'FAIL {err:.3g}'}  [{actions_text(opts)}] (search {build:.1f}s)")
   for label, kw in variants:
     st = time.perf_counter()
     got, t = run_variant(kw, n, n, n, a_np, b_np, args.reps)

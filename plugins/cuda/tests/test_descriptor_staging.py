@@ -146,3 +146,19 @@ def test_beam_searches_descriptor_kernels_staged_only():
   assert {ks[-1].arg for ks in on_wgmma} == set(TC_SEARCH["descriptor_stage"])
   assert any(ks[0].arg == 0 for ks in kernels)   # the mma.sync kernels stay in the search
   assert not any(ks[0].arg in (F16, BF16) for ks in tensor_core_kernels(Kernel(item.ast, CUDARenderer("sm_90"))))
+
+@pytest.mark.parametrize("shape,opts", CASES + [((1024, 512, 2048), None)], ids=str)
+def test_gpu_matches_numpy(shape, opts):
+  """On an H100/H200 (skipped elsewhere): the kernels the emulator checked, and the heuristic's, on the hardware."""
+  from tinyplug_cuda.driver import probe_driver
+  if not probe_driver()[0]: pytest.skip(f"no NVIDIA GPU: {probe_driver()[1][:80]}")
+  dev = Device["CUDA"]
+  if dev.arch != "sm_90": pytest.skip(f"wgmma needs sm_90, the GPU is {dev.arch}")
+  item, ref = _item(*shape, device="CUDA")
+  r = CUDARenderer("sm_90", wgmma=True, shared_max=dev.renderer.shared_max)
+  spec = get_program(item.ast, r, opts=opts)
+  assert any(o.op is OptOps.STAGE and o.arg & 2048 for o in spec.applied_opts)
+  prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+  bufs = [b.ensure_allocated() for b in item.bufs]
+  prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  np.testing.assert_allclose(bufs[0].numpy().reshape(ref.shape), ref, rtol=1e-5, atol=1e-4 * np.sqrt(shape[2]))
