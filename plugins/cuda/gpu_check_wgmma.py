@@ -93,7 +93,7 @@ ALTERNATIVES = {
   "no async-proxy fence": ("    tp_fence_proxy_async();\n", "\n"),
 }
 
-def diagnose(torch) -> None:
+def diagnose(device: str = "CUDA") -> None:
   import dataclasses
   from tinyplug.device import Buffer
   from tinyplug.uop.dtype import dtypes
@@ -105,31 +105,56 @@ def diagnose(torch) -> None:
   base = matmul_kernel(256, 256, 256, stages=3)
   for label, (old, new) in {"as generated": ("", ""), **ALTERNATIVES}.items():
     kernel = dataclasses.replace(base, src=base.src.replace(old, new) if old else base.src)
-    A = Buffer("CUDA", a_np.size, dtypes.half).copyin(a_np)
-    B = Buffer("CUDA", b_np.size, dtypes.half).copyin(b_np)
-    C = Buffer("CUDA", 256 * 256, dtypes.float)
+    A = Buffer(device, a_np.size, dtypes.half).copyin(a_np)
+    B = Buffer(device, b_np.size, dtypes.half).copyin(b_np)
+    C = Buffer(device, 256 * 256, dtypes.float)
     try:
-      program(kernel, "CUDA")(C, A, B)
+      program(kernel, device)(C, A, B)
       err = float(np.abs(C.numpy().reshape(256, 256) - ref).max())
       print(f"{label:28s} max |err| {err:.3g} {'ok' if err < 1e-2 else 'wrong'}")
     except Exception as e: print(f"{label:28s} {type(e).__name__}: {str(e)[:200]}")
+
+def _reference(torch, a_np, b_np) -> np.ndarray:
+  """fp32 matmul of the 16-bit inputs: torch on the GPU (TF32 off), numpy for an emulator dry run."""
+  if torch is None: return a_np.astype(np.float32) @ b_np.astype(np.float32)
+  return (torch.from_numpy(a_np).cuda().float() @ torch.from_numpy(b_np).cuda().float()).cpu().numpy()
+
+def _cublas(torch, a_np, b_np, reps: int) -> float:
+  """Best seconds of torch.matmul (cuBLAS, half out) by CUDA events; nan off a GPU."""
+  if torch is None: return float("nan")
+  ta, tb = torch.from_numpy(a_np).cuda(), torch.from_numpy(b_np).cuda()
+  torch.matmul(ta, tb); torch.cuda.synchronize()
+  times = []
+  for _ in range(reps):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); torch.matmul(ta, tb); e.record(); torch.cuda.synchronize()
+    times.append(s.elapsed_time(e) / 1e3)
+  return min(times)
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--reps", type=int, default=20)
   ap.add_argument("--quick", action="store_true", help="the first 4 variants only")
   ap.add_argument("--beam", type=int, default=0, help="also the kernel BEAM=<width> picks, with the wgmma cores on")
+  ap.add_argument("--device", default="CUDA", help="MOCK+CUDA: a dry run of this script on the emulator (numpy "
+                  "references, times meaningless; use --n 256 --reps 1)")
+  ap.add_argument("--n", type=int, default=4096, help="the timed matmul's size")
   args = ap.parse_args()
-  try: import torch
-  except ImportError: _fail("needs torch (with CUDA) for the reference and cuBLAS")
-  if not torch.cuda.is_available(): _fail("torch sees no CUDA GPU")
-  cc = torch.cuda.get_device_capability()
-  if cc != (9, 0): _fail(f"{torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}: wgmma needs sm_90 (H100/H200)")
-  torch.backends.cuda.matmul.allow_tf32 = False
   from tinyplug.device import Device
-  dev = Device["CUDA"]
-  print(f"{torch.cuda.get_device_name()} (sm_90, compiled for sm_90a), torch {torch.__version__}, "
-        f"{dev.describe() if hasattr(dev, 'describe') else ''}")
+  torch = None
+  if args.device == "CUDA":
+    try: import torch
+    except ImportError: _fail("needs torch (with CUDA) for the reference and cuBLAS")
+    if not torch.cuda.is_available(): _fail("torch sees no CUDA GPU")
+    cc = torch.cuda.get_device_capability()
+    if cc != (9, 0): _fail(f"{torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}: wgmma needs sm_90 (H100/H200)")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = Device["CUDA"]
+    print(f"{torch.cuda.get_device_name()} (sm_90, compiled for sm_90a), torch {torch.__version__}, {dev.describe()}")
+  else:
+    dev = Device[args.device]
+    dev.renderer.arch, dev.renderer.shared_max = "sm_90", 232448   # the emulator renders as for an H100
+    print(f"dry run on {args.device}: {dev.describe()}")
   variants = VARIANTS[:4] if args.quick else VARIANTS
   from tinyplug_cuda.wgmma import matmul_kernel
   print("\n## ptxas (sm_90a)")
@@ -139,35 +164,28 @@ def main() -> None:
   print("\n## correctness against torch (fp32 matmul of the fp16 inputs)")
   rng = np.random.default_rng(0)
   bad = 0
-  for m, n, k in SHAPES:
+  for m, n, k in SHAPES if args.device == "CUDA" else SHAPES[:2]:
     a_np = rng.standard_normal((m, k)).astype(np.float16)
     b_np = rng.standard_normal((k, n)).astype(np.float16)
-    ref = (torch.from_numpy(a_np).cuda().float() @ torch.from_numpy(b_np).cuda().float()).cpu().numpy()
+    ref = _reference(torch, a_np, b_np)
     for label, kw in variants:
       try: matmul_kernel(m, n, k, **_kwargs(kw))
       except ValueError: continue   # the shape does not tile by this block
-      got, _ = run_variant(kw, m, n, k, a_np, b_np)
+      got, _ = run_variant(kw, m, n, k, a_np, b_np, device=args.device)
       tol = 2e-2 * np.sqrt(k) if kw.get("out") == "half" else 1e-3 * np.sqrt(k)
       err = float(np.abs(got - ref).max())
       ok = err <= tol
       bad += not ok
       print(f"{m}x{n}x{k:<6d} {label:28s} max |err| {err:.3g} {'ok' if ok else 'FAIL'}")
 
-  if bad: diagnose(torch)
+  if bad: diagnose(args.device)
 
-  print(f"\n## fp16 4096^3, fp32 accumulate: best of {args.reps} by CUDA events")
-  n = 4096
+  n = args.n
+  print(f"\n## fp16 {n}^3, fp32 accumulate: best of {args.reps} by CUDA events")
   a_np = rng.standard_normal((n, n)).astype(np.float16)
   b_np = rng.standard_normal((n, n)).astype(np.float16)
-  ta, tb = torch.from_numpy(a_np).cuda(), torch.from_numpy(b_np).cuda()
-  torch.matmul(ta, tb); torch.cuda.synchronize()
-  times = []
-  for _ in range(args.reps):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); c = torch.matmul(ta, tb); e.record(); torch.cuda.synchronize()
-    times.append(s.elapsed_time(e) / 1e3)
-  t_torch = min(times)
-  ref = (ta.float() @ tb.float()).cpu().numpy()
+  t_torch = _cublas(torch, a_np, b_np, args.reps)
+  ref = _reference(torch, a_np, b_np)
   flops = 2 * n ** 3
   print(f"{'kernel':34s} {'time':>10s} {'TFLOP/s':>8s} {'of cuBLAS':>9s}  check  (the generator's: fp32 out; the "
         "optimiser's: fp16 out, as torch)")
@@ -176,13 +194,14 @@ def main() -> None:
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
   from cuda_matmul import _tinyplug_kernel, _variant_kernel, actions_text, matmul_item, parse_variant
   dev.renderer.wgmma = True   # the wgmma cores (TC 3 and 4) and the heuristic's preference for them
-  item, bufs = matmul_item(a_np.astype(np.float32), b_np.astype(np.float32))
+  item, bufs = matmul_item(a_np.astype(np.float32), b_np.astype(np.float32), args.device)
   best = None
   for label, text in OPTIMISER:
-    try: t, opts, build, got = _variant_kernel(n, parse_variant(text) if text else None, args.reps, item, bufs)
+    try: t, opts, build, got = _variant_kernel(n, parse_variant(text) if text else None, args.reps, item, bufs,
+                                               args.device)
     except Exception as e:
       print(f"{label:34s} {type(e).__name__}: {str(e)[:300]}")
-      bad += 1
+      bad += args.device == "CUDA" or n == 4096   # a dry run's small matmul may not tile as 4096 does
       continue
     err = float(np.abs(got.astype(np.float32) - ref).max())
     ok = err < 2.0
@@ -192,14 +211,16 @@ def main() -> None:
           f"[{actions_text(opts)}] ({build:.1f}s)")
   if args.beam:
     t, opts, build, got = _tinyplug_kernel(n, {"BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}, args.reps,
-                                           a_np.astype(np.float32), b_np.astype(np.float32))
+                                           a_np.astype(np.float32), b_np.astype(np.float32), args.device)
     err = float(np.abs(got.astype(np.float32) - ref).max())
     bad += err >= 2.0
     print(f"{'BEAM=' + str(args.beam):34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  "
           f"{'ok' if err < 2.0 else f'FAIL {err:.3g}'}  [{actions_text(opts)}] (search {build:.1f}s)")
   for label, kw in variants:
+    try: matmul_kernel(n, n, n, **_kwargs(kw))
+    except ValueError: continue
     st = time.perf_counter()
-    got, t = run_variant(kw, n, n, n, a_np, b_np, args.reps)
+    got, t = run_variant(kw, n, n, n, a_np, b_np, args.reps, args.device)
     err = float(np.abs(got - ref).max())
     ok = err <= (2.0 if kw.get("out") == "half" else 0.1)
     bad += not ok

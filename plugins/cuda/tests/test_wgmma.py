@@ -158,3 +158,13 @@ def test_gpu_matches_numpy(shape, kw):
   got, ref = _run(matmul_kernel(*shape, **kw), *shape, out=out, dev="CUDA")
   tol = 1e-5 if out == dtypes.float32 else 2 ** -10
   np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max() + 1e-4 * np.sqrt(shape[2]))
+
+def test_gpu_check_script_dry_run(mock_cuda):
+  """The device session's one call, run here on the emulator (numpy references, no timing claims): it must not break
+  before it reaches a GPU."""
+  import os, subprocess, sys
+  script = os.path.join(os.path.dirname(__file__), "..", "gpu_check_wgmma.py")
+  out = subprocess.run([sys.executable, script, "--device", "MOCK+CUDA", "--n", "256", "--reps", "1", "--quick"],
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "0 failed check(s)" in out.stdout and "heuristic (wgmma on)" in out.stdout and "[TC0:3 UNROLL0:4" in out.stdout
