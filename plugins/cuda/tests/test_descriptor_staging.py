@@ -185,14 +185,14 @@ def test_heuristic_kernels_on_the_emulator(mock_cuda, what):
     if what == "one warpgroup" else (h(128, 128), h(128, 128))
   bias = RNG.standard_normal(128).astype(np.float32)
   T = lambda x: Tensor(x).realize()
-  build, ref = {
-    "batched": (lambda: T(a).matmul(T(b), dtype=dtypes.float), f32(a) @ f32(b)),
-    "one warpgroup": (lambda: T(a).matmul(T(b), dtype=dtypes.float), f32(a) @ f32(b)),
-    "B transposed": (lambda: T(a).matmul(T(b).T, dtype=dtypes.float), f32(a) @ f32(b).T),
-    "A transposed": (lambda: T(a).T.matmul(T(b), dtype=dtypes.float), f32(a).T @ f32(b)),
-    "bias and relu": (lambda: (T(a).matmul(T(b), dtype=dtypes.float) + T(bias)).relu(),
-                      np.maximum(f32(a) @ f32(b) + bias, 0)),
-  }[what]
+  build, ref = {   # (the graph, its reference), built for this case only
+    "batched": lambda: (lambda: T(a).matmul(T(b), dtype=dtypes.float), f32(a) @ f32(b)),
+    "one warpgroup": lambda: (lambda: T(a).matmul(T(b), dtype=dtypes.float), f32(a) @ f32(b)),
+    "B transposed": lambda: (lambda: T(a).matmul(T(b).T, dtype=dtypes.float), f32(a) @ f32(b).T),
+    "A transposed": lambda: (lambda: T(a).T.matmul(T(b), dtype=dtypes.float), f32(a).T @ f32(b)),
+    "bias and relu": lambda: (lambda: (T(a).matmul(T(b), dtype=dtypes.float) + T(bias)).relu(),
+                              np.maximum(f32(a) @ f32(b) + bias, 0)),
+  }[what]()
   opts, got = _heuristic_run(build, ref)
   tc = next(o.arg for o in opts if o.op is OptOps.TC)
   assert tc == (0 if "transposed" in what else F16), opts   # transposed operands: not staged for descriptors yet
