@@ -43,6 +43,10 @@ OPTIMISER = [
   ("opt wgmma 128x256 s4 grouped", "TC0:3 UNROLL0:4 UPCAST1:2 LOCAL0:2 STAGE:2384"),
   ("opt wgmma 256x128 4wg s3 grouped", "TC0:3 UNROLL0:4 LOCAL0:4 STAGE:2352"),
   ("opt wgmma 256x128 2x2 s3 grouped", "TC0:3 UNROLL0:4 UPCAST0:2 LOCAL0:2 STAGE:2352"),
+  # K steps of 128 (UNROLL 8: 8 wgmmas per wait, half the trips; 64 KB a stage for 128x128)
+  ("opt wgmma 128x128 K128 s2 grouped", "TC0:3 UNROLL0:8 LOCAL0:2 STAGE:2320"),
+  ("opt wgmma 128x128 K128 s3 grouped", "TC0:3 UNROLL0:8 LOCAL0:2 STAGE:2352"),
+  ("opt wgmma 128x256 K128 s2 grouped", "TC0:3 UNROLL0:8 UPCAST1:2 LOCAL0:2 STAGE:2320"),
 ]
 
 def _fail(why: str) -> None:

@@ -86,14 +86,19 @@ def _swizzle(row: UOp | int, chunks: int, on: bool):
   return (row // (8 // chunks)) % chunks
 
 def _position(p: _AsyncPlan, row, chunk):
-  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled. With `blocks`, rows are cut into blocks of
-  8 chunks (128 bytes), stored one block after the other, each block's rows 128 bytes apart and swizzled as the
-  128-byte swizzle of Hopper's descriptors wants it (chunk ^ row % 8: the shared address bits 4-6 ^= bits 7-9)."""
+  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled. With `blocks` (descriptor tiles), the
+  tile is cut into groups of 64 rows, each group into blocks of 8 chunks (128 bytes) stored one after the other, a
+  block's rows 128 bytes apart and swizzled as the 128-byte swizzle of Hopper's descriptors wants it (chunk ^ row % 8:
+  the shared address bits 4-6 ^= bits 7-9), so every 64x64 block is 8 KB and 1024-byte aligned."""
   if p.blocks:
     per = CHUNK // p.loads[0].dtype.itemsize
-    block, within = (chunk // 8, chunk % 8) if p.chunks > 8 else (0, chunk)
+    line = 8 * per   # elements of a 128-byte row
+    within = chunk % 8 if p.chunks > 8 else chunk
     phys = UOp(Ops.XOR, within.dtype, (within, row % 8)) if isinstance(within, UOp) else within ^ (row % 8)
-    return block * (p.rows * 8 * per) + row * (8 * per) + phys * per if p.chunks > 8 else row * (8 * per) + phys * per
+    pos = (row % 64 if p.rows > 64 else row) * line + phys * per
+    if p.chunks > 8: pos = pos + (chunk // 8) * (min(p.rows, 64) * line)
+    if p.rows > 64: pos = pos + (row // 64) * (64 * p.width)
+    return pos
   sw = _swizzle(row, p.chunks, p.swizzle)
   phys = chunk if isinstance(sw, int) and sw == 0 else UOp(Ops.XOR, chunk.dtype, (chunk, sw)) \
     if isinstance(chunk, UOp) else chunk ^ sw

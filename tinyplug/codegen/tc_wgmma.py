@@ -4,15 +4,14 @@ copies them (cp.async, 2-5 stages, one wait and barrier per trip: tc_async.py), 
 128-byte swizzle mode reads, and each WMMA's A and B elements become the descriptors of its sub-tiles.
 
 - Tiles: A as the K step's row of each of the work-group's M rows (K-major), B as the K step's rows of the
-  work-group's N columns (N-major): found from the loads (tc_async's `tile_geometry`) and refused otherwise. Rows
-  are 128 bytes (A: a K step of 64 16-bit elements) or cut into 128-byte column blocks (B: N a multiple of 64), each
-  block's rows 128 bytes apart, 16-byte chunk c of row r at c ^ r % 8 (tc_async's `_position` with `blocks`), every
-  tile 1024-byte aligned (the renderer aligns arrays named `wgmma*` so).
+  work-group's N columns (N-major): found from the loads (tc_async's `tile_geometry`) and refused otherwise. The K
+  step is a multiple of 64 16-bit elements (128 bytes); a tile is stored as 64x64 blocks of 8 KB (groups of 64 rows,
+  each cut into 128-byte column blocks), a block's rows 128 bytes apart, 16-byte chunk c of row r at c ^ r % 8
+  (tc_async's `_position` with `blocks`), every tile 1024-byte aligned (the renderer aligns arrays named `wgmma*`).
 - Descriptors: a WMMA (one value of every range but the lanes) reads a 64x16 block of A and a 16xN block of B; its
-  first element's place in the stage, as digits of the ranges (`_digits`), is the descriptor's start: A's row r0
-  (a multiple of 8) and column c0 at r0 * 128 + c0 * 2 bytes (the swizzle applies to the address bits, so a start
-  inside a 128-byte row is the unswizzled one), B's row k0 and column block n0 / 64 at (n0 / 64) * rows * 128 +
-  k0 * 128. Strides (bytes): A SBO 1024 (8 rows), B LBO rows * 128 (the next column block), SBO 1024.
+  first element's place in the stage, as digits of the ranges (`_digits`), is the descriptor's start (the swizzle
+  applies to the address bits, so a start 32, 64 or 96 bytes into a row of A is the unswizzled one). Strides
+  (bytes): A SBO 1024 (8 rows), B LBO 8192 (the next 64 columns: the next block), SBO 1024.
 - The WMMA keeps its element count: each A element is the A descriptor (a LOAD with arg "wgmma.a" of uint64 from the
   sub-tile's first element), each B element B's ("wgmma.b"); the renderer turns the WMMA into the instruction.
 
@@ -40,27 +39,27 @@ def _plan(number: int, loads: tuple[UOp, ...], threads: list[UOp], stages: int) 
   per_row = ROW_BYTES // dt.itemsize
   unroll = [r for r in g.varying if r.arg[1] == "unroll"]
   k_step = 16 * math.prod(_size(r) for r in unroll)
-  if k_step != per_row:
-    raise StagingError(f"a K step of {k_step} elements: descriptor tiles need {per_row} (UNROLL 4 of 16-deep K-tiles)")
+  if k_step % per_row:
+    raise StagingError(f"a K step of {k_step} elements: descriptor tiles need a multiple of {per_row} (UNROLL 4 or 8 "
+                       "of 16-deep K-tiles)")
   # which way K runs: one unroll step further along K moves A by 16 elements (K-major), B by 16 rows (N-major)
   r = unroll[0]
   i = g.varying.index(r)
   moved = g.off[g.strides[i]] - g.off[0] if _size(r) > 1 else None
   if g.rows == 1:   # rows that follow one another in memory were found as one: cut them as the operand's rows are
-    w = per_row if number == 0 else g.width // k_step
+    w = k_step if number == 0 else g.width // k_step
     if w < 1 or g.width % w: raise StagingError(f"the operand's tile of {g.width} elements does not cut into rows")
     g = dataclasses.replace(g, rows=g.width // w, width=w, ld=w)
   rel = g.off - g.start
   row, col = rel // g.ld, rel % g.ld
   if number == 0:
-    if g.width != per_row or (moved is not None and not (moved == moved[0]).all()) or \
-       (moved is not None and _size(r) * 16 != per_row):
+    if g.width != k_step or (moved is not None and not (moved == moved[0]).all()):
       raise StagingError("A's tile is not the K step's row of each M row (A stored M-major is not staged for "
                          "descriptors yet)")
     if g.rows % 64: raise StagingError(f"A's tile has {g.rows} rows: a multiple of 64 (a warpgroup's)")
   else:
-    if g.rows != per_row or g.width % per_row:
-      raise StagingError(f"B's tile is {g.rows} x {g.width}: descriptor tiles need the K step's {per_row} rows of N "
+    if g.rows != k_step or g.width % per_row:
+      raise StagingError(f"B's tile is {g.rows} x {g.width}: descriptor tiles need the K step's {k_step} rows of N "
                          f"columns, N a multiple of {per_row} (B stored N x K is not staged for descriptors yet)")
   buf = UOp(Ops.DEFINE_LOCAL, dt.ptr(stages * g.rows * g.width, local=True), (), f"wgmma{number}")
   plan = _AsyncPlan(tuple(loads), g.varying, g.steps, g.gbuf, g.base(), g.rows, g.width, g.ld, buf, False, (), (), 0, 0,
@@ -100,8 +99,9 @@ def stage_descriptors(sink: UOp, renderer: Renderer, arg: int, operands: list[tu
     per = CHUNK // p.loads[0].dtype.itemsize
     r0, c0 = origin[:, 0], origin[:, 1]
     if kind == "wgmma.b" and (c0 % (8 * per)).any(): raise StagingError("a WMMA's B block starts inside a column block")
-    if kind == "wgmma.a": start = r0 * (ROW_BYTES // 2) + c0   # in elements: 64 a row
-    else: start = (c0 // (8 * per)) * (p.rows * 8 * per) + r0 * (8 * per)
+    # the block's first element (tc_async._position's layout: 64-row groups of 64x64 blocks; c0 % 64 is 0 for B)
+    line = 8 * per
+    start = (r0 // 64) * (64 * p.width) + (c0 // line) * (min(p.rows, 64) * line) + (r0 % 64) * line + c0 % line
     strides = [math.prod(_size(r) for r in p.varying[:j]) for j in range(len(p.varying))]
     digits = _digits(start - start[0], tuple(strides[1:])) if (start - start[0]).any() else ()
     if digits is None: raise StagingError("the descriptors' starts are not sums of the ranges' digits")

@@ -52,9 +52,10 @@ TC_SEARCH: dict[str, tuple] = {
             (8, 2, 2, 2, 4), (4, 2, 2, 4, 4), (4, 4, 4, 2, 2), (2, 4, 2, 4, 2), (8, 4, 4, 2, 2), (8, 4, 2, 1, 2)),
   # tensor cores that read shared memory through descriptors (Hopper's wgmma: the renderer's descriptor_cores): only
   # staged by STAGE's descriptor mode (tc_wgmma.py, 2048 + 16): 3 and 4 stages, grouped and not; tiles of K steps of
-  # 64 (UNROLL 4), one or two warpgroups along M, one or two cores' N (64 x 128 and 64 x 256 per warpgroup)
+  # 64 or 128 (UNROLL 4, 8), one or two warpgroups along M, one or two cores' N (64 x 128, 64 x 256 per warpgroup)
   "descriptor_stage": (2048 + 16 + 32 + 256, 2048 + 16 + 64 + 256, 2048 + 16 + 32, 2048 + 16 + 64),
-  "descriptor_tiles": ((1, 1, 4, 1, 2), (2, 1, 4, 1, 2), (1, 1, 4, 1, 1), (2, 1, 4, 1, 1), (1, 2, 4, 1, 1)),
+  "descriptor_tiles": ((1, 1, 4, 1, 2), (2, 1, 4, 1, 2), (1, 1, 4, 1, 1), (2, 1, 4, 1, 1), (1, 2, 4, 1, 1),
+                       (1, 1, 8, 1, 2), (2, 1, 8, 1, 2)),
 }
 
 def _on_descriptor_core(k: Kernel) -> bool:

@@ -50,6 +50,10 @@ CASES = [
   ((128, 256, 128), TILE(extra=[Opt(OptOps.UPCAST, 1, 2)]) + [STAGE(2048 + 16)]),   # two 64x128 cores along N
   ((256, 128, 128), TILE(local=1, extra=[Opt(OptOps.UPCAST, 0, 2)]) + [STAGE(2048 + 48)]),   # two along M, 1 warpgroup
   ((64, 128, 320), TILE(local=1) + [STAGE(2048 + 16 + 96)]),                 # one warpgroup, 5 stages
+  # K steps of 128 (UNROLL 8): A's rows and B's row groups two 64x64 blocks each
+  ((128, 128, 384), [Opt(OptOps.TC, 0, F16), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.LOCAL, 0, 2), STAGE(2048 + 48)]),
+  ((256, 256, 256), [Opt(OptOps.TC, 0, F16), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.UPCAST, 1, 2),
+                     Opt(OptOps.LOCAL, 0, 2), STAGE(2048 + 16 + 256)]),
 ]
 
 @pytest.mark.parametrize("shape,opts", CASES, ids=str)
@@ -121,6 +125,8 @@ def test_ptx_renderer_has_no_descriptor_cores():
   (TILE() + [STAGE(2048)], "add 16"),
   (TILE() + [STAGE(2048 + 16 + 128)], "always swizzled"),
   ([Opt(OptOps.TC, 0, F16), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 0, 2), STAGE(2048 + 16)], "K step of 32"),
+  ([Opt(OptOps.TC, 0, F16), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.LOCAL, 0, 2),
+    STAGE(2048 + 16 + 96)], "5 stages need"),
   ([Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 2), STAGE(2048 + 16)], "stages the operands of a descriptor tensor core"),
 ])
 def test_refusals(opts, why):
