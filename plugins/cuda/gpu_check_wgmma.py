@@ -213,6 +213,24 @@ def main() -> None:
     if ok and "wgmma" in label and (best is None or t < best[1]): best = (label, t)
     print(f"{label:34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  {'ok' if ok else f'FAIL {err:.3g}'}  "
           f"[{actions_text(opts)}] ({build:.1f}s)")
+  # the same product with B stored N x K (x @ W.T, as nn.Linear does): wgmma's K-major B (imm-trans-b 0)
+  from tinyplug import Tensor, dtypes
+  from tinyplug.schedule import create_schedule
+  ta_ = Tensor(a_np.astype(np.float32), device=args.device).cast(dtypes.half).realize()
+  tbt = Tensor(np.ascontiguousarray(b_np.T).astype(np.float32), device=args.device).cast(dtypes.half).realize()
+  (item_t,), _ = create_schedule([ta_.matmul(tbt.T).uop])
+  bufs_t = [x.ensure_allocated() for x in item_t.bufs]
+  for label, text in (("heuristic, B stored N x K", ""), ("opt wgmma 128x256 B N x K", OPTIMISER[5][1])):
+    try: t, opts, build, got = _variant_kernel(n, parse_variant(text) if text else None, args.reps, item_t, bufs_t,
+                                               args.device)
+    except Exception as e:
+      print(f"{label:34s} {type(e).__name__}: {str(e)[:300]}")
+      bad += args.device == "CUDA" or n == 4096
+      continue
+    err = float(np.abs(got.astype(np.float32) - ref).max())
+    bad += err >= 2.0
+    print(f"{label:34s} {t * 1e3:8.3f}ms {flops / t / 1e12:8.1f} {t_torch / t:9.2f}  "
+          f"{'ok' if err < 2.0 else f'FAIL {err:.3g}'}  [{actions_text(opts)}] ({build:.1f}s)")
   if args.beam:
     t, opts, build, got = _tinyplug_kernel(n, {"BEAM": args.beam, "IGNORE_BEAM_CACHE": 1}, args.reps,
                                            a_np.astype(np.float32), b_np.astype(np.float32), args.device)

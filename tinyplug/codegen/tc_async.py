@@ -70,7 +70,7 @@ class _AsyncPlan:
   chunk0: int
   swizzle: bool
   pair: int | None = None   # varying[pair]: loaded two fragments at a time (x4 for two 2-register fragments)
-  blocks: bool = False      # rows cut into 128-byte column blocks, each block's rows together (tc_wgmma.py)
+  blocks: str = ""          # descriptor tiles (tc_wgmma.py): "k" K-major, "mn" M/N-major (`_position`)
 
   @property
   def tile(self) -> int: return self.rows * self.width
@@ -86,18 +86,20 @@ def _swizzle(row: UOp | int, chunks: int, on: bool):
   return (row // (8 // chunks)) % chunks
 
 def _position(p: _AsyncPlan, row, chunk):
-  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled. With `blocks` (descriptor tiles), the
-  tile is cut into groups of 64 rows, each group into blocks of 8 chunks (128 bytes) stored one after the other, a
-  block's rows 128 bytes apart and swizzled as the 128-byte swizzle of Hopper's descriptors wants it (chunk ^ row % 8:
-  the shared address bits 4-6 ^= bits 7-9), so every 64x64 block is 8 KB and 1024-byte aligned."""
+  """Element offset (in one stage) of chunk `chunk` of row `row`, swizzled. With `blocks` (descriptor tiles) rows
+  are 128 bytes apart in 128-byte column blocks, swizzled as the 128-byte swizzle of Hopper's descriptors wants it
+  (chunk ^ row % 8: the shared address bits 4-6 ^= bits 7-9): "k" (K-major: rows are M or N) stores each column
+  block's rows together, one block after the other; "mn" (rows are the K step) cuts the rows into groups of 64 first,
+  so every 64x64 block is 8 KB (the descriptors' fixed leading byte offset)."""
   if p.blocks:
     per = CHUNK // p.loads[0].dtype.itemsize
     line = 8 * per   # elements of a 128-byte row
     within = chunk % 8 if p.chunks > 8 else chunk
     phys = UOp(Ops.XOR, within.dtype, (within, row % 8)) if isinstance(within, UOp) else within ^ (row % 8)
-    pos = (row % 64 if p.rows > 64 else row) * line + phys * per
-    if p.chunks > 8: pos = pos + (chunk // 8) * (min(p.rows, 64) * line)
-    if p.rows > 64: pos = pos + (row // 64) * (64 * p.width)
+    group = p.blocks == "mn" and p.rows > 64
+    pos = (row % 64 if group else row) * line + phys * per
+    if p.chunks > 8: pos = pos + (chunk // 8) * ((64 if group else p.rows) * line)
+    if group: pos = pos + (row // 64) * (64 * p.width)
     return pos
   sw = _swizzle(row, p.chunks, p.swizzle)
   phys = chunk if isinstance(sw, int) and sw == 0 else UOp(Ops.XOR, chunk.dtype, (chunk, sw)) \

@@ -60,7 +60,7 @@ CASES = [
 def test_emulator_matches_numpy(mock_cuda, shape, opts):
   item, ref = _item(*shape)
   got, spec = _run(item, opts)
-  assert "tp_wgmma_chain<half, 128, 1, 0>(" in spec.src and "tp_wgmma_chain<half, 128, 0, 1>(" in spec.src
+  assert "tp_wgmma_chain<half, 128, 0, 1, 1, 0>(" in spec.src and "tp_wgmma_chain<half, 128, 0, 1, 0, 1>(" in spec.src
   assert "tp_fence_proxy_async(); __syncthreads();" in spec.src and "tp_cp_async16(wgmma0+" in spec.src
   np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-5, atol=1e-4)
 
@@ -81,7 +81,7 @@ def test_a_wrong_descriptor_gives_wrong_values(mock_cuda):
   spec = get_program(item.ast, WG, opts=CASES[0][1])
   dev = Device["MOCK+CUDA"]
   for old, new in ((", 8192, 1024, 1)", ", 4096, 1024, 1)"), (", 16, 1024, 1)", ", 16, 2048, 1)"),
-                   (", 16, 1024, 1)", ", 16, 1024, 3)"), ("tp_wgmma_chain<half, 128, 0, 1>(", "tp_wgmma_chain<half, 64, 0, 1>(")):
+                   (", 16, 1024, 1)", ", 16, 1024, 3)"), ("tp_wgmma_chain<half, 128, 0, 1, 0, 1>(", "tp_wgmma_chain<half, 64, 0, 1, 0, 1>(")):
     assert old in spec.src
     broken = dataclasses.replace(spec, src=spec.src.replace(old, new))
     prg = dev.make_program(broken, dev.compiler.compile_cached(broken.src))
@@ -92,12 +92,13 @@ def test_a_wrong_descriptor_gives_wrong_values(mock_cuda):
 
 RENDERED = [CASES[0][1], CASES[2][1], TILE() + [STAGE(2048 + 16 + 64 + 256)], TILE(core=BF16) + [STAGE(2048 + 48)]]
 
-@pytest.mark.parametrize("opts", RENDERED, ids=str)
-def test_nvrtc_compiles_the_4096_kernels_for_sm90a(nvrtc, opts):
+@pytest.mark.parametrize("opts,trans", [(o, (False, False)) for o in RENDERED] + [(RENDERED[0], (True, True))], ids=str)
+def test_nvrtc_compiles_the_4096_kernels_for_sm90a(nvrtc, opts, trans):
   from tinyplug_cuda.compiler import CUDACompiler
   dtype = dtypes.bfloat16 if opts[0].arg == BF16 else dtypes.half
   with Device.use("PYTHON"):
-    out = Tensor.empty(4096, 4096, dtype=dtype).matmul(Tensor.empty(4096, 4096, dtype=dtype))
+    a, b = Tensor.empty(4096, 4096, dtype=dtype), Tensor.empty(4096, 4096, dtype=dtype)
+    out = (a.T if trans[0] else a).matmul(b.T if trans[1] else b)
     (item,), _ = create_schedule([out.uop])
   spec = get_program(item.ast, WG, opts=opts)
   assert "wgmma.mma_async.sync.aligned.m64n128k16.f32" in spec.src
@@ -133,10 +134,19 @@ def test_refusals(opts, why):
   item, _ = _item(128, 128, 128, device="PYTHON")
   with pytest.raises(KernelOptError, match=why): get_program(item.ast, WG, opts=opts)
 
-def test_transposed_b_is_refused_with_the_reason():
-  item, _ = _item(128, 128, 128, trans_b=True, device="PYTHON")
-  with pytest.raises(KernelOptError, match="B stored N x K is not staged for descriptors yet"):
-    get_program(item.ast, WG, opts=TILE() + [STAGE(2048 + 16)])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False), (True, True)])
+def test_transposed_operands_read_as_the_other_major(mock_cuda, trans_a, trans_b):
+  """A stored K x M is M-major (imm-trans-a 1), B stored N x K K-major (imm-trans-b 0): the descriptors say so."""
+  a = RNG.standard_normal((192, 128) if trans_a else (128, 192)).astype(np.float16)
+  b = RNG.standard_normal((256, 192) if trans_b else (192, 256)).astype(np.float16)
+  with Device.use("MOCK+CUDA"):
+    ta, tb = Tensor(a).realize(), Tensor(b).realize()
+    c = (ta.T if trans_a else ta).matmul(tb.T if trans_b else tb, dtype=dtypes.float)
+    (item,), _ = create_schedule([c.uop])
+  ref = (a.T if trans_a else a).astype(np.float32) @ (b.T if trans_b else b).astype(np.float32)
+  got, spec = _run(item, TILE(extra=[Opt(OptOps.UPCAST, 1, 2)]) + [STAGE(2048 + 48)])
+  assert f"tp_wgmma_chain<half, 128, {int(trans_a)}, {int(not trans_b)}, 1, 0>(" in spec.src
+  np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-5, atol=1e-4)
 
 def test_unstaged_wgmma_is_not_rendered():
   item, _ = _item(128, 128, 128, device="PYTHON")
@@ -186,7 +196,7 @@ f32 = lambda x: x.astype(np.float32)
 
 @pytest.mark.parametrize("what", ["batched", "one warpgroup", "B transposed", "A transposed", "bias and relu"])
 def test_heuristic_kernels_on_the_emulator(mock_cuda, what):
-  """The heuristic's kernels for shapes around the 128x128 tile: wgmma where it stages, mma.sync where not."""
+  """The heuristic's kernels for shapes around the 128x128 tile, operands stored either way, an epilogue."""
   a, b = (h(2, 128, 128), h(2, 128, 128)) if what == "batched" else (h(64, 128), h(128, 256)) \
     if what == "one warpgroup" else (h(128, 128), h(128, 128))
   bias = RNG.standard_normal(128).astype(np.float32)
@@ -201,5 +211,5 @@ def test_heuristic_kernels_on_the_emulator(mock_cuda, what):
   }[what]()
   opts, got = _heuristic_run(build, ref)
   tc = next(o.arg for o in opts if o.op is OptOps.TC)
-  assert tc == (0 if "transposed" in what else F16), opts   # transposed operands: not staged for descriptors yet
+  assert tc == F16, opts
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)

@@ -146,7 +146,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
 
   dynamic_shared = True   # shared arrays past 48 KB come from dynamic shared memory (the runtime sizes it)
   # STAGE's asynchronous mode (codegen/tc_async.py): cp.async copies, their commit groups and waits, ldmatrix reads
-  memory_ops = frozenset({"cp.async", "ldmatrix", "ldmatrix.trans", "wgmma.a", "wgmma.b"})
+  memory_ops = frozenset({"cp.async", "ldmatrix", "ldmatrix.trans", "wgmma.k", "wgmma.mn"})
 
   @property
   def async_copy(self) -> bool: return bool(self.tensor_cores)   # cp.async and ldmatrix: sm_80 on, as mma.sync
@@ -164,7 +164,7 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
 
   def render_memory_op(self, u: UOp) -> str | None:
     self.needs.add("async")
-    if u.op is Ops.LOAD and u.arg in ("wgmma.a", "wgmma.b"):   # a descriptor of the tile at this element
+    if u.op is Ops.LOAD and u.arg in ("wgmma.k", "wgmma.mn"):   # a descriptor of the tile at this element
       from tinyplug.codegen.tc_wgmma import STRIDES
       self.needs.add("wgmma")
       index, (lbo, sbo) = u.src[0], STRIDES[u.arg]
@@ -219,14 +219,17 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     """One wgmma of a K chain (tp_wgmma_chain<T, N, first, last>): the first fences the accumulators, the last commits
     and waits for the chain; D comes back as a struct of N/2 floats."""
     n_a, n_b, n_c = tc.elements
-    if u.src[0].op is not Ops.LOAD or u.src[0].arg != "wgmma.a" or u.src[n_a].arg != "wgmma.b":
+    kinds = ("wgmma.k", "wgmma.mn")
+    if any(x.op is not Ops.LOAD or x.arg not in kinds for x in (u.src[0], u.src[n_a])):
       raise NotImplementedError(f"{tc.name} reads A and B from shared memory through descriptors: stage its operands "
                                 "with STAGE bit 2048 (+16)")
+    ta, tb = int(u.src[0].arg == "wgmma.mn"), int(u.src[n_a].arg == "wgmma.mn")   # M/N-major: transposed operand
     self.needs.add("wgmma")
-    self.needs.add(("wgmma_mma", tc.dtype_in, tc.dims[1]))
+    self.needs.add(("wgmma_mma", tc.dtype_in, tc.dims[1], ta, tb))
     acc = self.names[self._chained[u]] if u in self._chained else f"tp_f32s<{n_c}>{{{{{', '.join(s[n_a + n_b:])}}}}}"
     first, last = int(u not in self._chained), int(u not in self._chain_inner)
-    return f"tp_wgmma_chain<{self.type_names[tc.dtype_in]}, {tc.dims[1]}, {first}, {last}>({acc}, {s[0]}, {s[n_a]})"
+    return (f"tp_wgmma_chain<{self.type_names[tc.dtype_in]}, {tc.dims[1]}, {ta}, {tb}, {first}, {last}>({acc}, {s[0]}, "
+            f"{s[n_a]})")
 
   def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r}, local_max={self.local_max}, shared_max={self.shared_max})"
 
@@ -361,8 +364,8 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     if "wgmma" in self.needs:
       from tinyplug_cuda.wgmma import CHAIN_HELPER, COMMON, GPU_HELPERS, mma_specialization
       lines += [COMMON, GPU_HELPERS, CHAIN_HELPER]
-      lines += [mma_specialization(dt, n, 0, 1) for _, dt, n in sorted((x for x in self.needs if isinstance(x, tuple)
-                                                                       and x[0] == "wgmma_mma"), key=str)]
+      lines += [mma_specialization(dt, n, ta, tb) for _, dt, n, ta, tb in
+                sorted((x for x in self.needs if isinstance(x, tuple) and x[0] == "wgmma_mma"), key=str)]
     for _, name in sorted(x for x in self.needs if isinstance(x, tuple) and x[0] == "wmma"):
       lines.append(mma_function(next(t for t in self.tensor_cores if t.name == name)))
     return lines + super().prelude()

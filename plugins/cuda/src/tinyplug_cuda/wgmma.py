@@ -83,13 +83,14 @@ template <typename T, int N, int TA, int TB> __device__ void tp_wgmma(float* d, 
 #endif"""
 
 # the CUDA C renderer's form (tc_wgmma.py's kernels): D as a struct of N/2 floats through a K chain of wgmmas, the
-# first fencing the accumulators, the last committing the chain and waiting for it (tp_f32s: the struct)
+# first fencing the accumulators, the last committing the chain and waiting for it (tp_f32s: the struct); TA / TB 1
+# for an M/N-major A / B
 CHAIN_HELPER = r"""template <int R> struct tp_f32s { float v[R]; };
 #ifdef __CUDA_ARCH__
-template <typename T, int N, int FIRST, int LAST, typename S>
+template <typename T, int N, int TA, int TB, int FIRST, int LAST, typename S>
 __device__ __forceinline__ S tp_wgmma_chain(S d, unsigned long long da, unsigned long long db) {
   if (FIRST) { tp_fence_operands<N / 2>(d.v); tp_wgmma_fence(); }
-  tp_wgmma<T, N, 0, 1>(d.v, da, db, 1);
+  tp_wgmma<T, N, TA, TB>(d.v, da, db, 1);
   if (LAST) { tp_wgmma_commit(); tp_wgmma_wait<0>(); tp_fence_operands<N / 2>(d.v); }
   return d;
 }

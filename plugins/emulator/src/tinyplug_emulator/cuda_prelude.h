@@ -306,9 +306,9 @@ template <int N> static inline void tp_wgmma_wait() {   // the wgmmas of all but
   tp_wgmma_count[id] = keep;
 }
 // the CUDA C renderer's K chains (wgmma.py's CHAIN_HELPER): here each link runs at once (commit and wait), its D a copy
-template <typename T, int N, int FIRST, int LAST, typename S>
+template <typename T, int N, int TA, int TB, int FIRST, int LAST, typename S>
 static inline S tp_wgmma_chain(S d, unsigned long long da, unsigned long long db) {
-  tp_wgmma<T, N, 0, 1>(d.v, da, db, 1);
+  tp_wgmma<T, N, TA, TB>(d.v, da, db, 1);
   tp_wgmma_commit();
   tp_wgmma_wait<0>();
   return d;
