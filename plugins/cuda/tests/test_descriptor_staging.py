@@ -213,3 +213,20 @@ def test_heuristic_kernels_on_the_emulator(mock_cuda, what):
   tc = next(o.arg for o in opts if o.op is OptOps.TC)
   assert tc == F16, opts
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+@pytest.mark.parametrize("renderer,opts,why", [
+  (CUDARenderer("sm_80", wgmma=True), [Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 4), STAGE(2048 + 16)],
+   "bit 2048 stages the operands of a descriptor tensor core .* this kernel runs on another"),
+  (CUDARenderer("sm_80", wgmma=True), TILE(), "tensor core 3 does not exist"),
+  (CUDARenderer("sm_90"), TILE(), "tensor core 3 does not exist"),   # the switch off
+  (CUDARenderer("sm_75", wgmma=True), [Opt(OptOps.TC, 0, 0)], "the renderer has no tensor cores"),
+])
+def test_refused_off_hopper(renderer, opts, why):
+  item, _ = _item(128, 128, 128, device="PYTHON")
+  with pytest.raises(KernelOptError, match=why): get_program(item.ast, renderer, opts=opts)
+
+def test_refused_on_the_ptx_renderer():
+  from tinyplug_cuda.ptx import PTXRenderer
+  item, _ = _item(128, 128, 128, device="PYTHON")
+  with pytest.raises(KernelOptError, match="the renderer has no tensor cores"):
+    get_program(item.ast, PTXRenderer("sm_90"), opts=TILE())
