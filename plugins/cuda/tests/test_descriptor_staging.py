@@ -230,3 +230,12 @@ def test_refused_on_the_ptx_renderer():
   item, _ = _item(128, 128, 128, device="PYTHON")
   with pytest.raises(KernelOptError, match="the renderer has no tensor cores"):
     get_program(item.ast, PTXRenderer("sm_90"), opts=TILE())
+
+def test_odd_sizes_are_refused_or_padded_off_wgmma():
+  """M = 100: no wgmma tile divides it; padded to 128 first, the operands are gated and cp.async cannot copy them."""
+  item, _ = _item(100, 128, 128, device="PYTHON")
+  with pytest.raises(KernelOptError, match="way\\(s\\) to run on wgmma_m64n128k16_f16_f32"):
+    get_program(item.ast, WG, opts=TILE())
+  with pytest.raises(KernelOptError, match="read through a gate"):
+    get_program(item.ast, WG, opts=[Opt(OptOps.PADTO, 0, 128)] + TILE() + [STAGE(2048 + 16)])
+  assert Opt(OptOps.TC, 0, 0) in get_program(item.ast, WG).applied_opts   # the heuristic keeps mma.sync there
