@@ -22,7 +22,8 @@ the way fast mma.sync kernels do it, for renderers that declare `async_copy` (CU
 
 With bit 256 the work-groups run in grouped order (`_grouped`) for the L2 cache. Bits 512 and 1024 (1 to 3) ask the
 compiler to fit that many work-groups per multiprocessor (CUDA: `__launch_bounds__(threads, blocks)`, fewer registers
-per thread): the wait's arg carries it, ("cp.async.wait", S-2, blocks), 0 for no ask.
+per thread): the wait's arg carries it, ("cp.async.wait", S-2, blocks, proxy), 0 for no ask (proxy: True where the
+tiles are read by the tensor cores themselves, tc_wgmma.py's descriptor mode: the wait fences the async proxy too).
 
 Refused (StagingError, with the reason): a renderer without `async_copy`, operands read through a gate (a PADTO's:
 cp.async copies whole 16-byte chunks), tiles that are not whole 16-byte aligned rows, fragments no ldmatrix gathers,
@@ -286,7 +287,6 @@ def _reads(p: _AsyncPlan, mem: UOp, half) -> dict[UOp, UOp]:
 def stage_async(sink: UOp, renderer: Renderer, arg: int, operands: list[tuple[UOp, ...]], threads: list[UOp]) -> UOp:
   """`sink` with its WMMAs' operands (each a tuple of loads) read by ldmatrix from S-stage shared
   tiles that cp.async fills (the module docstring)."""
-  from tinyplug.codegen.kernel import replace_nodes
   if not renderer.async_copy:
     raise StagingError("the renderer has no asynchronous copies to shared memory and no ldmatrix (CUDA C, sm_80+): "
                        "stage without bit 16")
