@@ -186,10 +186,16 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
     offsets, total = shared_layout(uops)
     self._dynamic, self._dynamic_total = (offsets, total) if _dynamic(uops, total) else ({}, 0)
     self._align_smem = any(u.op is Ops.DEFINE_LOCAL and _is_descriptor_tile(u) for u in uops)
-    # WMMAs whose C is exactly the D of another (a K chain): that one neither waits nor this one fences (wgmma)
+    # WMMAs whose C is exactly the D of another (a K chain) that nothing else reads: that one neither waits nor this
+    # one fences (wgmma: D is only defined once the chain is waited for)
+    users: dict[UOp, list[UOp]] = {}
+    for x in uops:
+      for y in x.src: users.setdefault(y, []).append(x)
     self._chained = {u: u.src[-u.dtype.count].src[0] for u in uops if u.op is Ops.WMMA and
                      all(c.op is Ops.GEP and c.src[0] is u.src[-u.dtype.count].src[0] and c.arg == (i,) and
                          c.src[0].op is Ops.WMMA for i, c in enumerate(u.src[-u.dtype.count:]))}
+    self._chained = {u: w for u, w in self._chained.items()
+                     if all(g.op is Ops.GEP and all(y is u for y in users.get(g, [])) for g in users.get(w, []))}
     self._chain_inner = set(self._chained.values())
     return super().render(name, uops)
 
