@@ -168,3 +168,56 @@ def test_gpu_check_script_dry_run(mock_cuda):
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "0 failed check(s)" in out.stdout and "heuristic (wgmma on)" in out.stdout and "[TC0:3 UNROLL0:4" in out.stdout
+
+# one warpgroup, one m64n64k16 from a 64x16 A and a 16x64 B in shared memory (unswizzled K-major A: 8x8 core matrices
+# of 16-byte rows, LBO 128, SBO 256; N-major B likewise), then a copy into A's tile: after the wait where `bad` is 0,
+# before it (a race the emulator reports) where it is not
+RACE_KERNEL = r"""#include <cuda_fp16.h>
+%s
+extern "C" __global__ void race(float* out, const half* a, const half* b, int bad) {
+  __shared__ __align__(1024) unsigned char smem[4096];
+  tp_shared_window(smem);
+  half* sa = (half*)smem; half* sb = (half*)(smem + 2048);
+  int t = threadIdx.x;
+  for (int i = t; i < 64 * 16; i += 128) {   // A[m][k] at (m%%8)*8 + (m/8)*128 + k%%8 + (k/8)*64 elements
+    int m = i / 16, k = i %% 16;
+    sa[(m %% 8) * 8 + (m / 8) * 128 + k %% 8 + (k / 8) * 64] = a[i];
+    int kb = i / 64, n = i %% 64;          // B[k][n] N-major: n%%8 + (n/8)*128 + (k%%8)*8 + (k/8)*64
+    sb[n %% 8 + (n / 8) * 128 + (kb %% 8) * 8 + (kb / 8) * 64] = b[i];
+  }
+  __syncthreads();
+  float d[32];
+  for (int i = 0; i < 32; i++) d[i] = 0.0f;
+  unsigned long long da = tp_wgmma_desc(tp_smem_addr(sa), 128, 256, 0), db = tp_wgmma_desc(tp_smem_addr(sb), 128, 256, 0);
+  tp_wgmma_fence();
+  tp_wgmma<half, 64, 0, 1>(d, da, db, 1);
+  tp_wgmma_commit();
+  if (!bad) tp_wgmma_wait<0>();
+  if (t == 0) { tp_cp_async16(sa, a); tp_cp_async_commit(); tp_cp_async_wait<0>(); }
+  tp_wgmma_wait<0>();
+  for (int i = 0; i < 32; i++)
+    out[(16 * (t / 32) + (t %% 32) / 4 + 8 * ((i >> 1) & 1)) * 64 + 8 * (i >> 2) + 2 * (t %% 4) + (i & 1)] = d[i];
+}
+"""
+
+def test_a_stopped_launch_leaves_nothing_queued(mock_cuda):
+  """A launch stopped by the race report leaves its wgmma queued; the next launch of the same kernel starts afresh
+  (the runtime's launch serial) and neither runs it nor reports it."""
+  from tinyplug.backend import ProgramSpec
+  from tinyplug.device import Device
+  from tinyplug_cuda.tensor_cores import ASYNC_HELPERS
+  from tinyplug_cuda.wgmma import COMMON
+  from tinyplug_emulator.native import EmulatorError
+  src = RACE_KERNEL % (ASYNC_HELPERS + "\n" + COMMON)
+  dev = Device["MOCK+CUDA"]
+  prg = dev.make_program(ProgramSpec("race", (), src, (1, 1, 1), (128, 1, 1), outs=(0,), ins=(1, 2)),
+                         dev.compiler.compile_cached(src))
+  a, b = RNG.standard_normal((64, 16)).astype(np.float16), RNG.standard_normal((16, 64)).astype(np.float16)
+  A, B = Buffer("MOCK+CUDA", a.size, dtypes.half).copyin(a), Buffer("MOCK+CUDA", b.size, dtypes.half).copyin(b)
+  C = Buffer("MOCK+CUDA", 64 * 64, dtypes.float)
+  run = lambda bad: prg(C.handle, A.handle, B.handle, global_size=(1, 1, 1), local_size=(128, 1, 1), vals=(bad,))
+  for _ in range(2):
+    with pytest.raises(EmulatorError, match="overwrites operand A of a wgmma"): run(1)
+    run(0)
+    np.testing.assert_allclose(C.numpy().reshape(64, 64), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-5,
+                               atol=1e-5)

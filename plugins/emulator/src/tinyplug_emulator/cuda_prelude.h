@@ -14,6 +14,7 @@ uint64_t tp_local_id(uint32_t d); uint64_t tp_group_id(uint32_t d); uint64_t tp_
 uint64_t tp_num_groups(uint32_t d);
 __attribute__((convergent)) void tp_barrier(void);   // convergent: the optimiser must not duplicate or move it into a branch
 __attribute__((noreturn)) void tp_kernel_error(const char* message);   // stops the launch: an EmulatorError("kernel")
+uint64_t tp_launch_serial(void);   // changes with every launch: state kept across calls starts afresh with it
 }
 
 struct tp_uint3 { unsigned int x, y, z; };
@@ -153,15 +154,25 @@ static inline uint64_t tp_item_id() {
   return tp_local_id(0) + tp_local_size(0) * (tp_local_id(1) + tp_local_size(1) * tp_local_id(2));
 }
 static inline void tp_wgmma_write_check(const void* dst, uint32_t bytes);   // below: a wgmma still reading there
+static thread_local uint64_t tp_async_serial;
+static inline void tp_async_fresh() {   // what a previous launch left queued (it stopped on an error) is dropped
+  uint64_t now = tp_launch_serial();
+  if (now == tp_async_serial) return;
+  tp_async_serial = now;
+  __builtin_memset(tp_async_count, 0, sizeof tp_async_count);
+  __builtin_memset(tp_async_group, 0, sizeof tp_async_group);
+}
 static inline void tp_cp_async16(void* dst, const void* src) {
+  tp_async_fresh();
   uint64_t id = tp_item_id();
   tp_wgmma_write_check(dst, 16);
   if (!tp_async_pool) tp_async_pool = (tp_async_copy (*)[TP_ASYNC_MAX])calloc(TP_MMA_MAX_ITEMS, sizeof(*tp_async_pool));
   if (!tp_async_pool || tp_async_count[id] == TP_ASYNC_MAX) __builtin_trap();   // more copies in flight than kept here
   tp_async_pool[id][tp_async_count[id]++] = tp_async_copy{dst, src, tp_async_group[id]};
 }
-static inline void tp_cp_async_commit() { tp_async_group[tp_item_id()]++; }
+static inline void tp_cp_async_commit() { tp_async_fresh(); tp_async_group[tp_item_id()]++; }
 template <int N> static inline void tp_cp_async_wait() {   // copies of all but the N newest committed groups land
+  tp_async_fresh();
   uint64_t id = tp_item_id();
   int keep = 0, limit = tp_async_group[id] - N;
   for (int i = 0; i < tp_async_count[id]; i++) {
@@ -218,6 +229,14 @@ struct tp_wgmma_op { float* d; unsigned long long da, db; int scale_d, n, trans_
 #define TP_WGMMA_MAX 64
 static thread_local tp_wgmma_op (*tp_wgmma_pool)[TP_WGMMA_MAX];
 static thread_local int tp_wgmma_count[TP_MMA_MAX_ITEMS], tp_wgmma_group[TP_MMA_MAX_ITEMS];
+static thread_local uint64_t tp_wgmma_serial;
+static inline void tp_wgmma_fresh() {   // as tp_async_fresh: nothing pending carries over from another launch
+  uint64_t now = tp_launch_serial();
+  if (now == tp_wgmma_serial) return;
+  tp_wgmma_serial = now;
+  __builtin_memset(tp_wgmma_count, 0, sizeof tp_wgmma_count);
+  __builtin_memset(tp_wgmma_group, 0, sizeof tp_wgmma_group);
+}
 // the shared byte address of element (mn, k) of a 16-bit operand: the canonical layouts of the PTX ISA (T = 8 elements)
 static inline uint32_t tp_wgmma_address(unsigned long long desc, int mn, int k, bool mn_major) {
   uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
@@ -255,6 +274,7 @@ static inline void tp_wgmma_run(uint64_t id, const tp_wgmma_op& op) {   // this 
 template <typename T, int N, int TA, int TB>
 static inline void tp_wgmma(float* d, unsigned long long da, unsigned long long db, int scale_d) {
   static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma's N is a multiple of 8 from 8 to 256");
+  tp_wgmma_fresh();
   uint64_t id = tp_item_id();
   if (!tp_wgmma_pool) tp_wgmma_pool = (tp_wgmma_op (*)[TP_WGMMA_MAX])calloc(TP_MMA_MAX_ITEMS, sizeof(*tp_wgmma_pool));
   if (!tp_wgmma_pool || tp_wgmma_count[id] == TP_WGMMA_MAX) tp_kernel_error("more wgmma operations pending than the emulator keeps (64 per thread)");
@@ -277,6 +297,7 @@ static inline void tp_wgmma(float* d, unsigned long long da, unsigned long long 
 // a copy into shared bytes that a wgmma of the work-group has not been waited for reads: a race on the GPU
 static inline void tp_wgmma_write_check(const void* dst, uint32_t bytes) {
   if (!tp_wgmma_pool || !tp_smem_origin) return;
+  tp_wgmma_fresh();
   uint32_t at = (uint32_t)((const unsigned char*)dst - tp_smem_origin);
   uint64_t items = tp_local_size(0) * tp_local_size(1) * tp_local_size(2);
   for (uint64_t w = 0; w < items; w += 128) {
@@ -294,8 +315,9 @@ static inline void tp_wgmma_write_check(const void* dst, uint32_t bytes) {
     }
   }
 }
-static inline void tp_wgmma_commit() { tp_wgmma_group[tp_item_id()]++; }
+static inline void tp_wgmma_commit() { tp_wgmma_fresh(); tp_wgmma_group[tp_item_id()]++; }
 template <int N> static inline void tp_wgmma_wait() {   // the wgmmas of all but the N newest committed groups run
+  tp_wgmma_fresh();
   uint64_t id = tp_item_id();
   int keep = 0, limit = tp_wgmma_group[id] - N;
   for (int i = 0; i < tp_wgmma_count[id]; i++) {

@@ -249,7 +249,7 @@ C_TYPE_SIZES = {"char": 1, "uchar": 1, "unsigned char": 1, "bool": 1, "short": 2
                 "unsigned int": 4, "unsigned short": 2, "long long": 8, "unsigned long long": 8}
 
 CUDA = CUDADialect(
-  name="cuda", device="CUDA", version="8", headers=("cuda_prelude.h", "include/cuda_fp16.h", "include/cuda_bf16.h"),
+  name="cuda", device="CUDA", version="9", headers=("cuda_prelude.h", "include/cuda_fp16.h", "include/cuda_bf16.h"),
   compile_flags=("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-Xclang",
                  "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none", "-include", os.path.join(_HERE, "cuda_prelude.h"),
                  "-I", os.path.join(_HERE, "include"), "-w"),

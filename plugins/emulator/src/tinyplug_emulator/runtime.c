@@ -120,6 +120,11 @@ void tp_kernel_error(const char *message) {
 }
 const char *tp_kernel_message(void) { return kernel_message; }
 
+// A number that changes with every launch: a prelude that keeps per-work-item state across calls (queued cp.async
+// copies, pending wgmmas) drops what a previous launch left (one stopped by an error leaves its queues full).
+static atomic_ulong launch_serial;
+uint64_t tp_launch_serial(void) { return (uint64_t)atomic_load(&launch_serial); }
+
 // ---------------- switching between fibers ----------------
 #if defined(__x86_64__)
 // Save the callee-saved registers and the SSE/x87 control words on this stack, store the stack pointer in *from,
@@ -430,6 +435,7 @@ int tp_launch_kernel(tp_entry_fn entry, void **args, int32_t *vars, const uint32
   int helpers = serial_groups ? 0 : threads - 1;
   if ((uint64_t)helpers > total - 1) helpers = (int)(total - 1);
   pthread_mutex_lock(&launch_lock);
+  atomic_fetch_add(&launch_serial, 1);
   if (helpers > 0) {
     pthread_mutex_lock(&pool_lock);
     while (pool_workers < helpers) {
