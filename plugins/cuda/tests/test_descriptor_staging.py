@@ -54,6 +54,8 @@ CASES = [
   ((128, 128, 384), [Opt(OptOps.TC, 0, F16), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.LOCAL, 0, 2), STAGE(2048 + 48)]),
   ((256, 256, 256), [Opt(OptOps.TC, 0, F16), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.UPCAST, 1, 2),
                      Opt(OptOps.LOCAL, 0, 2), STAGE(2048 + 16 + 256)]),
+  # 2 x 2 warpgroups (LOCAL along N too): B's descriptors move with the N warpgroup
+  ((128, 256, 128), TILE(extra=[Opt(OptOps.LOCAL, 1, 2)]) + [STAGE(2048 + 48)]),
 ]
 
 @pytest.mark.parametrize("shape,opts", CASES, ids=str)
