@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -113,6 +113,13 @@ class ContextVar:
     cls.registry[key] = self
     document_env(key, default, doc, kind="context")
     return self
+
+  # bumped by every assignment to any ContextVar's value (Context, `.value = `, monkeypatch): caches of results that
+  # depend on the settings (engine/plan.py) recheck them only when it moved
+  generation: ClassVar[int] = 0
+  def __setattr__(self, name: str, value: Any) -> None:
+    object.__setattr__(self, name, value)
+    ContextVar.generation += 1
 
   def __repr__(self) -> str: return f"ContextVar({self.key}={self.value!r})"
   def __reduce__(self):

@@ -25,7 +25,7 @@ from tinyplug.tensor_ops.sorting import SortingMixin
 from tinyplug.tensor_ops.einsum import EinsumMixin
 from tinyplug.tensor_ops.selection import SelectionMixin
 from tinyplug.tensor_ops.resample import ResampleMixin
-from tinyplug.tensor_ops import disk, graph
+from tinyplug.tensor_ops import disk, graph, template
 
 # every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
 # references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
@@ -69,7 +69,9 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   passed over at the cost of one comparison each."""
   if not becomes: return
   oldest = min(k.seq for k in becomes)
-  tensors = [t for r in list(_live_refs.values()) if (t := r()) is not None and t.uop.seq >= oldest]
+  # (a deferred template output is built here: its graph may hold a realized node)
+  tensors = [t for r in list(_live_refs.values())
+             if (t := r()) is not None and (t._uop if t._defer is None else t.uop).seq >= oldest]
   held = {t.uop for t in tensors}
   becomes = {k: v for k, v in becomes.items() if k in held}
   if not becomes: return
@@ -89,6 +91,14 @@ def _engine():
   return _engine_mod
 _engine_mod = None
 
+def _plan():
+  global _plan_mod
+  if _plan_mod is None:
+    import tinyplug.engine.plan as mod
+    _plan_mod = mod
+  return _plan_mod
+_plan_mod = None
+
 class _TensorType(type):
   # `Tensor.training` is the TRAINING context variable, so `Context(TRAINING=1)`, `Tensor.train()` and
   # `Tensor.training = True` are one switch
@@ -104,7 +114,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       x = Tensor([2.0], requires_grad=True)
       (grad,) = (x**2 + 3*x + 1).sum().gradient(x)   # grad.item() == 7.0
   """
-  __slots__ = ("uop", "requires_grad", "grad", "_tid", "__weakref__")
+  # `_uop` is None while `_defer` holds (graph template, input UOps): a template's output whose graph is built only
+  # when something reads `uop` (its realize may run from a plan without one, engine/plan.py)
+  __slots__ = ("_uop", "_defer", "requires_grad", "grad", "_tid", "__weakref__")
   no_grad: ClassVar[bool] = False
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
@@ -137,9 +149,28 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
-    t.uop, t.requires_grad, t.grad, t._tid = uop, requires_grad, None, next(_tensor_ids)
+    t._uop, t._defer, t.requires_grad, t.grad, t._tid = uop, None, requires_grad, None, next(_tensor_ids)
     _track(t)
     return t
+
+  @classmethod
+  def _deferred(cls, built: Any, inputs: list[UOp], requires_grad: bool | None) -> Tensor:
+    """A template's output over `inputs` (plain buffer views) whose graph is built on first use of `uop`."""
+    t = cls.__new__(cls)
+    t._uop, t._defer, t.requires_grad, t.grad, t._tid = None, (built, inputs), requires_grad, None, next(_tensor_ids)
+    _track(t)
+    return t
+
+  @property
+  def uop(self) -> UOp:
+    """The tensor-level graph of this tensor (a BUFFER view once realized)."""
+    if (u := self._uop) is None:
+      built, inputs = self._defer
+      self._uop = u = template.rebuild(built, inputs)
+      self._defer = None
+    return u
+  @uop.setter
+  def uop(self, u: UOp) -> None: self._uop, self._defer = u, None
 
   def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
     """A new tensor whose uop is `fn(self.uop, *other uops, **kwargs)`; it requires grad if any input does."""
@@ -200,6 +231,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   # ---- realization ----
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
+    if self._defer is not None and not others and _plan().realize_deferred(self): return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
     pending = [t.uop for t in (self, *others) if not graph.is_realized(t.uop) and t.uop.device is not None]
     if pending: _apply_becomes_map(_engine().realize(pending))

@@ -148,6 +148,10 @@ class gc_paused:
 
 def realize(uops: list[UOp]) -> dict[UOp, UOp]:
   """Compute every given tensor-level UOp; returns what each realized node became (a BUFFER view)."""
+  return realize_schedule(uops)[1]
+
+def realize_schedule(uops: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """realize(), also returning the schedule that ran (what engine/plan.py records)."""
   st = time.perf_counter()
   with gc_paused():
     if _pending: run_pending()
@@ -156,7 +160,7 @@ def realize(uops: list[UOp]) -> dict[UOp, UOp]:
     run_schedule(schedule)
   if DEBUG.value >= 1 and schedule:
     print(f"realize: {GlobalCounters.kernel_count - count_before} kernels in {(time.perf_counter()-st)*1e3:.2f} ms")
-  return becomes
+  return schedule, becomes
 
 def _tensor_cores_note(spec) -> str:
   """', tensor cores: <name>' when the kernel runs WMMAs (the TC action), for the DEBUG=2 build line."""

@@ -96,6 +96,14 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
     out._cached("sink_structure", lambda: (key, below))
   return out
 
+rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
+
+def _may_defer() -> bool:
+  global _plan
+  if _plan is None: from tinyplug.engine import plan as _plan
+  return _plan.may_defer()
+_plan: Any = None
+
 def _buffer_views(inputs: list[UOp]) -> bool:
   """Whether every input is a view of a buffer, each of another buffer."""
   if len(inputs) == 1: return inputs[0].base.op is Ops.BUFFER
@@ -145,5 +153,11 @@ def graph_template(fn: Callable) -> Callable:
                  **{k: by_name.get(k, v) for k, v in kwargs.items()})
       finally: _building.depth -= 1
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
-    return tt.from_uop(_rebuild(hit, [t.uop for t in tensors]), hit.requires_grad)
+    inputs = [t.uop for t in tensors]
+    # over plain buffers shaped like the placeholders, the graph is built only when used: realize() may run the
+    # kernels from a plan without it (engine/plan.py)
+    if None not in hit.view_keys and _buffer_views(inputs) and \
+       all([view_key(u) == k for u, k in zip(inputs, hit.view_keys)]) and _may_defer():
+      return tt._deferred(hit, inputs, hit.requires_grad)
+    return tt.from_uop(_rebuild(hit, inputs), hit.requires_grad)
   return wrapper

@@ -1,0 +1,146 @@
+"""Realize plans: a graph template's output (tensor_ops/template.py) realized again over other buffers of the same
+shapes, dtypes, devices and views runs its kernels straight from a plan, without building the graph, scheduling it,
+looking up its programs or walking the live tensors.
+
+`x.sum()` or `a @ b` over plain buffers returns a *deferred* tensor (the template and its input UOps; its graph is
+built only if something reads `.uop`). Realizing one asks `realize_deferred`: the plan for (template, settings) holds
+the compiled programs, where each kernel's buffers come from (an input's buffer or a new output) and how the result
+is seen (a reshape of an output). The first realize of a template under some settings runs the usual way and records
+the plan; a schedule a plan cannot replay exactly (a copy, bound variables, a kernel writing an input, a result that
+is not a plain view of a new buffer) records a refusal, and those realizes stay on the usual path.
+
+What decides a plan's meaning is part of its key or checked per call: the template (the method, its arguments, each
+input's shape, dtype, device and gradient flag), the inputs' views (each must look like the template's placeholder,
+and no two may share a buffer: the deferral checks both), every ContextVar (through `ContextVar.generation`: any
+assignment rechecks them all), the plugin set (the scheduler's and codegen's pipelines). The usual path is taken
+instead whenever it does more than run kernels: a TinyJit capture, schedules handed out by Tensor.schedule() and not
+yet run, any event listener (the visualizer sees every schedule and rewrite), DEBUG >= 1. And a live tensor that may
+hold part of the graph (a lazy graph made after the inputs) sends the realize the usual way too: there its nodes would
+be pointed at the new buffers."""
+from __future__ import annotations
+import itertools
+from typing import Any
+from tinyplug import events, plugins
+from tinyplug.caches import BoundedCache
+from tinyplug.device import buffer_of
+from tinyplug.helpers import DEBUG, ContextVar, GlobalCounters
+from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
+from tinyplug.engine import realize as engine
+
+# what the tests read: plans replayed, plans recorded, schedules refused, realizes sent the usual way per call
+counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0}
+
+class Plan:
+  __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
+  def __init__(self, steps: tuple, outs: tuple, result: int, make_view: Any, ops: int, mem: int):
+    # steps: (program, global size, local size, buffer references, runs at all); a reference k >= 0 is input k's
+    # buffer, k < 0 new output -k-1; outs: (device, size, dtype) of each new output
+    self.steps, self.outs, self.result, self.make_view = steps, outs, result, make_view
+    self.kernels, self.ops, self.mem = len(steps), ops, mem
+
+# (id of the template, settings number) -> (the template, its Plan or None: refused). The entry holds the template, so
+# its id is not reused while the entry lives; tinyplug.reset() empties it (with the compiled programs)
+_plans: BoundedCache = BoundedCache("engine.realize_plans", 4096)
+
+class _Settings:
+  gen = -1                  # ContextVar.generation when `token` was worked out
+  manager: Any = None       # the plugin manager then
+  token = 0                 # a small number for (every ContextVar's value, the scheduler's and codegen's pipelines)
+  numbers: dict[tuple, int] = {}
+  counter = itertools.count(1)
+
+def _refresh() -> None:
+  from tinyplug.codegen import pipeline_key
+  from tinyplug.schedule.passes import schedule_key
+  values = tuple([(k, repr(v.value)) for k, v in ContextVar.registry.items()])
+  key = (values, pipeline_key(), schedule_key())
+  if (n := _Settings.numbers.get(key)) is None:
+    if len(_Settings.numbers) > 256: _Settings.numbers.clear(); _plans.clear()
+    n = _Settings.numbers[key] = next(_Settings.counter)
+  _Settings.gen, _Settings.manager, _Settings.token = ContextVar.generation, plugins._manager, n
+
+def may_defer() -> bool:
+  """Whether a template's output may be returned deferred now (not while TinyJit captures or anyone listens)."""
+  return engine.capturing is None and not events._subscribers
+
+def realize_deferred(t: Any) -> bool:
+  """Realize the deferred tensor `t` (its `_defer` is (template, input UOps)); False: the caller realizes it the
+  usual way (which builds its graph)."""
+  built, inputs = t._defer
+  if engine.capturing is not None or engine._pending or events._subscribers or DEBUG.value:
+    counters["fallbacks"] += 1
+    return False
+  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()
+  key = (id(built), _Settings.token)
+  if (entry := _plans.get(key)) is None:
+    _record(t, built, inputs, key)
+    return True
+  if (plan := entry[1]) is None or _may_share(inputs):
+    counters["fallbacks"] += 1
+    return False
+  new_buffer = UOp.new_buffer
+  outs = [new_buffer(dev, size, dtype) for dev, size, dtype in plan.outs]
+  bufs = [buffer_of(u) for u in outs]
+  for prg, gsize, lsize, refs, runs in plan.steps:
+    if runs: prg(*[(buffer_of(inputs[r].base) if r >= 0 else bufs[-r - 1]).handle for r in refs],
+                 global_size=gsize, local_size=lsize, vals=(), wait=False)
+  GlobalCounters.kernel_count += plan.kernels
+  GlobalCounters.global_ops += plan.ops
+  GlobalCounters.global_mem += plan.mem
+  out = outs[plan.result]
+  t._uop = out if plan.make_view is None else plan.make_view((out,))
+  t._defer = None
+  counters["hits"] += 1
+  return True
+
+def _may_share(inputs: list[UOp]) -> bool:
+  """Whether a live tensor may hold a node of the template's graph over `inputs` (the usual realize would point it at
+  the new buffer): one holding an unrealized graph made after every input (a node is newer than the nodes below it)."""
+  newest = inputs[0].seq if len(inputs) == 1 else max([u.seq for u in inputs])
+  buffer, movement = Ops.BUFFER, _MOVEMENT
+  for r in _live_refs.values():
+    if (t := r()) is None or (u := t._uop) is None or u.seq <= newest: continue
+    while u.op in movement: u = u.src[0]
+    if u.op is not buffer: return True
+  return False
+
+_MOVEMENT = GroupOp.Movement
+from tinyplug.tensor import _live_refs  # noqa: E402  (tensor.py loads this module on a deferred output's first realize)
+
+def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
+  """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
+  from tinyplug.tensor import _apply_becomes_map
+  uop = t.uop   # builds the graph
+  schedule, becomes = engine.realize_schedule([uop])
+  plan = _plan_of(uop, inputs, schedule, becomes)
+  _plans.put(key, (built, plan))
+  counters["recorded" if plan is not None else "refused"] += 1
+  _apply_becomes_map(becomes)
+
+def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp]) -> Plan | None:
+  if uop not in becomes or any(k.op in (Ops.ASSIGN, Ops.COPY) for k in becomes): return None
+  where = {u.base: k for k, u in enumerate(inputs)}
+  graph = uop.toposort()
+  outs: dict[UOp, int] = {}
+  steps, ops, mem = [], 0, 0
+  for item in schedule:
+    if item.ast.op is not Ops.SINK or item.var_vals: return None
+    refs = []
+    for b in item.buf_uops:
+      if b in where: refs.append(where[b])
+      elif b.op is Ops.BUFFER and b not in graph and b.src[0].op is Ops.UNIQUE and type(b.arg) is int:
+        refs.append(-outs.setdefault(b, len(outs)) - 1)
+      else: return None
+    if refs[0] >= 0: return None   # it writes an input's buffer
+    runner = engine.get_runner(item.buf_uops[0].device, item.ast)
+    spec = runner.spec
+    if spec.vars: return None
+    steps.append((runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size))
+    ops += spec.estimates.get("ops", 0)
+    mem += spec.estimates.get("mem", 0)
+  value = becomes[uop]
+  if value in outs: result, make_view = outs[value], None
+  elif value.op is Ops.RESHAPE and value.src[0] in outs:
+    result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
+  else: return None
+  return Plan(tuple(steps), tuple((b.device, b.arg, b.dtype) for b in outs), result, make_view, ops, mem)
