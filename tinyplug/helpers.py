@@ -198,6 +198,10 @@ JIT_GRAPH = ContextVar("JIT_GRAPH", 1, "0: TinyJit replays kernel by kernel even
 CACHELEVEL = ContextVar("CACHELEVEL", 2, "disk cache use: 0 off, 1 compiled programs only, 2 programs and search results")
 KERNEL_CACHE_SIZE = ContextVar("KERNEL_CACHE_SIZE", 4096, "compiled kernels kept in memory per kernel cache (the "
                                "least recently used go first); read when a cache is made")
+REALIZE_PLANS = ContextVar("REALIZE_PLANS", 1, "1: a graph template's output over plain buffers (a @ b, x.sum(), "
+                           "conv2d, ...) is built only when used, and realizing it again on same-shaped inputs runs "
+                           "the recorded kernels without building, scheduling or looking up programs; 0 builds every "
+                           "graph at once and realizes it the usual way")
 SCALAR_ARGS = ContextVar("SCALAR_ARGS", 1, "1: a float32 constant that changes between runs of an otherwise equal "
                          "graph (a Python scalar set every step) becomes a kernel argument from its second value on, so "
                          "it compiles once, not once per value; 0 bakes every constant into the code")

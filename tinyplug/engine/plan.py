@@ -23,7 +23,7 @@ from typing import Any
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.device import buffer_of
-from tinyplug.helpers import DEBUG, ContextVar, GlobalCounters
+from tinyplug.helpers import DEBUG, REALIZE_PLANS, ContextVar, GlobalCounters
 from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
 
@@ -61,13 +61,13 @@ def _refresh() -> None:
 
 def may_defer() -> bool:
   """Whether a template's output may be returned deferred now (not while TinyJit captures or anyone listens)."""
-  return engine.capturing is None and not events._subscribers
+  return engine.capturing is None and not events._subscribers and REALIZE_PLANS.value
 
 def realize_deferred(t: Any) -> bool:
   """Realize the deferred tensor `t` (its `_defer` is (template, input UOps)); False: the caller realizes it the
   usual way (which builds its graph)."""
   built, inputs = t._defer
-  if engine.capturing is not None or engine._pending or events._subscribers or DEBUG.value:
+  if engine.capturing is not None or engine._pending or events._subscribers or DEBUG.value or not REALIZE_PLANS.value:
     counters["fallbacks"] += 1
     return False
   if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()

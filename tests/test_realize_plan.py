@@ -1,0 +1,245 @@
+"""Realize plans (engine/plan.py): a graph template's output over plain buffers is deferred, and realizing it again on
+same-shaped inputs replays the recorded kernels. Every test checks values against numpy/torch and reads the plan
+counters to know which path ran: anything that changes a realize's meaning must take another plan or the usual path."""
+from __future__ import annotations
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tinyplug import Context, Tensor, TinyJit
+from tinyplug import events
+from tinyplug.engine import plan
+from tinyplug.helpers import GlobalCounters
+from tinyplug.tensor_ops import graph
+from plugin_fixtures import plugin_site  # noqa: F401  (a fixture)
+
+RNG = np.random.default_rng(7)
+
+def data(*shape: int) -> np.ndarray: return RNG.standard_normal(shape).astype(np.float32)
+def buf(x: np.ndarray, device: str = "CPU") -> Tensor: return Tensor(x, device=device).realize()
+
+class Count:
+  """The plan counters' change since the block began."""
+  def __enter__(self) -> Count:
+    self.start = dict(plan.counters)
+    return self
+  def __exit__(self, *exc) -> None: pass
+  def __getitem__(self, k: str) -> int: return plan.counters[k] - self.start[k]
+
+def close(got: Tensor, want: np.ndarray) -> None: np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+def test_repeated_matmul_replays_the_plan_with_new_inputs(device):
+  outs = []
+  with Count() as n:
+    for i in range(6):   # call 1 runs the method, call 2 builds the template (and records the plan), then replays
+      a, b = data(9, 10), data(10, 11)
+      c = buf(a, device) @ buf(b, device)
+      assert (c._defer is not None) == (i >= 1)
+      close(c.realize(), a @ b)
+      assert graph.is_plain_buffer(c.uop) and c.shape == (9, 11)
+      outs.append(c.numpy())
+  assert (n["recorded"], n["hits"], n["fallbacks"]) == (1, 4, 0)
+  assert not np.allclose(outs[-1], outs[-2])   # the new inputs, not a stale buffer
+
+@pytest.mark.parametrize("case", ["sum", "sum_axis", "conv2d", "softmax", "log_softmax", "mean", "relu", "linear"])
+def test_template_methods_replay_right(case):
+  def run():
+    if case == "conv2d":
+      x, w = data(2, 3, 9, 8), data(5, 3, 3, 3)
+      return buf(x).conv2d(buf(w), padding=1), F.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+    x = data(13, 17)
+    if case == "linear":
+      w, b = data(17, 6), data(6)
+      return buf(x).linear(buf(w), buf(b)), x @ w + b
+    t = buf(x)
+    if case == "sum": return t.sum(), x.sum()
+    if case == "sum_axis": return t.sum(axis=1), x.sum(axis=1)
+    if case == "softmax": return t.softmax(-1), torch.tensor(x).softmax(-1).numpy()
+    if case == "log_softmax": return t.log_softmax(-1), torch.tensor(x).log_softmax(-1).numpy()
+    if case == "mean": return t.mean(), x.mean()
+    return t.relu(), np.maximum(x, 0)
+  with Count() as n:
+    for _ in range(5):
+      got, want = run()
+      close(got.realize(), want)
+  assert n["recorded"] == 1 and n["hits"] == 3 and n["refused"] == 0
+
+def test_kernel_counters_as_the_usual_path():
+  a, b = buf(data(6, 7)), buf(data(7, 5))
+  for plans in (0, 1):
+    with Context(REALIZE_PLANS=plans):
+      for _ in range(3): (a @ b).realize()
+      before = GlobalCounters.kernel_count
+      with Count() as n: (a @ b).realize()
+      assert GlobalCounters.kernel_count - before == 1 and n["hits"] == plans
+
+def test_results_equal_with_plans_off():
+  x, w = data(4, 3, 10, 10), data(6, 3, 3, 3)
+  got = {}
+  for plans in (0, 1):
+    with Context(REALIZE_PLANS=plans):
+      tx, tw = buf(x), buf(w)
+      for _ in range(3): r = [tx.conv2d(tw, stride=2).realize(), tx.sum(axis=(2, 3)).realize(), tx.softmax(-1).realize()]
+      got[plans] = [t.numpy() for t in r]
+  for off, on in zip(got[0], got[1]): np.testing.assert_array_equal(off, on)   # the very same kernels
+
+def test_other_shapes_and_dtypes_take_other_plans():
+  with Count() as n:
+    for _ in range(3):
+      for shape in ((8, 9), (8, 10)):
+        for dtype in (np.float32, np.int32):
+          x = (data(*shape) * 10).astype(dtype)
+          t = Tensor(x).realize()
+          assert t.sum().realize().item() == pytest.approx(x.sum(), rel=1e-5)
+  assert n["recorded"] == 4 and n["hits"] == 4   # each signature: run, recorded, replayed
+
+def test_strided_and_aliased_inputs_take_the_usual_path():
+  a, b = data(11, 11), data(11, 11)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  with Count() as n:
+    for _ in range(3):
+      c = ta.T @ tb                     # a permuted view: other index math than the template's placeholder
+      assert c._defer is None
+      close(c.realize(), a.T @ b)
+      d = ta @ ta                       # the same buffer twice
+      assert d._defer is None
+      close(d.realize(), a @ a)
+      e = ta[1:].sum()                  # a shrunk view
+      close(e.realize(), a[1:].sum())
+  assert n["hits"] == 0
+
+def test_assign_and_setitem_are_seen():
+  a, b = data(6, 6), data(6, 6)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): close((ta @ tb).realize(), a @ b)
+  with Count() as n:
+    new = data(6, 6)
+    ta.assign(buf(new)).realize()      # the same buffer, new contents
+    close((ta @ tb).realize(), new @ b)
+    ta[0] = 3.0                        # written through a view at once
+    new[0] = 3.0
+    close((ta @ tb).realize(), new @ b)
+    newer = data(6, 6)
+    ta.assign(buf(newer))              # not realized: the input is an ASSIGN, not a buffer
+    c = ta @ tb
+    assert c._defer is None
+    close(c.realize(), newer @ b)
+    close((ta @ tb).realize(), newer @ b)
+  assert n["hits"] == 3
+
+def test_a_deferred_output_kept_across_an_assign_reads_the_buffer_as_a_graph_would():
+  a, b = data(5, 5), data(5, 5)
+  results = {}
+  for plans in (0, 1):
+    with Context(REALIZE_PLANS=plans):
+      ta, tb = buf(a), buf(b)
+      for _ in range(3): (ta @ tb).realize()
+      d = ta @ tb                     # deferred (plans on) or a graph over ta's buffer (off)
+      new = data(5, 5)
+      ta.assign(buf(new)).realize()
+      results[plans] = (d.numpy(), new)
+  np.testing.assert_allclose(results[0][0], results[0][1] @ b, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(results[1][0], results[1][1] @ b, rtol=1e-5, atol=1e-5)
+
+def test_lazy_input_then_realized():
+  a, b = data(7, 8), data(8, 3)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  with Count() as n:
+    c = ta + 1
+    d = c @ tb
+    assert d._defer is None            # a lazy input: its graph is built at once
+    close(d.realize(), (a + 1) @ b)
+    c.realize()
+    d = c @ tb
+    assert d._defer is not None
+    close(d.realize(), (a + 1) @ b)
+  assert n["hits"] == 1
+
+def test_a_live_graph_holding_the_same_nodes_is_pointed_at_the_result():
+  a, b = data(4, 9), data(9, 2)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  lazy = ta @ tb
+  lazy.uop                             # built: a live graph with the very nodes the next realize computes
+  with Count() as n:
+    c = (ta @ tb).realize()
+  assert n["fallbacks"] == 1 and n["hits"] == 0
+  assert lazy.uop is c.uop             # as without plans: the graph now holds the result's buffer
+  ta.assign(buf(data(4, 9))).realize()
+  close(lazy, a @ b)                   # the value from before the assign
+
+def test_settings_that_change_code_take_another_plan(capsys):
+  a, b = data(12, 5), data(5, 12)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  with Count() as n:
+    with Context(NOOPT=1):
+      for _ in range(3): close((ta @ tb).realize(), a @ b)
+    close((ta @ tb).realize(), a @ b)
+  assert n["recorded"] == 1 and n["hits"] == 3   # NOOPT's plan once and replayed twice; then the first plan again
+  noopt = [e[1] for e in plan._plans.values() if e[1] is not None]
+  assert len({id(p.steps[0][0]) for p in noopt}) >= 2   # two programs for the one template
+  with Count() as n:
+    with Context(DEBUG=1):
+      close((ta @ tb).realize(), a @ b)
+  assert n["fallbacks"] == 1 and "realize: 1 kernels" in capsys.readouterr().out
+
+def test_a_changed_plugin_set_takes_another_plan(plugin_site):
+  a, b = data(16, 16), data(16, 16)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  with Count() as n:
+    close((ta @ tb).realize(), a @ b)
+    plugin_site.monkeypatch.setenv("TINY_PLUGINS", "-heuristic")
+    plugin_site.refresh()
+    for _ in range(3): close((ta @ tb).realize(), a @ b)
+  assert n["recorded"] == 1 and n["hits"] == 3
+
+def test_listeners_see_every_schedule_and_rewrite():
+  a, b = data(3, 14), data(14, 3)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  seen: list = []
+  events.subscribe("schedule", seen.append, owner="test")
+  try:
+    with Count() as n:
+      for _ in range(3):
+        c = ta @ tb
+        assert c._defer is None
+        close(c.realize(), a @ b)
+  finally: events.unsubscribe("schedule", seen.append)
+  assert len(seen) == 3 and n["hits"] == 0
+  with Count() as n: close((ta @ tb).realize(), a @ b)
+  assert n["hits"] == 1
+
+def test_tinyjit_captures_the_kernels():
+  @TinyJit
+  def f(x: Tensor, y: Tensor) -> Tensor: return (x @ y).realize()
+  for _ in range(5):
+    a, b = data(6, 4), data(4, 6)
+    close(f(buf(a), buf(b)), a @ b)
+  assert f.captured
+
+def test_schedules_not_run_go_first():
+  a, b = data(10, 3), data(3, 10)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  z = ta + 5
+  z.schedule()                          # not run yet: it must run before anything else
+  with Count() as n: close((ta @ tb).realize(), a @ b)
+  assert n["fallbacks"] == 1
+  close(z, a + 5)
+
+def test_deferred_output_used_further_and_differentiated():
+  a, b = data(5, 6), data(6, 4)
+  for _ in range(3):
+    ta, tb = Tensor(a, requires_grad=True).realize(), Tensor(b, requires_grad=True).realize()
+    c = ta @ tb
+    assert c.shape == (5, 4) and c.dtype == ta.dtype
+    loss = (c * c).sum()
+    loss.backward()
+    close(loss, ((a @ b) ** 2).sum())
+    close(ta.grad, 2 * (a @ b) @ b.T)
+    close(tb.grad, a.T @ (2 * (a @ b)))
