@@ -15,6 +15,10 @@ Three measurements in one process, DEV=CPU:
 
   python benchmarks/realize_gap.py                      # matmul 512 and conv2d b32
   CPU_THREADS=1 python benchmarks/realize_gap.py --only matmul_512
+  python benchmarks/realize_gap.py --only matmul_512,sum --phases-only   # the phases with REALIZE_PLANS=0 and =1
+
+The phases run with REALIZE_PLANS=0 (the usual realize) and =1 (a repeated template realize replays its plan,
+engine/plan.py: "plan" is then that whole realize, the kernel apart), in alternating blocks in one process.
 
 A timing: run it on a quiet machine and say the load (it prints the load average)."""
 from __future__ import annotations
@@ -27,18 +31,24 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--only", default="matmul_512,conv_b32")
   ap.add_argument("--n", type=int, default=300, help="realizes (and gap rounds) per measurement")
+  ap.add_argument("--phases-only", action="store_true", help="measure the phases only (1.), not the gaps")
   args = ap.parse_args()
   from tinyplug.tensor import Tensor
   import tinyplug.tensor as tensor_mod
   import tinyplug.engine.realize as engine
   from tinyplug.device import Device
   from tinyplug.schedule import create_schedule
+  from tinyplug.helpers import Context, ContextVar
+  # REALIZE_PLANS off and on (a checkout without it: one column, its usual realize)
+  modes = (0, 1) if "REALIZE_PLANS" in ContextVar.registry else (None,)
+  def setting(m): return Context(REALIZE_PLANS=m) if m is not None else Context()
   dev = Device["CPU"]
   rng = np.random.default_rng(0)
   def t(*shape): return Tensor(rng.random(shape, dtype=np.float32)).realize()
   big = {"matmul_512": (lambda a=t(512, 512), b=t(512, 512): a @ b, lambda a=t(16, 16), b=t(16, 16): a @ b),
          "conv_b32": (lambda x=t(32, 3, 32, 32), w=t(32, 3, 3, 3): x.conv2d(w, padding=1),
-                      lambda x=t(1, 3, 8, 8), w=t(4, 3, 3, 3): x.conv2d(w, padding=1))}
+                      lambda x=t(1, 3, 8, 8), w=t(4, 3, 3, 3): x.conv2d(w, padding=1)),
+         "sum": (lambda x=t(4096, 4096): x.sum(), lambda x=t(64, 64): x.sum())}
   # phase timers: wrap the engine's steps and the kernel call (the program object the runner calls)
   phase: dict[str, int] = {}
   def timed(fn, key):
@@ -49,6 +59,10 @@ def main() -> None:
   engine.create_schedule = timed(engine.create_schedule, "schedule")
   engine.run_schedule = timed(engine.run_schedule, "run")
   tensor_mod._apply_becomes_map = timed(tensor_mod._apply_becomes_map, "becomes")
+  try:
+    import tinyplug.engine.plan as plan_mod
+    plan_mod.realize_deferred = timed(plan_mod.realize_deferred, "plan")
+  except ImportError: pass
   from tinyplug_cpu_llvm.runtime import CPUProgram
   CPUProgram.__call__ = timed(CPUProgram.__call__, "kernel")
   raw_allocs = [0]
@@ -58,14 +72,22 @@ def main() -> None:
     return raw_alloc(nbytes)
   dev.allocator.raw.alloc = counting_alloc
 
-  def phases(build) -> list[dict[str, int]]:
-    for _ in range(5): build().realize()
-    out = []
-    for _ in range(args.n):
-      phase.clear()
-      t0 = time.perf_counter_ns(); r = build(); t1 = time.perf_counter_ns(); r.realize(); dev.synchronize()
-      t2 = time.perf_counter_ns(); del r; t3 = time.perf_counter_ns()
-      out.append({**phase, "build": t1 - t0, "free": t3 - t2, "all": t3 - t0})
+  def phases(build) -> dict:
+    # blocks of 10 realizes per setting, alternating; the first realize after a switch is not timed (a new setting
+    # makes the plan path look its settings up again)
+    out: dict = {m: [] for m in modes}
+    for m in modes:
+      with setting(m):
+        for _ in range(5): build().realize()
+    for rep in range(max(1, args.n // 10)):
+      for m in (modes if rep % 2 else modes[::-1]):
+        with setting(m):
+          build().realize()
+          for _ in range(10):
+            phase.clear()
+            t0 = time.perf_counter_ns(); r = build(); t1 = time.perf_counter_ns(); r.realize(); dev.synchronize()
+            t2 = time.perf_counter_ns(); del r; t3 = time.perf_counter_ns()
+            out[m].append({**phase, "build": t1 - t0, "realize": t2 - t1, "free": t3 - t2, "all": t3 - t0})
     return out
 
   print(f"DEV=CPU, {os.environ.get('CPU_THREADS') or 'all'} threads, load average at start {os.getloadavg()[0]:.2f}; "
@@ -73,16 +95,29 @@ def main() -> None:
   for name in args.only.split(","):
     build, small = big[name]
     ctx, hot = phases(build), phases(small)
-    for s in ctx + hot: s["run"] -= s.get("kernel", 0)   # the run step's own Python, the kernel apart
+    for s in [s for m in modes for s in ctx[m] + hot[m]]:
+      k = s.get("kernel", 0)
+      s["realize"] -= k
+      if "run" in s: s["run"] -= k   # the run step's own Python, the kernel apart
+      if "plan" in s: s["plan"] -= k
+    label = {None: "", 0: " REALIZE_PLANS=0", 1: " REALIZE_PLANS=1"}
     print(f"\n{name}: phases in context (after its kernel) and hot (the same Python around a tiny kernel)")
-    print("| phase | in context | hot |\n|---|---:|---:|")
-    for key in ("build", "schedule", "run", "kernel", "becomes", "free", "all"):
-      c, h = [s[key] for s in ctx], [s[key] for s in hot]
-      print(f"| {key if key != 'run' else 'run (without the kernel)'} | {_pct(c, .1):.1f} / {_pct(c, .5):.1f} | "
-            f"{_pct(h, .1):.1f} / {_pct(h, .5):.1f} |")
-    py_ctx = [s["all"] - s["kernel"] for s in ctx]
-    py_hot = [s["all"] - s["kernel"] for s in hot]
-    print(f"Python around the kernel: {_pct(py_ctx, .1):.1f} us in context, {_pct(py_hot, .1):.1f} us hot (p10)")
+    print("| phase |" + "".join(f" in context{label[m]} |" for m in modes) + "".join(f" hot{label[m]} |" for m in modes))
+    print("|---|" + "---:|" * (2 * len(modes)))
+    for key in ("build", "schedule", "run", "plan", "kernel", "becomes", "realize", "free", "all"):
+      cells = []
+      for d in (ctx, hot):
+        for m in modes:
+          v = [s.get(key, 0) for s in d[m]]
+          cells.append(f"{_pct(v, .1):.1f} / {_pct(v, .5):.1f}")
+      what = {"run": "run (without the kernel)", "plan": "plan replay (without the kernel)",
+              "realize": "realize() (without the kernel)"}.get(key, key)
+      print(f"| {what} | " + " | ".join(cells) + " |")
+    for m in modes:
+      py_ctx = [s["all"] - s.get("kernel", 0) for s in ctx[m]]
+      py_hot = [s["all"] - s.get("kernel", 0) for s in hot[m]]
+      print(f"Python around the kernel{label[m]}: {_pct(py_ctx, .1):.1f} us in context, {_pct(py_hot, .1):.1f} us hot (p10)")
+    if args.phases_only: continue
     faults0, allocs0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, raw_allocs[0]
     for _ in range(20): build().realize()
     print(f"per realize: {(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0) / 20:.1f} minor page faults, "

@@ -243,3 +243,18 @@ def test_deferred_output_used_further_and_differentiated():
     close(loss, ((a @ b) ** 2).sum())
     close(ta.grad, 2 * (a @ b) @ b.T)
     close(tb.grad, a.T @ (2 * (a @ b)))
+
+def test_two_deferred_outputs_of_one_graph_agree_with_plans_off():
+  got = {}
+  a, b, new = data(8, 3), data(3, 8), data(8, 3)
+  for plans in (0, 1):
+    with Context(REALIZE_PLANS=plans):
+      ta, tb = buf(a), buf(b)
+      for _ in range(3): (ta @ tb).realize()
+      c1, c2 = ta @ tb, ta @ tb
+      with Count() as n: c2.realize()      # c1 holds the same graph: without plans it now reads c2's buffer
+      if plans: assert n["fallbacks"] == 1 and c1._defer is None
+      ta.assign(buf(new)).realize()
+      got[plans] = c1.numpy()
+      np.testing.assert_allclose(got[plans], a @ b, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(got[0], got[1])

@@ -75,7 +75,7 @@ def realize_deferred(t: Any) -> bool:
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  if (plan := entry[1]) is None or _may_share(inputs):
+  if (plan := entry[1]) is None or _may_share(t, inputs):
     counters["fallbacks"] += 1
     return False
   new_buffer = UOp.new_buffer
@@ -93,13 +93,18 @@ def realize_deferred(t: Any) -> bool:
   counters["hits"] += 1
   return True
 
-def _may_share(inputs: list[UOp]) -> bool:
+def _may_share(t: Any, inputs: list[UOp]) -> bool:
   """Whether a live tensor may hold a node of the template's graph over `inputs` (the usual realize would point it at
-  the new buffer): one holding an unrealized graph made after every input (a node is newer than the nodes below it)."""
+  the new buffer): one holding an unrealized graph made after every input (a node is newer than the nodes below it),
+  or another deferred output over one of the same inputs (its graph, once built, may hold the same nodes)."""
   newest = inputs[0].seq if len(inputs) == 1 else max([u.seq for u in inputs])
   buffer, movement = Ops.BUFFER, _MOVEMENT
   for r in _live_refs.values():
-    if (t := r()) is None or (u := t._uop) is None or u.seq <= newest: continue
+    if (o := r()) is None: continue
+    if (u := o._uop) is None:
+      if o is not t and any([x in inputs for x in o._defer[1]]): return True
+      continue
+    if u.seq <= newest: continue
     while u.op in movement: u = u.src[0]
     if u.op is not buffer: return True
   return False
