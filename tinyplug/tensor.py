@@ -71,13 +71,13 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   oldest = min(k.seq for k in becomes)
   # (a deferred template output is built here: its graph may hold a realized node)
   tensors = [t for r in list(_live_refs.values())
-             if (t := r()) is not None and (t._uop if t._defer is None else t.uop).seq >= oldest]
-  held = {t.uop for t in tensors}
+             if (t := r()) is not None and (t._uop if t._defer is None else t._build()).seq >= oldest]
+  held = {t._uop for t in tensors}
   becomes = {k: v for k, v in becomes.items() if k in held}
   if not becomes: return
   keys = becomes.keys()
   for t in tensors:
-    u = t.uop
+    u = t._uop
     if (v := becomes.get(u)) is not None: t.uop = v   # the tensor itself was realized: no graph to rewrite
     elif not graph.is_realized(u) and not keys.isdisjoint(u.toposort()):   # a buffer view holds no computation
       t.uop = u.substitute(becomes, name="apply becomes map")
@@ -115,7 +115,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       (grad,) = (x**2 + 3*x + 1).sum().gradient(x)   # grad.item() == 7.0
   """
   # `_uop` is None while `_defer` holds (graph template, input UOps): a template's output whose graph is built only
-  # when something reads `uop` (its realize may run from a plan without one, engine/plan.py)
+  # when something reads `uop` (its realize may run from a plan without one, engine/plan.py). A property, not a
+  # __getattr__ for an unset slot: a class with __getattr__ makes every attribute access slower (CPython then
+  # specializes none of them); the busiest readers below take the slot directly
   __slots__ = ("_uop", "_defer", "requires_grad", "grad", "_tid", "__weakref__")
   no_grad: ClassVar[bool] = False
 
@@ -164,26 +166,32 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   @property
   def uop(self) -> UOp:
     """The tensor-level graph of this tensor (a BUFFER view once realized)."""
-    if (u := self._uop) is None:
-      built, inputs = self._defer
-      self._uop = u = template.rebuild(built, inputs)
-      self._defer = None
+    if (u := self._uop) is None: u = self._build()
     return u
   @uop.setter
   def uop(self, u: UOp) -> None: self._uop, self._defer = u, None
+  def _build(self) -> UOp:
+    """A deferred output's graph, built now (once)."""
+    self._uop = u = template.rebuild(*self._defer)
+    self._defer = None
+    return u
+  def __getstate__(self) -> Any:
+    if self._defer is not None: self.uop   # a deferred output is pickled as its graph (a template holds functions)
+    return object.__getstate__(self)
 
   def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
     """A new tensor whose uop is `fn(self.uop, *other uops, **kwargs)`; it requires grad if any input does."""
+    if (u := self._uop) is None: u = self._build()
     if not others:   # the usual one- or two-input op: no lists
-      new, rg = fn(self.uop, **kwargs), self.requires_grad
+      new, rg = fn(u, **kwargs), self.requires_grad
       requires_grad = rg if rg is None or rg is True or rg is False else True in (rg,)
     elif len(others) == 1:
       o = others[0]
-      new = fn(self.uop, o.uop, **kwargs)
+      new = fn(u, o.uop, **kwargs)
       a, b = self.requires_grad, o.requires_grad
       requires_grad = True if True in (a, b) else (None if None in (a, b) else False)
     else:
-      new = fn(self.uop, *[o.uop for o in others], **kwargs)
+      new = fn(u, *[o.uop for o in others], **kwargs)
       flags = [t.requires_grad for t in (self, *others)]
       requires_grad = True if True in flags else (None if None in flags else False)
     if Tensor.no_grad: requires_grad = False
@@ -192,11 +200,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   # ---- facts ----
   @property
   def shape(self) -> tuple[int, ...]:
-    return () if (s := self.uop.shape) is None else s   # None: a deviceless constant (Tensor(UOp.const(2.0))), a scalar
+    if (u := self._uop) is None: u = self._build()
+    return () if (s := u.shape) is None else s   # None: a deviceless constant (Tensor(UOp.const(2.0))), a scalar
   @property
-  def dtype(self) -> DType: return self.uop.dtype
+  def dtype(self) -> DType: return (self._uop if self._defer is None else self._build()).dtype
   @property
-  def device(self) -> str | tuple[str, ...]: return self.uop.device
+  def device(self) -> str | tuple[str, ...]: return (self._uop if self._defer is None else self._build()).device
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int | UOp: return sprod(self.shape)
@@ -233,7 +242,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
     if self._defer is not None and not others and _plan().realize_deferred(self): return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
-    pending = [t.uop for t in (self, *others) if not graph.is_realized(t.uop) and t.uop.device is not None]
+    pending = [u for t in (self, *others) if not graph.is_realized(u := t.uop) and u.device is not None]
     if pending: _apply_becomes_map(_engine().realize(pending))
     return self
 

@@ -88,7 +88,7 @@ def realize_deferred(t: Any) -> bool:
   GlobalCounters.global_ops += plan.ops
   GlobalCounters.global_mem += plan.mem
   out = outs[plan.result]
-  t._uop = out if plan.make_view is None else plan.make_view((out,))
+  t.uop = out if plan.make_view is None else plan.make_view((out,))
   t._defer = None
   counters["hits"] += 1
   return True
@@ -101,10 +101,10 @@ def _may_share(t: Any, inputs: list[UOp]) -> bool:
   buffer, movement = Ops.BUFFER, _MOVEMENT
   for r in _live_refs.values():
     if (o := r()) is None: continue
-    if (u := o._uop) is None:
-      if o is not t and any([x in inputs for x in o._defer[1]]): return True
+    if (d := o._defer) is not None:
+      if o is not t and any([x in inputs for x in d[1]]): return True
       continue
-    if u.seq <= newest: continue
+    if (u := o._uop).seq <= newest: continue
     while u.op in movement: u = u.src[0]
     if u.op is not buffer: return True
   return False

@@ -156,8 +156,8 @@ def graph_template(fn: Callable) -> Callable:
     inputs = [t.uop for t in tensors]
     # over plain buffers shaped like the placeholders, the graph is built only when used: realize() may run the
     # kernels from a plan without it (engine/plan.py)
-    if None not in hit.view_keys and _buffer_views(inputs) and \
-       all([view_key(u) == k for u, k in zip(inputs, hit.view_keys)]) and _may_defer():
+    if _may_defer() and None not in hit.view_keys and _buffer_views(inputs) and \
+       all([view_key(u) == k for u, k in zip(inputs, hit.view_keys)]):
       return tt._deferred(hit, inputs, hit.requires_grad)
     return tt.from_uop(_rebuild(hit, inputs), hit.requires_grad)
   return wrapper
