@@ -34,7 +34,7 @@ class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
   def __init__(self, steps: tuple, outs: tuple, result: int, make_view: Any, ops: int, mem: int):
     # steps: (program, global size, local size, buffer references, runs at all); a reference k >= 0 is input k's
-    # buffer, k < 0 new output -k-1; outs: (device, size, dtype) of each new output
+    # buffer, k < 0 new output -k-1; outs: a maker of each new output buffer (UOp.buffer_maker)
     self.steps, self.outs, self.result, self.make_view = steps, outs, result, make_view
     self.kernels, self.ops, self.mem = len(steps), ops, mem
 
@@ -78,8 +78,7 @@ def realize_deferred(t: Any) -> bool:
   if (plan := entry[1]) is None or _may_share(t, inputs):
     counters["fallbacks"] += 1
     return False
-  new_buffer = UOp.new_buffer
-  outs = [new_buffer(dev, size, dtype) for dev, size, dtype in plan.outs]
+  outs = [make() for make in plan.outs]
   bufs = [buffer_of(u) for u in outs]
   for prg, gsize, lsize, refs, runs in plan.steps:
     if runs: prg(*[(buffer_of(inputs[r].base) if r >= 0 else bufs[-r - 1]).handle for r in refs],
@@ -148,4 +147,4 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   elif value.op is Ops.RESHAPE and value.src[0] in outs:
     result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
   else: return None
-  return Plan(tuple(steps), tuple((b.device, b.arg, b.dtype) for b in outs), result, make_view, ops, mem)
+  return Plan(tuple(steps), tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view, ops, mem)

@@ -110,6 +110,14 @@ def _buffer_views(inputs: list[UOp]) -> bool:
   bases = [u.base for u in inputs]
   return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
+def _sig_part(u: UOp) -> tuple | bool:
+  """(shape, dtype, device) of an input, or False: placeholders are plain buffers on one device, so symbolic sizes and
+  multi-device tensors take the method itself. Kept on the node (inputs are long-lived); the dtype by id (every
+  node's dtype is the canonical, immortal one)."""
+  shape, device = u.shape, u.device
+  ok = type(device) is str and shape is not None and all(type(s) is int for s in shape)
+  return u._cached("template_sig", lambda: (shape, id(u.dtype), device) if ok else False)
+
 _building = threading.local()   # .depth > 0 while a template's method runs over its placeholders (in this thread)
 
 def graph_template(fn: Callable) -> Callable:
@@ -122,13 +130,13 @@ def graph_template(fn: Callable) -> Callable:
     tt = type(self)
     names = sorted(k for k, v in kwargs.items() if isinstance(v, tt)) if kwargs else ()
     tensors = [self, *[a for a in args if isinstance(a, tt)], *[kwargs[k] for k in names]] if args or names else [self]
-    sig = []
+    sig, inputs = [], []
     for t in tensors:   # (shape, dtype, device, gradient flag) of each tensor input, read off its node once
-      u = t.uop
-      shape, device = u.shape, u.device
-      # placeholders are plain buffers on one device: symbolic sizes and multi-device tensors take the method itself
-      if type(device) is not str or shape is None or not all(type(s) is int for s in shape): return fn(self, *args, **kwargs)
-      sig.append((shape, u.dtype, device, t.requires_grad))
+      if (u := t._uop) is None: u = t._build()
+      if (c := u._cache) is None or (part := c.get("template_sig")) is None: part = _sig_part(u)
+      if part is False: return fn(self, *args, **kwargs)
+      sig.append((part, t.requires_grad))
+      inputs.append(u)
     try:
       key = (fn, tuple(sig), tuple([None if isinstance(a, tt) else _frozen(a) for a in args]) if args else (),
              tuple([(k, None if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
@@ -153,7 +161,6 @@ def graph_template(fn: Callable) -> Callable:
                  **{k: by_name.get(k, v) for k, v in kwargs.items()})
       finally: _building.depth -= 1
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
-    inputs = [t.uop for t in tensors]
     # over plain buffers shaped like the placeholders, the graph is built only when used: realize() may run the
     # kernels from a plan without it (engine/plan.py)
     if _may_defer() and None not in hit.view_keys and _buffer_views(inputs) and \

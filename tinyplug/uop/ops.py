@@ -287,6 +287,20 @@ class UOp(metaclass=UOpMeta):
     # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
+  @staticmethod
+  def buffer_maker(device: str, size: int, dtype: DType) -> Callable[[], UOp]:
+    """A function making new_buffer(device, size, dtype) again and again, its checks and lookups done once (for code
+    that makes the same kind of output every time: engine/plan.py). It holds the DEVICE node."""
+    check_buffer_size(size, dtype)
+    if type(size) is not int: return lambda: UOp.new_buffer(device, size, dtype)
+    dev, dtype = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype)
+    dtid, shape = id(dtype), (size,)
+    def make() -> UOp:
+      src = (_make_unique(next(_unique_ids)), dev)
+      buf = _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size)
+      object.__setattr__(buf, "_cache", {"shape": shape, "device": device})
+      return buf
+    return make
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
