@@ -33,8 +33,12 @@ class _TensorRef(weakref.ref):
   __slots__ = ("tid",)
 
 _live_refs: dict[int, _TensorRef] = {}
+# the deferred template outputs whose graph is not built yet (engine/plan.py looks at them, not at every tensor)
+_deferred_refs: dict[int, _TensorRef] = {}
 
-def _forget(ref: _TensorRef, refs: dict = _live_refs) -> None: refs.pop(ref.tid, None)
+def _forget(ref: _TensorRef, refs: dict = _live_refs, deferred: dict = _deferred_refs) -> None:
+  refs.pop(ref.tid, None)
+  if deferred: deferred.pop(ref.tid, None)
 
 def _track(t: Tensor) -> None:
   ref = _TensorRef(t, _forget)
@@ -140,7 +144,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       uop = uop if dtype is None else graph.cast(uop, dtype)
       if device is not None and (device := canonical_device(device)) != uop.device: uop = graph.copy_to(uop, device)
     else: uop = _uop_from_data(data, dtype, canonical_device(device))
-    self.uop: UOp = uop
+    self._uop: UOp = uop
+    self._defer = None
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     self._tid = next(_tensor_ids)
@@ -161,6 +166,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     t = cls.__new__(cls)
     t._uop, t._defer, t.requires_grad, t.grad, t._tid = None, (built, inputs), requires_grad, None, next(_tensor_ids)
     _track(t)
+    _deferred_refs[t._tid] = _live_refs[t._tid]
     return t
 
   @property
@@ -169,12 +175,17 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if (u := self._uop) is None: u = self._build()
     return u
   @uop.setter
-  def uop(self, u: UOp) -> None: self._uop, self._defer = u, None
+  def uop(self, u: UOp) -> None:
+    if self._defer is not None: self._undefer()
+    self._uop = u
   def _build(self) -> UOp:
     """A deferred output's graph, built now (once)."""
     self._uop = u = template.rebuild(*self._defer)
-    self._defer = None
+    self._undefer()
     return u
+  def _undefer(self) -> None:
+    self._defer = None
+    _deferred_refs.pop(self._tid, None)
   def __getstate__(self) -> Any:
     if self._defer is not None: self.uop   # a deferred output is pickled as its graph (a template holds functions)
     return object.__getstate__(self)

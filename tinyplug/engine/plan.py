@@ -75,7 +75,7 @@ def realize_deferred(t: Any) -> bool:
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  if (plan := entry[1]) is None or _may_share(t, inputs):
+  if (plan := entry[1]) is None or _may_share(t, built, inputs):
     counters["fallbacks"] += 1
     return False
   outs = [make() for make in plan.outs]
@@ -87,29 +87,32 @@ def realize_deferred(t: Any) -> bool:
   GlobalCounters.global_ops += plan.ops
   GlobalCounters.global_mem += plan.mem
   out = outs[plan.result]
-  t.uop = out if plan.make_view is None else plan.make_view((out,))
-  t._defer = None
+  t._uop = out if plan.make_view is None else plan.make_view((out,))
+  t._undefer()
   counters["hits"] += 1
   return True
 
-def _may_share(t: Any, inputs: list[UOp]) -> bool:
-  """Whether a live tensor may hold a node of the template's graph over `inputs` (the usual realize would point it at
-  the new buffer): one holding an unrealized graph made after every input (a node is newer than the nodes below it),
-  or another deferred output over one of the same inputs (its graph, once built, may hold the same nodes)."""
-  newest = inputs[0].seq if len(inputs) == 1 else max([u.seq for u in inputs])
-  buffer, movement = Ops.BUFFER, _MOVEMENT
-  for r in _live_refs.values():
-    if (o := r()) is None: continue
-    if (d := o._defer) is not None:
-      if o is not t and any([x in inputs for x in d[1]]): return True
-      continue
-    if (u := o._uop).seq <= newest: continue
+def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
+  """Whether a live tensor may hold a node of the template's graph over `inputs`, which the usual realize would point
+  at the new buffers. First whether any such node is alive at all (every node of the graph holds one of the nodes
+  right over the inputs, `Built.probes`: a few lookups, no walk) and whether another deferred output uses one of the
+  inputs (its graph, once built, may hold the same nodes); only then the live tensors are looked at: one holding an
+  unrealized graph made after every input (a node is newer than the nodes below it). A node may outlive every tensor
+  in a reference cycle the collector has not freed yet (a node caches its toposort, itself included)."""
+  if len(_deferred_refs) > 1:
+    for r in list(_deferred_refs.values()):
+      if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]):
+        return True
+  for find, spec in built.probes:
+    if find(tuple([inputs[s] if type(s) is int else s for s in spec])) is not None: break
+  else: return False
+  newest = max([u.seq for u in inputs])
+  buffer, movement = Ops.BUFFER, GroupOp.Movement
+  for r in list(_live_refs.values()):
+    if (o := r()) is None or (u := o._uop) is None or u.seq <= newest: continue
     while u.op in movement: u = u.src[0]
     if u.op is not buffer: return True
   return False
-
-_MOVEMENT = GroupOp.Movement
-from tinyplug.tensor import _live_refs  # noqa: E402  (tensor.py loads this module on a deferred output's first realize)
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
@@ -148,3 +151,5 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
     result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
   else: return None
   return Plan(tuple(steps), tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view, ops, mem)
+
+from tinyplug.tensor import _deferred_refs, _live_refs  # noqa: E402  (tensor.py loads this module on a deferred output's first realize)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import dtypes
-from tinyplug.uop.ops import Ops, UOp, uop_maker
+from tinyplug.uop.ops import Ops, UOp, uop_finder, uop_maker
 
 MAX_TEMPLATES = 1024
 _MISSING = object()
@@ -31,6 +31,10 @@ class Built:
   # (-1, position in `order`) or (k, position in input k's own toposort)
   structure: tuple[tuple, tuple[tuple[int, int], ...]] | None
   view_keys: tuple[tuple, ...]      # the structure key of each placeholder on its own (an input must match it)
+  # the nodes right over the inputs (made of inputs and input-free nodes only): (finder of the live one, its sources,
+  # an int k meaning input k). Every node of the graph that depends on an input holds one of them, so when none is
+  # alive for some inputs, nothing anywhere holds a node of the graph over those inputs (engine/plan.py asks)
+  probes: tuple[tuple[Callable[[tuple], UOp | None], tuple], ...] = ()
 
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 _seen: BoundedCache = BoundedCache("tensor.graph_template_keys_seen", 4 * MAX_TEMPLATES)   # signatures called once
@@ -59,12 +63,16 @@ def _build(holders: tuple[UOp, ...], out: UOp, requires_grad: bool | None) -> Bu
   order = tuple(out.toposort())
   index = {u: i for i, u in enumerate(order)}
   holder_pos = tuple(index[h] for h in holders)
-  dependent, steps = set(holder_pos), []
+  dependent, steps, probes = set(holder_pos), [], []
   for i, u in enumerate(order):
     if i in dependent or not any(index[s] in dependent for s in u.src): continue
+    if all(index[s] in holder_pos or index[s] not in dependent for s in u.src):
+      probes.append((uop_finder(u.op, u.dtype, u.arg),
+                     tuple(holder_pos.index(index[s]) if index[s] in holder_pos else s for s in u.src)))
     dependent.add(i)
     steps.append((i, uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src)))
-  return Built(holders, order, requires_grad, tuple(steps), holder_pos, *_structure_of(holders, out, index))
+  return Built(holders, order, requires_grad, tuple(steps), holder_pos, *_structure_of(holders, out, index),
+               probes=tuple(probes))
 
 def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
   from tinyplug.schedule.cache import structure

@@ -139,6 +139,16 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
     return _intern((opv, dtid, src, argkey), op, dtype, src, arg)
   return make
 
+def uop_finder(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp | None]:
+  """A function src -> the live node uop_maker(op, dtype, arg) would return for src, or None when no such node is
+  alive (nothing is made): whether some graph anywhere still holds that node."""
+  dtype = _canonical_dtype(dtype)
+  opv, dtid, argkey = op._value_, id(dtype), arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)
+  get = UOpMeta.ucache.get
+  def find(src: tuple) -> UOp | None:
+    return None if (ref := get((opv, dtid, src, argkey))) is None else ref()
+  return find
+
 _PLAIN_ARGS = (type(None), int, str, bool)
 
 def _make_unique(n: int) -> UOp:
