@@ -119,13 +119,16 @@ def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
   from tinyplug.tensor import _apply_becomes_map
   uop = t.uop   # builds the graph
   schedule, becomes = engine.realize_schedule([uop])
-  plan = _plan_of(uop, inputs, schedule, becomes)
+  plan = _plan_of(uop, inputs, schedule, becomes) if built.probes else None   # (an output over no input: refused)
   _plans.put(key, (built, plan))
   counters["recorded" if plan is not None else "refused"] += 1
   _apply_becomes_map(becomes)
 
 def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp]) -> Plan | None:
   if uop not in becomes or any(k.op in (Ops.ASSIGN, Ops.COPY) for k in becomes): return None
+  # a realized node that depends on no input (a constant computed into a buffer) may be held by anything: the probes
+  # over the inputs cannot tell
+  if any(k is not uop and not any(x in k.toposort() for x in inputs) for k in becomes): return None
   where = {u.base: k for k, u in enumerate(inputs)}
   graph = uop.toposort()
   outs: dict[UOp, int] = {}
