@@ -99,6 +99,7 @@ def _plan():
   global _plan_mod
   if _plan_mod is None:
     import tinyplug.engine.plan as mod
+    mod._live_refs, mod._deferred_refs, mod._apply_becomes_map = _live_refs, _deferred_refs, _apply_becomes_map
     _plan_mod = mod
   return _plan_mod
 _plan_mod = None

@@ -38,6 +38,12 @@ class Plan:
     self.steps, self.outs, self.result, self.make_view = steps, outs, result, make_view
     self.kernels, self.ops, self.mem = len(steps), ops, mem
 
+# set by tinyplug.tensor (a layer above) when it loads this module: its registries of live tensors (tensor id -> weak
+# reference) and of deferred outputs not built yet, and its function pointing live tensors at realized buffers
+_live_refs: dict = {}
+_deferred_refs: dict = {}
+_apply_becomes_map: Any = None
+
 # (id of the template, settings number) -> (the template, its Plan or None: refused). The entry holds the template, so
 # its id is not reused while the entry lives; tinyplug.reset() empties it (with the compiled programs)
 _plans: BoundedCache = BoundedCache("engine.realize_plans", 4096)
@@ -116,7 +122,6 @@ def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
-  from tinyplug.tensor import _apply_becomes_map
   uop = t.uop   # builds the graph
   schedule, becomes = engine.realize_schedule([uop])
   plan = _plan_of(uop, inputs, schedule, becomes) if built.probes else None   # (an output over no input: refused)
@@ -155,4 +160,3 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   else: return None
   return Plan(tuple(steps), tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view, ops, mem)
 
-from tinyplug.tensor import _deferred_refs, _live_refs  # noqa: E402  (tensor.py loads this module on a deferred output's first realize)

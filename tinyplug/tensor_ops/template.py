@@ -108,7 +108,9 @@ rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
 
 def _may_defer() -> bool:
   global _plan
-  if _plan is None: from tinyplug.engine import plan as _plan
+  if _plan is None:   # loaded through tinyplug.tensor, which hands it its registries of live tensors
+    from tinyplug.tensor import _plan as load
+    _plan = load()
   return _plan.may_defer()
 _plan: Any = None
 
