@@ -270,3 +270,64 @@ def test_unrelated_lazy_graphs_do_not_stop_the_plan():
     for _ in range(3): close((ta @ tb).realize(), a @ b)
   assert n["hits"] == 3
   assert all(not graph.is_realized(o.uop) for o in others)
+
+# ---- graph plans: any graph whose schedule is a cached template (elementwise chains, `t = (t + 1).realize()`) ----
+
+def test_graph_plan_runs_an_elementwise_loop():
+  t = buf(np.zeros(37, np.float32))
+  with Count() as n:
+    for _ in range(6): t = (t + 1.0).realize()
+  close(t, np.full(37, 6.0, np.float32))
+  assert n["graph_hits"] >= 3
+
+def test_graph_plan_chain_with_new_inputs_and_a_lazy_consumer():
+  with Count() as n:
+    for _ in range(5):
+      a, b, c = data(40), data(40), data(40)
+      ta, tb, tc = buf(a), buf(b), buf(c)
+      y = ((ta * tb) + tc).relu()
+      z = y * 2.0                         # a lazy graph holding y's node: pointed at y's buffer after the realize
+      close(y.realize(), np.maximum(a * b + c, 0))
+      assert graph.is_realized(y.uop) and not graph.is_realized(z.uop)
+      close(z, 2 * np.maximum(a * b + c, 0))
+  assert n["graph_hits"] >= 3
+
+def test_graph_plan_assign_loop_and_aliases():
+  a = data(5, 5)
+  t, s = buf(a), buf(a.copy())
+  with Count() as n:
+    for _ in range(4):
+      t.assign(t * 2.0 + 1.0).realize()   # the kernel writes the input's own buffer
+      close(s + s, 2 * a)                  # one buffer twice
+      close(s.T + s, a.T + a)              # a permuted view of it
+  want = a.copy()
+  for _ in range(4): want = want * 2 + 1
+  close(t, want)
+  assert n["graph_hits"] >= 3
+
+def test_graph_plan_refuses_copies_and_variables():
+  from tinyplug import Variable
+  with Count() as n:
+    for i in range(3):
+      x = data(23)
+      close(Tensor(x).realize(), x)        # a copy from the host
+      v = Variable("i", 1, 10).bind(i + 1)
+      t = buf(x)
+      close((t * v).realize(), x * (i + 1))   # a bound variable
+  assert n["graph_hits"] == 0 and n["graph_refused"] >= 1
+
+def test_graph_plan_off_under_listeners_debug_and_plans_off(capsys):
+  t = buf(np.zeros(9, np.float32))
+  for _ in range(3): t = (t + 1.0).realize()
+  seen: list = []
+  events.subscribe("schedule", seen.append, owner="test")
+  try:
+    with Count() as n:
+      for _ in range(2): t = (t + 1.0).realize()
+  finally: events.unsubscribe("schedule", seen.append)
+  assert n["graph_hits"] == 0 and len(seen) == 2
+  with Count() as n:
+    with Context(DEBUG=1): t = (t + 1.0).realize()
+    with Context(REALIZE_PLANS=0): t = (t + 1.0).realize()
+  assert n["graph_hits"] == 0 and "realize: 1 kernels" in capsys.readouterr().out
+  close(t, np.full(9, 7.0, np.float32))

@@ -27,8 +27,10 @@ from tinyplug.helpers import DEBUG, REALIZE_PLANS, ContextVar, GlobalCounters
 from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
 
-# what the tests read: plans replayed, plans recorded, schedules refused, realizes sent the usual way per call
-counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0}
+# what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
+# replayed, recorded, refused
+counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
+            "graph_refused": 0}
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
@@ -98,6 +100,63 @@ def realize_deferred(t: Any) -> bool:
   counters["hits"] += 1
   return True
 
+# (id of a schedule template, settings number) -> (the template, its GraphPlan or None: refused)
+_graph_plans: BoundedCache = BoundedCache("engine.graph_plans", 4096)
+
+class GraphPlan:
+  __slots__ = ("steps", "outs", "kernels", "ops", "mem")
+  def __init__(self, steps: tuple, outs: tuple, ops: int, mem: int):
+    # steps as Plan's, a reference k >= 0 being node k of the graph (a BUFFER); outs: a maker per new buffer
+    self.steps, self.outs, self.kernels, self.ops, self.mem = steps, outs, len(steps), ops, mem
+
+def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
+  """What realizing `uops` makes of them, computed from a plan when their graph's schedule is a cached template (any
+  graph seen before on other buffers: `t = (t + 1).realize()`, an elementwise chain); None: realize them the usual
+  way, with the graph's structure (for create_schedule). The engine asks only where the usual path would do nothing
+  more (no capture, no listener, DEBUG 0)."""
+  template, found = _sched().cached_template(uops)
+  if template is None: return None, found
+  nodes = found[1]
+  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()
+  key = (id(template), _Settings.token)
+  if (entry := _graph_plans.get(key)) is None:
+    entry = _graph_plans.put(key, (template, _graph_plan_of(template, nodes)))
+    counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
+  if (plan := entry[1]) is None: return None, found
+  outs = [make() for make in plan.outs]
+  bufs = [buffer_of(u) for u in outs]
+  for prg, gsize, lsize, refs, runs in plan.steps:
+    if runs: prg(*[(buffer_of(nodes[r]) if r >= 0 else bufs[-r - 1]).handle for r in refs],
+                 global_size=gsize, local_size=lsize, vals=(), wait=False)
+  GlobalCounters.kernel_count += plan.kernels
+  GlobalCounters.global_ops += plan.ops
+  GlobalCounters.global_mem += plan.mem
+  counters["graph_hits"] += 1
+  return template.becomes_over(nodes, outs), found
+
+def _graph_plan_of(template: Any, nodes: list[UOp]) -> GraphPlan | None:
+  steps, ops, mem = [], 0, 0
+  for ast, refs, _, _, var_vals in template.items:
+    if ast is None or var_vals: return None   # a copy; bound variables or scalar arguments
+    r0 = refs[0]
+    device = nodes[r0].device if r0 >= 0 else template.outs[-r0 - 1][0]
+    if any(r >= 0 and nodes[r].op is not Ops.BUFFER for r in refs) or type(device) is not str: return None
+    spec = (runner := engine.get_runner(device, ast)).spec
+    if spec.vars: return None
+    steps.append((runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size))
+    ops += spec.estimates.get("ops", 0)
+    mem += spec.estimates.get("mem", 0)
+  return GraphPlan(tuple(steps), tuple(UOp.buffer_maker(dev, size, dtype) for dev, size, dtype in template.outs),
+                   ops, mem)
+
+def _sched():
+  global _sched_mod
+  if _sched_mod is None:
+    import tinyplug.schedule as mod
+    _sched_mod = mod
+  return _sched_mod
+_sched_mod: Any = None
+
 def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
   """Whether a live tensor may hold a node of the template's graph over `inputs`, which the usual realize would point
   at the new buffers. First whether any such node is alive at all (every node of the graph holds one of the nodes
@@ -123,7 +182,7 @@ def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
   uop = t.uop   # builds the graph
-  schedule, becomes = engine.realize_schedule([uop])
+  schedule, becomes = engine.realize_schedule([uop], plans=False)
   plan = _plan_of(uop, inputs, schedule, becomes) if built.probes else None   # (an output over no input: refused)
   _plans.put(key, (built, plan))
   counters["recorded" if plan is not None else "refused"] += 1

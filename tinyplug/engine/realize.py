@@ -5,10 +5,10 @@ from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.device import Buffer, Device, ProgramSpec
-from tinyplug.helpers import BEAM, DEBUG, EMULATED_DTYPES, KERNEL_CACHE_SIZE, NOOPT, TC, TRANSCENDENTAL, GlobalCounters, \
-  colored
+from tinyplug.helpers import BEAM, DEBUG, EMULATED_DTYPES, KERNEL_CACHE_SIZE, NOOPT, REALIZE_PLANS, TC, TRANSCENDENTAL, \
+  GlobalCounters, colored
 from tinyplug.uop.ops import Ops, UOp
-from tinyplug.schedule import ScheduleItem, create_schedule
+from tinyplug.schedule import UNKNOWN_STRUCTURE, ScheduleItem, create_schedule
 from tinyplug.codegen import pipeline_key
 
 from tinyplug.device import buffer_of, has_buffer  # noqa: F401  (they live with Buffer; imported from here too)
@@ -150,17 +150,30 @@ def realize(uops: list[UOp]) -> dict[UOp, UOp]:
   """Compute every given tensor-level UOp; returns what each realized node became (a BUFFER view)."""
   return realize_schedule(uops)[1]
 
-def realize_schedule(uops: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """realize(), also returning the schedule that ran (what engine/plan.py records)."""
+def realize_schedule(uops: list[UOp], plans: bool = True) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """realize(), also returning the schedule that ran (what engine/plan.py records; with `plans`, a graph whose
+  schedule is a cached template may run from a plan instead: no schedule then)."""
+  found: Any = UNKNOWN_STRUCTURE
+  if plans and not _pending and capturing is None and not events._subscribers and not DEBUG.value and REALIZE_PLANS.value:
+    becomes, found = _plan().realize_graph(uops)
+    if becomes is not None: return [], becomes
   st = time.perf_counter()
   with gc_paused():
     if _pending: run_pending()
-    schedule, becomes = create_schedule(uops)
+    schedule, becomes = create_schedule(uops, found)
     count_before = GlobalCounters.kernel_count
     run_schedule(schedule)
   if DEBUG.value >= 1 and schedule:
     print(f"realize: {GlobalCounters.kernel_count - count_before} kernels in {(time.perf_counter()-st)*1e3:.2f} ms")
   return schedule, becomes
+
+def _plan():
+  global _plan_mod
+  if _plan_mod is None:
+    import tinyplug.engine.plan as mod
+    _plan_mod = mod
+  return _plan_mod
+_plan_mod = None
 
 def _tensor_cores_note(spec) -> str:
   """', tensor cores: <name>' when the kernel runs WMMAs (the TC action), for the DEBUG=2 build line."""

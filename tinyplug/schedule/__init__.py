@@ -13,7 +13,7 @@ from tinyplug.helpers import SCALAR_ARGS
 from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
-from tinyplug.schedule.cache import MAX_TEMPLATES, make_template, structure
+from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
@@ -320,13 +320,21 @@ def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
       pre.append(n.src[1].arg)
   return pre, list(seen)
 
-def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+def cached_template(targets: list[UOp]) -> tuple[Template | None, tuple | None]:
+  """The schedule template create_schedule would use for `targets` (None if there is none) and the graph's structure
+  (key, nodes), or None when templates do not cover it (pass it on to create_schedule: it is not worked out again)."""
+  found = structure(UOp(Ops.SINK, dtypes.void, tuple(targets)))
+  return (None if found is None else _templates.get((found[0], schedule_key()))), found
+
+UNKNOWN_STRUCTURE: tuple = ("not worked out",)
+
+def create_schedule(targets: list[UOp], found: tuple | None = UNKNOWN_STRUCTURE) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The kernels that compute `targets`, in execution order, and what each realized node becomes.
 
   A graph of the same structure as one scheduled before (other buffers, same constants) reuses that schedule
   (cache.py); the rewrites are then not run again, so the visualizer shows them the first time only."""
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
-  found = structure(sink)
+  if found is UNKNOWN_STRUCTURE: found = structure(sink)   # (the caller may have worked it out: cached_template)
   tkey = (found[0], schedule_key()) if found is not None else None   # another pass set cuts other kernels
   if tkey is not None and (template := _templates.get(tkey)) is not None:
     items, becomes = template.instantiate(found[1])

@@ -150,19 +150,23 @@ class Template:
     global ScheduleItem
     if ScheduleItem is None: from tinyplug.schedule import ScheduleItem   # (it imports this module)
     outs = [UOp.new_buffer(dev, size, dtype) for dev, size, dtype in self.outs]
-    def ref(r: int) -> UOp: return nodes[r] if r >= 0 else outs[-r - 1]
     items = []
     for ast, refs, meta, copy_arg, var_vals in self.items:
       bufs = tuple([nodes[r] if r >= 0 else outs[-r - 1] for r in refs])
       if ast is None: ast = UOp(Ops.COPY, bufs[0].dtype, (bufs[1], bufs[0]), copy_arg)
       items.append(ScheduleItem(ast, bufs, dict(meta) if meta else {}, var_vals=dict(var_vals) if var_vals else {}))
+    return items, self.becomes_over(nodes, outs)
+
+  def becomes_over(self, nodes: list[UOp], outs: list[UOp]) -> dict[UOp, UOp]:
+    """What each realized node of the graph `nodes` becomes, with `outs` the buffers made for the schedule."""
+    def ref(r: int) -> UOp: return nodes[r] if r >= 0 else outs[-r - 1]
     built: dict[tuple, UOp] = {}   # a realized node and the view over it often become the same
     becomes = {}
     for p, recipe in self.becomes:
       if len(recipe) == 1: v = nodes[recipe[0]] if recipe[0] >= 0 else outs[-recipe[0] - 1]   # a buffer as it is
       elif (v := built.get(recipe)) is None: v = built[recipe] = _replay(recipe, ref)
       becomes[nodes[p]] = v
-    return items, becomes
+    return becomes
 
 ScheduleItem: Any = None   # tinyplug.schedule's, bound on first use
 
