@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse, json, os, subprocess, sys, time
 
 CASES = ("(a @ b).realize() 16x16", "x.sum().realize() 64x64", "x.conv2d(w).realize() 1x3x8x8",
-         "x.softmax(-1).realize() 64x64", "(a + b).realize() 16x16 (no template)", "(a @ b).realize() 512x512")
+         "x.softmax(-1).realize() 64x64", "(a + b).realize() 16x16 (no template)",
+         "(((a*b)+c).relu()*0.5).realize() 1024 (no template)", "(a @ b).realize() 512x512")
 
 def worker(n: int) -> dict:
   import numpy as np
@@ -22,8 +23,10 @@ def worker(n: int) -> dict:
   rng = np.random.default_rng(0)
   def t(*shape): return Tensor(rng.random(shape, dtype=np.float32)).realize()
   a, b, x, xi, w, m, A, B = t(16, 16), t(16, 16), t(64, 64), t(1, 3, 8, 8), t(4, 3, 3, 3), t(64, 64), t(512, 512), t(512, 512)
+  p, q, r = t(1024), t(1024), t(1024)
   fns = [lambda: (a @ b).realize(), lambda: x.sum().realize(), lambda: xi.conv2d(w, padding=1).realize(),
-         lambda: m.softmax(-1).realize(), lambda: (a + b).realize(), lambda: (A @ B).realize()]
+         lambda: m.softmax(-1).realize(), lambda: (a + b).realize(), lambda: (((p * q) + r).relu() * 0.5).realize(),
+         lambda: (A @ B).realize()]
   times: list[list[int]] = [[] for _ in fns]
   for f in fns:
     for _ in range(20): f()
@@ -58,7 +61,7 @@ def main() -> None:
   for rnd in range(args.rounds):
     for name, env in (variants if rnd % 2 == 0 else variants[::-1]):
       out = subprocess.run([sys.executable, __file__, "--worker", "--n", str(args.n)], capture_output=True, text=True,
-                           env={**os.environ, "DEV": "CPU", **env}, check=True).stdout
+                           env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **env}, check=True).stdout
       r = json.loads(out.strip().splitlines()[-1])
       prev = best.setdefault(name, r)
       best[name] = {c: min(prev[c], r[c]) for c in r}

@@ -46,9 +46,9 @@ def test_realize_pauses_the_cycle_collector_and_gives_it_back():
   import tinyplug.engine.realize as engine_realize
   seen = []
   real = engine_realize.create_schedule
-  def spy(uops):
+  def spy(uops, *rest):
     seen.append(gc.isenabled())
-    return real(uops)
+    return real(uops, *rest)
   engine_realize.create_schedule = spy
   was = gc.isenabled()
   try:
