@@ -86,8 +86,9 @@ def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
       if u.op is not Ops.DEVICE: own.setdefault(u, (k, j))
   return (key, tuple(own.get(u, (-1, index[u])) for u in nodes[:-2])), keys
 
-def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
-  """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow."""
+def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
+  """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow
+  (`views`: whether they are views of distinct buffers, when the caller knows)."""
   vals = list(t.order)
   for p, u in zip(t.holder_pos, inputs): vals[p] = u
   for p, make, srcs in t.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
@@ -96,7 +97,8 @@ def _rebuild(t: Built, inputs: list[UOp]) -> UOp:
   if out is not (ref := t.order[-1]): out.with_known_shape_and_device(ref.shape, ref.device)
   # inputs that are views of buffers only (a lazy input's graph is not walked: in a long lazy chain that would be
   # a walk of everything before it per call)
-  if t.structure is not None and _buffer_views(inputs) and all(view_key(u) == k for u, k in zip(inputs, t.view_keys)):
+  if t.structure is not None and (_buffer_views(inputs) if views is None else views) and \
+     all(view_key(u) == k for u, k in zip(inputs, t.view_keys)):
     key, where = t.structure
     tops = [tuple(u.toposort()) for u in inputs]
     # the nodes below the output, in the key's order (the output itself is not kept: it would refer to itself)
@@ -120,13 +122,7 @@ def _buffer_views(inputs: list[UOp]) -> bool:
   bases = [u.base for u in inputs]
   return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
-def _sig_part(u: UOp) -> tuple | bool:
-  """(shape, dtype, device) of an input, or False: placeholders are plain buffers on one device, so symbolic sizes and
-  multi-device tensors take the method itself. Kept on the node (inputs are long-lived); the dtype by id (every
-  node's dtype is the canonical, immortal one)."""
-  shape, device = u.shape, u.device
-  ok = type(device) is str and shape is not None and all(type(s) is int for s in shape)
-  return u._cached("template_sig", lambda: (shape, id(u.dtype), device) if ok else False)
+_BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE
 
 _building = threading.local()   # .depth > 0 while a template's method runs over its placeholders (in this thread)
 
@@ -143,7 +139,12 @@ def graph_template(fn: Callable) -> Callable:
     sig, inputs = [], []
     for t in tensors:   # (shape, dtype, device, gradient flag) of each tensor input, read off its node once
       if (u := t._uop) is None: u = t._build()
-      if (c := u._cache) is None or (part := c.get("template_sig")) is None: part = _sig_part(u)
+      if (c := u._cache) is None or (part := c.get("template_sig")) is None:
+        shape, device = u.shape, u.device
+        part = (shape, id(u.dtype), device) if type(device) is str and shape is not None and \
+          all([type(s) is int for s in shape]) else False
+        # kept on a buffer view (a long-lived input); a lazy node is new every call
+        if u.op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER): u._cached("template_sig", lambda: part)
       if part is False: return fn(self, *args, **kwargs)
       sig.append((part, t.requires_grad))
       inputs.append(u)
@@ -173,8 +174,8 @@ def graph_template(fn: Callable) -> Callable:
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
     # over plain buffers shaped like the placeholders, the graph is built only when used: realize() may run the
     # kernels from a plan without it (engine/plan.py)
-    if _may_defer() and None not in hit.view_keys and _buffer_views(inputs) and \
-       all([view_key(u) == k for u, k in zip(inputs, hit.view_keys)]):
+    if (views := _buffer_views(inputs)) and None not in hit.view_keys and \
+       all([view_key(u) == k for u, k in zip(inputs, hit.view_keys)]) and _may_defer():
       return tt._deferred(hit, inputs, hit.requires_grad)
-    return tt.from_uop(_rebuild(hit, inputs), hit.requires_grad)
+    return tt.from_uop(_rebuild(hit, inputs, views), hit.requires_grad)
   return wrapper
