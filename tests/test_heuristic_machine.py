@@ -35,14 +35,17 @@ def split_and_thread(opts) -> tuple[int | None, int | None]:
   split = next((o.arg for o in opts if o.op is OptOps.SPLIT), None)
   return split, next((o.arg for o in opts if o.op is OptOps.THREAD), None)
 
-def test_block_rows_fits_the_l2_and_shares_evenly():
-  # a 2048 matmul's 8-row tiles: 256 of them, 64 KB of A each, a 256 KB panel of B
-  assert block_rows(256, 64 * KB, 256 * KB, 1 * MB, 2) == 8       # 8 x 64 KB + 256 KB fits 1 MB, 16 would not
-  assert block_rows(256, 64 * KB, 256 * KB, 2 * MB, 16) == 16      # a 2 MB L2 takes 16 rows: 16 blocks, 1 per thread
-  assert block_rows(128, 32 * KB, 128 * KB, 4 * MB, 2) == 16       # at most 16 rows of tiles
-  assert block_rows(128, 32 * KB, 128 * KB, 1 * MB, 16) == 8       # 1024: 16 fits, 8 gives 16 blocks for 16 threads
-  assert block_rows(256, 1 * MB, 256 * KB, 1 * MB, 2) == 2         # nothing fits: the smallest block
-  assert block_rows(3, 1 * KB, 1 * KB, 1 * MB, 2) is None          # nothing splits the axis
+def test_block_rows_fit_the_last_level_cache_and_share_evenly():
+  # a 2048 matmul's 8-row tiles: 256 of them, 64 KB of A each
+  assert block_rows(256, 64 * KB, 32 * MB, 2) == 64        # 2 threads x 64 x 64 KB = 8 MB: a quarter of 32 MB
+  assert block_rows(256, 64 * KB, 16 * MB, 2) == 32        # half the L3: half the block
+  assert block_rows(256, 64 * KB, 105 * MB, 16) == 16      # 16 threads: 16 blocks, one per thread
+  assert block_rows(128, 32 * KB, 32 * MB, 2) == 64        # 1024: one block per thread
+  assert block_rows(128, 32 * KB, 105 * MB, 16) == 8       # 1024 on 16 threads: 16 blocks
+  assert block_rows(96, 32 * KB, 32 * MB, 2) == 16         # 768: 32 would leave 3 blocks, 16 leaves 6
+  assert block_rows(256, 64 * KB, 32 * MB, 1) == 64        # one thread: at least two blocks, at most 64 rows each
+  assert block_rows(256, 8 * MB, 32 * MB, 2) == 2          # nothing fits: the smallest block
+  assert block_rows(3, 1 * KB, 32 * MB, 2) is None         # nothing splits the axis
 
 def test_cache_sizes_default_where_the_renderer_does_not_say(machine):
   assert cache_sizes(None) == DEFAULT_CACHES
@@ -51,11 +54,13 @@ def test_cache_sizes_default_where_the_renderer_does_not_say(machine):
 
 def test_matmul_block_and_threads_follow_the_machine(machine):
   machine((32 * KB, 1 * MB, 32 * MB), 2)
-  assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (8, 2)
+  assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (64, 2)
   machine((48 * KB, 2 * MB, 105 * MB), 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (16, 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024))) == (8, 16)
-  machine((32 * KB, 256 * KB, 8 * MB), 4)   # a small L2: a smaller block (4 rows of 8 x 1024 floats + the panel)
+  machine((32 * KB, 256 * KB, 4 * MB), 4)   # a small L3: a smaller block (4 threads x 8 rows of 8 x 1024 floats = 1 MB)
+  assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024)))[0] == 8
+  machine((32 * KB, 1 * MB), 2)   # no L3 declared: the L2 is the last level (2 x 4 x 32 KB = 256 KB of it)
   assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024)))[0] == 4
   machine((32 * KB, 1 * MB, 32 * MB), 1)   # one thread: no THREAD axis
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048)))[1] is None
@@ -63,11 +68,13 @@ def test_matmul_block_and_threads_follow_the_machine(machine):
 def test_should_pack_follows_the_l2(machine):
   r = machine((32 * KB, 1 * MB, 32 * MB), 2)
   assert should_pack(2048, 2048, 2048, 4, r) and should_pack(512, 2080, 2048, 4, r)   # (m, n, k)
-  assert not should_pack(1536, 1536, 1536, 4, r)             # rows 6 KB apart: packing measured slower
-  assert not should_pack(1024, 1024, 1024, 4, r)             # rows a page apart: no faster packed
-  assert should_pack(1024, 1024, 1024, 8, r)                 # float64: rows 8 KB apart
+  assert should_pack(1536, 1536, 1536, 4, r) and should_pack(1024, 1024, 1024, 4, r)  # B of 9 MB and 4 MB
+  assert should_pack(768, 768, 768, 4, r)                     # 2.25 MB: a panel, rows 3 KB apart, gets 1/24 of the sets
+  assert not should_pack(512, 512, 512, 4, r)                 # B of 1 MB fits the L2 as it is
+  assert should_pack(512, 512, 512, 8, r)                     # ... not in float64
   assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
   assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
+  assert not should_pack(2048, PACK_WIDTH, 16384, 4, r)      # one panel: B is laid out as its panel already
   # a B of 2 MB: packed where it outgrows the L2 only
   assert should_pack(2048, 2048, 256, 4, machine((32 * KB, 256 * KB, 8 * MB), 2))
   assert not should_pack(2048, 2048, 256, 4, machine((48 * KB, 4 * MB, 8 * MB), 2))
@@ -80,8 +87,7 @@ def _realized(*shape) -> tuple[Tensor, np.ndarray]:
 
 @pytest.mark.parametrize("case", ["plain", "transposed", "batched", "expression"])
 def test_packed_matmul_values(machine, monkeypatch, case):
-  machine((32 * KB, 64 * KB, 1 * MB), 2)   # a tiny L2 (and short rows allowed), so a small matmul packs
-  monkeypatch.setattr(pack, "PACK_MIN_ROW_BYTES", 256)
+  machine((32 * KB, 64 * KB, 1 * MB), 2)   # a tiny L2, so a small matmul packs
   m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * PACK_WIDTH
   a, an = _realized(m, k)
   if case == "plain":
@@ -98,7 +104,6 @@ def test_packed_matmul_values(machine, monkeypatch, case):
 
 def test_no_pack_where_b_fits_the_l2(machine, monkeypatch):
   machine((32 * KB, 1 * MB, 32 * MB), 2)
-  monkeypatch.setattr(pack, "PACK_MIN_ROW_BYTES", 256)
   a, an = _realized(300, 256)
   b, bn = _realized(256, 96)
   t = a @ b

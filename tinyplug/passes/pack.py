@@ -3,11 +3,14 @@ that declares `cache_bytes`), the second operand B of a large matmul is first co
 P[n // W, k, n % W], so the matmul kernel's register tile (W = PACK_WIDTH columns, the heuristic's CPU tile width)
 reads each k's W values from one contiguous panel instead of one row of B per k.
 
-Why: a row of B is N floats long, so a tile's K rows are N * 4 bytes apart; for N a power of two (1024, 2048) they
-all fall into the same few sets of the L1 and L2 (a 2048-wide B: 32 of the L2's 2,048 sets), so the panel the
-heuristic's cache blocking means to keep in L2 keeps getting evicted, and every row is another page for the TLB.
-Packed, a panel is K * W * 4 contiguous bytes. Measured on a Zen 4 core (one thread, CPU time, 2048^3): 65-77
-GFLOP/s unpacked, 111 packed (numpy/OpenBLAS 102); the copy costs one pass over B (~1% of the matmul's time).
+Why: a row of B is N floats long, so a tile's K rows are N * 4 bytes apart and each k reads W * 4 bytes of a
+different N * 4-byte stretch. A set-associative cache maps an address to its set by the address modulo its way size,
+so rows of a panel that far apart use only a W / N share of the cache's sets (for N a power of two, 1024 or 2048,
+all of them fall into the same few sets: a 2048-wide B, 32 of the L2's 2,048), and the panel that the heuristic's
+cache blocking keeps in L2 fits there only while K * W * 4 <= L2 * W / N, that is while all of B fits the L2; from
+4 KB apart every row is another page for the TLB and the prefetchers too. Packed, a panel is K * W * 4 contiguous
+bytes. Measured on a Zen 4 core (one thread, CPU time, 2048^3): 65-77 GFLOP/s unpacked, 111 packed (numpy/OpenBLAS
+102); the copy costs one pass over B (~1% of the matmul's time).
 Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
 from typing import Any
@@ -17,11 +20,12 @@ from tinyplug.uop.upat import PatternMatcher, UPat
 PACK_WIDTH = 32        # columns per panel: the heuristic's CPU register tile width (32 lanes, two AVX-512 vectors)
 PACK_MIN_ROWS = 256    # M: the copy costs 2 * K * N element moves, the matmul 2 * M * N * K flops
 PACK_MIN_REDUCE = 256  # K: shorter reductions are not cache blocked either
-# B's rows at least this far apart: each k of a panel on another page and the panel's rows crowding a few cache sets.
-# Measured on Zen 4, 2 threads, kernels with the pack included against the same kernel on unpacked B: N = 2048 78.9 vs
-# 147.5 ms and N = 2080 85.5 vs 164.3 ms (rows 8 KB+ apart), N = 1024 10.0 vs 10.0-10.6 ms, N = 768 the same, and
-# N = 1536 (6 KB) 40.8 vs 35.8 ms (one thread, CPU time: 66.5-69.9 vs 63.9-65.2 ms)
-PACK_MIN_ROW_BYTES = 8192
+# B at least this many panels wide: a B of one panel is laid out as its panel already. (Every B larger than the L2 is
+# packed: measured on Zen 4, one thread, CPU time, best of 4-10 interleaved, pack included, against the same kernel
+# on unpacked B: N = 768 8.7 vs 9.4 ms, 1024 20.2 vs 24.4, 1536 66.4 vs 73.9, 2048 170 vs 333; two threads, kernel
+# CPU time without the pack: 1024 19.3 vs 23.4, 1536 66.8 vs 78.5. An 8 KB minimum row distance measured under load
+# before had left 1024 and 1536 unpacked.)
+PACK_MIN_PANELS = 2
 
 def _renderer(device: Any) -> Any:
   if not isinstance(device, str): return None
@@ -34,12 +38,12 @@ def _is_packed(y0: UOp) -> bool:
 
 def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
-  caches, B bigger than the L2 with rows PACK_MIN_ROW_BYTES or more apart (its panels' rows would evict each other),
-  enough rows of A to pay for the copy, and whole panels."""
+  caches, B bigger than the L2 (its panels, read down B's rows, would then not stay in the L2), enough rows of A to
+  pay for the copy, and whole panels, at least PACK_MIN_PANELS of them."""
   if renderer is None or not renderer.runs_loops: return False
   caches = tuple(renderer.cache_bytes or ())
   if len(caches) < 2: return False
-  return n * k * itemsize > caches[1] and n * itemsize >= PACK_MIN_ROW_BYTES and m >= PACK_MIN_ROWS and \
+  return n * k * itemsize > caches[1] and n >= PACK_MIN_PANELS * PACK_WIDTH and m >= PACK_MIN_ROWS and \
     k >= PACK_MIN_REDUCE and n % PACK_WIDTH == 0
 
 def _pack(r: UOp) -> UOp | None:
