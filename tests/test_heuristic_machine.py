@@ -1,6 +1,6 @@
 """The CPU heuristic reads the machine from the renderer (`Renderer.cache_bytes`, `Renderer.threads`) instead of
-assuming one: the matmul cache block follows the L2 and the thread count, the scheduler's pack pass (passes/pack.py)
-copies a large matmul's B into column panels only where B outgrows the L2, and a long contiguous reduction reads
+assuming one: the matmul cache block follows the last-level cache and the thread count, the scheduler's pack pass
+(passes/pack.py) copies a cache-blocked matmul's B into column panels on machines that declare caches, a long contiguous reduction reads
 several outputs' streams at once, a transposing copy reads along its source's rows. Fake machines are fed through the
 CPU renderer; values are checked against numpy."""
 import numpy as np
@@ -65,19 +65,17 @@ def test_matmul_block_and_threads_follow_the_machine(machine):
   machine((32 * KB, 1 * MB, 32 * MB), 1)   # one thread: no THREAD axis
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048)))[1] is None
 
-def test_should_pack_follows_the_l2(machine):
+def test_should_pack_wherever_the_matmul_is_cache_blocked(machine):
   r = machine((32 * KB, 1 * MB, 32 * MB), 2)
   assert should_pack(2048, 2048, 2048, 4, r) and should_pack(512, 2080, 2048, 4, r)   # (m, n, k)
-  assert should_pack(1536, 1536, 1536, 4, r) and should_pack(1024, 1024, 1024, 4, r)  # B of 9 MB and 4 MB
-  assert should_pack(768, 768, 768, 4, r)                     # 2.25 MB: a panel, rows 3 KB apart, gets 1/24 of the sets
-  assert not should_pack(512, 512, 512, 4, r)                 # B of 1 MB fits the L2 as it is
-  assert should_pack(512, 512, 512, 8, r)                     # ... not in float64
-  assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
-  assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
+  assert should_pack(1536, 1536, 1536, 4, r) and should_pack(1024, 1024, 1024, 4, r)
+  assert should_pack(512, 512, 512, 4, r) and should_pack(256, 256, 256, 4, r)          # B fits the L2: packed too
+  assert should_pack(256, 2 * PACK_WIDTH, 256, 4, r)         # two panels
   assert not should_pack(2048, PACK_WIDTH, 16384, 4, r)      # one panel: B is laid out as its panel already
-  # a B of 2 MB: packed where it outgrows the L2 only
-  assert should_pack(2048, 2048, 256, 4, machine((32 * KB, 256 * KB, 8 * MB), 2))
-  assert not should_pack(2048, 2048, 256, 4, machine((48 * KB, 4 * MB, 8 * MB), 2))
+  assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
+  assert not should_pack(2048, 2048, 128, 4, r)              # a short reduction: no cache blocking either
+  assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
+  assert should_pack(2048, 2048, 256, 4, machine((48 * KB, 4 * MB, 8 * MB), 2))   # any L2
   assert not should_pack(2048, 2048, 2048, 4, machine((), 2))   # a renderer that does not know its caches
   assert not should_pack(2048, 2048, 2048, 4, Device["PYTHON"].renderer)
 
@@ -87,7 +85,7 @@ def _realized(*shape) -> tuple[Tensor, np.ndarray]:
 
 @pytest.mark.parametrize("case", ["plain", "transposed", "batched", "expression"])
 def test_packed_matmul_values(machine, monkeypatch, case):
-  machine((32 * KB, 64 * KB, 1 * MB), 2)   # a tiny L2, so a small matmul packs
+  machine((32 * KB, 64 * KB, 1 * MB), 2)
   m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * PACK_WIDTH
   a, an = _realized(m, k)
   if case == "plain":
@@ -102,10 +100,10 @@ def test_packed_matmul_values(machine, monkeypatch, case):
   assert len(items) == 2, items   # the panels of B, then the matmul
   np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-3)
 
-def test_no_pack_where_b_fits_the_l2(machine, monkeypatch):
+def test_no_pack_for_a_short_matmul(machine):
   machine((32 * KB, 1 * MB, 32 * MB), 2)
-  a, an = _realized(300, 256)
-  b, bn = _realized(256, 96)
+  a, an = _realized(300, 128)
+  b, bn = _realized(128, 96)
   t = a @ b
   assert len(create_schedule([t.uop])[0]) == 1
   np.testing.assert_allclose(t.numpy(), an @ bn, rtol=1e-4, atol=1e-3)

@@ -7,10 +7,11 @@ Why: a row of B is N floats long, so a tile's K rows are N * 4 bytes apart and e
 different N * 4-byte stretch. A set-associative cache maps an address to its set by the address modulo its way size,
 so rows of a panel that far apart use only a W / N share of the cache's sets (for N a power of two, 1024 or 2048,
 all of them fall into the same few sets: a 2048-wide B, 32 of the L2's 2,048), and the panel that the heuristic's
-cache blocking keeps in L2 fits there only while K * W * 4 <= L2 * W / N, that is while all of B fits the L2; from
-4 KB apart every row is another page for the TLB and the prefetchers too. Packed, a panel is K * W * 4 contiguous
-bytes. Measured on a Zen 4 core (one thread, CPU time, 2048^3): 65-77 GFLOP/s unpacked, 111 packed (numpy/OpenBLAS
-102); the copy costs one pass over B (~1% of the matmul's time).
+cache blocking keeps in the L2 fits there only while all of B would; from 4 KB apart every row is another page for
+the TLB, and the prefetchers, which follow sequential streams within a page, see one line per row. Packed, a panel is
+K * W * 4 contiguous bytes: every set, few pages, one stream. Measured on a Zen 4 core (one thread, CPU time,
+2048^3): 65-77 GFLOP/s unpacked, 111 packed (numpy/OpenBLAS 102); the copy costs one pass over B (~1% of the
+matmul's time at 2048, ~7% at 512).
 Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
 from typing import Any
@@ -20,12 +21,13 @@ from tinyplug.uop.upat import PatternMatcher, UPat
 PACK_WIDTH = 32        # columns per panel: the heuristic's CPU register tile width (32 lanes, two AVX-512 vectors)
 PACK_MIN_ROWS = 256    # M: the copy costs 2 * K * N element moves, the matmul 2 * M * N * K flops
 PACK_MIN_REDUCE = 256  # K: shorter reductions are not cache blocked either
-# B at least this many panels wide: a B of one panel is laid out as its panel already. (Every B larger than the L2 is
-# packed: measured on Zen 4, one thread, CPU time, best of 4-10 interleaved, pack included, against the same kernel
-# on unpacked B: N = 768 8.7 vs 9.4 ms, 1024 20.2 vs 24.4, 1536 66.4 vs 73.9, 2048 170 vs 333; two threads, kernel
-# CPU time without the pack: 1024 19.3 vs 23.4, 1536 66.8 vs 78.5. An 8 KB minimum row distance measured under load
-# before had left 1024 and 1536 unpacked.)
+# B at least this many panels wide: a B of one panel is laid out as its panel already
 PACK_MIN_PANELS = 2
+# Every B from two panels on is packed, whether or not it fits the L2: the copy runs at memory speed and the kernel
+# reads contiguous panels at any size. Zen 4, 2 threads, best of 60-100 interleaved, pack kernel included, against
+# the same kernel on unpacked B: N = 256 0.20 vs 0.28 ms, 384 0.58 vs 0.68, 512 1.31 vs 1.44 (B of 1 MB, the L2's
+# size); one thread, CPU time: 768 8.7 vs 9.4 ms, 1024 20.2 vs 24.4, 1536 66.4 vs 73.9, 2048 170 vs 333. (Packing
+# only from rows 8 KB apart, a rule measured under load before, had left 1024 and 1536 unpacked.)
 
 def _renderer(device: Any) -> Any:
   if not isinstance(device, str): return None
@@ -38,13 +40,10 @@ def _is_packed(y0: UOp) -> bool:
 
 def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
-  caches, B bigger than the L2 (its panels, read down B's rows, would then not stay in the L2), enough rows of A to
-  pay for the copy, and whole panels, at least PACK_MIN_PANELS of them."""
-  if renderer is None or not renderer.runs_loops: return False
-  caches = tuple(renderer.cache_bytes or ())
-  if len(caches) < 2: return False
-  return n * k * itemsize > caches[1] and n >= PACK_MIN_PANELS * PACK_WIDTH and m >= PACK_MIN_ROWS and \
-    k >= PACK_MIN_REDUCE and n % PACK_WIDTH == 0
+  caches (the heuristic blocks the matmul for them), enough rows of A to pay for the copy, a reduction long enough
+  to be cache blocked, and whole panels, at least PACK_MIN_PANELS of them."""
+  if renderer is None or not renderer.runs_loops or len(tuple(renderer.cache_bytes or ())) < 2: return False
+  return m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and n >= PACK_MIN_PANELS * PACK_WIDTH and n % PACK_WIDTH == 0
 
 def _pack(r: UOp) -> UOp | None:
   op, axes = r.arg
