@@ -8,9 +8,11 @@ import pytest
 from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
-from tinyplug.passes.heuristic import DEFAULT_CACHES, STREAMS, block_rows, cache_sizes, heuristic_opts
+from tinyplug.passes.heuristic import DEFAULT_CACHES, DEFAULT_TILE, STREAMS, block_rows, cache_sizes, cpu_tile, \
+  heuristic_opts
 from tinyplug.passes import pack
-from tinyplug.passes.pack import PACK_WIDTH, should_pack
+from tinyplug.passes.pack import pack_width, should_pack
+from tinyplug import schedule
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
 
@@ -19,11 +21,15 @@ KB, MB = 1 << 10, 1 << 20
 
 @pytest.fixture
 def machine(monkeypatch):
-  """machine(caches, threads): the CPU renderer now describes that machine."""
+  """machine(caches, threads, vector_regs): the CPU renderer now describes that machine (vector registers: (bytes,
+  count), the host's unless given)."""
   r = Device["CPU"].renderer
-  def set_to(caches: tuple[int, ...], threads: int):
+  def set_to(caches: tuple[int, ...], threads: int, vector_regs: tuple[int, int] | None = None):
     monkeypatch.setattr(r, "cache_bytes", caches)
     monkeypatch.setattr(type(r), "threads", threads)
+    if vector_regs is not None:
+      monkeypatch.setattr(r, "vector_bytes", vector_regs[0])
+      monkeypatch.setattr(r, "vector_registers", vector_regs[1])
     return r
   return set_to
 
@@ -65,13 +71,62 @@ def test_matmul_block_and_threads_follow_the_machine(machine):
   machine((32 * KB, 1 * MB, 32 * MB), 1)   # one thread: no THREAD axis
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048)))[1] is None
 
+def test_cpu_tile_follows_the_vector_registers(machine):
+  caches = (32 * KB, 1 * MB, 32 * MB)
+  assert cpu_tile(machine(caches, 2, (64, 32))) == (32, 8)    # AVX-512: 16 accumulators of 32 registers
+  assert cpu_tile(machine(caches, 2, (32, 16))) == (16, 4)    # AVX2: 8 of 16 (16 x 8 would need 19 registers)
+  assert cpu_tile(machine(caches, 2, (16, 32))) == (8, 8)     # NEON
+  assert cpu_tile(machine(caches, 2, (16, 16))) == (8, 4)     # SSE
+  assert cpu_tile(machine(caches, 2, (0, 0))) == DEFAULT_TILE  # a renderer that does not say
+  assert cpu_tile(None) == DEFAULT_TILE
+
+@pytest.mark.parametrize("regs", [(64, 32), (32, 16)], ids=["avx512", "avx2"])
+def test_matmul_tile_and_panels_follow_the_vector_registers(machine, regs):
+  r = machine((32 * KB, 1 * MB, 32 * MB), 2, regs)
+  width, rows = cpu_tile(r)
+  assert pack_width(r) == width
+  opts = heuristic_opts(matmul_kernel(1024, 1024, 1024))
+  assert opts[:2] == [Opt(OptOps.UPCAST, 1, width), Opt(OptOps.UPCAST, 0, rows)], opts
+  a, an = _realized(1024, 512)
+  b, bn = _realized(512, 1024)
+  t = a @ b
+  schedule._templates.clear()   # a schedule made for the other fake machine would be reused for the same graph
+  items, _ = create_schedule([t.uop])
+  assert len(items) == 2   # the panels of B, `width` columns each, then the matmul
+  assert [x.src[0].arg for x in Kernel(items[0].ast, r).loop_axes] == [1024 // width, 512, width]
+  np.testing.assert_allclose(t.numpy(), an @ bn, rtol=1e-4, atol=1e-3)
+
+# odd sizes: padded tiles (1000, 1023, 1025 are no multiple of the tile), B not packed (no whole panels), a skinny one
+ODD = [(1000, 1000, 1000), (1023, 1023, 1023), (1025, 1025, 1025), (1024, 1023, 1025), (3, 1024, 5), (1024, 1024, 96)]
+
+@pytest.mark.parametrize("m,k,n", ODD)
+def test_odd_matmul_values(m, k, n):
+  a, an = _realized(m, k)
+  b, bn = _realized(k, n)
+  np.testing.assert_allclose((a @ b).numpy(), an @ bn, rtol=1e-4, atol=2e-3)
+
+def _host_has_avx2() -> bool:
+  from tinyplug_cpu_llvm.compiler import host_target
+  return "+avx2" in host_target()[1].split(",")
+
+@pytest.mark.skipif(not _host_has_avx2(), reason="the host cannot run AVX2 code")
+@pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (1000, 1000, 1000), (1025, 1023, 1024), (3, 1024, 5)])
+def test_avx2_target_matmul_values(m, k, n):
+  # a target of 16 vector registers of 32 bytes: a 16 x 4 tile and 16-column panels, compiled for AVX2
+  dev = "CPU:LLVM:x86-64,+avx2,+fma"
+  assert cpu_tile(Device[dev].renderer) == (16, 4)
+  an, bn = RNG.standard_normal((m, k)).astype(np.float32), RNG.standard_normal((k, n)).astype(np.float32)
+  t = Tensor(an, device=dev) @ Tensor(bn, device=dev)
+  np.testing.assert_allclose(t.numpy(), an @ bn, rtol=1e-4, atol=2e-3)
+
 def test_should_pack_wherever_the_matmul_is_cache_blocked(machine):
   r = machine((32 * KB, 1 * MB, 32 * MB), 2)
   assert should_pack(2048, 2048, 2048, 4, r) and should_pack(512, 2080, 2048, 4, r)   # (m, n, k)
   assert should_pack(1536, 1536, 1536, 4, r) and should_pack(1024, 1024, 1024, 4, r)
   assert should_pack(512, 512, 512, 4, r) and should_pack(256, 256, 256, 4, r)          # B fits the L2: packed too
-  assert should_pack(256, 2 * PACK_WIDTH, 256, 4, r)         # two panels
-  assert not should_pack(2048, PACK_WIDTH, 16384, 4, r)      # one panel: B is laid out as its panel already
+  w = pack_width(r)
+  assert should_pack(256, 2 * w, 256, 4, r)                  # two panels
+  assert not should_pack(2048, w, 16384, 4, r)               # one panel: B is laid out as its panel already
   assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
   assert not should_pack(2048, 2048, 128, 4, r)              # a short reduction: no cache blocking either
   assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
@@ -86,7 +141,7 @@ def _realized(*shape) -> tuple[Tensor, np.ndarray]:
 @pytest.mark.parametrize("case", ["plain", "transposed", "batched", "expression"])
 def test_packed_matmul_values(machine, monkeypatch, case):
   machine((32 * KB, 64 * KB, 1 * MB), 2)
-  m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * PACK_WIDTH
+  m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * pack_width(Device["CPU"].renderer)
   a, an = _realized(m, k)
   if case == "plain":
     b, bn = _realized(k, n); t, want = a @ b, an @ bn

@@ -236,6 +236,8 @@ class Renderer:
   # scheduler's pack pass decides by them; a renderer that does not know keeps the defaults ----
   cache_bytes: tuple[int, ...] = ()   # data cache per level as one core sees it, (L1d, L2, L3); () unknown
   threads: int = 1                    # threads a kernel's THREAD axis is shared across
+  vector_bytes: int = 0               # the widest vector register, in bytes (64: AVX-512, 32: AVX2); 0 unknown
+  vector_registers: int = 0           # how many of them (32 with AVX-512 or on aarch64, 16 with AVX2); 0 unknown
 
   def supported_dtypes(self) -> list[DType]:
     """The scalar dtypes this target computes and stores (default: all but the fp8 ones). Float dtypes left out still

@@ -92,6 +92,23 @@ def cache_sizes(renderer: Any) -> tuple[int, ...]:
   caches = tuple(renderer.cache_bytes or ()) if renderer is not None else ()
   return caches if len(caches) >= 2 else DEFAULT_CACHES
 
+# the CPU register tile where the renderer does not declare its vector registers: 32 columns (two AVX-512 vectors of
+# float32) by 8 rows
+DEFAULT_TILE = (32, 8)
+
+def cpu_tile(renderer: Any) -> tuple[int, int]:
+  """The CPU register tile of a large reduction, (columns, rows): each row two vectors of float32 (two loads of the
+  second input feed a row of FMAs), and as many rows, a power of two up to 8, as leave room among the vector
+  registers (`Renderer.vector_registers`) for the 2 * rows accumulators, the two loaded vectors and a broadcast.
+  AVX-512 (32 registers of 64 bytes): 32 x 8; AVX2 (16 of 32 bytes): 16 x 4 (a 1024^3 matmul compiled for znver3, one
+  Zen 4 core: the 32 x 8 tile, 32 accumulators, spilled at 58 GFLOP/s, 16 x 8 at 37, 16 x 4 94); NEON (32 of 16):
+  8 x 8. DEFAULT_TILE where the renderer does not say."""
+  nbytes, regs = (getattr(renderer, "vector_bytes", 0), getattr(renderer, "vector_registers", 0)) \
+    if renderer is not None else (0, 0)
+  if not nbytes or not regs: return DEFAULT_TILE
+  rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
+  return max(2 * nbytes // 4, 2), rows
+
 def _threads(k: Kernel) -> int:
   return max(1, int(k.renderer.threads or 1)) if k.renderer is not None else 1
 
@@ -431,8 +448,9 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     big = cpu and _worth_blocking(k)
     budget = _tile_budget(k) if cpu else 256
     if cpu and budget >= 64 and _contiguous_reduce(k): return _vector_reduce_tile(k, budget, big)
-    # 32 lanes (two AVX-512 registers per tile row) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
-    widths = (4, 2) if gpu else (32, 16, 8, 4, 2) if cpu else (16, 8, 4, 2)
+    # two vectors per tile row (32 lanes with AVX-512) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
+    tile_w, tile_rows = cpu_tile(k.renderer) if cpu else (16, 8)
+    widths = (4, 2) if gpu else tuple(w for w in (64, 32, 16, 8, 4, 2) if w <= tile_w) if cpu else (16, 8, 4, 2)
     # the row takes at most half the budget's lanes in a small tile (8x2 rather than 16x1: the second axis reuses loads)
     widths = tuple(w for w in widths if w * (1 if budget == 256 else 2) <= budget) or (2,)
     # the second tile axis: the output axis the most loads do not depend on (each of their values is reused per lane)
@@ -450,8 +468,8 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
       any(size % w == 0 and size >= w and _try_tile(k, Opt(OptOps.UPCAST, inner, w)) for w in widths)
     if whole is not None and _try_tile(k, Opt(OptOps.UPCAST, whole, loops[whole].src[0].arg)): others = []
     for axis in others:
-      if cpu: _pad_for_tile(k, axis, 8)
-      choices = tuple(c for c in ((8, 4, 2) if not gpu else (4, 2)) if k.upcasted * c <= budget)
+      if cpu: _pad_for_tile(k, axis, tile_rows)
+      choices = tuple(c for c in ((8, 4, 2) if not gpu else (4, 2)) if k.upcasted * c <= budget and c <= tile_rows)
       size = k.loop_axes[axis].src[0].arg
       # the widest that divides the axis and keeps the expanded kernel within EXPAND_BUDGET
       if any(size % c == 0 and size >= c and _try_tile(k, Opt(OptOps.UPCAST, axis, c)) for c in choices): break

@@ -1,7 +1,7 @@
 """The heuristic's `pack` pass (the scheduler's tensor_graph stage): on a machine with caches (a loop-running renderer
 that declares `cache_bytes`), the second operand B of a large matmul is first copied into column panels, B[k, n] ->
-P[n // W, k, n % W], so the matmul kernel's register tile (W = PACK_WIDTH columns, the heuristic's CPU tile width)
-reads each k's W values from one contiguous panel instead of one row of B per k.
+P[n // W, k, n % W], so the matmul kernel's register tile (W = `pack_width` columns, the heuristic's CPU tile width:
+32 with AVX-512, 16 with AVX2) reads each k's W values from one contiguous panel instead of one row of B per k.
 
 Why: a row of B is N floats long, so a tile's K rows are N * 4 bytes apart and each k reads W * 4 bytes of a
 different N * 4-byte stretch. A set-associative cache maps an address to its set by the address modulo its way size,
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.upat import PatternMatcher, UPat
+from tinyplug.passes.heuristic import cpu_tile
 
-PACK_WIDTH = 32        # columns per panel: the heuristic's CPU register tile width (32 lanes, two AVX-512 vectors)
 PACK_MIN_ROWS = 256    # M: the copy costs 2 * K * N element moves, the matmul 2 * M * N * K flops
 PACK_MIN_REDUCE = 256  # K: shorter reductions are not cache blocked either
 # B at least this many panels wide: a B of one panel is laid out as its panel already
@@ -38,12 +38,17 @@ def _renderer(device: Any) -> Any:
 def _is_packed(y0: UOp) -> bool:
   return y0.op is Ops.RESHAPE and y0.src[0].op is Ops.PERMUTE and y0.src[0].src[0].op is Ops.CONTIGUOUS
 
+def pack_width(renderer: Any) -> int:
+  """Columns per panel: the width of the heuristic's CPU register tile on this renderer (`cpu_tile`)."""
+  return cpu_tile(renderer)[0]
+
 def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
   caches (the heuristic blocks the matmul for them), enough rows of A to pay for the copy, a reduction long enough
   to be cache blocked, and whole panels, at least PACK_MIN_PANELS of them."""
   if renderer is None or not renderer.runs_loops or len(tuple(renderer.cache_bytes or ())) < 2: return False
-  return m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and n >= PACK_MIN_PANELS * PACK_WIDTH and n % PACK_WIDTH == 0
+  w = pack_width(renderer)
+  return m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and n >= PACK_MIN_PANELS * w and n % w == 0
 
 def _pack(r: UOp) -> UOp | None:
   op, axes = r.arg
@@ -59,10 +64,11 @@ def _pack(r: UOp) -> UOp | None:
   if at is None: return None
   y = x.src[at]
   y0 = y.src[0]
-  if _is_packed(y0) or not should_pack(m, n, k, y0.dtype.itemsize, _renderer(y0.device)): return None
+  if _is_packed(y0) or not should_pack(m, n, k, y0.dtype.itemsize, renderer := _renderer(y0.device)): return None
+  w = pack_width(renderer)
   lead = len(y0.shape) - 3
   swap = tuple(range(lead)) + (lead, lead + 2, lead + 1)   # (..., N // W, W, K) <-> (..., N // W, K, W)
-  split = UOp(Ops.RESHAPE, y0.dtype, (y0,), (*y0.shape[:lead], n // PACK_WIDTH, PACK_WIDTH, k))
+  split = UOp(Ops.RESHAPE, y0.dtype, (y0,), (*y0.shape[:lead], n // w, w, k))
   panels = UOp(Ops.CONTIGUOUS, y0.dtype, (UOp(Ops.PERMUTE, y0.dtype, (split,), swap),))
   back = UOp(Ops.RESHAPE, y0.dtype, (UOp(Ops.PERMUTE, y0.dtype, (panels,), swap),), y0.shape)
   srcs = list(x.src)

@@ -1,9 +1,10 @@
-"""The machine the CPU renderer declares (machine.py): data caches read from sysfs (a fake tree here), the thread
-count from CPU_THREADS or the affinity mask."""
+"""The machine the CPU renderer declares (machine.py): data caches read from sysfs (a fake tree here), the vector
+registers from the target's LLVM features, the thread count from CPU_THREADS or the affinity mask."""
 import os
 from tinyplug.device import Device
 from tinyplug.helpers import Context
-from tinyplug_cpu_llvm.machine import data_caches, n_threads, usable_cores
+from tinyplug_cpu_llvm.compiler import host_target
+from tinyplug_cpu_llvm.machine import data_caches, n_threads, usable_cores, vector_registers
 
 def _cache(root, index: int, level: int, kind: str, size: str) -> None:
   d = root / f"index{index}"
@@ -37,3 +38,17 @@ def test_renderer_declares_the_host():
   assert r.cache_bytes == data_caches() and r.cores == usable_cores()
   with Context(CPU_THREADS=3): assert r.threads == n_threads() == 3
   with Context(CPU_THREADS=0): assert r.threads == usable_cores()
+
+def test_vector_registers_from_llvm_features():
+  assert vector_registers("+64bit,+avx,+avx2,+avx512f,+fma") == (64, 32)
+  assert vector_registers("+avx,+avx2,-avx512f,+fma") == (32, 16)     # AVX-512 turned off: AVX2's
+  assert vector_registers("+avx2") == (32, 16)
+  assert vector_registers("+sse2,+sse4.2") == (16, 16)
+  assert vector_registers("+neon,+fp-armv8") == (16, 32)
+  assert vector_registers("") == (0, 0)                                # a CPU named without features: unknown
+
+def test_renderer_declares_the_host_vector_registers():
+  assert (Device["CPU"].renderer.vector_bytes, Device["CPU"].renderer.vector_registers) == \
+    vector_registers(host_target()[1])
+  r = Device["CPU:LLVM:x86-64,+avx2"].renderer
+  assert (r.vector_bytes, r.vector_registers) == (32, 16)

@@ -1,6 +1,7 @@
-"""What the host CPU looks like to the optimiser: its data caches and how many cores this process may use. The
-renderer declares them (`cache_bytes`, `threads`), so the heuristic and the scheduler's pack pass size their cache
-blocks and thread shares for this machine rather than for the one they were tuned on."""
+"""What the host CPU looks like to the optimiser: its data caches, its vector registers and how many cores this process
+may use. The renderer declares them (`cache_bytes`, `vector_bytes`, `vector_registers`, `threads`), so the heuristic
+and the scheduler's pack pass size their register tiles, cache blocks and thread shares for this machine rather than
+for the one they were tuned on."""
 from __future__ import annotations
 import os
 from pathlib import Path
@@ -42,3 +43,13 @@ def n_threads() -> int:
   """The threads a kernel is shared across: CPU_THREADS, or every usable core (0, the default)."""
   n = int(CPU_THREADS.value)
   return n if n > 0 else usable_cores()
+
+def vector_registers(features: str) -> tuple[int, int]:
+  """(bytes per vector register, how many) for an LLVM feature string (`+avx512f,+avx2,...`): AVX-512 32 x 64 bytes,
+  AVX/AVX2 16 x 32, SSE 16 x 16, aarch64's NEON 32 x 16; (0, 0) where the string does not say (a CPU named without
+  features: the optimiser then keeps its defaults). A feature turned off (`-avx512f`) does not count."""
+  flags = set(features.split(","))
+  for feature, regs in (("+avx512f", (64, 32)), ("+avx2", (32, 16)), ("+avx", (32, 16)), ("+neon", (16, 32)),
+                        ("+sse2", (16, 16))):
+    if feature in flags: return regs
+  return 0, 0

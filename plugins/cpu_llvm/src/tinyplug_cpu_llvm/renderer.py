@@ -78,12 +78,16 @@ class LLVMRenderer(LLVMIRRenderer):
   split_threads = True
   vector_widths = LLVM_VECTOR_WIDTHS
   builder = CPUFunctionBuilder
-  def __init__(self, vector_isas: tuple[str, ...] = (), cache_bytes: tuple[int, ...] = ()):
+  def __init__(self, vector_isas: tuple[str, ...] = (), cache_bytes: tuple[int, ...] = (),
+               vector_regs: tuple[int, int] = (0, 0)):
     """vector_isas: libmvec ISA letters the target supports ("b" SSE4, "d" AVX2, "e" AVX-512); with them, exp2, log2
     and sin of float32/float64 become libm calls whose vector variants (glibc's libmvec) LLVM may vectorise to.
-    cache_bytes: the host's data caches (machine.data_caches()), which the optimiser sizes its cache blocks by."""
+    cache_bytes: the host's data caches (machine.data_caches()), which the optimiser sizes its cache blocks by.
+    vector_regs: (bytes, count) of the target's vector registers (machine.vector_registers()), which the optimiser
+    sizes its register tiles by; (0, 0) unknown."""
     self.vector_isas = tuple(vector_isas)
     self.cache_bytes = tuple(cache_bytes)
+    self.vector_bytes, self.vector_registers = vector_regs
     self.cores = usable_cores()   # an instance field, so programs cached on disk are keyed by the machine's core count
   @property
   def threads(self) -> int:

@@ -11,7 +11,7 @@ from tinyplug.device import Allocator, Compiled, ProgramSpec
 from tinyplug.backend import host_block, host_view
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
-from tinyplug_cpu_llvm.machine import data_caches, n_threads
+from tinyplug_cpu_llvm.machine import data_caches, n_threads, vector_registers
 from tinyplug_cpu_llvm.renderer import LLVMRenderer
 from tinyplug_cpu_llvm.threads import pool
 
@@ -116,7 +116,8 @@ class CPUDevice(Compiled):
   def __init__(self, name: str = "CPU"):
     cpu, features = parse_device(name)
     compiler = LLVMCompiler(cpu, features)
-    super().__init__(name, CPUAllocator(), LLVMRenderer(vector_math_isas(compiler.features), data_caches()), compiler)
+    renderer = LLVMRenderer(vector_math_isas(compiler.features), data_caches(), vector_registers(compiler.features))
+    super().__init__(name, CPUAllocator(), renderer, compiler)
     self._engine = None
     self._loaded: dict[str, int] = {}
     self._lock = LLVM_LOCK
