@@ -429,8 +429,9 @@ def _descriptor_core_opts(k: Kernel) -> list[Opt] | None:
 
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
-  innermost output axis upcast by up to 16 (32 for large ones on CPUs), another by up to 8, so each loaded value
-  feeds many accumulators; large ones on CPUs are then blocked for the cache and split across threads.
+  innermost output axis upcast by up to 16 (on CPUs two vectors, another axis by as many rows as the vector registers
+  leave room for: `cpu_tile`), another by up to 8, so each loaded value feeds many accumulators; large ones on CPUs
+  are then blocked for the cache and split across threads.
   Other reductions unroll their loop; elementwise kernels upcast their fastest axis. GPU-style renderers also get a
   work-group on an output axis. A matmul the renderer's tensor cores can run goes to them first (TC=0: never)."""
   k = k.copy()
