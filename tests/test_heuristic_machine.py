@@ -1,6 +1,7 @@
 """The CPU heuristic reads the machine from the renderer (`Renderer.cache_bytes`, `Renderer.threads`) instead of
-assuming one: the matmul cache block follows the last-level cache and the thread count, the scheduler's pack pass
-(passes/pack.py) copies a cache-blocked matmul's B into column panels on machines that declare caches, a long contiguous reduction reads
+assuming one: the register tile follows the vector registers, the matmul cache block the caches and the thread count,
+the scheduler's pack pass (passes/pack.py) copies a large matmul's B into column panels where B is at least twice the
+L2, a long contiguous reduction reads
 several outputs' streams at once, a transposing copy reads along its source's rows. Fake machines are fed through the
 CPU renderer; values are checked against numpy."""
 import numpy as np
@@ -9,7 +10,7 @@ from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.passes.heuristic import DEFAULT_CACHES, DEFAULT_TILE, STREAMS, block_rows, cache_sizes, cpu_tile, \
-  heuristic_opts
+  heuristic_opts, strided_block_rows
 from tinyplug.passes import pack
 from tinyplug.passes.pack import pack_width, should_pack
 from tinyplug import schedule
@@ -34,6 +35,7 @@ def machine(monkeypatch):
   return set_to
 
 def matmul_kernel(m: int, k: int, n: int) -> Kernel:
+  schedule._templates.clear()   # the pack pass decides by the machine: no schedule made for another fake one
   items, _ = create_schedule([(Tensor.empty(m, k, device="CPU") @ Tensor.empty(k, n, device="CPU")).uop])
   return Kernel(items[-1].ast, Device["CPU"].renderer)
 
@@ -53,6 +55,14 @@ def test_block_rows_fit_the_last_level_cache_and_share_evenly():
   assert block_rows(256, 8 * MB, 32 * MB, 2) == 2          # nothing fits: the smallest block
   assert block_rows(3, 1 * KB, 32 * MB, 2) is None         # nothing splits the axis
 
+def test_strided_block_rows_fit_the_l2_with_the_panel_and_share_evenly():
+  # B read down its rows: a 512 matmul's 8-row tiles, 64 of them, 16 KB of A each, a 64 KB panel
+  assert strided_block_rows(64, 16 * KB, 64 * KB, 1 * MB, 2) == 16     # 32 would fit too: at most 16
+  assert strided_block_rows(80, 20 * KB, 80 * KB, 1 * MB, 2) == 8      # 640: 16 would leave 5 blocks
+  assert strided_block_rows(256, 64 * KB, 256 * KB, 1 * MB, 2) == 8    # 8 x 64 KB + 256 KB fits 1 MB, 16 would not
+  assert strided_block_rows(256, 1 * MB, 256 * KB, 1 * MB, 2) == 2     # nothing fits: the smallest block
+  assert strided_block_rows(3, 1 * KB, 1 * KB, 1 * MB, 2) is None
+
 def test_cache_sizes_default_where_the_renderer_does_not_say(machine):
   assert cache_sizes(None) == DEFAULT_CACHES
   assert cache_sizes(machine((48 * KB, 2 * MB, 105 * MB), 16)) == (48 * KB, 2 * MB, 105 * MB)
@@ -60,7 +70,9 @@ def test_cache_sizes_default_where_the_renderer_does_not_say(machine):
 
 def test_matmul_block_and_threads_follow_the_machine(machine):
   machine((32 * KB, 1 * MB, 32 * MB), 2)
-  assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (64, 2)
+  assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (64, 2)   # B packed: by the L3
+  assert split_and_thread(heuristic_opts(matmul_kernel(512, 512, 512))) == (16, 2)      # B strided: by the L2
+  assert split_and_thread(heuristic_opts(matmul_kernel(1000, 1000, 1000))) == (16, 2)   # no whole panels: strided
   machine((48 * KB, 2 * MB, 105 * MB), 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (16, 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024))) == (8, 16)
@@ -119,18 +131,23 @@ def test_avx2_target_matmul_values(m, k, n):
   t = Tensor(an, device=dev) @ Tensor(bn, device=dev)
   np.testing.assert_allclose(t.numpy(), an @ bn, rtol=1e-4, atol=2e-3)
 
-def test_should_pack_wherever_the_matmul_is_cache_blocked(machine):
+def test_should_pack_follows_the_l2(machine):
   r = machine((32 * KB, 1 * MB, 32 * MB), 2)
   assert should_pack(2048, 2048, 2048, 4, r) and should_pack(512, 2080, 2048, 4, r)   # (m, n, k)
-  assert should_pack(1536, 1536, 1536, 4, r) and should_pack(1024, 1024, 1024, 4, r)
-  assert should_pack(512, 512, 512, 4, r) and should_pack(256, 256, 256, 4, r)          # B fits the L2: packed too
+  assert should_pack(1536, 1536, 1536, 4, r) and should_pack(1024, 1024, 1024, 4, r)  # B of 9 MB and 4 MB
+  assert should_pack(768, 768, 768, 4, r)                     # 2.25 MB: at least twice the L2
+  assert not should_pack(640, 640, 640, 4, r)                 # 1.6 MB: its strided panels mostly stay in the L2
+  assert not should_pack(512, 512, 512, 4, r)                 # 1 MB
+  assert should_pack(512, 512, 512, 8, r)                     # ... 2 MB in float64
   w = pack_width(r)
-  assert should_pack(256, 2 * w, 256, 4, r)                  # two panels
+  assert should_pack(2048, 2 * w, 8192, 4, r)                 # two panels
   assert not should_pack(2048, w, 16384, 4, r)               # one panel: B is laid out as its panel already
   assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
   assert not should_pack(2048, 2048, 128, 4, r)              # a short reduction: no cache blocking either
   assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
-  assert should_pack(2048, 2048, 256, 4, machine((48 * KB, 4 * MB, 8 * MB), 2))   # any L2
+  # a B of 2 MB: packed where it is at least twice the L2 only
+  assert should_pack(2048, 2048, 256, 4, machine((32 * KB, 256 * KB, 8 * MB), 2))
+  assert not should_pack(2048, 2048, 256, 4, machine((48 * KB, 2 * MB, 8 * MB), 2))
   assert not should_pack(2048, 2048, 2048, 4, machine((), 2))   # a renderer that does not know its caches
   assert not should_pack(2048, 2048, 2048, 4, Device["PYTHON"].renderer)
 
@@ -140,7 +157,7 @@ def _realized(*shape) -> tuple[Tensor, np.ndarray]:
 
 @pytest.mark.parametrize("case", ["plain", "transposed", "batched", "expression"])
 def test_packed_matmul_values(machine, monkeypatch, case):
-  machine((32 * KB, 64 * KB, 1 * MB), 2)
+  machine((32 * KB, 32 * KB, 1 * MB), 2)   # a tiny L2, so a small matmul packs
   m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * pack_width(Device["CPU"].renderer)
   a, an = _realized(m, k)
   if case == "plain":

@@ -124,38 +124,79 @@ def _step_bytes(k: Kernel, axis: UOp) -> int:
       total += u.dtype.itemsize * math.prod(r.src[0].arg for r in deps if r.arg[1] != "loop")
   return total
 
+def _panel_bytes(k: Kernel) -> int:
+  """Bytes the loads depending on the innermost output axis read per iteration of it: a matmul's column panel of B
+  (K x the tile's width), which every tile of a row block reuses."""
+  inner, total = k.loop_axes[-1], 0
+  for u in k.sink.toposort():
+    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
+    deps = set(x for x in u.toposort() if x.op is Ops.RANGE)
+    if inner in deps: total += u.dtype.itemsize * math.prod(r.src[0].arg for r in deps if r.arg[1] != "loop")
+  return total
+
+def _panel_contiguous(k: Kernel) -> bool:
+  """Whether the column panel (the loads depending on the innermost output axis) is one contiguous stretch of memory:
+  each step of the reduction moves its loads by no more than they read (B packed into panels, or read along its
+  rows), rather than a whole row of B further."""
+  inner, red = k.loop_axes[-1], k.reduce_axes[-1]
+  memo: dict[UOp, int | None] = {}
+  for u in k.sink.toposort():
+    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
+    deps = set(x for x in u.toposort() if x.op is Ops.RANGE)
+    if inner not in deps: continue
+    step = _stride(u.src[0].src[1], red, memo)
+    if step is None or abs(step) > math.prod(r.src[0].arg for r in deps if r.arg[1] in ("upcast", "unroll")): return False
+  return True
+
 # cache block sizes, in tile rows, largest first
 BLOCK_ROWS = (64, 32, 16, 8, 4, 2)
 # the blocks of all threads together take at most this share of the last-level cache: the panels stream through it
 # too (2048^3 on 2 threads, kernel CPU time: 4 blocks of 64 rows 157 ms, 2 of 128 rows, 16 MB of A, 165 ms)
 BLOCK_LLC_SHARE = 4
 
+def _pick(rows: int, sizes: list[int], threads: int) -> int:
+  """Of the block sizes that fit: one that leaves a multiple of `threads` blocks (every thread an equal share) first,
+  then the largest."""
+  return max(sizes, key=lambda s: ((rows // s) % threads == 0, s))
+
 def block_rows(rows: int, row_bytes: int, llc: int, threads: int) -> int | None:
-  """How many steps of the outer tile axis (of `rows`, `row_bytes` of input each) one cache block takes. Inside a
-  block the loop over the innermost axis brings in a column panel of the other input from the last-level cache, and
-  every step of the block reuses it from the L2: the more steps, the fewer times each panel comes in, and the first
-  tile on a panel runs slower than the rest. The block's own rows are read once per panel, as a few sequential
-  streams the prefetchers keep ahead of, so they need not stay in the L2 (a 2048 matmul on a Zen 4 core with a 1 MB
-  L2, 8-row tiles, one thread: blocks of 8 rows, 512 KB of A, 158 ms; 16 rows 155; 32 rows 152; 64 rows 152), only
-  in the last-level cache: all threads' blocks together take at most 1/BLOCK_LLC_SHARE of it. Of those sizes: one
-  that leaves a multiple of `threads` blocks (every thread an equal share) first, then the largest. None: no size
-  splits the axis."""
+  """How many steps of the outer tile axis (of `rows`, `row_bytes` of input each) one cache block takes, where the
+  column panel that the loop over the innermost axis brings in is contiguous (B packed). Every step of the block
+  reuses the panel from the L2: the more steps, the fewer times each panel comes in from the last-level cache (the
+  first tile on a panel runs slower than the rest). A contiguous panel spreads over all the L2's sets, and the block's
+  own rows, read once per panel as a few sequential streams the prefetchers keep ahead of, need not stay in the L2
+  (a packed 2048 matmul on a Zen 4 core with a 1 MB L2, 8-row tiles, one thread: blocks of 8 rows, 512 KB of A, 158
+  ms; 16 rows 155; 32 rows 152; 64 rows 152), only in the last-level cache: all threads' blocks together take at
+  most 1/BLOCK_LLC_SHARE of it. None: no size splits the axis."""
   fits = [s for s in BLOCK_ROWS if rows % s == 0 and rows // s >= 2]
   if not fits: return None
-  in_llc = [s for s in fits if max(threads, 1) * s * row_bytes * BLOCK_LLC_SHARE <= llc] or fits[-1:]
-  return max(in_llc, key=lambda s: ((rows // s) % threads == 0, s))
+  return _pick(rows, [s for s in fits if max(threads, 1) * s * row_bytes * BLOCK_LLC_SHARE <= llc] or fits[-1:], threads)
+
+# strided panels: block sizes in tile rows (a 512 matmul, B unpacked, 2 threads: blocks of 32 rows, one per thread,
+# 1.27-1.28 ms; 16 rows 1.22)
+STRIDED_BLOCK_ROWS = (16, 8, 4, 2)
+
+def strided_block_rows(rows: int, row_bytes: int, panel_bytes: int, l2: int, threads: int) -> int | None:
+  """`block_rows` where the panel is read down B's rows (B not packed): its rows use only a few of the L2's sets, so
+  the block's rows and the panel must fit the L2 together, or the block evicts the panel it is meant to reuse."""
+  fits = [s for s in STRIDED_BLOCK_ROWS if rows % s == 0 and rows // s >= 2]
+  if not fits: return None
+  return _pick(rows, [s for s in fits if s * row_bytes + panel_bytes <= l2] or fits[-1:], threads)
 
 def _block_for_cache(k: Kernel) -> None:
-  """Large matmul-like kernels: the outer tile axis is split into blocks (`block_rows`), and inside a block the loop
-  over the innermost output axis runs outside the block's rows, so each column panel of the other input that loop
-  brings in is reused from the L2 by every tile of the block. The block size follows the renderer's last-level cache
-  (`Renderer.cache_bytes`) and thread count. Then one contiguous share of the outermost loop per thread."""
+  """Large matmul-like kernels: the outer tile axis is split into blocks, and inside a block the loop over the
+  innermost output axis runs outside the block's rows, so each column panel of the other input that loop brings in
+  is reused from the L2 by every tile of the block. The block size follows the renderer's caches
+  (`Renderer.cache_bytes`) and thread count: by the last-level cache where the panel is contiguous (`block_rows`),
+  by the L2 where it is strided (`strided_block_rows`). Then one contiguous share of the outermost loop per thread."""
   sizes = [r.src[0].arg for r in k.loop_axes]
   threads = _threads(k)
   if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
     if not _divisor(sizes[outer], (16, 8, 4)): _pad_for_tile(k, outer, 16)
-    rows = k.loop_axes[outer].src[0].arg
-    amt = block_rows(rows, _step_bytes(k, k.loop_axes[outer]), cache_sizes(k.renderer)[-1], threads)
+    rows, caches = k.loop_axes[outer].src[0].arg, cache_sizes(k.renderer)
+    row_bytes = _step_bytes(k, k.loop_axes[outer])
+    amt = block_rows(rows, row_bytes, caches[-1], threads) if _panel_contiguous(k) else \
+      strided_block_rows(rows, row_bytes, _panel_bytes(k), caches[1], threads)
     if amt is not None: _try(k, Opt(OptOps.SPLIT, outer, amt))
   if threads > 1:
     for axis in range(len(k.loop_axes)):

@@ -11,7 +11,7 @@ cache blocking keeps in the L2 fits there only while all of B would; from 4 KB a
 the TLB, and the prefetchers, which follow sequential streams within a page, see one line per row. Packed, a panel is
 K * W * 4 contiguous bytes: every set, few pages, one stream. Measured on a Zen 4 core (one thread, CPU time,
 2048^3): 65-77 GFLOP/s unpacked, 111 packed (numpy/OpenBLAS 102); the copy costs one pass over B (~1% of the
-matmul's time at 2048, ~7% at 512).
+matmul's time at 2048).
 Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
 from typing import Any
@@ -23,11 +23,13 @@ PACK_MIN_ROWS = 256    # M: the copy costs 2 * K * N element moves, the matmul 2
 PACK_MIN_REDUCE = 256  # K: shorter reductions are not cache blocked either
 # B at least this many panels wide: a B of one panel is laid out as its panel already
 PACK_MIN_PANELS = 2
-# Every B from two panels on is packed, whether or not it fits the L2: the copy runs at memory speed and the kernel
-# reads contiguous panels at any size. Zen 4, 2 threads, best of 60-100 interleaved, pack kernel included, against
-# the same kernel on unpacked B: N = 256 0.20 vs 0.28 ms, 384 0.58 vs 0.68, 512 1.31 vs 1.44 (B of 1 MB, the L2's
-# size); one thread, CPU time: 768 8.7 vs 9.4 ms, 1024 20.2 vs 24.4, 1536 66.4 vs 73.9, 2048 170 vs 333. (Packing
-# only from rows 8 KB apart, a rule measured under load before, had left 1024 and 1536 unpacked.)
+# B at least this many times the L2: a smaller B's strided panels mostly stay in the L2, and the copy (reading a B
+# that the kernel before left in the L3, a second kernel to launch) costs about what packing saves. Whole
+# `(a @ b).realize()`, one thread, CPU time, best of 120-160 in blocks, packed vs not (Zen 4, 1 MB L2): N = 256 0.36
+# vs 0.34 ms, 512 2.46 vs 2.41, 640 (B of 1.6 MB) 4.99 vs 4.82, 768 (2.25 MB) 8.33 vs 8.71, 1024 19.65 vs 21.11; the
+# kernels alone (the copy hot in cache) had favoured packing from 256 on. (Packing only from rows 8 KB apart, a rule
+# measured under load before, had left 1024 and 1536 unpacked: 1536 packed 66.4 vs 73.9 ms, one thread.)
+PACK_MIN_L2_RATIO = 2
 
 def _renderer(device: Any) -> Any:
   if not isinstance(device, str): return None
@@ -44,11 +46,14 @@ def pack_width(renderer: Any) -> int:
 
 def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
-  caches (the heuristic blocks the matmul for them), enough rows of A to pay for the copy, a reduction long enough
-  to be cache blocked, and whole panels, at least PACK_MIN_PANELS of them."""
-  if renderer is None or not renderer.runs_loops or len(tuple(renderer.cache_bytes or ())) < 2: return False
+  caches, B at least PACK_MIN_L2_RATIO times the L2 (its strided panels would not stay there), enough rows of A to
+  pay for the copy, a reduction long enough to be cache blocked, and whole panels, at least PACK_MIN_PANELS of them."""
+  if renderer is None or not renderer.runs_loops: return False
+  caches = tuple(renderer.cache_bytes or ())
+  if len(caches) < 2: return False
   w = pack_width(renderer)
-  return m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and n >= PACK_MIN_PANELS * w and n % w == 0
+  return n * k * itemsize >= PACK_MIN_L2_RATIO * caches[1] and m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and \
+    n >= PACK_MIN_PANELS * w and n % w == 0
 
 def _pack(r: UOp) -> UOp | None:
   op, axes = r.arg
