@@ -208,3 +208,15 @@ def test_transposing_copy_upcasts_the_axis_its_reads_run_along(case):
   # the first action upcasts an axis other than the innermost by 16: the one the transposed reads walk along
   assert opts[0].op is OptOps.UPCAST and opts[0].arg == 16 and opts[0].axis != len(want.shape) - 1, opts
   np.testing.assert_array_equal(t.numpy(), want)
+
+@pytest.mark.parametrize("case", ["panels", "contiguous"])
+def test_copy_of_short_runs_reads_several_runs_at_once(case):
+  x, xn = _realized(256, 512)
+  if case == "panels":   # the pack pass's copy: B[k, n] -> P[n // 32, k, n % 32]
+    t, want = x.reshape(256, 16, 32).permute(1, 0, 2).contiguous(), xn.reshape(256, 16, 32).transpose(1, 0, 2)
+  else: t, want = (x * 2).contiguous(), xn * 2
+  items, _ = create_schedule([t.uop])
+  opts = list(get_program(items[-1].ast, Device["CPU"].renderer).applied_opts)
+  if case == "panels": assert opts == [Opt(OptOps.UPCAST, 2, 32), Opt(OptOps.UPCAST, 0, 4)], opts
+  else: assert Opt(OptOps.UPCAST, 0, 4) not in opts, opts   # the runs continue in the output too: a plain copy
+  np.testing.assert_array_equal(t.numpy(), want)
