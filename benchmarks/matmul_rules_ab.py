@@ -14,8 +14,8 @@ from tinyplug.tensor import Tensor
 
 def main() -> None:
   n, blocks, per = (int(x) for x in sys.argv[1:4])
-  a, b = Tensor(np.random.rand(n, n).astype(np.float32)).realize(), Tensor(np.random.rand(n, n).astype(np.float32)).realize()
-  an, bn = a.numpy(), b.numpy()
+  an, bn = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+  a, b = Tensor(an).realize(), Tensor(bn).realize()
   keep_pack, keep_block = pack.should_pack, heuristic.block_rows
   def old_pack(m, nn, k, itemsize, r): return keep_pack(m, nn, k, itemsize, r) and nn * itemsize >= 8192
   def old_block(rows, row_bytes, llc, threads):

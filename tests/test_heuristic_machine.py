@@ -158,7 +158,8 @@ def _realized(*shape) -> tuple[Tensor, np.ndarray]:
 @pytest.mark.parametrize("case", ["plain", "transposed", "batched", "expression"])
 def test_packed_matmul_values(machine, monkeypatch, case):
   machine((32 * KB, 32 * KB, 1 * MB), 2)   # a tiny L2, so a small matmul packs
-  m, k, n = 256 + 8 * "plain transposed batched expression".split().index(case), 256, 3 * pack_width(Device["CPU"].renderer)
+  n = 3 * pack_width(Device["CPU"].renderer)
+  m, k = 256 + 8 * "plain transposed batched expression".split().index(case), 256
   a, an = _realized(m, k)
   if case == "plain":
     b, bn = _realized(k, n); t, want = a @ b, an @ bn

@@ -145,7 +145,8 @@ def _panel_contiguous(k: Kernel) -> bool:
     deps = set(x for x in u.toposort() if x.op is Ops.RANGE)
     if inner not in deps: continue
     step = _stride(u.src[0].src[1], red, memo)
-    if step is None or abs(step) > math.prod(r.src[0].arg for r in deps if r.arg[1] in ("upcast", "unroll")): return False
+    reads = math.prod(r.src[0].arg for r in deps if r.arg[1] in ("upcast", "unroll"))
+    if step is None or abs(step) > reads: return False
   return True
 
 # cache block sizes, in tile rows, largest first
@@ -170,7 +171,8 @@ def block_rows(rows: int, row_bytes: int, llc: int, threads: int) -> int | None:
   most 1/BLOCK_LLC_SHARE of it. None: no size splits the axis."""
   fits = [s for s in BLOCK_ROWS if rows % s == 0 and rows // s >= 2]
   if not fits: return None
-  return _pick(rows, [s for s in fits if max(threads, 1) * s * row_bytes * BLOCK_LLC_SHARE <= llc] or fits[-1:], threads)
+  in_llc = [s for s in fits if max(threads, 1) * s * row_bytes * BLOCK_LLC_SHARE <= llc]
+  return _pick(rows, in_llc or fits[-1:], threads)
 
 # strided panels: block sizes in tile rows (a 512 matmul, B unpacked, 2 threads: blocks of 32 rows, one per thread,
 # 1.27-1.28 ms; 16 rows 1.22)
