@@ -138,7 +138,7 @@ def test_refused_shapes(args, kw, why):
   with pytest.raises(WgmmaError, match=why): matmul_kernel(*args, **kw)
 
 def test_descriptor_encoding():
-  # the PTX ISA's example: MN-major, 64B swizzle, bf16: LBO 256 elements (encoded 32), SBO 512 elements (encoded 64)
+  # a known encoding: MN-major, 64B swizzle, bf16: LBO 256 elements (encoded 32), SBO 512 elements (encoded 64)
   d = descriptor(0x400, 256 * 2, 512 * 2, SWIZZLE_64B)
   assert d == (0x400 >> 4) | 32 << 16 | 64 << 32 | 2 << 62
   assert descriptor(0x40000 + 16, 0, 0, 0) == 1   # addresses are taken modulo 256 KB, in 16-byte units

@@ -71,8 +71,8 @@ def shared_layout(uops: Iterable[UOp]) -> tuple[dict[UOp, int], int]:
 def _dynamic(uops: Iterable[UOp], total: int) -> bool:
   return total > STATIC_SHARED_MAX or any(u.op is Ops.DEFINE_LOCAL and _is_descriptor_tile(u) for u in uops)
 
-# the shared memory one block may opt in to, per architecture (CUDA C Programming Guide, "Technical Specifications
-# per Compute Capability"): the CUDA C renderer's limit where no device gives its own
+# the shared memory one block may opt in to, per architecture (NVIDIA's published limits per compute capability):
+# the CUDA C renderer's limit where no device gives its own
 SHARED_OPTIN = {"sm_70": 98304, "sm_72": 98304, "sm_75": 65536, "sm_80": 166912, "sm_86": 101376, "sm_87": 166912,
                 "sm_89": 101376, "sm_90": 232448}
 

@@ -1,7 +1,7 @@
 """The tensor cores the CUDA C renderer advertises (sm_80 and newer): `mma.sync.aligned.m16n8k16.row.col` with f16 or
 bf16 inputs and f32 accumulators, and with f16 inputs and f16 accumulators, one warp (32 lanes) per instruction.
 
-Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with g = lane >> 2 and
+The hardware's fragment layout for mma.m16n8k16 with f16/bf16, with g = lane >> 2 and
 t = lane % 4: A (16x16) element i of a lane is row g + 8*((i >> 1) & 1), column 2t + (i & 1) + 8*(i >> 2); B (16x8)
 element i is row 2t + (i & 1) + 8*(i >> 1), column g; C/D (16x8) element i is row g + 8*(i >> 1), column 2t + (i & 1)
 (f32 accumulators: one register each; f16 ones: two per .f16x2 register, the same positions).
@@ -92,7 +92,7 @@ def mma_function(tc: TensorCore) -> str:
 
 # STAGE's asynchronous mode (tinyplug/codegen/tc_async.py) on the GPU: 16-byte copies from global to shared memory
 # without registers (cp.async.cg, L2 only), their commit groups and waits, and ldmatrix (x1/x2/x4, optionally .trans)
-# into a fragment vector; `asm volatile` keeps them in program order relative to each other (as CUTLASS does). The
+# into a fragment vector; `asm volatile` keeps them in program order relative to each other (the compiler may not reorder them around the waits). The
 # emulator's CUDA prelude defines the same functions for the host.
 ASYNC_HELPERS = r"""#ifdef __CUDA_ARCH__
 __device__ __forceinline__ void tp_cp_async16(void* dst, const void* src) {

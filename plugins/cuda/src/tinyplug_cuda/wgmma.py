@@ -3,7 +3,7 @@ helpers that emit it as inline PTX, and a whole-kernel generator (`matmul_kernel
 stages in the 128-byte swizzled layout. Not yet reachable from the optimiser (no TC option or STAGE bit picks it):
 benchmarks and the GPU check build it directly (see plugins/cuda/README.md).
 
-Facts from the PTX ISA ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate", 9.7.15):
+What the hardware does (the instruction set's definitions of wgmma):
 - `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} d, a-desc, b-desc, scale-d, 1, 1, tA, tB`: one
   warpgroup (4 consecutive warps, 128 threads) computes D(64xN) = A(64x16) * B(16xN) + (scale-d ? D : 0); N is a
   multiple of 8 up to 256. A and B are read from shared memory through 64-bit matrix descriptors; tA/tB = 0 means
