@@ -103,9 +103,8 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   AVX-512 (32 registers of 64 bytes): 32 x 8; AVX2 (16 of 32 bytes): 16 x 4 (a 1024^3 matmul compiled for znver3, one
   Zen 4 core: the 32 x 8 tile, 32 accumulators, spilled at 58 GFLOP/s, 16 x 8 at 37, 16 x 4 94); NEON (32 of 16):
   8 x 8. DEFAULT_TILE where the renderer does not say."""
-  nbytes, regs = (getattr(renderer, "vector_bytes", 0), getattr(renderer, "vector_registers", 0)) \
-    if renderer is not None else (0, 0)
-  if not nbytes or not regs: return DEFAULT_TILE
+  if renderer is None or not renderer.vector_bytes or not renderer.vector_registers: return DEFAULT_TILE
+  nbytes, regs = renderer.vector_bytes, renderer.vector_registers
   rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
   return max(2 * nbytes // 4, 2), rows
 
