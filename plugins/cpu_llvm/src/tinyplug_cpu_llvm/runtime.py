@@ -122,6 +122,11 @@ class CPUDevice(Compiled):
     self._loaded: dict[str, int] = {}
     self._lock = LLVM_LOCK
 
+  def make_graph(self, launches: list) -> Any:
+    """TinyJit's runs of one-thread kernels as one native call each (graph.py); JIT_GRAPH=0 turns it off."""
+    from tinyplug_cpu_llvm.graph import CPUGraph
+    return CPUGraph(self, launches)
+
   def load(self, symbol: str, obj: bytes) -> int:
     """The address of `symbol` after loading the object that defines it (each object is loaded once)."""
     with self._lock:
