@@ -34,11 +34,31 @@ counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits"
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
-  def __init__(self, steps: tuple, outs: tuple, result: int, make_view: Any, ops: int, mem: int):
-    # steps: (program, global size, local size, buffer references, runs at all); a reference k >= 0 is input k's
-    # buffer, k < 0 new output -k-1; outs: a maker of each new output buffer (UOp.buffer_maker)
-    self.steps, self.outs, self.result, self.make_view = steps, outs, result, make_view
-    self.kernels, self.ops, self.mem = len(steps), ops, mem
+  def __init__(self, steps: list, outs: tuple, result: int | None = None, make_view: Any = None):
+    # steps: (program, global size, local size, buffer references, runs at all, ops, mem); a reference k >= 0 is
+    # input k's buffer (a template's) or node k of the graph (a graph plan's), k < 0 new output -k-1; outs: a maker of
+    # each new output buffer (UOp.buffer_maker); a template's result is output `result`, seen through `make_view`
+    self.steps, self.outs, self.result, self.make_view = tuple(steps), outs, result, make_view
+    self.kernels, self.ops, self.mem = len(steps), sum(s[5] for s in steps), sum(s[6] for s in steps)
+
+def _step(runner: Any, refs: list[int]) -> tuple | None:
+  """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which a plan cannot bind)."""
+  spec = runner.spec
+  if spec.vars: return None
+  return (runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size,
+          spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
+
+def _run(plan: Plan, handle_of: Any) -> list[UOp]:
+  """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs."""
+  outs = [make() for make in plan.outs]
+  bufs = [buffer_of(u) for u in outs]
+  for prg, gsize, lsize, refs, runs, _, _ in plan.steps:
+    if runs: prg(*[handle_of(r) if r >= 0 else bufs[-r - 1].handle for r in refs],
+                 global_size=gsize, local_size=lsize, vals=(), wait=False)
+  GlobalCounters.kernel_count += plan.kernels
+  GlobalCounters.global_ops += plan.ops
+  GlobalCounters.global_mem += plan.mem
+  return outs
 
 # set by tinyplug.tensor (a layer above) when it loads this module: its registries of live tensors (tensor id -> weak
 # reference) and of deferred outputs not built yet, and its function pointing live tensors at realized buffers
@@ -56,6 +76,11 @@ class _Settings:
   token = 0                 # a small number for (every ContextVar's value, the scheduler's and codegen's pipelines)
   numbers: dict[tuple, int] = {}
   counter = itertools.count(1)
+
+def _settings_token() -> int:
+  """The number of the settings now (worked out again only after a ContextVar was assigned or the plugins changed)."""
+  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()
+  return _Settings.token
 
 def _refresh() -> None:
   from tinyplug.codegen import pipeline_key
@@ -78,36 +103,21 @@ def realize_deferred(t: Any) -> bool:
   if engine.capturing is not None or engine._pending or events._subscribers or DEBUG.value or not REALIZE_PLANS.value:
     counters["fallbacks"] += 1
     return False
-  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()
-  key = (id(built), _Settings.token)
+  key = (id(built), _settings_token())
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
   if (plan := entry[1]) is None or _may_share(t, built, inputs):
     counters["fallbacks"] += 1
     return False
-  outs = [make() for make in plan.outs]
-  bufs = [buffer_of(u) for u in outs]
-  for prg, gsize, lsize, refs, runs in plan.steps:
-    if runs: prg(*[(buffer_of(inputs[r].base) if r >= 0 else bufs[-r - 1]).handle for r in refs],
-                 global_size=gsize, local_size=lsize, vals=(), wait=False)
-  GlobalCounters.kernel_count += plan.kernels
-  GlobalCounters.global_ops += plan.ops
-  GlobalCounters.global_mem += plan.mem
-  out = outs[plan.result]
+  out = _run(plan, lambda r: buffer_of(inputs[r].base).handle)[plan.result]
   t._uop = out if plan.make_view is None else plan.make_view((out,))
   t._undefer()
   counters["hits"] += 1
   return True
 
-# (id of a schedule template, settings number) -> (the template, its GraphPlan or None: refused)
+# (id of a schedule template, settings number) -> (the template, its Plan or None: refused)
 _graph_plans: BoundedCache = BoundedCache("engine.graph_plans", 4096)
-
-class GraphPlan:
-  __slots__ = ("steps", "outs", "kernels", "ops", "mem")
-  def __init__(self, steps: tuple, outs: tuple, ops: int, mem: int):
-    # steps as Plan's, a reference k >= 0 being node k of the graph (a BUFFER); outs: a maker per new buffer
-    self.steps, self.outs, self.kernels, self.ops, self.mem = steps, outs, len(steps), ops, mem
 
 def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   """What realizing `uops` makes of them, computed from a plan when their graph's schedule is a cached template (any
@@ -117,37 +127,25 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   template, found = _sched().cached_template(uops)
   if template is None: return None, found
   nodes = found[1]
-  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()
-  key = (id(template), _Settings.token)
+  key = (id(template), _settings_token())
   if (entry := _graph_plans.get(key)) is None:
     entry = _graph_plans.put(key, (template, _graph_plan_of(template, nodes)))
     counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
   if (plan := entry[1]) is None: return None, found
-  outs = [make() for make in plan.outs]
-  bufs = [buffer_of(u) for u in outs]
-  for prg, gsize, lsize, refs, runs in plan.steps:
-    if runs: prg(*[(buffer_of(nodes[r]) if r >= 0 else bufs[-r - 1]).handle for r in refs],
-                 global_size=gsize, local_size=lsize, vals=(), wait=False)
-  GlobalCounters.kernel_count += plan.kernels
-  GlobalCounters.global_ops += plan.ops
-  GlobalCounters.global_mem += plan.mem
+  outs = _run(plan, lambda r: buffer_of(nodes[r]).handle)
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
 
-def _graph_plan_of(template: Any, nodes: list[UOp]) -> GraphPlan | None:
-  steps, ops, mem = [], 0, 0
+def _graph_plan_of(template: Any, nodes: list[UOp]) -> Plan | None:
+  steps = []
   for ast, refs, _, _, var_vals in template.items:
     if ast is None or var_vals: return None   # a copy; bound variables or scalar arguments
     r0 = refs[0]
     device = nodes[r0].device if r0 >= 0 else template.outs[-r0 - 1][0]
     if any(r >= 0 and nodes[r].op is not Ops.BUFFER for r in refs) or type(device) is not str: return None
-    spec = (runner := engine.get_runner(device, ast)).spec
-    if spec.vars: return None
-    steps.append((runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size))
-    ops += spec.estimates.get("ops", 0)
-    mem += spec.estimates.get("mem", 0)
-  return GraphPlan(tuple(steps), tuple(UOp.buffer_maker(dev, size, dtype) for dev, size, dtype in template.outs),
-                   ops, mem)
+    if (step := _step(engine.get_runner(device, ast), refs)) is None: return None
+    steps.append(step)
+  return Plan(steps, tuple(UOp.buffer_maker(dev, size, dtype) for dev, size, dtype in template.outs))
 
 def _sched():
   global _sched_mod
@@ -196,7 +194,7 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   where = {u.base: k for k, u in enumerate(inputs)}
   graph = uop.toposort()
   outs: dict[UOp, int] = {}
-  steps, ops, mem = [], 0, 0
+  steps = []
   for item in schedule:
     if item.ast.op is not Ops.SINK or item.var_vals: return None
     refs = []
@@ -206,16 +204,12 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
         refs.append(-outs.setdefault(b, len(outs)) - 1)
       else: return None
     if refs[0] >= 0: return None   # it writes an input's buffer
-    runner = engine.get_runner(item.buf_uops[0].device, item.ast)
-    spec = runner.spec
-    if spec.vars: return None
-    steps.append((runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size))
-    ops += spec.estimates.get("ops", 0)
-    mem += spec.estimates.get("mem", 0)
+    if (step := _step(engine.get_runner(item.buf_uops[0].device, item.ast), refs)) is None: return None
+    steps.append(step)
   value = becomes[uop]
   if value in outs: result, make_view = outs[value], None
   elif value.op is Ops.RESHAPE and value.src[0] in outs:
     result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
   else: return None
-  return Plan(tuple(steps), tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view, ops, mem)
+  return Plan(steps, tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view)
 
