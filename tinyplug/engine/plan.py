@@ -23,7 +23,7 @@ from typing import Any
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.device import buffer_of
-from tinyplug.helpers import DEBUG, REALIZE_PLANS, ContextVar, GlobalCounters
+from tinyplug.helpers import REALIZE_PLANS, ContextVar, GlobalCounters
 from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
 
@@ -100,7 +100,7 @@ def realize_deferred(t: Any) -> bool:
   """Realize the deferred tensor `t` (its `_defer` is (template, input UOps)); False: the caller realizes it the
   usual way (which builds its graph)."""
   built, inputs = t._defer
-  if engine.capturing is not None or engine._pending or events._subscribers or DEBUG.value or not REALIZE_PLANS.value:
+  if not engine.plans_apply():
     counters["fallbacks"] += 1
     return False
   key = (id(built), _settings_token())

@@ -154,7 +154,7 @@ def realize_schedule(uops: list[UOp], plans: bool = True) -> tuple[list[Schedule
   """realize(), also returning the schedule that ran (what engine/plan.py records; with `plans`, a graph whose
   schedule is a cached template may run from a plan instead: no schedule then)."""
   found: Any = UNKNOWN_STRUCTURE
-  if plans and not _pending and capturing is None and not events._subscribers and not DEBUG.value and REALIZE_PLANS.value:
+  if plans and plans_apply():
     becomes, found = _plan().realize_graph(uops)
     if becomes is not None: return [], becomes
   st = time.perf_counter()
@@ -166,6 +166,11 @@ def realize_schedule(uops: list[UOp], plans: bool = True) -> tuple[list[Schedule
   if DEBUG.value >= 1 and schedule:
     print(f"realize: {GlobalCounters.kernel_count - count_before} kernels in {(time.perf_counter()-st)*1e3:.2f} ms")
   return schedule, becomes
+
+def plans_apply() -> bool:
+  """Whether a realize may run from a plan (engine/plan.py): only where the usual path would do nothing more (nothing
+  pending, no TinyJit capture, no event listener, DEBUG 0)."""
+  return not _pending and capturing is None and not events._subscribers and not DEBUG.value and bool(REALIZE_PLANS.value)
 
 def _plan():
   global _plan_mod
