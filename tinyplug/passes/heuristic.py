@@ -451,15 +451,19 @@ def _tensor_core_opts(k: Kernel, actions: list[Opt]) -> list[Opt]:
   for axis in (n, m): _try(k, Opt(OptOps.LOCAL, axis, 2))
   if math.prod(r.src[0].arg for r in k.ranges if r.arg[1] == "local") >= 2:   # warps per work-group
     # 304: cp.async into 3 stages of row-major tiles, ldmatrix, blocks in grouped order (tc_async.py); 48: ungrouped
-    for stage in (304, 48, 15, 1):
-      trial = k.copy()
-      try:
-        trial.apply_opt(Opt(OptOps.STAGE, None, stage))
-        trial.finished_sink()   # the staged tiles must fit the shared memory
-      except KernelOptError: continue
-      k.apply_opt(Opt(OptOps.STAGE, None, stage))
-      break
+    if (staged := _first_stage(k, (304, 48, 15, 1))) is not None: return staged.applied_opts
   return k.applied_opts
+
+def _first_stage(k: Kernel, stages: tuple[int, ...]) -> Kernel | None:
+  """A copy of `k` with the first STAGE arg of `stages` that applies and whose staged tiles fit the shared memory."""
+  for stage in stages:
+    trial = k.copy()
+    try:
+      trial.apply_opt(Opt(OptOps.STAGE, None, stage))
+      trial.finished_sink()
+    except KernelOptError: continue
+    return trial
+  return None
 
 # STAGE args for a descriptor core (tc_wgmma.py: 2048 + 16), best first: 3 stages in grouped order (two 96 KB blocks
 # fit a multiprocessor), 4 stages grouped, then ungrouped
@@ -480,13 +484,7 @@ def _descriptor_core_opts(k: Kernel) -> list[Opt] | None:
       base = k.copy()
       if not _try(base, Opt(OptOps.TC, 0, i)) or not _try(base, Opt(OptOps.UNROLL, len(base.reduce_axes) - 1, 4)): break
       if local > 1 and not _try(base, Opt(OptOps.LOCAL, len(base.loop_axes) - 2, local)): continue
-      for stage in DESCRIPTOR_STAGES:
-        trial = base.copy()
-        try:
-          trial.apply_opt(Opt(OptOps.STAGE, None, stage))
-          trial.finished_sink()
-        except KernelOptError: continue
-        return trial.applied_opts
+      if (staged := _first_stage(base, DESCRIPTOR_STAGES)) is not None: return staged.applied_opts
   return None
 
 def heuristic_opts(k: Kernel) -> list[Opt]:
