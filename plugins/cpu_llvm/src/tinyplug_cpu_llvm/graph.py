@@ -44,16 +44,11 @@ class CPUGraph(LaunchGraph):
       if not isinstance(launch.prg, CPUProgram) or launch.prg.device is not dev:
         raise TypeError(f"{launch.name} is not a kernel loaded on {dev.name}")
     self.steps: list[Any] = []   # a _Run, or the index of a launch called on its own
-    i = 0
-    while i < len(self.launches):
-      j = i
-      while j < len(self.launches) and runs_on_one_thread(self.launches[j].prg): j += 1
-      if j - i >= 2:
-        self.steps.append(self._build_run(i, j))
-        i = j
-      else:
-        self.steps.extend(range(i, max(j, i + 1)))
-        i = max(j, i + 1)
+    for one_thread, group in itertools.groupby(range(len(self.launches)),
+                                               key=lambda i: runs_on_one_thread(self.launches[i].prg)):
+      idx = list(group)
+      if one_thread and len(idx) >= 2: self.steps.append(self._build_run(idx[0], idx[-1] + 1))
+      else: self.steps.extend(idx)
     if not any(isinstance(s, _Run) for s in self.steps): raise ValueError("no two one-thread kernels in a row")
     for step in self.steps:
       if isinstance(step, _Run): self._write(step, range(step.start, step.stop))
