@@ -25,7 +25,7 @@ from tinyplug.tensor_ops.sorting import SortingMixin
 from tinyplug.tensor_ops.einsum import EinsumMixin
 from tinyplug.tensor_ops.selection import SelectionMixin
 from tinyplug.tensor_ops.resample import ResampleMixin
-from tinyplug.tensor_ops import disk, graph, template
+from tinyplug.tensor_ops import disk, graph, template, users
 
 # every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
 # references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
@@ -44,6 +44,19 @@ def _track(t: Tensor) -> None:
   ref = _TensorRef(t, _forget)
   ref.tid = t._tid
   _live_refs[t._tid] = ref
+  _unlinked.append(ref)
+  if len(_unlinked) > 8192: _link_pending()
+
+# tensors made or given another uop since the last realize: their graphs are linked (tensor_ops/users.py) when the next
+# realize needs the links, so a temporary that dies before then costs one append
+_unlinked: list[_TensorRef] = []
+
+def _link_pending() -> None:
+  pending = _unlinked[:]
+  _unlinked.clear()
+  is_realized, link = graph.is_realized, users.link
+  for r in pending:
+    if (t := r()) is not None and (u := t._uop) is not None and u.src and not is_realized(u): link(r, u)
 
 def live_tensors() -> list[Tensor]:
   """Every Tensor alive now."""
@@ -68,23 +81,19 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   """Point live tensors at what their uops became, substituting inside every graph that uses them.
 
   Only nodes that some live tensor holds are substituted; intermediate buffers the schedule made on the way stay
-  out of the graphs (so gradients keep flowing through them). A tensor whose node is older than every realized one
-  cannot hold or contain one (a node is newer than the nodes below it): the params and buffers of a model are
-  passed over at the cost of one comparison each."""
+  out of the graphs (so gradients keep flowing through them). The tensors are found from the realized nodes upwards
+  (tensor_ops/users.py): tensors unrelated to them are not looked at."""
   if not becomes: return
-  oldest = min(k.seq for k in becomes)
-  # (a deferred template output is built here: its graph may hold a realized node)
-  tensors = [t for r in list(_live_refs.values())
-             if (t := r()) is not None and (t._uop if t._defer is None else t._build()).seq >= oldest]
-  held = {t._uop for t in tensors}
-  becomes = {k: v for k, v in becomes.items() if k in held}
+  for r in list(_deferred_refs.values()):   # a deferred template output is built here: its graph may hold one
+    if (t := r()) is not None and t._defer is not None: t._build()
+  _link_pending()
+  becomes = {k: v for k, v in becomes.items() if users.is_held(k)}
   if not becomes: return
-  keys = becomes.keys()
-  for t in tensors:
-    u = t._uop
-    if (v := becomes.get(u)) is not None: t.uop = v   # the tensor itself was realized: no graph to rewrite
-    elif not graph.is_realized(u) and not keys.isdisjoint(u.toposort()):   # a buffer view holds no computation
-      t.uop = u.substitute(becomes, name="apply becomes map")
+  found, done = users.holders(becomes), set()
+  for t, u in found:
+    if id(t) in done or t._uop is not u: continue   # (a tensor linked twice to its node; already substituted)
+    done.add(id(t))
+    t.uop = v if (v := becomes.get(u)) is not None else u.substitute(becomes, name="apply becomes map")
 
 def _engine():
   # the engine imports the scheduler and codegen: loaded on the first realize, then bound (not imported per call)
@@ -179,10 +188,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def uop(self, u: UOp) -> None:
     if self._defer is not None: self._undefer()
     self._uop = u
+    if (r := _live_refs.get(self._tid)) is not None: _unlinked.append(r)   # (an unpickled tensor is not tracked)
   def _build(self) -> UOp:
     """A deferred output's graph, built now (once)."""
     self._uop = u = template.rebuild(*self._defer)
     self._undefer()
+    if (r := _live_refs.get(self._tid)) is not None: _unlinked.append(r)
     return u
   def _undefer(self) -> None:
     self._defer = None
