@@ -51,12 +51,17 @@ def _track(t: Tensor) -> None:
 # realize needs the links, so a temporary that dies before then costs one append
 _unlinked: list[_TensorRef] = []
 
-def _link_pending() -> None:
+def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, UOp]]:
+  """Link the graphs of the tensors in `_unlinked`; those holding a node of `becomes` itself are returned instead
+  (they are about to hold a buffer: nothing to link)."""
   pending = _unlinked[:]
   _unlinked.clear()
-  is_realized, link = graph.is_realized, users.link
+  is_realized, link, held = graph.is_realized, users.link, []
   for r in pending:
-    if (t := r()) is not None and (u := t._uop) is not None and u.src and not is_realized(u): link(r, u)
+    if (t := r()) is None or (u := t._uop) is None or not u.src or is_realized(u): continue
+    if becomes is not None and u in becomes: held.append((t, u))
+    else: link(r, u)
+  return held
 
 def live_tensors() -> list[Tensor]:
   """Every Tensor alive now."""
@@ -86,12 +91,14 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   if not becomes: return
   for r in list(_deferred_refs.values()):   # a deferred template output is built here: its graph may hold one
     if (t := r()) is not None and t._defer is not None: t._build()
-  _link_pending()
-  becomes = {k: v for k, v in becomes.items() if users.is_held(k)}
+  found = _link_pending(becomes)   # the tensors made since the last realize and holding a realized node
+  keys = {u for _, u in found}
+  becomes = {k: v for k, v in becomes.items() if k in keys or users.is_held(k)}
   if not becomes: return
-  found, done = users.holders(becomes), set()
+  found += users.holders(becomes)
+  done = set()
   for t, u in found:
-    if id(t) in done or t._uop is not u: continue   # (a tensor linked twice to its node; already substituted)
+    if id(t) in done or t._uop is not u: continue   # (a tensor found twice; already substituted)
     done.add(id(t))
     t.uop = v if (v := becomes.get(u)) is not None else u.substitute(becomes, name="apply becomes map")
 
