@@ -89,8 +89,9 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   out of the graphs (so gradients keep flowing through them). The tensors are found from the realized nodes upwards
   (tensor_ops/users.py): tensors unrelated to them are not looked at."""
   if not becomes: return
-  for r in list(_deferred_refs.values()):   # a deferred template output is built here: its graph may hold one
-    if (t := r()) is not None and t._defer is not None: t._build()
+  if _deferred_refs:   # a deferred template output is built here: its graph may hold one
+    for r in list(_deferred_refs.values()):
+      if (t := r()) is not None and t._defer is not None: t._build()
   found = _link_pending(becomes)   # the tensors made since the last realize and holding a realized node
   keys = {u for _, u in found}
   becomes = {k: v for k, v in becomes.items() if k in keys or users.is_held(k)}

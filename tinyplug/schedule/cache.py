@@ -52,18 +52,19 @@ def _buffer_of_view(u: UOp) -> UOp | None:
   return u if u.op is Ops.BUFFER and len(u.src) == 2 and u.src[0].op is Ops.UNIQUE else None
 
 def _buffer_free(u: UOp) -> bool:
-  """Whether u's graph holds no buffer and only ops templates cover (remembered on u when so)."""
-  if (c := u._cache) is not None and c.get("buffer_free"): return True
-  seen, stack = set(), [u]
+  """Whether u's graph holds no buffer and only ops templates cover (remembered on u)."""
+  if (c := u._cache) is not None and (known := c.get("buffer_free")) is not None: return known
+  seen, stack, free = set(), [u], True
   while stack:
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
     if len(seen) > _VIEW_BUDGET or n.op is Ops.BUFFER or n.op is Ops.UNIQUE or n.op._value_ not in _CACHEABLE_VALUES:
-      return False
-    stack.extend(n.src)
-  u._cached("buffer_free", lambda: True)
-  return True
+      free = False
+      break
+    stack.extend(reversed(n.src))   # first sources first: `x * c` meets x's buffer before c's constant chain
+  u._cached("buffer_free", lambda: free)
+  return free
 
 def _shallow_key(x: UOp) -> tuple | None:
   if x.op._value_ not in _CACHEABLE_VALUES or not x.src: return None

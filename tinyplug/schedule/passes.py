@@ -6,10 +6,10 @@ from tinyplug.hookspecs.passes import SCHEDULE_STAGES, FusionPass, PipelineStep,
   pipeline_fingerprint
 from tinyplug.uop.ops import UOp
 from tinyplug.uop.upat import PatternMatcher
+from tinyplug.plugins import get_plugin_manager
 
 def schedule_steps() -> tuple[PipelineStep, ...]:
   """The scheduler's stages and plugin passes in run order, for the loaded plugin set."""
-  from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager()
   if (steps := pm.derived.get("schedule.pipeline")) is None:
     steps = pm.derived["schedule.pipeline"] = tuple(order_passes(SCHEDULE_STAGES, passes_for(SCHEDULE_STAGES, pm.passes)))
@@ -17,7 +17,6 @@ def schedule_steps() -> tuple[PipelineStep, ...]:
 
 def schedule_key() -> str:
   """The fingerprint of the scheduler's passes: part of the schedule cache's key (another pass set cuts other kernels)."""
-  from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager()
   if (key := pm.derived.get("schedule.fingerprint")) is None:
     key = pm.derived["schedule.fingerprint"] = pipeline_fingerprint(schedule_steps())
@@ -33,7 +32,6 @@ def _stage_of(step: PipelineStep, steps: tuple[PipelineStep, ...]) -> str:
 
 def _loaded(step: PipelineStep, steps: tuple[PipelineStep, ...]) -> Any:
   """A pass's rewrite, built once per plugin set and checked against what its stage takes."""
-  from tinyplug.plugins import get_plugin_manager
   pm = get_plugin_manager()
   key = f"schedule.pass.{step.name}"
   if key in pm.derived: return pm.derived[key]

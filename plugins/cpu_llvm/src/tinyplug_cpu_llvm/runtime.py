@@ -82,7 +82,8 @@ class CPUProgram:
     if len(bufs) != self.n_bufs or len(vals) != self.n_vars:   # extra arguments would land in the thread slots
       raise ValueError(f"kernel {self.name} takes {self.n_bufs} buffers and {self.n_vars} values, "
                        f"got {len(bufs)} and {len(vals)}")
-    args = [_address(b) for b in bufs] + [int(v) for v in vals]
+    args = [b.addr if type(b) is CPUMemory else _address(b) for b in bufs]   # (CPUMemory: no call per buffer)
+    if vals: args += [int(v) for v in vals]
     n = self.threads()
     st = time.perf_counter()
     if n == 1: self.fn(*args, 0, 1)
