@@ -54,8 +54,8 @@ _unlinked: list[_TensorRef] = []
 def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, UOp]]:
   """Link the graphs of the tensors in `_unlinked`; those holding a node of `becomes` itself are returned instead
   (they are about to hold a buffer: nothing to link)."""
-  pending = _unlinked[:]
-  _unlinked.clear()
+  global _unlinked
+  pending, _unlinked = _unlinked, []
   is_realized, link, held = graph.is_realized, users.link, []
   for r in pending:
     if (t := r()) is None or (u := t._uop) is None or not u.src or is_realized(u): continue
@@ -101,7 +101,9 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   for t, u in found:
     if id(t) in done or t._uop is not u: continue   # (a tensor found twice; already substituted)
     done.add(id(t))
-    t.uop = v if (v := becomes.get(u)) is not None else u.substitute(becomes, name="apply becomes map")
+    # a buffer view needs no link (t._uop is set, so t is not deferred); a rewritten graph is linked when needed
+    if (v := becomes.get(u)) is not None: t._uop = v
+    else: t.uop = u.substitute(becomes, name="apply becomes map")
 
 def _engine():
   # the engine imports the scheduler and codegen: loaded on the first realize, then bound (not imported per call)
