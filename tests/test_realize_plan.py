@@ -170,6 +170,20 @@ def test_a_live_graph_holding_the_same_nodes_is_pointed_at_the_result():
   ta.assign(buf(data(4, 9))).realize()
   close(lazy, a @ b)                   # the value from before the assign
 
+def test_a_live_node_no_tensor_holds_keeps_the_plan_among_unrelated_lazy_tensors():
+  a, b = data(4, 7), data(7, 3)
+  ta, tb = buf(a), buf(b)
+  for _ in range(3): (ta @ tb).realize()
+  built = ta @ tb
+  kept = built.uop                     # the graph's nodes stay alive, but no tensor holds them
+  del built
+  unrelated = [Tensor(data(4, 7)) * 2 + ta for _ in range(20)]   # lazy graphs over the same input, made after it
+  with Count() as n:
+    close((ta @ tb).realize(), a @ b)
+  assert n["hits"] == 1 and n["fallbacks"] == 0
+  close(unrelated[3], unrelated[3].numpy())
+  assert kept.op is not None
+
 def test_settings_that_change_code_take_another_plan(capsys):
   a, b = data(12, 5), data(5, 12)
   ta, tb = buf(a), buf(b)

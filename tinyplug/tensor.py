@@ -105,6 +105,11 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
     if (v := becomes.get(u)) is not None: t._uop = v
     else: t.uop = u.substitute(becomes, name="apply becomes map")
 
+def _held_anywhere(nodes: list[UOp]) -> bool:
+  """Whether a live tensor's graph holds one of `nodes`."""
+  _link_pending()
+  return bool(users.holders(nodes))
+
 def _engine():
   # the engine imports the scheduler and codegen: loaded on the first realize, then bound (not imported per call)
   global _engine_mod
@@ -118,7 +123,7 @@ def _plan():
   global _plan_mod
   if _plan_mod is None:
     import tinyplug.engine.plan as mod
-    mod._live_refs, mod._deferred_refs, mod._apply_becomes_map = _live_refs, _deferred_refs, _apply_becomes_map
+    mod._deferred_refs, mod._apply_becomes_map, mod._held_anywhere = _deferred_refs, _apply_becomes_map, _held_anywhere
     _plan_mod = mod
   return _plan_mod
 _plan_mod = None

@@ -14,9 +14,8 @@ input's shape, dtype, device and gradient flag), the inputs' views (each must lo
 and no two may share a buffer: the deferral checks both), every ContextVar (through `ContextVar.generation`: any
 assignment rechecks them all), the plugin set (the scheduler's and codegen's pipelines). The usual path is taken
 instead whenever it does more than run kernels: a TinyJit capture, schedules handed out by Tensor.schedule() and not
-yet run, any event listener (the visualizer sees every schedule and rewrite), DEBUG >= 1. And a live tensor that may
-hold part of the graph (a lazy graph made after the inputs) sends the realize the usual way too: there its nodes would
-be pointed at the new buffers."""
+yet run, any event listener (the visualizer sees every schedule and rewrite), DEBUG >= 1. And a live tensor whose graph
+holds part of the graph sends the realize the usual way too: there its nodes would be pointed at the new buffers."""
 from __future__ import annotations
 import itertools
 from typing import Any
@@ -24,7 +23,7 @@ from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.device import buffer_of
 from tinyplug.helpers import REALIZE_PLANS, ContextVar, GlobalCounters
-from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
+from tinyplug.uop.ops import Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
@@ -60,11 +59,12 @@ def _run(plan: Plan, handle_of: Any) -> list[UOp]:
   GlobalCounters.global_mem += plan.mem
   return outs
 
-# set by tinyplug.tensor (a layer above) when it loads this module: its registries of live tensors (tensor id -> weak
-# reference) and of deferred outputs not built yet, and its function pointing live tensors at realized buffers
-_live_refs: dict = {}
+# set by tinyplug.tensor (a layer above) when it loads this module: its registry of deferred outputs not built yet
+# (tensor id -> weak reference), its function pointing live tensors at realized buffers, and its function telling
+# whether a live tensor's graph holds one of some nodes
 _deferred_refs: dict = {}
 _apply_becomes_map: Any = None
+_held_anywhere: Any = None
 
 # (id of the template, settings number) -> (the template, its Plan or None: refused). The entry holds the template, so
 # its id is not reused while the entry lives; tinyplug.reset() empties it (with the compiled programs)
@@ -157,25 +157,17 @@ _sched_mod: Any = None
 
 def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
   """Whether a live tensor may hold a node of the template's graph over `inputs`, which the usual realize would point
-  at the new buffers. First whether any such node is alive at all (every node of the graph holds one of the nodes
-  right over the inputs, `Built.probes`: a few lookups, no walk) and whether another deferred output uses one of the
-  inputs (its graph, once built, may hold the same nodes); only then the live tensors are looked at: one holding an
-  unrealized graph made after every input (a node is newer than the nodes below it). A node may outlive every tensor
-  in a reference cycle the collector has not freed yet (a node caches its toposort, itself included)."""
+  at the new buffers. Every node of the graph holds one of the nodes right over the inputs (`Built.probes`): a few
+  lookups find those still alive, and a live tensor holds a node of the graph only if its graph holds one of them
+  (found from those nodes upwards, tensor_ops/users.py: unrelated tensors are not looked at). And another deferred
+  output using one of the inputs may hold the same nodes once its graph is built."""
   if len(_deferred_refs) > 1:
     for r in list(_deferred_refs.values()):
       if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]):
         return True
-  for find, spec in built.probes:
-    if find(tuple([inputs[s] if type(s) is int else s for s in spec])) is not None: break
-  else: return False
-  newest = max([u.seq for u in inputs])
-  buffer, movement = Ops.BUFFER, GroupOp.Movement
-  for r in list(_live_refs.values()):
-    if (o := r()) is None or (u := o._uop) is None or u.seq <= newest: continue
-    while u.op in movement: u = u.src[0]
-    if u.op is not buffer: return True
-  return False
+  alive = [n for find, spec in built.probes
+           if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None]
+  return bool(alive) and _held_anywhere(alive)
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
