@@ -4,8 +4,9 @@
     python benchmarks/replay_steps.py [--model mlp] [--steps 200] [--keep-inputs] [--profile]
 
 first_step.py's models and step (TinyJit, cross-entropy, backward, Adam); each step makes `Tensor(x), Tensor(y)` from
-numpy as a training loop does. `--keep-inputs` makes every batch's Tensors up front and keeps them alive (realizing
-an input then looks at each live tensor newer than it). Prints the median and p10 of the replayed steps.
+numpy as a training loop does. `--keep-inputs` makes every batch's Tensors up front and keeps them alive (until
+session 11 each realize then looked at every live tensor newer than the realized input; benchmarks/README.md).
+Prints the median and p10 of the replayed steps.
 """
 from __future__ import annotations
 import argparse, cProfile, os, pstats, sys, time
