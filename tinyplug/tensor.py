@@ -27,8 +27,8 @@ from tinyplug.tensor_ops.selection import SelectionMixin
 from tinyplug.tensor_ops.resample import ResampleMixin
 from tinyplug.tensor_ops import disk, graph, template, users
 
-# every live Tensor, so that realize() can point all of them at the buffers that now hold their values: weak
-# references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
+# every live Tensor (live_tensors(); realize() finds the ones to point at new buffers through tensor_ops/users.py):
+# weak references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
 class _TensorRef(weakref.ref):
   __slots__ = ("tid",)
 
