@@ -108,6 +108,20 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
   return max(2 * nbytes // 4, 2), rows
 
+# a small reduction's register tile where the innermost output axis is read contiguously (its lanes are vectors): one
+# vector wide by this many rows, each row one vector accumulator (the second input's vector feeds a row of FMAs)
+SMALL_VECTOR_ROWS = 4
+
+def vector_lanes(k: Kernel) -> int:
+  """Lanes of one vector register (`Renderer.vector_bytes`) for the kernel's accumulator dtype where every global load
+  that depends on the innermost output axis is contiguous along it (its lanes become vector loads, as in `x.T @ g` and
+  `g @ W`); 0 where some is read across it (`x @ W.T`: gathers), none depends on it, or the renderer does not say."""
+  if k.renderer is None or not k.renderer.vector_bytes or not k.loop_axes or not k.reduce_axes: return 0
+  along = [s for s in _load_strides(k, k.loop_axes[-1]) if s != 0]
+  if not along or any(s != 1 for s in along): return 0
+  red = next(u for u in k.sink.toposort() if u.op is Ops.REDUCE)
+  return max(k.renderer.vector_bytes // max(red.dtype.itemsize, 1), 1)
+
 def _threads(k: Kernel) -> int:
   return max(1, int(k.renderer.threads or 1)) if k.renderer is not None else 1
 
@@ -520,16 +534,25 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     # one vector wide, past the tile budget: the other input is then read once instead of once per pair of rows
     # (`g.T @ x` of a 9216->10 layer: 0.48 -> 0.22 ms; 2.3 -> 1.9 ms in a training step, which fuses the loss
     # gradient in); EXPAND_BUDGET bounds its code
+    # a small reduction whose row is read as vectors: the budget counts vector accumulators, not lanes. One vector
+    # wide by SMALL_VECTOR_ROWS rows, unrolled no further, is faster than the lane budget's 8 x 2 unrolled by 4 with
+    # fewer UOps (Zen 4, one thread: `x.T @ g` 64x64x128 24 -> 11 us, `g @ W` 128x64x64 16.4 -> 11.3 us; 128x784x64
+    # 164 -> 114 us, where the 64-lane budget took 32 x 2 and padded 784 to 800)
     whole = next((a for a in others[:1] if 2 < loops[a].src[0].arg <= 16 and loops[a].src[0].arg % 4), None) \
       if cpu and budget >= 64 else None
     if whole is not None: widths = tuple(w for w in widths if w <= 16)
+    lanes = vector_lanes(k) if cpu and budget < 256 and whole is None and reuse[inner] else 0
+    row = loops[inner].src[0].arg
+    if lanes and row >= lanes and (row % lanes == 0 or -(-row // lanes) * lanes <= row * 5 // 4):
+      widths, tile_rows, budget = (lanes,), SMALL_VECTOR_ROWS, lanes * SMALL_VECTOR_ROWS
+    else: lanes = 0
     if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
     if reuse[inner]:
       size = k.loop_axes[inner].src[0].arg
       any(size % w == 0 and size >= w and _try_tile(k, Opt(OptOps.UPCAST, inner, w)) for w in widths)
     if whole is not None and _try_tile(k, Opt(OptOps.UPCAST, whole, loops[whole].src[0].arg)): others = []
     for axis in others:
-      if cpu: _pad_for_tile(k, axis, tile_rows)
+      if cpu and not lanes: _pad_for_tile(k, axis, tile_rows)   # a vector row's few rows: a divisor (10 rows: 2)
       choices = tuple(c for c in ((8, 4, 2) if not gpu else (4, 2)) if k.upcasted * c <= budget and c <= tile_rows)
       size = k.loop_axes[axis].src[0].arg
       # the widest that divides the axis and keeps the expanded kernel within EXPAND_BUDGET

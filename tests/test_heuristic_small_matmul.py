@@ -1,0 +1,87 @@
+"""The small and skinny matmuls of a training step on CPUs: where the innermost output axis is read as vectors (the
+weight gradient `x.T @ g`, the input gradient `g @ W`), the register tile of a small reduction is one vector wide
+(`Renderer.vector_bytes`) by SMALL_VECTOR_ROWS rows; where it is read across (`x @ W.T`) the lane budget stays.
+Decisions for fake machines fed through the CPU renderer; values against numpy, odd sizes included."""
+import numpy as np
+import pytest
+from tinyplug import schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import SMALL_VECTOR_ROWS, heuristic_opts, vector_lanes
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+
+RNG = np.random.default_rng(11)
+KB, MB = 1 << 10, 1 << 20
+
+@pytest.fixture
+def machine(monkeypatch):
+  """machine(vector_bytes, vector_registers): the CPU renderer now has those vector registers (and a Zen-like cache)."""
+  r = Device["CPU"].renderer
+  def set_to(nbytes: int, count: int):
+    monkeypatch.setattr(r, "cache_bytes", (32 * KB, 1 * MB, 32 * MB))
+    monkeypatch.setattr(r, "vector_bytes", nbytes)
+    monkeypatch.setattr(r, "vector_registers", count)
+    return r
+  return set_to
+
+def _operands(kind: str, m: int, n: int, k: int, empty: bool):
+  """(x, y) with x @ y the layer's matmul: `fwd` x @ W.T, `wgrad` g.T @ x (the batch is k), `igrad` g @ W."""
+  def t(*shape):
+    if empty: return Tensor.empty(*shape, device="CPU"), None
+    a = RNG.standard_normal(shape).astype(np.float32)
+    return Tensor(a, device="CPU"), a
+  if kind == "fwd": (x, xn), (w, wn) = t(m, k), t(n, k); return (x, w.T), (xn, None if empty else wn.T)
+  if kind == "wgrad": (g, gn), (x, xn) = t(k, m), t(k, n); return (g.T, x), (None if empty else gn.T, xn)
+  (g, gn), (w, wn) = t(m, k), t(k, n)
+  return (g, w), (gn, wn)
+
+def kernel(kind: str, m: int, n: int, k: int) -> Kernel:
+  schedule._templates.clear()   # no schedule made under another fake machine
+  (a, b), _ = _operands(kind, m, n, k, empty=True)
+  items, _ = create_schedule([(a @ b).uop])
+  return Kernel(items[-1].ast, Device["CPU"].renderer)
+
+@pytest.mark.parametrize("kind,m,n,k", [("wgrad", 64, 64, 128), ("igrad", 128, 64, 64), ("wgrad", 64, 32, 128),
+                                        ("wgrad", 128, 784, 64), ("igrad", 64, 784, 128), ("igrad", 64, 9216, 10)])
+@pytest.mark.parametrize("regs,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
+def test_vector_row_tile_is_one_vector_by_four_rows(machine, kind, m, n, k, regs, lanes):
+  machine(*regs)
+  kr = kernel(kind, m, n, k)
+  assert vector_lanes(kr) == lanes
+  assert heuristic_opts(kr) == [Opt(OptOps.UPCAST, 1, lanes), Opt(OptOps.UPCAST, 0, SMALL_VECTOR_ROWS)]
+
+def test_rows_that_four_does_not_divide_take_a_divisor_unpadded(machine):
+  machine(64, 32)
+  assert heuristic_opts(kernel("igrad", 10, 64, 64)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 2)]
+
+def test_the_lane_budget_stays_where_the_row_is_not_read_as_vectors(machine):
+  machine(64, 32)
+  fwd = kernel("fwd", 128, 64, 64)   # W read across its rows along the output row: gathers
+  assert vector_lanes(fwd) == 0
+  assert heuristic_opts(fwd)[:2] == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2)]
+  # a 10-output layer's weight gradient keeps its whole-axis tile; a row shorter than a vector its lane tile
+  assert heuristic_opts(kernel("wgrad", 10, 9216, 64)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 10)]
+  assert Opt(OptOps.UPCAST, 1, 16) not in heuristic_opts(kernel("igrad", 128, 10, 64))
+
+def test_a_renderer_without_vector_registers_keeps_the_lane_budget(machine):
+  machine(0, 0)
+  kr = kernel("wgrad", 64, 64, 128)
+  assert vector_lanes(kr) == 0
+  assert heuristic_opts(kr) == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 4)]
+
+def test_large_matmuls_keep_the_register_tile(machine):
+  machine(64, 32)
+  assert heuristic_opts(kernel("igrad", 1024, 1024, 1024))[:2] == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 8)]
+
+# odd sizes: rows no multiple of 4 (10, 7, 13), rows padded to a vector (40 -> 48, 50 -> 64 is not), skinny ones
+VALUES = [("wgrad", 64, 64, 128), ("wgrad", 10, 64, 128), ("wgrad", 7, 40, 33), ("wgrad", 13, 50, 31),
+          ("wgrad", 128, 784, 64), ("wgrad", 10, 800, 64), ("igrad", 128, 64, 10), ("igrad", 10, 64, 64),
+          ("igrad", 6, 48, 17), ("igrad", 33, 784, 128), ("igrad", 64, 9216, 10), ("fwd", 128, 64, 64),
+          ("fwd", 13, 10, 37)]
+
+@pytest.mark.parametrize("kind,m,n,k", VALUES)
+def test_training_matmul_values(kind, m, n, k):
+  schedule._templates.clear()
+  (a, b), (an, bn) = _operands(kind, m, n, k, empty=False)
+  np.testing.assert_allclose((a @ b).numpy(), an @ bn, rtol=1e-4, atol=1e-3)
