@@ -51,18 +51,45 @@ def test_vector_row_tile_is_one_vector_by_four_rows(machine, kind, m, n, k, regs
   assert vector_lanes(kr) == lanes
   assert heuristic_opts(kr) == [Opt(OptOps.UPCAST, 1, lanes), Opt(OptOps.UPCAST, 0, SMALL_VECTOR_ROWS)]
 
-def test_rows_that_four_does_not_divide_take_a_divisor_unpadded(machine):
+def test_the_lane_budget_stays_where_the_vector_row_has_too_few_rows(machine):
   machine(64, 32)
-  assert heuristic_opts(kernel("igrad", 10, 64, 64)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 2)]
-
-def test_the_lane_budget_stays_where_the_row_is_not_read_as_vectors(machine):
-  machine(64, 32)
-  fwd = kernel("fwd", 128, 64, 64)   # W read across its rows along the output row: gathers
-  assert vector_lanes(fwd) == 0
-  assert heuristic_opts(fwd)[:2] == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2)]
-  # a 10-output layer's weight gradient keeps its whole-axis tile; a row shorter than a vector its lane tile
-  assert heuristic_opts(kernel("wgrad", 10, 9216, 64)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 10)]
+  # 10 rows: no 4 divides them (a 10-output layer's weight gradient); a row shorter than a vector
+  assert heuristic_opts(kernel("igrad", 10, 64, 64)) == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2),
+                                                         Opt(OptOps.UNROLL, 0, 4)]
   assert Opt(OptOps.UPCAST, 1, 16) not in heuristic_opts(kernel("igrad", 128, 10, 64))
+  # ... and a large weight gradient of 10 rows keeps its whole-axis tile
+  assert heuristic_opts(kernel("wgrad", 10, 9216, 64)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 10)]
+
+@pytest.mark.parametrize("k,unroll", [(64, 8), (32, 4), (128, 16), (784, 16), (8, 4)])
+def test_forward_sums_vectors_of_the_reduction_with_enough_steps(machine, k, unroll):
+  # x @ W.T reads both inputs along the reduction: vector loads of it, summed across lanes once per output, so the
+  # vector is as wide as leaves REDUCE_VECTOR_STEPS steps (or the narrowest that divides a short one)
+  machine(64, 32)
+  fwd = kernel("fwd", 128, 64, k)
+  assert vector_lanes(fwd) == 0   # W read across its rows along the output row: gathers
+  assert heuristic_opts(fwd)[:3] == [Opt(OptOps.UNROLL, 0, unroll), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2)]
+
+def test_forward_of_a_computed_input_sums_vectors_too(machine):
+  machine(64, 32)
+  schedule._templates.clear()
+  x, w = Tensor.empty(128, 64, device="CPU"), Tensor.empty(64, 64, device="CPU")
+  items, _ = create_schedule([(x.relu() @ w.T).uop])   # the ReLU fused into the matmul's first input
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))[0] == Opt(OptOps.UNROLL, 0, 8)
+  items, _ = create_schedule([((x.reshape(128, 1, 64) - w.reshape(1, 64, 64)).abs().sum(-1)).uop])   # no product
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))[0].op is not OptOps.UNROLL
+
+def test_a_fused_input_widens_the_vector_row(machine):
+  # each input value behind a ReLU is computed again per tile that reads it: fewer, wider tiles
+  machine(64, 32)
+  schedule._templates.clear()
+  g, x = Tensor.empty(128, 64, device="CPU"), Tensor.empty(128, 64, device="CPU")
+  items, _ = create_schedule([(g.T @ x.relu()).uop])
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 64),
+                                                                           Opt(OptOps.UPCAST, 0, 4)]
+  machine(32, 16)   # AVX2: 4 rows of 2 vectors, their loads and a broadcast fit 16 registers, 4 vectors would not
+  items, _ = create_schedule([(g.T @ x.relu()).uop])
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 16),
+                                                                           Opt(OptOps.UPCAST, 0, 4)]
 
 def test_a_renderer_without_vector_registers_keeps_the_lane_budget(machine):
   machine(0, 0)
@@ -78,10 +105,19 @@ def test_large_matmuls_keep_the_register_tile(machine):
 VALUES = [("wgrad", 64, 64, 128), ("wgrad", 10, 64, 128), ("wgrad", 7, 40, 33), ("wgrad", 13, 50, 31),
           ("wgrad", 128, 784, 64), ("wgrad", 10, 800, 64), ("igrad", 128, 64, 10), ("igrad", 10, 64, 64),
           ("igrad", 6, 48, 17), ("igrad", 33, 784, 128), ("igrad", 64, 9216, 10), ("fwd", 128, 64, 64),
-          ("fwd", 13, 10, 37)]
+          ("fwd", 13, 10, 37), ("fwd", 128, 64, 32), ("fwd", 30, 36, 72), ("fwd", 64, 128, 784), ("fwd", 7, 12, 8)]
 
 @pytest.mark.parametrize("kind,m,n,k", VALUES)
 def test_training_matmul_values(kind, m, n, k):
   schedule._templates.clear()
   (a, b), (an, bn) = _operands(kind, m, n, k, empty=False)
   np.testing.assert_allclose((a @ b).numpy(), an @ bn, rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("m,n,k", [(128, 64, 64), (30, 48, 40), (64, 32, 128)])
+def test_training_step_shapes_with_relu_values(m, n, k):
+  # the fused ReLU inputs of a step's gradient and forward matmuls
+  schedule._templates.clear()
+  gn, xn, wn = (RNG.standard_normal(s).astype(np.float32) for s in ((k, m), (k, n), (n, m)))
+  g, x, w = (Tensor(a, device="CPU") for a in (gn, xn, wn))
+  np.testing.assert_allclose((g.T @ x.relu()).numpy(), gn.T @ np.maximum(xn, 0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose((g.relu() @ w.T).numpy(), np.maximum(gn, 0) @ wn.T, rtol=1e-4, atol=1e-3)

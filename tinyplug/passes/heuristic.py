@@ -122,6 +122,16 @@ def vector_lanes(k: Kernel) -> int:
   red = next(u for u in k.sink.toposort() if u.op is Ops.REDUCE)
   return max(k.renderer.vector_bytes // max(red.dtype.itemsize, 1), 1)
 
+def _row_vectors(k: Kernel) -> tuple[int, ...]:
+  """How many vectors wide a small reduction's vector row may be, widest first: one where the reduction multiplies
+  plain loads; where it multiplies computed values (a fused ReLU mask or bias: every input value of the tile is
+  computed again for each tile that reads it), up to 4, as many as leave room among the vector registers for
+  SMALL_VECTOR_ROWS rows of accumulators, the row's loaded vectors and a broadcast (a training step's `x.T @ g` with
+  both inputs behind a ReLU, 64x64x128, one thread: 32 us one vector wide, 25 two, 20 four)."""
+  if all(_is_product_of_loads(u.src[0]) for u in k.sink.toposort() if u.op is Ops.REDUCE): return (1,)
+  regs = k.renderer.vector_registers or 0
+  return tuple(v for v in (4, 2, 1) if v == 1 or v * SMALL_VECTOR_ROWS + v + 1 <= regs)
+
 def _threads(k: Kernel) -> int:
   return max(1, int(k.renderer.threads or 1)) if k.renderer is not None else 1
 
@@ -307,15 +317,26 @@ def _is_product_of_loads(u: UOp) -> bool:
   def load(x: UOp) -> bool: return x.op is Ops.LOAD or (x.op is Ops.CAST and x.src[0].op is Ops.LOAD)
   return u.op is Ops.MUL and all(load(x) for x in u.src)
 
+def _is_separable_product(u: UOp, loops: list[UOp]) -> bool:
+  """A MUL of two factors, each independent of some output axis (`relu(x)[m, k] * w[n, k]`), so each factor is
+  computed once per element of its input rather than once per output."""
+  if u.op is Ops.CAST: u = u.src[0]
+  if u.op is not Ops.MUL or len(u.src) != 2: return False
+  deps = [set(x for x in s.toposort() if x.op is Ops.RANGE) for s in u.src]
+  return all(any(r not in d for r in loops) for d in deps)
+
 def _contiguous_reduce(k: Kernel) -> bool:
   """A matmul whose inputs are both contiguous along the reduction and neither along the innermost output axis
   (`x @ w.T`, a linear layer's forward): upcasting output axes gives lanes that are gathers (one scalar accumulator
   each: a 32x8 tile was ~2,400 UOps and half the speed); unrolling the reduction gives vector loads of both inputs."""
   inner, red = k.loop_axes[-1], k.reduce_axes[-1]
-  # a plain product of loads: a heavier body (a pow per pair) is compute-bound, and its lanes are better as the tile's
-  if not all(_is_product_of_loads(u.src[0]) for u in k.sink.toposort() if u.op is Ops.REDUCE): return False
+  # a product of two inputs, each read (or computed: a fused ReLU) without one of the output axes; a heavier body (a
+  # pow per pair) is compute-bound, and its lanes are better as the tile's
+  if not all(_is_separable_product(u.src[0], k.loop_axes) for u in k.sink.toposort() if u.op is Ops.REDUCE): return False
   on_red = [s for s in _load_strides(k, red) if s != 0]
   return len(on_red) >= 2 and all(s == 1 for s in on_red) and 1 not in _load_strides(k, inner)
+
+REDUCE_VECTOR_STEPS = 8
 
 def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
   """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output) and a
@@ -323,7 +344,11 @@ def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
   loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD]
   widths = k.renderer.vector_widths.get(loads[0].dtype.scalar(), ()) if loads and k.renderer is not None else ()
   size = k.reduce_axes[-1].src[0].arg
-  if (amt := next((w for w in sorted(widths, reverse=True) if w >= 4 and size % w == 0), None)) is not None:
+  # the widest vector that leaves REDUCE_VECTOR_STEPS steps per output: each output's vector is summed across its
+  # lanes once at the end, which a short reduction (64) pays for over few steps (Zen 4, one thread, `x @ W.T`
+  # 128x64x64: 16 lanes 29 us, 8 lanes 18 us, the lane tile 8 x 2 unrolled by 4 23 us)
+  fits = [w for w in sorted(widths, reverse=True) if w >= 4 and size % w == 0]
+  if (amt := next((w for w in fits if size // w >= REDUCE_VECTOR_STEPS), fits[-1] if fits else None)) is not None:
     _try_tile(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, amt))
   reuse, loops = _reuse(k), k.loop_axes
   inner = len(loops) - 1
@@ -522,7 +547,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     cpu = k.renderer is not None and k.renderer.runs_loops
     big = cpu and _worth_blocking(k)
     budget = _tile_budget(k) if cpu else 256
-    if cpu and budget >= 64 and _contiguous_reduce(k): return _vector_reduce_tile(k, budget, big)
+    if cpu and _contiguous_reduce(k): return _vector_reduce_tile(k, budget, big)
     # two vectors per tile row (32 lanes with AVX-512) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
     tile_w, tile_rows = cpu_tile(k.renderer) if cpu else (16, 8)
     widths = (4, 2) if gpu else tuple(w for w in (64, 32, 16, 8, 4, 2) if w <= tile_w) if cpu else (16, 8, 4, 2)
@@ -543,8 +568,11 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     if whole is not None: widths = tuple(w for w in widths if w <= 16)
     lanes = vector_lanes(k) if cpu and budget < 256 and whole is None and reuse[inner] else 0
     row = loops[inner].src[0].arg
-    if lanes and row >= lanes and (row % lanes == 0 or -(-row // lanes) * lanes <= row * 5 // 4):
-      widths, tile_rows, budget = (lanes,), SMALL_VECTOR_ROWS, lanes * SMALL_VECTOR_ROWS
+    # (a tile of fewer rows reuses each loaded vector too little: a 10-output layer's weight gradient keeps 8 x 2)
+    if lanes and row >= lanes and (row % lanes == 0 or -(-row // lanes) * lanes <= row * 5 // 4) and \
+       any(loops[a].src[0].arg % SMALL_VECTOR_ROWS == 0 for a in others[:1]):
+      widths = tuple(lanes * v for v in _row_vectors(k) if row % (lanes * v) == 0) or (lanes,)
+      tile_rows, budget = SMALL_VECTOR_ROWS, widths[0] * SMALL_VECTOR_ROWS
     else: lanes = 0
     if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
     if reuse[inner]:
@@ -552,7 +580,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
       any(size % w == 0 and size >= w and _try_tile(k, Opt(OptOps.UPCAST, inner, w)) for w in widths)
     if whole is not None and _try_tile(k, Opt(OptOps.UPCAST, whole, loops[whole].src[0].arg)): others = []
     for axis in others:
-      if cpu and not lanes: _pad_for_tile(k, axis, tile_rows)   # a vector row's few rows: a divisor (10 rows: 2)
+      if cpu: _pad_for_tile(k, axis, tile_rows)
       choices = tuple(c for c in ((8, 4, 2) if not gpu else (4, 2)) if k.upcasted * c <= budget and c <= tile_rows)
       size = k.loop_axes[axis].src[0].arg
       # the widest that divides the axis and keeps the expanded kernel within EXPAND_BUDGET
