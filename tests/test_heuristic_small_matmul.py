@@ -84,12 +84,15 @@ def test_a_fused_input_widens_the_vector_row(machine):
   schedule._templates.clear()
   g, x = Tensor.empty(128, 64, device="CPU"), Tensor.empty(128, 64, device="CPU")
   items, _ = create_schedule([(g.T @ x.relu()).uop])
-  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 64),
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 32),
                                                                            Opt(OptOps.UPCAST, 0, 4)]
-  machine(32, 16)   # AVX2: 4 rows of 2 vectors, their loads and a broadcast fit 16 registers, 4 vectors would not
+  machine(32, 16)   # AVX2: 4 rows of 2 vectors, their loads and a broadcast fit 16 registers
   items, _ = create_schedule([(g.T @ x.relu()).uop])
   assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 16),
                                                                            Opt(OptOps.UPCAST, 0, 4)]
+  machine(32, 8)    # 8 registers: one vector wide
+  items, _ = create_schedule([(g.T @ x.relu()).uop])
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))[0] == Opt(OptOps.UPCAST, 1, 8)
 
 def test_a_renderer_without_vector_registers_keeps_the_lane_budget(machine):
   machine(0, 0)

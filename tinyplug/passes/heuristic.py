@@ -122,15 +122,19 @@ def vector_lanes(k: Kernel) -> int:
   red = next(u for u in k.sink.toposort() if u.op is Ops.REDUCE)
   return max(k.renderer.vector_bytes // max(red.dtype.itemsize, 1), 1)
 
+# a small reduction's vector row over computed inputs is at most this many vectors wide: 4 was faster still (below)
+# but its expanded code doubled the codegen time of the mlp step's changed kernels (+50 ms against +25 ms for 2)
+FUSED_ROW_VECTORS = 2
+
 def _row_vectors(k: Kernel) -> tuple[int, ...]:
   """How many vectors wide a small reduction's vector row may be, widest first: one where the reduction multiplies
   plain loads; where it multiplies computed values (a fused ReLU mask or bias: every input value of the tile is
-  computed again for each tile that reads it), up to 4, as many as leave room among the vector registers for
-  SMALL_VECTOR_ROWS rows of accumulators, the row's loaded vectors and a broadcast (a training step's `x.T @ g` with
-  both inputs behind a ReLU, 64x64x128, one thread: 32 us one vector wide, 25 two, 20 four)."""
+  computed again for each tile that reads it), up to FUSED_ROW_VECTORS, as many as leave room among the vector
+  registers for SMALL_VECTOR_ROWS rows of accumulators, the row's loaded vectors and a broadcast (a training step's
+  `x.T @ g` with both inputs behind a ReLU, 64x64x128, one thread: 32 us one vector wide, 25 two, 20 four)."""
   if all(_is_product_of_loads(u.src[0]) for u in k.sink.toposort() if u.op is Ops.REDUCE): return (1,)
   regs = k.renderer.vector_registers or 0
-  return tuple(v for v in (4, 2, 1) if v == 1 or v * SMALL_VECTOR_ROWS + v + 1 <= regs)
+  return tuple(v for v in range(FUSED_ROW_VECTORS, 0, -1) if v == 1 or v * SMALL_VECTOR_ROWS + v + 1 <= regs)
 
 def _threads(k: Kernel) -> int:
   return max(1, int(k.renderer.threads or 1)) if k.renderer is not None else 1
