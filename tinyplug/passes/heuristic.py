@@ -343,7 +343,8 @@ def _contiguous_reduce(k: Kernel) -> bool:
 REDUCE_VECTOR_STEPS = 8
 
 def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
-  """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output) and a
+  """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output; the widest
+  leaving REDUCE_VECTOR_STEPS steps per output) and a
   small tile of outputs (4x4 for large kernels, 4x2 otherwise) so each loaded vector feeds several of them."""
   loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD]
   widths = k.renderer.vector_widths.get(loads[0].dtype.scalar(), ()) if loads and k.renderer is not None else ()
