@@ -6,7 +6,7 @@ other action lists, interleaved, in thread CPU time.
   python benchmarks/small_matmuls.py --before /tmp/smallmm-base   # main's heuristic beside this checkout's
 
 A shape is KIND:MxNxK for a Linear layer of a batch: `fwd` x @ W.T (x: M x K, W: N x K), `wgrad` g.T @ x (g: K x M,
-x: K x N; the batch is K), `igrad` g @ W (g: M x K, W: K x N). Each round runs every config's kernel `--reps` times back
+x: K x N; the batch is K), `igrad` g @ W (g: M x K, W: K x N); `fwdrelu` and `wgradrelu` with a ReLU fused into x. Each round runs every config's kernel `--reps` times back
 to back (caches warm, as in a replayed step) and keeps the median; a config's time is the p10 / median over rounds.
 `--before` loads another checkout's heuristic module (its heuristic_opts) and times its actions in the same rounds.
 CPU_THREADS=1 is set: the kernels run on this thread. Never run from tests."""
@@ -28,9 +28,11 @@ SHAPES = ("fwd:128x64x32", "fwd:128x64x64", "fwd:128x10x64", "fwd:64x10x9216", "
 
 def matmul_ast(kind: str, m: int, n: int, k: int):
   if kind == "fwd": out = Tensor.empty(m, k) @ Tensor.empty(n, k).T
+  elif kind == "fwdrelu": out = Tensor.empty(m, k).relu() @ Tensor.empty(n, k).T
+  elif kind == "wgradrelu": out = Tensor.empty(k, m).T @ Tensor.empty(k, n).relu()
   elif kind == "wgrad": out = Tensor.empty(k, m).T @ Tensor.empty(k, n)
   elif kind == "igrad": out = Tensor.empty(m, k) @ Tensor.empty(k, n)
-  else: raise ValueError(f"unknown matmul kind {kind!r}: fwd, wgrad or igrad")
+  else: raise ValueError(f"unknown matmul kind {kind!r}: fwd, wgrad, igrad, fwdrelu or wgradrelu")
   items, _ = create_schedule([out.uop])
   return items[-1].ast
 
