@@ -69,6 +69,14 @@ def test_forward_sums_vectors_of_the_reduction_with_enough_steps(machine, k, unr
   assert vector_lanes(fwd) == 0   # W read across its rows along the output row: gathers
   assert heuristic_opts(fwd)[:3] == [Opt(OptOps.UNROLL, 0, unroll), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2)]
 
+def test_forward_of_a_ten_output_layer_sums_vectors(machine):
+  # not taken for a convolution's odd row (the small-window tile): 5 outputs of the row, 2 rows
+  machine(64, 32)
+  assert heuristic_opts(kernel("fwd", 64, 10, 9216)) == [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.UPCAST, 1, 5),
+                                                         Opt(OptOps.UPCAST, 0, 2)]
+  # an odd reduction has no vectors to read: the lane tile
+  assert all(o.op is not OptOps.UNROLL for o in heuristic_opts(kernel("fwd", 13, 10, 37)))
+
 def test_forward_of_a_computed_input_sums_vectors_too(machine):
   machine(64, 32)
   schedule._templates.clear()

@@ -342,22 +342,26 @@ def _contiguous_reduce(k: Kernel) -> bool:
 
 REDUCE_VECTOR_STEPS = 8
 
-def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
-  """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output; the widest
-  leaving REDUCE_VECTOR_STEPS steps per output) and a
-  small tile of outputs (4x4 for large kernels, 4x2 otherwise) so each loaded vector feeds several of them."""
+def _reduce_vector(k: Kernel) -> int | None:
+  """The vector width to read the reduction by: the widest that leaves REDUCE_VECTOR_STEPS steps per output (each
+  output's vector is summed across its lanes once at the end, which a short reduction pays for over few steps: Zen 4,
+  one thread, `x @ W.T` 128x64x64: 16 lanes 29 us, 8 lanes 18 us, the lane tile 8 x 2 unrolled by 4 23 us), else the
+  narrowest that divides it; None where none does (an odd reduction)."""
   loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD]
   widths = k.renderer.vector_widths.get(loads[0].dtype.scalar(), ()) if loads and k.renderer is not None else ()
   size = k.reduce_axes[-1].src[0].arg
-  # the widest vector that leaves REDUCE_VECTOR_STEPS steps per output: each output's vector is summed across its
-  # lanes once at the end, which a short reduction (64) pays for over few steps (Zen 4, one thread, `x @ W.T`
-  # 128x64x64: 16 lanes 29 us, 8 lanes 18 us, the lane tile 8 x 2 unrolled by 4 23 us)
   fits = [w for w in sorted(widths, reverse=True) if w >= 4 and size % w == 0]
-  if (amt := next((w for w in fits if size // w >= REDUCE_VECTOR_STEPS), fits[-1] if fits else None)) is not None:
-    _try_tile(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, amt))
+  return next((w for w in fits if size // w >= REDUCE_VECTOR_STEPS), fits[-1] if fits else None)
+
+def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
+  """The reduction unrolled by a vector width (each input read as vectors, a vector accumulator per output) and a
+  small tile of outputs (4x4 for large kernels, 4x2 otherwise) so each loaded vector feeds several of them."""
+  if (amt := _reduce_vector(k)) is not None: _try_tile(k, Opt(OptOps.UNROLL, len(k.reduce_axes) - 1, amt))
   reuse, loops = _reuse(k), k.loop_axes
   inner = len(loops) - 1
-  if reuse[inner]: _try_tile(k, Opt(OptOps.UPCAST, inner, 4)) or _try_tile(k, Opt(OptOps.UPCAST, inner, 2))
+  # 4 outputs along the row, or an odd divisor near it (a 10-output layer: 5)
+  size = loops[inner].src[0].arg
+  if reuse[inner]: any(size % a == 0 and _try_tile(k, Opt(OptOps.UPCAST, inner, a)) for a in (4, 5, 3, 2))
   second = 4 if budget >= 256 else 2
   for axis in sorted((a for a in range(inner) if reuse[a]), key=lambda a: (-reuse[a], -loops[a].src[0].arg)):
     if _try_tile(k, Opt(OptOps.UPCAST, axis, second)) or _try_tile(k, Opt(OptOps.UPCAST, axis, 2)): break
@@ -545,14 +549,17 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   if gpu and (tc := tensor_core_opts(k)) is not None: return _tensor_core_opts(k, tc)
   if gpu and k.renderer.parallel_work_items and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
   if not gpu and _is_row_kernel(k): return _row_opts(k)
+  cpu = k.renderer is not None and k.renderer.runs_loops
+  # `x @ W.T` (both inputs along the reduction) before the small-window tile, which would take a 10-output layer's
+  # forward as a convolution's odd row (64x10x9216, one thread: 204 us as a 10x4 tile of gathers, 164 us so)
+  if cpu and not gpu and len(loops) >= 2 and reduces and _contiguous_reduce(k) and _reduce_vector(k) is not None:
+    return _vector_reduce_tile(k, _tile_budget(k), _worth_blocking(k))
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if reduces and len(loops) >= 2:
     reuse = _reuse(k)
     inner = len(loops) - 1
-    cpu = k.renderer is not None and k.renderer.runs_loops
     big = cpu and _worth_blocking(k)
     budget = _tile_budget(k) if cpu else 256
-    if cpu and _contiguous_reduce(k): return _vector_reduce_tile(k, budget, big)
     # two vectors per tile row (32 lanes with AVX-512) pay off on CPUs once a row is that wide (conv 32x32: 20% faster)
     tile_w, tile_rows = cpu_tile(k.renderer) if cpu else (16, 8)
     widths = (4, 2) if gpu else tuple(w for w in (64, 32, 16, 8, 4, 2) if w <= tile_w) if cpu else (16, 8, 4, 2)
