@@ -1,7 +1,9 @@
 """The small and skinny matmuls of a training step on CPUs: where the innermost output axis is read as vectors (the
 weight gradient `x.T @ g`, the input gradient `g @ W`), the register tile of a small reduction is one vector wide
-(`Renderer.vector_bytes`) by SMALL_VECTOR_ROWS rows; where it is read across (`x @ W.T`) the lane budget stays.
-Decisions for fake machines fed through the CPU renderer; values against numpy, odd sizes included."""
+(`Renderer.vector_bytes`) by SMALL_VECTOR_ROWS rows; where both inputs are read along the reduction (`x @ W.T`) it
+is read as vectors, summed across lanes once per output.
+A bias gradient (a sum down the columns) reads a vector of outputs per step. Decisions for fake machines fed through
+the CPU renderer; values against numpy, odd sizes included."""
 import numpy as np
 import pytest
 from tinyplug import schedule
@@ -132,3 +134,21 @@ def test_training_step_shapes_with_relu_values(m, n, k):
   g, x, w = (Tensor(a, device="CPU") for a in (gn, xn, wn))
   np.testing.assert_allclose((g.T @ x.relu()).numpy(), gn.T @ np.maximum(xn, 0), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose((g.relu() @ w.T).numpy(), np.maximum(gn, 0) @ wn.T, rtol=1e-4, atol=1e-3)
+
+def test_a_column_sum_reads_a_vector_of_outputs(machine):
+  # a bias gradient: the batch reduced, the outputs contiguous
+  machine(64, 32)
+  schedule._templates.clear()
+  items, _ = create_schedule([Tensor.empty(128, 64, device="CPU").sum(0).uop])
+  assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 0, 16),
+                                                                           Opt(OptOps.UNROLL, 0, 4)]
+  items, _ = create_schedule([Tensor.empty(128, 64, device="CPU").sum(1).uop])   # along the rows: no column lanes
+  assert Opt(OptOps.UPCAST, 0, 16) not in heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))
+
+@pytest.mark.parametrize("shape", [(128, 64), (37, 48), (1000, 33), (256, 784), (5, 16), (64, 10)])
+def test_column_sum_values(shape):
+  schedule._templates.clear()
+  a = RNG.standard_normal(shape).astype(np.float32)
+  t = Tensor(a, device="CPU")
+  np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose((t.relu() * 2).mean(0).numpy(), (np.maximum(a, 0) * 2).mean(0), rtol=1e-4, atol=1e-4)
