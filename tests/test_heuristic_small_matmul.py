@@ -152,3 +152,18 @@ def test_column_sum_values(shape):
   t = Tensor(a, device="CPU")
   np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose((t.relu() * 2).mean(0).numpy(), (np.maximum(a, 0) * 2).mean(0), rtol=1e-4, atol=1e-4)
+
+def _host_has_avx2() -> bool:
+  from tinyplug_cpu_llvm.compiler import host_target
+  return "+avx2" in host_target()[1].split(",")
+
+@pytest.mark.skipif(not _host_has_avx2(), reason="the host cannot run AVX2 code")
+@pytest.mark.parametrize("kind,m,n,k", [("wgrad", 64, 64, 128), ("igrad", 128, 40, 64), ("fwd", 128, 64, 64),
+                                        ("fwd", 64, 10, 800)])
+def test_avx2_target_training_matmul_values(kind, m, n, k):
+  # 16 vector registers of 32 bytes: 8-lane vector rows, 8-lane reduction vectors
+  dev = "CPU:LLVM:x86-64,+avx2,+fma"
+  schedule._templates.clear()
+  (a, b), (an, bn) = _operands(kind, m, n, k, empty=False)
+  np.testing.assert_allclose((a.to(dev).relu() @ b.to(dev)).numpy(), np.maximum(an, 0) @ bn, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(a.to(dev).sum(0).numpy(), an.sum(0), rtol=1e-4, atol=1e-3)
