@@ -571,21 +571,20 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     # one vector wide, past the tile budget: the other input is then read once instead of once per pair of rows
     # (`g.T @ x` of a 9216->10 layer: 0.48 -> 0.22 ms; 2.3 -> 1.9 ms in a training step, which fuses the loss
     # gradient in); EXPAND_BUDGET bounds its code
+    whole = next((a for a in others[:1] if 2 < loops[a].src[0].arg <= 16 and loops[a].src[0].arg % 4), None) \
+      if cpu and budget >= 64 else None
+    if whole is not None: widths = tuple(w for w in widths if w <= 16)
     # a small reduction whose row is read as vectors: the budget counts vector accumulators, not lanes. One vector
     # wide by SMALL_VECTOR_ROWS rows, unrolled no further, is faster than the lane budget's 8 x 2 unrolled by 4 with
     # fewer UOps (Zen 4, one thread: `x.T @ g` 64x64x128 24 -> 11 us, `g @ W` 128x64x64 16.4 -> 11.3 us; 128x784x64
     # 164 -> 114 us, where the 64-lane budget took 32 x 2 and padded 784 to 800)
-    whole = next((a for a in others[:1] if 2 < loops[a].src[0].arg <= 16 and loops[a].src[0].arg % 4), None) \
-      if cpu and budget >= 64 else None
-    if whole is not None: widths = tuple(w for w in widths if w <= 16)
+    # (a tile of fewer rows reuses each loaded vector too little: a 10-output layer's weight gradient keeps 8 x 2)
     lanes = vector_lanes(k) if cpu and budget < 256 and whole is None and reuse[inner] else 0
     row = loops[inner].src[0].arg
-    # (a tile of fewer rows reuses each loaded vector too little: a 10-output layer's weight gradient keeps 8 x 2)
     if lanes and row >= lanes and (row % lanes == 0 or -(-row // lanes) * lanes <= row * 5 // 4) and \
        any(loops[a].src[0].arg % SMALL_VECTOR_ROWS == 0 for a in others[:1]):
       widths = tuple(lanes * v for v in _row_vectors(k) if row % (lanes * v) == 0) or (lanes,)
       tile_rows, budget = SMALL_VECTOR_ROWS, widths[0] * SMALL_VECTOR_ROWS
-    else: lanes = 0
     if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
     if reuse[inner]:
       size = k.loop_axes[inner].src[0].arg
