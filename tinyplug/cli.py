@@ -102,8 +102,32 @@ def _size(n: float) -> str:
   return f"{n:.1f} {unit}"
 
 
+def _limit_text(limit: int) -> str:
+  return f"limit {_size(limit)} (CACHE_MAX_MB={limit // 10**6})" if limit else "no limit (CACHE_MAX_MB=0)"
+
+
 def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
-  from tinyplug.diskcache import cache_usage, clear_cache
+  from tinyplug import cache_limit
+  from tinyplug.diskcache import clear_cache
+  try: limit = args.max_mb * 10**6 if args.max_mb is not None else cache_limit.limit_bytes()
+  except ValueError as e:
+    print(f"tinyplug: {e}", file=sys.stderr)
+    return 2
+  if args.action == "trim":
+    if not limit:
+      print(f"{cache_dir()}: no limit to trim to (CACHE_MAX_MB=0; give one with --max-mb)")
+      return 0
+    try: res = cache_limit.trim(limit)
+    except OSError as e:
+      print(f"tinyplug: {e}", file=sys.stderr)
+      return 1
+    if res.before <= limit and res.rows + res.files + res.folders == 0:
+      print(f"{cache_dir()}: {_size(res.before)}, within its {_limit_text(limit)}: nothing to trim")
+    else:
+      print(f"trimmed {cache_dir()} from {_size(res.before)} to {_size(res.after)} ({_limit_text(limit)}): evicted "
+            f"{res.rows} rows, {res.files} files, {res.folders} folders (the least recently written or used)")
+    for s in res.skipped: print(f"  skipped {s}")
+    return 0
   if args.action == "clear":
     try: freed = clear_cache()
     except OSError as e:
@@ -111,16 +135,22 @@ def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
       return 1
     print(f"cleared {cache_dir()} ({_size(freed)} freed; it fills again as kernels are compiled)")
     return 0
-  usage = cache_usage()
+  u = cache_limit.measure()
   if args.json:
-    print(json.dumps(usage, indent=2))
+    print(json.dumps({"dir": u.root, "exists": u.exists, "bytes": u.bytes, "parts": u.parts, "counted_bytes": u.counted,
+                      "limit_bytes": limit, "over_limit": bool(limit) and u.counted > limit}, indent=2))
     return 0
-  if not usage["exists"]:
-    print(f"{usage['dir']}: not created yet")
+  if not u.exists:
+    print(f"{u.root}: not created yet ({_limit_text(limit)})")
     return 0
-  print(f"{usage['dir']}: {_size(usage['bytes'])} (CACHELEVEL={CACHELEVEL.value}; `tinyplug cache clear` empties it)")
-  if usage["parts"]:
-    print(format_table(["PART", "SIZE"], [[name, _size(n)] for name, n in sorted(usage["parts"].items(), key=lambda x: -x[1])]))
+  over = " OVER THE LIMIT: `tinyplug cache trim` trims it" if limit and u.counted > limit else ""
+  print(f"{u.root}: {_size(u.counted)} of {_limit_text(limit)}{over}")
+  print(f"  CACHELEVEL={CACHELEVEL.value}; `tinyplug cache trim` evicts the least recently used entries down to "
+        f"{cache_limit.TRIM_TO:.0%} of the limit, `tinyplug cache clear` empties it")
+  if u.parts:
+    rows = [[name, _size(n) + ("" if name not in cache_limit._PARTS else " (kept; not counted)")]
+            for name, n in sorted(u.parts.items(), key=lambda x: -x[1]) if not name.startswith(".")]
+    print(format_table(["PART", "SIZE"], rows))
   return 0
 
 
@@ -157,9 +187,12 @@ def build_parser(pm: PluginManager) -> argparse.ArgumentParser:
   p = sub.add_parser("doctor", help="health report: versions, plugins, whether each device runs a kernel, cache dir")
   p.add_argument("--json", action="store_true", help="print a JSON document instead of text")
   p.set_defaults(handler=cmd_doctor)
-  p = sub.add_parser("cache", help="the disk cache: its size per part (default), or `clear` to empty it")
-  p.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
+  p = sub.add_parser("cache", help="the disk cache: its size per part and limit (default), `trim` to evict the least "
+                     "recently used entries to fit the limit, or `clear` to empty it")
+  p.add_argument("action", nargs="?", choices=("info", "trim", "clear"), default="info")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table (info)")
+  p.add_argument("--max-mb", type=int, default=None, metavar="MB",
+                 help="the limit (megabytes) to show or trim to, instead of CACHE_MAX_MB")
   p.set_defaults(handler=cmd_cache)
   p = sub.add_parser("env", help="show every environment variable tinyplug reads, with its current value")
   p.add_argument("--json", action="store_true", help="print JSON instead of a table")

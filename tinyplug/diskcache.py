@@ -11,6 +11,10 @@ and not writable by group or others, and it is created 0700 (see docs/security.m
 Two stores: `SealedTable`, a table in an SQLite file (several processes at once: WAL, busy timeout), and sealed
 files (`write_sealed`/`read_sealed`: a header naming the key and the digest, then the payload). `check_cache_tree`
 verifies every entry under the directory in either form, for `tinyplug doctor`.
+
+The whole directory has a size limit (CACHE_MAX_MB): every write is counted by `note_write`, which now and then
+lets `tinyplug.cache_limit` evict the least recently written or used entries. Reading an entry a day or more after
+it was written marks it used again (`created` of a row, a file's mtime), so what a warm run reads survives.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ SEALED_MAGIC = b"tinyplug-sealed-v1\n"
 
 _warned: set[str] = set()
 _lock = threading.Lock()
+USED_AGAIN_AFTER = 86400.0   # seconds: an entry read this long after it was written (or last marked) is marked used
 
 
 def entry_digest(key: str, payload: bytes) -> str:
@@ -107,6 +112,10 @@ class SealedTable:
     if self._conn is None or self._conn_for != (os.getpid(), path):
       conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
       conn.execute("PRAGMA busy_timeout=30000")
+      # a new file gives deleted rows' pages back to the file system (cache_limit's trim); an older one is
+      # converted by the trim's first VACUUM. Both pragmas only take effect where they can.
+      conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+      conn.execute("PRAGMA journal_size_limit=67108864")   # a WAL truncated to 64 MB after each checkpoint
       try: conn.execute("PRAGMA journal_mode=WAL")
       except sqlite3.OperationalError: pass   # another process is switching it right now; it stays usable
       # no fsync per write (~6 ms each, one per kernel and cache in a cold run): under WAL a crash can lose the
@@ -121,7 +130,7 @@ class SealedTable:
     try:
       with self._lock:
         if (conn := self._connection()) is None: return None
-        row = conn.execute(f"SELECT payload, digest FROM {self.table} WHERE key=?", (key,)).fetchone()
+        row = conn.execute(f"SELECT payload, digest, created FROM {self.table} WHERE key=?", (key,)).fetchone()
     except (sqlite3.Error, OSError): return None
     if row is None: return None
     payload = bytes(row[0]) if isinstance(row[0], (bytes, memoryview)) else None
@@ -129,7 +138,15 @@ class SealedTable:
       _bad(self.label, key, "checksum mismatch" if payload is not None else "not bytes")
       self.delete(key)
       return None
+    if not isinstance(row[2], (int, float)) or row[2] < time.time() - USED_AGAIN_AFTER: self._mark_used(key)
     return payload
+
+  def _mark_used(self, key: str) -> None:
+    try:
+      with self._lock:
+        if (conn := self._connection()) is not None:
+          conn.execute(f"UPDATE {self.table} SET created=? WHERE key=?", (time.time(), key))
+    except (sqlite3.Error, OSError): pass
 
   def put(self, key: str, payload: bytes) -> None:
     try:
@@ -137,7 +154,8 @@ class SealedTable:
         if (conn := self._connection()) is None: return
         conn.execute(f"INSERT OR REPLACE INTO {self.table} (key, payload, digest, created) VALUES (?, ?, ?, ?)",
                      (key, sqlite3.Binary(payload), entry_digest(key, payload), time.time()))
-    except (sqlite3.Error, OSError): pass
+    except (sqlite3.Error, OSError): return
+    note_write(len(payload) + len(key) + 64)
 
   def delete(self, key: str) -> None:
     try:
@@ -159,7 +177,8 @@ def write_sealed(path: str, key: str, payload: bytes) -> None:
     with os.fdopen(fd, "wb") as f:
       f.write(SEALED_MAGIC + key.encode() + b"\n" + entry_digest(key, payload).encode() + b"\n" + payload)
     os.replace(tmp, path)
-  except OSError: pass
+  except OSError: return
+  note_write(len(payload) + len(key) + 100)
 
 
 def _parse_sealed(data: bytes) -> tuple[str, str, bytes] | None:
@@ -173,16 +192,70 @@ def _parse_sealed(data: bytes) -> tuple[str, str, bytes] | None:
 def read_sealed(path: str, key: str, label: str) -> bytes | None:
   """The payload of a sealed file stored under `key`, or None: missing, or damaged (then deleted, reported once)."""
   try:
-    with open(path, "rb") as f: data = f.read()
+    with open(path, "rb") as f: data, mtime = f.read(), os.fstat(f.fileno()).st_mtime
   except OSError: return None
   parsed = _parse_sealed(data)
   why = ("not a sealed cache file" if parsed is None else "stored under another key" if parsed[0] != key else
          "checksum mismatch" if parsed[1] != entry_digest(key, parsed[2]) else None)
-  if why is None: return parsed[2]   # type: ignore[index]
+  if why is None:
+    if mtime < time.time() - USED_AGAIN_AFTER: mark_used(path)
+    return parsed[2]   # type: ignore[index]
   _bad(label, key, why)
   try: os.unlink(path)
   except OSError: pass
   return None
+
+
+# ---------------- the size limit's hooks (the limit itself: tinyplug/cache_limit.py) ----------------
+
+_written = 0              # bytes this process wrote to the cache since it last checked the limit
+_checked = False          # whether this process has checked the limit at all
+_held_folders: list[int] = []
+
+
+def note_write(nbytes: int) -> None:
+  """Count `nbytes` written to the cache by this process (0: a write the caller cannot measure, e.g. PoCL's).
+  At the first call of a process the limit is checked if no process did for a while (one stat), and again after
+  every `cache_limit.check_bytes` written: never a directory walk per write. Never raises."""
+  global _written, _checked
+  _written += nbytes
+  if _checked and _written < _check_every: return
+  force, _checked, _written = _checked, True, 0
+  try:
+    from tinyplug import cache_limit
+    cache_limit.maybe_trim(force=force)
+    _set_check_every(cache_limit)
+  except Exception: pass   # maybe_trim reports its own problems; the cache is an optimisation
+
+
+_check_every = 16 * 10**6
+
+def _set_check_every(cache_limit: Any) -> None:
+  global _check_every
+  try: _check_every = cache_limit.check_bytes(cache_limit.limit_bytes())
+  except ValueError: pass
+
+
+def mark_used(path: str) -> None:
+  """Mark a cache file used now (its mtime), so the size limit evicts it after older ones. Errors are ignored."""
+  try: os.utime(path)
+  except OSError: pass
+
+
+def hold_folder(path: str) -> bool:
+  """Create `path` (0700) and keep a shared flock on it for the life of the process: the size limit never deletes
+  a folder a live process holds (a viz run being recorded). Returns whether the lock is held."""
+  try:
+    import fcntl
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+  except (OSError, ImportError): return False
+  try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    return False
+  _held_folders.append(fd)
+  return True
 
 
 def _check_sqlite(path: str) -> tuple[int, list[str]]:

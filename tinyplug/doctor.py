@@ -4,7 +4,8 @@ Python and core versions, each plugin's status and reason, each device's availab
 memory and run a 1-element kernel, the disk cache directory (is it safe; is every entry intact) and the default device. `doctor_report` returns the
 facts as a dict (the `--json` document); `format_report` turns it into text. A problem is anything that stops work:
 a plugin that failed, is incompatible or conflicts, a requested plugin that is missing, a device that says it is
-available but cannot run, an unsafe cache directory, a damaged cache entry, or no default device.
+available but cannot run, an unsafe cache directory, a damaged cache entry, a cache over its size limit
+(CACHE_MAX_MB; the disk fills up), or no default device.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from tinyplug import cache_limit
 from tinyplug.diskcache import check_cache_tree
 from tinyplug.helpers import CACHELEVEL, cache_dir, env_str
 from tinyplug.plugins import API_VERSION, PROBLEM_STATUSES, PluginManager, PluginTimeout, call_guarded, host_version
@@ -66,8 +68,25 @@ def _cache_info() -> dict[str, Any]:
   exists = os.path.isdir(path)
   parent = path if exists else os.path.dirname(path)
   checked = check_cache_tree(path)
+  try: limit, limit_error = cache_limit.limit_bytes(), None
+  except ValueError as e: limit, limit_error = 0, str(e)
+  try: size = cache_limit.measure(path).counted if exists else 0
+  except OSError: size = 0
   return {"dir": path, "exists": exists, "writable": os.access(parent, os.W_OK), "cachelevel": CACHELEVEL.value,
-          "unsafe": checked["unsafe"], "entries": checked["entries"], "bad_entries": checked["bad"]}
+          "unsafe": checked["unsafe"], "entries": checked["entries"], "bad_entries": checked["bad"],
+          "bytes": size, "limit_bytes": limit, "limit_error": limit_error}
+
+
+def cache_problems(cache: dict[str, Any]) -> list[str]:
+  """What is wrong with the disk cache (`_cache_info`'s facts): unsafe, damaged entries, over its size limit."""
+  problems = [f"the cache directory is not used: {cache['unsafe']}"] if cache["unsafe"] else []
+  problems += [f"damaged cache entry (dropped and rebuilt when next used): {b}" for b in cache["bad_entries"]]
+  if cache["limit_error"]: problems.append(f"the disk cache has no size limit: {cache['limit_error']}")
+  elif cache["limit_bytes"] and cache["bytes"] > cache["limit_bytes"]:
+    problems.append(f"the disk cache holds {cache['bytes'] / 1e6:.0f} MB, over its limit of "
+                    f"{cache['limit_bytes'] / 1e6:.0f} MB (CACHE_MAX_MB): run `tinyplug cache trim` (it is also "
+                    "trimmed when tinyplug next writes to it)")
+  return problems
 
 
 def doctor_report(pm: PluginManager) -> dict[str, Any]:
@@ -82,8 +101,7 @@ def doctor_report(pm: PluginManager) -> dict[str, Any]:
   problems += [f"device {d['name']} is available but does not work ({d['reason']})" for d in devices
                if d["status"] == "failed"]
   cache = _cache_info()
-  if cache["unsafe"]: problems.append(f"the cache directory is not used: {cache['unsafe']}")
-  problems += [f"damaged cache entry (dropped and rebuilt when next used): {b}" for b in cache["bad_entries"]]
+  problems += cache_problems(cache)
   if default["error"]: problems.append(f"no default device: {default['error']}")
   elif not any(d["name"] == default["name"].partition(":")[0] and d["status"] == "ok" for d in devices):
     problems.append(f"the default device {default['name']} does not work")
@@ -99,6 +117,8 @@ def format_report(report: dict[str, Any], table: Any) -> str:
   cache, default = report["cache"], report["default_device"]
   cache_state = ("exists" if cache["exists"] else "not created yet") + (", writable" if cache["writable"] else ", NOT writable")
   if cache["exists"]: cache_state += f", {cache['entries']} entries checked, {len(cache['bad_entries'])} damaged"
+  if cache["exists"]: cache_state += f", {cache['bytes'] / 1e6:.0f} MB" + (
+    f" of {cache['limit_bytes'] / 1e6:.0f} MB allowed" if cache["limit_bytes"] else " (no size limit)")
   lines = [f"python     {report['python']['version']} ({report['python']['executable']})",
            f"tinyplug   {report['tinyplug']['version']} (plugin API {report['tinyplug']['api']})",
            f"cache dir  {cache['dir']} ({cache_state}; CACHELEVEL={cache['cachelevel']})",

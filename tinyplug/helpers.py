@@ -224,6 +224,8 @@ document_env("TINY_PLUGINS_STRICT", "0", "1 makes any plugin failure an error in
 document_env("TINY_PLUGINS_TIMEOUT", 20, "seconds `tinyplug` commands wait for one plugin's import or device probe")
 document_env("NO_COLOR", "", "set to anything to turn off ANSI colours in terminal output")
 document_env("XDG_CACHE_HOME", "~/.cache", "base directory of tinyplug's disk cache (<base>/tinyplug)")
+document_env("CACHE_MAX_MB", 4000, "size limit of the disk cache in MB (0: none); the least recently written or used "
+             "entries are evicted when it is exceeded (`tinyplug cache trim`)")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Every shared object lives under `<cache dir>/emulator/` as `<key>.so` with a `<key>.so.sha256` beside it; the digest is
 checked before the file is loaded, and a missing, damaged or mismatched entry is rebuilt, never loaded."""
 from __future__ import annotations
-import functools, hashlib, os, re, shutil, subprocess, tempfile
+import functools, hashlib, os, re, shutil, subprocess, tempfile, time
+from tinyplug.diskcache import USED_AGAIN_AFTER, mark_used, note_write
 from tinyplug.helpers import CACHELEVEL, cache_dir
 from tinyplug_emulator.settings import EMU_CLANG
 MIN_CLANG = 15   # OpenCL C with -fdeclare-opencl-builtins, __builtin_convertvector on half, x86 _Float16
@@ -79,10 +80,13 @@ def verified_path(name: str) -> str | None:
   """The path of cached `<name>.so` when its checksum file matches its content, else None."""
   path = os.path.join(emulator_dir(), name + ".so")
   try:
-    with open(path, "rb") as f: data = f.read()
+    with open(path, "rb") as f: data, mtime = f.read(), os.fstat(f.fileno()).st_mtime
     with open(path + ".sha256") as f: expected = f.read().strip()
   except OSError: return None
-  return path if digest(data) == expected else None
+  if digest(data) != expected: return None
+  if mtime < time.time() - USED_AGAIN_AFTER:   # used again: the cache's size limit evicts older ones first
+    for p in (path, path + ".sha256"): mark_used(p)
+  return path
 
 def store(name: str, data: bytes) -> str:
   """Write `<name>.so` and its checksum atomically; returns the path. Falls back to a private temporary directory
@@ -95,6 +99,7 @@ def store(name: str, data: bytes) -> str:
         fd, tmp = tempfile.mkstemp(dir=base, suffix=".tmp")
         with os.fdopen(fd, "wb") as f: f.write(payload)
         os.replace(tmp, target)
+      if base == emulator_dir(): note_write(len(data))
       return path
     except OSError: continue
   raise ToolchainError(f"cannot write the compiled kernel anywhere (tried {emulator_dir()} and {_private_dir()})")

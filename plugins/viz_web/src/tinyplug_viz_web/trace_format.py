@@ -6,6 +6,7 @@ executed when it is read: it is plain JSON."""
 from __future__ import annotations
 import json, os, re, sys, threading, time, zlib
 from typing import Any, IO
+from tinyplug.diskcache import hold_folder
 
 FORMAT_NAME = "tinyplug-trace"
 FORMAT_VERSION = 2
@@ -74,6 +75,7 @@ class TraceWriter:
     pid = os.getpid()
     if self.file is not None and self.pid == pid: return
     make_private_dir(self.folder)
+    hold_folder(self.folder)   # a run being recorded is in use: the cache's size limit leaves it alone
     self.pid = pid
     self.file = open_private(os.path.join(self.folder, trace_file_name(pid)))
     self.zip = zlib.compressobj(COMPRESS_LEVEL)
