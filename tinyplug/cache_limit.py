@@ -14,11 +14,13 @@ What counts as one entry (the rules are the `_PARTS` table and `_entries` below)
 - never evicted and not counted: `downloads/` (data sets an offline machine cannot fetch again), symbolic links
   (never followed) and top-level dotfiles (the stamp below).
 
-When: `diskcache.note_write` calls `maybe_trim` at a process's first write to the cache (only when no process has
-checked for CHECK_INTERVAL seconds: one stat of the stamp file otherwise) and after every CHECK_BYTES the process
-wrote. The check walks the directory; only one process at a time does it (a non-blocking flock on the stamp), the
-others go on. Every step is a single atomic operation (a row batch in a transaction, an unlink), so a process
-stopped mid-trim leaves a smaller, intact cache. Nothing here raises into the caller of `maybe_trim`.
+When: `diskcache.note_write` asks `check_due` at a process's first write to the cache (due when no process has
+checked for CHECK_INTERVAL seconds: one stat of the stamp file) and after every `check_bytes` the process wrote.
+A due check runs in a background process (`python -m tinyplug.cache_limit`, niced): walking a large cache takes
+seconds and the first trim of a big old SQLite file minutes, which no caller should wait for. Only one process at
+a time checks (a non-blocking flock on the stamp), the others go on. Every step is atomic (a batch of rows in a
+transaction, an unlink), so a trim stopped halfway leaves a smaller, intact cache. Nothing here raises into
+`note_write`: the cache is an optimisation.
 """
 from __future__ import annotations
 
@@ -84,9 +86,14 @@ class Usage:
 def _is_db(name: str) -> bool: return name.endswith(DB_SUFFIXES)
 
 
+def _disk(st: os.stat_result) -> int:
+  """The bytes a file takes on disk (its blocks: PoCL's many small files take more than their sizes)."""
+  return st.st_blocks * 512 if getattr(st, "st_blocks", 0) else st.st_size
+
+
 def _lsize(path: str) -> tuple[int, float]:
   st = os.lstat(path)
-  return st.st_size, st.st_mtime
+  return _disk(st), st.st_mtime
 
 
 def _tree(path: str) -> tuple[int, float]:
@@ -104,7 +111,7 @@ def _tree(path: str) -> tuple[int, float]:
 def _flocked(path: str, folder: bool) -> Iterator[bool]:
   """An exclusive, non-blocking flock on a file or folder: yields False when another process holds it."""
   import fcntl
-  try: fd = os.open(path, (os.O_RDONLY | os.O_DIRECTORY) if folder else (os.O_RDWR | os.O_CREAT), 0o600)
+  try: fd = os.open(path, (os.O_RDONLY | os.O_DIRECTORY) if folder else os.O_RDWR)
   except OSError:
     yield not os.path.exists(path)
     return
@@ -136,14 +143,14 @@ def measure(root: str | None = None) -> Usage:
     try:
       st = os.lstat(path)
       if stat.S_ISLNK(st.st_mode) or name.startswith("."):
-        size, counted = st.st_size, 0
+        size, counted = _disk(st), 0
       elif stat.S_ISDIR(st.st_mode):
         size = _folder_part(u, path) if _PARTS.get(name) != "keep" else _tree(path)[0]
         counted = size if _PARTS.get(name) != "keep" else 0
       else:
-        size = counted = st.st_size
+        size = counted = _disk(st)
         if _is_db(name): u.dbs.append(path)
-        elif not name.endswith(DB_SIDE): u.entries.append(Entry(st.st_mtime, st.st_size, [path]))
+        elif not name.endswith(DB_SIDE): u.entries.append(Entry(st.st_mtime, size, [path]))
     except OSError as e:
       u.skipped.append(f"{name}: {e.strerror or e}")
       continue
@@ -160,7 +167,7 @@ def _folder_part(u: Usage, part: str) -> int:
     try:
       st = entry.stat(follow_symlinks=False)
       if stat.S_ISLNK(st.st_mode):
-        total += st.st_size
+        total += _disk(st)
         continue
       if stat.S_ISDIR(st.st_mode):
         size, newest = _tree(entry.path)
@@ -171,13 +178,13 @@ def _folder_part(u: Usage, part: str) -> int:
     except OSError as e:
       u.skipped.append(f"{os.path.relpath(entry.path, u.root)}: {e.strerror or e}")
       continue
-    total += st.st_size
+    total += _disk(st)
     if _is_db(entry.name):
       u.dbs.append(entry.path)
       continue
     if entry.name.endswith(DB_SIDE): continue
     g = groups.setdefault(entry.name.removesuffix(".sha256"), Entry(0.0, 0, []))
-    g.time, g.size = max(g.time, st.st_mtime), g.size + st.st_size
+    g.time, g.size = max(g.time, st.st_mtime), g.size + _disk(st)
     g.paths.append(entry.path)
   u.entries += groups.values()
   return total
@@ -186,8 +193,8 @@ def _folder_part(u: Usage, part: str) -> int:
 # ---------------- SQLite rows ----------------
 
 def _connect(path: str) -> sqlite3.Connection:
-  conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-  conn.execute("PRAGMA busy_timeout=30000")
+  conn = sqlite3.connect(path, timeout=10, isolation_level=None)
+  conn.execute("PRAGMA busy_timeout=10000")
   return conn
 
 
@@ -218,7 +225,7 @@ def _open_db(path: str, skipped: list[str]) -> _Db | None:
     page, pages, free = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count", "freelist_count"))
     rows = sum(conn.execute(f'SELECT coalesce(sum(length(key)+length(payload)+length(digest)), 0) FROM "{t}"').fetchone()[0]
                for t, _ in tables)
-    side = sum(os.lstat(path + s).st_size for s in DB_SIDE if os.path.isfile(path + s))
+    side = sum(_disk(os.lstat(path + s)) for s in DB_SIDE if os.path.isfile(path + s))
     live = (pages - free) * page
     return _Db(path, conn, tables, side + (live if rows == 0 else 0), min(8.0, max(1.0, live / rows)) if rows else 0.0)
   except (sqlite3.Error, OSError) as e:
@@ -291,7 +298,7 @@ def _delete_entry(e: Entry, cutoff: float) -> bool:
 # ---------------- the trim ----------------
 
 def _size_or_0(path: str) -> int:
-  try: return os.lstat(path).st_size
+  try: return _disk(os.lstat(path))
   except OSError: return 0
 
 
@@ -348,26 +355,56 @@ def trim(limit: int, root: str | None = None, target: int | None = None) -> Trim
 
 
 def maybe_trim(force: bool = False) -> TrimResult | None:
-  """Trim the cache when it is over its limit; unless `force`, only when no process checked in the last
-  CHECK_INTERVAL seconds. Never raises: the cache is an optimisation."""
+  """Trim the cache when it is over its limit, in this process; unless `force`, only when no process checked in the
+  last CHECK_INTERVAL seconds. Returns what was done, or None (no check, or within the limit). Never raises."""
   try:
     limit = limit_bytes()
     if limit <= 0 or (root := cache_root()) is None: return None
     stamp = os.path.join(root, STAMP)
-    if not force:
-      try:
-        if time.time() - os.stat(stamp).st_mtime < CHECK_INTERVAL: return None
-      except FileNotFoundError: pass
+    if not force and _fresh(stamp): return None
+    os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT, 0o600))
     with _flocked(stamp, False) as free:
       if not free: return None   # another process is checking right now
       os.utime(stamp)
       if measure(root).counted <= limit: return None
-      res = trim(limit, root)
-    from tinyplug.helpers import DEBUG
-    if DEBUG >= 1:
-      print(f"tinyplug: trimmed the disk cache from {res.before / 1e6:.0f} MB to {res.after / 1e6:.0f} MB "
-            f"(CACHE_MAX_MB={limit // 10**6})", file=sys.stderr)
-    return res
+      return trim(limit, root)
   except ValueError as e: report_once("cache-limit", f"the disk cache is not trimmed: {e}")
   except Exception as e: report_once("cache-trim", f"could not trim the disk cache: {type(e).__name__}: {e}")
   return None
+
+
+def _fresh(stamp: str) -> bool:
+  try: return 0 <= time.time() - os.stat(stamp).st_mtime < CHECK_INTERVAL
+  except OSError: return False
+
+
+def check_due(force: bool = False) -> bool:
+  """Whether this process should start a check (`force`: it wrote `check_bytes` since its last one): when it is
+  due, the stamp is touched at once, so that other processes starting now do not start one too. Never raises."""
+  try:
+    limit = limit_bytes()
+    if limit <= 0 or (root := cache_root()) is None: return False
+    stamp = os.path.join(root, STAMP)
+    if not force and _fresh(stamp): return False
+    os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.utime(stamp)
+    return True
+  except ValueError as e: report_once("cache-limit", f"the disk cache is not trimmed: {e}")
+  except OSError: pass
+  return False
+
+
+def start_check() -> None:
+  """Run `maybe_trim` in a background process that outlives this one (through `sh -c '... &'`, so no child is
+  left to wait for). Never raises."""
+  import subprocess
+  try:
+    subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", "tinyplug.cache_limit"],
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+  except (OSError, subprocess.SubprocessError): pass
+
+
+if __name__ == "__main__":
+  with contextlib.suppress(OSError): os.nice(10)
+  # started by check_due, which made the stamp: a cache cleared or removed since is left as it is
+  if os.path.isfile(os.path.join(cache_dir(), STAMP)): maybe_trim(force=True)

@@ -216,16 +216,16 @@ _held_folders: list[int] = []
 def note_write(nbytes: int) -> None:
   """Count `nbytes` written to the cache by this process (0: a write the caller cannot measure, e.g. PoCL's).
   At the first call of a process the limit is checked if no process did for a while (one stat), and again after
-  every `cache_limit.check_bytes` written: never a directory walk per write. Never raises."""
+  every `cache_limit.check_bytes` written, in a background process: never a directory walk here. Never raises."""
   global _written, _checked
   _written += nbytes
   if _checked and _written < _check_every: return
   force, _checked, _written = _checked, True, 0
   try:
     from tinyplug import cache_limit
-    cache_limit.maybe_trim(force=force)
+    if cache_limit.check_due(force): cache_limit.start_check()
     _set_check_every(cache_limit)
-  except Exception: pass   # maybe_trim reports its own problems; the cache is an optimisation
+  except Exception: pass   # the cache is an optimisation: its limit never fails a write
 
 
 _check_every = 16 * 10**6

@@ -103,7 +103,7 @@ class EmulatorCompiler(Compiler):
   def path_for(self, lib: bytes) -> str:
     """A file holding exactly these bytes (the compiler's own, a verified cache entry, or written now)."""
     d = digest(lib)
-    if (path := self._paths.get(d)) is None:
+    if (path := self._paths.get(d)) is None or not os.path.exists(path):   # the cache's size limit may evict it
       path = verified_path(f"lib-{d[:32]}") or store(f"lib-{d[:32]}", lib)
       self._paths[d] = path
     return path
