@@ -6,7 +6,7 @@ CORE = pathlib.Path(__file__).resolve().parents[1] / "tinyplug"
 
 # lowest first; a module may import its own layer and the ones below it
 LAYERS = [
-  {"uop", "dtype", "helpers", "events", "hookspecs", "caches", "diskcache"},
+  {"uop", "dtype", "helpers", "events", "hookspecs", "caches", "diskcache", "cache_limit"},
   {"backend", "plugins"},
   {"renderer", "device", "runtime"},
   {"schedule"},
