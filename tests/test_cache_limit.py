@@ -228,6 +228,7 @@ def test_the_first_write_of_a_process_starts_a_check_once_in_a_while(cache_home,
     for i in range(30): t.put(f"k{i}", os.urandom(100 * KB))
   with sqlite3.connect(cache_home / "codegen.sqlite") as conn: conn.execute("UPDATE programs_v1 SET created=1000")
   monkeypatch.setattr(diskcache, "_checked", False)
+  monkeypatch.setattr(cache_limit, "CHECK_DELAY", 0)
   with temp_environ(CACHE_MAX_MB="1"):
     t.put("new", b"n" * 100 * KB)   # a new process's first write: a background process trims the cache
     deadline = time.time() + 60

@@ -16,7 +16,8 @@ What counts as one entry (the rules are the `_PARTS` table and `_entries` below)
 
 When: `diskcache.note_write` asks `check_due` at a process's first write to the cache (due when no process has
 checked for CHECK_INTERVAL seconds: one stat of the stamp file) and after every `check_bytes` the process wrote.
-A due check runs in a background process (`python -m tinyplug.cache_limit`, niced): walking a large cache takes
+A due check runs in a background process (`python -m tinyplug.cache_limit`, niced, after CHECK_DELAY seconds, so
+it does not compete with a cold start's compiles for the cores): walking a large cache takes
 seconds and the first trim of a big old SQLite file minutes, which no caller should wait for. Only one process at
 a time checks (a non-blocking flock on the stamp), the others go on. Every step is atomic (a batch of rows in a
 transaction, an unlink), so a trim stopped halfway leaves a smaller, intact cache. Nothing here raises into
@@ -41,6 +42,7 @@ from tinyplug.helpers import cache_dir, env_str
 DEFAULT_MAX_MB = 4000
 TRIM_TO = 0.8                 # a trim leaves this fraction of the limit, so the next one is not due at once
 CHECK_INTERVAL = 600.0        # seconds between the checks that a process's first write triggers (any process)
+CHECK_DELAY = 10              # seconds the background check waits: a cold start's compiles keep the cores
 STAMP = ".trim"               # its mtime: the last check; flocked by the process checking
 DB_SUFFIXES = (".sqlite", ".db")
 DB_SIDE = ("-wal", "-shm", "-journal")
@@ -396,10 +398,11 @@ def check_due(force: bool = False) -> bool:
 
 def start_check() -> None:
   """Run `maybe_trim` in a background process that outlives this one (through `sh -c '... &'`, so no child is
-  left to wait for). Never raises."""
+  left to wait for), CHECK_DELAY seconds from now: not while this process starts up. Never raises."""
   import subprocess
+  script = 'd=$1; shift; (sleep "$d"; exec "$@") </dev/null >/dev/null 2>&1 &'
   try:
-    subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", sys.executable, "-m", "tinyplug.cache_limit"],
+    subprocess.run(["/bin/sh", "-c", script, "sh", str(CHECK_DELAY), sys.executable, "-m", "tinyplug.cache_limit"],
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
   except (OSError, subprocess.SubprocessError): pass
 
