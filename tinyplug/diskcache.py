@@ -112,9 +112,6 @@ class SealedTable:
     if self._conn is None or self._conn_for != (os.getpid(), path):
       conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
       conn.execute("PRAGMA busy_timeout=30000")
-      # a new file gives deleted rows' pages back to the file system (cache_limit's trim); an older one is
-      # converted by the trim's first VACUUM. Only on a new file: on an existing one the pragma writes (an fsync).
-      if conn.execute("PRAGMA page_count").fetchone()[0] == 0: conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
       conn.execute("PRAGMA journal_size_limit=67108864")   # a WAL truncated to 64 MB after each checkpoint
       try: conn.execute("PRAGMA journal_mode=WAL")
       except sqlite3.OperationalError: pass   # another process is switching it right now; it stays usable
