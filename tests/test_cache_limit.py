@@ -268,7 +268,7 @@ def test_cli_shows_usage_against_the_limit_and_trims(cache_home):
   _fill(cache_home, now)
   env = {**os.environ, "XDG_CACHE_HOME": str(cache_home.parent), "CACHE_MAX_MB": "2"}
   out = _cli(env)
-  assert out.returncode == 0 and "of limit 1.9 MiB (CACHE_MAX_MB=2) OVER THE LIMIT" in out.stdout, out.stdout
+  assert out.returncode == 0 and "of limit 2.0 MB (CACHE_MAX_MB=2) OVER THE LIMIT" in out.stdout, out.stdout
   assert "codegen.sqlite" in out.stdout and "emulator" in out.stdout
   info = json.loads(_cli(env, "--json").stdout)
   assert info["limit_bytes"] == 2 * 10**6 and info["over_limit"] and info["counted_bytes"] > 2 * 10**6

@@ -1,7 +1,7 @@
 """A size limit for the whole cache directory (CACHE_MAX_MB, default 4000 MB; 0 = no limit), kept by evicting the
 least recently written or used entries of every store, oldest first, until the cache holds at most TRIM_TO of it.
 
-What counts as one entry (the rules are the `_PARTS` table and `_entries` below):
+What counts as one entry (the rules are `measure` and `_folder_part` below):
 - a row of an SQLite cache (`*.sqlite`, `*.db`; tables with key/payload/digest/created columns): its time is
   `created`, set when written and refreshed when read a day or more later. Rows are deleted, never the file (other
   processes have it open), in batches; then a VACUUM gives the pages back to the file system (while it runs,
@@ -46,7 +46,7 @@ CHECK_DELAY = 10              # seconds the background check waits: a cold start
 STAMP = ".trim"               # its mtime: the last check; flocked by the process checking
 DB_SUFFIXES = (".sqlite", ".db")
 DB_SIDE = ("-wal", "-shm", "-journal")
-_PARTS = {"downloads": "keep"}   # top-level folders the limit leaves alone (not counted, never evicted)
+KEPT_PARTS = {"downloads"}   # top-level folders the limit leaves alone (not counted, never evicted)
 _ROW_BATCH = 2000             # rows deleted per transaction: other processes' writes wait at most one batch
 
 
@@ -147,8 +147,8 @@ def measure(root: str | None = None) -> Usage:
       if stat.S_ISLNK(st.st_mode) or name.startswith("."):
         size, counted = _disk(st), 0
       elif stat.S_ISDIR(st.st_mode):
-        size = _folder_part(u, path) if _PARTS.get(name) != "keep" else _tree(path)[0]
-        counted = size if _PARTS.get(name) != "keep" else 0
+        size = _folder_part(u, path) if name not in KEPT_PARTS else _tree(path)[0]
+        counted = size if name not in KEPT_PARTS else 0
       else:
         size = counted = _disk(st)
         if _is_db(name): u.dbs.append(path)
@@ -224,9 +224,10 @@ def _open_db(path: str, skipped: list[str]) -> _Db | None:
     try: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()   # a WAL that grew goes back first
     except sqlite3.Error: pass
     tables = _row_tables(conn)
-    page, pages, free = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count", "freelist_count"))
-    rows = sum(conn.execute(f'SELECT coalesce(sum(length(key)+length(payload)+length(digest)), 0) FROM "{t}"').fetchone()[0]
-               for t, _ in tables)
+    page, pages, free = (conn.execute(f"PRAGMA {p}").fetchone()[0]
+                         for p in ("page_size", "page_count", "freelist_count"))
+    size = "coalesce(sum(length(key)+length(payload)+length(digest)), 0)"
+    rows = sum(conn.execute(f'SELECT {size} FROM "{t}"').fetchone()[0] for t, _ in tables)
     side = sum(_disk(os.lstat(path + s)) for s in DB_SIDE if os.path.isfile(path + s))
     live = (pages - free) * page
     return _Db(path, conn, tables, side + (live if rows == 0 else 0), min(8.0, max(1.0, live / rows)) if rows else 0.0)
@@ -402,7 +403,8 @@ def start_check() -> None:
   script = 'd=$1; shift; (sleep "$d"; exec "$@") </dev/null >/dev/null 2>&1 &'
   try:
     subprocess.run(["/bin/sh", "-c", script, "sh", str(CHECK_DELAY), sys.executable, "-m", "tinyplug.cache_limit"],
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10,
+                   check=False)
   except (OSError, subprocess.SubprocessError): pass
 
 

@@ -102,8 +102,15 @@ def _size(n: float) -> str:
   return f"{n:.1f} {unit}"
 
 
+def _dec(n: float) -> str:
+  """Bytes in decimal units, as CACHE_MAX_MB counts them."""
+  for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    if n >= scale: return f"{n / scale:.1f} {unit}"
+  return f"{n:.0f} B"
+
+
 def _limit_text(limit: int) -> str:
-  return f"limit {_size(limit)} (CACHE_MAX_MB={limit // 10**6})" if limit else "no limit (CACHE_MAX_MB=0)"
+  return f"limit {_dec(limit)} (CACHE_MAX_MB={limit // 10**6})" if limit else "no limit (CACHE_MAX_MB=0)"
 
 
 def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
@@ -122,9 +129,9 @@ def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
       print(f"tinyplug: {e}", file=sys.stderr)
       return 1
     if res.before <= limit and res.rows + res.files + res.folders == 0:
-      print(f"{cache_dir()}: {_size(res.before)}, within its {_limit_text(limit)}: nothing to trim")
+      print(f"{cache_dir()}: {_dec(res.before)}, within its {_limit_text(limit)}: nothing to trim")
     else:
-      print(f"trimmed {cache_dir()} from {_size(res.before)} to {_size(res.after)} ({_limit_text(limit)}): evicted "
+      print(f"trimmed {cache_dir()} from {_dec(res.before)} to {_dec(res.after)} ({_limit_text(limit)}): evicted "
             f"{res.rows} rows, {res.files} files, {res.folders} folders (the least recently written or used)")
     for s in res.skipped: print(f"  skipped {s}")
     return 0
@@ -144,11 +151,11 @@ def cmd_cache(args: argparse.Namespace, pm: PluginManager | None) -> int:
     print(f"{u.root}: not created yet ({_limit_text(limit)})")
     return 0
   over = " OVER THE LIMIT: `tinyplug cache trim` trims it" if limit and u.counted > limit else ""
-  print(f"{u.root}: {_size(u.counted)} of {_limit_text(limit)}{over}")
+  print(f"{u.root}: {_dec(u.counted)} of {_limit_text(limit)}{over}")
   print(f"  CACHELEVEL={CACHELEVEL.value}; `tinyplug cache trim` evicts the least recently used entries down to "
         f"{cache_limit.TRIM_TO:.0%} of the limit, `tinyplug cache clear` empties it")
   if u.parts:
-    rows = [[name, _size(n) + ("" if name not in cache_limit._PARTS else " (kept; not counted)")]
+    rows = [[name, _dec(n) + ("" if name not in cache_limit.KEPT_PARTS else " (kept; not counted)")]
             for name, n in sorted(u.parts.items(), key=lambda x: -x[1]) if not name.startswith(".")]
     print(format_table(["PART", "SIZE"], rows))
   return 0
