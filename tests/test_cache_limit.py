@@ -218,7 +218,12 @@ def test_a_second_process_sharing_the_sqlite_file_keeps_working(cache_home, tmp_
   from tinyplug.diskcache import check_cache_tree
   assert check_cache_tree(str(cache_home))["bad"] == []
 
-def test_the_first_write_of_a_process_starts_a_check_once_in_a_while(cache_home, monkeypatch):
+def test_the_first_write_of_a_process_starts_a_check_once_in_a_while(cache_home, monkeypatch, tmp_path):
+  # the background check imports nothing from the working directory (`python -m` would put it first on the path)
+  marker, cwd = tmp_path / "imported", tmp_path / "cwd"
+  cwd.mkdir()
+  (cwd / "sqlite3.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+  monkeypatch.chdir(cwd)
   t = SealedTable("codegen.sqlite", "programs_v1")
   with temp_environ(CACHE_MAX_MB="0"):
     for i in range(30): t.put(f"k{i}", os.urandom(100 * KB))
@@ -229,7 +234,7 @@ def test_the_first_write_of_a_process_starts_a_check_once_in_a_while(cache_home,
     t.put("new", b"n" * 100 * KB)   # a new process's first write: a background process trims the cache
     deadline = time.time() + 60
     while cache_limit.measure().counted > 1000 * KB and time.time() < deadline: time.sleep(0.2)
-    assert cache_limit.measure().counted <= 1000 * KB and t.get("new") == b"n" * 100 * KB
+    assert cache_limit.measure().counted <= 1000 * KB and t.get("new") == b"n" * 100 * KB and not marker.exists()
     started = []
     monkeypatch.setattr(cache_limit, "start_check", lambda: started.append(1))
     monkeypatch.setattr(diskcache, "_checked", False)

@@ -31,13 +31,12 @@ import os
 import shutil
 import sqlite3
 import stat
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tinyplug.diskcache import cache_root, report_once, unsafe_reason
-from tinyplug.helpers import cache_dir, env_str
+from tinyplug.helpers import cache_dir, env_str, python_module_command
 
 DEFAULT_MAX_MB = 4000
 TRIM_TO = 0.8                 # a trim leaves this fraction of the limit, so the next one is not due at once
@@ -402,9 +401,9 @@ def start_check() -> None:
   import subprocess
   script = 'd=$1; shift; (sleep "$d"; exec "$@") </dev/null >/dev/null 2>&1 &'
   try:
-    subprocess.run(["/bin/sh", "-c", script, "sh", str(CHECK_DELAY), sys.executable, "-m", "tinyplug.cache_limit"],
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10,
-                   check=False)
+    argv, env = python_module_command("tinyplug.cache_limit")
+    subprocess.run(["/bin/sh", "-c", script, "sh", str(CHECK_DELAY), *argv], env=env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
   except (OSError, subprocess.SubprocessError): pass
 
 

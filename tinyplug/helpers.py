@@ -409,6 +409,13 @@ def strip_parens(text: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # files
 
+def python_module_command(module: str) -> tuple[list[str], dict[str, str]]:
+  """The command and environment that run `python -m module` in a child finding modules where this process does and
+  nowhere else: -P keeps `-m` from putting the child's working directory first (a struct.py there would run in it)."""
+  path = [os.getcwd() if p == "" else p for p in sys.path]
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in path if os.path.isdir(p)])}
+  return [sys.executable, "-P", "-m", module], env
+
 def cache_dir() -> str:
   """Directory for tinyplug's disk cache: $XDG_CACHE_HOME/tinyplug, else ~/.cache/tinyplug (not created here)."""
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -7,9 +7,10 @@ for its answer on stdout (frames: an 8-byte length, then a pickle; both ends are
 started). A worker that dies takes only the candidate it was building with it: that candidate's future fails with
 `WorkerDied`, and the thread starts a new worker for its next candidate."""
 from __future__ import annotations
-import atexit, os, pickle, queue, struct, subprocess, sys, threading, time
+import atexit, os, pickle, queue, struct, subprocess, threading, time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
+from tinyplug.helpers import python_module_command
 
 class WorkerDied(RuntimeError):
   """The worker process building a candidate exited (a crash in a compiler or the codegen)."""
@@ -40,13 +41,10 @@ def default_workers() -> int:
 
 class _Worker:
   def __init__(self):
-    # the worker imports codegen and, through the job's pickle, the plugin's renderer and compiler: never a device.
-    # It finds modules where this process does (a compiler class defined next to a script) and nowhere else: -P keeps
-    # `-m` from putting its working directory first (a struct.py there would run in the worker, not in this process)
-    path = [os.getcwd() if p == "" else p for p in sys.path]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([p for p in path if os.path.isdir(p)])}
-    self.proc = subprocess.Popen([sys.executable, "-P", "-m", "tinyplug.search.worker"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, env=env)
+    # the worker imports codegen and, through the job's pickle, the plugin's renderer and compiler (a compiler class
+    # defined next to a script is found: the child searches this process's path): never a device
+    argv, env = python_module_command("tinyplug.search.worker")
+    self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     self.job_key: str | None = None   # the job (kernel, renderer, compiler, settings) it holds
     self.busy_since: float | None = None
     self.stopped_after: float | None = None   # seconds, when `stop_stuck` ended it
