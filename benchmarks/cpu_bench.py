@@ -24,6 +24,16 @@ WORKLOADS = {   # name: (description, flops, bytes moved at minimum)
   "sum_16M": ("sum of 16M floats", N_ELEM, 4 * N_ELEM),
   "softmax_4096": ("row softmax 4096x4096", 5 * 4096**2, 2 * 4 * 4096**2),
   "conv2d": ("conv2d b32 3->32 32x32 k3 p1", 2 * 32 * 32 * 32 * 32 * 27, 4 * (32 * 3 * 32 * 32 + 32 * 32 * 32 * 32)),
+  **{key: (desc, 0, 4 * n) for key, (desc, n) in {   # reductions along other axes than the innermost (issue 20)
+    "sum0": ("sum(0) 4096x4096", 4096**2), "sum1": ("sum(1) 4096x4096", 4096**2),
+    "sum_mid": ("sum(1) 16x4096x256", 16 * 4096 * 256), "mean0": ("mean(0) 4096x4096", 4096**2),
+    "max0": ("max(0) 4096x4096", 4096**2), "max_mid": ("max(1) 16x4096x256", 16 * 4096 * 256),
+    "bn_stats": ("mean, var over (0,2,3) 64x64x56x56", 64 * 64 * 56 * 56),
+    "loss_rows": ("logsumexp(1) 128x10 (a loss)", 128 * 10),
+    "argmax0": ("argmax(0) 4096x4096", 4096**2), "argmax1": ("argmax(1) 4096x4096", 4096**2),
+    "var0": ("var(0) 4096x4096", 4096**2), "std1": ("std(1) 4096x4096", 4096**2),
+    "cumsum0": ("cumsum(0) 1024x1024", 1024**2), "cumsum1": ("cumsum(1) 1024x1024", 1024**2),
+    "lse1": ("logsumexp(1) 4096x4096", 4096**2), "layernorm": ("layernorm(-1) 4096x4096", 4096**2)}.items()},
   "first_result": ("new elementwise graph: time to first result", 0, 0),
   "tiny_op": ("cost per tiny realized op", 0, 0),
 }
@@ -58,6 +68,49 @@ def best_time(fn, reps: int = 5, budget_s: float = 3.0, warmup: int = 1, min_s: 
 
 # ---------------- workers: one per framework, in their own process ----------------
 
+RED_SHAPES = {"sq": (4096, 4096), "mid": (16, 4096, 256), "bn": (64, 64, 56, 56), "loss": (128, 10), "cum": (1024, 1024)}
+# workload: (input, op, axis); ops: sum, mean, max, argmax, var, std, cumsum, lse (logsumexp), ln (layernorm), bn
+# (batchnorm's statistics: mean and biased variance over the axes)
+REDUCTIONS = {
+  "sum0": ("sq", "sum", 0), "sum1": ("sq", "sum", 1), "sum_mid": ("mid", "sum", 1), "mean0": ("sq", "mean", 0),
+  "max0": ("sq", "max", 0), "max_mid": ("mid", "max", 1), "bn_stats": ("bn", "bn", (0, 2, 3)),
+  "loss_rows": ("loss", "lse", 1), "argmax0": ("sq", "argmax", 0), "argmax1": ("sq", "argmax", 1),
+  "var0": ("sq", "var", 0), "std1": ("sq", "std", 1), "cumsum0": ("cum", "cumsum", 0), "cumsum1": ("cum", "cumsum", 1),
+  "lse1": ("sq", "lse", 1), "layernorm": ("sq", "ln", -1)}
+
+def _reduction_fn(lib: str, op: str, axis):
+  """The workload's op in `lib`'s API: "tensor" (tinyplug, tinygrad), "numpy" or "torch"."""
+  if lib == "tensor":
+    return {"sum": lambda x: x.sum(axis), "mean": lambda x: x.mean(axis), "max": lambda x: x.max(axis),
+            "argmax": lambda x: x.argmax(axis), "var": lambda x: x.var(axis), "std": lambda x: x.std(axis),
+            "cumsum": lambda x: x.cumsum(axis), "lse": lambda x: x.logsumexp(axis), "ln": lambda x: x.layernorm(axis),
+            "bn": lambda x: (x.mean(axis), x.var(axis, correction=0))}[op]
+  if lib == "numpy":
+    import numpy as np
+    def ln(x):
+      y = x - x.mean(axis, keepdims=True); return y / np.sqrt((y * y).mean(axis, keepdims=True) + 1e-5)
+    def lse(x):
+      m = x.max(axis, keepdims=True); return np.log(np.exp(x - m).sum(axis)) + m.squeeze(axis)
+    return {"sum": lambda x: x.sum(axis), "mean": lambda x: x.mean(axis), "max": lambda x: x.max(axis),
+            "argmax": lambda x: x.argmax(axis), "var": lambda x: x.var(axis, ddof=1), "std": lambda x: x.std(axis, ddof=1),
+            "cumsum": lambda x: x.cumsum(axis), "lse": lse, "ln": ln, "bn": lambda x: (x.mean(axis), x.var(axis))}[op]
+  import torch
+  F = torch.nn.functional
+  return {"sum": lambda x: x.sum(axis), "mean": lambda x: x.mean(axis), "max": lambda x: x.amax(axis),
+          "argmax": lambda x: x.argmax(axis), "var": lambda x: x.var(axis), "std": lambda x: x.std(axis),
+          "cumsum": lambda x: x.cumsum(axis), "lse": lambda x: x.logsumexp(axis),
+          "ln": lambda x: F.layer_norm(x, x.shape[-1:]), "bn": lambda x: torch.var_mean(x, axis, correction=0)}[op]
+
+def _reductions(lib: str, make, run) -> dict:
+  """Times the selected REDUCTIONS: `make(shape)` builds a random float32 input, `run(result)` computes it."""
+  out, inputs = {}, {}
+  for key, (shape, op, axis) in REDUCTIONS.items():
+    if not want(key): continue
+    if shape not in inputs: inputs[shape] = make(RED_SHAPES[shape])
+    fn, x = _reduction_fn(lib, op, axis), inputs[shape]
+    out[key] = best_time(lambda: run(fn(x)))
+  return out
+
 def _tensor_workloads(Tensor, sync, quick: bool) -> dict:
   """tinyplug and tinygrad share the Tensor API."""
   import numpy as np
@@ -87,6 +140,9 @@ def _tensor_workloads(Tensor, sync, quick: bool) -> dict:
     for _ in range(200): t = (t + 1.0).realize()
     sync(t)
   if want("tiny_op"): out["tiny_op"] = best_time(tiny) / 200
+  def realize(r):
+    for t in (r if isinstance(r, tuple) else (r,)): sync(t.realize())
+  out.update(_reductions("tensor", lambda shape: Tensor(rng.random(shape, dtype=np.float32)).realize(), realize))
   return out
 
 def worker_tinyplug(quick: bool) -> dict:
@@ -124,6 +180,7 @@ def worker_numpy(quick: bool) -> dict:
   if want("first_result"): out["first_result"] = best_time(lambda: np.exp(small * 1.5 + 1.0))
   t = np.zeros(1, np.float32)
   if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
+  out.update(_reductions("numpy", lambda shape: rng.random(shape, dtype=np.float32), lambda r: r))
   return out
 
 def peer_threads() -> int:
@@ -152,6 +209,7 @@ def worker_torch(quick: bool) -> dict:
   if want("first_result"): out["first_result"] = best_time(lambda: ((small * 1.5) + 1.0).exp())
   t = torch.zeros(1)
   if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
+  out.update(_reductions("torch", lambda shape: torch.rand(*shape, generator=g), lambda r: r))
   return out
 
 # ---------------- rooflines, measured with hand-written IR on the cpu_llvm runtime ----------------
