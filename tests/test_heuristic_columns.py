@@ -1,0 +1,113 @@
+"""Reductions along axes other than the innermost on CPUs: a reduction down the columns (the kept axis innermost and
+contiguous) reads whole vectors of a row per step of the reduction, the row whole where it fits the vector registers
+(`_column_opts`); a reduction over an outer and the innermost axes (batchnorm's statistics) reduces the innermost
+first, in memory order (split_reduce's `_inner_first`). Decisions for fake machines fed through the CPU renderer;
+values against numpy and torch for odd sizes and several dtypes."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import _column_reduce, heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+
+RNG = np.random.default_rng(20)
+KB, MB = 1 << 10, 1 << 20
+
+@pytest.fixture
+def machine(monkeypatch):
+  """machine(vector_bytes, vector_registers): the CPU renderer now has those vector registers (and a Zen-like cache)."""
+  r = Device["CPU"].renderer
+  def set_to(nbytes: int, count: int):
+    monkeypatch.setattr(r, "cache_bytes", (32 * KB, 1 * MB, 32 * MB))
+    monkeypatch.setattr(r, "vector_bytes", nbytes)
+    monkeypatch.setattr(r, "vector_registers", count)
+    return r
+  return set_to
+
+def _kernels(t: Tensor) -> list[Kernel]:
+  schedule._templates.clear()
+  items, _ = create_schedule([t.uop])
+  return [Kernel(it.ast, Device["CPU"].renderer) for it in items]
+
+@pytest.mark.parametrize("nbytes,regs,want", [
+  (64, 32, [Opt(OptOps.UPCAST, 0, 128), Opt(OptOps.UNROLL, 0, 2)]),   # AVX-512: 8 of 16 accumulators, two rows
+  (32, 16, [Opt(OptOps.UPCAST, 0, 32), Opt(OptOps.UNROLL, 0, 2)]),    # AVX2: 4 of 8
+  (16, 32, [Opt(OptOps.UPCAST, 0, 32), Opt(OptOps.UNROLL, 0, 2)])])   # NEON: 8 of 16, 4 lanes each
+def test_a_wide_column_sum_reads_several_vectors_of_two_rows(machine, nbytes, regs, want):
+  machine(nbytes, regs)
+  k = _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0))[-1]
+  assert _column_reduce(k)
+  assert heuristic_opts(k) == want
+
+def test_a_row_that_fits_the_registers_is_read_whole(machine):
+  machine(64, 32)
+  k = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))[-1]   # 16 vectors: the middle axis is one stream
+  assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, 256)]
+  machine(32, 16)   # AVX2: 8 accumulators at most, so 4 of them and two rows a step
+  k = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))[-1]
+  assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UNROLL, 0, 2)]
+
+def test_what_is_not_a_column_reduction(machine):
+  machine(64, 32)
+  assert not _column_reduce(_kernels(Tensor.empty(512, 256, device="CPU").sum(1))[-1])   # along the rows
+  a, b = Tensor.empty(128, 64, device="CPU"), Tensor.empty(128, 32, device="CPU")
+  assert not _column_reduce(_kernels(a.T @ b)[-1])   # a weight gradient: one input does not depend on the row
+  assert not _column_reduce(_kernels(a @ Tensor.empty(64, 32, device="CPU"))[-1])
+  # an odd row (5 floats) is no whole number of vectors: the older rules take it
+  k = _kernels(Tensor.empty(4097, 5, device="CPU").sum(0))[-1]
+  assert _column_reduce(k) and not any(o.op is OptOps.UPCAST and o.arg % 16 == 0 for o in heuristic_opts(k))
+
+def test_var_and_argmax_down_the_columns_are_all_column_kernels(machine):
+  machine(64, 32)
+  x = Tensor.empty(1024, 512, device="CPU")
+  for t in (x.var(0), x.argmax(0)):
+    reductions = [k for k in _kernels(t) if k.reduce_axes]
+    assert reductions and all(_column_reduce(k) for k in reductions)
+    assert all(any(o.op is OptOps.UPCAST and o.arg >= 128 for o in heuristic_opts(k)) for k in reductions)
+
+def test_batchnorm_statistics_reduce_the_innermost_axes_first():
+  shape = (16, 6, 64, 64)   # 65536 elements per channel: split_reduce takes it
+  ks = [k for k in _kernels(Tensor.empty(*shape, device="CPU").sum((0, 2, 3))) if k.reduce_axes]
+  # partials [N, C] over H*W in memory order, then the batch axis of those
+  assert [([r.src[0].arg for r in k.loop_axes], [r.src[0].arg for r in k.reduce_axes]) for k in ks] == \
+    [([16, 6], [64, 64]), ([6], [16])]
+  a = RNG.standard_normal(shape).astype(np.float32)
+  t = Tensor(a, device="CPU")
+  np.testing.assert_allclose(t.mean((0, 2, 3)).numpy(), a.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(t.var((0, 2, 3), correction=0).numpy(), a.var((0, 2, 3)), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(t.max((0, 3)).numpy(), a.max((0, 3)))
+
+SHAPES = [((7, 13), 0), ((7, 13), 1), ((4097, 5), 0), ((3, 1000, 7), 1), ((3, 1000, 7), 0), ((5, 64, 48), 1),
+          ((300, 16), 0), ((33, 256), 0), ((2, 520, 272), 1), ((128, 10), 1), ((513, 96), 0)]
+
+@pytest.mark.parametrize("shape,axis", SHAPES)
+def test_float_reductions_match_numpy_and_torch(shape, axis):
+  schedule._templates.clear()
+  a = RNG.standard_normal(shape).astype(np.float32)
+  t, tt = Tensor(a, device="CPU"), torch.from_numpy(a)
+  np.testing.assert_allclose(t.sum(axis).numpy(), a.sum(axis), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(t.mean(axis).numpy(), tt.mean(axis).numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(t.max(axis).numpy(), a.max(axis))
+  np.testing.assert_allclose(t.min(axis).numpy(), a.min(axis))
+  np.testing.assert_array_equal(t.argmax(axis).numpy(), a.argmax(axis))
+  np.testing.assert_allclose(t.var(axis).numpy(), tt.var(axis).numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(t.std(axis).numpy(), tt.std(axis).numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(t.logsumexp(axis).numpy(), tt.logsumexp(axis).numpy(), rtol=1e-5, atol=1e-5)
+  if shape[axis] <= 1000:
+    np.testing.assert_allclose(t.cumsum(axis).numpy(), a.cumsum(axis), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.uint8, np.int64])
+@pytest.mark.parametrize("shape,axis", [((7, 13), 0), ((4097, 5), 0), ((3, 1000, 7), 1), ((300, 64), 0),
+                                        ((9, 320, 128), 1)])
+def test_other_dtypes_down_the_columns(dtype, shape, axis):
+  schedule._templates.clear()
+  a = (RNG.standard_normal(shape) * 20).astype(dtype) if dtype != np.uint8 else RNG.integers(0, 255, shape, np.uint8)
+  t, tt = Tensor(a, device="CPU"), torch.from_numpy(a)
+  if dtype == np.float16:
+    np.testing.assert_allclose(t.sum(axis).numpy().astype(np.float32), a.astype(np.float32).sum(axis), rtol=2e-3, atol=0.5)
+  else: np.testing.assert_array_equal(t.sum(axis).numpy(), tt.sum(axis).numpy())
+  np.testing.assert_array_equal(t.max(axis).numpy(), a.max(axis))
+  np.testing.assert_array_equal(t.argmax(axis).numpy(), a.argmax(axis))
