@@ -111,3 +111,21 @@ def test_other_dtypes_down_the_columns(dtype, shape, axis):
   else: np.testing.assert_array_equal(t.sum(axis).numpy(), tt.sum(axis).numpy())
   np.testing.assert_array_equal(t.max(axis).numpy(), a.max(axis))
   np.testing.assert_array_equal(t.argmax(axis).numpy(), a.argmax(axis))
+
+@pytest.mark.parametrize("shape,axis", [((3, 1000, 7), 1), ((65, 3), 0), ((4097, 2), 0), ((2, 130), 1), ((6, 64), 1)])
+def test_blocked_scans_match_torch(shape, axis):
+  # longer than SCAN_DIRECT: blocks of about sqrt(n), padded with the identity
+  schedule._templates.clear()
+  a = RNG.standard_normal(shape).astype(np.float32)
+  np.testing.assert_allclose(Tensor(a, device="CPU").cumsum(axis).numpy(), torch.from_numpy(a).cumsum(axis).numpy(),
+                             rtol=1e-4, atol=2e-3)
+  ai = RNG.integers(-50, 50, shape).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(ai, device="CPU").cumsum(axis).numpy(), ai.cumsum(axis))
+  p = RNG.uniform(0.97, 1.03, shape).astype(np.float32)
+  np.testing.assert_allclose(Tensor(p, device="CPU").cumprod(axis).numpy(), torch.from_numpy(p).cumprod(axis).numpy(),
+                             rtol=1e-4)
+  t, tt = Tensor(a, device="CPU", requires_grad=True), torch.from_numpy(a).requires_grad_()
+  w = RNG.standard_normal(shape).astype(np.float32)
+  (t.cumsum(axis) * Tensor(w, device="CPU")).sum().backward()
+  (tt.cumsum(axis) * torch.from_numpy(w)).sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-4, atol=1e-3)
