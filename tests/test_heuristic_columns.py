@@ -129,3 +129,16 @@ def test_blocked_scans_match_torch(shape, axis):
   (t.cumsum(axis) * Tensor(w, device="CPU")).sum().backward()
   (tt.cumsum(axis) * torch.from_numpy(w)).sum().backward()
   np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+def test_long_columns_wider_than_the_registers_are_summed_in_chunks_of_rows(machine):
+  machine(64, 32)   # a row of 1 KB fits the tile: 512 floats do not
+  shapes = lambda t: [([r.src[0].arg for r in k.loop_axes], [r.src[0].arg for r in k.reduce_axes]) for k in _kernels(t)]
+  assert shapes(Tensor.empty(2048, 512, device="CPU").sum(0)) == [([128, 512], [16]), ([512], [128])]
+  assert shapes(Tensor.empty(2048, 256, device="CPU").sum(0)) == [([256], [2048])]    # the row fits: one kernel
+  assert shapes(Tensor.empty(1008, 512, device="CPU").sum(0)) == [([512], [1008])]    # too few rows
+  assert shapes(Tensor.empty(512, 2048, device="CPU").T.sum(0)) == [([512], [2048])]  # a transposed view: its rows
+  a = RNG.standard_normal((2048, 520)).astype(np.float32)
+  t = Tensor(a, device="CPU")
+  np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_array_equal(t.argmax(0).numpy(), a.argmax(0))
+  np.testing.assert_allclose(t.var(0).numpy(), a.var(0, ddof=1), rtol=1e-4, atol=1e-5)

@@ -389,20 +389,21 @@ COLUMN_VECTORS = 16
 
 def _column_reduce(k: Kernel) -> bool:
   """A reduction down the columns: every load that walks a reduced axis does so across rows (not contiguously) and is
-  contiguous along the innermost output axis (`sum(0)`, a middle axis of a 3D tensor, `var(0)`'s squares), or depends
-  on no output axis at all (argmax's countdown, one value per step); loads of the outputs' own values (the mean) may
-  not depend on the reduction."""
+  contiguous along the innermost output axis (`sum(0)`, a middle axis of a 3D tensor, `var(0)`'s squares), or does not
+  depend on it and depends on no output axis that the column loads do not (argmax's countdown, one value per step and
+  chunk of rows; not a matmul's first input `g` in `g @ W`, whose rows would each reuse W's vectors); loads of the
+  outputs' own values (the mean) may not depend on the reduction."""
   loops, reduces = k.loop_axes, k.reduce_axes
   if not loops or not reduces: return False
   per_loop = [_load_strides(k, r) for r in loops]
-  walking = False
+  columns, tables = set(), set()
   for r in reduces:
     for i, along in enumerate(_load_strides(k, r)):
       if along == 0: continue
-      if all(st[i] == 0 for st in per_loop): continue
-      if along is None or abs(along) == 1 or per_loop[-1][i] != 1: return False
-      walking = True
-  return walking
+      if per_loop[-1][i] == 0: tables.add(i)
+      elif along is None or abs(along) == 1 or per_loop[-1][i] != 1: return False
+      else: columns.add(i)
+  return bool(columns) and all(st[i] == 0 or all(st[j] != 0 for j in columns) for i in tables for st in per_loop[:-1])
 
 def _column_opts(k: Kernel) -> list[Opt] | None:
   """A reduction down the columns (`_column_reduce`), read as whole vectors of a row per step of the reduction: the

@@ -10,6 +10,7 @@ def _split(r: UOp) -> UOp | None:
   op, axes = r.arg
   shape = r.src[0].shape
   if any(isinstance(s, UOp) for s in shape): return None   # a size that is a variable's value: nothing to split by
+  if (chunked := _column_chunks(r, shape, axes)) is not None: return chunked
   total = math.prod(shape[a] for a in axes)
   n_out = math.prod(r.shape)
   if total < 2**16 or n_out > 64: return None
@@ -39,5 +40,33 @@ def _inner_first(r: UOp, shape: tuple, axes: tuple[int, ...]) -> UOp | None:
   op = r.arg[0]
   part = UOp(Ops.CONTIGUOUS, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (r.src[0],), (op, suffix)),))
   return UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (op, tuple(a for a in axes if a not in suffix)))
+
+# a reduction down the columns of at least this many rows is summed COLUMN_CHUNK rows at a time first
+COLUMN_SPLIT_MIN_ROWS, COLUMN_CHUNK = 1024, 16
+
+def _row_wider_than_registers(dev, row_bytes: int) -> bool:
+  """Whether a row of `row_bytes` is more than a CPU-style renderer's register tile down the columns holds (the
+  heuristic's COLUMN_VECTORS vectors, at most half the vector registers)."""
+  from tinyplug.device import Device
+  from tinyplug.passes.heuristic import COLUMN_VECTORS
+  if not isinstance(dev, str): return False
+  try: r = Device[dev].renderer
+  except Exception: return False
+  if r is None or not r.runs_loops or r.uses_work_groups or not r.vector_bytes: return False
+  return row_bytes > r.vector_bytes * max(1, min(COLUMN_VECTORS, (r.vector_registers or 16) // 2))
+
+def _column_chunks(r: UOp, shape: tuple, axes: tuple[int, ...]) -> UOp | None:
+  """A long reduction down the columns on a CPU, its rows wider than the register tile (`sum(0)` of 4096x4096): the
+  tile walks down all the rows at a stride of a whole row, a new page every step. Summed COLUMN_CHUNK rows at a time
+  first (partials 1/16 of the input, each tile reads 16 rows' next cache lines: streams the prefetchers follow), then
+  the partials (2 threads, loaded machine: 7.6 -> 4.3-4.6 ms; numpy 3.9). Only where the source is read in its own
+  order (no permute: a transposed view's columns are rows)."""
+  if len(axes) != 1 or (a := axes[0]) == len(shape) - 1 or shape[a] < COLUMN_SPLIT_MIN_ROWS or shape[a] % COLUMN_CHUNK:
+    return None
+  if any(u.op in (Ops.PERMUTE, Ops.FLIP) for u in r.src[0].toposort()): return None
+  if not _row_wider_than_registers(r.device, math.prod(shape[a + 1:]) * r.dtype.itemsize): return None
+  x = UOp(Ops.RESHAPE, r.src[0].dtype, (r.src[0],), shape[:a] + (shape[a] // COLUMN_CHUNK, COLUMN_CHUNK) + shape[a + 1:])
+  part = UOp(Ops.CONTIGUOUS, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (x,), (r.arg[0], (a + 1,))),))
+  return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (r.arg[0], (a,))),), r.shape)
 
 def make_pass() -> PatternMatcher: return PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split)])
