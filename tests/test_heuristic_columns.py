@@ -134,6 +134,9 @@ def test_long_columns_wider_than_the_registers_are_summed_in_chunks_of_rows(mach
   machine(64, 32)   # a row of 1 KB fits the tile: 512 floats do not
   shapes = lambda t: [([r.src[0].arg for r in k.loop_axes], [r.src[0].arg for r in k.reduce_axes]) for k in _kernels(t)]
   assert shapes(Tensor.empty(2048, 512, device="CPU").sum(0)) == [([128, 512], [16]), ([512], [128])]
+  # a chunk of 16 rows is read as streams already: a small tile (two vectors, unrolled by 4) compiles in less
+  chunk = _kernels(Tensor.empty(2048, 512, device="CPU").sum(0))[0]
+  assert heuristic_opts(chunk) == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UNROLL, 0, 4)]
   assert shapes(Tensor.empty(2048, 256, device="CPU").sum(0)) == [([256], [2048])]    # the row fits: one kernel
   assert shapes(Tensor.empty(1008, 512, device="CPU").sum(0)) == [([512], [1008])]    # too few rows
   assert shapes(Tensor.empty(512, 2048, device="CPU").T.sum(0)) == [([512], [2048])]  # a transposed view: its rows
