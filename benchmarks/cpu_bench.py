@@ -6,6 +6,7 @@
   python benchmarks/cpu_bench.py --only tinyplug --variant "before:PYTHONPATH=/tmp/old:/tmp/old/plugins/cpu_llvm/src"
                                                   # tinyplug again under other settings (another checkout, env vars)
   python benchmarks/cpu_bench.py --pass-sets      # tinyplug with each optimisation pass set off: what each one buys
+  python benchmarks/cpu_bench.py --only tinyplug,numpy,torch --workloads sum0,var0,bn_stats   # reductions (REDUCTIONS)
 
 Each framework runs in its own subprocess (so env vars like DEV apply and memory is not shared) and reports the
 best wall time of a few runs of each workload, synchronised (the result is computed, not just scheduled).
