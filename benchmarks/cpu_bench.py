@@ -69,7 +69,8 @@ def best_time(fn, reps: int = 5, budget_s: float = 3.0, warmup: int = 1, min_s: 
 
 # ---------------- workers: one per framework, in their own process ----------------
 
-RED_SHAPES = {"sq": (4096, 4096), "mid": (16, 4096, 256), "bn": (64, 64, 56, 56), "loss": (128, 10), "cum": (1024, 1024)}
+RED_SHAPES = {"sq": (4096, 4096), "mid": (16, 4096, 256), "bn": (64, 64, 56, 56), "loss": (128, 10),
+              "cum": (1024, 1024)}
 # workload: (input, op, axis); ops: sum, mean, max, argmax, var, std, cumsum, lse (logsumexp), ln (layernorm), bn
 # (batchnorm's statistics: mean and biased variance over the axes)
 REDUCTIONS = {
@@ -93,7 +94,8 @@ def _reduction_fn(lib: str, op: str, axis):
     def lse(x):
       m = x.max(axis, keepdims=True); return np.log(np.exp(x - m).sum(axis)) + m.squeeze(axis)
     return {"sum": lambda x: x.sum(axis), "mean": lambda x: x.mean(axis), "max": lambda x: x.max(axis),
-            "argmax": lambda x: x.argmax(axis), "var": lambda x: x.var(axis, ddof=1), "std": lambda x: x.std(axis, ddof=1),
+            "argmax": lambda x: x.argmax(axis), "var": lambda x: x.var(axis, ddof=1),
+            "std": lambda x: x.std(axis, ddof=1),
             "cumsum": lambda x: x.cumsum(axis), "lse": lse, "ln": ln, "bn": lambda x: (x.mean(axis), x.var(axis))}[op]
   import torch
   F = torch.nn.functional

@@ -2,7 +2,8 @@
 second (scheduling, codegen and LLVM for its new kernels), each in this process, the disk cache off.
 
   CACHELEVEL=0 python benchmarks/reduce_compile.py sum0,var0,argmax0
-  CACHELEVEL=0 PYTHONPATH=/tmp/base:/tmp/base/plugins/cpu_llvm/src python benchmarks/reduce_compile.py sum0   # another checkout
+  # another checkout:
+  CACHELEVEL=0 PYTHONPATH=/tmp/base:/tmp/base/plugins/cpu_llvm/src python benchmarks/reduce_compile.py sum0
 
 Workloads that share kernels with an earlier one in the list pay less. Never run from tests."""
 from __future__ import annotations

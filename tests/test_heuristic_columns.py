@@ -108,7 +108,8 @@ def test_other_dtypes_down_the_columns(dtype, shape, axis):
   a = (RNG.standard_normal(shape) * 20).astype(dtype) if dtype != np.uint8 else RNG.integers(0, 255, shape, np.uint8)
   t, tt = Tensor(a, device="CPU"), torch.from_numpy(a)
   if dtype == np.float16:
-    np.testing.assert_allclose(t.sum(axis).numpy().astype(np.float32), a.astype(np.float32).sum(axis), rtol=2e-3, atol=0.5)
+    np.testing.assert_allclose(t.sum(axis).numpy().astype(np.float32), a.astype(np.float32).sum(axis),
+                               rtol=2e-3, atol=0.5)
   else: np.testing.assert_array_equal(t.sum(axis).numpy(), tt.sum(axis).numpy())
   np.testing.assert_array_equal(t.max(axis).numpy(), a.max(axis))
   np.testing.assert_array_equal(t.argmax(axis).numpy(), a.argmax(axis))

@@ -426,8 +426,8 @@ def _column_opts(k: Kernel) -> list[Opt] | None:
   # (vectors, unroll), widest first: the row whole where it fits, else half the accumulators and two rows per step
   choices = ([(size // lanes, 1)] if size // lanes <= most else []) + \
     [(v, 2) for v in (most // 2, most // 4, 2) if v >= 1 and size % (v * lanes) == 0 and v * lanes < size]
-  # a short walk (split_reduce's chunk of 16 rows) already reads its rows as streams: two vectors, unrolled by 4, run
-  # as fast and compile in less than half the time (4096x4096 `sum(0)`'s chunks, loaded machine: 3.7 ms either way)
+  # a short walk (split_reduce's chunk of 16 rows) already reads its rows as streams: two vectors unrolled by 4 run
+  # as fast with a quarter of the lanes to expand (4096x4096 `sum(0)`'s chunks, loaded machine: 3.7 ms either way)
   if red <= SHORT_COLUMN and size // lanes > most and size % (2 * lanes) == 0: choices = [(2, 4)]
   for vectors, unroll in choices:
     if vectors * lanes > 1 and not _try_tile(k, Opt(OptOps.UPCAST, inner, vectors * lanes)): continue

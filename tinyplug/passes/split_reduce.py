@@ -65,7 +65,8 @@ def _column_chunks(r: UOp, shape: tuple, axes: tuple[int, ...]) -> UOp | None:
     return None
   if any(u.op in (Ops.PERMUTE, Ops.FLIP) for u in r.src[0].toposort()): return None
   if not _row_wider_than_registers(r.device, math.prod(shape[a + 1:]) * r.dtype.itemsize): return None
-  x = UOp(Ops.RESHAPE, r.src[0].dtype, (r.src[0],), shape[:a] + (shape[a] // COLUMN_CHUNK, COLUMN_CHUNK) + shape[a + 1:])
+  chunks = shape[:a] + (shape[a] // COLUMN_CHUNK, COLUMN_CHUNK) + shape[a + 1:]
+  x = UOp(Ops.RESHAPE, r.src[0].dtype, (r.src[0],), chunks)
   part = UOp(Ops.CONTIGUOUS, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (x,), (r.arg[0], (a + 1,))),))
   return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (r.arg[0], (a,))),), r.shape)
 
