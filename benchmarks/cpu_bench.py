@@ -38,6 +38,130 @@ WORKLOADS = {   # name: (description, flops, bytes moved at minimum)
   "first_result": ("new elementwise graph: time to first result", 0, 0),
   "tiny_op": ("cost per tiny realized op", 0, 0),
 }
+# the op sweep (issue 20): more ops at one realistic size each; inputs from SWEEP_INPUTS, one expression per framework
+B8 = 8 * 64 * 56 * 56   # elements of an (8, 64, 56, 56) activation
+SWEEP = {
+  "transpose": ("x.T contiguous, 4096x4096", 0, 2 * 4 * 4096**2),
+  "nhwc": ("NCHW -> NHWC contiguous, 8x64x56x56", 0, 2 * 4 * B8),
+  "maxpool_k2": ("max_pool2d k2 s2, 8x64x56x56", B8, 4 * B8 * 5 // 4),
+  "maxpool_k3": ("max_pool2d k3 s2 p1, 8x64x56x56", 9 * B8 // 4, 4 * B8 * 5 // 4),
+  "avgpool_k2": ("avg_pool2d k2 s2, 8x64x56x56", B8, 4 * B8 * 5 // 4),
+  "avgpool_k3": ("avg_pool2d k3 s2 p1, 8x64x56x56", 9 * B8 // 4, 4 * B8 * 5 // 4),
+  "conv_64": ("conv2d b8 64->64 56x56 k3 p1", 2 * B8 * 64 * 9, 8 * B8),
+  "conv_s2": ("conv2d b8 64->128 56x56 k3 s2 p1", 2 * B8 * 128 * 9 // 4, 4 * B8 * 3 // 2),
+  "conv_1x1": ("conv2d 1x1 b8 64->256 56x56", 2 * B8 * 256, 4 * B8 * 5),
+  "conv_dw": ("depthwise conv2d b8 64 56x56 k3 p1", 2 * B8 * 9, 8 * B8),
+  "convt": ("conv_transpose2d b8 64->32 28x28 k4 s2 p1", 2 * 8 * 64 * 28 * 28 * 32 * 16, 4 * 8 * (64 * 28 * 28 + 32 * 56 * 56)),
+  "bmm_attn": ("batched q @ k^T 8x12x128x64", 2 * 96 * 128 * 128 * 64, 4 * 96 * (2 * 128 * 64 + 128 * 128)),
+  "sdpa": ("scaled_dot_product_attention 8x12x128x64", 4 * 96 * 128 * 128 * 64, 4 * 96 * 4 * 128 * 64),
+  "embed": ("x[idx]: 4096 rows of a 50k x 512 table", 0, 2 * 4 * 4096 * 512),
+  "cat": ("cat 4 x (4096, 1024) on dim 1", 0, 2 * 4 * 4096**2),
+  "stack": ("stack 4 x (1024, 4096)", 0, 2 * 4 * 4096**2),
+  "pad": ("pad H, W by 1, 8x64x56x56", 0, 2 * 4 * B8),
+  "where": ("where(c, a, b), 16M", N_ELEM, 13 * N_ELEM),
+  "cast_f16": ("cast float32 -> float16, 16M", 0, 6 * N_ELEM),
+  "cast_i32": ("cast float32 -> int32, 16M", 0, 8 * N_ELEM),
+  "gelu": ("gelu (tanh), 16M", 10 * N_ELEM, 8 * N_ELEM),
+  "silu": ("silu, 16M", 4 * N_ELEM, 8 * N_ELEM),
+  "tanh": ("tanh, 16M", 4 * N_ELEM, 8 * N_ELEM),
+  "interp": ("bilinear resize 8x64x56x56 -> 112x112", 0, 4 * 5 * B8),
+  "sort": ("sort rows, 1024x1024", 0, 2 * 4 * 1024**2),
+  "topk": ("topk 16 of rows, 1024x1024", 0, 4 * 1024**2),
+}
+WORKLOADS.update(SWEEP)
+
+def SWEEP_INPUTS(name: str, rng) -> tuple:
+  """The numpy inputs of a sweep workload (the same values for every framework)."""
+  import numpy as np
+  r = lambda *shape: rng.random(shape, dtype=np.float32)
+  act = lambda: r(8, 64, 56, 56)
+  return {
+    "transpose": lambda: (r(4096, 4096),), "nhwc": lambda: (act(),), "maxpool_k2": lambda: (act(),),
+    "maxpool_k3": lambda: (act(),), "avgpool_k2": lambda: (act(),), "avgpool_k3": lambda: (act(),),
+    "conv_64": lambda: (act(), r(64, 64, 3, 3)), "conv_s2": lambda: (act(), r(128, 64, 3, 3)),
+    "conv_1x1": lambda: (act(), r(256, 64, 1, 1)), "conv_dw": lambda: (act(), r(64, 1, 3, 3)),
+    "convt": lambda: (r(8, 64, 28, 28), r(64, 32, 4, 4)),
+    "bmm_attn": lambda: (r(8, 12, 128, 64), r(8, 12, 128, 64)),
+    "sdpa": lambda: (r(8, 12, 128, 64), r(8, 12, 128, 64), r(8, 12, 128, 64)),
+    "embed": lambda: (r(50000, 512), rng.integers(0, 50000, 4096).astype(np.int32)),
+    "cat": lambda: tuple(r(4096, 1024) for _ in range(4)), "stack": lambda: tuple(r(1024, 4096) for _ in range(4)),
+    "pad": lambda: (act(),), "where": lambda: (rng.random(N_ELEM) < 0.5, r(N_ELEM), r(N_ELEM)),
+    "cast_f16": lambda: (r(N_ELEM),), "cast_i32": lambda: ((r(N_ELEM) * 1000),),
+    "gelu": lambda: (r(N_ELEM) * 4 - 2,), "silu": lambda: (r(N_ELEM) * 4 - 2,), "tanh": lambda: (r(N_ELEM) * 4 - 2,),
+    "interp": lambda: (act(),), "sort": lambda: (r(1024, 1024),), "topk": lambda: (r(1024, 1024),),
+  }[name]()
+
+TENSOR_SWEEP = {   # tinyplug and tinygrad (the same Tensor API); each returns the unrealized result
+  "transpose": lambda x: x.T.contiguous(), "nhwc": lambda x: x.permute(0, 2, 3, 1).contiguous(),
+  "maxpool_k2": lambda x: x.max_pool2d(2, 2), "maxpool_k3": lambda x: x.max_pool2d(3, 2, padding=1),
+  "avgpool_k2": lambda x: x.avg_pool2d(2, 2), "avgpool_k3": lambda x: x.avg_pool2d(3, 2, padding=1),
+  "conv_64": lambda x, w: x.conv2d(w, padding=1), "conv_s2": lambda x, w: x.conv2d(w, stride=2, padding=1),
+  "conv_1x1": lambda x, w: x.conv2d(w), "conv_dw": lambda x, w: x.conv2d(w, groups=64, padding=1),
+  "convt": lambda x, w: x.conv_transpose2d(w, stride=2, padding=1),
+  "bmm_attn": lambda q, k: q @ k.transpose(-2, -1),
+  "sdpa": lambda q, k, v: q.scaled_dot_product_attention(k, v),
+  "embed": lambda t, i: t[i], "cat": lambda a, b, c, d: a.cat(b, c, d, dim=1), "stack": lambda a, b, c, d: a.stack(b, c, d),
+  "pad": lambda x: x.pad((1, 1, 1, 1)), "where": lambda c, a, b: c.where(a, b),
+  "cast_f16": lambda x: x.cast("float16"), "cast_i32": lambda x: x.cast("int32"),
+  "gelu": lambda x: x.gelu(), "silu": lambda x: x.silu(), "tanh": lambda x: x.tanh(),
+  "interp": lambda x: x.interpolate((112, 112), mode="linear"), "sort": lambda x: x.sort(-1)[0],
+  "topk": lambda x: x.topk(16)[0],
+}
+
+def _torch_sweep(torch):
+  F = torch.nn.functional
+  return {
+    "transpose": lambda x: x.t().contiguous(), "nhwc": lambda x: x.permute(0, 2, 3, 1).contiguous(),
+    "maxpool_k2": lambda x: F.max_pool2d(x, 2, 2), "maxpool_k3": lambda x: F.max_pool2d(x, 3, 2, padding=1),
+    "avgpool_k2": lambda x: F.avg_pool2d(x, 2, 2), "avgpool_k3": lambda x: F.avg_pool2d(x, 3, 2, padding=1),
+    "conv_64": lambda x, w: F.conv2d(x, w, padding=1), "conv_s2": lambda x, w: F.conv2d(x, w, stride=2, padding=1),
+    "conv_1x1": lambda x, w: F.conv2d(x, w), "conv_dw": lambda x, w: F.conv2d(x, w, groups=64, padding=1),
+    "convt": lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1),
+    "bmm_attn": lambda q, k: q @ k.transpose(-2, -1),
+    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    "embed": lambda t, i: t[i.long()], "cat": lambda a, b, c, d: torch.cat((a, b, c, d), 1),
+    "stack": lambda a, b, c, d: torch.stack((a, b, c, d)),
+    "pad": lambda x: F.pad(x, (1, 1, 1, 1)), "where": lambda c, a, b: torch.where(c, a, b),
+    "cast_f16": lambda x: x.half(), "cast_i32": lambda x: x.int(),
+    "gelu": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "tanh": torch.tanh,
+    "interp": lambda x: F.interpolate(x, size=(112, 112), mode="bilinear"), "sort": lambda x: x.sort(-1)[0],
+    "topk": lambda x: x.topk(16)[0],
+  }
+
+def _numpy_sweep(np):
+  def pool(x, k, s, p, op, fill):
+    x = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=fill) if p else x
+    return op(np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::s, ::s], axis=(-2, -1))
+  def sdpa(q, k, v):
+    s = (q @ k.swapaxes(-2, -1)) * (1 / np.sqrt(q.shape[-1]))
+    e = np.exp(s - s.max(-1, keepdims=True)); return (e / e.sum(-1, keepdims=True)) @ v
+  return {
+    "transpose": lambda x: np.ascontiguousarray(x.T), "nhwc": lambda x: np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
+    "maxpool_k2": lambda x: x.reshape(8, 64, 28, 2, 28, 2).max((3, 5)),
+    "maxpool_k3": lambda x: pool(x, 3, 2, 1, np.max, -np.inf),
+    "avgpool_k2": lambda x: x.reshape(8, 64, 28, 2, 28, 2).mean((3, 5)),
+    "avgpool_k3": lambda x: pool(x, 3, 2, 1, np.mean, 0),
+    "bmm_attn": lambda q, k: q @ k.swapaxes(-2, -1), "sdpa": sdpa,
+    "embed": lambda t, i: t[i], "cat": lambda a, b, c, d: np.concatenate((a, b, c, d), 1),
+    "stack": lambda a, b, c, d: np.stack((a, b, c, d)),
+    "pad": lambda x: np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), "where": np.where,
+    "cast_f16": lambda x: x.astype(np.float16), "cast_i32": lambda x: x.astype(np.int32),
+    "gelu": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x))),
+    "silu": lambda x: x / (1 + np.exp(-x)), "tanh": np.tanh,
+    "sort": lambda x: np.sort(x, -1), "topk": lambda x: -np.sort(-np.partition(x, -16, -1)[:, -16:], -1),
+  }
+
+def _run_sweep(ops: dict, wrap, sync, rng_seed: int = 1) -> dict:
+  """Time each selected sweep workload that `ops` has: inputs wrapped (and realized) first, best of a few runs."""
+  import numpy as np
+  out = {}
+  for name in SWEEP:
+    if not want(name) or name not in ops: continue
+    args = [wrap(a) for a in SWEEP_INPUTS(name, np.random.default_rng(rng_seed))]
+    try: out[name] = best_time(lambda: sync(ops[name](*args)))
+    except Exception as e: print(f"{name}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    del args
+  return out
 PEERS = {   # name: (worker kind, extra environment)
   "tinyplug": ("tinyplug", {"DEV": "CPU"}),
   "numpy": ("numpy", {}),
@@ -146,6 +270,7 @@ def _tensor_workloads(Tensor, sync, quick: bool) -> dict:
   def realize(r):
     for t in (r if isinstance(r, tuple) else (r,)): sync(t.realize())
   out.update(_reductions("tensor", lambda shape: Tensor(rng.random(shape, dtype=np.float32)).realize(), realize))
+  out.update(_run_sweep(TENSOR_SWEEP, lambda a: Tensor(a).realize(), lambda t: sync(t.realize())))
   return out
 
 def worker_tinyplug(quick: bool) -> dict:
@@ -184,6 +309,7 @@ def worker_numpy(quick: bool) -> dict:
   t = np.zeros(1, np.float32)
   if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
   out.update(_reductions("numpy", lambda shape: rng.random(shape, dtype=np.float32), lambda r: r))
+  out.update(_run_sweep(_numpy_sweep(np), lambda a: a, lambda r: r))
   return out
 
 def peer_threads() -> int:
@@ -213,6 +339,7 @@ def worker_torch(quick: bool) -> dict:
   t = torch.zeros(1)
   if want("tiny_op"): out["tiny_op"] = best_time(lambda: [t + 1.0 for _ in range(200)]) / 200
   out.update(_reductions("torch", lambda shape: torch.rand(*shape, generator=g), lambda r: r))
+  out.update(_run_sweep(_torch_sweep(torch), torch.from_numpy, lambda r: r))
   return out
 
 # ---------------- rooflines, measured with hand-written IR on the cpu_llvm runtime ----------------
