@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from tinyplug.hookspecs import FusionPass
 from tinyplug.schedule.fusion import FusionGraph
+from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
 # ops worth computing once rather than per broadcast element (a transcendental, a division)
@@ -22,6 +23,7 @@ _VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD})
 MIN_READS = 16
 MIN_WORK = 2
 MIN_REREAD_WORK = 1 << 26
+_INDEX_DTYPES = frozenset({dtypes.int32, dtypes.int64, dtypes.bool})
 
 def _numel(u: UOp) -> int: return math.prod(s if isinstance(s, int) else 1 for s in u.shape)
 
@@ -56,6 +58,17 @@ def recompute_work(graph: FusionGraph, inside: list[UOp]) -> int:
   loads = sum(1 for u in inside if graph.is_realized(u) or u.op is Ops.BUFFER)
   return alu + max(0, loads - 1)
 
+def index_math(graph: FusionGraph, inside: list[UOp]) -> bool:
+  """Integer math of constants alone (an `arange`: a sum of bit digits, which the kernel's simplification folds back
+  into its loop index, and a one-hot gather then into one read): never worth a kernel of its own."""
+  return all(not graph.is_realized(u) and u.op is not Ops.BUFFER and (u.op not in GroupOp.ALU or u.dtype.scalar() in
+             _INDEX_DTYPES) for u in inside)
+
+def onehot(graph: FusionGraph, n: UOp) -> bool:
+  """n compares a value with an arange (`x[idx]`'s mask): the reduction that sums it collapses into one read."""
+  return n.op is Ops.CMPEQ and any(index_math(graph, list(s.toposort(gate=lambda u: not graph.is_realized(u))))
+                                   for s in n.src)
+
 class Materialize(FusionPass):
   def fuse(self, graph: FusionGraph) -> None:
     if not any(u.op is Ops.EXPAND for u in graph.nodes): return
@@ -79,7 +92,7 @@ class Materialize(FusionPass):
     if (reads := reads_per_element(graph, n)) < MIN_READS: return False
     inside = n.toposort(gate=lambda u: u is n or not graph.is_realized(u))
     if any(u.op is Ops.REDUCE_AXIS and not graph.is_realized(u) for u in inside): return False
-    if (work := recompute_work(graph, inside)) < MIN_WORK: return False
+    if (work := recompute_work(graph, inside)) < MIN_WORK or index_math(graph, inside) or onehot(graph, n): return False
     if _numel(n) * reads * work < MIN_REREAD_WORK: return False
     graph.realize(n, "reread", f"{work} ops and loads per element read {reads}x by a reduction ({_numel(n)} "
                   f"elements): computed once in a kernel of its own (at least MIN_READS={MIN_READS} reads, "

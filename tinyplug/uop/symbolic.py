@@ -212,6 +212,86 @@ def lt_of_mul(x: UOp, c1: UOp, c2: UOp) -> UOp | None: return _lt_const(x, -((-c
 def lt_of_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
   return _lt_const(x, c2.arg * c1.arg) if c1.arg > 0 and x.vmin >= 0 else None
 
+# ---------------- arange digits and one-hot reductions (gathers) ----------------
+
+def _pow2(v: object) -> int | None:
+  return v.bit_length() - 1 if type(v) is int and v > 0 and v & (v - 1) == 0 else None
+
+def _digit_of(y: UOp) -> tuple[UOp, int] | None:
+  """y as (b, k) when y is bit k of b (0 or 1): (b // 2**k) % 2, b % 2, or b // 2**k with b < 2**(k+1)."""
+  if y.op is Ops.MOD and y.src[1].op is Ops.CONST and y.src[1].arg == 2:
+    inner = y.src[0]
+    if inner.op is Ops.IDIV and inner.src[1].op is Ops.CONST and (k := _pow2(inner.src[1].arg)) is not None:
+      return (inner.src[0], k) if inner.src[0].vmin >= 0 else None
+    return (inner, 0) if inner.vmin >= 0 else None
+  if y.op is Ops.IDIV and y.src[1].op is Ops.CONST and (k := _pow2(y.src[1].arg)) is not None:
+    b = y.src[0]
+    return (b, k) if b.vmin >= 0 and b.vmax < 2 ** (k + 1) else None
+  return None
+
+def _bit_test(cond: UOp) -> tuple[UOp, int, bool] | None:
+  """cond as (b, k, is_set): cond is `bit k of b is set` (is_set) or `... is clear`."""
+  negated = cond.op is Ops.CMPNE and cond.src[1].op is Ops.CONST and cond.src[1].arg is True
+  c = cond.src[0] if negated else cond
+  if c.op is not Ops.CMPLT or c.src[1].op is not Ops.CONST: return None
+  y, bound = c.src[0], c.src[1].arg
+  if bound == 1 and (d := _digit_of(y)) is not None: return d[0], d[1], negated   # digit < 1: the bit is clear
+  if (k := _pow2(bound)) is not None and y.vmin >= 0 and y.vmax < 2 ** (k + 1): return y, k, negated  # y < 2**k
+  return None
+
+def _digit_term(t: UOp) -> tuple[UOp, int] | None:
+  """t as (b, k) when t is 2**k if bit k of b is set, else 0 (one digit of an arange: create.arange_uop)."""
+  if t.op is not Ops.WHERE or t.src[1].op is not Ops.CONST or t.src[2].op is not Ops.CONST: return None
+  if (test := _bit_test(t.src[0])) is None: return None
+  b, k, is_set = test
+  on, off = (t.src[1].arg, t.src[2].arg) if is_set else (t.src[2].arg, t.src[1].arg)
+  return (b, k) if off == 0 and on == 2 ** k else None
+
+def fold_bit_digits(x: UOp) -> UOp | None:
+  """A sum of b's binary digits, each weighted by its place (2**k if bit k of b is set), is b itself, when every
+  digit of b's range [0, 2**B) is there: `arange` is built from such digits (create.arange_uop), so this turns an
+  arange in a kernel back into its loop index, which the one-hot rules below and the index rules can then read."""
+  if not _scalar_int(x) or not any(s.op is Ops.WHERE for s in x.src): return None
+  terms = _split_sum(x)
+  digits: dict[UOp, dict[int, int]] = {}
+  for i, t in enumerate(terms):
+    if (d := _digit_term(t)) is not None: digits.setdefault(d[0], {}).setdefault(d[1], i)
+  for b, bits in digits.items():
+    width = max(1, int(b.vmax).bit_length())
+    if b.vmin < 0 or b.dtype != x.dtype or set(bits) != set(range(width)): continue
+    rest = [t for i, t in enumerate(terms) if i not in bits.values()]
+    out = b
+    for t in rest: out = out + t
+    return out
+  return None
+
+def collapse_onehot_reduce(red: UOp) -> UOp | None:
+  """sum over r in [0, n) of (e == r ? v(r) : 0), e not depending on r, is (0 <= e < n ? v(e) : 0): a gather
+  (`x[idx]`, `gather`, built as a one-hot mask summed) reads the one selected element instead of all n. Loads whose
+  address moved with r get the range check as their gate, so an index outside [0, n) reads nothing and gives 0."""
+  if red.arg is not Ops.ADD or len(red.src) < 2: return None
+  val = red.src[0]
+  if val.op is not Ops.WHERE or val.src[2].op is not Ops.CONST or val.src[2].arg != 0: return None
+  cond = val.src[0]
+  if cond.op is not Ops.CMPEQ: return None
+  for r in red.src[1:]:
+    if r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST: continue
+    a, b = cond.src
+    e = b if a is r else a if b is r else None
+    if e is None or e.dtype != r.dtype or r in e.toposort(): continue
+    n = r.src[0].arg
+    valid = (e < e.const_like(0)).logical_not() & (e < e.const_like(n))
+    mapping: dict[UOp, UOp] = {r: e}
+    for u in val.src[1].toposort():
+      if u.op is Ops.INDEX and r in u.src[1].toposort():
+        idx = u.src[1].substitute({r: e})
+        gate = valid if len(u.src) < 3 else u.src[2].substitute({r: e}) & valid
+        mapping[u] = UOp(Ops.INDEX, u.dtype, (u.src[0], idx, gate) + u.src[3:], u.arg)
+    picked = valid.where(val.src[1].substitute(mapping), val.src[2])
+    rest = tuple(x for x in red.src[1:] if x is not r)
+    return UOp(Ops.REDUCE, red.dtype, (picked,) + rest, red.arg) if rest else picked
+  return None
+
 c1_scalar, c2_scalar = UPat.cvar("c1", vec=False), UPat.cvar("c2", vec=False)
 
 symbolic = PatternMatcher([
@@ -245,6 +325,9 @@ symbolic = PatternMatcher([
   (UPat(Ops.CMPLT, src=(x_int + c1_scalar, c2_scalar)), lt_of_add),
   (UPat(Ops.CMPLT, src=(x_int * c1_scalar, c2_scalar)), lt_of_mul),
   (UPat(Ops.CMPLT, src=(x_int // c1_scalar, c2_scalar)), lt_of_div),
+  # an arange's digits summed back into its index; a one-hot mask's sum into one gated read
+  (UPat(Ops.ADD, INTS, name="x"), fold_bit_digits),
+  (UPat(Ops.REDUCE, name="red"), collapse_onehot_reduce),
 ])
 
 # ---------------- sym: symbolic plus rules used while lowering ----------------
