@@ -263,6 +263,8 @@ class NNMixin:
     s, d, p, op = (_tuple(v, nd) for v in (stride, dilation, padding, output_padding))
     if x.ndim != nd + 2 or x.shape[1] != cin:
       raise ShapeError(f"conv_transpose: input {x.shape} does not fit weight {weight.shape}")
+    if any(si > 1 for si in s) and (out := _phased_conv_transpose(x, weight, groups, s, d, p, op)) is not None:
+      return out if bias is None else out + bias.reshape((1, -1) + (1,) * nd)
     if any(si > 1 for si in s):   # stride-1 zeros between neighbours: (n,) -> (n, stride) -> (n*stride,) -> cut
       n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
       x = x.reshape(n, c, *[v for size in spatial for v in (size, 1)])
@@ -379,6 +381,20 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation):
   gx = gx.permute(0, 1, *[v for j in range(nd) for v in (2 + nd + j, 2 + j)])
   gx = gx.reshape(bs, chans, *[q * s for q, s in zip(qs, stride)])
   return gx.shrink((None, None, *[(0, n) for n in spatial]))
+
+def _phased_conv_transpose(x, weight, groups: int, s, d, p, op):
+  """A strided transposed convolution as the input gradient of the convolution it transposes (one stride-1
+  convolution per output phase, `_strided_input_grad`), cut by the padding: the stride's zeros are never multiplied
+  (a stride-2 4x4 kernel: 4 taps per output instead of 16). None where the shapes do not line up (the caller then
+  spreads the input)."""
+  kernel, spatial = weight.shape[2:], x.shape[2:]
+  if not all(isinstance(v, int) for v in (*kernel, *spatial)): return None
+  full = [(n - 1) * si + di * (k - 1) + 1 + max(0, o - pi) for n, k, si, di, pi, o in zip(spatial, kernel, s, d, p, op)]
+  if any((f - di * (k - 1) - 1) // si + 1 != n for f, n, k, si, di in zip(full, spatial, kernel, s, d)): return None
+  cin, cout_g = weight.shape[:2]
+  wt = weight.reshape(groups, cin // groups, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin // groups, *kernel)
+  out = _strided_input_grad(x, wt, full, groups, s, d)
+  return out.shrink((None, None, *[(pi, f - max(0, o - pi) + o - pi) for f, pi, o in zip(full, p, op)]))
 
 def _reduce_loss(loss, reduction: str):
   if reduction == "none": return loss
