@@ -40,6 +40,13 @@ def test_embedding_lookup_matches_numpy_and_reads_each_row_once(rows, cols, n_id
   assert not any(u.op is Ops.REDUCE for ast in _asts(out) for u in ast.toposort())
   np.testing.assert_array_equal(out.numpy(), table[idx])
 
+def test_int64_indices_are_one_read_too():
+  table = RNG.standard_normal((301, 7)).astype(np.float32)
+  idx = RNG.integers(-301, 301, 50).astype(np.int64)
+  out = Tensor(table)[Tensor(idx)]
+  assert not any(u.op is Ops.REDUCE for ast in _asts(out) for u in ast.toposort())
+  np.testing.assert_array_equal(out.numpy(), table[idx])
+
 def test_gather_and_two_tensor_indices_match_numpy():
   x = RNG.standard_normal((23, 17)).astype(np.float32)
   g0, g1 = RNG.integers(0, 23, (7, 17)).astype(np.int32), RNG.integers(0, 17, (23, 3)).astype(np.int32)

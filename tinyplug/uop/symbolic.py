@@ -265,6 +265,12 @@ def fold_bit_digits(x: UOp) -> UOp | None:
     return out
   return None
 
+def _widened(v: UOp, r: UOp) -> UOp:
+  """r for r itself or r cast to a wider int (an int32 arange compared with an int64 index), else v."""
+  if v.op is Ops.CAST and v.src[0] is r and dtypes.is_int(v.dtype) and v.dtype.count == 1 and \
+     v.dtype.min <= r.dtype.min and r.dtype.max <= v.dtype.max: return r
+  return v
+
 def collapse_onehot_reduce(red: UOp) -> UOp | None:
   """sum over r in [0, n) of (e == r ? v(r) : 0), e not depending on r, is (0 <= e < n ? v(e) : 0): a gather
   (`x[idx]`, `gather`, built as a one-hot mask summed) reads the one selected element instead of all n. Loads whose
@@ -276,16 +282,17 @@ def collapse_onehot_reduce(red: UOp) -> UOp | None:
   if cond.op is not Ops.CMPEQ: return None
   for r in red.src[1:]:
     if r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST: continue
-    a, b = cond.src
-    e = b if a is r else a if b is r else None
-    if e is None or e.dtype != r.dtype or r in e.toposort(): continue
+    a, b = (_widened(v, r) for v in cond.src)
+    e = cond.src[1] if a is r else cond.src[0] if b is r else None
+    if e is None or r in e.toposort(): continue
     n = r.src[0].arg
     valid = (e < e.const_like(0)).logical_not() & (e < e.const_like(n))
-    mapping: dict[UOp, UOp] = {r: e}
+    at = e if e.dtype == r.dtype else e.cast(r.dtype)   # an int64 index in range fits the range's dtype
+    mapping: dict[UOp, UOp] = {r: at}
     for u in val.src[1].toposort():
       if u.op is Ops.INDEX and r in u.src[1].toposort():
-        idx = u.src[1].substitute({r: e})
-        gate = valid if len(u.src) < 3 else u.src[2].substitute({r: e}) & valid
+        idx = u.src[1].substitute({r: at})
+        gate = valid if len(u.src) < 3 else u.src[2].substitute({r: at}) & valid
         mapping[u] = UOp(Ops.INDEX, u.dtype, (u.src[0], idx, gate) + u.src[3:], u.arg)
     picked = valid.where(val.src[1].substitute(mapping), val.src[2])
     rest = tuple(x for x in red.src[1:] if x is not r)
