@@ -101,7 +101,7 @@ TENSOR_SWEEP = {   # tinyplug and tinygrad (the same Tensor API); each returns t
   "bmm_attn": lambda q, k: q @ k.transpose(-2, -1),
   "sdpa": lambda q, k, v: q.scaled_dot_product_attention(k, v),
   "embed": lambda t, i: t[i], "cat": lambda a, b, c, d: a.cat(b, c, d, dim=1), "stack": lambda a, b, c, d: a.stack(b, c, d),
-  "pad": lambda x: x.pad((1, 1, 1, 1)), "where": lambda c, a, b: c.where(a, b),
+  "pad": lambda x: x.pad((1, 1, 1, 1)).contiguous(), "where": lambda c, a, b: c.where(a, b),
   "cast_f16": lambda x: x.cast("float16"), "cast_i32": lambda x: x.cast("int32"),
   "gelu": lambda x: x.gelu(), "silu": lambda x: x.silu(), "tanh": lambda x: x.tanh(),
   "interp": lambda x: x.interpolate((112, 112), mode="linear"), "sort": lambda x: x.sort(-1)[0],
