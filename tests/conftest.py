@@ -2,4 +2,20 @@
 (a comma list), else every device in Device.available() except the emulated ones (`MOCK+...`: every kernel is
 compiled by clang, so they are asked for by name; plugins/emulator/tests runs a slice of the op suite on them).
 Device.DEFAULT is set for the test and restored afterwards."""
+import pytest
+
 from tinyplug.testing.conftest import device, devices_under_test  # noqa: F401
+
+
+@pytest.fixture
+def vector_machine(monkeypatch):
+  """vector_machine(vector_bytes, vector_registers): the CPU renderer now has those vector registers and a Zen-like
+  cache (32 KB, 1 MB, 32 MB), for the heuristic's decisions on machines other than this one."""
+  from tinyplug.device import Device
+  r = Device["CPU"].renderer
+  def set_to(nbytes: int, count: int):
+    monkeypatch.setattr(r, "cache_bytes", (32 << 10, 1 << 20, 32 << 20))
+    monkeypatch.setattr(r, "vector_bytes", nbytes)
+    monkeypatch.setattr(r, "vector_registers", count)
+    return r
+  return set_to

@@ -14,18 +14,6 @@ from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
 
 RNG = np.random.default_rng(20)
-KB, MB = 1 << 10, 1 << 20
-
-@pytest.fixture
-def machine(monkeypatch):
-  """machine(vector_bytes, vector_registers): the CPU renderer now has those vector registers (and a Zen-like cache)."""
-  r = Device["CPU"].renderer
-  def set_to(nbytes: int, count: int):
-    monkeypatch.setattr(r, "cache_bytes", (32 * KB, 1 * MB, 32 * MB))
-    monkeypatch.setattr(r, "vector_bytes", nbytes)
-    monkeypatch.setattr(r, "vector_registers", count)
-    return r
-  return set_to
 
 def _kernels(t: Tensor) -> list[Kernel]:
   schedule._templates.clear()
@@ -36,22 +24,22 @@ def _kernels(t: Tensor) -> list[Kernel]:
   (64, 32, [Opt(OptOps.UPCAST, 0, 128), Opt(OptOps.UNROLL, 0, 2)]),   # AVX-512: 8 of 16 accumulators, two rows
   (32, 16, [Opt(OptOps.UPCAST, 0, 32), Opt(OptOps.UNROLL, 0, 2)]),    # AVX2: 4 of 8
   (16, 32, [Opt(OptOps.UPCAST, 0, 32), Opt(OptOps.UNROLL, 0, 2)])])   # NEON: 8 of 16, 4 lanes each
-def test_a_wide_column_sum_reads_several_vectors_of_two_rows(machine, nbytes, regs, want):
-  machine(nbytes, regs)
+def test_a_wide_column_sum_reads_several_vectors_of_two_rows(vector_machine, nbytes, regs, want):
+  vector_machine(nbytes, regs)
   k = _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0))[-1]
   assert _column_reduce(k)
   assert heuristic_opts(k) == want
 
-def test_a_row_that_fits_the_registers_is_read_whole(machine):
-  machine(64, 32)
+def test_a_row_that_fits_the_registers_is_read_whole(vector_machine):
+  vector_machine(64, 32)
   k = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))[-1]   # 16 vectors: the middle axis is one stream
   assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, 256)]
-  machine(32, 16)   # AVX2: 8 accumulators at most, so 4 of them and two rows a step
+  vector_machine(32, 16)   # AVX2: 8 accumulators at most, so 4 of them and two rows a step
   k = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))[-1]
   assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UNROLL, 0, 2)]
 
-def test_what_is_not_a_column_reduction(machine):
-  machine(64, 32)
+def test_what_is_not_a_column_reduction(vector_machine):
+  vector_machine(64, 32)
   assert not _column_reduce(_kernels(Tensor.empty(512, 256, device="CPU").sum(1))[-1])   # along the rows
   a, b = Tensor.empty(128, 64, device="CPU"), Tensor.empty(128, 32, device="CPU")
   assert not _column_reduce(_kernels(a.T @ b)[-1])   # a weight gradient: one input does not depend on the row
@@ -60,8 +48,8 @@ def test_what_is_not_a_column_reduction(machine):
   k = _kernels(Tensor.empty(4097, 5, device="CPU").sum(0))[-1]
   assert _column_reduce(k) and not any(o.op is OptOps.UPCAST and o.arg % 16 == 0 for o in heuristic_opts(k))
 
-def test_var_and_argmax_down_the_columns_are_all_column_kernels(machine):
-  machine(64, 32)
+def test_var_and_argmax_down_the_columns_are_all_column_kernels(vector_machine):
+  vector_machine(64, 32)
   x = Tensor.empty(1024, 512, device="CPU")
   for t in (x.var(0), x.argmax(0)):
     reductions = [k for k in _kernels(t) if k.reduce_axes]
@@ -132,8 +120,8 @@ def test_blocked_scans_match_torch(shape, axis):
   (tt.cumsum(axis) * torch.from_numpy(w)).sum().backward()
   np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-4, atol=1e-3)
 
-def test_long_columns_wider_than_the_registers_are_summed_in_chunks_of_rows(machine):
-  machine(64, 32)   # a row of 1 KB fits the tile: 512 floats do not
+def test_long_columns_wider_than_the_registers_are_summed_in_chunks_of_rows(vector_machine):
+  vector_machine(64, 32)   # a row of 1 KB fits the tile: 512 floats do not
   shapes = lambda t: [([r.src[0].arg for r in k.loop_axes], [r.src[0].arg for r in k.reduce_axes]) for k in _kernels(t)]
   assert shapes(Tensor.empty(2048, 512, device="CPU").sum(0)) == [([128, 512], [16]), ([512], [128])]
   # a chunk of 16 rows is read as streams already: a small tile (two vectors, unrolled by 4) compiles in less

@@ -14,18 +14,6 @@ from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
 
 RNG = np.random.default_rng(11)
-KB, MB = 1 << 10, 1 << 20
-
-@pytest.fixture
-def machine(monkeypatch):
-  """machine(vector_bytes, vector_registers): the CPU renderer now has those vector registers (and a Zen-like cache)."""
-  r = Device["CPU"].renderer
-  def set_to(nbytes: int, count: int):
-    monkeypatch.setattr(r, "cache_bytes", (32 * KB, 1 * MB, 32 * MB))
-    monkeypatch.setattr(r, "vector_bytes", nbytes)
-    monkeypatch.setattr(r, "vector_registers", count)
-    return r
-  return set_to
 
 def _operands(kind: str, m: int, n: int, k: int, empty: bool):
   """(x, y) with x @ y the layer's matmul: `fwd` x @ W.T, `wgrad` g.T @ x (the batch is k), `igrad` g @ W."""
@@ -47,14 +35,14 @@ def kernel(kind: str, m: int, n: int, k: int) -> Kernel:
 @pytest.mark.parametrize("kind,m,n,k", [("wgrad", 64, 64, 128), ("igrad", 128, 64, 64), ("wgrad", 64, 32, 128),
                                         ("wgrad", 128, 784, 64), ("igrad", 64, 784, 128), ("igrad", 64, 9216, 10)])
 @pytest.mark.parametrize("regs,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
-def test_vector_row_tile_is_one_vector_by_four_rows(machine, kind, m, n, k, regs, lanes):
-  machine(*regs)
+def test_vector_row_tile_is_one_vector_by_four_rows(vector_machine, kind, m, n, k, regs, lanes):
+  vector_machine(*regs)
   kr = kernel(kind, m, n, k)
   assert vector_lanes(kr) == lanes
   assert heuristic_opts(kr) == [Opt(OptOps.UPCAST, 1, lanes), Opt(OptOps.UPCAST, 0, SMALL_VECTOR_ROWS)]
 
-def test_the_lane_budget_stays_where_the_vector_row_has_too_few_rows(machine):
-  machine(64, 32)
+def test_the_lane_budget_stays_where_the_vector_row_has_too_few_rows(vector_machine):
+  vector_machine(64, 32)
   # 10 rows: no 4 divides them (a 10-output layer's weight gradient); a row shorter than a vector
   assert heuristic_opts(kernel("igrad", 10, 64, 64)) == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2),
                                                          Opt(OptOps.UNROLL, 0, 4)]
@@ -63,24 +51,24 @@ def test_the_lane_budget_stays_where_the_vector_row_has_too_few_rows(machine):
   assert heuristic_opts(kernel("wgrad", 10, 9216, 64)) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 10)]
 
 @pytest.mark.parametrize("k,unroll", [(64, 8), (32, 4), (128, 16), (784, 16), (8, 4)])
-def test_forward_sums_vectors_of_the_reduction_with_enough_steps(machine, k, unroll):
+def test_forward_sums_vectors_of_the_reduction_with_enough_steps(vector_machine, k, unroll):
   # x @ W.T reads both inputs along the reduction: vector loads of it, summed across lanes once per output, so the
   # vector is as wide as leaves REDUCE_VECTOR_STEPS steps (or the narrowest that divides a short one)
-  machine(64, 32)
+  vector_machine(64, 32)
   fwd = kernel("fwd", 128, 64, k)
   assert vector_lanes(fwd) == 0   # W read across its rows along the output row: gathers
   assert heuristic_opts(fwd)[:3] == [Opt(OptOps.UNROLL, 0, unroll), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2)]
 
-def test_forward_of_a_ten_output_layer_sums_vectors(machine):
+def test_forward_of_a_ten_output_layer_sums_vectors(vector_machine):
   # not taken for a convolution's odd row (the small-window tile): 5 outputs of the row, 2 rows
-  machine(64, 32)
+  vector_machine(64, 32)
   assert heuristic_opts(kernel("fwd", 64, 10, 9216)) == [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.UPCAST, 1, 5),
                                                          Opt(OptOps.UPCAST, 0, 2)]
   # an odd reduction has no vectors to read: the lane tile
   assert all(o.op is not OptOps.UNROLL for o in heuristic_opts(kernel("fwd", 13, 10, 37)))
 
-def test_forward_of_a_computed_input_sums_vectors_too(machine):
-  machine(64, 32)
+def test_forward_of_a_computed_input_sums_vectors_too(vector_machine):
+  vector_machine(64, 32)
   schedule._templates.clear()
   x, w = Tensor.empty(128, 64, device="CPU"), Tensor.empty(64, 64, device="CPU")
   items, _ = create_schedule([(x.relu() @ w.T).uop])   # the ReLU fused into the matmul's first input
@@ -88,30 +76,30 @@ def test_forward_of_a_computed_input_sums_vectors_too(machine):
   items, _ = create_schedule([((x.reshape(128, 1, 64) - w.reshape(1, 64, 64)).abs().sum(-1)).uop])   # no product
   assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))[0].op is not OptOps.UNROLL
 
-def test_a_fused_input_widens_the_vector_row(machine):
+def test_a_fused_input_widens_the_vector_row(vector_machine):
   # each input value behind a ReLU is computed again per tile that reads it: fewer, wider tiles
-  machine(64, 32)
+  vector_machine(64, 32)
   schedule._templates.clear()
   g, x = Tensor.empty(128, 64, device="CPU"), Tensor.empty(128, 64, device="CPU")
   items, _ = create_schedule([(g.T @ x.relu()).uop])
   assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 32),
                                                                            Opt(OptOps.UPCAST, 0, 4)]
-  machine(32, 16)   # AVX2: 4 rows of 2 vectors, their loads and a broadcast fit 16 registers
+  vector_machine(32, 16)   # AVX2: 4 rows of 2 vectors, their loads and a broadcast fit 16 registers
   items, _ = create_schedule([(g.T @ x.relu()).uop])
   assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer)) == [Opt(OptOps.UPCAST, 1, 16),
                                                                            Opt(OptOps.UPCAST, 0, 4)]
-  machine(32, 8)    # 8 registers: one vector wide
+  vector_machine(32, 8)    # 8 registers: one vector wide
   items, _ = create_schedule([(g.T @ x.relu()).uop])
   assert heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))[0] == Opt(OptOps.UPCAST, 1, 8)
 
-def test_a_renderer_without_vector_registers_keeps_the_lane_budget(machine):
-  machine(0, 0)
+def test_a_renderer_without_vector_registers_keeps_the_lane_budget(vector_machine):
+  vector_machine(0, 0)
   kr = kernel("wgrad", 64, 64, 128)
   assert vector_lanes(kr) == 0
   assert heuristic_opts(kr) == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 4)]
 
-def test_large_matmuls_keep_the_register_tile(machine):
-  machine(64, 32)
+def test_large_matmuls_keep_the_register_tile(vector_machine):
+  vector_machine(64, 32)
   assert heuristic_opts(kernel("igrad", 1024, 1024, 1024))[:2] == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UPCAST, 0, 8)]
 
 # odd sizes: rows no multiple of 4 (10, 7, 13), rows padded to a vector (40 -> 48, 50 -> 64 is not), skinny ones
@@ -135,9 +123,9 @@ def test_training_step_shapes_with_relu_values(m, n, k):
   np.testing.assert_allclose((g.T @ x.relu()).numpy(), gn.T @ np.maximum(xn, 0), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose((g.relu() @ w.T).numpy(), np.maximum(gn, 0) @ wn.T, rtol=1e-4, atol=1e-3)
 
-def test_a_column_sum_reads_a_vector_of_outputs(machine):
+def test_a_column_sum_reads_a_vector_of_outputs(vector_machine):
   # a bias gradient: the batch reduced, the outputs contiguous
-  machine(64, 32)
+  vector_machine(64, 32)
   schedule._templates.clear()
   items, _ = create_schedule([Tensor.empty(128, 64, device="CPU").sum(0).uop])
   # the row whole (4 vectors: tests/test_heuristic_columns.py), each step of the reduction one contiguous read

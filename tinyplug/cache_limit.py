@@ -359,11 +359,8 @@ def maybe_trim(force: bool = False) -> TrimResult | None:
   """Trim the cache when it is over its limit, in this process; unless `force`, only when no process checked in the
   last CHECK_INTERVAL seconds. Returns what was done, or None (no check, or within the limit). Never raises."""
   try:
-    limit = limit_bytes()
-    if limit <= 0 or (root := cache_root()) is None: return None
-    stamp = os.path.join(root, STAMP)
-    if not force and _fresh(stamp): return None
-    os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT, 0o600))
+    if (due := _due(force)) is None: return None
+    root, stamp, limit = due
     with _flocked(stamp, False) as free:
       if not free: return None   # another process is checking right now
       os.utime(stamp)
@@ -379,16 +376,23 @@ def _fresh(stamp: str) -> bool:
   except OSError: return False
 
 
+def _due(force: bool) -> tuple[str, str, int] | None:
+  """(cache directory, its stamp file, made if missing, limit in bytes) when a check is due: a limit is set, the
+  directory is safe, and (unless `force`) no process checked in the last CHECK_INTERVAL seconds."""
+  limit = limit_bytes()
+  if limit <= 0 or (root := cache_root()) is None: return None
+  stamp = os.path.join(root, STAMP)
+  if not force and _fresh(stamp): return None
+  os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT, 0o600))
+  return root, stamp, limit
+
+
 def check_due(force: bool = False) -> bool:
   """Whether this process should start a check (`force`: it wrote `check_bytes` since its last one): when it is
   due, the stamp is touched at once, so that other processes starting now do not start one too. Never raises."""
   try:
-    limit = limit_bytes()
-    if limit <= 0 or (root := cache_root()) is None: return False
-    stamp = os.path.join(root, STAMP)
-    if not force and _fresh(stamp): return False
-    os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT, 0o600))
-    os.utime(stamp)
+    if (due := _due(force)) is None: return False
+    os.utime(due[1])
     return True
   except ValueError as e: report_once("cache-limit", f"the disk cache is not trimmed: {e}")
   except OSError: pass
