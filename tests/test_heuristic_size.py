@@ -88,21 +88,45 @@ def test_elementwise_rows_are_not_capped():
   opts = heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))
   assert Opt(OptOps.UPCAST, 1, 13) in opts and expanded_with(items[-1].ast, opts) > EXPAND_BUDGET.value
 
-def test_zero_inserting_gather_stays_a_loop():
-  # a stride-2 convolution's input gradient interleaves its phases (every other element from another buffer, gated
-  # by `% 2`): left as a loop for LLVM's vectorizer, 5x faster than upcast lanes; the gradient matches torch
-  import torch
+def phase_kernels(t: Tensor) -> list:
   from tinyplug.passes.heuristic import _gated_by_parity
-  xs, ws = RNG.standard_normal((4, 3, 16, 16)).astype(np.float32), RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
-  x, w = Tensor(xs, device="CPU", requires_grad=True), Tensor(ws, device="CPU")
-  x.conv2d(w, stride=2).square().sum().backward()
-  items, _ = create_schedule([x.grad.uop])
-  gathers = [Kernel(it.ast, Device["CPU"].renderer) for it in items]
-  gathers = [k for k in gathers if not k.reduce_axes and k.loop_axes and _gated_by_parity(k)]
-  assert gathers and all(heuristic_opts(k) == [] for k in gathers)
-  tx = torch.tensor(xs, requires_grad=True)
-  torch.nn.functional.conv2d(tx, torch.tensor(ws), stride=2).square().sum().backward()
-  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+  items, _ = create_schedule([t.uop])
+  asts = [it.ast for it in items if it.ast.op.name == "SINK"]
+  return [a for a in asts if (k := Kernel(a, Device["CPU"].renderer)).loop_axes and not k.reduce_axes and _gated_by_parity(k)]
+
+def test_phase_interleave_is_upcast_by_its_stride_where_a_vector_divides_the_row():
+  # a stride-2 convolution's input gradient interleaves its phases (every other element from another buffer, gated
+  # by `% 2`): a 16-wide row is upcast by 2 (each copy one phase, its gate a constant) and by 4 (a vector per phase),
+  # no remainder left in the program; a 26-wide row (13 per phase) stays a loop; the gradients match torch
+  import torch
+  for size, phased in ((16, True), (26, False)):
+    xs, ws = RNG.standard_normal((4, 3, size, size)).astype(np.float32), RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    x, w = Tensor(xs, device="CPU", requires_grad=True), Tensor(ws, device="CPU")
+    x.conv2d(w, stride=2).square().sum().backward()
+    (ast,) = phase_kernels(x.grad)
+    opts = heuristic_opts(Kernel(ast, Device["CPU"].renderer))
+    if phased:
+      assert opts == [Opt(OptOps.UPCAST, 3, 2), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 4)], opts
+      src = get_program(ast, Device["CPU"].renderer, opts=opts).src
+      assert "srem" not in src and "load <4 x float>" in src
+    else: assert opts == [], opts
+    tx = torch.tensor(xs, requires_grad=True)
+    torch.nn.functional.conv2d(tx, torch.tensor(ws), stride=2).square().sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+def test_conv_transpose_phases_match_torch():
+  # conv_transpose2d interleaves one convolution per output phase: strides 2 and 3, odd sizes, rows the phase rule
+  # upcasts (24 wide) and rows it leaves a loop (18, 20 wide); values match torch
+  import torch
+  cases = [((2, 6, 5, 12), (6, 4, 4, 4), 2, 1, True), ((2, 6, 7, 9), (6, 4, 4, 4), 2, 1, False),
+           ((2, 5, 7, 8), (5, 3, 3, 3), 3, 0, True), ((1, 3, 5, 7), (3, 2, 3, 3), 3, 1, False)]
+  for xsh, wsh, stride, pad, phased in cases:
+    xs, ws = RNG.standard_normal(xsh).astype(np.float32), RNG.standard_normal(wsh).astype(np.float32)
+    out = cpu(xs).conv_transpose2d(cpu(ws), stride=stride, padding=pad)
+    asts = phase_kernels(out)
+    assert asts and all(bool(heuristic_opts(Kernel(a, Device["CPU"].renderer))) == phased for a in asts), (xsh, stride)
+    want = torch.nn.functional.conv_transpose2d(torch.tensor(xs), torch.tensor(ws), stride=stride, padding=pad).numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 def test_long_reduction_takes_a_26_wide_row_whole():
   # a convolution over 64 channels with a 26-wide output row: the whole row (two vectors) with 4 output channels;

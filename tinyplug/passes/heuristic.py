@@ -478,6 +478,33 @@ def _gated_by_parity(k: Kernel) -> bool:
       if any(x.op is Ops.MOD and inner in x.toposort() for x in u.src[2].toposort()): return True
   return False
 
+def _phase_moduli(k: Kernel) -> dict[int, int]:
+  """{loop axis: m} for the output axes whose index gates a load from global memory through a remainder by a constant
+  m (`(x + 1) % 2`: an interleave of strided phases, read from a buffer per phase)."""
+  loops, found = k.loop_axes, {}
+  for u in k.sink.toposort():
+    if u.op is not Ops.INDEX or len(u.src) <= 2 or u.src[0].op is not Ops.DEFINE_GLOBAL: continue
+    for x in u.src[2].toposort():
+      if x.op is Ops.MOD and x.src[1].op is Ops.CONST and isinstance(x.src[1].arg, int) and x.src[1].arg > 1:
+        for a, rng in enumerate(loops):
+          if rng in x.src[0].toposort(): found.setdefault(a, x.src[1].arg)
+  return found
+
+def _phase_opts(k: Kernel) -> bool:
+  """A phase interleave whose row, upcast by its stride, leaves a multiple of a vector: the row (and the axis above,
+  where it is gated too) upcast by the stride, so each copy reads one phase (its gate a constant), then by 4, so each
+  copy's reads are one vector (conv_transpose2d k4 s2 p1's E_8_32_56_56, one thread: 0.69 ms as a loop, 0.27 ms so).
+  False, nothing applied: the row stays a loop for LLVM's vectorizer (a 26-wide row, 13 per phase, gained nothing)."""
+  inner = len(k.loop_axes) - 1
+  mods = _phase_moduli(k)
+  m, size = mods.get(inner), k.loop_axes[inner].src[0].arg
+  if m is None or size % (4 * m) != 0: return False
+  if not _try(k, Opt(OptOps.UPCAST, inner, m)): return False
+  if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
+    _try(k, Opt(OptOps.UPCAST, inner - 1, above))
+  _try(k, Opt(OptOps.UPCAST, inner, 4))
+  return True
+
 def _is_row_kernel(k: Kernel) -> bool:
   """A reduction whose value does not depend on the innermost output loop (the scheduler's row kernels: softmax's
   max and sum, computed once per row and used by every output of it). A register tile or a loop split would put
@@ -671,10 +698,13 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     # index-heavy work, like a pool's gradient, is upcast by 13 or 11 rather than by 2 or not at all)
     small = math.prod(r.src[0].arg for r in loops) < 4096   # tiny kernels keep the simple rule (and their code)
     choices = (4, 2) if gpu or small or inner % 4 == 0 else tuple(d for d in range(16, 1, -1) if inner % d == 0)
-    # a zero-inserting gather (a stride-2 convolution's input gradient: every other element of the row is 0) stays a
-    # loop on CPUs: LLVM's loop vectorizer turns its gates and index arithmetic into vector selects, while the lanes of
-    # an upcast stay scalar (E_64_64_28_28, one thread: 2.8 ms as a loop, 13.6 ms upcast by 4)
-    if not gpu and _gated_by_parity(k): choices = ()
+    # a phase interleave (a strided convolution's input gradient, conv_transpose2d: every other element of the row from
+    # another buffer, gated by `% 2`) is upcast by its stride where a vector per phase divides the row (_phase_opts);
+    # else it stays a loop on CPUs: LLVM's loop vectorizer turns its gates and index arithmetic into vector selects,
+    # while the lanes of a plain upcast stay scalar (E_64_64_28_28, one thread: 2.8 ms as a loop, 13.6 ms upcast by 4)
+    if not gpu and _gated_by_parity(k):
+      _phase_opts(k)
+      choices = ()
     elif not gpu and not small and (across := _transpose_axis(k)) is not None:
       amt = next((c for c in (16, 8, 4) if loops[across].src[0].arg % c == 0), None)
       if amt is not None: _try(k, Opt(OptOps.UPCAST, across, amt))
