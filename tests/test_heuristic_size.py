@@ -94,32 +94,34 @@ def phase_kernels(t: Tensor) -> list:
   asts = [it.ast for it in items if it.ast.op.name == "SINK"]
   return [a for a in asts if (k := Kernel(a, Device["CPU"].renderer)).loop_axes and not k.reduce_axes and _gated_by_parity(k)]
 
-def test_phase_interleave_is_upcast_by_its_stride_where_a_vector_divides_the_row():
+def test_phase_interleave_is_upcast_by_its_stride():
   # a stride-2 convolution's input gradient interleaves its phases (every other element from another buffer, gated
-  # by `% 2`): a 16-wide row is upcast by 2 (each copy one phase, its gate a constant) and by 4 (a vector per phase),
-  # no remainder left in the program; a 26-wide row (13 per phase) stays a loop; the gradients match torch
+  # by `% 2`): the row and the axis above upcast by 2 (each copy one phase, its gate a constant), then the row by 4
+  # (16 wide: 8 per phase) or by its whole phase row (26 wide: 13), no remainder left in the program; a 38-wide row
+  # (19 per phase) stays a loop; the gradients match torch
   import torch
-  for size, phased in ((16, True), (26, False)):
-    xs, ws = RNG.standard_normal((4, 3, size, size)).astype(np.float32), RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
+  for size, lanes in ((16, 4), (26, 13), (38, None)):
+    xs, ws = RNG.standard_normal((2, 3, size, size)).astype(np.float32), RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
     x, w = Tensor(xs, device="CPU", requires_grad=True), Tensor(ws, device="CPU")
     x.conv2d(w, stride=2).square().sum().backward()
     (ast,) = phase_kernels(x.grad)
     opts = heuristic_opts(Kernel(ast, Device["CPU"].renderer))
-    if phased:
-      assert opts == [Opt(OptOps.UPCAST, 3, 2), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 4)], opts
+    if lanes is None: assert opts == [], opts
+    else:
+      assert opts == [Opt(OptOps.UPCAST, 3, 2), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, lanes)], opts
       src = get_program(ast, Device["CPU"].renderer, opts=opts).src
-      assert "srem" not in src and "load <4 x float>" in src
-    else: assert opts == [], opts
+      assert "srem" not in src and "load <4 x float>" in src   # 13 lanes load as 8 + 4 + 1
     tx = torch.tensor(xs, requires_grad=True)
     torch.nn.functional.conv2d(tx, torch.tensor(ws), stride=2).square().sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 def test_conv_transpose_phases_match_torch():
   # conv_transpose2d interleaves one convolution per output phase: strides 2 and 3, odd sizes, rows the phase rule
-  # upcasts (24 wide) and rows it leaves a loop (18, 20 wide); values match torch
+  # upcasts (24 and 18 wide) and rows it leaves a loop (38 wide: 19 per phase; 19 wide at stride 3); values match torch
   import torch
-  cases = [((2, 6, 5, 12), (6, 4, 4, 4), 2, 1, True), ((2, 6, 7, 9), (6, 4, 4, 4), 2, 1, False),
-           ((2, 5, 7, 8), (5, 3, 3, 3), 3, 0, True), ((1, 3, 5, 7), (3, 2, 3, 3), 3, 1, False)]
+  cases = [((2, 6, 5, 12), (6, 4, 4, 4), 2, 1, True), ((2, 6, 7, 9), (6, 4, 4, 4), 2, 1, True),
+           ((2, 6, 7, 19), (6, 4, 4, 4), 2, 1, False), ((2, 5, 7, 8), (5, 3, 3, 3), 3, 0, True),
+           ((1, 3, 5, 7), (3, 2, 3, 3), 3, 1, False)]
   for xsh, wsh, stride, pad, phased in cases:
     xs, ws = RNG.standard_normal(xsh).astype(np.float32), RNG.standard_normal(wsh).astype(np.float32)
     out = cpu(xs).conv_transpose2d(cpu(ws), stride=stride, padding=pad)
