@@ -93,6 +93,24 @@ def test_strided_conv_transpose_multiplies_no_spread_zeros():
            if u.op is Ops.RANGE and u.arg[1] == "reduce"]
   assert sizes and 4 not in sizes   # the taps reduced per phase are 2 and 2 (and the 8 input channels)
 
+@pytest.mark.parametrize("xs,ws,kw,rows", [
+  ((2, 8, 7, 5), (8, 4, 4, 4), dict(stride=2, padding=1), (7, 5)),                       # 14x10 out: 7x5 per phase
+  ((2, 6, 5, 6), (6, 2, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=2), (5, 6)),
+  ((1, 4, 5, 4), (4, 3, 5, 5), dict(stride=3, padding=1), (5, 4)),                       # 15x12 out: 5x4 per phase
+  ((2, 4, 6, 3), (4, 3, 3, 3), dict(stride=2, padding=1, dilation=2), None),             # 13x7: not a multiple, cut after
+])
+def test_conv_transpose_phases_compute_only_the_rows_they_keep(xs, ws, kw, rows):
+  """Where the padding's cut leaves a multiple of the stride, each phase convolves only the rows it contributes (the
+  uncut phase of k4 s2 p1 on 7 rows is 8 long, one of them thrown away); values match torch either way."""
+  import torch
+  x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+  out = Tensor(x).conv_transpose2d(Tensor(w), **kw)
+  convs = [ast for ast in _asts(out) if any(u.op is Ops.RANGE and u.arg[1] == "reduce" for u in ast.toposort())]
+  loops = [tuple(u.src[0].arg for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] != "reduce")[-2:] for ast in convs]
+  if rows is not None: assert loops and all(shape == rows for shape in loops), loops
+  want = torch.nn.functional.conv_transpose2d(torch.tensor(x), torch.tensor(w), **kw).numpy()
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
 def test_conv_transpose_gradient_matches_torch():
   import torch
   x, w = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32), RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
