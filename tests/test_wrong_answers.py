@@ -16,6 +16,29 @@ def test_argmax_argmin_with_nan_give_the_first_nan(device, data):
     np.testing.assert_array_equal(Tensor(a).argmax(1).numpy(), np.argmax(a, 1))
     np.testing.assert_array_equal(Tensor(a).argmin(0).numpy(), np.argmin(a, 0))
 
+@pytest.mark.parametrize("shape, dtype", [((7, 37), np.float32), ((33, 8), np.float32), ((5, 1031), np.float32),
+                                          ((3, 17, 9), np.float16)])
+def test_argmax_rows_with_nan_ties_and_inf_match_numpy(device, shape, dtype):
+  """Rows with one or several NaNs (among -inf, ties, +inf), rows all -inf, rows of ties, along every axis."""
+  rng = np.random.default_rng(sum(shape))
+  a = rng.integers(-3, 3, size=shape).astype(dtype)               # small integers: many ties
+  flat = a.reshape(-1, shape[-1])
+  flat[0, :] = -np.inf
+  flat[1, rng.integers(shape[-1], size=2)] = np.nan
+  flat[2, :] = np.nan
+  flat[-1, [0, -1]] = [np.inf, np.nan]
+  flat[::4, 1] = -np.inf
+  for axis in range(a.ndim):
+    np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), np.argmax(a, axis), err_msg=f"axis {axis}")
+    np.testing.assert_array_equal(Tensor(a).argmin(axis).numpy(), np.argmin(a, axis), err_msg=f"axis {axis}")
+    np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), torch.tensor(a).argmax(axis).numpy())
+
+def test_argmax_finds_nan_rows_without_a_pass_of_their_own():
+  """max propagates NaN, so argmax is the row max and one pass for the index (no reduction to find the NaN rows)."""
+  a = Tensor(np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)).realize()
+  out = a.argmax(1)
+  assert len(out.schedule()) == 2
+
 def test_out_of_range_indices_raise_like_torch(device):
   x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
   with pytest.raises(IndexError, match="index 5 is out of range for size 3"): x[:, [0, 5]]

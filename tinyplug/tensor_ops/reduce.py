@@ -74,9 +74,10 @@ class ReduceMixin:
     n = self.shape[ax]
     if n == 0: raise ValueError(f"argmax of an empty dim {axis} (shape {self.shape})")
     is_max = self.eq(self.max(ax, keepdim=True))
-    if dtypes.is_float(self.dtype):   # a NaN is the maximum (the first NaN's index), as in numpy and torch
-      nan = self.ne(self)
-      is_max = nan.max(ax, keepdim=True).where(nan, is_max)
+    # a NaN is the maximum (the first NaN's index), as in numpy and torch: max propagates NaN, so in a row with one
+    # nothing equals the max and the NaNs are marked; in a row without, no element is unequal to itself (no pass of
+    # its own to find the NaN rows)
+    if dtypes.is_float(self.dtype): is_max = is_max | self.ne(self)
     countdown = type(self).arange(n, 0, -1, device=self.device)
     countdown = countdown.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
