@@ -313,13 +313,13 @@ class TrimResult:
   skipped: list[str] = field(default_factory=list)
 
 
-def trim(limit: int, root: str | None = None, target: int | None = None) -> TrimResult:
+def trim(limit: int, root: str | None = None, target: int | None = None, usage: Usage | None = None) -> TrimResult:
   """Evict the oldest entries until what the limit counts is at most `target` (TRIM_TO of `limit`); returns what
   was done. The caller holds the stamp's lock (or accepts a concurrent trim: each step is atomic)."""
   root = root or cache_dir()
   if os.path.islink(root): raise OSError(f"{root} is a symbolic link: not trimming it")
   if os.path.isdir(root) and (why := unsafe_reason(root)) is not None: raise OSError(f"not trimming {root}: {why}")
-  u = measure(root)
+  u = usage or measure(root)   # (maybe_trim has just measured: a large cache's walk takes seconds)
   res = TrimResult(u.counted, u.counted, limit, skipped=u.skipped)
   if not u.exists or limit <= 0 or u.counted <= limit and target is None: return res
   target = int(limit * TRIM_TO) if target is None else target
@@ -364,8 +364,8 @@ def maybe_trim(force: bool = False) -> TrimResult | None:
     with _flocked(stamp, False) as free:
       if not free: return None   # another process is checking right now
       os.utime(stamp)
-      if measure(root).counted <= limit: return None
-      return trim(limit, root)
+      if (u := measure(root)).counted <= limit: return None
+      return trim(limit, root, usage=u)
   except ValueError as e: report_once("cache-limit", f"the disk cache is not trimmed: {e}")
   except Exception as e: report_once("cache-trim", f"could not trim the disk cache: {type(e).__name__}: {e}")
   return None
