@@ -90,7 +90,8 @@ def test_other_shapes_and_dtypes_take_other_plans():
         for dtype in (np.float32, np.int32):
           x = (data(*shape) * 10).astype(dtype)
           t = Tensor(x).realize()
-          assert t.sum().realize().item() == pytest.approx(x.sum(), rel=1e-5)
+          # float sums of random signs cancel: the tolerance is on the size of what was summed
+          assert t.sum().realize().item() == pytest.approx(x.sum(), rel=1e-5, abs=1e-6 * float(np.abs(x).sum()))
   assert n["recorded"] == 4 and n["hits"] == 4   # each signature: run, recorded, replayed
 
 def test_strided_and_aliased_inputs_take_the_usual_path():
@@ -177,11 +178,12 @@ def test_a_live_node_no_tensor_holds_keeps_the_plan_among_unrelated_lazy_tensors
   built = ta @ tb
   kept = built.uop                     # the graph's nodes stay alive, but no tensor holds them
   del built
-  unrelated = [Tensor(data(4, 7)) * 2 + ta for _ in range(20)]   # lazy graphs over the same input, made after it
+  xs = [data(4, 7) for _ in range(20)]
+  unrelated = [Tensor(x, device="CPU") * 2 + ta for x in xs]   # lazy graphs over the same input, made after it
   with Count() as n:
     close((ta @ tb).realize(), a @ b)
   assert n["hits"] == 1 and n["fallbacks"] == 0
-  close(unrelated[3], unrelated[3].numpy())
+  close(unrelated[3], xs[3] * 2 + a)
   assert kept.op is not None
 
 def test_settings_that_change_code_take_another_plan(capsys):

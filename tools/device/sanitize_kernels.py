@@ -48,12 +48,12 @@ if Device["CUDA"].arch == "sm_90":
   program(matmul_kernel(256, 256, 320, stages=3, inflight=1), "CUDA")(WC, WA, WB)
   checks["fp16 matmul (wgmma)"] = (WC.numpy().reshape(256, 256), wa.astype(np.float32) @ wb.astype(np.float32))
   # the optimiser's wgmma kernel: the wgmma cores (TC 3), STAGE's descriptor mode in 3 stages, grouped blocks
-  Device["CUDA"].renderer.wgmma = True
+  was, Device["CUDA"].renderer.wgmma = Device["CUDA"].renderer.wgmma, True
   staged = Tensor(s16[0]).realize().matmul(Tensor(s16[1]).realize(), dtype=dtypes.float)
   wg_opts = [Opt(OptOps.TC, 0, 3), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 2352)]
   checks["fp16 matmul (wgmma, STAGE:2352)"] = (run_kernel(staged, Device.DEFAULT, wg_opts)[0],
                                                s16[0].astype(np.float32) @ s16[1].astype(np.float32))
-  Device["CUDA"].renderer.wgmma = False
+  Device["CUDA"].renderer.wgmma = was
 img, k = rng.standard_normal((4, 8, 20, 20), dtype=np.float32), rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
 import torch
 checks["conv"] = (Tensor(img).conv2d(Tensor(k), padding=1).numpy(), torch.nn.functional.conv2d(torch.tensor(img), torch.tensor(k), padding=1).numpy())

@@ -1,5 +1,5 @@
-"""Hopper's wgmma through the optimiser: the wgmma tensor cores (tensor_cores.WGMMA, on sm_90 with CUDA_WGMMA=1 or
-`CUDARenderer(wgmma=True)`), STAGE's descriptor mode (bit 2048 + 16: tinyplug/codegen/tc_wgmma.py) and the
+"""Hopper's wgmma through the optimiser: the wgmma tensor cores (tensor_cores.WGMMA, on sm_90 unless CUDA_WGMMA=0 or
+`CUDARenderer(wgmma=False)`), STAGE's descriptor mode (bit 2048 + 16: tinyplug/codegen/tc_wgmma.py) and the
 heuristic's and BEAM's use of them. Kernels rendered for sm_90 run on the emulator (which decodes each wgmma's
 descriptors as the PTX ISA defines them) against numpy and compile with NVRTC for sm_90a; what cannot be staged so is
 refused with the reason."""
@@ -107,15 +107,22 @@ def test_nvrtc_compiles_the_4096_kernels_for_sm90a(nvrtc, opts, trans):
   comp = CUDACompiler("sm_90")
   assert comp.arch_for(spec.src) == "sm_90a" and comp.compile(spec.src)[:4] == b"\x7fELF"
 
+def test_wgmma_is_on_by_default_on_sm90_and_the_switch_turns_it_off(monkeypatch):
+  assert CUDARenderer("sm_90").wgmma and CUDARenderer("sm_90").descriptor_cores == WG.descriptor_cores
+  monkeypatch.setenv("CUDA_WGMMA", "0")
+  assert not CUDARenderer("sm_90").wgmma and not CUDARenderer("sm_90").descriptor_cores
+  assert CUDARenderer("sm_90", wgmma=True).wgmma   # the argument wins over the variable
+
 def test_heuristic_picks_wgmma_only_on_sm90_with_the_switch():
   from tinyplug.passes.heuristic import heuristic_opts
   with Device.use("PYTHON"):
     out = Tensor.empty(512, 512, dtype=dtypes.half).matmul(Tensor.empty(512, 512, dtype=dtypes.half))
     (item,), _ = create_schedule([out.uop])
   picks = {(r.arch, r.wgmma): next((o.arg for o in heuristic_opts(Kernel(item.ast, r)) if o.op is OptOps.TC), None)
-           for r in (WG, CUDARenderer("sm_90"), CUDARenderer("sm_80", wgmma=True), CUDARenderer("sm_75", wgmma=True))}
+           for r in (WG, CUDARenderer("sm_90", wgmma=False), CUDARenderer("sm_80", wgmma=True),
+                     CUDARenderer("sm_75", wgmma=True))}
   assert picks == {("sm_90", True): F16, ("sm_90", False): 0, ("sm_80", True): 0, ("sm_75", True): None}
-  assert not CUDARenderer("sm_80", wgmma=True).descriptor_cores and not CUDARenderer("sm_90").descriptor_cores
+  assert not CUDARenderer("sm_80", wgmma=True).descriptor_cores and not CUDARenderer("sm_90", wgmma=False).descriptor_cores
   assert WG.descriptor_cores == {"wgmma_m64n128k16_f16_f32", "wgmma_m64n128k16_bf16_f32"}
 
 def test_ptx_renderer_has_no_descriptor_cores():
@@ -163,7 +170,7 @@ def test_beam_searches_descriptor_kernels_staged_only():
   assert on_wgmma and all(ks[-1].op is OptOps.STAGE and ks[-1].arg in TC_SEARCH["descriptor_stage"] for ks in on_wgmma)
   assert {ks[-1].arg for ks in on_wgmma} == set(TC_SEARCH["descriptor_stage"])
   assert any(ks[0].arg == 0 for ks in kernels)   # the mma.sync kernels stay in the search
-  assert not any(ks[0].arg in (F16, BF16) for ks in tensor_core_kernels(Kernel(item.ast, CUDARenderer("sm_90"))))
+  assert not any(ks[0].arg in (F16, BF16) for ks in tensor_core_kernels(Kernel(item.ast, CUDARenderer("sm_90", wgmma=False))))
 
 @pytest.mark.parametrize("shape,opts", CASES + [((1024, 512, 2048), None)], ids=str)
 def test_gpu_matches_numpy(shape, opts):
@@ -220,7 +227,7 @@ def test_heuristic_kernels_on_the_emulator(mock_cuda, what):
   (CUDARenderer("sm_80", wgmma=True), [Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 4), STAGE(2048 + 16)],
    "bit 2048 stages the operands of a descriptor tensor core .* this kernel runs on another"),
   (CUDARenderer("sm_80", wgmma=True), TILE(), "tensor core 3 does not exist"),
-  (CUDARenderer("sm_90"), TILE(), "tensor core 3 does not exist"),   # the switch off
+  (CUDARenderer("sm_90", wgmma=False), TILE(), "tensor core 3 does not exist"),   # the switch off
   (CUDARenderer("sm_75", wgmma=True), [Opt(OptOps.TC, 0, 0)], "the renderer has no tensor cores"),
 ])
 def test_refused_off_hopper(renderer, opts, why):

@@ -41,10 +41,13 @@ def test_a_layout_that_misses_elements_is_refused():
   with pytest.raises(ValueError, match="matrix B do not cover"): broken.check()
 
 def test_advertised_from_sm_80():
+  mma = [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.half, dtypes.half)]
   assert CUDARenderer("sm_75").tensor_cores == ()
-  for arch in ("sm_80", "sm_86", "sm_90"):
-    assert [(tc.dtype_in, tc.dtype_out) for tc in CUDARenderer(arch).tensor_cores] == \
-      [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32), (dtypes.half, dtypes.half)]
+  for r in (CUDARenderer("sm_80"), CUDARenderer("sm_86"), CUDARenderer("sm_90", wgmma=False)):
+    assert [(tc.dtype_in, tc.dtype_out) for tc in r.tensor_cores] == mma
+  # Hopper adds the wgmma cores (TC 3 and 4) after the mma.sync ones, so TC 0-2 mean the same on every arch
+  assert [(tc.dtype_in, tc.dtype_out) for tc in CUDARenderer("sm_90").tensor_cores] == \
+    mma + [(dtypes.half, dtypes.float32), (dtypes.bfloat16, dtypes.float32)]
 
 # (input dtype, result dtype of the matmul, the tensor core's index, its name, its PTX instruction)
 MMA = "mma.sync.aligned.m16n8k16.row.col"
@@ -266,11 +269,11 @@ def test_vector_fills_of_every_core_run_on_the_emulator_and_compile(mock_cuda, n
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_default_for_a_big_matmul_is_staged_and_compiles(nvrtc, render, tensor, arch):
-  """4096^3 fp16: 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 48 KB of
+  """4096^3 fp16 on mma.sync (sm_80, and sm_90 without wgmma: test_descriptor_staging.py has its default): 4x8 WMMAs per warp (64x64), K step 32, 2x2 warps (a 128x128 block), A and B through 48 KB of
   shared memory in 3 stages filled by cp.async and read by ldmatrix, the blocks in grouped order (tc_async.py);
   NVRTC compiles it."""
   a, b = tensor(4096, 4096, dtype=dtypes.half), tensor(4096, 4096, dtype=dtypes.half)
-  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch))
+  (spec,) = render(a.matmul(b, dtype=dtypes.float), renderer=CUDARenderer(arch, wgmma=False))
   assert list(spec.applied_opts) == [TC0, Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 2),
                                Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 304)]
   assert "((gidx1/8)*8)+(gidx0%8)" in spec.src   # 8 block rows a group

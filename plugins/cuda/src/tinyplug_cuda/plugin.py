@@ -10,8 +10,8 @@ document_env("CUDA_ARCH", "", "GPU architecture the cuda plugin compiles for whe
              "default sm_80); with a GPU its own sm_XY is used")
 document_env("CUDA_PATH", "", "a CUDA toolkit to take NVRTC and the half/bf16 headers from when the nvidia-cuda-nvrtc / "
              "nvidia-cuda-runtime wheels are not installed (then /usr/local/cuda, /opt/cuda are tried)")
-document_env("CUDA_WGMMA", "0", "1: on sm_90 (H100/H200) the CUDA C renderer adds Hopper's wgmma tensor cores (sm_90a) and the "
-             "heuristic runs fp16/bf16 matmuls on them (STAGE's descriptor mode); off until verified on a GPU")
+document_env("CUDA_WGMMA", "1", "on sm_90 (H100/H200) the CUDA C renderer adds Hopper's wgmma tensor cores (sm_90a) and the "
+             "heuristic runs fp16/bf16 matmuls whose sizes tile on them (STAGE's descriptor mode); 0: mma.sync only")
 document_env("CUDA_DEVICE", "", "ordinal of the GPU DEV=CUDA opens when there are several (also `DEV=CUDA:1`)")
 
 def probe() -> tuple[bool, str]:

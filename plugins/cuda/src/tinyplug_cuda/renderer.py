@@ -122,8 +122,8 @@ class CUDARenderer(CUDATarget, CStyleRenderer):
 
   def __init__(self, arch: str | None = None, *, wgmma: bool | None = None, **limits: Any):
     super().__init__(arch, **limits)
-    # Hopper's wgmma cores (sm_90 only): CUDA_WGMMA=1 (or wgmma=True) until the GPU check has run them on an H100
-    self.wgmma = bool(int(env_str("CUDA_WGMMA") or "0")) if wgmma is None else wgmma
+    # Hopper's wgmma cores (sm_90 only; CUDA_WGMMA=0 or wgmma=False leaves them out: mma.sync only)
+    self.wgmma = bool(int(env_str("CUDA_WGMMA") or "1")) if wgmma is None else wgmma
     if "shared_max" not in limits: self.shared_max = SHARED_OPTIN.get(self.arch.split("_", 1)[0] + "_" + "".join(
       ch for ch in self.arch.split("_")[-1] if ch.isdigit()), STATIC_SHARED_MAX)   # sm_90a counts as sm_90
     self.needs: set = set()   # what the kernel being rendered asks of the prelude (render() starts it afresh)
