@@ -430,7 +430,7 @@ def rooflines() -> dict:
   t = best_time(lambda: dev.pool.run(triad, [a.ctypes.data, b.ctypes.data, c.ctypes.data, n], nt), reps=5)
   src, flops_per_iter = _fma_ir()
   fma = load(src, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32])
-  out, iters = np.ones(64, np.float32), 2_000_000
+  out, iters = np.ones(16 * max(nt, 4), np.float32), 2_000_000   # each core stores its lane at out[16 * core]
   tf = best_time(lambda: dev.pool.run(fma, [out.ctypes.data, iters], nt), reps=5)
   return {"roof_bandwidth_GBs": 3 * 4 * n / t / 1e9, "roof_gflops": flops_per_iter * iters * nt / tf / 1e9, "threads": nt}
 
