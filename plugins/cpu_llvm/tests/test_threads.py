@@ -271,3 +271,35 @@ def test_shared_loop_bounds_let_llvm_drop_the_sign_extensions(monkeypatch):
   for sp in split:
     blocks = compiler.optimized_ir(sp.src).split("define")[1].split("\n\n")
     assert "sext" not in "".join(blocks[1:]), sp.name    # only the entry block widens core_id and n_cores
+
+def _cpu_program(ast):
+  from tinyplug.codegen import get_program
+  from tinyplug.device import Device
+  dev = Device["CPU"]
+  spec = get_program(ast, dev.renderer)
+  return spec, dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+
+def test_few_wide_bodies_over_big_buffers_share_out():
+  """Packing B for a 1024 matmul: ~8k loop bodies of 128 floats each (8 MB), under the loop-body count that splits a
+  kernel, shares out by its bytes; a one-row slice of a big tensor (as many bytes, a few bodies) stays on one thread."""
+  from tinyplug import Tensor
+  from tinyplug.helpers import Context
+  from tinyplug.schedule import create_schedule
+  a, b = Tensor.empty(1024, 1024, device="CPU"), Tensor.empty(1024, 1024, device="CPU")
+  items, _ = create_schedule([(a @ b).uop])
+  assert len(items) == 2, "the pack pass no longer packs B: pick another kernel with few wide bodies"
+  spec, pack = _cpu_program(items[0].ast)
+  assert spec.work < 1 << 14 and spec.estimates["mem"] >= 8 << 20
+  (row,), _ = create_schedule([Tensor.empty(4096, 1024, device="CPU")[7:8].contiguous().uop])
+  _, one_row = _cpu_program(row.ast)
+  with Context(CPU_THREADS=16): assert pack.threads() == 16 and one_row.threads() == 1
+  with Context(CPU_THREADS=2): assert pack.threads() == 2
+
+def test_packed_matmul_with_its_pack_shared_out_matches_numpy():
+  from tinyplug import Tensor
+  from tinyplug.helpers import Context
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((1024, 1024), dtype=np.float32), rng.standard_normal((1024, 1024), dtype=np.float32)
+  with Context(CPU_THREADS=5):   # 8 blocks of B's panels over 5 threads: uneven shares
+    got = (Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy()
+  np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)

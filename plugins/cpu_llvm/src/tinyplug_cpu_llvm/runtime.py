@@ -21,6 +21,10 @@ PARALLEL_MIN_WORK = 1 << 16
 # ... unless the workers are still awake from the last parallel kernel (they wait a while for the next one): then a
 # share starts within a microsecond and kernels from this size on split (conv2d's pad kernel: 36 -> 27 us)
 PARALLEL_MIN_WORK_AWAKE = 1 << 14
+# ... or whose buffers hold at least this many bytes, one thread per half of it, each with BYTES_SHARE_MIN_WORK loop
+# bodies or more (a slice of a big tensor is not worth waking anyone for): a few wide bodies can move a lot (packing B
+# for a 2048 matmul: 16 x 2048 bodies of 128 floats, 32 MB, ran on 1-4 of 16 cores in 0.9-2.8 ms)
+PARALLEL_MIN_BYTES, BYTES_SHARE_MIN_WORK = 1 << 20, 256
 
 # ---------------- memory ----------------
 
@@ -69,14 +73,18 @@ class CPUProgram:
     self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
     self.n_bufs, self.n_vars = n_bufs, len(spec.vars)
     self.splittable, self.work, self.thread_opt = bool(spec.thread_split), int(spec.work or 0), spec.thread_parts
+    self.nbytes = int((spec.estimates or {}).get("mem", 0))
 
   def threads(self) -> int:
     if not self.splittable: return 1
     # an explicit THREAD action: its axis (the outermost loop) has that many shares, at most one per thread
     if self.thread_opt is not None: return max(1, min(n_threads(), self.thread_opt))
-    if self.work < PARALLEL_MIN_WORK_AWAKE: return 1
+    by_bytes = min(self.nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
+      if self.nbytes >= PARALLEL_MIN_BYTES else 1
+    if self.work < PARALLEL_MIN_WORK_AWAKE: return max(1, min(n_threads(), by_bytes))
     least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
-    return max(1, min(n_threads(), self.work // (least // 2))) if self.work >= least else 1
+    by_work = self.work // (least // 2) if self.work >= least else 1
+    return max(1, min(n_threads(), max(by_work, by_bytes)))
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
     if len(bufs) != self.n_bufs or len(vals) != self.n_vars:   # extra arguments would land in the thread slots
