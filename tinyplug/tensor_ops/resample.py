@@ -1,7 +1,7 @@
 """Resampling and reshaping helpers built from the primitive movement ops: interpolate (a fixed weight matrix per
 spatial dim), unfold (sliding windows), repeat_interleave, pad_to / shrink_to, normalize."""
 from __future__ import annotations
-import math
+import functools, math
 import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.tensor_ops import graph
@@ -25,6 +25,30 @@ def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.
     w[np.arange(n_out), np.minimum(src.astype(np.int64), n_in - 1)] = 1
   return w
 
+def _phase_stencil(w: np.ndarray, align_corners: bool) -> tuple[int, int, list[int], np.ndarray] | None:
+  """The resize matrix `w` (n_out, n_in) as a stencil over the edge-replicated input: output P*q + ph is
+  sum_t weights[t, ph] * input[Q*q + taps[t]] (indices clamped to the ends), or None where the sizes give it no
+  short period or more than 4 taps. (P, Q) is the ratio n_out : n_in in lowest terms (of n_out-1 : n_in-1 with
+  align_corners). A 2x bilinear upsample is P=2, Q=1 with taps -1, 0, 1: 3 reads per output instead of n_in."""
+  n_out, n_in = w.shape
+  if n_out < 2 or n_in < 2: return None
+  a, b = (n_out - 1, n_in - 1) if align_corners else (n_out, n_in)
+  g = math.gcd(a, b)
+  P, Q = a // g, b // g
+  rows = -(-n_out // P)
+  if P > 64 or rows < 3: return None
+  q0 = rows // 2                                     # an interior row: its taps are the same everywhere unclamped
+  taps = sorted({j - Q * q0 for ph in range(P) for j in np.flatnonzero(np.abs(w[P * q0 + ph]) > 1e-12)})
+  if not taps or len(taps) > 4: return None
+  weights = np.array([[w[P * q0 + ph, Q * q0 + t] for ph in range(P)] for t in taps])
+  dense = np.zeros_like(w)                           # what the stencil computes, to check it against w
+  for q in range(rows):
+    for ph in range(P):
+      if P * q + ph >= n_out: break
+      for t, wt in zip(taps, weights):
+        dense[P * q + ph, min(max(Q * q + t, 0), n_in - 1)] += wt[ph]
+  return (P, Q, taps, weights) if np.allclose(dense, w, rtol=0, atol=1e-9) else None
+
 def _weight_bits(max_weight: float) -> int:
   """Fraction bits of torch's (Pillow's) int16 fixed-point resampling weights: the most for which the largest weight,
   at one bit more, still rounds below 2^15 (at most 22)."""
@@ -42,13 +66,49 @@ class ResampleMixin:
     if len(size) > self.ndim: raise ValueError(f"interpolate: size {size} has more dims than the input {self.shape}")
     if mode == "linear" and self.dtype == dtypes.uint8: return self._interpolate_uint8(size, align_corners)
     x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.float32)
-    for d, n_out in zip(range(self.ndim - len(size), self.ndim), size):
-      n_in = x.shape[d]
-      if n_in == n_out and mode != "linear": continue
-      w = type(self)(_interp_matrix(n_in, n_out, mode, align_corners).astype(np.float32), device=self.device,
-                     dtype=x.dtype)
+    dims = [(d, n_out) for d, n_out in zip(range(self.ndim - len(size), self.ndim), size)
+            if not (x.shape[d] == n_out and mode != "linear")]
+    mats = {d: _interp_matrix(x.shape[d], n_out, mode, align_corners) for d, n_out in dims}
+    stencils = {d: st for d, _ in dims if isinstance(x.shape[d], int) and (st := _phase_stencil(mats[d], align_corners))}
+    if stencils: x = x._resize_stencils({d: (n_out, stencils[d]) for d, n_out in dims if d in stencils})
+    for d, n_out in dims:
+      if d in stencils: continue
+      w = type(self)(mats[d].astype(np.float32), device=self.device, dtype=x.dtype)
       x = x.transpose(d, -1).matmul(w.transpose()).transpose(d, -1)
     return x if x.dtype == self.dtype else x.round().cast(self.dtype) if dtypes.is_int(self.dtype) else x.cast(self.dtype)
+
+  def _resize_stencils(self, plan: dict):
+    """The dims of `plan` ({dim: (n_out, _phase_stencil)}) resized in one kernel after one copy: the input padded
+    with its edges for every dim's taps (so no read in the stencil is gated), then, from the last dim to the first,
+    each tap a strided view (one element per row of P outputs) scaled by its weights, the P phases stacked on a new
+    axis after the dim. The phase axes stay apart until the end (merged early, the next dim's views of the
+    interleave need divisions in every index); the kernel's loops over them are upcast as a phase interleave."""
+    pads = []
+    for i, n_in in enumerate(self.shape):
+      if i not in plan: pads.append((0, 0)); continue
+      n_out, (P, Q, taps, _) = plan[i]
+      pads.append((max(0, -taps[0]), max(0, taps[-1] + Q * -(-n_out // P) - n_in)))
+    x = self.pad(tuple(pads), mode="replicate").contiguous() if any(a or b for a, b in pads) else self
+    for d in sorted(plan, reverse=True):
+      n_out, (P, Q, taps, weights) = plan[d]
+      (left, _), rows = pads[d], -(-n_out // P)
+      pre, post = x.shape[:d], x.shape[d + 1:]
+      views = []
+      for t in taps:
+        v = x.shrink(tuple((left + t, left + t + Q * rows) if i == d else None for i in range(x.ndim)))
+        if Q > 1: v = v.reshape(*pre, rows, Q, *post).shrink(tuple((0, 1) if i == d + 1 else None for i in range(x.ndim + 1)))
+        else: v = v.unsqueeze(d + 1)
+        views.append(v)
+      phases = [functools.reduce(lambda a, b: a + b, [v if w[ph] == 1 else v * float(w[ph]) for v, w in zip(views, weights)
+                                                      if w[ph] != 0]) for ph in range(P)]
+      x = phases[0].cat(*phases[1:], dim=d + 1) if P > 1 else phases[0]
+    shape, cut = list(self.shape), []
+    for i in range(self.ndim):
+      if i in plan: shape[i] = -(-plan[i][0] // plan[i][1][0]) * plan[i][1][0]
+    x = x.reshape(*shape)
+    if any(s != plan[i][0] for i, s in enumerate(shape) if i in plan):
+      x = x.shrink(tuple((0, plan[i][0]) if i in plan else None for i in range(self.ndim)))
+    return x
 
   def _interpolate_uint8(self, size: tuple, align_corners: bool):
     """Linear resizing of uint8 images as torch does it: one dim at a time from the last, in integer arithmetic with
