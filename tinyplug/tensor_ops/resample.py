@@ -26,28 +26,26 @@ def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.
   return w
 
 def _phase_stencil(w: np.ndarray, align_corners: bool) -> tuple[int, int, list[int], np.ndarray] | None:
-  """The resize matrix `w` (n_out, n_in) as a stencil over the edge-replicated input: output P*q + ph is
-  sum_t weights[t, ph] * input[Q*q + taps[t]] (indices clamped to the ends), or None where the sizes give it no
-  short period or more than 4 taps. (P, Q) is the ratio n_out : n_in in lowest terms (of n_out-1 : n_in-1 with
-  align_corners). A 2x bilinear upsample is P=2, Q=1 with taps -1, 0, 1: 3 reads per output instead of n_in."""
+  """The resize matrix `w` (n_out, n_in) as a stencil: output P*q + ph is sum_t weights[t, P*q + ph] * input[Q*q + t]
+  (reads outside the input have weight 0), or None where the sizes give it no short period or more than 4 taps.
+  (P, Q) is the ratio n_out : n_in in lowest terms (of n_out-1 : n_in-1 with align_corners). A 2x bilinear upsample
+  is P=2, Q=1 with taps -1, 0, 1: 3 reads per output instead of n_in."""
   n_out, n_in = w.shape
   if n_out < 2 or n_in < 2: return None
   a, b = (n_out - 1, n_in - 1) if align_corners else (n_out, n_in)
   g = math.gcd(a, b)
   P, Q = a // g, b // g
+  if P > 64: return None
   rows = -(-n_out // P)
-  if P > 64 or rows < 3: return None
-  q0 = rows // 2                                     # an interior row: its taps are the same everywhere unclamped
-  taps = sorted({j - Q * q0 for ph in range(P) for j in np.flatnonzero(np.abs(w[P * q0 + ph]) > 1e-12)})
+  i, j = np.nonzero(np.abs(w) > 1e-12)
+  taps = sorted(set((j - Q * (i // P)).tolist()))
   if not taps or len(taps) > 4: return None
-  weights = np.array([[w[P * q0 + ph, Q * q0 + t] for ph in range(P)] for t in taps])
-  dense = np.zeros_like(w)                           # what the stencil computes, to check it against w
-  for q in range(rows):
-    for ph in range(P):
-      if P * q + ph >= n_out: break
-      for t, wt in zip(taps, weights):
-        dense[P * q + ph, min(max(Q * q + t, 0), n_in - 1)] += wt[ph]
-  return (P, Q, taps, weights) if np.allclose(dense, w, rtol=0, atol=1e-9) else None
+  weights = np.zeros((len(taps), rows * P))
+  for k, t in enumerate(taps):
+    for out in range(n_out):
+      src = Q * (out // P) + t
+      if 0 <= src < n_in: weights[k, out] = w[out, src]
+  return P, Q, taps, weights
 
 def _weight_bits(max_weight: float) -> int:
   """Fraction bits of torch's (Pillow's) int16 fixed-point resampling weights: the most for which the largest weight,
@@ -88,25 +86,23 @@ class ResampleMixin:
       if i not in plan: pads.append((0, 0)); continue
       n_out, (P, Q, taps, _) = plan[i]
       pads.append((max(0, -taps[0]), max(0, taps[-1] + Q * -(-n_out // P) - n_in)))
-    x = self.pad(tuple(pads), mode="replicate").contiguous() if any(a or b for a, b in pads) else self
-    for d in sorted(plan, reverse=True):
+    x = self.pad(tuple(pads)).contiguous() if any(a or b for a, b in pads) else self
+    for d in sorted(plan, reverse=True):   # from the last dim: the (rows, P) pair that replaces a dim shifts no earlier one
       n_out, (P, Q, taps, weights) = plan[d]
       (left, _), rows = pads[d], -(-n_out // P)
       pre, post = x.shape[:d], x.shape[d + 1:]
-      views = []
-      for t in taps:
+      wts = type(self)(weights.reshape(len(taps), rows, P, *[1] * len(post)).astype(np.float32), device=self.device,
+                       dtype=self.dtype)
+      out = None
+      for k, t in enumerate(taps):
         v = x.shrink(tuple((left + t, left + t + Q * rows) if i == d else None for i in range(x.ndim)))
         if Q > 1: v = v.reshape(*pre, rows, Q, *post).shrink(tuple((0, 1) if i == d + 1 else None for i in range(x.ndim + 1)))
-        else: v = v.unsqueeze(d + 1)
-        views.append(v)
-      phases = [functools.reduce(lambda a, b: a + b, [v if w[ph] == 1 else v * float(w[ph]) for v, w in zip(views, weights)
-                                                      if w[ph] != 0]) for ph in range(P)]
-      x = phases[0].cat(*phases[1:], dim=d + 1) if P > 1 else phases[0]
-    shape, cut = list(self.shape), []
-    for i in range(self.ndim):
-      if i in plan: shape[i] = -(-plan[i][0] // plan[i][1][0]) * plan[i][1][0]
-    x = x.reshape(*shape)
-    if any(s != plan[i][0] for i, s in enumerate(shape) if i in plan):
+        else: v = v.reshape(*pre, rows, 1, *post)
+        v = v * wts.shrink(((k, k + 1),) + (None,) * (wts.ndim - 1)).reshape(wts.shape[1:])
+        out = v if out is None else out + v
+      x = out
+    x = x.reshape(*[-(-plan[i][0] // plan[i][1][0]) * plan[i][1][0] if i in plan else n for i, n in enumerate(self.shape)])
+    if any(x.shape[i] != plan[i][0] for i in plan):
       x = x.shrink(tuple((0, plan[i][0]) if i in plan else None for i in range(self.ndim)))
     return x
 
