@@ -91,14 +91,15 @@ class ResampleMixin:
       n_out, (P, Q, taps, weights) = plan[d]
       (left, _), rows = pads[d], -(-n_out // P)
       pre, post = x.shape[:d], x.shape[d + 1:]
-      wts = type(self)(weights.reshape(len(taps), rows, P, *[1] * len(post)).astype(np.float32), device=self.device,
+      wts = None if np.all(weights == 1) else type(self)(weights.reshape(len(taps), rows, P, *[1] * len(post)).astype(np.float32), device=self.device,
                        dtype=self.dtype)
       out = None
       for k, t in enumerate(taps):
         v = x.shrink(tuple((left + t, left + t + Q * rows) if i == d else None for i in range(x.ndim)))
         if Q > 1: v = v.reshape(*pre, rows, Q, *post).shrink(tuple((0, 1) if i == d + 1 else None for i in range(x.ndim + 1)))
         else: v = v.reshape(*pre, rows, 1, *post)
-        v = v * wts.shrink(((k, k + 1),) + (None,) * (wts.ndim - 1)).reshape(wts.shape[1:])
+        if not np.all(weights[k] == 1): v = v * wts.shrink(((k, k + 1),) + (None,) * (wts.ndim - 1)).reshape(wts.shape[1:])
+        else: v = v.expand(*pre, rows, P, *post)
         out = v if out is None else out + v
       x = out
     x = x.reshape(*[-(-plan[i][0] // plan[i][1][0]) * plan[i][1][0] if i in plan else n for i, n in enumerate(self.shape)])
