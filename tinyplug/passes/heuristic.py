@@ -491,9 +491,10 @@ def _spread_lanes(k: Kernel) -> int | None:
   return max(k.renderer.vector_bytes // max(store_bytes, 1), 1) if spread else None
 
 def _padded_row_lanes(k: Kernel) -> int | None:
-  """An elementwise kernel whose row no 4 divides (58: a 56-wide row padded by one on each side), every load from
-  global memory along it or independent of it (gated or not) and the store along it: the lanes of one vector
-  register of the stored dtype where the row padded up to a multiple of them is at most a quarter longer, else None.
+  """An elementwise kernel whose row no 4 divides nor any divisor that fills half a vector (58: a 56-wide row padded
+  by one on each side; not 26, upcast by 13), every load from global memory along it or independent of it (gated or
+  not) and the store along it: the lanes of one vector register of the stored dtype where the row padded up to a
+  multiple of them is at most a quarter longer, else None.
   The divisor rule would upcast 58 by 2: 29 two-lane masked loads per row instead of 4 vectors (a pad of
   8x64x56x56, under load on 2 threads: 366-381 us so, 289-314 us 16 lanes wide with AVX-512)."""
   if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
@@ -507,6 +508,7 @@ def _padded_row_lanes(k: Kernel) -> int | None:
     if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL and _stride(u.src[0].src[1], inner, memo) not in (0, 1):
       return None
   lanes = max(k.renderer.vector_bytes // max(store_bytes, 1), 1)
+  if max(d for d in range(1, lanes + 1) if row % d == 0) * 2 >= lanes: return None   # a divisor fills half a vector
   return lanes if lanes >= 4 and row >= lanes and -(-row // lanes) * lanes * 4 <= row * 5 else None
 
 def _gated_by_parity(k: Kernel) -> bool:
@@ -562,6 +564,9 @@ def _row_opts(k: Kernel) -> list[Opt]:
   for amt in (16, 8, 4, 2):
     if _try(k, Opt(OptOps.UPCAST, len(k.loop_axes) - 1, amt)): break
   return k.applied_opts
+
+# a reduction of fewer multiply-adds per output than this is short: its tile's row is not padded to the tile width
+SHORT_REDUCE = 64
 
 def _pad_for_tile(k: Kernel, axis: int, width: int) -> None:
   """An output axis a little short of a multiple of the tile width (1000 for 32) is padded up to one (the extra
@@ -708,10 +713,15 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
        any(loops[a].src[0].arg % SMALL_VECTOR_ROWS == 0 for a in others[:1]):
       widths = tuple(lanes * v for v in _row_vectors(k) if row % (lanes * v) == 0) or (lanes,)
       tile_rows, budget = SMALL_VECTOR_ROWS, widths[0] * SMALL_VECTOR_ROWS
-    if cpu and reuse[inner]: _pad_for_tile(k, inner, widths[0])
+    # padded lanes pay off where each output sums many products; a short window (a depthwise 3x3: 9) has its row
+    # upcast by half the tile width where that divides it (r_8_64_56_56_3_3, 2 threads under load: 56 padded to 64 and upcast by 16,
+    # 860-1230 us; by 8, 150-440 us)
+    half = (widths[0] // 2,) if math.prod(r.src[0].arg for r in reduces) < SHORT_REDUCE and widths[0] >= 8 and \
+      row % (widths[0] // 2) == 0 else ()
+    if cpu and reuse[inner] and not half: _pad_for_tile(k, inner, widths[0])
     if reuse[inner]:
       size = k.loop_axes[inner].src[0].arg
-      any(size % w == 0 and size >= w and _try_tile(k, Opt(OptOps.UPCAST, inner, w)) for w in widths)
+      any(size % w == 0 and size >= w and _try_tile(k, Opt(OptOps.UPCAST, inner, w)) for w in widths + half)
     if whole is not None and _try_tile(k, Opt(OptOps.UPCAST, whole, loops[whole].src[0].arg)): others = []
     for axis in others:
       if cpu: _pad_for_tile(k, axis, tile_rows)
