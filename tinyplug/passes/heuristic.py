@@ -505,8 +505,8 @@ def _padded_row_lanes(k: Kernel) -> int | None:
     if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
       if _stride(u.src[0].src[1], inner, memo) != 1: return None
       store_bytes = max(store_bytes, u.src[1].dtype.itemsize)
-    if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL and _stride(u.src[0].src[1], inner, memo) not in (0, 1):
-      return None
+    if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL and \
+       _stride(u.src[0].src[1], inner, memo) not in (0, 1): return None
   lanes = max(k.renderer.vector_bytes // max(store_bytes, 1), 1)
   if max(d for d in range(1, lanes + 1) if row % d == 0) * 2 >= lanes: return None   # a divisor fills half a vector
   return lanes if lanes >= 4 and row >= lanes and -(-row // lanes) * lanes * 4 <= row * 5 else None
@@ -714,8 +714,8 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
       widths = tuple(lanes * v for v in _row_vectors(k) if row % (lanes * v) == 0) or (lanes,)
       tile_rows, budget = SMALL_VECTOR_ROWS, widths[0] * SMALL_VECTOR_ROWS
     # padded lanes pay off where each output sums many products; a short window (a depthwise 3x3: 9) has its row
-    # upcast by half the tile width where that divides it (r_8_64_56_56_3_3, 2 threads under load: 56 padded to 64 and upcast by 16,
-    # 860-1230 us; by 8, 150-440 us)
+    # upcast by half the tile width where that divides it (r_8_64_56_56_3_3, 2 threads under load: 56 padded to 64
+    # and upcast by 16, 850-860 us; by 8, 400-545 us, interleaved)
     half = (widths[0] // 2,) if math.prod(r.src[0].arg for r in reduces) < SHORT_REDUCE and widths[0] >= 8 and \
       row % (widths[0] // 2) == 0 else ()
     if cpu and reuse[inner] and not half: _pad_for_tile(k, inner, widths[0])

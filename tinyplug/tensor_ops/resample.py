@@ -1,5 +1,6 @@
-"""Resampling and reshaping helpers built from the primitive movement ops: interpolate (a fixed weight matrix per
-spatial dim), unfold (sliding windows), repeat_interleave, pad_to / shrink_to, normalize."""
+"""Resampling and reshaping helpers built from the primitive movement ops: interpolate (a stencil of a few taps per
+output where the sizes have a short period, else a fixed weight matrix per spatial dim), unfold (sliding windows),
+repeat_interleave, pad_to / shrink_to, normalize."""
 from __future__ import annotations
 import functools, math
 import numpy as np
@@ -67,7 +68,9 @@ class ResampleMixin:
     dims = [(d, n_out) for d, n_out in zip(range(self.ndim - len(size), self.ndim), size)
             if not (x.shape[d] == n_out and mode != "linear")]
     mats = {d: _interp_matrix(x.shape[d], n_out, mode, align_corners) for d, n_out in dims}
-    stencils = {d: st for d, _ in dims if isinstance(x.shape[d], int) and (st := _phase_stencil(mats[d], align_corners))}
+    # a short period gives a few taps per output (`_phase_stencil`); the rest multiply by the dense weight matrix
+    stencils = {d: st for d, _ in dims if isinstance(x.shape[d], int) and
+                (st := _phase_stencil(mats[d], align_corners)) is not None}
     if stencils: x = x._resize_stencils({d: (n_out, stencils[d]) for d, n_out in dims if d in stencils})
     for d, n_out in dims:
       if d in stencils: continue
@@ -76,33 +79,33 @@ class ResampleMixin:
     return x if x.dtype == self.dtype else x.round().cast(self.dtype) if dtypes.is_int(self.dtype) else x.cast(self.dtype)
 
   def _resize_stencils(self, plan: dict):
-    """The dims of `plan` ({dim: (n_out, _phase_stencil)}) resized in one kernel after one copy: the input padded
-    with its edges for every dim's taps (so no read in the stencil is gated), then, from the last dim to the first,
-    each tap a strided view (one element per row of P outputs) scaled by its weights, the P phases stacked on a new
-    axis after the dim. The phase axes stay apart until the end (merged early, the next dim's views of the
-    interleave need divisions in every index); the kernel's loops over them are upcast as a phase interleave."""
+    """The dims of `plan` ({dim: (n_out, _phase_stencil)}) resized by one elementwise kernel after one copy: the input
+    padded with zeros for every dim's taps (so no read in the stencil is gated; a tap past an edge has weight 0),
+    then, from the last dim to the first, each tap a strided view (one element per row of P outputs) spread over
+    the P phases and scaled by its weight per output. The (rows, P) axes are merged only at the end."""
     pads = []
     for i, n_in in enumerate(self.shape):
       if i not in plan: pads.append((0, 0)); continue
       n_out, (P, Q, taps, _) = plan[i]
       pads.append((max(0, -taps[0]), max(0, taps[-1] + Q * -(-n_out // P) - n_in)))
     x = self.pad(tuple(pads)).contiguous() if any(a or b for a, b in pads) else self
-    for d in sorted(plan, reverse=True):   # from the last dim: the (rows, P) pair that replaces a dim shifts no earlier one
+    for d in sorted(plan, reverse=True):   # from the last dim: its (rows, P) pair shifts no dim still to do
       n_out, (P, Q, taps, weights) = plan[d]
       (left, _), rows = pads[d], -(-n_out // P)
       pre, post = x.shape[:d], x.shape[d + 1:]
-      wts = None if np.all(weights == 1) else type(self)(weights.reshape(len(taps), rows, P, *[1] * len(post)).astype(np.float32), device=self.device,
-                       dtype=self.dtype)
+      wts = type(self)(weights.reshape(len(taps), rows, P, *[1] * len(post)).astype(np.float32), device=self.device,
+                       dtype=self.dtype) if np.any(weights != 1) else None
       out = None
       for k, t in enumerate(taps):
         v = x.shrink(tuple((left + t, left + t + Q * rows) if i == d else None for i in range(x.ndim)))
-        if Q > 1: v = v.reshape(*pre, rows, Q, *post).shrink(tuple((0, 1) if i == d + 1 else None for i in range(x.ndim + 1)))
-        else: v = v.reshape(*pre, rows, 1, *post)
-        if not np.all(weights[k] == 1): v = v * wts.shrink(((k, k + 1),) + (None,) * (wts.ndim - 1)).reshape(wts.shape[1:])
-        else: v = v.expand(*pre, rows, P, *post)
+        v = v.reshape(*pre, rows, Q, *post)
+        if Q > 1: v = v.shrink(tuple((0, 1) if i == d + 1 else None for i in range(v.ndim)))
+        if np.all(weights[k] == 1): v = v.expand(*pre, rows, P, *post)
+        else: v = v * wts.shrink(((k, k + 1),) + (None,) * (wts.ndim - 1)).reshape(wts.shape[1:])
         out = v if out is None else out + v
       x = out
-    x = x.reshape(*[-(-plan[i][0] // plan[i][1][0]) * plan[i][1][0] if i in plan else n for i, n in enumerate(self.shape)])
+    x = x.reshape(*[-(-plan[i][0] // plan[i][1][0]) * plan[i][1][0] if i in plan else n
+                    for i, n in enumerate(self.shape)])
     if any(x.shape[i] != plan[i][0] for i in plan):
       x = x.shrink(tuple((0, plan[i][0]) if i in plan else None for i in range(self.ndim)))
     return x
