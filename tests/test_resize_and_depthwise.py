@@ -93,3 +93,51 @@ def test_resize_runs_on_the_upcast_kernel():
   x = RNG.standard_normal((2, 3, 16, 48)).astype(np.float32)
   np.testing.assert_allclose(Tensor(x).interpolate((32, 96)).numpy(), _torch_resize(x, (32, 96), "linear", False),
                              rtol=1e-5, atol=1e-5)
+
+def _opts(t: Tensor, pick=lambda asts: asts[-1]) -> list[tuple]:
+  opts = heuristic_opts(Kernel(pick(_kernels(t)), Device["CPU"].renderer))
+  return [(o.op, o.arg) for o in opts]
+
+@pytest.mark.parametrize("vector_bytes, lanes", [(64, 16), (32, 8)])
+def test_padded_copy_row_is_one_vector_wide(vector_machine, vector_bytes, lanes):
+  """A 56-wide row padded by one each side is 58 wide: no divisor fills half a vector, so the row is padded to a
+  multiple of the vector's lanes and upcast by them (the divisor rule took 2). A 26-wide row keeps its 13."""
+  vector_machine(vector_bytes, 32)
+  assert _opts(Tensor.empty(2, 8, 56, 56, device="CPU").pad((1, 1, 1, 1)).contiguous()) == \
+    [(OptOps.PADTO, lanes), (OptOps.UPCAST, lanes)]
+  assert (OptOps.PADTO, lanes) not in _opts(Tensor.empty(64, 26, device="CPU").pad((0, 0, 0, 0)) + 1)
+
+@pytest.mark.parametrize("shape, pads, value", [((2, 5, 56, 56), (1, 1, 1, 1), 0.0), ((3, 7, 30), (2, 0), 1.5),
+                                                ((2, 3, 9, 58), (1, 2, 0, 3), -2.0)])
+def test_pad_matches_torch(shape, pads, value):
+  x = RNG.standard_normal(shape).astype(np.float32)
+  np.testing.assert_equal(Tensor(x).pad(pads, value=value).contiguous().numpy(),
+                          F.pad(torch.tensor(x), pads, value=value).numpy())
+
+@pytest.mark.parametrize("vector_bytes, row", [(64, 8), (32, 8)])
+def test_depthwise_row_is_not_padded(vector_machine, vector_bytes, row):
+  """A depthwise 3x3 sums 9 products per output: with AVX-512 its 56-wide row is upcast by half the tile width (8),
+  which divides it, not padded to the tile width (64) with masked lanes; with AVX2 the tile width (8) divides it."""
+  vector_machine(vector_bytes, 32)
+  x, w = Tensor.empty(2, 16, 56, 56, device="CPU"), Tensor.empty(16, 1, 3, 3, device="CPU")
+  opts = _opts(x.conv2d(w, groups=16, padding=1))
+  assert opts[0] == (OptOps.UPCAST, row) and not any(op is OptOps.PADTO for op, _ in opts)
+  # a long reduction (64 channels x 9 taps) still pads its row to the tile
+  big = _opts(Tensor.empty(2, 64, 56, 56, device="CPU").conv2d(Tensor.empty(64, 64, 3, 3, device="CPU"), padding=1))
+  assert (OptOps.UPCAST, row) not in big[:1]
+
+@pytest.mark.parametrize("shape, k, kw", [((2, 16, 56, 56), 3, dict(padding=1)), ((2, 8, 13, 11), 3, dict(padding=1)),
+                                          ((1, 6, 20, 24), 5, dict(padding=2)), ((2, 4, 16, 16), 3, dict(stride=2, padding=1))])
+def test_depthwise_conv_and_gradients_match_torch(shape, k, kw):
+  c = shape[1]
+  x, w = RNG.standard_normal(shape).astype(np.float32), RNG.standard_normal((c, 1, k, k)).astype(np.float32)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  out = tx.conv2d(tw, groups=c, **kw)
+  g = RNG.standard_normal(out.shape).astype(np.float32)
+  (out * Tensor(g)).sum().backward()
+  rx, rw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  ref = F.conv2d(rx, rw, groups=c, **kw)
+  (ref * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(tw.grad.numpy(), rw.grad.numpy(), rtol=1e-3, atol=1e-3)
