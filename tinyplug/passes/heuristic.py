@@ -477,18 +477,18 @@ def _spread_lanes(k: Kernel) -> int | None:
   None. Upcast so wide, a copy reads vector/m contiguous inputs and spreads them with one shuffle (bilinear 2x of
   8x64x56x56, 2 threads: E_8_64_112_112 1.7-3.4 ms upcast by 4, 0.96-1.05 ms by 16 with AVX-512)."""
   if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
-  inner, memo, spread = k.loop_axes[-1], {}, False
+  inner, memo, spread, stored = k.loop_axes[-1], {}, False, [4]
   for u in k.sink.toposort():
     if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
       if _stride(u.src[0].src[1], inner, memo) != 1: return None
-      store_bytes = u.src[1].dtype.itemsize
+      stored.append(u.src[1].dtype.itemsize)
     if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
     if len(u.src[0].src) > 2: return None
     if (st := _stride(idx := u.src[0].src[1], inner, memo)) in (0, 1): continue
     divs = [x for x in idx.toposort() if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and inner in x.src[0].toposort()]
     if st is not None or not divs or any(_stride(x.src[0], inner, memo) != 1 for x in divs): return None
     spread = True
-  return max(k.renderer.vector_bytes // max(store_bytes, 1), 1) if spread else None
+  return max(k.renderer.vector_bytes // max(stored[1:] or stored), 1) if spread else None
 
 def _padded_row_lanes(k: Kernel) -> int | None:
   """An elementwise kernel whose row no 4 divides nor any divisor that fills half a vector (58: a 56-wide row padded
