@@ -8,6 +8,7 @@ import math
 from itertools import repeat
 from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.dtype import dtypes
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from tinyplug.passes.heuristic_plugin import EXPAND_BUDGET
 
@@ -511,6 +512,18 @@ def _padded_row_lanes(k: Kernel) -> int | None:
   if max(d for d in range(1, lanes + 1) if row % d == 0) * 2 >= lanes: return None   # a divisor fills half a vector
   return lanes if lanes >= 4 and row >= lanes and -(-row // lanes) * lanes * 4 <= row * 5 else None
 
+# elementwise math that costs many instructions per element (libm-style calls, divisions, square roots)
+COSTLY_MATH = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV})
+
+def math_lanes(k: Kernel) -> int:
+  """Lanes of one vector register for an elementwise kernel whose math is costly (COSTLY_MATH on floats): its row is
+  upcast that wide, so each call or division works on a whole register rather than a quarter of one (tanh of 16M
+  floats on AVX-512, 2 threads: `<4 x float>` exp2 calls 17 ms, numpy 13 ms); 0 where the math is cheap, the
+  renderer does not say, or the kernel reduces."""
+  if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes: return 0
+  floats = [u.dtype.itemsize for u in k.sink.toposort() if u.op in COSTLY_MATH and dtypes.is_float(u.dtype)]
+  return k.renderer.vector_bytes // max(floats) if floats else 0
+
 def _gated_by_parity(k: Kernel) -> bool:
   """Whether a load from global memory is gated by a remainder of an index along the innermost loop (`x % 2`)."""
   inner = k.loop_axes[-1]
@@ -750,6 +763,8 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     # index-heavy work, like a pool's gradient, is upcast by 13 or 11 rather than by 2 or not at all)
     small = math.prod(r.src[0].arg for r in loops) < 4096   # tiny kernels keep the simple rule (and their code)
     choices = (4, 2) if gpu or small or inner % 4 == 0 else tuple(d for d in range(16, 1, -1) if inner % d == 0)
+    if not gpu and not small and (lanes := math_lanes(k)) > 4:
+      choices = tuple(c for c in (lanes, lanes // 2) if c > 4 and inner % c == 0) + choices
     # a phase interleave (a strided convolution's input gradient, conv_transpose2d: every other element of the row from
     # another buffer, gated by `% 2`) is upcast by its stride and then by a vector per phase (_phase_opts);
     # else it stays a loop on CPUs: LLVM's loop vectorizer turns its gates and index arithmetic into vector selects,
