@@ -14,14 +14,22 @@ ROW_FUSE_MAX = 1 << 15
 
 def _op_text(u: UOp) -> str: return f"{u.op.name} {tuple(u.shape)}" if u.op is not Ops.SINK else "SINK"
 
+def _squeezed(s: tuple) -> tuple: return tuple(d for d in s if d != 1)
+
 def row_step(graph: FusionGraph, axes: tuple[int, ...], shape: tuple[int, ...]) -> Callable[[UOp, UOp], Any]:
   """The consumer rule of a row kernel (see FusionGraph.consumer_walk): stay on the rows (elementwise, broadcast back
-  along `axes`, reduced along them again) and end in a realized node over the same rows."""
+  along `axes`, reduced along them again) and end in a realized node over the same rows: the rows themselves (softmax)
+  or one value per row (argmax's index pass, logsumexp's sum: math on the row's reductions, unit dims dropped)."""
+  per_row = tuple(1 if a in axes else s for a, s in enumerate(shape))
+  def on_rows(u: UOp) -> bool: return u.shape == shape or _squeezed(u.shape) == _squeezed(per_row)
   def step(x: UOp, c: UOp) -> Any:
     if graph.is_realized(c):
-      same_rows = c.shape == shape or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
+      same_rows = on_rows(c) or (c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape)
       return None if c.op in (Ops.COPY, Ops.SINK) or not same_rows else c
     if c.op in GroupOp.Elementwise or c.op is Ops.DETACH: return GO
+    # one value per row, its unit dims dropped or added (keepdim=False)
+    if c.op is Ops.RESHAPE and x.shape != shape and _squeezed(x.shape) == _squeezed(per_row) == _squeezed(c.shape):
+      return GO
     if c.op is Ops.EXPAND and c.shape == shape and \
        all(a in axes for a, (s, d) in enumerate(zip(c.src[0].shape, shape)) if s != d): return GO
     if c.op is Ops.REDUCE_AXIS and c.arg[1] == axes and c.src[0].shape == shape: return GO

@@ -756,7 +756,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     elif cpu and loops and (lanes := vector_lanes(k)) and _try(k, Opt(OptOps.UPCAST, len(loops) - 1, lanes)):
       unrolls = (4, 2)
     for amt in unrolls:
-      if size >= 4 * amt and _try(k, Opt(OptOps.UNROLL, 0, amt)): break
+      if len(reduces) == 1 and size >= 4 * amt and _try(k, Opt(OptOps.UNROLL, 0, amt)): break
   elif loops:
     inner = loops[-1].src[0].arg
     # 4 where it divides the row; otherwise, on CPUs and for big kernels, the widest divisor up to 16 (a 26- or 11-wide row of

@@ -104,7 +104,18 @@ class Vectorizer:
     if all(x is first for x in lanes):
       return UOp.const(vdt, first.arg) if first.op is Ops.CONST else UOp(Ops.VECTORIZE, vdt, lanes)
     if all(x.op is Ops.CONST for x in lanes): return UOp(Ops.VCONST, vdt, arg=tuple(x.arg for x in lanes))
-    if not _alike(lanes): return self.vec(lifted) if (lifted := _lift_where(lanes)) is not None else self.gather(lanes)
+    if not _alike(lanes):
+      if (stepped := self._stepped(lanes)) is not None: return stepped
+      return self.vec(lifted) if (lifted := _lift_where(lanes)) is not None else self.gather(lanes)
+    built = self._build_alike(lanes)
+    # integer lanes alike at the top may still differ below (one lane's index arithmetic folded another way)
+    if dtypes.is_int(first.dtype) and first.op in _LANEWISE and has_gather(built):
+      return stepped if (stepped := self._stepped(lanes)) is not None else built
+    return built
+
+  def _build_alike(self, lanes: tuple[UOp, ...]) -> UOp:
+    first, n = lanes[0], len(lanes)
+    vdt = first.dtype.vec(n)
     if first.op is Ops.LOAD: return self.load(lanes)
     if first.op is Ops.REDUCE: return self.reduce(lanes)
     if first.op in _LANEWISE:
@@ -113,6 +124,21 @@ class Vectorizer:
         return UOp(first.op, vdt, tuple(self.vec(s) for s in srcs), first.arg)
       return UOp(Ops.VECTORIZE, vdt, tuple(self.lane(lanes, k) for k in range(n)))
     return self.gather(lanes)
+
+  def _stepped(self, lanes: tuple[UOp, ...]) -> UOp | None:
+    """Integer lanes that are one value plus a constant per lane, written differently (the simplifier folds lane 0's
+    `(8r + 0) * -1 + n` to `r * -8 + n`: argmax's countdown) as that value broadcast plus the constants."""
+    first, n = lanes[0], len(lanes)
+    if not dtypes.is_int(first.dtype) or not self.native_op(Ops.ADD) or not self.fits(first.dtype, n): return None
+    terms, base = affine_offset(first)
+    if not terms: return None
+    steps = []
+    for x in lanes:
+      key, const = affine_offset(x)
+      if key != terms: return None
+      steps.append(const - base)
+    vdt = first.dtype.vec(n)
+    return UOp(Ops.ADD, vdt, (UOp(Ops.VECTORIZE, vdt, (first,) * n), UOp(Ops.VCONST, vdt, arg=tuple(steps))))
 
   def gather(self, lanes: tuple[UOp, ...]) -> UOp:
     return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(len(lanes)), lanes)
