@@ -106,6 +106,7 @@ class Vectorizer:
     if all(x.op is Ops.CONST for x in lanes): return UOp(Ops.VCONST, vdt, arg=tuple(x.arg for x in lanes))
     if not _alike(lanes):
       if (stepped := self._stepped(lanes)) is not None: return stepped
+      if (bounds := _bound_compares(lanes)) is not None: return self.vec(bounds)
       return self.vec(lifted) if (lifted := _lift_where(lanes)) is not None else self.gather(lanes)
     built = self._build_alike(lanes)
     # integer lanes alike at the top may still differ below (one lane's index arithmetic folded another way)
@@ -356,6 +357,18 @@ def _lift_where(lanes: tuple[UOp, ...]) -> tuple[UOp, ...] | None:
   if not _alike(tuple(plain + [w.src[1] for w in wheres])): return None
   true, other = UOp.const(dtypes.bool, True), wheres[0].src[2]
   return tuple(x if x.op is Ops.WHERE else UOp(Ops.WHERE, x.dtype, (true, x, other)) for x in lanes)
+
+def _bound_compares(lanes: tuple[UOp, ...]) -> tuple[UOp, ...] | None:
+  """Lanes `x < c` of one integer x, some folded to a constant because x's range decides them (a scan's mask `j < i + 1`
+  is True throughout its last lane), all as compares of x: True is `x < vmax + 1`, False `x < vmin`."""
+  cmps = [x for x in lanes if x.op is Ops.CMPLT]
+  if not cmps or any(x.op is not Ops.CMPLT and x.op is not Ops.CONST for x in lanes): return None
+  var = cmps[0].src[0]
+  if not dtypes.is_int(var.dtype) or any(x.src[0] is not var or x.src[1].op is not Ops.CONST for x in cmps): return None
+  if not isinstance(var.vmin, int) or not isinstance(var.vmax, int): return None
+  def bound(x: UOp) -> UOp:
+    return x if x.op is Ops.CMPLT else UOp(Ops.CMPLT, dtypes.bool, (var, UOp.const(var.dtype, var.vmax + 1 if x.arg else var.vmin)))
+  return tuple(bound(x) for x in lanes)
 
 def _runs(members: list[tuple[int, UOp]]) -> list[list[UOp]]:
   """Stores sorted by offset -> runs at consecutive offsets (a repeated offset starts a new run)."""

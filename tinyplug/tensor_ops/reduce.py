@@ -99,7 +99,7 @@ class ReduceMixin:
     n = self.shape[-1]
     rows = self.unsqueeze(-2).expand(self.shape[:-1] + (n, n))          # [..., i, j] = x[..., j]
     ar = type(self).arange(n, device=self.device)
-    upto = ar.reshape(n, 1) >= ar.reshape(1, n)                          # j <= i
+    upto = ar.reshape(1, n) < ar.reshape(n, 1) + 1                      # j <= i, one compare (its lanes vectorise)
     return getattr(upto.where(rows, fill), reduce_name)(-1)
   def _blocked_scan(self, fill, reduce_name: str):
     """The last axis in b blocks of m (about sqrt(n) each, padded with the identity): the scan inside each block, the
