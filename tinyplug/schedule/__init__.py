@@ -42,6 +42,10 @@ def is_contiguous_buffer(x: UOp) -> bool:
   while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
   return x.op is Ops.BUFFER or x.op is Ops.AFTER
 
+def _unreshaped(x: UOp) -> UOp:
+  while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
+  return x
+
 def buffer_base(x: UOp) -> UOp:
   """The BUFFER under movement ops (and under a kernelized AFTER, or an ASSIGN: it writes its target's buffer)."""
   while x.op in GroupOp.Movement or x.op in (Ops.DETACH, Ops.AFTER, Ops.ASSIGN): x = x.src[0]
@@ -71,7 +75,8 @@ class _Scheduler:
   def decide(self) -> None:
     must = set()
     for t in self.targets:
-      if not is_contiguous_buffer(t): must.add(t)
+      # a reshape of a CONTIGUOUS (realized anyway) is a view of its buffer, not a copy of it
+      if not is_contiguous_buffer(t) and _unreshaped(t).op is not Ops.CONTIGUOUS: must.add(t)
     for n in self.nodes:
       if n.op in (Ops.CONTIGUOUS, Ops.ASSIGN): must.add(n)
       elif n.op is Ops.COPY:
@@ -103,6 +108,9 @@ class _Scheduler:
       if n not in self.realized: continue
       if n.op is Ops.COPY: self._copy_item(n)
       else: self._kernel_item(n)
+    for t in self.targets:   # a target viewing a realized CONTIGUOUS through reshapes views its buffer
+      if t not in self.realized and (view := self.becomes.get(_unreshaped(t))) is not None and \
+         view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER: self.becomes[t] = view.src[0].reshape(t.shape)
     self.items = self._order_items()
 
   def _order_items(self) -> list[ScheduleItem]:

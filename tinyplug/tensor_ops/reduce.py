@@ -13,6 +13,8 @@ _NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16) + dtypes.fp8s   # summed in f
 Axis = int | Sequence[int] | None
 # a scan along at most this many elements is one triangle (a reduction per output); longer ones go in blocks
 SCAN_DIRECT = 64
+# the block of a longer scan: a triangle of this many per output (one AVX-512 vector of float32 outputs, two AVX2)
+SCAN_BLOCK = 16
 
 class ReduceMixin:
   __slots__ = ()
@@ -86,35 +88,43 @@ class ReduceMixin:
   def all(self, axis: Axis = None, keepdim: bool = False): return self.logical_not().any(axis, keepdim).logical_not()
 
   # ---- scans ----
+  # along their own axis, not moved last: down the columns (cumsum(0)) each step reads whole rows, which the
+  # heuristic reads as vectors (1024x1024 cumsum(0): moved last, its reads and writes were strided)
   def _scan(self, axis: int, fill, reduce_name: str):
     ax = graph.normalize_axis(axis, self.ndim)
     if self.ndim == 0: return self
     n = self.shape[ax]
     if n == 0: return self
-    x = self.transpose(ax, -1)
-    if isinstance(n, int) and n > SCAN_DIRECT: return x._blocked_scan(fill, reduce_name).transpose(ax, -1)
-    return x._direct_scan(fill, reduce_name).transpose(ax, -1)
-  def _direct_scan(self, fill, reduce_name: str):
-    """The inclusive scan of the last axis as one reduction per output over a triangle: n * n work per row."""
-    n = self.shape[-1]
-    rows = self.unsqueeze(-2).expand(self.shape[:-1] + (n, n))          # [..., i, j] = x[..., j]
+    if isinstance(n, int) and n > SCAN_DIRECT: return self._blocked_scan(ax, fill, reduce_name)
+    return self._direct_scan(ax, fill, reduce_name)
+  def _direct_scan(self, ax: int, fill, reduce_name: str):
+    """The inclusive scan of axis `ax` as one reduction per output over a triangle: n * n work per row."""
+    n, rest = self.shape[ax], self.shape[ax + 1:]
+    rows = self.unsqueeze(ax).expand(self.shape[:ax] + (n,) + self.shape[ax:])   # [..., i, j, rest] = x[..., j, rest]
     ar = type(self).arange(n, device=self.device)
     upto = ar.reshape(1, n) < ar.reshape(n, 1) + 1                      # j <= i, one compare (its lanes vectorise)
-    return getattr(upto.where(rows, fill), reduce_name)(-1)
-  def _blocked_scan(self, fill, reduce_name: str):
-    """The last axis in b blocks of m (about sqrt(n) each, padded with the identity): the scan inside each block, the
-    exclusive scan of the blocks' totals, and the two combined: n * (m + b) work per row instead of n * n (cumsum
-    along 1024: 1G masked adds as one triangle, 66M so)."""
-    n = self.shape[-1]
-    m = math.isqrt(n - 1) + 1
+    upto = upto.reshape((n, n) + (1,) * len(rest))
+    return getattr(upto.where(rows, fill), reduce_name)(ax + 1)
+  def _blocked_scan(self, ax: int, fill, reduce_name: str):
+    """Axis `ax` in blocks of SCAN_BLOCK (padded with the identity): each block's total, the exclusive scan of the
+    totals (itself blocked when long), and the scan inside each block plus the blocks before it, in one kernel (a
+    triangle of SCAN_BLOCK per output: a vector of outputs per step on CPUs). Two passes over the data (the totals,
+    then the scan), about SCAN_BLOCK + 1 operations per element; blocks of sqrt(n) were 2 * sqrt(n) and a third pass
+    (cumsum(1) of 1024x1024, loaded machine: 3 kernels, 6-10 ms -> 2 kernels, see benchmarks/README.md)."""
+    n, lead, rest = self.shape[ax], self.shape[:ax], self.shape[ax + 1:]
+    m = SCAN_BLOCK
     b = -(-n // m)
-    x = self.pad(((0, 0),) * (self.ndim - 1) + ((0, b * m - n),), value=fill) if b * m > n else self
-    inner = x.reshape(self.shape[:-1] + (b, m))._direct_scan(fill, reduce_name)     # [..., block, i]
-    totals = inner[..., m - 1]                                                      # [..., block]
+    x = self.pad(((0, 0),) * ax + ((0, b * m - n),) + ((0, 0),) * len(rest), value=fill) if b * m > n else self
+    blocks = x.reshape(lead + (b, m) + rest)                                              # [..., block, i, rest]
+    totals = getattr(blocks, reduce_name)(ax + 1)                                         # [..., block, rest]
     # the scan of the blocks before each: the totals shifted one block on
-    before = totals.pad(((0, 0),) * (totals.ndim - 1) + ((1, -1),), value=fill)._direct_scan(fill, reduce_name)
-    out = inner + before.unsqueeze(-1) if reduce_name == "sum" else inner * before.unsqueeze(-1)
-    return out.reshape(self.shape[:-1] + (b * m,))[..., :n]
+    before = totals.pad(((0, 0),) * ax + ((1, -1),) + ((0, 0),) * len(rest), value=fill)._scan(ax, fill, reduce_name)
+    inner = blocks._direct_scan(ax + 1, fill, reduce_name)
+    out = inner + before.unsqueeze(ax + 1) if reduce_name == "sum" else inner * before.unsqueeze(ax + 1)
+    # computed in the blocks' shape (i its own axis: the triangle's mask one compare per lane, not i's digits out of
+    # a merged axis), then viewed whole
+    out = out.contiguous().reshape(lead + (b * m,) + rest)
+    return out.shrink(tuple((0, n) if i == ax else (0, s) for i, s in enumerate(out.shape))) if b * m > n else out
   def cumsum(self, axis: int = 0): return self._scan(axis, 0, "sum")
   def cumprod(self, axis: int = 0): return self._scan(axis, 1, "prod")
 
