@@ -1,0 +1,159 @@
+"""argmax, logsumexp and the scans (issue 20's slow rows): argmax and logsumexp along the rows run as one row kernel
+(the max, then the index or the sum, over a row while it is in cache: `fuse_rows`); cumsum and cumprod run in
+blocks of SCAN_BLOCK along their own axis (block totals, their exclusive scan, each block's triangle plus the blocks
+before it in one kernel). Values against numpy and torch at odd sizes and dtypes, NaN, ties, keepdim, gradients; the
+kernels they schedule and the heuristic's decision for the scan down the columns on other machines."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import Tensor, dtypes, schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor_ops.reduce import SCAN_BLOCK
+from tinyplug.passes.vectorize import Vectorizer, has_gather
+from tinyplug.uop.ops import Ops, UOp
+
+RNG = np.random.default_rng(12)
+SHAPES = [(4097, 5), (7, 1000), (3, 70, 7), (1, 1)]
+
+def _items(t: Tensor) -> list:
+  schedule._templates.clear()
+  return create_schedule([t.uop])[0]
+
+def _reduces(item) -> list:
+  return [u for u in item.ast.toposort() if u.op is Ops.REDUCE]
+
+# ---- argmax ----
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int64])
+def test_argmax_every_axis_against_numpy(shape, dtype):
+  a = RNG.integers(-4, 4, shape).astype(dtype)   # few distinct values: many ties, the first index wins
+  for axis in range(len(shape)):
+    np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), np.argmax(a, axis), err_msg=f"axis {axis}")
+    np.testing.assert_array_equal(Tensor(a).argmin(axis).numpy(), np.argmin(a, axis), err_msg=f"axis {axis}")
+    kept = Tensor(a).argmax(axis, keepdim=True).numpy()
+    np.testing.assert_array_equal(kept, np.expand_dims(np.argmax(a, axis), axis))
+
+def test_argmax_rows_with_nan_and_inf_against_torch():
+  a = RNG.standard_normal((9, 1000)).astype(np.float32)
+  a[1, 17], a[1, 900] = np.nan, np.nan          # the first NaN is the max
+  a[2, 5] = np.inf
+  a[3, :] = -np.inf                             # all -inf: index 0
+  a[4, 999] = np.nan                            # NaN last
+  a[5, 0] = np.nan                              # NaN first
+  for axis in (0, 1):
+    np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), torch.tensor(a).argmax(axis).numpy())
+    np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), np.argmax(a, axis))
+
+def test_argmax_and_logsumexp_along_rows_are_one_kernel():
+  """Both passes over a row in one kernel (old: a kernel for the max, another for the index or the sum)."""
+  x = Tensor.empty(4096, 4096, device="CPU")
+  for out in (x.argmax(1), x.argmax(-1, keepdim=True), x.logsumexp(1), Tensor.empty(128, 10, device="CPU").logsumexp(1)):
+    items = _items(out)
+    assert len(items) == 1
+    assert len(_reduces(items[0])) == 2
+
+def test_argmax_along_rows_keeps_plain_loops():
+  """The row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""
+  items = _items(Tensor.empty(4096, 4096, device="CPU").argmax(1))
+  assert heuristic_opts(Kernel(items[0].ast, Device["CPU"].renderer)) == []
+
+# ---- logsumexp ----
+@pytest.mark.parametrize("shape", SHAPES)
+def test_logsumexp_every_axis_against_torch(shape):
+  a = (RNG.standard_normal(shape) * 10).astype(np.float32)
+  for axis in range(len(shape)):
+    for keepdim in (False, True):
+      want = torch.tensor(a).logsumexp(axis, keepdim=keepdim).numpy()
+      np.testing.assert_allclose(Tensor(a).logsumexp(axis, keepdim=keepdim).numpy(), want, rtol=1e-5, atol=1e-5)
+
+def test_logsumexp_gradient_against_torch():
+  a = RNG.standard_normal((128, 10)).astype(np.float32)
+  x = Tensor(a, requires_grad=True)
+  x.logsumexp(1).sum().backward()
+  xt = torch.tensor(a, requires_grad=True)
+  xt.logsumexp(1).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+# ---- scans ----
+@pytest.mark.parametrize("shape", SHAPES + [(1024, 1024), (65,), (300, 3)])
+def test_cumsum_every_axis_against_numpy(shape):
+  a = RNG.standard_normal(shape).astype(np.float32)
+  for axis in range(len(shape)):
+    want = np.cumsum(a.astype(np.float64), axis)
+    np.testing.assert_allclose(Tensor(a).cumsum(axis).numpy(), want, rtol=1e-4, atol=2e-3, err_msg=f"axis {axis}")
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float16])
+def test_cumsum_dtypes_against_torch(dtype):
+  a = RNG.integers(-3, 4, (70, 129)).astype(dtype)
+  for axis in (0, 1):
+    want = torch.tensor(a).cumsum(axis).numpy()
+    got = Tensor(a).cumsum(axis).numpy()
+    if dtype == np.float16: np.testing.assert_allclose(got, want, atol=0.5)
+    else: np.testing.assert_array_equal(got, want)
+
+def test_cumprod_against_torch():
+  a = (1 + RNG.standard_normal((9, 300)) * 0.01).astype(np.float32)
+  a[2, 150] = 0.0                                # a zero in the middle of a block
+  for axis in (0, 1):
+    np.testing.assert_allclose(Tensor(a).cumprod(axis).numpy(), torch.tensor(a).cumprod(axis).numpy(), rtol=1e-4)
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_scan_gradients_against_torch(op):
+  a = (1 + RNG.standard_normal((70, 97)) * 0.01).astype(np.float32)
+  w = RNG.standard_normal((70, 97)).astype(np.float32)
+  for axis in (0, 1):
+    x = Tensor(a, requires_grad=True)
+    (getattr(x, op)(axis) * Tensor(w)).sum().backward()
+    xt = torch.tensor(a, requires_grad=True)
+    (getattr(xt, op)(axis) * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_long_scan_is_totals_then_one_block_kernel(axis):
+  """Three kernels: the block totals, their scan, and the blocks' triangles plus the blocks before them (old: a
+  triangle of sqrt(n) realized, the totals' scan, then an elementwise kernel adding them)."""
+  items = _items(Tensor.empty(1024, 1024, device="CPU").cumsum(axis))
+  assert len(items) == 3
+  last = _reduces(items[-1])
+  assert len(last) == 1 and all(r.src[0].arg == SCAN_BLOCK for r in last[0].src[1:])
+
+def test_a_realized_scan_is_a_view_of_its_block_kernel_output():
+  """realize() of the scan leaves the blocks' buffer seen whole, not a copy of it."""
+  x = Tensor(RNG.standard_normal((64, 64)).astype(np.float32)).realize()
+  y = x.cumsum(1).realize()
+  assert y.uop.op is Ops.RESHAPE and y.uop.src[0].op is Ops.BUFFER
+  np.testing.assert_allclose(y.numpy(), np.cumsum(x.numpy(), 1), rtol=1e-5, atol=1e-5)
+
+def _range(n: int) -> UOp: return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, n),), (0, "reduce"))
+
+def test_mask_lanes_folded_by_the_range_are_one_vector_compare():
+  """A scan's mask lanes `j < i + 1` over j in [0, 4): the last lane folds to True; all four are still one vector
+  compare of j (before: each lane compared on its own and put together)."""
+  j = _range(4)
+  lanes = tuple(UOp(Ops.CMPLT, dtypes.bool, (j, UOp.const(dtypes.int, c))) for c in (1, 2, 3)) + (UOp.const(dtypes.bool, True),)
+  v = Vectorizer(Device["CPU"].renderer).vec(lanes)
+  assert v.op is Ops.CMPLT and v.src[1].op is Ops.VCONST and v.src[1].arg == (1, 2, 3, 4)
+
+def test_integer_lanes_written_differently_are_a_broadcast_plus_steps():
+  """argmax's countdown per unrolled lane: lane 0 folded to `r * -8 + n`, the others `(r * 8 + k) * -1 + n`; one
+  vector add of the first lane and the steps (before: a gather of scalar lanes, and no vector accumulator)."""
+  r, n = _range(512), UOp.const(dtypes.int, 4096)
+  first = r * -8 + n
+  rest = [((r * 8) + UOp.const(dtypes.int, k)) * -1 + n for k in range(1, 8)]
+  v = Vectorizer(Device["CPU"].renderer).vec((first, *rest))
+  assert any(u.op is Ops.VCONST and u.arg == tuple(-k for k in range(8)) for u in v.toposort())
+  assert not has_gather(v)
+
+@pytest.mark.parametrize("nbytes,regs,lanes", [(64, 32, 64), (32, 16, 16)])
+def test_a_scan_down_the_columns_reuses_each_row_vector_for_four_outputs(vector_machine, nbytes, regs, lanes):
+  """AVX-512: 4 vectors of a row x 4 block rows; AVX2: 2 vectors x 4 (half the registers each)."""
+  vector_machine(nbytes, regs)
+  items = _items(Tensor.empty(1024, 1024, device="CPU").cumsum(0))
+  k = Kernel(items[-1].ast, Device["CPU"].renderer)
+  assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 2, lanes), Opt(OptOps.UPCAST, 1, 4)]
+
+def test_int_argmax_dtype_is_int32():
+  assert Tensor(np.arange(10, dtype=np.int64)).argmax().dtype == dtypes.int32
