@@ -50,7 +50,8 @@ def test_argmax_rows_with_nan_and_inf_against_torch():
 def test_argmax_and_logsumexp_along_rows_are_one_kernel():
   """Both passes over a row in one kernel (old: a kernel for the max, another for the index or the sum)."""
   x = Tensor.empty(4096, 4096, device="CPU")
-  for out in (x.argmax(1), x.argmax(-1, keepdim=True), x.logsumexp(1), Tensor.empty(128, 10, device="CPU").logsumexp(1)):
+  loss = Tensor.empty(128, 10, device="CPU").logsumexp(1)
+  for out in (x.argmax(1), x.argmax(-1, keepdim=True), x.logsumexp(1), loss):
     items = _items(out)
     assert len(items) == 1
     assert len(_reduces(items[0])) == 2
@@ -133,7 +134,8 @@ def test_mask_lanes_folded_by_the_range_are_one_vector_compare():
   """A scan's mask lanes `j < i + 1` over j in [0, 4): the last lane folds to True; all four are still one vector
   compare of j (before: each lane compared on its own and put together)."""
   j = _range(4)
-  lanes = tuple(UOp(Ops.CMPLT, dtypes.bool, (j, UOp.const(dtypes.int, c))) for c in (1, 2, 3)) + (UOp.const(dtypes.bool, True),)
+  lanes = tuple(UOp(Ops.CMPLT, dtypes.bool, (j, UOp.const(dtypes.int, c))) for c in (1, 2, 3))
+  lanes += (UOp.const(dtypes.bool, True),)
   v = Vectorizer(Device["CPU"].renderer).vec(lanes)
   assert v.op is Ops.CMPLT and v.src[1].op is Ops.VCONST and v.src[1].arg == (1, 2, 3, 4)
 

@@ -1,7 +1,8 @@
 """The `fuse_rows` pass set: row kernels. On a device that runs loops, a reduction whose result is broadcast back along
 the axes it reduced is computed inside the kernel that uses it, once per row (the linearizer hoists it out of the row's
 loop): softmax's max, sum and normalised write become one kernel that reads each row from memory once and from cache
-after. Off (`TINY_PLUGINS=-fuse_rows`) each of those reductions gets a kernel of its own: correct, more memory traffic."""
+after; argmax's max and index pass, logsumexp's max and sum, one kernel writing one value per row. Off
+(`TINY_PLUGINS=-fuse_rows`) each of those reductions gets a kernel of its own: correct, more memory traffic."""
 from __future__ import annotations
 import math
 from typing import Any, Callable

@@ -367,7 +367,8 @@ def _bound_compares(lanes: tuple[UOp, ...]) -> tuple[UOp, ...] | None:
   if not dtypes.is_int(var.dtype) or any(x.src[0] is not var or x.src[1].op is not Ops.CONST for x in cmps): return None
   if not isinstance(var.vmin, int) or not isinstance(var.vmax, int): return None
   def bound(x: UOp) -> UOp:
-    return x if x.op is Ops.CMPLT else UOp(Ops.CMPLT, dtypes.bool, (var, UOp.const(var.dtype, var.vmax + 1 if x.arg else var.vmin)))
+    if x.op is Ops.CMPLT: return x
+    return UOp(Ops.CMPLT, dtypes.bool, (var, UOp.const(var.dtype, var.vmax + 1 if x.arg else var.vmin)))
   return tuple(bound(x) for x in lanes)
 
 def _runs(members: list[tuple[int, UOp]]) -> list[list[UOp]]:
