@@ -159,3 +159,13 @@ def test_a_scan_down_the_columns_reuses_each_row_vector_for_four_outputs(vector_
 
 def test_int_argmax_dtype_is_int32():
   assert Tensor(np.arange(10, dtype=np.int64)).argmax().dtype == dtypes.int32
+
+def test_a_long_scan_beside_a_variable_dim():
+  """The blocks' reshape keeps a variable-bound dim before or after the scanned axis."""
+  from tinyplug import Variable
+  a = RNG.standard_normal((10, 100)).astype(np.float32)
+  v = Variable("rows", 1, 10).bind(7)
+  got = Tensor(a)[:v].cumsum(1).contiguous().realize()[:7].numpy()
+  np.testing.assert_allclose(got, np.cumsum(a[:7], 1), rtol=1e-5, atol=1e-5)
+  got = Tensor(a.T.copy())[:, :v].cumsum(0).contiguous().realize()[:, :7].numpy()
+  np.testing.assert_allclose(got, np.cumsum(a.T[:, :7], 0), rtol=1e-5, atol=1e-5)
