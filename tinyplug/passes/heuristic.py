@@ -700,6 +700,17 @@ def _descriptor_core_opts(k: Kernel) -> list[Opt] | None:
       if (staged := _first_stage(base, DESCRIPTOR_STAGES)) is not None: return staged.applied_opts
   return None
 
+def _row_reduce_vector(k: Kernel) -> int | None:
+  """A batch of independent row reductions (every load from global memory depends on every output axis, so no output
+  axis reuses a loaded value, and every load that walks the reduction does so contiguously: softmax's max and sum over
+  attention scores, 8x12x128 rows of 128): the vector width to unroll the reduction by (`_reduce_vector`), so each
+  step reads vectors and keeps a vector accumulator, summed across its lanes once per row. None: not such a kernel."""
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if not loops or len(reduces) != 1 or any(_reuse(k)) or _streams(k): return None   # a long one: several streams
+  along = [s for s in _load_strides(k, reduces[0]) if s != 0]
+  if not along or any(s != 1 for s in along): return None
+  return _reduce_vector(k)
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (on CPUs two vectors, another axis by as many rows as the vector registers
@@ -719,6 +730,9 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   # forward as a convolution's odd row (64x10x9216, one thread: 204 us as a 10x4 tile of gathers, 164 us so)
   if cpu and not gpu and len(loops) >= 2 and reduces and _contiguous_reduce(k) and _reduce_vector(k) is not None:
     return _vector_reduce_tile(k, _tile_budget(k), _worth_blocking(k))
+  if cpu and not gpu and (amt := _row_reduce_vector(k)) is not None and \
+     _try_tile(k, Opt(OptOps.UNROLL, len(reduces) - 1, amt)):
+    return k.applied_opts
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if cpu and not gpu and (column := _column_opts(k)) is not None: return column
   if reduces and len(loops) >= 2:

@@ -14,10 +14,11 @@ K * W * 4 contiguous bytes: every set, few pages, one stream. Measured on a Zen 
 matmul's time at 2048).
 Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
+import math
 from typing import Any
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.upat import PatternMatcher, UPat
-from tinyplug.passes.heuristic import cpu_tile
+from tinyplug.passes.heuristic import TILE_BUDGETS, cpu_tile
 
 PACK_MIN_ROWS = 256    # M: the copy costs 2 * K * N element moves, the matmul 2 * M * N * K flops
 PACK_MIN_REDUCE = 256  # K: shorter reductions are not cache blocked either
@@ -30,6 +31,15 @@ PACK_MIN_PANELS = 2
 # kernels alone (the copy hot in cache) had favoured packing from 256 on. (Packing only from rows 8 KB apart, a rule
 # measured under load before, had left 1024 and 1536 unpacked: 1536 packed 66.4 vs 73.9 ms, one thread.)
 PACK_MIN_L2_RATIO = 2
+
+# a B stored N x K (read along the reduction: `q @ k.T`, `x @ W.T`) is packed where the matmul, batches included, does at
+# least the work of the heuristic's widest register tiles, and each packed value is reused by at least this many rows
+# of A. Unpacked, such a matmul is a dot-product tile: vector loads of both inputs along K, each output's vector summed
+# across its lanes at the end, which a K of 64 pays for every 4-8 multiply-adds (batched q @ k^T 8x12x128x64 on Zen 4,
+# 2 threads: ~60 GFLOP/s whatever the tile); packed it is the outer-product tile of `g @ W` (measured in
+# benchmarks/README.md, session 12). The copy moves each B value once; the matmul reads it M times.
+PACK_T_MIN_ROWS = 64
+PACK_T_MIN_WORK = TILE_BUDGETS[0][0]
 
 def _renderer(device: Any) -> Any:
   if not isinstance(device, str): return None
@@ -55,6 +65,28 @@ def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   return n * k * itemsize >= PACK_MIN_L2_RATIO * caches[1] and m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and \
     n >= PACK_MIN_PANELS * w and n % w == 0
 
+def should_pack_transposed(batch: int, m: int, n: int, k: int, renderer: Any) -> bool:
+  """Whether a matmul whose B is stored N x K (contiguous along the reduction) packs B on this renderer: a machine
+  that runs loops with vector registers and caches, at least PACK_T_MIN_WORK multiply-adds over all batches, at least
+  PACK_T_MIN_ROWS rows of A to reuse each packed value, and whole panels, at least PACK_MIN_PANELS of them."""
+  if renderer is None or not renderer.runs_loops or not renderer.vector_bytes: return False
+  if len(tuple(renderer.cache_bytes or ())) < 2: return False
+  w = pack_width(renderer)
+  return batch * m * n * k >= PACK_T_MIN_WORK and m >= PACK_T_MIN_ROWS and n >= PACK_MIN_PANELS * w and n % w == 0
+
+def _along_last(y: UOp) -> bool:
+  """Whether the innermost axis of movement view `y` walks the value it views contiguously (through PERMUTEs, and
+  RESHAPEs of the innermost axis: row-major, they keep its stride of 1): B stored N x K is read along K."""
+  axis = len(y.shape) - 1
+  while y.op in (Ops.RESHAPE, Ops.PERMUTE):
+    src = y.src[0]
+    if src.shape is None: return False
+    if y.op is Ops.PERMUTE: axis = y.arg[axis]
+    elif axis == len(y.shape) - 1 and src.shape: axis = len(src.shape) - 1
+    else: return False
+    y = src
+  return y.op not in (Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP) and bool(y.shape) and axis == len(y.shape) - 1
+
 def _pack(r: UOp) -> UOp | None:
   op, axes = r.arg
   x = r.src[0]
@@ -69,7 +101,11 @@ def _pack(r: UOp) -> UOp | None:
   if at is None: return None
   y = x.src[at]
   y0 = y.src[0]
-  if _is_packed(y0) or not should_pack(m, n, k, y0.dtype.itemsize, renderer := _renderer(y0.device)): return None
+  if _is_packed(y0): return None
+  renderer = _renderer(y0.device)
+  batch = math.prod(shape[:-3])
+  if not should_pack(m, n, k, y0.dtype.itemsize, renderer) and \
+     not (_along_last(y0) and should_pack_transposed(batch, m, n, k, renderer)): return None
   w = pack_width(renderer)
   lead = len(y0.shape) - 3
   swap = tuple(range(lead)) + (lead, lead + 2, lead + 1)   # (..., N // W, W, K) <-> (..., N // W, K, W)
