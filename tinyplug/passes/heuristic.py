@@ -350,6 +350,8 @@ def _reduce_vector(k: Kernel) -> int | None:
   narrowest that divides it; None where none does (an odd reduction)."""
   loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD]
   widths = k.renderer.vector_widths.get(loads[0].dtype.scalar(), ()) if loads and k.renderer is not None else ()
+  if loads and k.renderer is not None and k.renderer.vector_bytes:   # no wider than one vector register
+    widths = tuple(w for w in widths if w * loads[0].dtype.scalar().itemsize <= k.renderer.vector_bytes)
   size = k.reduce_axes[-1].src[0].arg
   fits = [w for w in sorted(widths, reverse=True) if w >= 4 and size % w == 0]
   return next((w for w in fits if size // w >= REDUCE_VECTOR_STEPS), fits[-1] if fits else None)
