@@ -1,7 +1,7 @@
 """Attention on CPUs (issue 20): `q @ k^T` reads k across its rows (both inputs contiguous along the reduction), so a
 large enough one packs k^T into column panels first (passes/pack.py: `should_pack_transposed`) and then runs the
 outer-product register tile of `g @ W`; softmax's row reductions over the scores read them as vectors
-(`_row_reduce_vector`), and its exp rows are a whole vector register wide (`_vector_math_lanes`). Decisions for fake
+(`_row_reduce_vector`), and its exp rows are a whole vector register wide (`math_lanes`). Decisions for fake
 machines (AVX-512, AVX2, NEON) fed through the CPU renderer; values against torch."""
 import numpy as np
 import pytest
