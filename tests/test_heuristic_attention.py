@@ -110,9 +110,10 @@ def test_q_kt_and_x_wt_match(shape):
   x, w = RNG.standard_normal((256, 128)).astype(np.float32), RNG.standard_normal((512, 128)).astype(np.float32)
   np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4, atol=1e-3)
 
-def test_sdpa_gradients_match_torch():
-  q, k, v = (RNG.standard_normal((2, 3, 128, 64)).astype(np.float32) for _ in range(3))
-  g = RNG.standard_normal((2, 3, 128, 64)).astype(np.float32)
+@pytest.mark.parametrize("shape", [(2, 3, 128, 64), (8, 12, 128, 64)])   # the second packs k^T (and dO @ v^T)
+def test_sdpa_gradients_match_torch(shape):
+  q, k, v = (RNG.standard_normal(shape).astype(np.float32) for _ in range(3))
+  g = RNG.standard_normal(shape).astype(np.float32)
   tq, tk, tv = (Tensor(a, requires_grad=True) for a in (q, k, v))
   (tq.scaled_dot_product_attention(tk, tv, is_causal=True) * Tensor(g)).sum().backward()
   pq, pk, pv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
