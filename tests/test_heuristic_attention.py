@@ -41,6 +41,17 @@ def test_q_kt_packs_k_and_takes_the_outer_product_tile(vector_machine, machine):
   assert opts[:2] == [Opt(OptOps.UPCAST, 3, width), Opt(OptOps.UPCAST, 2, rows)], opts
   assert not any(o.op is OptOps.UNROLL for o in opts)
 
+@pytest.mark.parametrize("machine,head,tile", [("avx512", 64, (64, 4)), ("avx2", 32, (32, 2)), ("neon", 16, (16, 4)),
+                                               ("avx2", 64, (16, 4)), ("avx512", 128, (32, 8))])
+def test_attn_v_takes_a_row_of_up_to_two_tiles_whole(vector_machine, machine, head, tile):
+  # attn @ v: v read along its rows; a row of at most twice the CPU tile's width is taken whole, with as many rows as
+  # keep cpu_tile's count of vector accumulators (before: 32 x 8 on AVX-512, v's rows read in halves by two tiles);
+  # a wider row keeps the CPU tile
+  vector_machine(*MACHINES[machine])
+  a, v = Tensor.empty(8, 12, 128, 128, device="CPU"), Tensor.empty(8, 12, 128, head, device="CPU")
+  (mm,) = _kernels(a @ v)
+  assert heuristic_opts(mm)[:2] == [Opt(OptOps.UPCAST, 3, tile[0]), Opt(OptOps.UPCAST, 2, tile[1])]
+
 def test_should_pack_transposed_weighs_work_rows_and_panels(vector_machine):
   r = vector_machine(64, 32)   # panels of 32
   assert should_pack_transposed(96, 128, 128, 64, r)        # attention scores 8x12x128x64

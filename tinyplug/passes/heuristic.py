@@ -713,6 +713,20 @@ def _row_reduce_vector(k: Kernel) -> int | None:
   if not along or any(s != 1 for s in along): return None
   return _reduce_vector(k)
 
+def _whole_row_tile(k: Kernel, row: int) -> tuple[tuple[int, ...], int] | None:
+  """A large matmul whose second input is read along its rows (`g @ W`, every load that depends on the innermost output
+  axis contiguous along it) and whose output row is wider than the CPU tile but at most twice it, a whole number of
+  vectors (attention's `attn @ v`: rows of 64 floats): the tile takes the row whole, so each step of the reduction
+  reads a whole row of B as one contiguous run, with as many rows (a power of two) as keep cpu_tile's count of vector
+  accumulators (AVX-512: 64 x 4 for 32 x 8; one Zen 4 core, 8x12x128x64x128, kernels interleaved: 72-83 -> 87-103
+  GFLOP/s). ((widths,), rows), or None."""
+  tile_w, tile_rows = cpu_tile(k.renderer)
+  lanes = vector_lanes(k)
+  if not lanes or not tile_w < row <= 2 * tile_w or row % lanes: return None
+  accumulators = (tile_w // lanes) * tile_rows
+  rows = next((r for r in (8, 4, 2) if (row // lanes) * r <= accumulators), 1)
+  return (row,), rows
+
 def heuristic_opts(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (on CPUs two vectors, another axis by as many rows as the vector registers
@@ -767,6 +781,8 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
        any(loops[a].src[0].arg % SMALL_VECTOR_ROWS == 0 for a in others[:1]):
       widths = tuple(lanes * v for v in _row_vectors(k) if row % (lanes * v) == 0) or (lanes,)
       tile_rows, budget = SMALL_VECTOR_ROWS, widths[0] * SMALL_VECTOR_ROWS
+    elif cpu and budget >= 256 and whole is None and reuse[inner] and (whole_row := _whole_row_tile(k, row)):
+      widths, tile_rows = whole_row
     # padded lanes pay off where each output sums many products; a short window (a depthwise 3x3: 9) has its row
     # upcast by half the tile width where that divides it (r_8_64_56_56_3_3, 2 threads under load: 56 padded to 64
     # and upcast by 16, 850-860 us; by 8, 400-545 us, interleaved)
