@@ -1,0 +1,133 @@
+"""sort / argsort / topk (issue 20): the bitonic steps read each partner as a flip of a reshape (no cat, no gated
+loads), the sorted axis goes first when there are rows enough to fill vectors, and a small-k topk is k selection
+passes instead of a whole sort. Values and indices against torch's stable sort (ties by index, NaN last ascending
+and first descending), every layout and path, gradients, and the structure from the schedule."""
+from __future__ import annotations
+import numpy as np
+import pytest
+import torch
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.uop.ops import Ops, UOp
+
+RNG = np.random.default_rng(20)
+
+def _data(shape, dtype, specials: bool = True) -> np.ndarray:
+  """Many duplicates (values 0..9, negative too for signed types), and NaN, +-inf and -0.0 for floats."""
+  lo = 0 if np.dtype(dtype).kind in "ub" else -5
+  a = RNG.integers(lo, 10, shape).astype(dtype)
+  if specials and np.dtype(dtype).kind == "f" and a.size >= 16:
+    flat = a.reshape(-1)
+    spots = RNG.choice(a.size, 12, replace=False)
+    flat[spots[:3]], flat[spots[3:5]], flat[spots[5:7]], flat[spots[7:]] = np.nan, np.inf, -np.inf, -0.0
+  return a
+
+def _torch_sorted(a: np.ndarray, dim: int, descending: bool):
+  v, i = torch.from_numpy(a).sort(dim=dim, descending=descending, stable=True)
+  return v.numpy(), i.numpy()
+
+def _same(got: Tensor, want: np.ndarray):
+  g = got.numpy()
+  assert g.dtype == want.dtype and g.shape == want.shape
+  np.testing.assert_array_equal(g, want)
+  if want.dtype.kind == "f":   # -0.0 stays -0.0 (assert_array_equal takes it for 0.0)
+    np.testing.assert_array_equal(np.signbit(g), np.signbit(want))
+
+SORT_CASES = [   # shape, dim: rows last (few rows) and rows first (many rows), odd and power-of-two lengths
+  ((5, 1000), -1), ((3, 1023), 1), ((1023, 3), 0), ((40, 1000), 1), ((1000, 40), 0), ((4, 6, 33), 1),
+  ((2, 17, 5), -1), ((64,), 0), ((37,), -1), ((6, 2), 1)]
+
+@pytest.mark.parametrize("shape,dim", SORT_CASES)
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_matches_torch_values_and_indices(shape, dim, descending):
+  a = _data(shape, np.float32)
+  v, i = Tensor(a).sort(dim, descending)
+  want_v, want_i = _torch_sorted(a, dim, descending)
+  _same(v, want_v)
+  np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
+  np.testing.assert_array_equal(Tensor(a).argsort(dim, descending).numpy(), want_i.astype(np.int32))
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, np.uint8, np.int64, np.float64, np.int8, np.uint32])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_dtypes(dtype, descending):
+  for shape, dim in [((20, 100), -1), ((3, 50), 1)]:
+    a = _data(shape, dtype)
+    if dtype == np.uint32: a[0, :3] = [0xFFFFFFFF, 0x80000000, 0x7FFFFFFF]   # the top bit counts as a magnitude
+    v, i = Tensor(a).sort(dim, descending)
+    want_v, want_i = _torch_sorted(a.astype(np.int64) if dtype == np.uint32 else a, dim, descending)
+    _same(v, want_v.astype(dtype))
+    np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
+
+TOPK_CASES = [((5, 1000), -1), ((3, 1023), 1), ((1023, 3), 0), ((40, 1000), 1), ((4, 6, 33), 1), ((37,), 0)]
+
+@pytest.mark.parametrize("shape,dim", TOPK_CASES)
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("k", [1, 16, "all"])
+def test_topk_matches_torch_sort_prefix(shape, dim, largest, k):
+  a = _data(shape, np.float32)
+  k = shape[dim] if k == "all" else min(k, shape[dim])
+  v, i = Tensor(a).topk(k, dim, largest)
+  want_v, want_i = _torch_sorted(a, dim, largest)
+  _same(v, np.take(want_v, range(k), axis=dim))
+  np.testing.assert_array_equal(i.numpy(), np.take(want_i, range(k), axis=dim).astype(np.int32))
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, np.uint8, np.int8, np.uint32, np.int64, np.float64, np.bool_])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_dtypes(dtype, largest):
+  a = _data((30, 101), dtype) if dtype != np.bool_ else RNG.random((30, 101)) < 0.5
+  if dtype == np.uint32: a[0, :3] = [0xFFFFFFFF, 0x80000000, 0x7FFFFFFF]
+  if dtype == np.int32: a[1, :2] = [np.iinfo(np.int32).min, np.iinfo(np.int32).max]
+  v, i = Tensor(a).topk(7, -1, largest)
+  want_v, want_i = _torch_sorted(a.astype(np.int64) if dtype == np.uint32 else a, -1, largest)
+  _same(v, want_v[:, :7].astype(a.dtype))
+  np.testing.assert_array_equal(i.numpy(), want_i[:, :7].astype(np.int32))
+
+def test_topk_edge_cases():
+  a = _data((4, 9), np.float32)
+  assert Tensor(a).topk(0)[0].shape == (4, 0) and Tensor(a).topk(0)[1].shape == (4, 0)
+  allnan = np.full((3, 8), np.nan, np.float32)
+  v, i = Tensor(allnan).topk(3, largest=False)
+  assert np.isnan(v.numpy()).all()
+  np.testing.assert_array_equal(i.numpy(), np.tile(np.arange(3, dtype=np.int32), (3, 1)))
+  with pytest.raises(ValueError, match="out of range"): Tensor(a).topk(10)
+  with pytest.raises(ValueError, match="out of range"): Tensor(a).topk(-1)
+
+@pytest.mark.parametrize("shape,dim", [((6, 50), -1), ((50, 20), 0)])
+def test_sort_and_topk_gradients_match_torch(shape, dim):
+  a = RNG.standard_normal(shape).astype(np.float32)
+  w = RNG.standard_normal(shape).astype(np.float32)
+  k = 5
+  wk = np.take(w, range(k), axis=dim)
+  x = Tensor(a, requires_grad=True)
+  (x.sort(dim, descending=True)[0] * Tensor(w)).sum().backward()
+  tx = torch.from_numpy(a).requires_grad_()
+  (tx.sort(dim=dim, descending=True)[0] * torch.from_numpy(w)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+  x, tx = Tensor(a, requires_grad=True), torch.from_numpy(a).requires_grad_()
+  (x.topk(k, dim, largest=False)[0] * Tensor(wk)).sum().backward()
+  (tx.topk(k, dim=dim, largest=False)[0] * torch.from_numpy(wk)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+# ---- structure: what the kernels read, how many there are ----
+def _asts(t: Tensor) -> list[UOp]:
+  return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
+
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64)])   # rows last and rows first
+def test_sort_steps_read_partners_without_gated_loads(shape):
+  """Each step kernel loads its own element and its partner (values or indices: at most 4 loads), and no load is
+  gated: the old steps built each output as a cat of two halves, 8 gated loads per element."""
+  asts = _asts(Tensor(RNG.random(shape, dtype=np.float32)).realize().sort(-1)[0])
+  steps = 6 * 7 // 2
+  assert len(asts) >= 2 * steps
+  for ast in asts:
+    loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
+    assert len(loads) <= 4
+    assert all(len(u.src) == 2 for u in ast.toposort() if u.op is Ops.INDEX)   # buffer and index: no gate
+
+def test_small_k_topk_is_selection_passes_not_a_sort():
+  """topk(16) of 1024 x 1024: a key kernel, a max and a first-index reduce per pick, and the gather (35 kernels);
+  through a whole sort it was two kernels for each of the 55 network steps."""
+  x = Tensor(RNG.random((1024, 1024), dtype=np.float32)).realize()
+  asts = _asts(x.topk(16)[0])
+  assert len(asts) <= 2 * 16 + 4
+  assert sum(1 for ast in asts if any(u.op is Ops.REDUCE for u in ast.toposort())) >= 2 * 16
