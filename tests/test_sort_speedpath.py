@@ -118,7 +118,7 @@ def test_sort_steps_read_partners_without_gated_loads(shape):
   gated: the old steps built each output as a cat of two halves, 8 gated loads per element."""
   asts = _asts(Tensor(RNG.random(shape, dtype=np.float32)).realize().sort(-1)[0])
   steps = 6 * 7 // 2
-  assert len(asts) >= 2 * steps
+  assert len(asts) >= 2 * steps - 2   # two kernels a step (the first index kernel may fold into its arange)
   for ast in asts:
     loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
     assert len(loads) <= 4

@@ -8,10 +8,10 @@ from tinyplug.tensor_ops import graph
 _LANES = 16   # rows enough to fill a vector: sort with the sorted axis first
 
 def _select_limit(n: int) -> int:
-  """The largest k that topk finds by k selection passes: past about half the sorting network's step count, k
-  passes (two reduce kernels each) cost more than the whole sort (two elementwise kernels a step)."""
+  """The largest k that topk finds by k selection passes (two reduce kernels each) rather than by a sort: up to the
+  sorting network's step count (two elementwise kernels each, every one costlier than a reduce pass)."""
   b = (n - 1).bit_length()
-  return max(1, b * (b + 1) // 4)
+  return max(1, b * (b + 1) // 2)
 
 class SortingMixin:
   __slots__ = ()
