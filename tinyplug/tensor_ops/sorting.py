@@ -44,22 +44,34 @@ class SortingMixin:
         tuple(n if i == ax else 1 for i in range(self.ndim))).expand(self.shape)
     first = math.prod(self.shape) // n >= _LANES    # the sorted axis first (rows as vector lanes) or last
     at = 0 if first else self.ndim - 1
-    x = self.transpose(ax, at)
+    # up to 32 bits: the network sorts int32 order keys (one integer compare a step, not NaN tests), and the values
+    # are gathered at the end, bit for bit (-0.0 and NaN payloads too)
+    keyed = self.dtype.itemsize <= 4
+    x = (self._order_key(largest=not descending) if keyed else self).transpose(ax, at)
     size = 1 << (n - 1).bit_length()
     pre, post = x.shape[:at], x.shape[at + 1:]
     line = lambda m: (m,) + (1,) * len(post)    # a length-m vector along the sorted axis, broadcast over the rest
     ix = T.arange(size, device=self.device, dtype=dtypes.int32).reshape(line(size)).expand(pre + (size,) + post)
+    desc = descending and not keyed   # keys sort ascending
     if size != n:   # pad with values that sort after everything (ties go by index, and theirs are past n)
-      fill = (math.nan if not descending else -math.inf) if dtypes.is_float(x.dtype) else \
-        (dtypes.max(x.dtype) if not descending else dtypes.min(x.dtype))
+      fill = (math.nan if not desc else -math.inf) if dtypes.is_float(x.dtype) else \
+        (dtypes.max(x.dtype) if not desc else dtypes.min(x.dtype))
       x = x.pad(((0, 0),) * len(pre) + ((0, size - n),) + ((0, 0),) * len(post), value=fill)
     steps = [(half * 2, half * 2 == block) for block in (1 << b for b in range(1, size.bit_length()))
              for half in (block >> s for s in range(1, block.bit_length()))]
-    for span, flip in steps: x, ix = self._exchange(x, ix, pre, post, span, flip, descending)
+    for span, flip in steps: x, ix = self._exchange(x, ix, pre, post, span, flip, desc)
     if size != n:
       cut = tuple((0, s) for s in pre) + ((0, n),) + tuple((0, s) for s in post)
       x, ix = x.shrink(cut), ix.shrink(cut)
-    return x.transpose(ax, at), ix.transpose(ax, at)
+    ix = ix.transpose(ax, at)
+    return (self._gather_exact(ax, ix) if keyed else x.transpose(ax, at)), ix
+
+  def _gather_exact(self, ax: int, indices):
+    """self.gather(ax, indices), bit for bit: 16-bit floats go through float32, whose gather is one load (theirs
+    sums the picked value with zeros, and -0.0 + 0.0 is 0.0)."""
+    if dtypes.is_float(self.dtype) and self.dtype.itemsize < 4:
+      return self.cast(dtypes.float32).gather(ax, indices).cast(self.dtype)
+    return self.gather(ax, indices)
 
   def _exchange(self, x, ix, pre: tuple, post: tuple, span: int, flip: bool, descending: bool):
     """Compare-exchange each element with its partner in its group of `span` along the sorted axis (between `pre`
@@ -127,7 +139,8 @@ class SortingMixin:
       last = (best, idx)
     indices = picks[0].cat(*picks[1:], dim=0) if k > 1 else picks[0]                          # [k, ..., rows]
     indices = indices.transpose(0, -1) if x.ndim > 1 else indices
-    return x.gather(-1, indices).transpose(ax, -1), indices.cast(dtypes.int32).transpose(ax, -1)
+    values = x.gather(-1, indices) if self.requires_grad else x._gather_exact(x.ndim - 1, indices)
+    return values.transpose(ax, -1), indices.cast(dtypes.int32).transpose(ax, -1)
 
   # ---- running extrema with their index ----
   def _cum_extreme(self, axis: int, largest: bool):
