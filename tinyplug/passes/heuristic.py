@@ -535,6 +535,24 @@ def _padded_row_lanes(k: Kernel) -> int | None:
   if max(d for d in range(1, lanes + 1) if row % d == 0) * 2 >= lanes: return None   # a divisor fills half a vector
   return lanes if lanes >= 4 and row >= lanes and -(-row // lanes) * lanes * 4 <= row * 5 else None
 
+def _gathered_row_lanes(k: Kernel) -> int | None:
+  """An elementwise kernel that copies rows picked by an index it loads (`x[idx]`, an embedding lookup, after the
+  one-hot collapse): a load from global memory whose address moves by 1 along the innermost loop and depends on a
+  value loaded from memory, the store along the row, every other load from global memory along it or independent of
+  it. The lanes of one vector register of the stored dtype, else None: each step of the row is then one full-width
+  load and store of the picked row (the index, its gate and the row's base address do not depend on the row's loop,
+  so they are computed once per row)."""
+  if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
+  inner, memo, gathered, store_bytes = k.loop_axes[-1], {}, False, 0
+  for u in k.sink.toposort():
+    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+      if _stride(u.src[0].src[1], inner, memo) != 1: return None
+      store_bytes = max(store_bytes, u.src[1].dtype.itemsize)
+    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
+    if (st := _stride(idx := u.src[0].src[1], inner, memo)) not in (0, 1): return None
+    if st == 1 and any(x.op is Ops.LOAD for x in idx.toposort()): gathered = True
+  return max(k.renderer.vector_bytes // store_bytes, 1) if gathered and store_bytes else None
+
 # elementwise math that costs many instructions per element (libm-style calls, divisions, square roots)
 COSTLY_MATH = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV})
 
@@ -835,6 +853,12 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
       choices = ()
     elif not gpu and not small and (lanes := _spread_lanes(k)) is not None:
       choices = tuple(c for c in (lanes, lanes // 2, lanes // 4) if c >= 4 and inner % c == 0) or choices
+    elif not gpu and not small and (lanes := _gathered_row_lanes(k)) is not None:
+      fits = tuple(c for c in (lanes, lanes // 2, lanes // 4) if c >= 4 and inner % c == 0)
+      # a row no vector divides (513) is padded to whole vectors where that adds at most a quarter (masked tails)
+      if not fits and inner >= lanes and -(-inner // lanes) * lanes * 4 <= inner * 5 and \
+         _try(k, Opt(OptOps.PADTO, len(loops) - 1, lanes)): fits = (lanes,)
+      choices = fits or choices
     elif not gpu and not small and (lanes := _padded_row_lanes(k)) is not None:
       choices = (lanes,) if _try(k, Opt(OptOps.PADTO, len(loops) - 1, lanes)) else choices
     elif not gpu and not small and (across := _transpose_axis(k)) is not None:

@@ -1,6 +1,6 @@
 """Creating tensors without data from Python: empty, full, zeros, ones, arange, linspace, eye and the *_like forms."""
 from __future__ import annotations
-import math
+import functools, math
 from typing import Any
 from tinyplug.uop.dtype import DType, dtypes, to_dtype
 from tinyplug.uop.ops import Ops, UOp
@@ -15,9 +15,11 @@ def argfix(*shape: Any) -> tuple[int, ...]:
   if any(smin_of(s) < 0 for s in shape): raise ValueError(f"a shape cannot have negative sizes: {shape}")
   return tuple(shape)
 
+@functools.lru_cache(maxsize=256)
 def arange_uop(n: int, device: str) -> UOp:
   """0, 1, ..., n-1 as int32 (int64 past int32's range), built lazily from constants: a sum of one bit-weight
-  [0, 2**j] per binary digit."""
+  [0, 2**j] per binary digit. Remembered per (n, device): UOps are immutable and hash-consed, so the same graph comes
+  back, and `x[idx]` of a 50k-row table no longer builds 16 digits' nodes per call (~40% of its Python time)."""
   dt = dtypes.int32 if n - 1 <= dtypes.int32.max else dtypes.int64
   if n <= 1: return graph.const(0, dt, device, (n,))
   bits = (n - 1).bit_length()

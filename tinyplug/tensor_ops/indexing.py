@@ -11,6 +11,7 @@ import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.template import graph_template
 
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -122,10 +123,17 @@ class IndexingMixin:
     return x.reshape(tuple(counts))
 
   def _index_with_tensors(self, tensor_idx: list):
-    """Advanced indexing: dims at the given positions are picked by integer tensors broadcast together."""
+    """Advanced indexing: dims at the given positions are picked by integer tensors broadcast together. Indices the
+    host can see are range-checked here; the graph is `_pick_by_tensors`, a template (it reads only shapes)."""
+    for p, idx in tensor_idx: check_index_range(idx, self.shape[p], f"index into dim {p}", allow_negative=True)
+    return self._pick_by_tensors(*[t for _, t in tensor_idx], positions=tuple(p for p, _ in tensor_idx))
+
+  @graph_template   # ~60 Tensor ops per call otherwise, and the scheduler would walk the one-hot graph every realize
+  def _pick_by_tensors(self, *indices, positions: tuple[int, ...]):
     from tinyplug.tensor_ops.elementwise import broadcast_shape
     cls = type(self)
-    positions = [p for p, _ in tensor_idx]
+    tensor_idx = list(zip(positions, indices))
+    positions = list(positions)
     bshape = broadcast_shape(*(t.shape for _, t in tensor_idx))
     sizes = [self.shape[p] for p in positions]
     others = [i for i in range(self.ndim) if i not in positions]
@@ -135,7 +143,6 @@ class IndexingMixin:
     x = x.expand(x.shape[:len(others)] + bshape + tuple(sizes))
     mask = None
     for j, ((_, idx), n) in enumerate(zip(tensor_idx, sizes)):
-      check_index_range(idx, n, f"index into dim {positions[j]}", allow_negative=True)
       idx = idx._broadcast_to(bshape)
       idx = (idx < 0).where(idx + n, idx)
       along_j = tuple(n if k == j else 1 for k in range(len(sizes)))

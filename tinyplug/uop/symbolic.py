@@ -294,7 +294,12 @@ def collapse_onehot_reduce(red: UOp) -> UOp | None:
         idx = u.src[1].substitute({r: at})
         gate = valid if len(u.src) < 3 else u.src[2].substitute({r: at}) & valid
         mapping[u] = UOp(Ops.INDEX, u.dtype, (u.src[0], idx, gate) + u.src[3:], u.arg)
-    picked = valid.where(val.src[1].substitute(mapping), val.src[2])
+    got = val.src[1].substitute(mapping)
+    # a load we just gated (or a cast of one) already gives 0 where the index is out of range: no second select
+    load = got.src[0] if got.op is Ops.CAST else got
+    gated = load.op is Ops.LOAD and len(load.src) == 1 and load.src[0] in mapping.values() and \
+      math.copysign(1.0, val.src[2].arg) > 0
+    picked = got if gated else valid.where(got, val.src[2])
     rest = tuple(x for x in red.src[1:] if x is not r)
     return UOp(Ops.REDUCE, red.dtype, (picked,) + rest, red.arg) if rest else picked
   return None
