@@ -222,8 +222,10 @@ class Embedding:
     self.weight = _glorot_uniform(vocab_size, embed_size)
   def __call__(self, idx: Tensor) -> Tensor:
     if not dtypes.is_int(idx.dtype): raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
-    one_hot = (idx.unsqueeze(-1) == Tensor.arange(self.vocab_sz, device=idx.device)).cast(self.weight.dtype)
-    return one_hot.matmul(self.weight)
+    # a one-hot mask summed (not a matmul by it): the scheduler's rules turn that sum into one gated read per
+    # element, so a lookup reads its rows instead of the whole table; an index outside [0, vocab) gives zeros
+    hit = idx.reshape(idx.shape + (1, 1)) == Tensor.arange(self.vocab_sz, device=idx.device).reshape(self.vocab_sz, 1)
+    return hit.where(self.weight, 0).sum(-2)
 
 class LSTMCell:
   """One step of an LSTM (PyTorch's gate order i, f, g, o): `h, c = cell(x, (h, c))`; no state means zeros.

@@ -276,7 +276,9 @@ def collapse_onehot_reduce(red: UOp) -> UOp | None:
   (`x[idx]`, `gather`, built as a one-hot mask summed) reads the one selected element instead of all n. Loads whose
   address moved with r get the range check as their gate, so an index outside [0, n) reads nothing and gives 0."""
   if red.arg is not Ops.ADD or len(red.src) < 2: return None
-  val = red.src[0]
+  val, wider = red.src[0], None
+  # a half table's sum accumulates in float: sum(cast(mask ? v : 0)) picks cast(v) just the same
+  if val.op is Ops.CAST and val.src[0].op is Ops.WHERE: val, wider = val.src[0], val.dtype
   if val.op is not Ops.WHERE or val.src[2].op is not Ops.CONST or val.src[2].arg != 0: return None
   cond = val.src[0]
   if cond.op is not Ops.CMPEQ: return None
@@ -300,6 +302,7 @@ def collapse_onehot_reduce(red: UOp) -> UOp | None:
     gated = load.op is Ops.LOAD and len(load.src) == 1 and load.src[0] in mapping.values() and \
       math.copysign(1.0, val.src[2].arg) > 0
     picked = got if gated else valid.where(got, val.src[2])
+    if wider is not None: picked = picked.cast(wider)
     rest = tuple(x for x in red.src[1:] if x is not r)
     return UOp(Ops.REDUCE, red.dtype, (picked,) + rest, red.arg) if rest else picked
   return None

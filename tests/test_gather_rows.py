@@ -1,0 +1,129 @@
+"""Tensor-indexed reads of whole rows (`x[idx]`, `nn.Embedding`, issue 20): values against numpy and torch at odd
+widths and index dtypes, the heuristic's decision for gathered rows on other machines (one vector register of the
+stored dtype per step), the rendered kernel (full-width loads, one select per vector), and the graph built once."""
+from __future__ import annotations
+import numpy as np
+import pytest
+import torch
+from tinyplug import nn, schedule
+from tinyplug.codegen import get_program
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import _gathered_row_lanes, heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops import template
+from tinyplug.tensor_ops.create import arange_uop
+from tinyplug.uop.ops import Ops
+
+RNG = np.random.default_rng(2011)
+
+def gather_kernel(rows: int, width: int, n: int, idx_dtype: str = "int32", dtype: str = "float32") -> Kernel:
+  schedule._templates.clear()   # no schedule made under another fake machine
+  t, i = Tensor.empty(rows, width, dtype=dtype), Tensor.empty(n, dtype=idx_dtype)
+  ast = [it.ast for it in create_schedule([t[i].uop])[0] if it.ast.op is Ops.SINK][-1]
+  return Kernel(ast, Device["CPU"].renderer)
+
+# ---- values ----
+
+@pytest.mark.parametrize("rows,width,n", [(1000, 37, 300), (1000, 513, 300), (5000, 512, 4096), (300, 1, 50)], ids=str)
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+def test_rows_match_numpy(rows, width, n, idx_dtype):
+  table = RNG.standard_normal((rows, width)).astype(np.float32)
+  idx = RNG.integers(-rows, rows, n).astype(idx_dtype)   # negative ones count from the end, as numpy and torch
+  np.testing.assert_array_equal(Tensor(table)[Tensor(idx)].numpy(), table[idx])
+
+def test_one_and_three_dim_tables_and_2d_indices():
+  flat = RNG.standard_normal(1000).astype(np.float32)
+  i1 = RNG.integers(-1000, 1000, 4099).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(flat)[Tensor(i1)].numpy(), flat[i1])
+  cube = RNG.standard_normal((50, 7, 37)).astype(np.float32)
+  i3 = RNG.integers(0, 50, (3, 129)).astype(np.int64)
+  np.testing.assert_array_equal(Tensor(cube)[Tensor(i3)].numpy(), cube[i3])
+  np.testing.assert_array_equal(Tensor(cube)[:, Tensor(i3[0] % 7)].numpy(), cube[:, i3[0] % 7])
+
+def test_half_rows():
+  table = RNG.standard_normal((700, 96)).astype(np.float16)
+  idx = RNG.integers(-700, 700, 999).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(table)[Tensor(idx)].numpy(), table[idx])
+
+def test_out_of_range_rows_are_zero_and_realized_ones_raise():
+  table = RNG.standard_normal((20, 33)).astype(np.float32)
+  lazy = Tensor(np.array([3, 19, 0, 5], np.int32)) * Tensor(np.array([1, 1000, 1, -1000], np.int32))   # not on host
+  want = np.stack([table[3], np.zeros(33, np.float32), table[0], np.zeros(33, np.float32)])
+  np.testing.assert_array_equal(Tensor(table)[lazy].numpy(), want)
+  t = Tensor(table).realize()
+  for _ in range(3):   # the graph comes from a template after the first calls; the check still runs every time
+    with pytest.raises(IndexError, match="out of range"): t[Tensor(np.array([1, 20], np.int32)).realize()]
+
+def test_gradient_is_a_scatter_add_like_torch():
+  table = RNG.standard_normal((40, 37)).astype(np.float32)
+  idx = np.array([3, 3, -1, 39, 0, 3, 17], np.int64)   # repeats add up
+  g = RNG.standard_normal((7, 37)).astype(np.float32)
+  t = Tensor(table, requires_grad=True)
+  (t[Tensor(idx)] * Tensor(g)).sum().backward()
+  pt = torch.tensor(table, requires_grad=True)
+  (pt[torch.tensor(idx)] * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), pt.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+def test_embedding_reads_rows_and_matches_torch_with_gradient():
+  emb = nn.Embedding(1000, 37)
+  idx = RNG.integers(0, 1000, (8, 33)).astype(np.int32)
+  out = emb(Tensor(idx))
+  # no reduction over the vocabulary left: each output element is one read
+  assert not any(u.op is Ops.REDUCE for it in create_schedule([out.uop])[0] for u in it.ast.toposort())
+  w = torch.tensor(emb.weight.numpy(), requires_grad=True)
+  emb.weight.requires_grad = True
+  g = RNG.standard_normal((8, 33, 37)).astype(np.float32)
+  (emb(Tensor(idx)) * Tensor(g)).sum().backward()
+  want = torch.nn.functional.embedding(torch.tensor(idx, dtype=torch.long), w)
+  (want * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy())
+  np.testing.assert_allclose(emb.weight.grad.numpy(), w.grad.numpy(), rtol=1e-5, atol=1e-5)
+  lazy = Tensor(np.array([2, 5], np.int32)) * Tensor(np.array([1, 1000], np.int32))   # past the table: zeros
+  np.testing.assert_array_equal(emb(lazy).numpy()[1], np.zeros(37, np.float32))
+
+# ---- decisions ----
+
+@pytest.mark.parametrize("regs,lanes", [((64, 32), 16), ((32, 16), 8), ((16, 32), 4)], ids=["avx512", "avx2", "neon"])
+@pytest.mark.parametrize("idx_dtype", ["int32", "int64"])
+def test_gathered_rows_take_one_vector_register_per_step(vector_machine, regs, lanes, idx_dtype):
+  vector_machine(*regs)
+  k = gather_kernel(50000, 512, 4096, idx_dtype)
+  assert _gathered_row_lanes(k) == lanes
+  assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, lanes)]
+
+def test_half_rows_take_twice_the_lanes(vector_machine):
+  vector_machine(64, 32)
+  assert heuristic_opts(gather_kernel(5000, 512, 4096, dtype="float16")) == [Opt(OptOps.UPCAST, 1, 32)]
+
+def test_odd_rows_pad_to_whole_vectors_only_when_cheap(vector_machine):
+  vector_machine(64, 32)
+  assert heuristic_opts(gather_kernel(1000, 513, 300)) == [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16)]
+  assert Opt(OptOps.PADTO, 1, 16) not in heuristic_opts(gather_kernel(1000, 37, 300))   # 48 would be 30% more
+  assert heuristic_opts(gather_kernel(1000, 24, 300)) == [Opt(OptOps.UPCAST, 1, 8)]      # half a register divides
+
+def test_plain_copies_are_not_gathers(vector_machine):
+  vector_machine(64, 32)
+  schedule._templates.clear()
+  ast = [it.ast for it in create_schedule([(Tensor.empty(4096, 512) + 1).uop])[0] if it.ast.op is Ops.SINK][-1]
+  assert _gathered_row_lanes(Kernel(ast, Device["CPU"].renderer)) is None
+
+# ---- the kernel and the graph ----
+
+def test_rendered_gather_reads_full_vectors_with_one_select(vector_machine):
+  """On an AVX-512 machine the row is read and written as <16 x float>, the index's range check selects each loaded
+  vector once (the one-hot's own `where` is gone: the gated load already gives 0), and the index is loaded once."""
+  r = vector_machine(64, 32)
+  k = gather_kernel(50000, 512, 4096)
+  src = get_program(k.sink, r, opts=heuristic_opts(k)).src
+  assert "load <16 x float>" in src and "store <16 x float>" in src
+  assert sum(1 for line in src.splitlines() if "select" in line and "x float>" in line) == 1, src
+  assert src.count("load i32") == 1
+
+def test_repeated_lookups_reuse_their_graph():
+  assert arange_uop(50000, "CPU") is arange_uop(50000, "CPU")
+  t, i = Tensor(RNG.standard_normal((300, 8)).astype(np.float32)).realize(), Tensor(np.arange(5, dtype=np.int32))
+  outs = [t[i] for _ in range(3)]
+  assert any(key[0].__name__ == "_pick_by_tensors" for key, _ in template._templates.items())
+  for o in outs: np.testing.assert_array_equal(o.numpy(), t.numpy()[:5])
