@@ -109,11 +109,12 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
   return max(2 * nbytes // 4, 2), rows
 
-def whole_row_tile(k: Kernel, row: int, tile_w: int, tile_rows: int) -> tuple[int, int] | None:
+def unpadded_row_tile(k: Kernel, row: int, tile_w: int, tile_rows: int) -> tuple[int, int] | None:
   """A reduction's row longer than the CPU tile's width, at most twice it, that the tile would pad (`_pad_for_tile`)
   but whole half-vectors divide (56 on AVX-512: three vectors and a half, padded to 64 an eighth of the work wasted):
   (row, rows), the row upcast whole with as many rows, a power of two, as keep its accumulators (a half vector counts
-  as one register) within the tile's (32 x 8: 16 vectors, so 56 x 4). Else None.
+  as one register) within the tile's (32 x 8: 16 vectors, so 56 x 4). Else None. (`_whole_row_tile` takes rows of
+  whole vectors for matmuls read along B's rows; this one any reduction's row the tile would pad.)
   conv2d b8 64->64 56x56 k3 p1, one thread, CPU time interleaved: 25.8-33.5 ms as 64 x 8 (padded), 16.8-19.1 ms as
   56 x 4."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.reduce_axes: return None
@@ -825,7 +826,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     # and upcast by 16, 850-860 us; by 8, 400-545 us, interleaved)
     half = (widths[0] // 2,) if math.prod(r.src[0].arg for r in reduces) < SHORT_REDUCE and widths[0] >= 8 and \
       row % (widths[0] // 2) == 0 else ()
-    if cpu and reuse[inner] and not half and whole is None and (tile := whole_row_tile(k, row, tile_w, tile_rows)):
+    if cpu and reuse[inner] and not half and whole is None and (tile := unpadded_row_tile(k, row, tile_w, tile_rows)):
       widths, tile_rows = (row,), tile[1]
       budget = max(budget, row * tile_rows)
     if cpu and reuse[inner] and not half: _pad_for_tile(k, inner, widths[0])
