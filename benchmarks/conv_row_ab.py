@@ -2,7 +2,9 @@
 process: per-thread CPU time of the compiled program alone, p10/median per variant, and each variant's output
 against the first's. Opts as in gather_ab.py (`heuristic` for the current decision; THREAD opts are dropped, so run
 with CPU_THREADS=1).
-  CPU_THREADS=1 python benchmarks/conv_row_ab.py 12 "PADTO3:32 UPCAST3:32 UPCAST1:8" heuristic"""
+  CPU_THREADS=1 python benchmarks/conv_row_ab.py 12 "PADTO3:32 UPCAST3:32 UPCAST1:8" heuristic
+S2=1: conv2d b8 64->128 56x56 k3 s2 p1 instead; CONVT=1: conv_transpose2d b8 64->32 28x28 k4 s2 p1; KERNEL=i picks the
+schedule's i-th kernel (default the last; CONVT=1 KERNEL=2 is the first phase convolution)."""
 from __future__ import annotations
 import os, sys, time
 import numpy as np
@@ -16,9 +18,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from gather_ab import parse
 
 def main() -> None:
-  one = bool(os.environ.get("K1"))
-  x, w = Tensor.empty(8, 64, 56, 56), Tensor.empty(*((256, 64, 1, 1) if one else (64, 64, 3, 3)))
-  ast = [it.ast for it in create_schedule([x.conv2d(w, padding=0 if one else 1).uop])[0] if it.ast.op is Ops.SINK][-1]
+  one, s2, ct = bool(os.environ.get("K1")), bool(os.environ.get("S2")), bool(os.environ.get("CONVT"))
+  x, w = Tensor.empty(8, 64, 56, 56), Tensor.empty(*((256, 64, 1, 1) if one else (128 if s2 else 64, 64, 3, 3)))
+  out = Tensor.empty(8, 64, 28, 28).conv_transpose2d(Tensor.empty(64, 32, 4, 4), stride=2, padding=1) if ct else \
+    x.conv2d(w, padding=0 if one else 1, stride=2 if s2 else 1)
+  asts = [it.ast for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
+  ast = asts[int(os.environ.get("KERNEL", -1))]
   dev = Device["CPU"]
   k = Kernel(ast, dev.renderer)
   gl = sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
