@@ -1,0 +1,60 @@
+"""A long reduction's 17-32-wide row that is not a whole number of vectors (conv_transpose2d's 28x28 phase
+convolutions) beside an output axis read as contiguous vectors (the channel-innermost weight copy) is tiled the other
+way round: 4 positions of the row by cpu_tile's width of channels. Decisions on fake machines through the CPU
+renderer; values and gradients against torch."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import _channel_vector_tile, cpu_tile, heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.uop.ops import Ops
+
+RNG = np.random.default_rng(28)
+
+def kernels(out: Tensor) -> list[Kernel]:
+  return [Kernel(it.ast, Device["CPU"].renderer) for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
+
+def phase_kernels(side: int, cin: int = 64, cout: int = 32) -> list[Kernel]:
+  schedule._templates.clear()   # no schedule made under another fake machine
+  out = Tensor.empty(8, cin, side, side).conv_transpose2d(Tensor.empty(cin, cout, 4, 4), stride=2, padding=1)
+  return [k for k in kernels(out) if k.reduce_axes and k.loop_axes[-1].src[0].arg == side]
+
+@pytest.mark.parametrize("machine", [(64, 32), (32, 16)], ids=["avx512", "avx2"])
+def test_convt_phase_rows_of_28_take_two_vectors_of_channels(vector_machine, machine):
+  r = vector_machine(*machine)
+  ks = phase_kernels(28)
+  assert len(ks) == 4
+  for k in ks:
+    opts = heuristic_opts(k)
+    assert opts[:2] == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, cpu_tile(r)[0])], opts   # 28 x 8 before
+    assert Opt(OptOps.UPCAST, 3, 28) not in opts and not any(o.op is OptOps.PADTO for o in opts)
+
+def test_rows_of_whole_vectors_and_short_or_strided_rows_are_left_alone(vector_machine):
+  vector_machine(16, 32)   # NEON: 28 is 7 vectors of 4
+  assert all(_channel_vector_tile(k) is None for k in phase_kernels(28))
+  vector_machine(64, 32)
+  assert all(_channel_vector_tile(k) is None for k in phase_kernels(32))   # 32: two whole vectors
+  assert all(_channel_vector_tile(k) is None for k in phase_kernels(14))   # 14: not longer than one vector
+  assert all(_channel_vector_tile(k) is None for k in phase_kernels(26))   # 26: 4 does not divide it
+  schedule._templates.clear()
+  s2 = kernels(Tensor.empty(8, 64, 56, 56).conv2d(Tensor.empty(128, 64, 3, 3), stride=2, padding=1))[-1]
+  assert _channel_vector_tile(s2) is None   # the stride-2 row's lanes are gathers: _small_window_tile's 4 x 16 x 2
+  assert heuristic_opts(s2)[:2] == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, 16)]
+
+@pytest.mark.parametrize("side,cin,cout", [(28, 16, 32), (20, 8, 16), (13, 8, 32)])
+def test_values_and_gradients_match_torch(side, cin, cout):
+  x = RNG.standard_normal((2, cin, side, side)).astype(np.float32)
+  w = RNG.standard_normal((cin, cout, 4, 4)).astype(np.float32)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  out = tx.conv_transpose2d(tw, stride=2, padding=1)
+  px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  want = torch.nn.functional.conv_transpose2d(px, pw, stride=2, padding=1)
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-3)
+  out.square().sum().backward()
+  want.square().sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-3, atol=1e-2)
+  np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-3, atol=1e-1)
