@@ -55,12 +55,14 @@ def split_offset(idx: UOp) -> tuple[frozenset, int]:
 
 def affine_offset(idx: UOp) -> tuple[frozenset, int]:
   """An index as (its non-constant terms with their constant factors, its constant part), constant factors
-  distributed over sums: ((r*16 + 3)*144) is r with factor 2304, plus 432."""
+  distributed over sums and differences: ((r*16 + 3)*144) is r with factor 2304, plus 432."""
   terms: Counter = Counter()
   const, stack = 0, [(idx, 1)]
   while stack:
     x, f = stack.pop()
     if x.op is Ops.ADD: stack.extend((s, f) for s in x.src)
+    elif x.op is Ops.SUB: stack.extend(((x.src[0], f), (x.src[1], -f)))   # a countdown's lanes: 1023 - (8r + 1)
+    elif x.op is Ops.NEG: stack.append((x.src[0], -f))
     elif x.op is Ops.CONST: const += int(x.arg) * f
     elif x.op is Ops.MUL and x.src[1].op is Ops.CONST: stack.append((x.src[0], f * int(x.src[1].arg)))
     elif x.op is Ops.MUL and x.src[0].op is Ops.CONST: stack.append((x.src[1], f * int(x.src[0].arg)))
@@ -71,6 +73,12 @@ def has_gather(v: UOp) -> bool:
   """Does building `v` fall back to scalar lanes anywhere (a VECTORIZE of lanes that are not all one value)? Gates
   put together lane by lane do not count: a few scalar compares, mostly of one value (a padded row's middle)."""
   return any(u.op is Ops.VECTORIZE and u.dtype.scalar() != dtypes.bool and len(set(u.src)) > 1 for u in v.toposort())
+
+def has_data_gather(v: UOp) -> bool:
+  """`has_gather`, or gates put together lane by lane that compare loaded values (each lane a scalar load and compare:
+  a select of a row's keys by a mask, not a padded row's index bounds)."""
+  return has_gather(v) or any(u.op is Ops.VECTORIZE and len(set(u.src)) > 1 and
+                              any(x.op is Ops.LOAD for s in u.src for x in s.toposort()) for u in v.toposort())
 
 class Vectorizer:
   def __init__(self, renderer):
@@ -193,8 +201,9 @@ class Vectorizer:
     first = lanes[0]
     if not self.vector_alu or any(x.src[1:] != first.src[1:] for x in lanes): return self.gather(lanes)
     body = self.vec(tuple(x.src[0] for x in lanes))
-    # a vector accumulator fed by gathers is worse than per-lane accumulators (which may vectorize their unrolls)
-    if has_gather(body): return self.gather(lanes)
+    # a vector accumulator fed by gathers is worse than per-lane accumulators (which may vectorize their unrolls), and
+    # so is one whose lanes compare loaded values one by one (topk's selection over rows: 8 rows' masks)
+    if has_data_gather(body): return self.gather(lanes)
     return UOp(Ops.REDUCE, first.dtype.vec(len(lanes)), (body, *first.src[1:]), first.arg)
 
   # ---- the pass ----
