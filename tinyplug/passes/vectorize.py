@@ -15,7 +15,8 @@ vectorizer on the graph:
   (a vector REDUCE is a vector accumulator);
 - an op whose dtypes the renderer cannot hold in vectors (bool comparisons in OpenCL, say) is computed per lane on
   GEPs of its vectorized sources; lanes that are not alike (gathers, per-lane gates, differing ops) stay scalar and
-  are put together with VECTORIZE;
+  are put together with VECTORIZE (a REDUCE's lanes stay per lane where its value needs gathers, bool lanes that
+  compare loaded values one by one included: each lane's row then gets the vector accumulator below);
 - a scalar REDUCE whose value an unroll split into a balanced tree of the reduce op (the expander's lanes) gets a
   vector accumulator over the tree's leaves and folds its lanes after the loop (a sum of 16M floats accumulates
   in `<8 x float>`), when those leaves vectorize without gathers.
