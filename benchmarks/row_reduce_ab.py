@@ -1,7 +1,7 @@
 """Row (last-axis) reductions, plain and topk's selection passes over rows: the vectorize pass now against the rule
 before (`vectorize.has_data_gather` swapped for `has_gather`: the upcast rows' reductions grouped as one vector
-accumulator across rows whose lanes compare loaded values one by one), and the same reduction across rows (axis 0: two kernels, both timed) for scale,
-interleaved in one process: per-thread CPU time of the compiled programs alone, p10 of --reps. Outputs of the two
+accumulator across rows whose lanes compare loaded values one by one), and the same reduction across rows (axis 0:
+two kernels, both timed) for scale, interleaved in one process: per-thread CPU time of the compiled programs alone, p10 of --reps. Outputs of the two
 row variants are compared (equal for max and int sums; float sums to rounding).
 
   CPU_THREADS=1 python benchmarks/row_reduce_ab.py [--n 1024 4096] [--reps 40]"""
