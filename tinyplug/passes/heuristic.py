@@ -468,9 +468,7 @@ def _column_reduce(k: Kernel) -> bool:
 def _reread_axes(k: Kernel) -> list[int]:
   """Output axes that no load walking a reduction depends on: each of their outputs reduces the same values (a scan's
   outputs within a block, masked differently)."""
-  loads = [u for u in k.sink.toposort() if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
-  deps = [set(x for x in u.toposort() if x.op is Ops.RANGE) for u in loads]
-  walking = [d for d in deps if any(r in d for r in k.reduce_axes)]
+  walking = [d for d in _load_ranges(k) if any(r in d for r in k.reduce_axes)]
   return [a for a, r in enumerate(k.loop_axes) if walking and all(r not in d for d in walking)]
 
 def _column_opts(k: Kernel) -> list[Opt] | None:
@@ -492,7 +490,7 @@ def _column_opts(k: Kernel) -> list[Opt] | None:
   # the block's rows) is upcast by SCAN_ROWS, the row by the vectors left: each loaded vector feeds SCAN_ROWS sums
   # (cumsum(0) 1024x1024's block kernel, loaded machine: 2 vectors unrolled by 4 1.3 ms, 4 vectors x 4 rows 0.5 ms)
   reused = next((a for a in _reread_axes(k) if a < inner and k.loop_axes[a].src[0].arg % SCAN_ROWS == 0), None)
-  if reused is not None and size % lanes == 0:
+  if reused is not None:
     vectors = next((v for v in (most // SCAN_ROWS, 2, 1) if v >= 1 and size % (v * lanes) == 0), 1)
     sink, applied = k.sink, list(k.applied_opts)
     if _try_tile(k, Opt(OptOps.UPCAST, inner, vectors * lanes)) and _try_tile(k, Opt(OptOps.UPCAST, reused, SCAN_ROWS)):
@@ -545,25 +543,36 @@ def _run_axis(k: Kernel) -> int | None:
        all(_stride(u.src[0].src[1], loops[a], memo) != width for u in stores): return a
   return None
 
+def _row_io(k: Kernel) -> tuple[int, list[tuple[UOp, int | None]]] | None:
+  """An elementwise kernel's accesses along its row (the innermost loop): (bytes of the widest value it stores, 0 for
+  none; [(the INDEX of each load from global memory, its stride along the row)]). None where the renderer declares no
+  vectors, the kernel reduces, or a store does not run along the row."""
+  if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
+  inner, memo, store_bytes, loads = k.loop_axes[-1], {}, 0, []
+  for u in k.sink.toposort():
+    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
+      if _stride(u.src[0].src[1], inner, memo) != 1: return None
+      store_bytes = max(store_bytes, u.src[1].dtype.itemsize)
+    elif u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+      loads.append((u.src[0], _stride(u.src[0].src[1], inner, memo)))
+  return store_bytes, loads
+
 def _spread_lanes(k: Kernel) -> int | None:
   """An elementwise kernel that reads some input at a fraction of the row's rate (its index `r // m` of the innermost
   loop r: an upsample, a resize's taps, repeat_interleave) while every other load from global memory and the store
   run along the row or do not depend on it, none gated: the lanes of one vector register of the stored dtype, else
   None. Upcast so wide, a copy reads vector/m contiguous inputs and spreads them with one shuffle (bilinear 2x of
   8x64x56x56, 2 threads: E_8_64_112_112 1.7-3.4 ms upcast by 4, 0.96-1.05 ms by 16 with AVX-512)."""
-  if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
-  inner, memo, spread, stored = k.loop_axes[-1], {}, False, [4]
-  for u in k.sink.toposort():
-    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-      if _stride(u.src[0].src[1], inner, memo) != 1: return None
-      stored.append(u.src[1].dtype.itemsize)
-    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
-    if len(u.src[0].src) > 2: return None
-    if (st := _stride(idx := u.src[0].src[1], inner, memo)) in (0, 1): continue
-    divs = [x for x in idx.toposort() if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and inner in x.src[0].toposort()]
+  if (io := _row_io(k)) is None: return None
+  (store_bytes, loads), inner, memo, spread = io, k.loop_axes[-1], {}, False
+  for index, st in loads:
+    if len(index.src) > 2: return None
+    if st in (0, 1): continue
+    divs = [x for x in index.src[1].toposort()
+            if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and inner in x.src[0].toposort()]
     if st is not None or not divs or any(_stride(x.src[0], inner, memo) != 1 for x in divs): return None
     spread = True
-  return max(k.renderer.vector_bytes // max(stored[1:] or stored), 1) if spread else None
+  return max(k.renderer.vector_bytes // (store_bytes or 4), 1) if spread else None
 
 def _padded_row_lanes(k: Kernel) -> int | None:
   """An elementwise kernel whose row no 4 divides nor any divisor that fills half a vector (58: a 56-wide row padded
@@ -572,16 +581,9 @@ def _padded_row_lanes(k: Kernel) -> int | None:
   multiple of them is at most a quarter longer, else None.
   The divisor rule would upcast 58 by 2: 29 two-lane masked loads per row instead of 4 vectors (a pad of
   8x64x56x56, under load on 2 threads: 366-381 us so, 289-314 us 16 lanes wide with AVX-512)."""
-  if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
-  inner, memo = k.loop_axes[-1], {}
-  row, store_bytes = inner.src[0].arg, 0
-  if row % 4 == 0: return None
-  for u in k.sink.toposort():
-    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-      if _stride(u.src[0].src[1], inner, memo) != 1: return None
-      store_bytes = max(store_bytes, u.src[1].dtype.itemsize)
-    if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL and \
-       _stride(u.src[0].src[1], inner, memo) not in (0, 1): return None
+  if (io := _row_io(k)) is None or (row := k.loop_axes[-1].src[0].arg) % 4 == 0: return None
+  store_bytes, loads = io
+  if any(st not in (0, 1) for _, st in loads): return None
   lanes = max(k.renderer.vector_bytes // max(store_bytes, 1), 1)
   if max(d for d in range(1, lanes + 1) if row % d == 0) * 2 >= lanes: return None   # a divisor fills half a vector
   return lanes if lanes >= 4 and row >= lanes and -(-row // lanes) * lanes * 4 <= row * 5 else None
@@ -593,15 +595,10 @@ def _gathered_row_lanes(k: Kernel) -> int | None:
   it. The lanes of one vector register of the stored dtype, else None: each step of the row is then one full-width
   load and store of the picked row (the index, its gate and the row's base address do not depend on the row's loop,
   so they are computed once per row)."""
-  if k.renderer is None or not k.renderer.vector_bytes or k.reduce_axes or not k.loop_axes: return None
-  inner, memo, gathered, store_bytes = k.loop_axes[-1], {}, False, 0
-  for u in k.sink.toposort():
-    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-      if _stride(u.src[0].src[1], inner, memo) != 1: return None
-      store_bytes = max(store_bytes, u.src[1].dtype.itemsize)
-    if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
-    if (st := _stride(idx := u.src[0].src[1], inner, memo)) not in (0, 1): return None
-    if st == 1 and any(x.op is Ops.LOAD for x in idx.toposort()): gathered = True
+  if (io := _row_io(k)) is None: return None
+  store_bytes, loads = io
+  if any(st not in (0, 1) for _, st in loads): return None
+  gathered = any(st == 1 and any(x.op is Ops.LOAD for x in index.src[1].toposort()) for index, st in loads)
   return max(k.renderer.vector_bytes // store_bytes, 1) if gathered and store_bytes else None
 
 # elementwise math that costs many instructions per element (libm-style calls, divisions, square roots)
@@ -905,11 +902,9 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
     if not gpu and _gated_by_parity(k):
       _phase_opts(k)
       choices = ()
-    elif not gpu and not small and (lanes := _spread_lanes(k)) is not None:
-      choices = tuple(c for c in (lanes, lanes // 2, lanes // 4) if c >= 4 and inner % c == 0) or choices
-    elif not gpu and not small and (lanes := _gathered_row_lanes(k)) is not None:
-      # a row no vector divides (513) keeps the divisor rule: padded to 528 and upcast by 16 (masked tails) it was
-      # slower (4096 rows of 513, one thread, CPU time p10: 0.67 ms upcast by 9, 0.89 ms padded)
+    elif not gpu and not small and (lanes := _spread_lanes(k) or _gathered_row_lanes(k)) is not None:
+      # a row no vector divides keeps the divisor rule (a gathered row of 513: padded to 528 and upcast by 16, masked
+      # tails, it was slower: 4096 rows, one thread, CPU time p10 0.67 ms upcast by 9, 0.89 ms padded)
       choices = tuple(c for c in (lanes, lanes // 2, lanes // 4) if c >= 4 and inner % c == 0) or choices
     elif not gpu and not small and (lanes := _padded_row_lanes(k)) is not None:
       choices = (lanes,) if _try(k, Opt(OptOps.PADTO, len(loops) - 1, lanes)) else choices

@@ -73,18 +73,18 @@ class CPUProgram:
     self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
     self.n_bufs, self.n_vars = n_bufs, len(spec.vars)
     self.splittable, self.work, self.thread_opt = bool(spec.thread_split), int(spec.work or 0), spec.thread_parts
-    self.nbytes = int((spec.estimates or {}).get("mem", 0))
+    nbytes = int((spec.estimates or {}).get("mem", 0))   # shares by bytes: fixed per program, worked out once
+    self.byte_shares = min(nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
+      if nbytes >= PARALLEL_MIN_BYTES else 1
 
   def threads(self) -> int:
     if not self.splittable: return 1
     # an explicit THREAD action: its axis (the outermost loop) has that many shares, at most one per thread
     if self.thread_opt is not None: return max(1, min(n_threads(), self.thread_opt))
-    by_bytes = min(self.nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
-      if self.nbytes >= PARALLEL_MIN_BYTES else 1
-    if self.work < PARALLEL_MIN_WORK_AWAKE: return max(1, min(n_threads(), by_bytes))
+    if self.work < PARALLEL_MIN_WORK_AWAKE: return max(1, min(n_threads(), self.byte_shares))
     least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
     by_work = self.work // (least // 2) if self.work >= least else 1
-    return max(1, min(n_threads(), max(by_work, by_bytes)))
+    return max(1, min(n_threads(), max(by_work, self.byte_shares)))
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
     if len(bufs) != self.n_bufs or len(vals) != self.n_vars:   # extra arguments would land in the thread slots
