@@ -38,13 +38,11 @@ class ScheduleItem:
   @property
   def bufs(self) -> list: return [buffer_of(b) for b in self.buf_uops]
 
-def is_contiguous_buffer(x: UOp) -> bool:
-  while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
-  return x.op is Ops.BUFFER or x.op is Ops.AFTER
-
 def _unreshaped(x: UOp) -> UOp:
   while x.op is Ops.RESHAPE or x.op is Ops.DETACH: x = x.src[0]
   return x
+
+def is_contiguous_buffer(x: UOp) -> bool: return _unreshaped(x).op in (Ops.BUFFER, Ops.AFTER)
 
 def buffer_base(x: UOp) -> UOp:
   """The BUFFER under movement ops (and under a kernelized AFTER, or an ASSIGN: it writes its target's buffer)."""
