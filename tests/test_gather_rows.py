@@ -33,6 +33,15 @@ def test_rows_match_numpy(rows, width, n, idx_dtype):
   idx = RNG.integers(-rows, rows, n).astype(idx_dtype)   # negative ones count from the end, as numpy and torch
   np.testing.assert_array_equal(Tensor(table)[Tensor(idx)].numpy(), table[idx])
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8])
+def test_short_tables_keep_negative_zero(rows):
+  # a table of two rows has a one-digit arange; its sum of products would turn -0.0 into +0.0
+  table = np.where(RNG.random((rows, 5)) < 0.5, -0.0, 1.5).astype(np.float32)
+  idx = RNG.integers(-rows, rows, 9).astype(np.int32)
+  got = Tensor(table)[Tensor(idx)].numpy()
+  np.testing.assert_array_equal(got, table[idx])
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(table[idx]))
+
 def test_one_and_three_dim_tables_and_2d_indices():
   flat = RNG.standard_normal(1000).astype(np.float32)
   i1 = RNG.integers(-1000, 1000, 4099).astype(np.int32)

@@ -265,6 +265,12 @@ def fold_bit_digits(x: UOp) -> UOp | None:
     return out
   return None
 
+def fold_lone_digit(x: UOp) -> UOp | None:
+  """An arange of two is a lone digit, (b is 1 ? 1 : 0) for b in [0, 2): b itself (fold_bit_digits needs a sum)."""
+  if not _scalar_int(x) or (d := _digit_term(x)) is None: return None
+  b, k = d
+  return b if k == 0 and b.vmin >= 0 and b.vmax <= 1 and b.dtype == x.dtype else None
+
 def _widened(v: UOp, r: UOp) -> UOp:
   """r for r itself or r cast to a wider int (an int32 arange compared with an int64 index), else v."""
   if v.op is Ops.CAST and v.src[0] is r and dtypes.is_int(v.dtype) and v.dtype.count == 1 and \
@@ -342,6 +348,7 @@ symbolic = PatternMatcher([
   (UPat(Ops.CMPLT, src=(x_int // c1_scalar, c2_scalar)), lt_of_div),
   # an arange's digits summed back into its index; a one-hot mask's sum into one gated read
   (UPat(Ops.ADD, INTS, name="x"), fold_bit_digits),
+  (UPat(Ops.WHERE, INTS, name="x"), fold_lone_digit),
   (UPat(Ops.REDUCE, name="red"), collapse_onehot_reduce),
 ])
 
