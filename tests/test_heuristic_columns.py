@@ -135,3 +135,18 @@ def test_long_columns_wider_than_the_registers_are_summed_in_chunks_of_rows(vect
   np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-4, atol=1e-3)
   np.testing.assert_array_equal(t.argmax(0).numpy(), a.argmax(0))
   np.testing.assert_allclose(t.var(0).numpy(), a.var(0, ddof=1), rtol=1e-4, atol=1e-5)
+
+def test_a_broadcast_column_sum_is_not_chunked():
+  # (a @ b).sum()'s gradients reduce a broadcast of 1024^3 elements over 1024^2 of data: chunking it by 16 rows
+  # would write 64M partials (268 MB) and read them back at a stride of 4 MB
+  schedule._templates.clear()
+  a_np, b_np = RNG.standard_normal((1024, 1024)).astype(np.float32), RNG.standard_normal((1024, 1024)).astype(np.float32)
+  a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+  (a @ b).sum().backward()
+  for g in (a.grad, b.grad):
+    items, _ = create_schedule([g.uop])
+    assert all(buf.size <= 1024 * 1024 for it in items for buf in it.buf_uops), [it.buf_uops for it in items]
+  np.testing.assert_allclose(a.grad.numpy(), np.broadcast_to(b_np.sum(1), (1024, 1024)), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(b.grad.numpy(), np.broadcast_to(a_np.sum(0)[:, None], (1024, 1024)), rtol=1e-4, atol=1e-3)
+  # a real column sum of that size still is
+  assert len([k for k in _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0)) if k.reduce_axes]) == 2

@@ -63,7 +63,11 @@ def _column_chunks(r: UOp, shape: tuple, axes: tuple[int, ...]) -> UOp | None:
   order (no permute: a transposed view's columns are rows)."""
   if len(axes) != 1 or (a := axes[0]) == len(shape) - 1 or shape[a] < COLUMN_SPLIT_MIN_ROWS or shape[a] % COLUMN_CHUNK:
     return None
-  if any(u.op in (Ops.PERMUTE, Ops.FLIP) for u in r.src[0].toposort()): return None
+  nodes = r.src[0].toposort()
+  if any(u.op in (Ops.PERMUTE, Ops.FLIP) for u in nodes): return None
+  # a broadcast source (a weight gradient `x.T @ g`, each row of x read once per output column) is no stream of
+  # rows: its partials would be 1/16 of the broadcast, many times the data it reads (1024^3: 268 MB of them)
+  if math.prod(shape) > sum(u.arg for u in nodes if u.op is Ops.BUFFER and isinstance(u.arg, int)): return None
   if not _row_wider_than_registers(r.device, math.prod(shape[a + 1:]) * r.dtype.itemsize): return None
   chunks = shape[:a] + (shape[a] // COLUMN_CHUNK, COLUMN_CHUNK) + shape[a + 1:]
   x = UOp(Ops.RESHAPE, r.src[0].dtype, (r.src[0],), chunks)
