@@ -169,8 +169,14 @@ class NNMixin:
     # differently in each (LLVM may contract a*b+c into an FMA in one and not the other), match nowhere and leave a
     # window with no gradient. Read from one buffer, both see the same bits (free when it is a buffer already).
     pads = [(b, a + e) for (b, a), (_, e) in zip(pads, extra)]
-    x = self.contiguous().pad(tuple(pads), value=dtypes.min(self.dtype))
-    return x._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
+    x = self.contiguous()
+    out = x.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
+    if all(si >= ki for si, ki in zip(s, k)) and all(di == 1 for di in make_tuple(dilation, len(k))): return out
+    # overlapping windows: differentiated through the window view, the gradient folds a repeated-row view back (a
+    # 4x4 reduction of masked index math per input element for k3 s2: 150 ms at 8x64x56x56)
+    from tinyplug.gradient import custom_gradient
+    return custom_gradient(out, (x,), _max_pool_backward, kernel=tuple(k), stride=tuple(s),
+                           dilation=make_tuple(dilation, len(k)), pads=tuple(pads))
   def _max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode: bool):
     k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
     pads = tuple((b, a + e) for (b, a), (_, e) in zip(pads, extra))
@@ -332,6 +338,41 @@ def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], di
   gw = xt.conv2d(gt, groups=groups, stride=dilation, dilation=stride).transpose(0, 1)   # (cout, cin, k..)
   gb = tuple(g.sum((0, *range(2, 2 + nd))).cast(b.dtype) for b in bias)
   return (gx.cast(x.dtype), gw.cast(w.dtype), *gb)
+
+def _placed(t, shift: Sequence[int], phase: Sequence[int], stride: Sequence[int], qs: Sequence[int]):
+  """t (..., o..) on a grid (..., q, s ..) of phases: t[o] at row o + shift, phase slot `phase`; zeros elsewhere."""
+  nd = len(shift)
+  lead, outs = t.shape[:-nd], t.shape[-nd:]
+  x = t.pad(tuple([(0, 0)] * len(lead) + [(c, max(0, q - c - o)) for c, q, o in zip(shift, qs, outs)]))
+  if any(q < c + o for c, q, o in zip(shift, qs, outs)): x = x.shrink(tuple([None] * len(lead) + [(0, q) for q in qs]))
+  x = x.reshape(lead + tuple(v for q in qs for v in (q, 1)))
+  return x.pad(tuple([(0, 0)] * len(lead) + [p for r, si in zip(phase, stride) for p in ((0, 0), (r, si - 1 - r))]))
+
+def _max_pool_backward(g, out, x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                       pads: tuple[tuple[int, int], ...]):
+  """d x of overlapping max-pool windows: each window's gradient shared by its maximal elements (as the reduction's own
+  rule), gathered per input element from the windows that read it. Input row h = q*s + r is read by tap t of window
+  q - (t*d)//s when t*d % s == r: on the grid of (q, r) every tap's share is a shifted copy of the windows' max and
+  share in one phase slot, so the gradient is one elementwise kernel whose phase lanes keep only their own taps."""
+  nd = len(kernel)
+  axes = tuple(range(-nd, 0))
+  padded = x.pad(pads, value=dtypes.min(x.dtype))
+  hits = padded._pool(kernel, stride, dilation).eq(out.reshape(out.shape + (1,) * nd)).cast(g.dtype).sum(axes)
+  share = (hits._const_like(1.0) / hits) * g
+  size = padded.shape[-nd:]
+  qs = [-(-n // si) for n, si in zip(size, stride)]
+  lead = padded.shape[:-nd]
+  grid = padded.pad(tuple([(0, 0)] * len(lead) + [(0, q * si - n) for q, si, n in zip(qs, stride, size)]))
+  grid = grid.reshape(lead + tuple(v for q, si in zip(qs, stride) for v in (q, si)))
+  total = None
+  for taps in itertools.product(*(range(kk) for kk in kernel)):
+    reach = [t * d for t, d in zip(taps, dilation)]
+    shift, phase = [r // si for r, si in zip(reach, stride)], [r % si for r, si in zip(reach, stride)]
+    term = grid.eq(_placed(out, shift, phase, stride, qs)).where(_placed(share, shift, phase, stride, qs), 0.0)
+    total = term if total is None else total + term
+  total = total.reshape(lead + tuple(q * si for q, si in zip(qs, stride)))
+  keep = (None,) * (x.ndim - nd)
+  return (total.shrink(keep + tuple((b, b + n) for (b, _), n in zip(pads[-nd:], x.shape[-nd:]))).cast(x.dtype),)
 
 def _channels_last(w):
   """The same weight (cout, cin, k..) read from a copy with the output channel innermost. A small window's copy is a
