@@ -78,3 +78,37 @@ def test_the_gradient_is_one_elementwise_kernel():
   # the windows' max, the count of maxima per window, the gradient: the last reduces nothing
   assert len(kernels) == 3
   assert not any(u.op is Ops.REDUCE_AXIS or u.op is Ops.REDUCE for u in kernels[-1].toposort())
+
+# ---- average pools over overlapping windows: the same gathering, each window's gradient over its divisor ----
+
+AVG_CASES = [((2, 3, 13, 11), dict(kernel_size=3, stride=2, padding=1)),
+             ((2, 3, 13, 11), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+             ((2, 2, 14, 13), dict(kernel_size=3, stride=2, ceil_mode=True)),
+             ((2, 2, 14, 13), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+             ((1, 2, 15, 14), dict(kernel_size=(3, 2), stride=(2, 1))),
+             ((2, 2, 9, 9), dict(kernel_size=2, stride=1))]
+
+@pytest.mark.parametrize("shape,kw", AVG_CASES, ids=str)
+def test_avg_pool_gradient_matches_torch(shape, kw):
+  x = RNG.standard_normal(shape).astype(np.float32)
+  xt, xs = torch.tensor(x, requires_grad=True), Tensor(x, requires_grad=True)
+  ref, out = F.avg_pool2d(xt, **kw), xs.avg_pool2d(**kw)
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+  seed = RNG.standard_normal(tuple(ref.shape)).astype(np.float32)
+  (ref * torch.tensor(seed)).sum().backward()
+  (out * Tensor(seed)).sum().backward()
+  np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+def test_avg_pool_dilated_and_3d_match_the_window_views_gradient():
+  # torch's avg_pool2d has no dilation: the reference is the window view's own gradient
+  x = RNG.standard_normal((2, 2, 16, 15)).astype(np.float32)
+  seed = RNG.standard_normal((2, 2, 6, 6)).astype(np.float32)
+  a, b = Tensor(x, requires_grad=True), Tensor(x, requires_grad=True)
+  (a.avg_pool2d(3, 2, dilation=2) * Tensor(seed)).sum().backward()
+  (b._pool((3, 3), (2, 2), (2, 2)).mean((-2, -1)) * Tensor(seed)).sum().backward()
+  np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-7)
+  x3 = RNG.standard_normal((1, 2, 7, 8, 9)).astype(np.float32)
+  xt, xs = torch.tensor(x3, requires_grad=True), Tensor(x3, requires_grad=True)
+  F.avg_pool3d(xt, 3, 2, 1).square().sum().backward()
+  xs.avg_pool2d((3, 3, 3), 2, padding=1).square().sum().backward()
+  np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -172,9 +172,7 @@ class NNMixin:
     x = self.contiguous()
     out = x.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
     if all(si >= ki for si, ki in zip(s, k)) and all(di == 1 for di in make_tuple(dilation, len(k))): return out
-    # overlapping windows: differentiated through the window view, the gradient folds a repeated-row view back (a
-    # 4x4 reduction of masked index math per input element for k3 s2: 150 ms at 8x64x56x56)
-    from tinyplug.gradient import custom_gradient
+    from tinyplug.gradient import custom_gradient   # overlapping windows: _taps_gathered says why
     return custom_gradient(out, (x,), _max_pool_backward, kernel=tuple(k), stride=tuple(s),
                            dilation=make_tuple(dilation, len(k)), pads=tuple(pads))
   def _max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode: bool):
@@ -210,12 +208,14 @@ class NNMixin:
     """Mean of each window. With count_include_pad the padding counts in the divisor; the part of a ceil_mode window
     beyond the padding never does (torch's rule). A kernel_size of n ints pools the last n dims (1d, 3d too)."""
     k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
-    axes = tuple(range(-len(k), 0))
-    windows = self.pad(tuple(pads)).pad(tuple(extra))._pool(k, s, dilation)
-    if count_include_pad and not any(e for _, e in extra): return windows.mean(axes)
-    ones = self._const_like(1.0, dtypes.default_float)
-    counted = ones.pad(tuple(pads), value=1.0 if count_include_pad else 0.0).pad(tuple(extra))
-    return windows.sum(axes) / counted._pool(k, s, dilation).sum(axes)
+    axes, d = tuple(range(-len(k), 0)), make_tuple(dilation, len(k))
+    windows = self.pad(tuple(pads)).pad(tuple(extra))._pool(k, s, d)
+    if count_include_pad and not any(e for _, e in extra): out = windows.mean(axes)
+    else: out = windows.sum(axes) / _avg_divisor(self, k, s, d, pads, extra, count_include_pad)
+    if all(si >= ki for si, ki in zip(s, k)) and all(di == 1 for di in d): return out
+    from tinyplug.gradient import custom_gradient
+    return custom_gradient(out, (self,), _avg_pool_backward, kernel=tuple(k), stride=tuple(s), dilation=d,
+                           pads=tuple(pads), extra=tuple(extra), count_include_pad=count_include_pad)
 
   def _tri_mask(self, diagonal: int, upper: bool):
     r, c = self.shape[-2], self.shape[-1]
@@ -348,31 +348,63 @@ def _placed(t, shift: Sequence[int], phase: Sequence[int], stride: Sequence[int]
   x = x.reshape(lead + tuple(v for q in qs for v in (q, 1)))
   return x.pad(tuple([(0, 0)] * len(lead) + [p for r, si in zip(phase, stride) for p in ((0, 0), (r, si - 1 - r))]))
 
-def _max_pool_backward(g, out, x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-                       pads: tuple[tuple[int, int], ...]):
-  """d x of overlapping max-pool windows: each window's gradient shared by its maximal elements (as the reduction's own
-  rule), gathered per input element from the windows that read it. Input row h = q*s + r is read by tap t of window
-  q - (t*d)//s when t*d % s == r: on the grid of (q, r) every tap's share is a shifted copy of the windows' max and
-  share in one phase slot, so the gradient is one elementwise kernel whose phase lanes keep only their own taps."""
+def _phase_grid(x, stride: Sequence[int]):
+  """x (..., n..) padded to whole strides and viewed as (..., q, s ..): element q*s + r at (q, r)."""
+  nd = len(stride)
+  lead, size = x.shape[:-nd], x.shape[-nd:]
+  x = x.pad(tuple([(0, 0)] * len(lead) + [(0, -(-n // si) * si - n) for n, si in zip(size, stride)]))
+  return x.reshape(lead + tuple(v for n, si in zip(size, stride) for v in (-(-n // si), si)))
+
+def _taps_gathered(share, size: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+                   grid=None, out=None):
+  """The gradient of overlapping windows on the input grid (..., size..) they were cut from, share (..., o..) being
+  what each element of window o receives (where `grid` equals `out`, the window's max, when they are given). Input
+  row h = q*s + r is read by tap t of window q - (t*d)//s when t*d % s == r: on the grid of (q, r) every tap's share
+  is a shifted copy of `share` in one phase slot, so the sum is one elementwise kernel whose phase lanes keep only their
+  own taps (differentiated through the window view instead, it folds a repeated-row view back: a 4x4 reduction of
+  masked index math per input element for k3 s2)."""
   nd = len(kernel)
-  axes = tuple(range(-nd, 0))
-  padded = x.pad(pads, value=dtypes.min(x.dtype))
-  hits = padded._pool(kernel, stride, dilation).eq(out.reshape(out.shape + (1,) * nd)).cast(g.dtype).sum(axes)
-  share = (hits._const_like(1.0) / hits) * g
-  size = padded.shape[-nd:]
+  lead = share.shape[:-nd]
   qs = [-(-n // si) for n, si in zip(size, stride)]
-  lead = padded.shape[:-nd]
-  grid = padded.pad(tuple([(0, 0)] * len(lead) + [(0, q * si - n) for q, si, n in zip(qs, stride, size)]))
-  grid = grid.reshape(lead + tuple(v for q, si in zip(qs, stride) for v in (q, si)))
   total = None
   for taps in itertools.product(*(range(kk) for kk in kernel)):
     reach = [t * d for t, d in zip(taps, dilation)]
     shift, phase = [r // si for r, si in zip(reach, stride)], [r % si for r, si in zip(reach, stride)]
-    term = grid.eq(_placed(out, shift, phase, stride, qs)).where(_placed(share, shift, phase, stride, qs), 0.0)
+    term = _placed(share, shift, phase, stride, qs)
+    if grid is not None: term = grid.eq(_placed(out, shift, phase, stride, qs)).where(term, 0.0)
     total = term if total is None else total + term
   total = total.reshape(lead + tuple(q * si for q, si in zip(qs, stride)))
-  keep = (None,) * (x.ndim - nd)
-  return (total.shrink(keep + tuple((b, b + n) for (b, _), n in zip(pads[-nd:], x.shape[-nd:]))).cast(x.dtype),)
+  return total.shrink(tuple([None] * len(lead) + [(0, n) for n in size])) if any(q * si != n for q, si, n in zip(qs, stride, size)) else total
+
+def _unpadded(grad, x, pads: Sequence[tuple[int, int]]):
+  nd = len(pads)
+  return grad.shrink((None,) * (x.ndim - nd) + tuple((b, b + n) for (b, _), n in zip(pads, x.shape[-nd:]))).cast(x.dtype)
+
+def _max_pool_backward(g, out, x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                       pads: tuple[tuple[int, int], ...]):
+  """d x of overlapping max-pool windows: each window's gradient shared by its maximal elements, as the max
+  reduction's own rule shares it."""
+  nd = len(kernel)
+  padded = x.pad(pads, value=dtypes.min(x.dtype))
+  hits = padded._pool(kernel, stride, dilation).eq(out.reshape(out.shape + (1,) * nd)).cast(g.dtype).sum(tuple(range(-nd, 0)))
+  share = (hits._const_like(1.0) / hits) * g
+  total = _taps_gathered(share, padded.shape[-nd:], kernel, stride, dilation, _phase_grid(padded, stride), out)
+  return (_unpadded(total, x, pads[-nd:]),)
+
+def _avg_pool_backward(g, out, x, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                       pads: tuple[tuple[int, int], ...], extra: tuple[tuple[int, int], ...], count_include_pad: bool):
+  """d x of overlapping average-pool windows: each window's gradient over its divisor, gathered per input element."""
+  nd = len(kernel)
+  if count_include_pad and not any(e for _, e in extra): share = g * (1.0 / math.prod(kernel))
+  else: share = g / _avg_divisor(x, kernel, stride, dilation, pads, extra, count_include_pad)
+  size = [n + b + a + e for n, (b, a), (_, e) in zip(x.shape[-nd:], pads[-nd:], extra[-nd:])]
+  return (_unpadded(_taps_gathered(share, size, kernel, stride, dilation), x, pads[-nd:]),)
+
+def _avg_divisor(x, kernel, stride, dilation, pads, extra, count_include_pad: bool):
+  """How many elements each average-pool window divides by: its padding counted or not, never the ceil_mode part."""
+  ones = x._const_like(1.0, dtypes.default_float)
+  counted = ones.pad(tuple(pads), value=1.0 if count_include_pad else 0.0).pad(tuple(extra))
+  return counted._pool(kernel, stride, dilation).sum(tuple(range(-len(kernel), 0)))
 
 def _channels_last(w):
   """The same weight (cout, cin, k..) read from a copy with the output channel innermost. A small window's copy is a
