@@ -150,3 +150,22 @@ def test_a_broadcast_column_sum_is_not_chunked():
   np.testing.assert_allclose(b.grad.numpy(), np.broadcast_to(a_np.sum(0)[:, None], (1024, 1024)), rtol=1e-4, atol=1e-3)
   # a real column sum of that size still is
   assert len([k for k in _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0)) if k.reduce_axes]) == 2
+
+@pytest.mark.parametrize("make", [lambda v, w: v @ w, lambda v, w: v.reshape(1, -1) @ w, lambda v, w: w.T.mul(v).sum(1)],
+                         ids=["v@W", "(1,K)@W", "W.T*v summed"])
+def test_a_vector_times_a_matrix_reads_the_matrix_down_its_columns_in_chunks(make):
+  # the view reduces its last axis, but in W's memory that axis is the column: chunked like sum(0) (16 rows a
+  # chunk, then the partials), not walked down 1024 rows per register tile
+  schedule._templates.clear()
+  v_np, w_np = RNG.standard_normal(1024).astype(np.float32), RNG.standard_normal((1024, 2048)).astype(np.float32)
+  out = make(Tensor(v_np).realize(), Tensor(w_np).realize())
+  reductions = [k for k in _kernels(out) if k.reduce_axes]
+  assert len(reductions) == 2 and [r.src[0].arg for r in reductions[0].reduce_axes] == [16]
+  np.testing.assert_allclose(out.numpy().reshape(-1), v_np @ w_np, rtol=1e-4, atol=1e-3)
+
+def test_strides_of_views():
+  from tinyplug.passes.split_reduce import _reshaped_strides
+  assert _reshaped_strides((4, 6), (6, 1), (2, 2, 3, 2)) == (12, 6, 2, 1)
+  assert _reshaped_strides((1, 4096, 4096), (0, 1, 4096), (4096, 4096)) == (1, 4096)
+  assert _reshaped_strides((4, 6), (1, 4), (24,)) is None      # a transposed view merged: needs a copy
+  assert _reshaped_strides((2, 3), (0, 1), (6,)) is None       # a broadcast merged with a real axis

@@ -3,7 +3,7 @@
 of those. Off (`TINY_PLUGINS=-split_reduce`) such a reduction runs as one long loop: correct, on one core."""
 from __future__ import annotations
 import math
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.uop.upat import PatternMatcher, UPat
 
 def _split(r: UOp) -> UOp | None:
@@ -59,19 +59,68 @@ def _column_chunks(r: UOp, shape: tuple, axes: tuple[int, ...]) -> UOp | None:
   """A long reduction down the columns on a CPU, its rows wider than the register tile (`sum(0)` of 4096x4096): the
   tile walks down all the rows at a stride of a whole row, a new page every step. Summed COLUMN_CHUNK rows at a time
   first (partials 1/16 of the input, each tile reads 16 rows' next cache lines: streams the prefetchers follow), then
-  the partials (2 threads, loaded machine: 7.6 -> 4.3-4.6 ms; numpy 3.9). Only where the source is read in its own
-  order (no permute: a transposed view's columns are rows)."""
-  if len(axes) != 1 or (a := axes[0]) == len(shape) - 1 or shape[a] < COLUMN_SPLIT_MIN_ROWS or shape[a] % COLUMN_CHUNK:
-    return None
+  the partials (2 threads, loaded machine: 7.6 -> 4.3-4.6 ms; numpy 3.9). The axes are taken in the order of the
+  largest input's memory: a vector times a matrix (`v @ W`) reduces the view's last axis, which in W's memory is
+  the column."""
+  if len(axes) != 1 or shape[axes[0]] < COLUMN_SPLIT_MIN_ROWS or shape[axes[0]] % COLUMN_CHUNK: return None
   nodes = r.src[0].toposort()
-  if any(u.op in (Ops.PERMUTE, Ops.FLIP) for u in nodes): return None
+  if any(u.op is Ops.FLIP for u in nodes): return None
   # a broadcast source (a weight gradient `x.T @ g`, each row of x read once per output column) is no stream of
   # rows: its partials would be 1/16 of the broadcast, many times the data it reads (1024^3: 268 MB of them)
   if math.prod(shape) > sum(u.arg for u in nodes if u.op is Ops.BUFFER and isinstance(u.arg, int)): return None
+  x, a = r.src[0], axes[0]
+  if a == len(shape) - 1 or any(u.op is Ops.PERMUTE for u in nodes):
+    if (strides := _largest_input_strides(x)) is None or strides[a] <= 1 or 1 not in strides: return None
+    order = tuple(sorted(range(len(shape)), key=lambda i: -strides[i]))
+    if order != tuple(range(len(shape))):
+      x, shape, a = UOp(Ops.PERMUTE, x.dtype, (x,), order), tuple(shape[i] for i in order), order.index(a)
+    if a == len(shape) - 1: return None
   if not _row_wider_than_registers(r.device, math.prod(shape[a + 1:]) * r.dtype.itemsize): return None
   chunks = shape[:a] + (shape[a] // COLUMN_CHUNK, COLUMN_CHUNK) + shape[a + 1:]
-  x = UOp(Ops.RESHAPE, r.src[0].dtype, (r.src[0],), chunks)
+  x = UOp(Ops.RESHAPE, x.dtype, (x,), chunks)
   part = UOp(Ops.CONTIGUOUS, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (x,), (r.arg[0], (a + 1,))),))
   return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (part,), (r.arg[0], (a,))),), r.shape)
+
+def _largest_input_strides(x: UOp) -> tuple[int, ...] | None:
+  """The element strides, per axis of elementwise graph x, of the largest buffer it reads; None where a view of it is
+  not plain strides (a pad, a shrink, a flip) or x holds more than elementwise math."""
+  leaves, todo = [], [x]
+  while todo:
+    u = todo.pop()
+    if u.op is Ops.BUFFER or u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP): leaves.append(u)
+    elif u.op is Ops.CONST or (u.op is Ops.EXPAND and u.src[0].op is Ops.CONST): continue
+    elif u.op in GroupOp.ALU or u.op is Ops.CAST: todo.extend(u.src)
+    else: return None
+  best = max(((leaf, b) for leaf in leaves if (b := _base_buffer(leaf)) is not None), key=lambda t: t[1].arg, default=None)
+  return None if best is None else _view_strides(best[0])
+
+def _base_buffer(u: UOp) -> UOp | None:
+  while u.op in GroupOp.Movement: u = u.src[0]
+  return u if u.op is Ops.BUFFER and isinstance(u.arg, int) else None
+
+def _view_strides(u: UOp) -> tuple[int, ...] | None:
+  if u.op is Ops.BUFFER: return (1,)
+  if (inner := _view_strides(u.src[0])) is None: return None
+  if u.op is Ops.PERMUTE: return tuple(inner[i] for i in u.arg)
+  if u.op is Ops.EXPAND: return tuple(0 if s == 1 and o != 1 else st for s, o, st in zip(u.src[0].shape, u.shape, inner))
+  if u.op is Ops.RESHAPE: return _reshaped_strides(u.src[0].shape, inner, u.shape)
+  return None
+
+def _reshaped_strides(old: tuple, strides: tuple[int, ...], new: tuple) -> tuple[int, ...] | None:
+  """Strides of a reshape of a strided view, or None where it would need a copy (merged dims not contiguous)."""
+  if any(not isinstance(d, int) for d in (*old, *new)): return None
+  olds = [(d, st) for d, st in zip(old, strides) if d != 1]
+  news = [i for i, d in enumerate(new) if d != 1]
+  out, oi, ni = [0] * len(new), 0, 0
+  while ni < len(news) and oi < len(olds):
+    nsize, osize, nj, oj = new[news[ni]], olds[oi][0], ni + 1, oi + 1
+    while nsize != osize:
+      if nsize < osize: nsize, nj = nsize * new[news[nj]], nj + 1
+      else: osize, oj = osize * olds[oj][0], oj + 1
+    if any(olds[k][1] != olds[k + 1][0] * olds[k + 1][1] for k in range(oi, oj - 1)): return None
+    st = olds[oj - 1][1]
+    for k in range(nj - 1, ni - 1, -1): out[news[k]], st = st, st * new[news[k]]
+    ni, oi = nj, oj
+  return tuple(out)
 
 def make_pass() -> PatternMatcher: return PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split)])
