@@ -131,3 +131,25 @@ def test_sdpa_gradients_match_torch(shape):
   (torch.nn.functional.scaled_dot_product_attention(pq, pk, pv, is_causal=True) * torch.from_numpy(g)).sum().backward()
   for mine, ref in ((tq, pq), (tk, pk), (tv, pv)):
     np.testing.assert_allclose(mine.grad.numpy(), ref.grad.numpy(), rtol=1e-3, atol=1e-3)
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_an_input_gradient_g_wt_packs_w_too(vector_machine, machine):
+  # autograd builds x.grad = g @ W.T as (m, k, n) summed over the middle axis: the same matmul as q @ k^T once its
+  # reduction is moved last, so W (stored N x K for it) is packed into panels as well
+  r = vector_machine(*MACHINES[machine])
+  width, _ = cpu_tile(r)
+  x, w = Tensor.empty(64, 4096, device="CPU", requires_grad=True), Tensor.empty(4096, 128, device="CPU")
+  ((x @ w) * Tensor.empty(64, 128, device="CPU")).sum().backward()   # an upstream gradient that is data
+  ks = _kernels(x.grad)
+  assert len(ks) == 2 and not ks[0].reduce_axes and _sizes(ks[0].loop_axes) == [4096 // width, 128, width]
+  assert not any(o.op is OptOps.UNROLL for o in heuristic_opts(ks[1]))
+
+def test_packed_input_gradients_match_torch():
+  x_np, w_np = RNG.standard_normal((64, 2048)).astype(np.float32), RNG.standard_normal((2048, 96)).astype(np.float32)
+  g_np = RNG.standard_normal((64, 96)).astype(np.float32)
+  x, w = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True)
+  xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+  ((x @ w) * Tensor(g_np)).sum().backward()
+  ((xt @ wt) * torch.tensor(g_np)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -164,7 +164,7 @@ def test_a_vector_times_a_matrix_reads_the_matrix_down_its_columns_in_chunks(mak
   np.testing.assert_allclose(out.numpy().reshape(-1), v_np @ w_np, rtol=1e-4, atol=1e-3)
 
 def test_strides_of_views():
-  from tinyplug.passes.split_reduce import _reshaped_strides
+  from tinyplug.passes.views import reshaped_strides as _reshaped_strides
   assert _reshaped_strides((4, 6), (6, 1), (2, 2, 3, 2)) == (12, 6, 2, 1)
   assert _reshaped_strides((1, 4096, 4096), (0, 1, 4096), (4096, 4096)) == (1, 4096)
   assert _reshaped_strides((4, 6), (1, 4), (24,)) is None      # a transposed view merged: needs a copy

@@ -16,9 +16,10 @@ Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
 import math
 from typing import Any
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.passes.heuristic import TILE_BUDGETS, cpu_tile
+from tinyplug.passes.views import view_strides
 
 PACK_MIN_ROWS = 256    # M: the copy costs 2 * K * N element moves, the matmul 2 * M * N * K flops
 PACK_MIN_REDUCE = 256  # K: shorter reductions are not cache blocked either
@@ -75,17 +76,30 @@ def should_pack_transposed(batch: int, m: int, n: int, k: int, renderer: Any) ->
   return batch * m * n * k >= PACK_T_MIN_WORK and m >= PACK_T_MIN_ROWS and n >= PACK_MIN_PANELS * w and n % w == 0
 
 def _along_last(y: UOp) -> bool:
-  """Whether the innermost axis of movement view `y` walks the value it views contiguously (through PERMUTEs, and
-  RESHAPEs of the innermost axis: row-major, they keep its stride of 1): B stored N x K is read along K."""
-  axis = len(y.shape) - 1
-  while y.op in (Ops.RESHAPE, Ops.PERMUTE):
-    src = y.src[0]
-    if src.shape is None: return False
-    if y.op is Ops.PERMUTE: axis = y.arg[axis]
-    elif axis == len(y.shape) - 1 and src.shape: axis = len(src.shape) - 1
-    else: return False
-    y = src
-  return y.op not in (Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP) and bool(y.shape) and axis == len(y.shape) - 1
+  """Whether the innermost axis of movement view `y` walks the value it views contiguously, with no broadcast, pad or
+  cut on the way: B stored N x K is read along K."""
+  if any(u.op is Ops.EXPAND for u in _movement_chain(y)): return False
+  return (strides := view_strides(y)) is not None and bool(strides) and strides[-1] == 1
+
+def _movement_chain(y: UOp) -> list[UOp]:
+  chain = [y]
+  while chain[-1].op in GroupOp.Movement: chain.append(chain[-1].src[0])
+  return chain
+
+def _reduction_last(r: UOp) -> UOp | None:
+  """A matmul reducing a middle axis ((m, k, n) summed over k: the input gradient `g @ W.T` as autograd builds it)
+  as the same matmul over a last axis, both operands' views permuted under their broadcasts, then reshaped back."""
+  op, axes = r.arg
+  x = r.src[0]
+  if op is not Ops.ADD or x.op is not Ops.MUL or len(axes) != 1 or x.shape is None or len(x.shape) < 3: return None
+  a, nd = axes[0], len(x.shape)
+  if a == nd - 1 or any(y.op is not Ops.EXPAND or y.src[0].shape is None for y in x.src): return None
+  order = tuple(i for i in range(nd) if i != a) + (a,)
+  srcs = tuple(UOp(Ops.EXPAND, y.dtype, (UOp(Ops.PERMUTE, y.dtype, (y.src[0],), order),), tuple(y.shape[i] for i in order))
+               for y in x.src)
+  moved = UOp(Ops.REDUCE_AXIS, r.dtype, (x.replace(src=srcs),), (op, (nd - 1,)))
+  if (packed := _pack(moved)) is None: return None
+  return UOp(Ops.RESHAPE, r.dtype, (packed,), r.shape)
 
 def _pack(r: UOp) -> UOp | None:
   op, axes = r.arg
@@ -116,4 +130,5 @@ def _pack(r: UOp) -> UOp | None:
   srcs[at] = y.replace(src=(back,))
   return r.replace(src=(x.replace(src=tuple(srcs)),))
 
-def make_pass() -> PatternMatcher: return PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _pack)])
+def make_pass() -> PatternMatcher:
+  return PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _pack), (UPat(Ops.REDUCE_AXIS, name="r"), _reduction_last)])

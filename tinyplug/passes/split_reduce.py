@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.uop.upat import PatternMatcher, UPat
+from tinyplug.passes.views import base_buffer, view_strides
 
 def _split(r: UOp) -> UOp | None:
   op, axes = r.arg
@@ -91,36 +92,7 @@ def _largest_input_strides(x: UOp) -> tuple[int, ...] | None:
     elif u.op is Ops.CONST or (u.op is Ops.EXPAND and u.src[0].op is Ops.CONST): continue
     elif u.op in GroupOp.ALU or u.op is Ops.CAST: todo.extend(u.src)
     else: return None
-  best = max(((leaf, b) for leaf in leaves if (b := _base_buffer(leaf)) is not None), key=lambda t: t[1].arg, default=None)
-  return None if best is None else _view_strides(best[0])
-
-def _base_buffer(u: UOp) -> UOp | None:
-  while u.op in GroupOp.Movement: u = u.src[0]
-  return u if u.op is Ops.BUFFER and isinstance(u.arg, int) else None
-
-def _view_strides(u: UOp) -> tuple[int, ...] | None:
-  if u.op is Ops.BUFFER: return (1,)
-  if (inner := _view_strides(u.src[0])) is None: return None
-  if u.op is Ops.PERMUTE: return tuple(inner[i] for i in u.arg)
-  if u.op is Ops.EXPAND: return tuple(0 if s == 1 and o != 1 else st for s, o, st in zip(u.src[0].shape, u.shape, inner))
-  if u.op is Ops.RESHAPE: return _reshaped_strides(u.src[0].shape, inner, u.shape)
-  return None
-
-def _reshaped_strides(old: tuple, strides: tuple[int, ...], new: tuple) -> tuple[int, ...] | None:
-  """Strides of a reshape of a strided view, or None where it would need a copy (merged dims not contiguous)."""
-  if any(not isinstance(d, int) for d in (*old, *new)): return None
-  olds = [(d, st) for d, st in zip(old, strides) if d != 1]
-  news = [i for i, d in enumerate(new) if d != 1]
-  out, oi, ni = [0] * len(new), 0, 0
-  while ni < len(news) and oi < len(olds):
-    nsize, osize, nj, oj = new[news[ni]], olds[oi][0], ni + 1, oi + 1
-    while nsize != osize:
-      if nsize < osize: nsize, nj = nsize * new[news[nj]], nj + 1
-      else: osize, oj = osize * olds[oj][0], oj + 1
-    if any(olds[k][1] != olds[k + 1][0] * olds[k + 1][1] for k in range(oi, oj - 1)): return None
-    st = olds[oj - 1][1]
-    for k in range(nj - 1, ni - 1, -1): out[news[k]], st = st, st * new[news[k]]
-    ni, oi = nj, oj
-  return tuple(out)
+  best = max(((leaf, b) for leaf in leaves if (b := base_buffer(leaf)) is not None), key=lambda t: t[1].arg, default=None)
+  return None if best is None else view_strides(best[0])
 
 def make_pass() -> PatternMatcher: return PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split)])
