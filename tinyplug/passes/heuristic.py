@@ -279,6 +279,7 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
   if amt is None: return None
   if (turned := _channel_vector_tile(k)) is not None: return turned
+  if (phased := _phase_row_tile(k)) is not None: return phased
   # a long reduction (64 or more multiply-adds per output: a convolution's input gradient over 64 channels) takes a
   # 17-32-wide row whole (two vectors) with room for 4 rows of the second axis: r_64_32_26_26_64_3_3 33 -> 20 ms;
   # a short one (a one-channel 3x3 convolution) keeps half the row (whole, it measured 2x slower)
@@ -345,6 +346,42 @@ def _channel_vector_tile(k: Kernel) -> list[Opt] | None:
   k = k.copy()
   if not (_try_tile(k, Opt(OptOps.UPCAST, inner, CHANNEL_TILE_POSITIONS)) and
           _try_tile(k, Opt(OptOps.UPCAST, axis, tile_w))): return None
+  return k.applied_opts
+
+# vector accumulators a phase-innermost tile keeps (of AVX-512's 32 registers: the rest hold the weight vector and the
+# broadcast inputs)
+PHASE_TILE_VECTORS = 16
+
+def _phase_row_tile(k: Kernel) -> list[Opt] | None:
+  """A sub-pixel convolution (a strided conv_transpose2d as one kernel whose output axes are (q, r) per dim, r the
+  output's phase: nn._subpixel_conv_transpose): the innermost output axis is the phase (at most 4), which every load
+  of the reduction depends on, so no load is reused across it. The tile takes the phase whole, one vector of an
+  output axis whose loads are contiguous along it (channels, from the channel-innermost weight copy) and of the row
+  before the phase the widest divisor that keeps PHASE_TILE_VECTORS accumulators; the row is then read one broadcast
+  per position, shared by the phases where their windows overlap. conv_transpose2d b8 64->32 28x28 k4 s2 p1, one
+  Zen 4 thread, CPU time interleaved (CONVT=1 benchmarks/conv_row_ab.py): the phase alone (the generic rule) 240 ms;
+  2 x 7 x 16 3.96-3.99 ms, 7 x 32 4.00, 2 x 7 x 8 4.10; a power-of-two row (2 x 4 x 16, 4 x 32: 17 ms) makes the
+  vectorizer group the row's lanes instead of the channels. None where it does not apply."""
+  if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
+  loops, reduces, inner = k.loop_axes, k.reduce_axes, len(k.loop_axes) - 1
+  if len(loops) < 3 or not 2 <= (phase := loops[inner].src[0].arg) <= 4: return None
+  red = set(reduces)
+  if not all(loops[inner] in d for d in _load_ranges(k) if d & red): return None
+  lanes = k.renderer.vector_bytes // _acc_itemsize(k)
+  def vector_axis(a: int) -> bool:
+    strides = _load_strides(k, loops[a])
+    return all(s in (0, 1) for s in strides) and 1 in strides and loops[a].src[0].arg % lanes == 0
+  axis = next((a for a in range(inner - 2, -1, -1) if vector_axis(a)), None)
+  if axis is None or lanes < 4: return None
+  row = loops[inner - 1].src[0].arg
+  most = PHASE_TILE_VECTORS // phase
+  # a power-of-two row the vectorizer would take as the vector lanes: the widest other divisor first
+  fits = [d for d in range(most, 1, -1) if row % d == 0]
+  positions = next((d for d in fits if d & (d - 1)), next(iter(fits), 1))
+  k = k.copy()
+  if not _try_tile(k, Opt(OptOps.UPCAST, inner, phase)): return None
+  if positions > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, positions))
+  _try_tile(k, Opt(OptOps.UPCAST, axis, lanes))
   return k.applied_opts
 
 def _stride(idx: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
