@@ -104,12 +104,21 @@ def test_conv_transpose_phases_compute_only_the_rows_they_keep(xs, ws, kw, rows)
   uncut phase of k4 s2 p1 on 7 rows is 8 long, one of them thrown away); values match torch either way."""
   import torch
   x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
-  out = Tensor(x).conv_transpose2d(Tensor(w), **kw)
+  out = phased_conv_transpose(Tensor(x), Tensor(w), **kw)
   convs = [ast for ast in _asts(out) if any(u.op is Ops.RANGE and u.arg[1] == "reduce" for u in ast.toposort())]
   loops = [tuple(u.src[0].arg for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] != "reduce")[-2:] for ast in convs]
   if rows is not None: assert loops and all(shape == rows for shape in loops), loops
   want = torch.nn.functional.conv_transpose2d(torch.tensor(x), torch.tensor(w), **kw).numpy()
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+def phased_conv_transpose(x: Tensor, w: Tensor, stride=1, padding=0, output_padding=0, groups=1, dilation=1) -> Tensor:
+  """The per-phase form (what conv_transpose2d falls back to where the sub-pixel form does not apply; a strided
+  convolution's input gradient), for any shapes."""
+  from tinyplug.tensor_ops.nn import _phased_conv_transpose
+  s, p, o, d = ((v, v) if isinstance(v, int) else tuple(v) for v in (stride, padding, output_padding, dilation))
+  out = _phased_conv_transpose(x, w, groups, s, d, p, o)
+  assert out is not None
+  return out
 
 def test_conv_transpose_gradient_matches_torch():
   import torch

@@ -11,6 +11,7 @@ from tinyplug.device import Device
 from tinyplug.passes.heuristic import _channel_vector_tile, cpu_tile, heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops.nn import _phased_conv_transpose
 from tinyplug.uop.ops import Ops
 
 RNG = np.random.default_rng(28)
@@ -20,7 +21,9 @@ def kernels(out: Tensor) -> list[Kernel]:
 
 def phase_kernels(side: int, cin: int = 64, cout: int = 32) -> list[Kernel]:
   schedule._templates.clear()   # no schedule made under another fake machine
-  out = Tensor.empty(8, cin, side, side).conv_transpose2d(Tensor.empty(cin, cout, 4, 4), stride=2, padding=1)
+  # the per-phase form, which conv_transpose2d k4 s2 now replaces by one sub-pixel kernel (a strided convolution's
+  # input gradient still takes it)
+  out = _phased_conv_transpose(Tensor.empty(8, cin, side, side), Tensor.empty(cin, cout, 4, 4), 1, (2, 2), (1, 1), (1, 1), (0, 0))
   return [k for k in kernels(out) if k.reduce_axes and k.loop_axes[-1].src[0].arg == side]
 
 @pytest.mark.parametrize("machine", [(64, 32), (32, 16)], ids=["avx512", "avx2"])
