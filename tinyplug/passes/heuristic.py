@@ -264,6 +264,9 @@ SMALL_TILE_BUDGET = 72
 # strided convolution's input-gradient phase, 13x16: 8.2 -> 5.7 ms over its four phases, one thread)
 VECTOR_TILE_BUDGET = 256
 
+# a strided window's row over a reduction this long (products per output) is tiled up to this many positions wide
+LONG_GATHER_REDUCE, GATHER_ROW_POSITIONS = 512, 16
+
 def _small_window_tile(k: Kernel) -> list[Opt] | None:
   """Convolution-shaped CPU kernels whose innermost output axis is small and odd (an output width of 11 or 13, a
   weight gradient's kernel width of 3): no power-of-two upcast fits it, so it is upcast whole (an axis of at most 4,
@@ -291,6 +294,15 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   along = [s for s in _load_strides(k, loops[inner]) if s != 0]
   gathers = len(reduces) >= 2 and bool(along) and all(s is not None and 1 < abs(s) <= 8 for s in along)
   if gathers: amt = next((d for d in (4, 2) if sizes[inner] % d == 0), amt)
+  # ... but a long one (512 or more products per output: 64 input channels) takes up to 16 positions of the row by
+  # one vector of channels, one row: twice the independent accumulators, each weight vector feeding 14 FMAs (one Zen 4
+  # thread, CPU time interleaved, benchmarks/conv_row_ab.py: b8 64->128 56x56 s2 p1 4 x 16 x 2 10.6-12.3 ms, 14 x 16
+  # 8.9-9.9; 64->64 6.5-6.7 / 5.0; 32->64 (288 products) 3.4 / 2.8; 128->128 28x28 5.1 / 4.4; 64->64 26x26 (12 wide)
+  # 1.69 / 1.61-1.67; the strided CNN's 32->64 26x26 (288) 4.0-4.3 / 4.1-4.5: kept at 4 x 16 x 2)
+  long_row = gathers and math.prod(r.src[0].arg for r in reduces) >= LONG_GATHER_REDUCE
+  if long_row:   # (room among the vector registers for the accumulators, the weight vector and a broadcast)
+    most = min(GATHER_ROW_POSITIONS, (k.renderer.vector_registers or 18) - 2) if k.renderer is not None else GATHER_ROW_POSITIONS
+    amt = max(d for d in range(1, most + 1) if sizes[inner] % d == 0)
   k = k.copy()
   deps, reuse, red = _load_ranges(k), _reuse(k), set(reduces)
   _try_tile(k, Opt(OptOps.UPCAST, inner, amt))
@@ -307,11 +319,15 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # vectors, and the budget counts them as such (r_32_64_3_3_64_12_12, one thread: 3x3x8 4.5 ms, 3x3x16 3.1)
     vec = all(s in (0, 1) for s in _load_strides(k, loops[axis])) and any(s == 1 for s in _load_strides(k, loops[axis]))
     cap = VECTOR_TILE_BUDGET if vec else budget
+    # the long strided row's channels: one vector (its accumulators are the row's positions)
+    if long_row and vec and k.renderer is not None and k.renderer.vector_bytes:
+      cap = min(cap, k.upcasted * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
     if (amt := next((c for c in ((16, 8, 4, 2) if gathers or vec else (8, 4, 2)) if sizes[axis] % c == 0 and k.upcasted * c <= cap), None)) \
        and _try_tile(k, Opt(OptOps.UPCAST, axis, amt)):
       # a strided row's tile with vector channels takes two rows too: twice the accumulators in flight
       # (r_64_64_12_12_32_3_3, one thread: 4x16 4.5 ms, 2x4x16 3.7)
-      if vec and gathers and inner - 1 != axis and sizes[inner - 1] % 2 == 0 and k.upcasted * 2 <= VECTOR_TILE_BUDGET:
+      if vec and gathers and not long_row and inner - 1 != axis and sizes[inner - 1] % 2 == 0 and \
+         k.upcasted * 2 <= VECTOR_TILE_BUDGET:
         _try_tile(k, Opt(OptOps.UPCAST, inner - 1, 2))
       break
   last = len(reduces) - 1
