@@ -71,6 +71,11 @@ def test_conv_transpose2d_every_device(device):
   kwargs = dict(stride=2, padding=1)
   check_layer(nn.ConvTranspose2d(2, 3, 3, **kwargs), torch.nn.ConvTranspose2d(2, 3, 3, **kwargs), rand(1, 2, 3, 3))
 
+def test_conv_transpose2d_subpixel_every_device(device):
+  # k4 s2: one sub-pixel convolution (output axes (q, r) per dim), its gradient from the convolution it transposes
+  kwargs = dict(stride=2, padding=1)
+  check_layer(nn.ConvTranspose2d(2, 3, 4, **kwargs), torch.nn.ConvTranspose2d(2, 3, 4, **kwargs), rand(1, 2, 3, 3))
+
 def test_conv_init_bounds():
   """Kaiming-uniform with a=sqrt(5): weights within 1/sqrt(fan_in), as PyTorch initialises them."""
   Tensor.manual_seed(0)
