@@ -3,7 +3,8 @@ sub-pixel convolution (the current `conv_transpose2d`), as session 12's four pha
 (`nn._phased_conv_transpose`, kept as the fallback), and torch. Wall time per realized call (the whole op: its
 copies, kernels and launches), p10/median over the rounds; outputs checked against torch first. With CPU_THREADS=1
 torch gets one thread too and the times are the calling thread's CPU time (what a busy shared machine leaves
-comparable; with 2 threads a loaded second core stretches every split kernel).
+comparable; with 2 threads a loaded second core stretches every split kernel). BACKWARD=1: the output's sum against a
+fixed output gradient, differentiated to both inputs (the forward included; outputs are then the input gradients).
   CPU_THREADS=1 python benchmarks/convt_ab.py 40"""
 from __future__ import annotations
 import os, sys, time
@@ -24,6 +25,21 @@ def main() -> None:
   runs = {"subpixel (now)": lambda: x.conv_transpose2d(w, stride=2, padding=1).realize(),
           "phases (session 12)": lambda: nn._phased_conv_transpose(x, w, 1, s, d, d, (0, 0)).realize(),
           "torch": lambda: torch.nn.functional.conv_transpose2d(tx, tw, stride=2, padding=1)}
+  if os.environ.get("BACKWARD"):
+    gy = rng.standard_normal((8, 32, 56, 56)).astype(np.float32)
+    g, tg = Tensor(gy).realize(), torch.tensor(gy)
+    x.requires_grad, w.requires_grad, tx.requires_grad, tw.requires_grad = True, True, True, True
+    def grads(out):
+      gx, gw = (out * g).sum().gradient(x, w)
+      Tensor.realize(gx, gw)
+      return gx
+    def torch_grads():
+      tx.grad = tw.grad = None
+      (torch.nn.functional.conv_transpose2d(tx, tw, stride=2, padding=1) * tg).sum().backward()
+      return tx.grad
+    runs = {"subpixel (now)": lambda: grads(x.conv_transpose2d(w, stride=2, padding=1)),
+            "phases (session 12)": lambda: grads(nn._phased_conv_transpose(x, w, 1, s, d, d, (0, 0))),
+            "torch": torch_grads}
   want = runs["torch"]().numpy()
   for name, fn in runs.items():
     got = fn()
