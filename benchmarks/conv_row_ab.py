@@ -3,7 +3,7 @@ process: per-thread CPU time of the compiled program alone, p10/median per varia
 against the first's. Opts as in gather_ab.py (`heuristic` for the current decision; THREAD opts are dropped, so run
 with CPU_THREADS=1).
   CPU_THREADS=1 python benchmarks/conv_row_ab.py 12 "PADTO3:32 UPCAST3:32 UPCAST1:8" heuristic
-S2=1: conv2d b8 64->128 56x56 k3 s2 p1 instead; CONVT=1: conv_transpose2d b8 64->32 28x28 k4 s2 p1; KERNEL=i picks the
+S2=1: conv2d b8 64->128 56x56 k3 s2 p1 instead; CONVT=1: conv_transpose2d b8 64->32 28x28 k4 s2 p1 (CONVT=n: nxn); KERNEL=i picks the
 schedule's i-th kernel (default the last); CNN=1: the strided CNN's conv2d b64 32->64 26x26 k3 s2 (train_bench's
 `strided` model: r_64_64_12_12_32_3_3); CONV=b,cin,cout,side,stride,pad: any 3x3 conv2d."""
 from __future__ import annotations
@@ -21,7 +21,9 @@ from gather_ab import parse
 def main() -> None:
   one, s2, ct = bool(os.environ.get("K1")), bool(os.environ.get("S2")), bool(os.environ.get("CONVT"))
   x, w = Tensor.empty(8, 64, 56, 56), Tensor.empty(*((256, 64, 1, 1) if one else (128 if s2 else 64, 64, 3, 3)))
-  out = Tensor.empty(8, 64, 28, 28).conv_transpose2d(Tensor.empty(64, 32, 4, 4), stride=2, padding=1) if ct else \
+  side = int(os.environ.get("CONVT", "0") or 0)
+  side = 28 if side in (0, 1) else side
+  out = Tensor.empty(8, 64, side, side).conv_transpose2d(Tensor.empty(64, 32, 4, 4), stride=2, padding=1) if ct else \
     Tensor.empty(64, 32, 26, 26).conv2d(Tensor.empty(64, 32, 3, 3), stride=2) if os.environ.get("CNN") else \
     Tensor.empty(*(c := [int(v) for v in os.environ["CONV"].split(",")])[:2], c[3], c[3]).conv2d(
       Tensor.empty(c[2], c[1], 3, 3), stride=c[4], padding=c[5]) if os.environ.get("CONV") else \

@@ -82,11 +82,15 @@ def subpixel_kernel(side: int, cin: int = 64, cout: int = 32) -> Kernel:
 
 @pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
 def test_phase_row_tile(vector_machine, machine, lanes):
-  """The phase whole (2), 7 of the 28-wide row (the widest divisor within 16 / 2 accumulators that is not a power of
-  two) and one vector of output channels; 16 wide, the row takes 8 (no other divisor)."""
+  """The phase whole (2); the widest odd divisor of the row within 16 / 2 accumulators (7 of 28, 3 of 24) by as many
+  vectors of channels as fit (one for 2 x 7, two for 2 x 3); a row no odd divisor fits (16, 32) takes a vector's
+  lanes of it by 8 channels."""
   vector_machine(*machine)
-  assert heuristic_opts(subpixel_kernel(28)) == [Opt(OptOps.UPCAST, 5, 2), Opt(OptOps.UPCAST, 4, 7), Opt(OptOps.UPCAST, 1, lanes)]
-  assert _phase_row_tile(subpixel_kernel(16))[:2] == [Opt(OptOps.UPCAST, 5, 2), Opt(OptOps.UPCAST, 4, 8)]
+  U = lambda axis, amt: Opt(OptOps.UPCAST, axis, amt)
+  assert heuristic_opts(subpixel_kernel(28)) == [U(5, 2), U(4, 7), U(1, lanes)]
+  assert heuristic_opts(subpixel_kernel(24)) == [U(5, 2), U(4, 3), U(1, 2 * lanes)]
+  assert heuristic_opts(subpixel_kernel(32)) == [U(5, 2), U(4, lanes), U(1, 8)]
+  assert _phase_row_tile(subpixel_kernel(16)) == [U(5, 2), U(4, lanes), U(1, 8)]
 
 def test_phase_row_tile_leaves_other_kernels_alone():
   schedule._templates.clear()
@@ -96,9 +100,10 @@ def test_phase_row_tile_leaves_other_kernels_alone():
   for out in (plain, strided):
     assert _phase_row_tile(Kernel(asts(out)[-1], Device["CPU"].renderer)) is None
 
-def test_phase_row_tile_computes_the_same_values():
+@pytest.mark.parametrize("side", [14, 16])   # an odd count of positions by channel vectors; the row's lanes
+def test_phase_row_tile_computes_the_same_values(side):
   """The tile's program against the untiled one on this machine's CPU (random inputs in every buffer)."""
-  ast = subpixel_ast(14, cin=16, cout=16)
+  ast = subpixel_ast(side, cin=16, cout=16)
   dev = Device["CPU"]
   k = Kernel(ast, dev.renderer)
   gl = sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)

@@ -371,13 +371,16 @@ PHASE_TILE_VECTORS = 16
 def _phase_row_tile(k: Kernel) -> list[Opt] | None:
   """A sub-pixel convolution (a strided conv_transpose2d as one kernel whose output axes are (q, r) per dim, r the
   output's phase: nn._subpixel_conv_transpose): the innermost output axis is the phase (at most 4), which every load
-  of the reduction depends on, so no load is reused across it. The tile takes the phase whole, one vector of an
-  output axis whose loads are contiguous along it (channels, from the channel-innermost weight copy) and of the row
-  before the phase the widest divisor that keeps PHASE_TILE_VECTORS accumulators; the row is then read one broadcast
-  per position, shared by the phases where their windows overlap. conv_transpose2d b8 64->32 28x28 k4 s2 p1, one
-  Zen 4 thread, CPU time interleaved (CONVT=1 benchmarks/conv_row_ab.py): the phase alone (the generic rule) 240 ms;
-  2 x 7 x 16 3.96-3.99 ms, 7 x 32 4.00, 2 x 7 x 8 4.10; a power-of-two row (2 x 4 x 16, 4 x 32: 17 ms) makes the
-  vectorizer group the row's lanes instead of the channels. None where it does not apply."""
+  of the reduction depends on, so no load is reused across it. The tile takes the phase whole and, within
+  PHASE_TILE_VECTORS vector accumulators, either an odd number of positions of the row before it by one or two vectors
+  of an output axis whose loads are contiguous along it (channels, from the channel-innermost weight copy), each
+  position one broadcast, or, where no odd divisor fits, the row's lanes as the vectors by a few channels, each weight
+  a broadcast. Which one the vectorizer makes of the tile is decided by the stores (phase x positions contiguous
+  outputs), hence the odd counts. conv_transpose2d b8 64->32 n x n k4 s2 p1, one Zen 4 thread, CPU time
+  interleaved (CONVT=n benchmarks/conv_row_ab.py): 28: the generic rule (the phase alone) 240 ms, 2 x 7 x 16 3.96-4.12
+  ms, 7 x 32 4.00, 2 x 4 x 16 17.3; 24: 2 x 3 x 32 3.05-3.11, 2 x 3 x 16 3.44, 2 x 6 x 16 24.7, 2 x 8 x 8 4.35; 32:
+  2 x 16 x 8 5.62-5.64, 2 x 8 x 16 15.0; 16: 2 x 16 x 8 1.37-1.41, 2 x 8 x 16 3.10; 20: 2 x 5 x 16 2.17 (95-100
+  GFLOP/s each). None where it does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces, inner = k.loop_axes, k.reduce_axes, len(k.loop_axes) - 1
   if len(loops) < 3 or not 2 <= (phase := loops[inner].src[0].arg) <= 4: return None
@@ -390,14 +393,21 @@ def _phase_row_tile(k: Kernel) -> list[Opt] | None:
   axis = next((a for a in range(inner - 2, -1, -1) if vector_axis(a)), None)
   if axis is None or lanes < 4: return None
   row = loops[inner - 1].src[0].arg
-  most = PHASE_TILE_VECTORS // phase
-  # a power-of-two row the vectorizer would take as the vector lanes: the widest other divisor first
-  fits = [d for d in range(most, 1, -1) if row % d == 0]
-  positions = next((d for d in fits if d & (d - 1)), next(iter(fits), 1))
   k = k.copy()
   if not _try_tile(k, Opt(OptOps.UPCAST, inner, phase)): return None
-  if positions > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, positions))
-  _try_tile(k, Opt(OptOps.UPCAST, axis, lanes))
+  # an odd count of positions: the vectorizer then groups the channels (phase x positions contiguous stores of 6 or
+  # 14 are not a whole vector; of 12, 2 x 6, it grouped pairs of phases: 24 ms against 3.4 for 2 x 3)
+  odd = [d for d in range(PHASE_TILE_VECTORS // phase, 2, -1) if row % d == 0 and d % 2]
+  if odd:
+    vectors = min(max(PHASE_TILE_VECTORS // (phase * odd[0]), 1), 2)
+    _try_tile(k, Opt(OptOps.UPCAST, inner - 1, odd[0]))
+    if not _try_tile(k, Opt(OptOps.UPCAST, axis, lanes * vectors)): _try_tile(k, Opt(OptOps.UPCAST, axis, lanes))
+    return k.applied_opts
+  # else the row's lanes are the vectors (phase x positions contiguous outputs), a few channels each a broadcast
+  # weight: 32x32 input, one thread: 2 x 16 x 8 5.6 ms, 2 x 8 x 16 (channel vectors) 15.0
+  positions = next((d for d in (lanes, lanes // 2, lanes // 4) if d >= 2 and row % d == 0), None)
+  if positions is not None: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, positions))
+  _try_tile(k, Opt(OptOps.UPCAST, axis, max(PHASE_TILE_VECTORS // phase, 1)))
   return k.applied_opts
 
 def _stride(idx: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
