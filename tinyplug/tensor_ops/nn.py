@@ -503,6 +503,7 @@ def _subpixel_conv_transpose(x, weight, groups: int, s, d, p, op):
   nd, (bs, cin), cout_g = len(kernel), x.shape[:2], weight.shape[1]
   taps = [k // si for k, si in zip(kernel, s)]
   qs = [((n - 1) * si - 2 * pi + k) // si for n, si, pi, k in zip(spatial, s, p, kernel)]
+  if any(q <= 0 for q in qs): return None   # an empty output: the caller's general path says so
   # input row j of the padded copy is input row j + c0; the window q + a*r + t of it spans a*(s-1) + T rows
   spans = [a * (si - 1) + t for (_, a, _), si, t in zip(plan, s, taps)]
   xp = x.pad(((0, 0), (0, 0), *[(-c0, q + u - 1 - n + c0) for (c0, _, _), q, u, n in zip(plan, qs, spans, spatial)]))
