@@ -301,8 +301,8 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   # 1.69 / 1.61-1.67; the strided CNN's 32->64 26x26 (288) 4.0-4.3 / 4.1-4.5: kept at 4 x 16 x 2)
   long_row = gathers and math.prod(r.src[0].arg for r in reduces) >= LONG_GATHER_REDUCE
   if long_row:   # (room among the vector registers for the accumulators, the weight vector and a broadcast)
-    most = min(GATHER_ROW_POSITIONS, (k.renderer.vector_registers or 18) - 2) if k.renderer is not None else GATHER_ROW_POSITIONS
-    amt = max(d for d in range(1, most + 1) if sizes[inner] % d == 0)
+    regs = (k.renderer.vector_registers if k.renderer is not None else None) or GATHER_ROW_POSITIONS + 2
+    amt = max(d for d in range(1, min(GATHER_ROW_POSITIONS, regs - 2) + 1) if sizes[inner] % d == 0)
   k = k.copy()
   deps, reuse, red = _load_ranges(k), _reuse(k), set(reduces)
   _try_tile(k, Opt(OptOps.UPCAST, inner, amt))

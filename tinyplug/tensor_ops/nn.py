@@ -508,14 +508,15 @@ def _subpixel_conv_transpose(x, weight, groups: int, s, d, p, op):
   spans = [a * (si - 1) + t for (_, a, _), si, t in zip(plan, s, taps)]
   xp = x.pad(((0, 0), (0, 0), *[(-c0, q + u - 1 - n + c0) for (c0, _, _), q, u, n in zip(plan, qs, spans, spatial)]))
   # every padded element is read by prod(k) windows: padded once, no bounds check per read
-  xw = xp.contiguous()._pool(spans)._pool(taps)                                                  # (bs, cin, q.., r.., t..)
-  xw = xw.expand(bs, cin, *qs, *s, *taps)                                          # a == 0: the phases share a window
+  xw = xp.contiguous()._pool(spans)._pool(taps)          # (bs, cin, q.., r.., t..); r is 1 long where a == 0 ...
+  xw = xw.expand(bs, cin, *qs, *s, *taps)                # ... and its phases share one window
   xw = xw.reshape(bs, groups, 1, cin // groups, *qs, *s, *taps)
   xw = xw.permute(0, 1, 2, *[v for j in range(nd) for v in (4 + j, 4 + nd + j)], 3, *range(4 + 2 * nd, 4 + 3 * nd))
   # the kernel tap k-1-(s*t + j): flipped, split into (T, s), j turned round where it counts s-1-r
-  w = weight.flip(tuple(range(2, 2 + nd))).reshape(groups, cin // groups, cout_g, *[v for t, si in zip(taps, s) for v in (t, si)])
+  w = weight.flip(tuple(range(2, 2 + nd)))
+  w = w.reshape(groups, cin // groups, cout_g, *[v for t, si in zip(taps, s) for v in (t, si)])
   w = w.flip(tuple(4 + 2 * j for j, (_, _, f) in enumerate(plan) if f)) if any(f for _, _, f in plan) else w
-  w = w.permute(0, 2, *[4 + 2 * j for j in range(nd)], 1, *[3 + 2 * j for j in range(nd)])   # (g, cout_g, r.., cin_g, t..)
+  w = w.permute(0, 2, *[4 + 2 * j for j in range(nd)], 1, *[3 + 2 * j for j in range(nd)])   # (g, cout_g, r.., cin, t..)
   # the output channels innermost (the tile's vectors run along them): one copy of weight size
   w = w.permute(0, *range(2, w.ndim), 1).contiguous().permute(0, w.ndim - 1, *range(1, w.ndim - 1))
   w = w.reshape(1, groups, cout_g, *[v for si in s for v in (1, si)], cin // groups, *taps)
