@@ -137,3 +137,40 @@ def test_repeated_lookups_reuse_their_graph():
   outs = [t[i] for _ in range(3)]
   assert any(key[0].__name__ == "_pick_by_tensors" for key, _ in template._templates.items())
   for o in outs: np.testing.assert_array_equal(o.numpy(), t.numpy()[:5])
+
+# ---- the gradient: a one-hot match per row and index, added under a branch ----
+
+def _grad_kernel(rows: int, width: int, idx_shape: tuple[int, ...]) -> Kernel:
+  schedule._templates.clear()
+  t = Tensor.empty(rows, width, requires_grad=True)
+  (t[Tensor.empty(*idx_shape, dtype="int32")] * Tensor.empty(*idx_shape, width)).sum().backward()
+  ast = [it.ast for it in create_schedule([t.grad.uop])[0] if it.ast.op is Ops.SINK][-1]
+  return Kernel(ast, Device["CPU"].renderer)
+
+@pytest.mark.parametrize("width,want", [(512, 256), (128, 128), (37, 37), (1000, 250)])
+def test_the_gradient_upcasts_its_row_and_tests_each_match_once(vector_machine, width, want):
+  # the match test does not depend on the columns: as many of them as the kernel allows share each test, and no
+  # other output row is upcast (it would test again)
+  vector_machine(64, 32)
+  assert heuristic_opts(_grad_kernel(5000, width, (300,))) == [Opt(OptOps.UPCAST, 1, want)]
+  assert heuristic_opts(_grad_kernel(1000, width, (8, 33))) == [Opt(OptOps.UPCAST, 1, want)]
+
+def test_the_gradient_adds_under_a_branch(vector_machine):
+  from tinyplug.codegen.linearize import sparse_gate
+  r = vector_machine(64, 32)
+  k = _grad_kernel(5000, 512, (300,))
+  red = next(u for u in k.sink.toposort() if u.op is Ops.REDUCE)
+  assert sparse_gate(red) is not None
+  src = get_program(k.sink, r, opts=heuristic_opts(k)).src
+  # one compare of the loaded index per step, a branch on it, the row's vectors added inside: no select left
+  assert src.count("icmp eq i32") == 1 and "label %if" in src, src
+  assert not any("select" in line and "x float>" in line for line in src.splitlines()), src
+
+def test_other_masks_keep_their_select():
+  from tinyplug.codegen.linearize import sparse_gate
+  x, idx = Tensor.empty(64, 256), Tensor.empty(64, 256, dtype="int32")
+  # a float compare, and an equality of loaded values with a constant (dense, unpredictable): no branch
+  for t in ((x > 0).where(x, 0).sum(1), (idx == 3).where(x, 0).sum(0)):
+    ast = [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK][-1]
+    reds = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+    assert reds and all(sparse_gate(r) is None for r in reds)

@@ -130,16 +130,30 @@ class _Linearizer:
       if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL: self.need(u)
     self.accumulate_in_wmmas([(ws, [slot_of[x] for x in targets]) for ws, targets in chains])
     rest = [(x, slot) for x, slot in zip(group, slots) if x not in in_chains]
-    values = [self.need(x.src[0]) for x, _ in rest]
-    for (x, slot), v in zip(rest, values):
-      current = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "in")))
-      self.emit(updated := UOp(x.arg, x.dtype, (current, v)))
-      self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
+    gated: dict[UOp, list[tuple[UOp, UOp, UOp]]] = {}
+    plain = []
+    for x, slot in rest:
+      if (g := sparse_gate(x)) is not None: gated.setdefault(g[0], []).append((x, slot, g[1]))
+      else: plain.append((x, slot))
+    for (x, slot), v in zip(plain, [self.need(x.src[0]) for x, _ in plain]): self.accumulate(x, slot, v)
+    for cond, updates in gated.items():
+      # a one-hot match (`x[idx]`'s gradient: idx[i] == row) adds its row only where it holds: one scalar compare
+      # per step instead of a select and an add per element (rows x indices x width of work, not rows x indices)
+      self.emit(branch := UOp(Ops.IF, dtypes.void, (self.need(cond),)))
+      before = set(self.done)
+      for x, slot, v in updates: self.accumulate(x, slot, self.need(v))
+      self.emit(UOp(Ops.ENDIF, dtypes.void, (branch,)))
+      for u in set(self.done) - before: del self.done[u]   # computed under the branch: not there after it
     for e in effects: self.need(e)
     for r in reversed(ranges): self.close_loop(r)
     for x, slot in zip(group, slots):
       self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
     return self.done[red]
+
+  def accumulate(self, x: UOp, slot: UOp, v: UOp) -> None:
+    current = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "in")))
+    self.emit(updated := UOp(x.arg, x.dtype, (current, v)))
+    self.emit(UOp(Ops.STORE, dtypes.void, (slot, updated)))
 
   def accumulate_in_wmmas(self, chains: list[tuple[list[UOp], list[UOp]]]) -> None:
     """Per chain (its WMMAs, the accumulator slots of D's elements): the accumulators are the first WMMA's C, each
@@ -167,6 +181,33 @@ class _Linearizer:
     for s in self.sink.src: self.need(s)
     for r in reversed(loops): self.close_loop(r)
     return self.out
+
+def _scalar_bool(c: UOp) -> UOp | None:
+  """c as one bool: c itself, or the element a vector of c repeats."""
+  if c.dtype.count == 1: return c
+  if c.op is Ops.VECTORIZE and all(s is c.src[0] for s in c.src) and c.src[0].dtype.count == 1: return c.src[0]
+  return None
+
+def sparse_gate(red: UOp) -> tuple[UOp, UOp] | None:
+  """(cond, value) for a sum of `cond ? value : 0` whose cond is one bool for all its lanes and matches a value read
+  from memory against an output position (a one-hot match, as x[idx]'s gradient builds: idx[i] == row): the
+  accumulator is updated only where it holds, once per output row at most per index. None otherwise (other masks
+  keep their select: a branch per step that could not be predicted costs more)."""
+  if red.arg is not Ops.ADD or (w := red.src[0]).op is not Ops.WHERE: return None
+  zero = w.src[2]
+  if not ((zero.op is Ops.CONST and zero.arg == 0) or (zero.op is Ops.VECTORIZE and all(
+      z.op is Ops.CONST and z.arg == 0 for z in zero.src))): return None
+  if (cond := _scalar_bool(w.src[0])) is None: return None
+  return (cond, w.src[1]) if any(_one_hot_match(u) for u in cond.toposort() if u.op is Ops.CMPEQ) else None
+
+def _one_hot_match(eq: UOp) -> bool:
+  """eq compares a value read from memory with an output position (a loop's index, no memory read on that side)."""
+  def reads(u: UOp) -> bool: return any(x.op is Ops.LOAD for x in u.toposort())
+  def position(u: UOp) -> bool:
+    return not reads(u) and any(x.op is Ops.RANGE and isinstance(x.arg, tuple) and x.arg[-1] != "reduce"
+                                for x in u.toposort())
+  a, b = eq.src
+  return (reads(a) and position(b)) or (reads(b) and position(a))
 
 def _wmma_terms(u: UOp, effects: list[UOp]) -> list[UOp] | None:
   """The terms of a sum of WMMA elements (GEPs of WMMAs, added in any tree), or None when another term is in it. An

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.dtype import dtypes
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+from tinyplug.codegen.linearize import sparse_gate
 from tinyplug.passes.heuristic_plugin import EXPAND_BUDGET
 
 def make_pass() -> Callable[[UOp, Any], UOp]:
@@ -714,6 +715,25 @@ def _phase_opts(k: Kernel) -> bool:
   _try(k, Opt(OptOps.UPCAST, inner, lanes))
   return True
 
+# the most lanes a one-hot row upcasts: the kernel's limit (its accumulators may spill: only the rare matches touch them)
+ONE_HOT_ROW_LANES = 256
+
+def _one_hot_row_opts(k: Kernel) -> list[Opt] | None:
+  """A sum of one-hot matches (`x[idx]`'s gradient: for each output row, the rows of g whose index is it) runs a
+  branch per match test (linearize's `sparse_gate`), and the test does not depend on the columns: the whole row is
+  upcast, up to ONE_HOT_ROW_LANES, so each test runs once per row, index and 256 columns, not per 64-wide tile
+  (4096 indices into 50000x512: 1.6G tests at the matmul-style 64x4 tile, 410M so). Nothing else is upcast: another
+  output row would test again."""
+  if not k.loop_axes or not k.reduce_axes: return None
+  reds = [u for u in k.sink.toposort() if u.op is Ops.REDUCE]
+  if len(reds) != 1 or (gate := sparse_gate(reds[0])) is None: return None
+  inner = k.loop_axes[-1]
+  if inner in gate[0].toposort() or inner not in gate[1].toposort(): return None
+  row = inner.src[0].arg
+  amt = next((a for a in range(min(row, ONE_HOT_ROW_LANES), 1, -1) if row % a == 0), None)
+  if amt is None or not _try(k, Opt(OptOps.UPCAST, len(k.loop_axes) - 1, amt)): return None
+  return k.applied_opts
+
 def _is_row_kernel(k: Kernel) -> bool:
   """A reduction whose value does not depend on the innermost output loop (the scheduler's row kernels: softmax's
   max and sum, computed once per row and used by every output of it). A register tile or a loop split would put
@@ -871,6 +891,7 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   if gpu and k.renderer.parallel_work_items and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
   if not gpu and _is_row_kernel(k): return _row_opts(k)
   cpu = k.renderer is not None and k.renderer.runs_loops
+  if cpu and not gpu and (one_hot := _one_hot_row_opts(k)) is not None: return one_hot
   # `x @ W.T` (both inputs along the reduction) before the small-window tile, which would take a 10-output layer's
   # forward as a convolution's odd row (64x10x9216, one thread: 204 us as a 10x4 tile of gathers, 164 us so)
   if cpu and not gpu and len(loops) >= 2 and reduces and _contiguous_reduce(k) and _reduce_vector(k) is not None:
