@@ -296,6 +296,7 @@ class NNMixin:
     softplus_neg = (1 + self.abs().neg().exp()).log() + (-self).maximum(0)     # log(1 + e^-x), stable
     if pos_weight is None: return _reduce_loss((1 - y) * self + softplus_neg, reduction)
     return _reduce_loss((1 - y) * self + (1 + (pos_weight - 1) * y) * softplus_neg, reduction)
+  @graph_template   # every classifier's loss: ~40 Tensor ops a call otherwise
   def sparse_categorical_crossentropy(self, y, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean"):
     log_probs = self.log_softmax()
