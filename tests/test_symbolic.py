@@ -279,3 +279,22 @@ def test_deep_chain_simplifies():
   x = a
   for _ in range(20000): x = x + 1
   assert simp(x).render() == "(a+20000)"
+
+class TestDivisionOfRemainder:
+  def test_a_channel_from_a_flattened_group_view(self):
+    # GroupNorm's (8, 8, 25088) statistics read back in (8, 64, 56, 56): the channel within a group is c % 8
+    c, h, w = UOp.variable("c", 0, 63), UOp.variable("h", 0, 55), UOp.variable("w", 0, 55)
+    flat = c * 3136 + h * 56 + w
+    assert simp((flat % 25088) // 3136) is simp(c % 8)
+    assert simp((c // 8) * 8 + (flat % 25088) // 3136) is c
+
+  @pytest.mark.parametrize("m,d", [(12, 4), (12, 3), (12, 12), (30, 6)])
+  def test_values_where_d_divides_m(self, m, d):
+    x = UOp.variable("x", 0, 100)
+    got = simp((x % m) // d)
+    assert all(evaluate(got, {"x": v}) == (v % m) // d for v in range(101))
+
+  def test_negative_values_keep_c_semantics(self):
+    x = UOp.variable("x", -20, 20)
+    got = simp((x % 12) // 4)
+    assert all(evaluate(got, {"x": v}) == int(math.fmod(v, 12) / 4) for v in range(-20, 21))

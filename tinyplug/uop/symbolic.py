@@ -194,6 +194,12 @@ def fold_div_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
 def fold_mod_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
   return x % c2 if c1.arg > 0 and c2.arg > 0 and c1.arg % c2.arg == 0 else None
 
+def div_of_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+  """(x % m) // d is (x // d) % (m // d) where d divides m and x >= 0: the quotient then simplifies on its own (a
+  channel recovered from a flattened group view, ((c*3136 + p) % 25088) // 3136 with p < 3136, is c % 8)."""
+  return (x // c2) % x.const_like(c1.arg // c2.arg) if c1.arg > 0 and c2.arg > 0 and c1.arg % c2.arg == 0 and \
+    x.vmin >= 0 else None
+
 def recombine_div_mod(x: UOp, c: UOp, c2: UOp) -> UOp | None:
   """(x//c)*c + x%c is x, for either sign of x."""
   return x if c.arg == c2.arg and c.arg != 0 else None
@@ -333,6 +339,7 @@ symbolic = PatternMatcher([
   (UPat(Ops.NEG, INTS, (x_var * c_scalar,)), neg_mul_const),
   # division and modulo (C semantics; see the module docstring)
   (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(x_var, c1_scalar)), c2_scalar)), fold_div_div),
+  (UPat(Ops.IDIV, INTS, (UPat(Ops.MOD, src=(x_var, c1_scalar)), c2_scalar)), div_of_mod),
   (UPat(Ops.IDIV, INTS, (x_var, c_scalar), name="d"), fold_div_of_sum),
   (UPat(Ops.MOD, src=(x_var, c_scalar)), mod_in_range),
   (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(x_var, c1_scalar)), c2_scalar)), fold_mod_mod),
