@@ -308,7 +308,9 @@ class ElementwiseMixin:
     # 2*sigmoid(2x)-1 cancels to nothing near 0 (tanh(1e-8) gave 0): there, its odd series to x^11 is exact to
     # float precision (the next term is below 1e-10 for |x| < 0.25)
     x = self._floats()
-    far = 2.0 * (2.0 * x).sigmoid() - 1.0
+    # tanh is +-1.0f beyond |x| = 10; clamped there, exp2 never overflows (libmvec's vector exp2 takes a scalar slow
+    # path for each overflowing lane: a 256x768x3072 matmul's gelu epilogue on unscaled activations, 11 -> 21 ms)
+    far = 2.0 * (2.0 * x.maximum(-10.0).minimum(10.0)).sigmoid() - 1.0
     small = x.abs() < 0.25
     xs = small.where(x, 0.0)   # the series only ever sees small x: x^11 of a large x would make the gradient NaN
     x2 = xs * xs
