@@ -81,6 +81,8 @@ def has_data_gather(v: UOp) -> bool:
   return has_gather(v) or any(u.op is Ops.VECTORIZE and len(set(u.src)) > 1 and
                               any(x.op is Ops.LOAD for s in u.src for x in s.toposort()) for u in v.toposort())
 
+LANEWISE_DECOMPOSED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
+
 class Vectorizer:
   def __init__(self, renderer):
     self.widths = vector_widths(renderer)
@@ -94,8 +96,10 @@ class Vectorizer:
     return dt.count == 1 and not isinstance(dt, PtrDType) and n in self.widths.get(dt, ())
 
   def native_op(self, op: Ops) -> bool:
-    """May lanes of `op` become one vector op?"""
-    return self.vector_alu and (self.native is None or op in self.native or op in (Ops.CAST, Ops.BITCAST))
+    """May lanes of `op` become one vector op? A transcendental the renderer lacks may: the core's polynomial for it
+    (codegen/decompositions.py, after this stage) is lane-wise math, so a vector of it decomposes into vector ops."""
+    return self.vector_alu and (self.native is None or op in self.native or op in (Ops.CAST, Ops.BITCAST) or
+                                op in LANEWISE_DECOMPOSED)
 
   # ---- a vector whose lane k is lanes[k] ----
   def vec(self, lanes: tuple[UOp, ...]) -> UOp:
