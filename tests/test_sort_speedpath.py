@@ -1,13 +1,21 @@
-"""sort / argsort / topk (issue 20): the bitonic steps read each partner as a flip of a reshape (no cat, no gated
-loads), the sorted axis goes first when there are rows enough to fill vectors, and a small-k topk is k selection
-passes instead of a whole sort. Values and indices against torch's stable sort (ties by index, NaN last ascending
-and first descending), every layout and path, gradients, and the structure from the schedule."""
+"""sort / argsort / topk (issue 20): the bitonic network runs several steps per kernel on groups of lanes (plain
+loads, the lanes upcast by the heuristic), the sorted axis goes first when there are rows enough to fill vectors, and
+topk merges sorted runs into the better half instead of sorting everything. Values and indices against torch's
+stable sort (ties by index, NaN last ascending and first descending), every layout and path, gradients, and the
+structure from the schedule."""
 from __future__ import annotations
+import math
 import numpy as np
 import pytest
 import torch
+from tinyplug.codegen import get_program
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes import heuristic
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops import bitonic
+from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
 RNG = np.random.default_rng(20)
@@ -108,27 +116,84 @@ def test_sort_and_topk_gradients_match_torch(shape, dim):
   (tx.topk(k, dim=dim, largest=False)[0] * torch.from_numpy(wk)).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
 
-# ---- structure: what the kernels read, how many there are ----
+@pytest.mark.parametrize("shape,dim", [((40, 1000), 1), ((3, 1023), 1), ((1000, 20), 0)])
+@pytest.mark.parametrize("k", [5, 17, 100])
+def test_topk_merges_of_runs_match_torch(shape, dim, k):
+  """k not a power of two, runs of 8, 32 and 128 merged level by level (128: two kernels a level, the first one
+  mirroring the elements under its lanes), rows first and last."""
+  a = _data(shape, np.float32)
+  for largest in (True, False):
+    v, i = Tensor(a).topk(k, dim, largest)
+    want_v, want_i = _torch_sorted(a, dim, largest)
+    _same(v, np.take(want_v, range(k), axis=dim))
+    np.testing.assert_array_equal(i.numpy(), np.take(want_i, range(k), axis=dim).astype(np.int32))
+
+def test_sort_long_rows_and_int_extremes():
+  """4096-long rows (merges of three kernels each, the top one's lanes 512 apart) and int32 keys at both ends."""
+  a = _data((16, 4096), np.float32)
+  v, i = Tensor(a).sort(-1, descending=True)
+  want_v, want_i = _torch_sorted(a, -1, True)
+  _same(v, want_v)
+  np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
+  b = RNG.integers(-2**31, 2**31, (20, 300), dtype=np.int64).astype(np.int32)
+  b[:, :4] = [-2**31, 2**31 - 1, -2**31, 2**31 - 1]
+  for desc in (False, True):
+    v, i = Tensor(b).sort(-1, desc)
+    want_v, want_i = _torch_sorted(b, -1, desc)
+    _same(v, want_v)
+    np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
+
+# ---- structure: what the kernels read, how many there are, what the heuristic makes of them ----
 def _asts(t: Tensor) -> list[UOp]:
   return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
 
-@pytest.mark.parametrize("shape", [(4, 64), (64, 64)])   # rows last and rows first
-def test_sort_steps_read_partners_without_gated_loads(shape):
-  """Each step kernel loads its own element and its partner (keys or indices: at most 4 loads), and no load is
-  gated: the old steps built each output as a cat of two halves, 8 gated loads per element. (argsort: the sorted
-  values are one gather of the indices at the end, a gated load by nature.)"""
-  asts = _asts(Tensor(RNG.random(shape, dtype=np.float32)).realize().sort(-1)[1])
-  steps = 6 * 7 // 2
-  assert len(asts) >= 2 * steps - 2   # two kernels a step (the first index kernel may fold into its arange)
-  for ast in asts:
-    loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
-    assert len(loads) <= 4
-    assert all(len(u.src) == 2 for u in ast.toposort() if u.op is Ops.INDEX)   # buffer and index: no gate
+def _network(asts: list[UOp]) -> list[UOp]:
+  """The network's kernels: the ones that store int64 keys."""
+  return [a for a in asts if a.src[0].src[0].dtype.base == dtypes.int64]
 
-def test_small_k_topk_is_selection_passes_not_a_sort():
-  """topk(16) of 1024 x 1024: a key kernel, a max and a first-index reduce per pick, and the gather (35 kernels);
-  through a whole sort it was two kernels for each of the 55 network steps."""
-  x = Tensor(RNG.random((1024, 1024), dtype=np.float32)).realize()
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64)])   # rows last and rows first
+def test_sort_runs_several_network_steps_per_kernel(shape):
+  """64 elements: the 21 steps of the network in 5 kernels (the first 10 steps in one, then each merge in two), not
+  42 (a kernel a step for the keys and one for the indices). Each reads its lanes with plain loads (no gate, at
+  most two per lane: the mirror reads a lane flipped too), and the heuristic upcasts its lanes (`_lane_select`)."""
+  assert bitonic.LANE_BITS == 4   # the counts below are for 16-lane kernels
+  asts = _asts(Tensor(RNG.random(shape, dtype=np.float32)).realize().sort(-1)[1])
+  net = _network(asts)
+  assert len(net) == 5 and len(asts) <= 8
+  renderer = Device["CPU"].renderer
+  for ast in net:
+    loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
+    assert len(loads) <= 32
+    assert all(len(u.src) == 2 for u in ast.toposort() if u.op is Ops.INDEX)   # buffer and index: no gate
+    k = Kernel(ast, renderer)
+    axis, q, m = heuristic._lane_select(k)
+    assert m in (4, 8, 16)
+    assert Opt(OptOps.UPCAST, axis, m) in heuristic.heuristic_opts(k)
+
+def test_sort_kernels_stay_small():
+  """Codegen cost grows with a kernel's size: the 16-lane kernels of a 1024-long sort stay a few hundred UOps once
+  lowered (the lanes share the network; the rows stay a loop for LLVM's vectorizer)."""
+  x = Tensor.empty(64, 1024)
+  renderer = Device["CPU"].renderer
+  for ast in _network(_asts(x.sort(-1)[1])):
+    spec = get_program(ast, renderer, opts=heuristic.heuristic_opts(Kernel(ast, renderer)))
+    assert len(spec.uops) < 1000
+
+def test_topk_halves_the_axis_a_kernel_at_a_time():
+  """topk(16) of 1024 x 1024: runs of 16 sorted in one kernel, then six merges of two runs into the better one, each
+  kernel half the size of the last, no sort and no selection passes."""
+  x = Tensor.empty(1024, 1024)
   asts = _asts(x.topk(16)[0])
-  assert len(asts) <= 2 * 16 + 4
-  assert sum(1 for ast in asts if any(u.op is Ops.REDUCE for u in ast.toposort())) >= 2 * 16
+  net = _network(asts)
+  assert len(net) == 7 and len(asts) <= 10
+  stored = [math.prod(r.src[0].arg for r in Kernel(ast, Device["CPU"].renderer).loop_axes) for ast in net]
+  assert stored == [1024 * 1024 >> i for i in range(7)]
+
+def test_lane_select_is_not_a_cat_or_a_pad():
+  """The lane rule keeps off kernels whose gates are a cat's, a stack's or a pad's (their opts are not its)."""
+  a, b, c, d = (Tensor.empty(64, 256) for _ in range(4))
+  renderer = Device["CPU"].renderer
+  for out in (a.cat(b, c, d, dim=1), a.stack(b, c, d), a.pad((1, 1, 1, 1)).contiguous(),
+              Tensor.empty(8, 16, 30, 30).pad((1, 1, 1, 1)) * 2):
+    for ast in _asts(out):
+      assert heuristic._lane_select(Kernel(ast, renderer)) is None

@@ -3,15 +3,10 @@ running extrema cummax / cummin with the index where each was reached."""
 from __future__ import annotations
 import math
 from tinyplug.uop.dtype import dtypes
-from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops import bitonic, graph
+from tinyplug.tensor_ops.template import graph_template
 
 _LANES = 16   # rows enough to fill a vector: sort with the sorted axis first
-
-def _select_limit(n: int) -> int:
-  """The largest k that topk finds by k selection passes (two reduce kernels each) rather than by a sort: up to the
-  sorting network's step count (two elementwise kernels each, every one costlier than a reduce pass)."""
-  b = (n - 1).bit_length()
-  return max(1, b * (b + 1) // 2)
 
 class SortingMixin:
   __slots__ = ()
@@ -29,9 +24,10 @@ class SortingMixin:
 
   def sort(self, dim: int = -1, descending: bool = False):
     """(values, int32 indices) along `dim`, stable (equal values keep their order); NaN sorts last (first when
-    descending), as in torch. A bitonic network: log2(n)*(log2(n)+1)/2 compare-exchange steps over the whole axis,
-    each one elementwise kernel for the values and one for the indices. With many rows the sorted axis goes first
-    and the rows last, so a step compares whole vectors of rows, lane by lane, instead of shuffling within a row."""
+    descending), as in torch. A bitonic network (tensor_ops/bitonic.py) over int64 keys that pack each element's
+    32-bit order key with its index, a few steps per kernel; the values are gathered at the end, bit for bit. With
+    many rows the sorted axis goes first and the rows last, so the kernels compare whole vectors of rows, lane by
+    lane. 64-bit values run a network of their own (two kernels a step: the values and the indices)."""
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     if self.requires_grad:   # the network on plain values, then a gather: its gradient is one scatter, not 2^steps
       indices = self.detach().sort(dim, descending)[1]
@@ -42,29 +38,47 @@ class SortingMixin:
     if n <= 1:
       return self, T.arange(n, device=self.device, dtype=dtypes.int32).reshape(
         tuple(n if i == ax else 1 for i in range(self.ndim))).expand(self.shape)
+    if self.dtype.itemsize > 4: return self._sort_wide(ax, descending)
+    indices = self._network_order(ax, descending)
+    return self._gather_exact(ax, indices), indices
+
+  @graph_template   # ~2,000 nodes for 1024-long rows: rebuilt one node each (no Tensor methods), or not at all
+  def _network_order(self, ax: int, largest_first: bool, k: int | None = None):
+    """The int32 indices of the elements along `ax` in order (the largest first or the smallest first; equal values
+    by index, NaN as the largest): all of them, or the first k (a topk: runs of k merged into the smaller half)."""
+    n = self.shape[ax]
     first = math.prod(self.shape) // n >= _LANES    # the sorted axis first (rows as vector lanes) or last
     at = 0 if first else self.ndim - 1
-    # up to 32 bits: the network sorts int32 order keys (one integer compare a step, not NaN tests), and the values
-    # are gathered at the end, bit for bit (-0.0 and NaN payloads too)
-    keyed = self.dtype.itemsize <= 4
-    x = (self._order_key(largest=not descending) if keyed else self).transpose(ax, at)
+    T = type(self)
     size = 1 << (n - 1).bit_length()
-    pre, post = x.shape[:at], x.shape[at + 1:]
-    line = lambda m: (m,) + (1,) * len(post)    # a length-m vector along the sorted axis, broadcast over the rest
-    ix = T.arange(size, device=self.device, dtype=dtypes.int32).reshape(line(size)).expand(pre + (size,) + post)
-    desc = descending and not keyed   # keys sort ascending
-    if size != n:   # pad with values that sort after everything (ties go by index, and theirs are past n)
-      fill = (math.nan if not desc else -math.inf) if dtypes.is_float(x.dtype) else \
-        (dtypes.max(x.dtype) if not desc else dtypes.min(x.dtype))
-      x = x.pad(((0, 0),) * len(pre) + ((0, size - n),) + ((0, 0),) * len(post), value=fill)
-    steps = [(half * 2, half * 2 == block) for block in (1 << b for b in range(1, size.bit_length()))
-             for half in (block >> s for s in range(1, block.bit_length()))]
-    for span, flip in steps: x, ix = self._exchange(x, ix, pre, post, span, flip, desc)
-    if size != n:
-      cut = tuple((0, s) for s in pre) + ((0, n),) + tuple((0, s) for s in post)
-      x, ix = x.shrink(cut), ix.shrink(cut)
-    ix = ix.transpose(ax, at)
-    return (self._gather_exact(ax, ix) if keyed else x.transpose(ax, at)), ix
+    # the values are transposed as they are (a plain copy, the fewest bytes); the first network kernel works out the
+    # ranks and packs the keys (1024x1024 float32, one thread: 0.65 ms for the copy, 1.1 ms with the ranks in it)
+    moved = self.detach().transpose(ax, at)
+    rank = (moved.contiguous() if at != ax else moved)._order_rank(largest_first)
+    line = (n,) + (1,) * (self.ndim - 1 - at)
+    index = T.arange(n, device=self.device, dtype=dtypes.int64).reshape(line).expand(rank.shape)
+    keys = rank.cast(dtypes.int64).lshift(32) | index   # (rank, index) in one int64: every key distinct
+    if size != n:   # padded past every real key
+      keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)), value=dtypes.max(dtypes.int64))
+    if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1))
+    else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length()))
+    m = n if k is None else k
+    ordered = ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(ordered.shape)))
+    indices = (ordered & 0xFFFFFFFF).cast(dtypes.int32).transpose(ax, at)
+    return indices.contiguous() if at != ax else indices   # the gather then reads it along its rows
+
+  def _order_rank(self, largest_first: bool):
+    """An int32 per element, smaller first in the wanted order: a float's bits folded so they compare as signed ints
+    (every NaN one value above +inf, -0 as +0), an int as itself; inverted when the largest go first."""
+    x = self.detach()
+    if dtypes.is_float(x.dtype):
+      f = x.cast(dtypes.float32)
+      f = f.isnan().where(math.nan, (f == 0).where(0.0, f))
+      bits = f.bitcast(dtypes.int32)
+      key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    elif x.dtype == dtypes.uint32: key = x.bitcast(dtypes.int32) ^ -(1 << 31)
+    else: key = x.cast(dtypes.int32)
+    return ~key if largest_first else key
 
   def _gather_exact(self, ax: int, indices):
     """self.gather(ax, indices), bit for bit: 16-bit floats go through float32, whose gather is one load (theirs
@@ -73,12 +87,34 @@ class SortingMixin:
       return self.cast(dtypes.float32).gather(ax, indices).cast(self.dtype)
     return self.gather(ax, indices)
 
+  def _sort_wide(self, ax: int, descending: bool):
+    """sort() of 64-bit values (no room in the int64 key for an index): the network one step a kernel on values and
+    indices, the partner read as a flip of a reshape."""
+    n = self.shape[ax]
+    first = math.prod(self.shape) // n >= _LANES
+    at = 0 if first else self.ndim - 1
+    T = type(self)
+    x = self.transpose(ax, at)
+    size = 1 << (n - 1).bit_length()
+    pre, post = x.shape[:at], x.shape[at + 1:]
+    line = (size,) + (1,) * len(post)
+    ix = T.arange(size, device=self.device, dtype=dtypes.int32).reshape(line).expand(pre + (size,) + post)
+    if size != n:   # pad with values that sort after everything (ties go by index, and theirs are past n)
+      fill = (math.nan if not descending else -math.inf) if dtypes.is_float(x.dtype) else \
+        (dtypes.max(x.dtype) if not descending else dtypes.min(x.dtype))
+      x = x.pad(((0, 0),) * len(pre) + ((0, size - n),) + ((0, 0),) * len(post), value=fill)
+    steps = [(half * 2, half * 2 == block) for block in (1 << b for b in range(1, size.bit_length()))
+             for half in (block >> s for s in range(1, block.bit_length()))]
+    for span, flip in steps: x, ix = self._exchange(x, ix, pre, post, span, flip, descending)
+    if size != n:
+      cut = tuple((0, s) for s in pre) + ((0, n),) + tuple((0, s) for s in post)
+      x, ix = x.shrink(cut), ix.shrink(cut)
+    return x.transpose(ax, at), ix.transpose(ax, at)
+
   def _exchange(self, x, ix, pre: tuple, post: tuple, span: int, flip: bool, descending: bool):
     """Compare-exchange each element with its partner in its group of `span` along the sorted axis (between `pre`
-    and `post`): the element span/2 away, or the mirror image in the group when flip. The partner is a flip of a
-    reshape, so every load stays an affine, contiguous index (no cat of halves, whose masked loads became gathers);
-    each element keeps the smaller (first half) or the larger (second half) of the pair. Keys are distinct (ties go
-    by index), so one comparison decides both sides."""
+    and `post`): the element span/2 away, or the mirror image in the group when flip. Each element keeps the smaller
+    (first half) or the larger (second half) of the pair; ties go by index, so one comparison decides both sides."""
     size = x.shape[len(pre)]
     group = (size // span, span) if flip else (size // span, 2, span // 2)
     shape, at = pre + group + post, len(pre) + 1
@@ -95,52 +131,19 @@ class SortingMixin:
 
   def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True):
     """(values, int32 indices) of the k largest (smallest) along `dim`, largest first (smallest first); equal values
-    by index, NaN largest, as sort orders them. A small k is k selection passes over the axis (each a max and a min
-    reduce) instead of a whole sort."""
+    by index, NaN largest, as sort orders them. Up to 32 bits, runs of k (a power of two up) are sorted and each two
+    neighbouring runs merged into the better half, halving the axis a kernel or two at a time."""
     ax = graph.normalize_axis(dim, self.ndim) if self.ndim else 0
     n = self.shape[ax] if self.ndim else 1
     if not 0 <= k <= n: raise ValueError(f"topk: k={k} is out of range for a dim of size {n}")
-    if self.ndim and 0 < k <= _select_limit(n) and self.dtype.itemsize <= 4:
-      return self._topk_select(k, ax, largest)
+    if self.ndim and 0 < k and 1 << (k - 1).bit_length() < n and self.dtype.itemsize <= 4:
+      indices = self.detach()._network_order(ax, largest, k)
+      values = self.gather(ax, indices) if self.requires_grad else self._gather_exact(ax, indices)
+      return values, indices
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     cut = tuple((0, k) if i == ax else (0, s) for i, s in enumerate(self.shape))
     return values.shrink(cut), indices.shrink(cut)
-
-  def _order_key(self, largest: bool):
-    """An int32 per element whose order is the topk order (larger key first): a float's bits folded so they compare
-    as signed ints (every NaN one value above +inf, -0 as +0), an int as itself; inverted when `largest` is False."""
-    x = self.detach()
-    if dtypes.is_float(x.dtype):
-      f = x.cast(dtypes.float32)
-      f = f.isnan().where(math.nan, (f == 0).where(0.0, f))
-      bits = f.bitcast(dtypes.int32)
-      key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    elif x.dtype == dtypes.uint32: key = x.bitcast(dtypes.int32) ^ -(1 << 31)
-    else: key = x.cast(dtypes.int32)
-    return (key if largest else ~key).contiguous()
-
-  def _topk_select(self, k: int, ax: int, largest: bool):
-    """k passes: the next pick is the largest key after the last pick (key below it, or equal with a larger index)
-    and, among equal keys, the smallest index; the values are then gathered. The keys lie with the selected axis
-    first, so each pass reduces across rows with whole-vector compares, lane by lane (one row a lane)."""
-    x = self.transpose(ax, -1)
-    n = x.shape[-1]
-    key = x.transpose(0, -1)._order_key(largest) if x.ndim > 1 else x._order_key(largest)   # [n, ..., rows]
-    ar = type(self).arange(n, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (x.ndim - 1))
-    picks, last = [], None
-    for _ in range(k):
-      avail = None if last is None else (key < last[0]) | (key.eq(last[0]) & (ar > last[1]))
-      best = (key if avail is None else avail.where(key, dtypes.min(dtypes.int32))).max(0, keepdim=True).contiguous()
-      hit = key.eq(best) if avail is None else avail & key.eq(best)
-      # the first hit, as a max (the min of ints is a max between two negations)
-      idx = (n - 1) - hit.where(n - 1 - ar, -1).max(0, keepdim=True).contiguous()
-      picks.append(idx)
-      last = (best, idx)
-    indices = picks[0].cat(*picks[1:], dim=0) if k > 1 else picks[0]                          # [k, ..., rows]
-    indices = indices.transpose(0, -1) if x.ndim > 1 else indices
-    values = x.gather(-1, indices) if self.requires_grad else x._gather_exact(x.ndim - 1, indices)
-    return values.transpose(ax, -1), indices.cast(dtypes.int32).transpose(ax, -1)
 
   # ---- running extrema with their index ----
   def _cum_extreme(self, axis: int, largest: bool):
