@@ -197,3 +197,19 @@ def test_lane_select_is_not_a_cat_or_a_pad():
               Tensor.empty(8, 16, 30, 30).pad((1, 1, 1, 1)) * 2):
     for ast in _asts(out):
       assert heuristic._lane_select(Kernel(ast, renderer)) is None
+
+def test_repeated_calls_through_the_graph_template():
+  """The network's indices are a graph template: the first call builds the graph, the second the template, later ones
+  rebuild it over their input (or run it from a plan when the indices are realized alone). Every call, new data."""
+  for i in range(4):
+    a = _data((20, 130), np.float32)
+    want_v, want_i = _torch_sorted(a, 1, i % 2 == 1)
+    v, ix = Tensor(a).sort(1, descending=i % 2 == 1)
+    if i % 2: np.testing.assert_array_equal(ix.numpy(), want_i.astype(np.int32))   # the indices realized alone
+    _same(v, want_v)
+    np.testing.assert_array_equal(ix.numpy(), want_i.astype(np.int32))
+    b = _data((30, 200), np.float32)
+    tv, ti = _torch_sorted(b, 0, True)
+    v, ix = Tensor(b).topk(6, 0)
+    np.testing.assert_array_equal(ix.numpy(), ti[:6].astype(np.int32))
+    _same(v, tv[:6])
