@@ -59,7 +59,8 @@ class SortingMixin:
     index = T.arange(n, device=self.device, dtype=dtypes.int64).reshape(line).expand(rank.shape)
     keys = rank.cast(dtypes.int64).lshift(32) | index   # (rank, index) in one int64: every key distinct
     if size != n:   # padded past every real key
-      keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)), value=dtypes.max(dtypes.int64))
+      keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)),
+                      value=dtypes.max(dtypes.int64))
     if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1))
     else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length()))
     m = n if k is None else k
