@@ -69,6 +69,7 @@ class ReduceMixin:
   def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
+  @graph_template   # the compare, countdown (an arange) and reduction: ~20 Tensor calls and a graph walk per call
   def argmax(self, axis: int | None = None, keepdim: bool = False):
     """Index of the first maximum (over the flattened tensor when axis is None), as int32."""
     if axis is None: return self.flatten().argmax(0)
@@ -83,6 +84,7 @@ class ReduceMixin:
     countdown = type(self).arange(n, 0, -1, device=self.device)
     countdown = countdown.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
+  @graph_template
   def argmin(self, axis: int | None = None, keepdim: bool = False): return self._inverse().argmax(axis, keepdim)
   def any(self, axis: Axis = None, keepdim: bool = False): return self.bool().max(axis, keepdim)
   def all(self, axis: Axis = None, keepdim: bool = False): return self.logical_not().any(axis, keepdim).logical_not()
@@ -125,7 +127,10 @@ class ReduceMixin:
     # a merged axis), then viewed whole
     out = out.contiguous().reshape(lead + (b * m,) + rest)
     return out.shrink(tuple((0, n) if i == ax else (0, s) for i, s in enumerate(out.shape))) if b * m > n else out
+  # templates: a blocked scan is ~40 Tensor calls (pads, reshapes, the triangles' aranges) and a graph walk per call
+  @graph_template
   def cumsum(self, axis: int = 0): return self._scan(axis, 0, "sum")
+  @graph_template
   def cumprod(self, axis: int = 0): return self._scan(axis, 1, "prod")
 
   # ---- softmax family ----
