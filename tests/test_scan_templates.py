@@ -1,0 +1,89 @@
+"""argmax, argmin, cumsum and cumprod as graph templates (their graph built once per signature and rebuilt over each
+call's inputs), and the heuristic's independent add chains for a scan's triangle along the row (SCAN_CHAINS). Values
+against numpy and torch on every call, so a template that baked an input's values or a wrong tile would show."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import Tensor, dtypes, schedule
+from tinyplug.codegen.kernel import Kernel, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import SCAN_CHAINS, heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor_ops import template
+from tinyplug.uop.ops import Ops
+
+RNG = np.random.default_rng(20)
+
+def _template_names() -> set:
+  return {key[0].__name__ for key, _ in template._templates.items()}
+
+@pytest.mark.parametrize("shape,axis", [((37, 300), 1), ((37, 300), 0), ((5, 3, 70), 2), ((1000,), 0)])
+def test_scans_over_a_template_match_numpy_on_every_call(shape, axis):
+  """The third call of a signature runs the template's rebuilt graph: new values each call, every result right."""
+  template._templates.clear()
+  for _ in range(4):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(Tensor(a).cumsum(axis).numpy(), np.cumsum(a.astype(np.float64), axis), rtol=1e-4,
+                               atol=1e-3)
+    b = RNG.uniform(0.9, 1.1, shape).astype(np.float32)
+    np.testing.assert_allclose(Tensor(b).cumprod(axis).numpy(), torch.tensor(b).cumprod(axis).numpy(), rtol=1e-4)
+  assert {"cumsum", "cumprod"} <= _template_names()
+
+def test_argmax_over_a_template_matches_numpy_with_nan_and_ties():
+  template._templates.clear()
+  for i in range(4):
+    a = RNG.integers(-3, 3, (64, 257)).astype(np.float32)   # ties: the first index wins
+    a[i, 100 + i], a[i, 200] = np.nan, np.nan                # a NaN row: the first NaN (another one each call)
+    a[10 + i, :] = -np.inf
+    for axis in (0, 1, -1):
+      np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), torch.tensor(a).argmax(axis).numpy())
+      np.testing.assert_array_equal(Tensor(a).argmin(axis).numpy(), torch.tensor(a).argmin(axis).numpy())
+    np.testing.assert_array_equal(Tensor(a).argmax(1, keepdim=True).numpy(), np.argmax(a, 1)[:, None])
+    np.testing.assert_array_equal(Tensor(a).argmax().numpy(), np.argmax(a))
+  assert {"argmax", "argmin"} <= _template_names()
+
+def test_argmax_template_keys_on_dtype():
+  """An int tensor of the same shape gets its own graph (no NaN test), and the right answer."""
+  for _ in range(3):
+    f = RNG.standard_normal((8, 33)).astype(np.float32)
+    i = RNG.integers(-5, 5, (8, 33)).astype(np.int32)
+    np.testing.assert_array_equal(Tensor(f).argmax(1).numpy(), np.argmax(f, 1))
+    np.testing.assert_array_equal(Tensor(i).argmax(1).numpy(), np.argmax(i, 1))
+    assert Tensor(i).argmax(1).dtype == dtypes.int32
+
+def test_cumsum_template_keeps_gradients():
+  for _ in range(3):
+    a = RNG.standard_normal((6, 100)).astype(np.float32)
+    x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    (x.cumsum(1) * Tensor(a)).sum().backward()
+    (t.cumsum(1) * torch.tensor(a)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+def _kernels(t: Tensor) -> list:
+  schedule._templates.clear()
+  return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
+
+def _loop_sizes(k: Kernel) -> list[int]: return [r.src[0].arg for r in k.loop_axes]
+
+def test_a_scan_triangle_along_the_row_runs_independent_chains():
+  """cumsum(1)'s block kernel (rows, blocks, outputs of a block; reduce over the block) and the totals' scan (rows,
+  blocks; reduce over the blocks): the row of outputs a vector, the next axis out upcast by a SCAN_CHAINS value, the
+  reduction not unrolled."""
+  renderer = Device["CPU"].renderer
+  asts = _kernels(Tensor.empty(1024, 1024, device="CPU").cumsum(1))
+  by_shape = {tuple(_loop_sizes(Kernel(a, renderer))): a for a in asts}
+  for loops in ((1024, 64, 16), (1024, 64)):
+    opts = heuristic_opts(Kernel(by_shape[loops], renderer))
+    inner = len(loops) - 1
+    assert any(o.op is OptOps.UPCAST and o.axis == inner for o in opts), opts
+    assert any(o.op is OptOps.UPCAST and o.axis == inner - 1 and o.arg in SCAN_CHAINS for o in opts), opts
+    assert not any(o.op is OptOps.UNROLL for o in opts), opts
+
+@pytest.mark.parametrize("shape", [(1024, 1024), (300, 64), (4, 4096), (24, 1000), (9, 129)])
+def test_scans_along_the_row_with_chains_match_numpy(shape):
+  a = RNG.standard_normal(shape).astype(np.float32)
+  np.testing.assert_allclose(Tensor(a).cumsum(1).numpy(), np.cumsum(a.astype(np.float64), 1), rtol=1e-4, atol=2e-3)
+  b = RNG.uniform(0.99, 1.01, shape).astype(np.float32)
+  np.testing.assert_allclose(Tensor(b).cumprod(1).numpy(), np.cumprod(b.astype(np.float64), 1), rtol=1e-3)
+  c = RNG.integers(-3, 4, shape).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(c).cumsum(1).numpy(), np.cumsum(c, 1))
