@@ -87,3 +87,49 @@ def test_scans_along_the_row_with_chains_match_numpy(shape):
   np.testing.assert_allclose(Tensor(b).cumprod(1).numpy(), np.cumprod(b.astype(np.float64), 1), rtol=1e-3)
   c = RNG.integers(-3, 4, shape).astype(np.int32)
   np.testing.assert_array_equal(Tensor(c).cumsum(1).numpy(), np.cumsum(c, 1))
+
+# ---- running extrema: a blocked max (min) scan and a max scan of the places it was reached ----
+@pytest.mark.parametrize("shape,axis", [((300, 200), 1), ((300, 200), 0), ((3, 70, 9), 1), ((5, 64), 1), ((1000,), 0),
+                                        ((2, 4097), -1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_cummax_cummin_against_torch(shape, axis, dtype):
+  a = np.round(RNG.standard_normal(shape) * 3).astype(dtype)   # ties: torch reports the last index reaching it
+  for name in ("cummax", "cummin"):
+    v, i = getattr(Tensor(a), name)(axis)
+    tv = getattr(torch, name)(torch.tensor(a), axis)
+    np.testing.assert_array_equal(v.numpy(), tv.values.numpy(), err_msg=name)
+    np.testing.assert_array_equal(i.numpy(), tv.indices.numpy(), err_msg=name)
+    assert i.dtype == dtypes.int32
+
+def test_cummax_cummin_with_nan_and_inf_against_torch():
+  """A NaN takes over the running extreme and each later NaN its index (the triangle gave -1 after a NaN)."""
+  a = RNG.standard_normal((6, 150)).astype(np.float32)
+  a[0, 3], a[0, 90] = np.nan, np.nan
+  a[1, 149] = np.nan
+  a[2, :] = -np.inf
+  a[3, 70] = np.inf
+  a[4, 0] = np.nan
+  for axis in (0, 1):
+    for name in ("cummax", "cummin"):
+      v, i = getattr(Tensor(a), name)(axis)
+      tv = getattr(torch, name)(torch.tensor(a), axis)
+      np.testing.assert_array_equal(v.numpy(), tv.values.numpy(), err_msg=f"{name} {axis}")
+      np.testing.assert_array_equal(i.numpy(), tv.indices.numpy(), err_msg=f"{name} {axis}")
+
+def test_cummax_is_blocked():
+  """A long running max is the blocked scan's kernels, no n x n triangle (a reduction as long as the axis)."""
+  v, i = Tensor.empty(64, 1024, device="CPU").cummax(1)
+  schedule._templates.clear()
+  items = create_schedule([v.uop, i.uop])[0]
+  longest = max(r.src[0].arg for it in items if it.ast.op is Ops.SINK
+                for r in it.ast.toposort() if r.op is Ops.RANGE)
+  assert longest < 1024
+
+def test_cummax_gradient_and_logcumsumexp_against_torch():
+  a = RNG.standard_normal((4, 90)).astype(np.float32)
+  x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  x.cummax(1)[0].sum().backward()
+  t.cummax(1)[0].sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy())
+  b = RNG.uniform(-50, 50, (3, 200)).astype(np.float32)
+  np.testing.assert_allclose(Tensor(b).logcumsumexp(1).numpy(), torch.logcumsumexp(torch.tensor(b), 1).numpy(), rtol=1e-5)

@@ -16,6 +16,9 @@ SCAN_DIRECT = 64
 # the block of a longer scan: a triangle of this many per output (one AVX-512 vector of float32 outputs, two AVX2)
 SCAN_BLOCK = 16
 
+# how a blocked scan adds the blocks before each block to the scan inside it
+_SCAN_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
+
 class ReduceMixin:
   __slots__ = ()
   def _axes(self, axis: Axis) -> tuple[int, ...]:
@@ -122,7 +125,7 @@ class ReduceMixin:
     # the scan of the blocks before each: the totals shifted one block on
     before = totals.pad(((0, 0),) * ax + ((1, -1),) + ((0, 0),) * len(rest), value=fill)._scan(ax, fill, reduce_name)
     inner = blocks._direct_scan(ax + 1, fill, reduce_name)
-    out = inner + before.unsqueeze(ax + 1) if reduce_name == "sum" else inner * before.unsqueeze(ax + 1)
+    out = getattr(inner, _SCAN_COMBINE[reduce_name])(before.unsqueeze(ax + 1))
     # computed in the blocks' shape (i its own axis: the triangle's mask one compare per lane, not i's digits out of
     # a merged axis), then viewed whole
     out = out.contiguous().reshape(lead + (b * m,) + rest)

@@ -148,10 +148,28 @@ class SortingMixin:
 
   # ---- running extrema with their index ----
   def _cum_extreme(self, axis: int, largest: bool):
+    """Running max (min) along `axis` as a blocked scan (`_scan`, about 17 operations per element; the triangle over
+    the whole axis was n per element: 1024x1024 cummax(1) 242 ms, torch 1.2 ms) and the index where it was last
+    reached: j is such a place when x[j] equals the running extreme there (a tie too: torch reports the last) or is a
+    NaN (torch's NaN wins and each later NaN takes over), so the index is the running max of those places."""
     ax = graph.normalize_axis(axis, self.ndim)
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     n = self.shape[ax]
     if n == 0: return self, self.cast(dtypes.int32)
+    if self.requires_grad or self.dtype == dtypes.bool or not isinstance(n, int):
+      return self._cum_extreme_triangle(ax, largest)
+    fill = dtypes.min(self.dtype) if largest else dtypes.max(self.dtype)
+    vals = self._scan(ax, fill, "max" if largest else "min")
+    reached = self.eq(vals)
+    if dtypes.is_float(self.dtype): reached = reached | self.ne(self)
+    ar = type(self).arange(n, device=self.device, dtype=dtypes.int32)
+    ar = ar.reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
+    return vals, reached.where(ar, -1)._scan(ax, -1, "max")
+
+  def _cum_extreme_triangle(self, ax: int, largest: bool):
+    """The running extreme as one reduction per output over the whole axis (n per element): what gradients and bools
+    take (its max reductions route the gradient to the extreme as torch does)."""
+    n = self.shape[ax]
     x = self.transpose(ax, -1)
     rows = x.unsqueeze(-2).expand(x.shape[:-1] + (n, n))               # [..., i, j] = x[..., j]
     ar = type(self).arange(n, device=self.device, dtype=dtypes.int32)
@@ -176,7 +194,7 @@ class SortingMixin:
     x = self.transpose(ax, -1)
     n = x.shape[-1]
     if n == 0: return self
-    m = x._cum_extreme(-1, largest=True)[0].detach()
+    m = x.detach()._cum_extreme(-1, largest=True)[0]   # (detached first: the blocked scan, not the triangle)
     m = m.isinf().where(0, m).unsqueeze(-1)                               # [..., i, 1]: the shift of prefix i
     ar = type(self).arange(n, device=self.device, dtype=dtypes.int32)
     upto = ar.reshape(n, 1) >= ar.reshape(1, n)                          # j <= i
