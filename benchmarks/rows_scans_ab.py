@@ -1,4 +1,4 @@
-"""argmax, logsumexp and cumsum (issue 20's rows behind a peer), A/B: each tinyplug variant (another checkout through
+"""argmax, logsumexp, cumsum and cummax (issue 20's rows behind a peer), A/B: each tinyplug variant (another checkout through
 PYTHONPATH) and numpy/torch run in their own processes, taking turns for --rounds rounds; every case's p10 and median
 over all rounds' samples (milliseconds, wall clock, the result computed) are printed with the load average.
 
@@ -12,7 +12,8 @@ import argparse, json, os, subprocess, sys, time
 CASES = {   # name: (shape, op, axis)
   "argmax(1) 4096x4096": ((4096, 4096), "argmax", 1), "argmax(0) 4096x4096": ((4096, 4096), "argmax", 0),
   "cumsum(1) 1024x1024": ((1024, 1024), "cumsum", 1), "cumsum(0) 1024x1024": ((1024, 1024), "cumsum", 0),
-  "logsumexp(1) 128x10": ((128, 10), "lse", 1), "logsumexp(1) 4096x4096": ((4096, 4096), "lse", 1)}
+  "logsumexp(1) 128x10": ((128, 10), "lse", 1), "logsumexp(1) 4096x4096": ((4096, 4096), "lse", 1),
+  "cummax(1) 1024x1024": ((1024, 1024), "cummax", 1)}
 
 def worker(lib: str, n: int) -> dict:
   import numpy as np
@@ -22,18 +23,20 @@ def worker(lib: str, n: int) -> dict:
     from tinyplug.tensor import Tensor
     xs = {s: Tensor(a).realize() for s, a in arrays.items()}
     ops = {"argmax": lambda x, ax: x.argmax(ax).realize(), "cumsum": lambda x, ax: x.cumsum(ax).realize(),
-           "lse": lambda x, ax: x.logsumexp(ax).realize()}
+           "lse": lambda x, ax: x.logsumexp(ax).realize(), "cummax": lambda x, ax: [t.realize() for t in x.cummax(ax)]}
   elif lib == "torch":
     import torch
     xs = {s: torch.from_numpy(a) for s, a in arrays.items()}
     ops = {"argmax": lambda x, ax: x.argmax(ax), "cumsum": lambda x, ax: x.cumsum(ax),
-           "lse": lambda x, ax: x.logsumexp(ax)}
+           "lse": lambda x, ax: x.logsumexp(ax), "cummax": lambda x, ax: x.cummax(ax)}
   else:
     xs = arrays
     def lse(x, ax):
       m = x.max(ax, keepdims=True)
       return np.log(np.exp(x - m).sum(ax)) + m.squeeze(ax)
-    ops = {"argmax": lambda x, ax: x.argmax(ax), "cumsum": lambda x, ax: x.cumsum(ax), "lse": lse}
+    # numpy has no cummax with indices: its running max alone (np.maximum.accumulate)
+    ops = {"argmax": lambda x, ax: x.argmax(ax), "cumsum": lambda x, ax: x.cumsum(ax), "lse": lse,
+           "cummax": lambda x, ax: np.maximum.accumulate(x, ax)}
   out = {}
   for name, (shape, op, ax) in CASES.items():
     f, x = ops[op], xs[shape]
