@@ -133,3 +133,37 @@ def test_cummax_gradient_and_logcumsumexp_against_torch():
   np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy())
   b = RNG.uniform(-50, 50, (3, 200)).astype(np.float32)
   np.testing.assert_allclose(Tensor(b).logcumsumexp(1).numpy(), torch.logcumsumexp(torch.tensor(b), 1).numpy(), rtol=1e-5)
+
+# ---- logcumsumexp in blocks ----
+@pytest.mark.parametrize("shape,axis", [((64, 1000), 1), ((1000, 8), 0), ((3, 65), 1), ((2, 4097), -1), ((5, 40), 1)])
+def test_logcumsumexp_against_torch(shape, axis):
+  a = RNG.uniform(-50, 50, shape).astype(np.float32)
+  np.testing.assert_allclose(Tensor(a).logcumsumexp(axis).numpy(), torch.logcumsumexp(torch.tensor(a), axis).numpy(),
+                             rtol=1e-5, atol=1e-5)
+
+def test_logcumsumexp_special_values_against_torch():
+  """A value far above the ones before it (no underflow of the early prefixes), whole blocks of -inf, +inf, NaN."""
+  a = np.zeros((5, 132), np.float32)
+  a[0, :2], a[0, 2:102], a[0, 102:] = (0, 100), -np.inf, 5
+  a[1, :] = -np.inf
+  a[2, 0] = np.inf
+  a[3, 1] = np.nan
+  a[4, :2] = (-1000, 1000)
+  r, t = Tensor(a).logcumsumexp(1).numpy(), torch.logcumsumexp(torch.tensor(a), 1).numpy()
+  np.testing.assert_array_equal(np.isnan(r), np.isnan(t))
+  np.testing.assert_allclose(r[~np.isnan(t)], t[~np.isnan(t)], rtol=1e-6)
+
+@pytest.mark.parametrize("spread", [5, 50])
+def test_logcumsumexp_gradient_against_torch(spread):
+  a = RNG.uniform(-spread, spread, (4, 300)).astype(np.float32)
+  w = RNG.standard_normal((4, 300)).astype(np.float32)
+  x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  (x.logcumsumexp(1) * Tensor(w)).sum().backward()
+  (torch.logcumsumexp(t, 1) * torch.tensor(w)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-3, atol=1e-3)
+
+def test_logcumsumexp_is_blocked():
+  out = Tensor.empty(64, 1024, device="CPU").logcumsumexp(1)
+  schedule._templates.clear()
+  items = create_schedule([out.uop])[0]
+  assert max(r.src[0].arg for it in items if it.ast.op is Ops.SINK for r in it.ast.toposort() if r.op is Ops.RANGE) < 1024
