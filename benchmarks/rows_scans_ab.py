@@ -1,5 +1,5 @@
-"""argmax, logsumexp, cumsum and cummax (issue 20's rows behind a peer), A/B: each tinyplug variant (another checkout through
-PYTHONPATH) and numpy/torch run in their own processes, taking turns for --rounds rounds; every case's p10 and median
+"""argmax, logsumexp, cumsum and cummax (issue 20's rows behind a peer), A/B: each tinyplug variant (another checkout
+through PYTHONPATH) and numpy/torch run in their own processes, taking turns for --rounds rounds; every case's p10 and median
 over all rounds' samples (milliseconds, wall clock, the result computed) are printed with the load average.
 
   git -C /work/main archive main | tar -x -C /tmp/ab-main

@@ -132,7 +132,8 @@ def test_cummax_gradient_and_logcumsumexp_against_torch():
   t.cummax(1)[0].sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy())
   b = RNG.uniform(-50, 50, (3, 200)).astype(np.float32)
-  np.testing.assert_allclose(Tensor(b).logcumsumexp(1).numpy(), torch.logcumsumexp(torch.tensor(b), 1).numpy(), rtol=1e-5)
+  np.testing.assert_allclose(Tensor(b).logcumsumexp(1).numpy(), torch.logcumsumexp(torch.tensor(b), 1).numpy(),
+                             rtol=1e-5)
 
 # ---- logcumsumexp in blocks ----
 @pytest.mark.parametrize("shape,axis", [((64, 1000), 1), ((1000, 8), 0), ((3, 65), 1), ((2, 4097), -1), ((5, 40), 1)])
@@ -166,4 +167,5 @@ def test_logcumsumexp_is_blocked():
   out = Tensor.empty(64, 1024, device="CPU").logcumsumexp(1)
   schedule._templates.clear()
   items = create_schedule([out.uop])[0]
-  assert max(r.src[0].arg for it in items if it.ast.op is Ops.SINK for r in it.ast.toposort() if r.op is Ops.RANGE) < 1024
+  ranges = [r.src[0].arg for it in items if it.ast.op is Ops.SINK for r in it.ast.toposort() if r.op is Ops.RANGE]
+  assert max(ranges) < 1024
