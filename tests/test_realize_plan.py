@@ -347,3 +347,60 @@ def test_graph_plan_off_under_listeners_debug_and_plans_off(capsys):
     with Context(REALIZE_PLANS=0): t = (t + 1.0).realize()
   assert n["graph_hits"] == 0 and "realize: 1 kernels" in capsys.readouterr().out
   close(t, np.full(9, 7.0, np.float32))
+
+# ---- parameter plans: a graph seen before with other float constants (schedule/scalars.py's kernel arguments) ----
+
+def test_param_plan_new_constants_each_time():
+  a = data(300)
+  x = buf(a)
+  with Count() as n:
+    for i in range(8):
+      k = 1.0 + 0.37 * i
+      close(((x * k) + 1.0).exp().realize(), np.exp(a * np.float32(k) + 1))
+  assert n["param_recorded"] == 1 and n["param_hits"] >= 5
+
+def test_param_plan_baked_constant_changes_and_lazy_consumer():
+  a, b = data(64), data(64)
+  x, y = buf(a), buf(b)
+  for k in (1.5, 2.5, 3.5): ((x * k) + y * 0.5).realize()   # the first constant becomes a parameter, 0.5 stays baked
+  with Count() as n:
+    for k in (4.5, 5.5):
+      r = (x * k) + y * 0.5
+      z = r - 1.0                         # a lazy graph holding r's node: pointed at r's buffer after the realize
+      close(r.realize(), a * k + b * 0.5)
+      assert graph.is_realized(r.uop) and not graph.is_realized(z.uop)
+      close(z, a * k + b * 0.5 - 1)
+    close(((x * 6.5) + y * 0.25).realize(), a * 6.5 + b * 0.25)   # the baked one changed: not this plan
+  assert n["param_hits"] == 2
+
+def test_param_plan_shapes_dtypes_devices_and_assign_do_not_collide():
+  a = data(4, 6)
+  with Count() as n:
+    for i in range(5):
+      k = 2.0 + i
+      close((buf(a) * k).realize(), a * k)
+      close((buf(a.T.copy()) * k).realize(), a.T * k)                 # another shape
+      close((buf(a[:, :3].copy()) * k).realize(), a[:, :3] * k)
+      h = Tensor(a.astype(np.float16)).realize()
+      np.testing.assert_allclose((h * k).realize().numpy(), (a.astype(np.float16) * np.float16(k)), rtol=1e-3)
+      t = buf(a.copy())
+      t.assign(t * k + 1.0).realize()                                  # the kernel writes its input's buffer
+      close(t, a * k + 1)
+      close((buf(a) * k + buf(a)).realize(), a * k + a)
+  assert n["param_hits"] >= 4
+
+def test_param_plan_special_values_and_settings():
+  a = np.abs(data(16)) + 0.5
+  x = buf(a)
+  for k in (1.0, 2.0, 3.0): (x * k).realize()
+  with Count() as n:
+    for k in (float("inf"), -0.0, 1e-45, 3.4028235e38, 1e39):   # 1e39 rounds to inf in float32
+      with np.errstate(over="ignore"):
+        np.testing.assert_array_equal((x * k).realize().numpy(), a * np.float32(k))
+  assert n["param_hits"] == 5
+  with Count() as n:
+    with Context(REALIZE_PLANS=0): close((x * 7.0).realize(), a * 7)
+    with Context(SCALAR_ARGS=0): close((x * 8.0).realize(), a * 8)
+  assert n["param_hits"] == 0
+  nan = (x * float("nan")).realize().numpy()
+  assert np.isnan(nan).all()

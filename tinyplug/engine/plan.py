@@ -22,14 +22,15 @@ from typing import Any
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.device import buffer_of
-from tinyplug.helpers import REALIZE_PLANS, ContextVar, GlobalCounters
+from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
+from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
 # replayed, recorded, refused
 counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
-            "graph_refused": 0}
+            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0}
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
@@ -47,13 +48,14 @@ def _step(runner: Any, refs: list[int]) -> tuple | None:
   return (runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size,
           spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
 
-def _run(plan: Plan, handle_of: Any) -> list[UOp]:
-  """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs."""
+def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
+  """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs.
+  A step of a parameter plan also names where its kernel's values come from (`vals_of` of that)."""
   outs = [make() for make in plan.outs]
   bufs = [buffer_of(u) for u in outs]
-  for prg, gsize, lsize, refs, runs, _, _ in plan.steps:
+  for prg, gsize, lsize, refs, runs, _, _, *vals in plan.steps:
     if runs: prg(*[handle_of(r) if r >= 0 else bufs[-r - 1].handle for r in refs],
-                 global_size=gsize, local_size=lsize, vals=(), wait=False)
+                 global_size=gsize, local_size=lsize, vals=vals_of(vals[0]) if vals else (), wait=False)
   GlobalCounters.kernel_count += plan.kernels
   GlobalCounters.global_ops += plan.ops
   GlobalCounters.global_mem += plan.mem
@@ -125,7 +127,7 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   way, with the graph's structure (for create_schedule). The engine asks only where the usual path would do nothing
   more (no capture, no listener, DEBUG 0)."""
   template, found = _sched().cached_template(uops)
-  if template is None: return None, found
+  if template is None: return (None if found is None else _realize_params(found)), found
   nodes = found[1]
   key = (id(template), _settings_token())
   if (entry := _graph_plans.get(key)) is None:
@@ -205,3 +207,117 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   else: return None
   return Plan(steps, tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view)
 
+
+# ---------------- parameter plans: a graph seen before with other float constants ----------------
+# (schedule/scalars.py makes a float32 constant that changed a kernel argument; its schedule template is the one of
+# the rewritten graph.) Keyed by the graph's structure with those constants left out and the settings number, a plan
+# runs the rewritten graph's kernels straight on this graph's buffers, the values read from the constants: no new
+# nodes, no second walk, no schedule items, no program lookup.
+
+class _ParamPlan:
+  __slots__ = ("plan", "changed", "baked", "becomes")
+  def __init__(self, plan: Plan, changed: tuple, baked: tuple, becomes: Any):
+    # changed: positions of the constants passed as values; baked: (position, key) of the float32 constants the
+    # kernels hold as they are (the plan serves only graphs with those same values); becomes: a Template over this
+    # graph's positions telling what each realized node becomes
+    self.plan, self.changed, self.baked, self.becomes = plan, changed, baked, becomes
+
+# (structure with float32 constants masked, settings number) -> _ParamPlan or False (refused)
+_param_plans: BoundedCache = BoundedCache("engine.param_plans", 4096)
+_F32_STRUCT, _I32_STRUCT = None, None
+
+def _masked(key: tuple) -> tuple | None:
+  """`key` (cache.structure's) with the values of its float32 constants left out, as scalars.py masks it."""
+  scalars = _scalars()
+  c, f32 = scalars._CONST, scalars._F32
+  if not any([k[0] == c and k[1] == f32 for k in key]): return None
+  return tuple([(c, f32, None, k[3]) if k[0] == c and k[1] == f32 else k for k in key])
+
+def _bits(value: float) -> int:
+  """scalars.float32_bits without numpy for a value float32 can hold (the usual case)."""
+  try: return _I32_STRUCT.unpack(_F32_STRUCT.pack(value))[0]
+  except (OverflowError, TypeError): return _scalars().float32_bits(value)
+
+def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
+  """What realizing the graph `found` (structure key, nodes) makes, run from a parameter plan; None: no plan (yet)."""
+  key, nodes = found
+  if (masked := _masked(key)) is None: return None
+  pkey = (masked, _settings_token())
+  if (entry := _param_plans.get(pkey)) is None:
+    if (entry := _record_params(key, nodes, masked)) is None: return None
+    _param_plans.put(pkey, entry)
+  if entry is False: return None   # refused
+  for i, k in entry.baked:
+    if key[i][2] != k: return None   # another value in a constant the kernels hold: the usual path decides
+  plan = entry.plan
+  outs = _run(plan, lambda r: buffer_of(nodes[r]).handle,
+              lambda positions: tuple([_bits(nodes[i].arg) for i in positions]))
+  counters["param_hits"] += 1
+  return entry.becomes.becomes_over(nodes, outs)
+
+def _record_params(key: tuple, nodes: list[UOp], masked: tuple) -> Any:
+  """The parameter plan of the graph once scalars.py made some of its constants parameters and the rewritten graph
+  was scheduled (its template cached); None: not yet (the usual path runs and gets there); False: refused for good."""
+  global _F32_STRUCT, _I32_STRUCT
+  scalars, sched = _scalars(), _sched()
+  if not SCALAR_ARGS: return False   # (part of the settings number: refused under these settings only)
+  if (seen := scalars._seen.get(masked)) is None or not seen[1]: return None
+  if (p := scalars.parameterize(key, nodes)) is None: return None
+  new_targets, new, _ = p
+  found2 = sched.structure(UOp(Ops.SINK, dtypes.void, tuple(new_targets)))
+  if found2 is None: return False
+  if (template := sched._templates.get((found2[0], sched.schedule_key()))) is None: return None
+  if _F32_STRUCT is None:
+    import struct
+    _F32_STRUCT, _I32_STRUCT = struct.Struct("<f"), struct.Struct("<i")
+  entry = _param_plan_of(key, nodes, new, found2[1], template)
+  counters["param_recorded" if entry else "param_refused"] += 1
+  return entry
+
+def _param_plan_of(key: tuple, nodes: list[UOp], new: dict, nodes2: list[UOp], template: Any) -> Any:
+  scalars = _scalars()
+  old_pos = {n: i for i, n in enumerate(nodes)}
+  # a node of the rewritten graph -> the position of the node it stands for in this graph
+  back = {v: old_pos[k] for k, v in new.items()}
+  def same(r: int) -> int | None:   # a reference of the rewritten graph as one of this graph (None: a rewritten node)
+    if r < 0: return r
+    n = nodes2[r]
+    return back[n] if new.get(n) is n else None
+  changed = tuple(sorted(i for i, k in enumerate(key) if new[nodes[i]] is not nodes[i]))
+  names = {f"scalar{i}": i for i in changed}
+  steps = []
+  for ast, refs, _, _, var_vals in template.items:
+    if ast is None: return False
+    refs = tuple([same(r) for r in refs])
+    r0 = refs[0]
+    if None in refs or any(r >= 0 and nodes[r].op is not Ops.BUFFER for r in refs): return False
+    device = nodes[r0].device if r0 >= 0 else template.outs[-r0 - 1][0]
+    if type(device) is not str: return False
+    runner = engine.get_runner(device, ast)
+    spec = runner.spec
+    if any(v.arg[0] not in names for v in spec.vars): return False   # another variable: bound per call
+    steps.append((runner.prg, spec.global_size, spec.local_size, refs, 0 not in spec.global_size,
+                  spec.estimates.get("ops", 0), spec.estimates.get("mem", 0), tuple([names[v.arg[0]] for v in spec.vars])))
+  becomes = []
+  for p, recipe in template.becomes:
+    if (op := back.get(nodes2[p])) is None: return False
+    tr = []
+    for step in recipe:
+      if type(step) is int:
+        if (r := same(step)) is None: return False
+        tr.append(r)
+      else: tr.append(step)
+    becomes.append((op, tuple(tr)))
+  c, f32 = scalars._CONST, scalars._F32
+  baked = tuple((i, k[2]) for i, k in enumerate(key) if k[0] == c and k[1] == f32 and i not in changed)
+  Template = type(template)
+  return _ParamPlan(Plan(steps, tuple(UOp.buffer_maker(dev, size, dtype) for dev, size, dtype in template.outs)),
+                    changed, baked, Template(template.outs, (), tuple(becomes)))
+
+def _scalars():
+  global _scalars_mod
+  if _scalars_mod is None:
+    import tinyplug.schedule.scalars as mod
+    _scalars_mod = mod
+  return _scalars_mod
+_scalars_mod: Any = None
