@@ -353,6 +353,15 @@ class Program(Protocol):
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
 
+def launcher(prg: Program, global_size: tuple[int, ...] | None, local_size: tuple[int, ...] | None) -> Any:
+  """A function (handles, vals) -> None launching `prg` on this grid without waiting: the program's own
+  `launcher(global_size, local_size)` where it has one (arguments prepared once: what a realize plan calls over and
+  over), else a call of the program."""
+  if (own := getattr(prg, "launcher", None)) is not None and (fn := own(global_size, local_size)) is not None: return fn
+  def launch(handles: list, vals: tuple) -> None:
+    prg(*handles, global_size=global_size, local_size=local_size, vals=vals, wait=False)
+  return launch
+
 class GraphLaunch(Protocol):
   """One recorded kernel launch as `Compiled.make_graph` sees it (TinyJit's captured launches): the program and what
   it is called with. `handles` and `vals` may change between replays; the rest never does."""

@@ -123,6 +123,31 @@ def buffer_of(u: UOp) -> Buffer:
 
 def has_buffer(u: UOp) -> bool: return u in _BUFFERS
 
+_entries = _BUFFERS._entries
+
+def handle_of(u: UOp) -> Any:
+  """The memory handle behind the BUFFER uop `u` (allocated on first use): buffer_of(u).handle, in one lookup when
+  the buffer exists and holds memory (every input of a realize plan)."""
+  if (e := _entries.get(id(u))) is not None and (h := e[1]._handle) is not None: return h
+  return buffer_of(u).handle
+
+def output_maker(device: str, size: int, dtype: DType) -> Any:
+  """A function making a new BUFFER uop with its Buffer and memory, returning (uop, handle): a realize plan's output,
+  made the same way every time (the checks and the device lookup done once here)."""
+  make_uop = UOp.buffer_maker(device, size, dtype)
+  if type(size) is not int: return lambda: (u := make_uop(), buffer_of(u).handle)
+  nbytes, new, counters = size * dtype.itemsize, object.__new__, GlobalCounters
+  def make() -> tuple[UOp, Any]:
+    u = make_uop()
+    b = new(Buffer)
+    b.device, b.size, b.dtype, b._handle, b.owned = device, size, dtype, None, True
+    b._allocator = allocator = Device[device].allocator   # (a registry lookup: a reset device gets a new allocator)
+    b._handle = h = allocator.alloc(nbytes)
+    counters.mem_used += nbytes
+    _BUFFERS[u] = b
+    return u, h
+  return make
+
 def realized_buffer(u: UOp) -> Buffer | None:
   """The Buffer behind a BUFFER uop if its memory holds values, else None (nothing is created or allocated)."""
   b = _BUFFERS.get(u)

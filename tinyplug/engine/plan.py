@@ -21,7 +21,8 @@ import itertools
 from typing import Any
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
-from tinyplug.device import buffer_of
+from tinyplug.backend import launcher
+from tinyplug.device import handle_of, output_maker
 from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
@@ -35,31 +36,36 @@ counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits"
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
   def __init__(self, steps: list, outs: tuple, result: int | None = None, make_view: Any = None):
-    # steps: (program, global size, local size, buffer references, runs at all, ops, mem); a reference k >= 0 is
-    # input k's buffer (a template's) or node k of the graph (a graph plan's), k < 0 new output -k-1; outs: a maker of
-    # each new output buffer (UOp.buffer_maker); a template's result is output `result`, seen through `make_view`
-    self.steps, self.outs, self.result, self.make_view = tuple(steps), outs, result, make_view
-    self.kernels, self.ops, self.mem = len(steps), sum(s[5] for s in steps), sum(s[6] for s in steps)
+    # steps: (launch, buffer references, where its values come from, ops, mem) of each kernel that runs at all
+    # (backend.launcher); a reference k >= 0 is input k's buffer (a template's) or node k of the graph (a graph
+    # plan's), k < 0 new output -k-1; values: None, or the positions of a parameter plan's constants; outs: a maker of
+    # each new output buffer with its memory (device.output_maker); a template's result is output `result`, seen
+    # through `make_view`
+    self.kernels, self.ops, self.mem = len(steps), sum(s[3] for s in steps), sum(s[4] for s in steps)
+    self.steps = tuple(s for s in steps if s[0] is not None)
+    self.outs, self.result, self.make_view = outs, result, make_view
 
-def _step(runner: Any, refs: list[int]) -> tuple | None:
-  """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which a plan cannot bind)."""
+def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | None:
+  """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which only a parameter plan
+  binds: `vals`)."""
   spec = runner.spec
-  if spec.vars: return None
-  return (runner.prg, spec.global_size, spec.local_size, tuple(refs), 0 not in spec.global_size,
-          spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
+  if spec.vars and vals is None: return None
+  launch = launcher(runner.prg, spec.global_size, spec.local_size) if 0 not in spec.global_size else None
+  return (launch, tuple(refs), vals, spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
+
+def _outs(outs: Any) -> tuple:
+  return tuple(output_maker(dev, size, dtype) for dev, size, dtype in outs)
 
 def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
   """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs.
   A step of a parameter plan also names where its kernel's values come from (`vals_of` of that)."""
-  outs = [make() for make in plan.outs]
-  bufs = [buffer_of(u) for u in outs]
-  for prg, gsize, lsize, refs, runs, _, _, *vals in plan.steps:
-    if runs: prg(*[handle_of(r) if r >= 0 else bufs[-r - 1].handle for r in refs],
-                 global_size=gsize, local_size=lsize, vals=vals_of(vals[0]) if vals else (), wait=False)
+  made = [make() for make in plan.outs]
+  for launch, refs, vals, _, _ in plan.steps:
+    launch([handle_of(r) if r >= 0 else made[-r - 1][1] for r in refs], () if vals is None else vals_of(vals))
   GlobalCounters.kernel_count += plan.kernels
   GlobalCounters.global_ops += plan.ops
   GlobalCounters.global_mem += plan.mem
-  return outs
+  return [u for u, _ in made]
 
 # set by tinyplug.tensor (a layer above) when it loads this module: its registry of deferred outputs not built yet
 # (tensor id -> weak reference), its function pointing live tensors at realized buffers, and its function telling
@@ -112,7 +118,7 @@ def realize_deferred(t: Any) -> bool:
   if (plan := entry[1]) is None or _may_share(t, built, inputs):
     counters["fallbacks"] += 1
     return False
-  out = _run(plan, lambda r: buffer_of(inputs[r].base).handle)[plan.result]
+  out = _run(plan, lambda r: handle_of(inputs[r].base))[plan.result]
   t._uop = out if plan.make_view is None else plan.make_view((out,))
   t._undefer()
   counters["hits"] += 1
@@ -134,7 +140,7 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
     entry = _graph_plans.put(key, (template, _graph_plan_of(template, nodes)))
     counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
   if (plan := entry[1]) is None: return None, found
-  outs = _run(plan, lambda r: buffer_of(nodes[r]).handle)
+  outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
 
@@ -147,7 +153,7 @@ def _graph_plan_of(template: Any, nodes: list[UOp]) -> Plan | None:
     if any(r >= 0 and nodes[r].op is not Ops.BUFFER for r in refs) or type(device) is not str: return None
     if (step := _step(engine.get_runner(device, ast), refs)) is None: return None
     steps.append(step)
-  return Plan(steps, tuple(UOp.buffer_maker(dev, size, dtype) for dev, size, dtype in template.outs))
+  return Plan(steps, _outs(template.outs))
 
 def _sched():
   global _sched_mod
@@ -205,7 +211,7 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   elif value.op is Ops.RESHAPE and value.src[0] in outs:
     result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
   else: return None
-  return Plan(steps, tuple(UOp.buffer_maker(b.device, b.arg, b.dtype) for b in outs), result, make_view)
+  return Plan(steps, _outs((b.device, b.arg, b.dtype) for b in outs), result, make_view)
 
 
 # ---------------- parameter plans: a graph seen before with other float constants ----------------
@@ -250,7 +256,7 @@ def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
   for i, k in entry.baked:
     if key[i][2] != k: return None   # another value in a constant the kernels hold: the usual path decides
   plan = entry.plan
-  outs = _run(plan, lambda r: buffer_of(nodes[r]).handle,
+  outs = _run(plan, lambda r: handle_of(nodes[r]),
               lambda positions: tuple([_bits(nodes[i].arg) for i in positions]))
   counters["param_hits"] += 1
   return entry.becomes.becomes_over(nodes, outs)
@@ -296,8 +302,7 @@ def _param_plan_of(key: tuple, nodes: list[UOp], new: dict, nodes2: list[UOp], t
     runner = engine.get_runner(device, ast)
     spec = runner.spec
     if any(v.arg[0] not in names for v in spec.vars): return False   # another variable: bound per call
-    steps.append((runner.prg, spec.global_size, spec.local_size, refs, 0 not in spec.global_size,
-                  spec.estimates.get("ops", 0), spec.estimates.get("mem", 0), tuple([names[v.arg[0]] for v in spec.vars])))
+    steps.append(_step(runner, refs, tuple([names[v.arg[0]] for v in spec.vars])))
   becomes = []
   for p, recipe in template.becomes:
     if (op := back.get(nodes2[p])) is None: return False
@@ -311,7 +316,7 @@ def _param_plan_of(key: tuple, nodes: list[UOp], new: dict, nodes2: list[UOp], t
   c, f32 = scalars._CONST, scalars._F32
   baked = tuple((i, k[2]) for i, k in enumerate(key) if k[0] == c and k[1] == f32 and i not in changed)
   Template = type(template)
-  return _ParamPlan(Plan(steps, tuple(UOp.buffer_maker(dev, size, dtype) for dev, size, dtype in template.outs)),
+  return _ParamPlan(Plan(steps, _outs(template.outs)),
                     changed, baked, Template(template.outs, (), tuple(becomes)))
 
 def _scalars():

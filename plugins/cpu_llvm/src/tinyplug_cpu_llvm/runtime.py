@@ -86,6 +86,20 @@ class CPUProgram:
     by_work = self.work // (least // 2) if self.work >= least else 1
     return max(1, min(n_threads(), max(by_work, self.byte_shares)))
 
+  def launcher(self, global_size=None, local_size=None) -> Callable[[list, tuple], None] | None:
+    """(handles, vals) -> None for a kernel that always runs on one thread (a small one): the ctypes function called
+    straight, without the per-call checks and timing of __call__ (a realize plan's tiny op). None: use __call__."""
+    if self.splittable and (self.thread_opt is not None or self.work >= PARALLEL_MIN_WORK_AWAKE or self.byte_shares > 1):
+      return None
+    fn, n_bufs, n_vars, name = self.fn, self.n_bufs, self.n_vars, self.name
+    def launch(handles: list, vals: tuple) -> None:
+      if len(handles) != n_bufs or len(vals) != n_vars:
+        raise ValueError(f"kernel {name} takes {n_bufs} buffers and {n_vars} values, got {len(handles)} and {len(vals)}")
+      args = [b.addr if type(b) is CPUMemory else _address(b) for b in handles]
+      if vals: args += [int(v) for v in vals]
+      fn(*args, 0, 1)
+    return launch
+
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
     if len(bufs) != self.n_bufs or len(vals) != self.n_vars:   # extra arguments would land in the thread slots
       raise ValueError(f"kernel {self.name} takes {self.n_bufs} buffers and {self.n_vars} values, "
