@@ -132,17 +132,40 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   graph seen before on other buffers: `t = (t + 1).realize()`, an elementwise chain); None: realize them the usual
   way, with the graph's structure (for create_schedule). The engine asks only where the usual path would do nothing
   more (no capture, no listener, DEBUG 0)."""
-  template, found = _sched().cached_template(uops)
+  cache = _cache()
+  token = _settings_token()
+  if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
+    if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
+      template, plan, recipe = hit
+      nodes = cache.nodes_of(recipe, uops[0])
+      outs = _run(plan, lambda r: handle_of(nodes[r]))
+      counters["graph_hits"] += 1
+      return template.becomes_over(nodes, outs), None
+    template, found = _sched().cached_template(uops, shallow)
+  else: shallow, (template, found) = None, _sched().cached_template(uops)
   if template is None: return (None if found is None else _realize_params(found)), found
   nodes = found[1]
-  key = (id(template), _settings_token())
+  key = (id(template), token)
   if (entry := _graph_plans.get(key)) is None:
     entry = _graph_plans.put(key, (template, _graph_plan_of(template, nodes)))
     counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
   if (plan := entry[1]) is None: return None, found
+  if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
+    _one_op_plans.put((shallow, token), (template, plan, recipe))
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
+
+# (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come from)
+_one_op_plans: BoundedCache = BoundedCache("engine.one_op_plans", 4096)
+
+def _cache():
+  global _cache_mod
+  if _cache_mod is None:
+    import tinyplug.schedule.cache as mod
+    _cache_mod = mod
+  return _cache_mod
+_cache_mod: Any = None
 
 def _graph_plan_of(template: Any, nodes: list[UOp]) -> Plan | None:
   steps = []

@@ -5,6 +5,7 @@ result is used by more than elementwise math on the way to one kernel's output. 
 kernel that consumes it, and movement ops turn into index arithmetic (indexing.py)."""
 from __future__ import annotations
 import math
+from typing import Any
 from dataclasses import dataclass, field, replace
 from tinyplug import events
 from tinyplug.caches import BoundedCache
@@ -13,7 +14,7 @@ from tinyplug.helpers import SCALAR_ARGS
 from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
-from tinyplug.schedule.cache import MAX_TEMPLATES, Template, make_template, structure
+from tinyplug.schedule.cache import _UNSET, MAX_TEMPLATES, Template, make_template, structure
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
@@ -326,10 +327,11 @@ def _expand_after(targets: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
       pre.append(n.src[1].arg)
   return pre, list(seen)
 
-def cached_template(targets: list[UOp]) -> tuple[Template | None, tuple | None]:
+def cached_template(targets: list[UOp], shallow: Any = _UNSET) -> tuple[Template | None, tuple | None]:
   """The schedule template create_schedule would use for `targets` (None if there is none) and the graph's structure
-  (key, nodes), or None when templates do not cover it (pass it on to create_schedule: it is not worked out again)."""
-  found = structure(UOp(Ops.SINK, dtypes.void, tuple(targets)))
+  (key, nodes), or None when templates do not cover it (pass it on to create_schedule: it is not worked out again).
+  `shallow`: cache.shallow_key of the single target, when the caller has it."""
+  found = structure(UOp(Ops.SINK, dtypes.void, tuple(targets)), shallow)
   return (None if found is None else _templates.get((found[0], schedule_key()))), found
 
 UNKNOWN_STRUCTURE: tuple = ("not worked out",)

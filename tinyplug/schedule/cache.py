@@ -25,15 +25,19 @@ def _arg_key(arg: Any) -> Any:
   if t is bool: return ("b", arg)
   return arg
 
-def structure(sink: UOp) -> tuple[tuple, list[UOp]] | None:
+_UNSET: Any = object()
+
+def structure(sink: UOp, shallow: Any = _UNSET) -> tuple[tuple, list[UOp]] | None:
   """(key, the graph's nodes in toposort order), or None when the graph holds an op templates do not cover.
+  `shallow`: shallow_key(the single target) when the caller worked it out already.
 
   A graph template's output (tensor_ops/template.py) realized as it is brings its key along: no walk then."""
   if len(sink.src) == 1 and sink.arg is None and (c := sink.src[0]._cache) is not None and \
      (hint := c.get("sink_structure")) is not None:
     return hint[0], [*hint[1], sink.src[0], sink]
-  if len(sink.src) == 1 and sink.arg is None and (shallow := _shallow_key(sink.src[0])) is not None:
-    if (known := _shallow.get(shallow)) is not None: return known[0], _nodes_from(known[1], sink)
+  if len(sink.src) == 1 and sink.arg is None and \
+     (shallow := _shallow_key(sink.src[0]) if shallow is _UNSET else shallow) is not None:
+    if (known := _shallow.get(shallow)) is not None: return known[0], _nodes_from(known[1], sink.src[0], sink)
     if (found := _walk(sink)) is not None and (recipe := _recipe_of(found[1], sink.src[0])) is not None:
       _shallow.put(shallow, (found[0], recipe))
     return found
@@ -98,8 +102,20 @@ def _recipe_of(nodes: list[UOp], x: UOp) -> tuple | None:
     else: recipe.append(n)
   return tuple(recipe)
 
-def _nodes_from(recipe: tuple, sink: UOp) -> list[UOp]:
-  x = sink.src[0]
+def shallow_key(x: UOp) -> tuple | None:
+  """The key of a one-op graph over buffers and constants (`t + 1`) that stands for its walked structure, without a
+  walk; None for any other graph."""
+  return _shallow_key(x)
+
+def shallow_recipe(shallow: tuple) -> tuple | None:
+  """Where each node of a known one-op graph comes from (for nodes_of), None if that graph was not walked yet."""
+  return None if (known := _shallow.get(shallow)) is None else known[1]
+
+def nodes_of(recipe: tuple, x: UOp) -> list[UOp]:
+  """The nodes of the one-op graph of target `x` in structure() order, its SINK left out (None in its place)."""
+  return _nodes_from(recipe, x, None)
+
+def _nodes_from(recipe: tuple, x: UOp, sink: UOp | None) -> list[UOp]:
   out = []
   for r in recipe:
     if type(r) is tuple:
