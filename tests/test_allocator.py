@@ -66,6 +66,34 @@ def test_the_device_chooses_what_is_kept_unless_the_user_does():
     a.free(h, 5 << 20)
   assert a.raw.frees == 3
 
+class HostLikeRaw(CountingRaw):
+  reuse_small = 2   # a host device: a few small blocks of each size kept
+
+def test_a_few_small_blocks_are_kept_per_size_unless_lru_min_is_set():
+  a = ReuseAllocator(HostLikeRaw())
+  hs = [a.alloc(64) for _ in range(3)]
+  for h in hs: a.free(h, 64)
+  assert a.raw.frees == 1   # two kept, the third freed
+  got = {id(a.alloc(64)), id(a.alloc(64))}
+  assert got == {id(hs[0]), id(hs[1])} and a.raw.allocs == 3
+  with Context(LRU_MIN=1 << 16):
+    a.free(a.alloc(64), 64)
+  assert a.raw.frees == 2   # the user's LRU_MIN: small blocks freed at once
+  with Context(LRU=0):
+    a.free(a.alloc(32), 32)
+  assert a.raw.frees == 3
+
+def test_reused_small_outputs_hold_the_right_values():
+  t = Tensor(np.zeros(3, np.float32)).realize()
+  kept = [(t + float(i)).realize() for i in range(8)]   # their blocks are freed below and handed out again
+  del kept
+  for i in range(20): t = (t * 2.0 + 1.0).realize()
+  want = np.zeros(3, np.float32)
+  for _ in range(20): want = want * 2 + 1
+  np.testing.assert_array_equal(t.numpy(), want)
+  e = Tensor.empty(3).realize()   # memory from Tensor.empty holds whatever was there; a kernel writes all of it
+  np.testing.assert_array_equal((e * 0.0 + 5.0).numpy(), np.full(3, 5.0, np.float32))
+
 def test_release_kept_and_retry_after_a_failed_alloc():
   a = Counting()
   a.free(a.alloc(1 << 20), 1 << 20)

@@ -41,6 +41,9 @@ class Allocator:
   # synchronizing (a GPU driver's) keeps small blocks too and more of them
   reuse_min: int = 1 << 16
   reuse_max: int = 1 << 30
+  # blocks smaller than reuse_min kept per size all the same, unless LRU_MIN is set (a host device whose small blocks
+  # come from numpy: a tiny op's output then costs a list pop instead of an allocation, an address and a slice)
+  reuse_small: int = 0
   def alloc(self, nbytes: int) -> Any:
     """A new block of at least `nbytes` bytes (its contents are undefined); raise (e.g. MemoryError) when full."""
     raise NotImplementedError
@@ -81,9 +84,14 @@ class ReuseAllocator(Allocator):
       return self.raw.alloc(nbytes)
   def free(self, handle: Any, nbytes: int) -> None:
     nbytes = max(nbytes, 1)
-    lo = self.raw.reuse_min if LRU_MIN.value < 0 else LRU_MIN.value
-    if nbytes < lo:   # a small block (every tiny op's output): freed at once, the other settings not read
-      self.raw.free(handle, nbytes)
+    lo = self.raw.reuse_min if (user_lo := LRU_MIN.value) < 0 else user_lo
+    if nbytes < lo:   # a small block (every tiny op's output): freed at once, or a few kept per size
+      if (k := self.raw.reuse_small) and user_lo < 0 and LRU and self.raw.reusable and \
+         len(blocks := self._kept.setdefault(nbytes, [])) < k and \
+         self._kept_bytes + nbytes <= (self.raw.reuse_max if LRU_MAX.value < 0 else LRU_MAX.value):
+        blocks.append(handle)
+        self._kept_bytes += nbytes
+      else: self.raw.free(handle, nbytes)
       return
     hi = self.raw.reuse_max if LRU_MAX.value < 0 else LRU_MAX.value
     if LRU and self.raw.reusable and self._kept_bytes + nbytes <= hi:
