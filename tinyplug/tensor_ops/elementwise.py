@@ -89,9 +89,12 @@ class ElementwiseMixin:
     if type(y) in (int, float, bool) and (sdt := self._scalar_dtype(y)) == self.dtype:
       # `x + 1.0`: the constant goes into the graph as it is, without a Tensor of its own (it would require no grad,
       # which leaves x's gradient flag as it is)
-      u = self.uop
+      if (u := self._uop) is None: u = self.uop
       c = graph.const(y, sdt, u.device, () if (s := u.shape) is None else s)
-      return self._apply_uop(_alu_rev if reverse else _alu, op=op, c=c)
+      # _apply_uop's work for one input, inline: the busiest op of a small loop (`t + 1.0`)
+      rg = False if self.no_grad else self.requires_grad
+      return self.from_uop(graph.alu2(op, c, u) if reverse else graph.alu2(op, u, c),
+                           rg if rg is None or rg is True or rg is False else True in (rg,))
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda u, v: graph.alu(op, u, v), b)
 

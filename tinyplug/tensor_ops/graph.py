@@ -137,6 +137,13 @@ def alu(op: Ops, *srcs: UOp) -> UOp:
   out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else srcs[-1].dtype
   return UOp(op, out, tuple(srcs)).with_known_shape(next(iter(shapes)))
 
+_COMPARISONS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+
+def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
+  """alu(op, a, b), for the two sources of a binary op without collecting their shapes."""
+  if (shape := a.shape) != b.shape: return alu(op, a, b)   # (raises, naming both)
+  return UOp(op, dtypes.bool if op in _COMPARISONS else b.dtype, (a, b)).with_known_shape(shape)
+
 def own_buffer(u: UOp) -> UOp:
   """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""
   if is_symbolic_shape(u.shape): return UOp(Ops.CONTIGUOUS, u.dtype, (u,))
