@@ -93,10 +93,17 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
     for r in list(_deferred_refs.values()):
       if (t := r()) is not None and t._defer is not None: t._build()
   found = _link_pending(becomes)   # the tensors made since the last realize and holding a realized node
-  keys = {u for _, u in found}
-  becomes = {k: v for k, v in becomes.items() if k in keys or users.is_held(k)}
-  if not becomes: return
-  found += users.holders(becomes)
+  if len(found) == 1 == len(becomes):   # the usual `t = (t + 1).realize()`: one new tensor holds the realized node
+    if not (more := users.holders(becomes)):   # ... and no graph is over it
+      t, u = found[0]
+      if t._uop is u: t._uop = becomes[u]
+      return
+    found += more
+  else:
+    keys = {u for _, u in found}
+    becomes = {k: v for k, v in becomes.items() if k in keys or users.is_held(k)}
+    if not becomes: return
+    found += users.holders(becomes)
   done = set()
   for t, u in found:
     if id(t) in done or t._uop is not u: continue   # (a tensor found twice; already substituted)
@@ -279,6 +286,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
     if self._defer is not None and not others and _plan().realize_deferred(self): return self
+    if not others:   # (the usual call: no lists)
+      if not graph.is_realized(u := self.uop) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
+      return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
     pending = [u for t in (self, *others) if not graph.is_realized(u := t.uop) and u.device is not None]
     if pending: _apply_becomes_map(_engine().realize(pending))
