@@ -75,14 +75,16 @@ class Buffer:
       self.__del__()
       self._handle = None
   def __del__(self):
-    if getattr(self, "_handle", None) is not None and getattr(self, "owned", True):
+    d = self.__dict__   # (a half-made buffer may lack any attribute; every tiny op's output comes here)
+    if (handle := d.get("_handle")) is not None and d.get("owned", True):
       try:
-        allocator = self.__dict__.get("_allocator") or Device[self.device].allocator
+        allocator = d.get("_allocator") or Device[self.device].allocator
+        nbytes = self.size * self.dtype.itemsize
         if events.enabled("profile"):
-          with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=self.nbytes, buf=id(self)):
-            allocator.free(self._handle, self.nbytes)
-        else: allocator.free(self._handle, self.nbytes)
-        GlobalCounters.mem_used -= self.nbytes
+          with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=nbytes, buf=id(self)):
+            allocator.free(handle, nbytes)
+        else: allocator.free(handle, nbytes)
+        GlobalCounters.mem_used -= nbytes
       except Exception: pass
   def __repr__(self) -> str:
     return f"<buf real:{self.is_allocated} device:{self.device} size:{self.size} dtype:{self.dtype!r}>"

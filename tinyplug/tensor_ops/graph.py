@@ -142,7 +142,9 @@ _COMPARISONS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
   """alu(op, a, b), for the two sources of a binary op without collecting their shapes."""
   if (shape := a.shape) != b.shape: return alu(op, a, b)   # (raises, naming both)
-  return UOp(op, dtypes.bool if op in _COMPARISONS else b.dtype, (a, b)).with_known_shape(shape)
+  out = UOp(op, dtypes.bool if op in _COMPARISONS else b.dtype, (a, b))
+  # its device as shapes.device_of would work it out later (the first source's that has one), known now
+  return out.with_known_shape_and_device(shape, b.device if (d := a.device) is None else d)
 
 def own_buffer(u: UOp) -> UOp:
   """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""
