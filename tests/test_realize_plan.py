@@ -404,3 +404,12 @@ def test_param_plan_special_values_and_settings():
   assert n["param_hits"] == 0
   nan = (x * float("nan")).realize().numpy()
   assert np.isnan(nan).all()
+
+def test_param_plan_follows_a_second_constant_made_a_parameter():
+  a, b = data(32), data(32)
+  x, y = buf(a), buf(b)
+  seq = [(1.0, 2.0), (1.0, 3.0), (1.0, 4.0), (1.0, 5.0), (5.0, 5.0), (6.0, 5.0), (7.0, 6.0), (8.0, 7.0)]
+  with Count() as n:
+    for p, q in seq: close(((x * p) + (y * q)).realize(), a * p + b * q)
+  # (1, 2) baked; (1, 3) makes q a parameter; then plans with p baked; (5, 5) makes p one too; then plans again
+  assert n["param_recorded"] == 2 and n["param_hits"] >= 4

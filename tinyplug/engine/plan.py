@@ -251,7 +251,9 @@ class _ParamPlan:
     # graph's positions telling what each realized node becomes
     self.plan, self.changed, self.baked, self.becomes = plan, changed, baked, becomes
 
-# (structure with float32 constants masked, settings number) -> _ParamPlan or False (refused)
+# (structure with float32 constants masked, settings number) -> _ParamPlan, False (refused) or how many times the
+# rewritten graph had no template
+_NO_TEMPLATE: Any = object()
 _param_plans: BoundedCache = BoundedCache("engine.param_plans", 4096)
 _F32_STRUCT, _I32_STRUCT = None, None
 
@@ -272,12 +274,19 @@ def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
   key, nodes = found
   if (masked := _masked(key)) is None: return None
   pkey = (masked, _settings_token())
-  if (entry := _param_plans.get(pkey)) is None:
-    if (entry := _record_params(key, nodes, masked)) is None: return None
-    _param_plans.put(pkey, entry)
+  if (entry := _param_plans.get(pkey)) is None or type(entry) is int:
+    if (got := _record_params(key, nodes, masked)) is None: return None
+    if got is _NO_TEMPLATE:   # the rewritten graph has no template (yet: the usual path makes it; never: give up)
+      _param_plans.put(pkey, False if (entry or 0) >= 2 else (entry or 0) + 1)
+      return None
+    entry = _param_plans.put(pkey, got)
   if entry is False: return None   # refused
   for i, k in entry.baked:
-    if key[i][2] != k: return None   # another value in a constant the kernels hold: the usual path decides
+    if key[i][2] != k:   # another value in a constant these kernels hold: scalars.py may have made it a parameter
+      if type(entry := _record_params(key, nodes, masked)) is not _ParamPlan or \
+         any(key[j][2] != v for j, v in entry.baked): return None
+      _param_plans.put(pkey, entry)
+      break
   plan = entry.plan
   outs = _run(plan, lambda r: handle_of(nodes[r]),
               lambda positions: tuple([_bits(nodes[i].arg) for i in positions]))
@@ -286,7 +295,8 @@ def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
 
 def _record_params(key: tuple, nodes: list[UOp], masked: tuple) -> Any:
   """The parameter plan of the graph once scalars.py made some of its constants parameters and the rewritten graph
-  was scheduled (its template cached); None: not yet (the usual path runs and gets there); False: refused for good."""
+  was scheduled (its template cached); None: not yet (the usual path runs and gets there); _NO_TEMPLATE: the
+  rewritten graph has no template; False: refused for good."""
   global _F32_STRUCT, _I32_STRUCT
   scalars, sched = _scalars(), _sched()
   if not SCALAR_ARGS: return False   # (part of the settings number: refused under these settings only)
@@ -295,7 +305,7 @@ def _record_params(key: tuple, nodes: list[UOp], masked: tuple) -> Any:
   new_targets, new, _ = p
   found2 = sched.structure(UOp(Ops.SINK, dtypes.void, tuple(new_targets)))
   if found2 is None: return False
-  if (template := sched._templates.get((found2[0], sched.schedule_key()))) is None: return None
+  if (template := sched._templates.get((found2[0], sched.schedule_key()))) is None: return _NO_TEMPLATE
   if _F32_STRUCT is None:
     import struct
     _F32_STRUCT, _I32_STRUCT = struct.Struct("<f"), struct.Struct("<i")
