@@ -1,0 +1,42 @@
+"""Many short reductions that no other rule takes (`_short_rows_opts`): four outputs side by side, a second reduce axis
+of at most 8 unrolled; row kernels that pass over a row twice, few outputs, long reductions and GPUs left alone.
+Decisions on fake machines through the CPU renderer; values against numpy."""
+import numpy as np
+import pytest
+from tinyplug import schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+
+RNG = np.random.default_rng(13)
+
+def _reduction(t: Tensor) -> Kernel:
+  schedule._templates.clear()
+  items, _ = create_schedule([t.uop])
+  return [k for k in (Kernel(it.ast, Device["CPU"].renderer) for it in items) if k.reduce_axes][-1]
+
+@pytest.mark.parametrize("machine", [(64, 32), (32, 16), (16, 32)], ids=["avx512", "avx2", "neon"])
+def test_short_rows_run_four_outputs_side_by_side(vector_machine, machine):
+  vector_machine(*machine)
+  # a global average pool's 7x7 windows: 4 outputs, the inner window axis unrolled
+  assert heuristic_opts(_reduction(Tensor.empty(32, 512, 7, 7).mean((2, 3)))) == \
+    [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 1, 7)]
+  assert heuristic_opts(_reduction(Tensor.empty(16384, 49).sum(1))) == [Opt(OptOps.UPCAST, 0, 4)]
+  assert heuristic_opts(_reduction(Tensor.empty(4096, 25).max(1))) == [Opt(OptOps.UPCAST, 0, 4)]
+
+def test_what_short_rows_leave_alone(vector_machine):
+  vector_machine(64, 32)
+  assert heuristic_opts(_reduction(Tensor.empty(8192, 10).argmax(1))) == []   # two passes over each row
+  assert heuristic_opts(_reduction(Tensor.empty(128, 49).sum(1))) == []       # few outputs: the simple loop
+  assert heuristic_opts(_reduction(Tensor.empty(4096, 65).sum(1))) != [Opt(OptOps.UPCAST, 0, 4)]   # not short
+  assert heuristic_opts(_reduction(Tensor.empty(4098, 49).sum(1))) == []      # no 4 divides the outputs
+
+@pytest.mark.parametrize("shape,axes", [((32, 512, 7, 7), (2, 3)), ((16384, 49), (1,)), ((4096, 25), (1,)),
+                                        ((8, 1024, 3, 5), (2, 3))], ids=str)
+def test_values(shape, axes):
+  a = RNG.standard_normal(shape).astype(np.float32)
+  t = Tensor(a)
+  np.testing.assert_allclose(t.mean(axes).numpy(), a.mean(axes), rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(t.max(axes).numpy(), a.max(axes))
