@@ -2,15 +2,18 @@
 host, the outermost shareable loop split across threads (`core_id`, `n_cores`), and exp2/log2/sin as libm calls
 whose vector variants (glibc's libmvec) LLVM may vectorise to."""
 from __future__ import annotations
+import math
 from tinyplug.backend import LAUNCH_LOOPS
 from tinyplug_cpu_llvm.machine import n_threads, usable_cores
-from tinyplug.renderer.llvmir import LLVM_VECTOR_WIDTHS, LLVMFunctionBuilder, LLVMIRRenderer, reg_type
+from tinyplug.renderer.llvmir import LLVM_VECTOR_WIDTHS, LLVMFunctionBuilder, LLVMIRRenderer, literal, reg_type
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import GroupOp, Ops
 
 # libmvec vector lengths per ISA letter, for float and double
 _VECLEN = {"b": (4, 2), "d": (8, 4), "e": (16, 8)}
 _LIBM = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
+
+def _cond(dt: DType) -> str: return "i1" if dt.count == 1 else f"<{dt.count} x i1>"
 
 class CPUFunctionBuilder(LLVMFunctionBuilder):
   def __init__(self, name, uops, renderer: LLVMRenderer):
@@ -20,11 +23,55 @@ class CPUFunctionBuilder(LLVMFunctionBuilder):
     self.libm_variants: dict[str, list[str]] = {}
 
   def float_call(self, op: Ops, dt: DType, x: str) -> str | None:
-    if op in _LIBM and self.vector_isas and dt in (dtypes.float32, dtypes.float64):
-      return self.libm_call(_LIBM[op], dt, x)
-    if op in _LIBM and self.vector_isas and dt.count > 1 and (v := self.libm_vector_call(_LIBM[op], dt, x)):
-      return v
-    return None
+    if op not in _LIBM or not self.vector_isas or dt.scalar() not in (dtypes.float32, dtypes.float64): return None
+    if dt.count > 1 and not self._libmvec_isa(dt): return None
+    call = self.libm_call if dt.count == 1 else self.libm_vector_call
+    if op is Ops.LOG2: return self.log2_guarded(dt, x, lambda arg: call("log2", dt, arg))
+    return call(_LIBM[op], dt, x)
+
+  def log2_guarded(self, dt: DType, x: str, log2) -> str:
+    """log2 by libm with the lanes its vector variant takes a scalar path for (0, negatives, denormals, inf, NaN) kept
+    from it. A vector whose lanes are all positive normal floats (one integer compare) calls it as it is; any other
+    branches to the guarded call. A scalar call (which LLVM's loop vectoriser widens) is always guarded, by selects."""
+    if dt.count == 1: return self.log2_selects(dt, x, log2)
+    # every class but the positive normals (llvm.is.fpclass bits: nan 0-1, -inf 2, -normal 3, -denormal 4, -0 5, +0 6,
+    # +denormal 7, +inf 9): one vfpclassps on AVX-512
+    vt = f"v{dt.count}{'f32' if dt.scalar() == dtypes.float32 else 'f64'}"
+    self.decls[f"is.fpclass.{vt}"] = f"declare {_cond(dt)} @llvm.is.fpclass.{vt}({reg_type(dt)}, i32)"
+    self.decls[f"reduce.or.{dt.count}"] = f"declare i1 @llvm.vector.reduce.or.v{dt.count}i1({_cond(dt)})"
+    bad = self.op(f"call {_cond(dt)} @llvm.is.fpclass.{vt}({reg_type(dt)} {x}, i32 {0x3FF & ~0x100})")
+    any_bad = self.op(f"call i1 @llvm.vector.reduce.or.v{dt.count}i1({_cond(dt)} {bad})")
+    n = self.tmp
+    self.emit(f"br i1 {any_bad}, label %log{n}_guarded, label %log{n}_fast")
+    self.label(f"log{n}_fast")
+    fast = log2(x)
+    self.emit(f"br label %log{n}_join")
+    self.label(f"log{n}_guarded")
+    guarded = self.log2_selects(dt, x, log2)
+    guarded_block = self.block
+    self.emit(f"br label %log{n}_join")
+    self.label(f"log{n}_join")
+    return self.op(f"phi {reg_type(dt)} [{fast}, %log{n}_fast], [{guarded}, %{guarded_block}]")
+
+  def log2_selects(self, dt: DType, x: str, log2) -> str:
+    """log2 by libm, its special lanes kept from it by selects: denormals enter scaled by 2**64 (64 taken off after),
+    0, negatives, inf and NaN as 1.0 with their results set after."""
+    t = reg_type(dt)
+    lit = lambda v: literal(v, dt)
+    tiny = 2.0 ** (2 - 2 ** (dtypes.finfo(dt.scalar())[0] - 1))          # the smallest normal
+    small = self.op(f"fcmp olt {t} {x}, {lit(tiny)}")                    # denormals, zeros, negatives, -inf
+    xs = self.op(f"select {_cond(dt)} {small}, {t} {self.op(f'fmul {t} {x}, {lit(2.0 ** 64)}')}, {t} {x}")
+    ok = self.op(f"and {_cond(dt)} {self.op(f'fcmp oge {t} {xs}, {lit(tiny)}')}, "
+                 f"{self.op(f'fcmp olt {t} {xs}, {lit(math.inf)}')}")    # positive, finite, normal (after scaling)
+    y = log2(self.op(f"select {_cond(dt)} {ok}, {t} {xs}, {t} {lit(1.0)}"))
+    y = self.op(f"fadd {t} {y}, {self.op(f'select {_cond(dt)} {small}, {t} {lit(-64.0)}, {t} {lit(0.0)}')}")
+    # +inf -> inf, +-0 -> -inf, negatives and NaN -> NaN
+    special = self.op(f"select {_cond(dt)} {self.op(f'fcmp ogt {t} {x}, {lit(0.0)}')}, {t} {x}, {t} {lit(math.nan)}")
+    special = self.op(f"select {_cond(dt)} {self.op(f'fcmp oeq {t} {x}, {lit(0.0)}')}, {t} {lit(-math.inf)}, {t} {special}")
+    return self.op(f"select {_cond(dt)} {ok}, {t} {y}, {t} {special}")
+
+  def _libmvec_isa(self, dt: DType) -> str | None:
+    return next((i for i in self.vector_isas if _VECLEN[i][0 if dt.scalar() == dtypes.float32 else 1] == dt.count), None)
 
   def libm_call(self, base: str, dt: DType, x: str) -> str:
     """A call to libm's exp2f/log2f/sinf (or the double ones), marked with its libmvec vector variants so the
@@ -37,10 +84,8 @@ class CPUFunctionBuilder(LLVMFunctionBuilder):
     """A vector's exp2/log2/sin (upcast lanes) as one libmvec call when a variant of exactly its width exists;
     LLVM's own vector intrinsic would become one scalar libm call per lane."""
     scalar = dt.scalar()
-    if scalar not in (dtypes.float32, dtypes.float64): return None
+    if scalar not in (dtypes.float32, dtypes.float64) or (isa := self._libmvec_isa(dt)) is None: return None
     fname = self._declare_libm(base, scalar)
-    isa = next((i for i in self.vector_isas if _VECLEN[i][0 if scalar == dtypes.float32 else 1] == dt.count), None)
-    if isa is None: return None
     t = reg_type(dt)
     return self.op(f"call {t} @_ZGV{isa}N{dt.count}v_{fname}({t} {x})")
 
