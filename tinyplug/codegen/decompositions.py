@@ -5,8 +5,9 @@ until nothing matches, so a decomposition may use other decomposable ops (POW bu
 builds a float32 one, SUB becomes ADD and NEG where SUB is missing).
 
 The math, for float32 and float64 (float16 and bfloat16 compute in float32 and cast back):
-- exp2(x): x = q + r with q an integer and |r| <= 1/2; 2**r is a Taylor polynomial, 2**q is built from exponent bits
-  in two halves, so results down in the denormals round once and 2**128 overflows to inf.
+- exp2(x): x = q + r with q an integer (rounded by adding and subtracting a magic number) and |r| <= 1/2; 2**r is a
+  polynomial (float32: a degree-6 minimax fit, float64: Taylor), 2**q an integer add into its exponent bits; results
+  in the denormals are built 2**64 larger and rounded once by a multiply, 2**128 comes out as inf.
 - log2(x): denormals are scaled up by 2**64 first; x = 2**e * m with m in [sqrt(1/2), sqrt(2)], and
   log2(m) = 2/ln(2) * atanh(s) with s = (m-1)/(m+1), a series in s*s.
 - sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 split into parts short enough that k*part is exact
@@ -127,11 +128,6 @@ def _clamp(x: UOp, lo: float, hi: float) -> UOp:
 def _round_to_int(x: UOp) -> UOp:
   """x rounded to the nearest integer (halves away from zero), as the int dtype of x's width. |x| must fit it."""
   return (x + (x < 0.0).where(x.const_like(-0.5), 0.5)).cast(_int_dtype(x))
-
-def _pow2(e: UOp, like: UOp) -> UOp:
-  """2**e as a float of like's dtype, for integer e in the normal exponent range."""
-  _, mant_bits, bias = _format(like)
-  return ((e + bias) << mant_bits).bitcast(like.dtype)
 
 def _is_nan(x: UOp) -> UOp: return x.ne(x)
 
