@@ -42,7 +42,7 @@ class CPUFunctionBuilder(LLVMFunctionBuilder):
     bad = self.op(f"call {_cond(dt)} @llvm.is.fpclass.{vt}({reg_type(dt)} {x}, i32 {0x3FF & ~0x100})")
     any_bad = self.op(f"call i1 @llvm.vector.reduce.or.v{dt.count}i1({_cond(dt)} {bad})")
     n = self.tmp
-    self.emit(f"br i1 {any_bad}, label %log{n}_guarded, label %log{n}_fast")
+    self.emit(f"br i1 {any_bad}, label %log{n}_guarded, label %log{n}_fast, !prof !{{!\"branch_weights\", i32 1, i32 1000}}")
     self.label(f"log{n}_fast")
     fast = log2(x)
     self.emit(f"br label %log{n}_join")
