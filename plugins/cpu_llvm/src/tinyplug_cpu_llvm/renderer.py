@@ -31,11 +31,11 @@ class CPUFunctionBuilder(LLVMFunctionBuilder):
 
   def log2_guarded(self, dt: DType, x: str, log2) -> str:
     """log2 by libm with the lanes its vector variant takes a scalar path for (0, negatives, denormals, inf, NaN) kept
-    from it. A vector whose lanes are all positive normal floats (one integer compare) calls it as it is; any other
+    from it. A vector whose lanes are all positive normal floats (one class test) calls it as it is; any other
     branches to the guarded call. A scalar call (which LLVM's loop vectoriser widens) is always guarded, by selects."""
     if dt.count == 1: return self.log2_selects(dt, x, log2)
     # every class but the positive normals (llvm.is.fpclass bits: nan 0-1, -inf 2, -normal 3, -denormal 4, -0 5, +0 6,
-    # +denormal 7, +inf 9): one vfpclassps on AVX-512
+    # +denormal 7, +inf 9); the guarded path weighted unlikely so the plain call falls through
     vt = f"v{dt.count}{'f32' if dt.scalar() == dtypes.float32 else 'f64'}"
     self.decls[f"is.fpclass.{vt}"] = f"declare {_cond(dt)} @llvm.is.fpclass.{vt}({reg_type(dt)}, i32)"
     self.decls[f"reduce.or.{dt.count}"] = f"declare i1 @llvm.vector.reduce.or.v{dt.count}i1({_cond(dt)})"
