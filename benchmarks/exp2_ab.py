@@ -30,6 +30,7 @@ def workloads(rng: np.random.Generator) -> dict:
   T = lambda a: Tensor(a, device="CPU").realize()
   return {
     "exp 4M": (T(f32(1 << 22)), lambda t: t.exp()),
+    "exp 2M float64": (T(rng.standard_normal(1 << 21)), lambda t: t.exp()),
     "softmax 4096^2": (T(f32(4096, 4096)), lambda t: t.softmax(-1)),
     "logsumexp(1) 4096^2": (T(f32(4096, 4096)), lambda t: t.logsumexp(1)),
     "gelu 4M": (T(f32(1 << 22)), lambda t: t.gelu()),
