@@ -288,7 +288,8 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   # 17-32-wide row whole (two vectors) with room for 4 rows of the second axis: r_64_32_26_26_64_3_3 33 -> 20 ms;
   # a short one (a one-channel 3x3 convolution) keeps half the row (whole, it measured 2x slower)
   budget = SMALL_TILE_BUDGET
-  if sizes[inner] > 16 and math.prod(r.src[0].arg for r in reduces) >= 64: amt, budget = sizes[inner], 4 * sizes[inner]
+  whole_long = sizes[inner] > 16 and math.prod(r.src[0].arg for r in reduces) >= 64
+  if whole_long: amt, budget = sizes[inner], 4 * sizes[inner]
   # a window's row read with a stride (a stride-2 convolution's input) gives lanes that are gathers: a short row (4)
   # and a wide second axis, whose loads do not depend on the row (r_64_64_12_12_32_3_3, one thread: 12x4 13.3 ms,
   # 4x16 8.7). Not a row read across a matrix's rows (a linear layer's 10 outputs: 10x4 38 us, 2x16 104 us)
@@ -312,6 +313,13 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   tiled = [inner]
   if sizes[inner] <= 4 and sizes[inner - 1] <= 4 and reuse[inner - 1]: tiled.append(inner - 1)
   if len(tiled) > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
+  # the long whole row takes two rows (an unstrided 3x3 convolution's output rows: each weight broadcast feeds both),
+  # before the channels, within twice the budget (conv 64->64 28x28 b8, one thread: 28 x 4 5.8 ms, 28 x 2 x 4 4.9;
+  # the rows after the channels 5.1)
+  if whole_long and not gathers and sizes[inner - 1] % 2 == 0 and reuse[inner - 1] and \
+     _try_tile(k, Opt(OptOps.UPCAST, inner - 1, 2)):
+    tiled.append(inner - 1)
+    budget *= 2
   up = {loops[a] for a in tiled}
   def clash(a: int) -> int: return sum(1 for d in deps if loops[a] in d and d & up)
   others = sorted((a for a in range(tiled[-1]) if reuse[a]), key=lambda a: (clash(a), -reuse[a], -sizes[a]))

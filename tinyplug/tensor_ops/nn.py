@@ -332,15 +332,15 @@ def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], di
     gx = g.conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation,
                   padding=[v for e in reversed(edge) for v in (e, e)])
   else: gx = _strided_input_grad(g, wt, spatial, groups, stride, dilation)
-  gw = _weight_grad_channels_last(g, x, kernel, stride, dilation) if _wants_channels_last_wgrad(cin, groups) \
+  gw = _weight_grad_channels_last(g, x, kernel, stride, dilation) if _wants_channels_last_wgrad(cin, groups, stride) \
     else _weight_grad_batched(g, x, kernel, groups, stride, dilation)
   gb = tuple(g.sum((0, *range(2, 2 + nd))).cast(b.dtype) for b in bias)
   return (gx.cast(x.dtype), gw.cast(w.dtype), *gb)
 
-def _wants_channels_last_wgrad(cin: int, groups: int) -> bool:
+def _wants_channels_last_wgrad(cin: int, groups: int, stride: Sequence[int]) -> bool:
   """Whether the weight gradient is the channels-last matmul: one group with enough input channels to fill a vector
   (a 1-channel first layer or a depthwise convolution keeps the convolution over the batch)."""
-  return groups == 1 and cin >= 16
+  return groups == 1 and cin >= 16 and all(s == 1 for s in stride)
 
 def _weight_grad_batched(g, x, kernel: Sequence[int], groups: int, stride: Sequence[int], dilation: Sequence[int]):
   """d w as a convolution over the batch. Channels become the batch and the batch the channels; g is the kernel, and
