@@ -1,0 +1,104 @@
+"""A convolution's weight gradient (one group, 16+ input channels, stride 1) as a matmul per tap over (batch, out..),
+read from a channels-last copy of the input so that its lanes run along the input channels; a large input sums per
+image first. Values against torch (both forms, every dim count, dilation, padding, bias); the schedule's shape; the
+heuristic's tile for it and for the unstrided whole row's two rows, on fake machines."""
+from __future__ import annotations
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tinyplug import schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.passes.heuristic import heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops import nn
+from tinyplug.uop.ops import Ops
+
+U = lambda axis, amt: Opt(OptOps.UPCAST, axis, amt)
+TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+def _rand(shape, seed):
+  return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+def check(x_shape, w_shape, bias: bool = False, **kw) -> None:
+  """Forward, input, weight (and bias) gradients under a non-uniform upstream gradient, against torch."""
+  x, w = _rand(x_shape, 0), _rand(w_shape, 1)
+  b = _rand((w_shape[0],), 2) if bias else None
+  xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  bt = torch.tensor(b, requires_grad=True) if bias else None
+  ref = TORCH_CONV[len(w_shape) - 2](xt, wt, bt, **kw)
+  xs, ws = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  bs = Tensor(b, requires_grad=True) if bias else None
+  out = xs.conv2d(ws, bs, **kw)
+  seed_grad = _rand(tuple(ref.shape), 3)
+  (ref * torch.tensor(seed_grad)).sum().backward()
+  (out * Tensor(seed_grad)).sum().backward()
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), atol=1e-4, rtol=1e-4, err_msg="forward")
+  np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-4, rtol=1e-4, err_msg="input gradient")
+  np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=2e-4, rtol=1e-4, err_msg="weight gradient")
+  if bias: np.testing.assert_allclose(bs.grad.numpy(), bt.grad.numpy(), atol=1e-4, rtol=1e-4, err_msg="bias gradient")
+
+CASES = [((3, 16, 10, 9), (8, 16, 3, 3), dict(padding=1)),
+         ((2, 24, 11, 12), (5, 24, 3, 2), dict(dilation=2, padding=(2, 1))),   # 24 channels: not a whole vector
+         ((2, 32, 7, 7), (20, 32, 1, 1), dict()),
+         ((2, 16, 15), (6, 16, 5), dict(padding=2)),
+         ((1, 16, 5, 6, 4), (4, 16, 2, 3, 2), dict(dilation=(1, 2, 1)))]
+
+@pytest.mark.parametrize("per_image", [False, True], ids=["summed", "per_image"])
+@pytest.mark.parametrize("x_shape,w_shape,kw", CASES, ids=lambda v: str(v).replace(" ", ""))
+def test_weight_gradient_matches_torch(monkeypatch, per_image, x_shape, w_shape, kw):
+  assert nn._wants_channels_last_wgrad(w_shape[1], 1, (1,) * (len(w_shape) - 2))
+  taken = []
+  monkeypatch.setattr(nn, "_per_image_wgrad", lambda *a: taken.append(a) or per_image)   # either form on small inputs
+  check(x_shape, w_shape, bias=True, **kw)
+  assert taken   # the channels-last form was built
+
+def test_which_form():
+  assert nn._wants_channels_last_wgrad(16, 1, (1, 1))
+  assert not nn._wants_channels_last_wgrad(8, 1, (1, 1))        # a vector's worth of channels or more
+  assert not nn._wants_channels_last_wgrad(64, 2, (1, 1))       # grouped: the convolution over the batch
+  assert not nn._wants_channels_last_wgrad(64, 1, (2, 2))       # strided: it already vectorizes along g's copy
+  assert nn._per_image_wgrad(8 * 64 * 58 * 58, 8, 64 * 64 * 9)  # conv 64->64 56x56 b8
+  assert not nn._per_image_wgrad(8 * 64 * 30 * 30, 8, 64 * 64 * 9)   # 28x28: the input is small
+  assert not nn._per_image_wgrad(64 * 512 * 34 * 34, 64, 512 * 512 * 9)   # partials larger than the input
+  assert not nn._per_image_wgrad(1 << 22, 1, 9)
+
+def _grad_kernels(x_shape, w_shape, **kw) -> list:
+  schedule._templates.clear()   # no schedule made under another fake machine
+  x, w = Tensor.empty(*x_shape, requires_grad=True), Tensor.empty(*w_shape, requires_grad=True)
+  (gw,) = x.conv2d(w, **kw).square().sum().gradient(w)
+  return [it.ast for it in create_schedule([gw.uop])[0] if it.ast.op is Ops.SINK]
+
+def _shapes(k: Kernel) -> tuple[list[int], list[int]]:
+  return [r.src[0].arg for r in k.loop_axes], [r.src[0].arg for r in k.reduce_axes]
+
+@pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
+def test_weight_gradient_tile_runs_along_input_channels(vector_machine, machine, lanes):
+  vector_machine(*machine)
+  # (kh, kw, cout, cin) summed over (b, h, w): cin, the innermost output axis, is the channels-last copy's contiguous one
+  (k,) = [k for k in (Kernel(a, Device["CPU"].renderer) for a in _grad_kernels((8, 64, 28, 28), (64, 64, 3, 3), padding=1))
+          if _shapes(k) == ([3, 3, 64, 64], [8, 28, 28])]
+  opts = heuristic_opts(k)
+  assert opts[0].op is OptOps.UPCAST and opts[0].axis == 3 and opts[0].arg % lanes == 0, opts
+
+def test_large_input_sums_per_image(vector_machine):
+  vector_machine(64, 32)
+  asts = _grad_kernels((8, 64, 56, 56), (64, 64, 3, 3), padding=1)
+  shapes = [_shapes(Kernel(a, Device["CPU"].renderer)) for a in asts]
+  assert ([8, 3, 3, 64, 64], [56, 56]) in shapes and ([3, 3, 64, 64], [8]) in shapes, shapes
+
+def _forward_kernel(side: int) -> Kernel:
+  schedule._templates.clear()
+  out = Tensor.empty(8, 64, side, side).conv2d(Tensor.empty(64, 64, 3, 3), padding=1)
+  return Kernel([it.ast for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK][-1], Device["CPU"].renderer)
+
+@pytest.mark.parametrize("machine", [(64, 32), (32, 16)], ids=["avx512", "avx2"])
+def test_long_whole_row_takes_two_rows(vector_machine, machine):
+  vector_machine(*machine)
+  assert heuristic_opts(_forward_kernel(28))[:3] == [U(3, 28), U(2, 2), U(1, 4)]   # 28 x 4 before
+  assert heuristic_opts(_forward_kernel(26))[:3] == [U(3, 26), U(2, 2), U(1, 4)]
+
+def test_two_row_forward_matches_torch():
+  check((2, 64, 28, 28), (32, 64, 3, 3), padding=1)
