@@ -281,14 +281,23 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   sizes, inner = [r.src[0].arg for r in loops], len(loops) - 1
   if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)): return None
   amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
-  if amt is None: return None
-  if (turned := _channel_vector_tile(k)) is not None: return turned
-  if (phased := _phase_row_tile(k)) is not None: return phased
+  padded = amt is None
+  if padded:
+    # a prime row over 16 (a 58-wide padded input's stride-2 input-gradient phases: 29) is padded by one and tiled
+    # by its half, as a 15-wide row is (r_8_64_29_29_128_2_2, one thread: the generic 8 channels x 4 unrolled 28.2 ms,
+    # 30 padded 15 x 16 4.6 ms, 32 padded 16 x 16 4.6, the row whole 29 x 4 5.4)
+    if sizes[inner] <= 16: return None
+    k = k.copy()
+    if not _try(k, Opt(OptOps.PADTO, inner, (sizes[inner] + 1) // 2)): return None
+    sizes[inner] += 1
+    amt = sizes[inner] // 2
+  if not padded and (turned := _channel_vector_tile(k)) is not None: return turned
+  if not padded and (phased := _phase_row_tile(k)) is not None: return phased
   # a long reduction (64 or more multiply-adds per output: a convolution's input gradient over 64 channels) takes a
   # 17-32-wide row whole (two vectors) with room for 4 rows of the second axis: r_64_32_26_26_64_3_3 33 -> 20 ms;
   # a short one (a one-channel 3x3 convolution) keeps half the row (whole, it measured 2x slower)
   budget = SMALL_TILE_BUDGET
-  whole_long = sizes[inner] > 16 and math.prod(r.src[0].arg for r in reduces) >= 64
+  whole_long = not padded and sizes[inner] > 16 and math.prod(r.src[0].arg for r in reduces) >= 64
   if whole_long: amt, budget = sizes[inner], 4 * sizes[inner]
   # a window's row read with a stride (a stride-2 convolution's input) gives lanes that are gathers: a short row (4)
   # and a wide second axis, whose loads do not depend on the row (r_64_64_12_12_32_3_3, one thread: 12x4 13.3 ms,
