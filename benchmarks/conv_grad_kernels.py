@@ -16,7 +16,7 @@ from tinyplug.device import Buffer, Device
 from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
-from tinyplug.tensor_ops import nn
+from tinyplug.tensor_ops import nn, template
 from tinyplug.uop.ops import Ops, UOp
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from gather_ab import parse
@@ -26,6 +26,7 @@ def main() -> None:
   pick, variants = (int(sys.argv[3]), sys.argv[4:]) if len(sys.argv) > 3 else (None, [])
   def schedule(batched: bool) -> list[UOp]:
     chosen = nn._wants_channels_last_wgrad
+    template._templates.clear(); template._seen.clear()   # the gradients are graph templates: built anew each time
     if batched: nn._wants_channels_last_wgrad = lambda *a: False
     try:
       x, w = Tensor.empty(b, cin, side, side, requires_grad=True), Tensor.empty(cout, cin, 3, 3, requires_grad=True)
