@@ -591,7 +591,7 @@ def _subpixel_backward(g, out, x, w, *, groups: int, stride: tuple[int, ...], pa
   nd = len(stride)
   gx = g.conv2d(w, groups=groups, stride=stride, padding=padding)
   gp = g.pad(((0, 0), (0, 0), *[(pi, pi) for pi in padding]))
-  gw = _conv_backward(x, None, gp, w, groups=groups, stride=stride, dilation=(1,) * nd)[1]
+  gw = _conv_weight_grad(x.contiguous(), gp, tuple(w.shape[2:]), groups, tuple(stride), (1,) * nd)
   return gx.cast(x.dtype), gw.cast(w.dtype)
 
 def _reduce_loss(loss, reduction: str):
