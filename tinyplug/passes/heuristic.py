@@ -352,22 +352,25 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
   return k.applied_opts
 
-# positions of a row that `_channel_vector_tile` upcasts: each a broadcast feeding the vectors of channels
-CHANNEL_TILE_POSITIONS = 4
+# the most positions of a row that `_channel_vector_tile` upcasts (and the fewest: 4): each a broadcast feeding the
+# vectors of channels
+CHANNEL_TILE_POSITIONS = 8
 
 def _channel_vector_tile(k: Kernel) -> list[Opt] | None:
   """A long reduction (64 or more products per output) whose 17-32-wide row is read contiguously but is not a whole
   number of vectors (28 on AVX-512 or AVX2: a conv_transpose2d's 28x28 phase convolutions), beside an output axis
   whose loads are contiguous along it (channels, from a channel-innermost weight copy): the tile turns around, that
-  axis taking cpu_tile's width (two vectors, loaded whole) and the row CHANNEL_TILE_POSITIONS positions, each one
-  broadcast value, rather than the row whole with its last vector partly filled. conv_transpose2d b8 64->32 28x28 k4
-  s2 p1's phase kernel, one Zen 4 thread, CPU time interleaved (benchmarks/conv_row_ab.py, CONVT=1): 28 x 8 p10
-  1.72-1.78 ms, 4 x 32 1.05-1.10 ms. Not a strided row (its lanes are gathers; `_small_window_tile` takes it: a
+  axis taking cpu_tile's width (two vectors, loaded whole) and the row the largest divisor of it from 4 to
+  CHANNEL_TILE_POSITIONS positions that the vector registers hold accumulators for, each one broadcast value, rather
+  than the row whole with its last vector partly filled. conv_transpose2d b8 64->32 28x28 k4 s2 p1's phase kernel,
+  one Zen 4 thread, CPU time interleaved (benchmarks/conv_row_ab.py, CONVT=1): 28 x 8 p10 1.72-1.78 ms, 4 x 32
+  1.05-1.10 ms, 7 x 32 ~4% faster than 4 x 32; conv 64->128 56x56 s2's unpadded input-gradient phase
+  r_8_64_28_28_128_2_2 (benchmarks/conv_grad_kernels.py): 4 x 32 5.2-5.3 ms, 7 x 32 and 14 x 16 4.1. Not a strided row (its lanes are gathers; `_small_window_tile` takes it: a
   stride-2 conv's 4 x 16 x 2 measured no slower than 4 x 32 x 2). None where it does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces, inner = k.loop_axes, k.reduce_axes, len(k.loop_axes) - 1
   row, lanes = loops[inner].src[0].arg, k.renderer.vector_bytes // _acc_itemsize(k)
-  if not 16 < row <= 32 or lanes < 4 or row % lanes == 0 or row % CHANNEL_TILE_POSITIONS: return None
+  if not 16 < row <= 32 or lanes < 4 or row % lanes == 0: return None
   if math.prod(r.src[0].arg for r in reduces) < 64: return None
   along = [s for s in _load_strides(k, loops[inner]) if s != 0]
   if not along or any(s != 1 for s in along): return None
@@ -377,9 +380,13 @@ def _channel_vector_tile(k: Kernel) -> list[Opt] | None:
     return reuse[a] > 0 and all(s in (0, 1) for s in strides) and 1 in strides and loops[a].src[0].arg % tile_w == 0
   axis = next((a for a in range(inner - 1, -1, -1) if vector_axis(a)), None)
   if axis is None: return None
+  # accumulators: positions x the vectors of a row of channels, beside one row of weight vectors and a broadcast
+  vecs = max(tile_w // lanes, 1)
+  room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
+  if (positions := max((d for d in range(4, room + 1) if row % d == 0), default=None)) is None: return None
   k = k.copy()
-  if not (_try_tile(k, Opt(OptOps.UPCAST, inner, CHANNEL_TILE_POSITIONS)) and
-          _try_tile(k, Opt(OptOps.UPCAST, axis, tile_w))): return None
+  if not (_try_tile(k, Opt(OptOps.UPCAST, inner, positions)) and _try_tile(k, Opt(OptOps.UPCAST, axis, tile_w))):
+    return None
   return k.applied_opts
 
 # vector accumulators a phase-innermost tile keeps (of AVX-512's 32 registers: the rest hold the weight vector and the

@@ -121,7 +121,13 @@ class NNMixin:
     if bias is not None: out = out + bias.reshape((1, -1) + (1,) * nd)
     # the bias is an input too, so that its gradient reads the one materialized output gradient
     inputs = (x, weight) if bias is None else (x, weight, bias)
-    return custom_gradient(out, inputs, _conv_backward, groups=groups, stride=strides, dilation=dilations)
+    # padded within the kernel's reach, the input gradient is computed for the unpadded input alone (`self`, an input
+    # too): the padding's rows are never summed (conv 64->64 28x28 p1: 30x30 outputs of which 28x28 were kept)
+    unpadded = any(b or a for b, a in pads) and \
+      all(0 <= b <= d * (k - 1) and 0 <= a <= d * (k - 1) for (b, a), k, d in zip(pads, weight.shape[2:], dilations))
+    if unpadded: inputs = (x, self, *inputs[1:])
+    return custom_gradient(out, inputs, _conv_backward, groups=groups, stride=strides, dilation=dilations,
+                           pads=tuple(pads) if unpadded else None)
 
   def _conv_valid(self, weight, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...], dtype):
     """The unpadded convolution as a window view times the weight, summed over (cin, kernel..)."""
@@ -320,27 +326,39 @@ class NNMixin:
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[axis]
     return _reduce_loss(-(self.log_softmax(axis) * y).sum(axis), reduction)
 
-def _conv_backward(g, out, x, w, *bias, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
-  """Gradients of the unpadded convolution out = conv(x, w) (+ bias): (d x, d w[, d bias]), each again a convolution."""
+def _conv_backward(g, out, x, *rest, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...],
+                   pads: tuple[tuple[int, int], ...] | None = None):
+  """Gradients of the convolution out = conv(x, w) (+ bias) of the padded input x: (d x, d w[, d bias]), each again a
+  convolution; with `pads`, the inputs are (x, the unpadded input, w[, bias]) and the gradients (None, d unpadded, d w
+  [, d bias])."""
+  src, (w, *bias) = (rest[0], rest[1:]) if pads is not None else (None, rest)
   nd = w.ndim - 2
   g = g.contiguous()  # read many times by both convolutions below: compute whatever produced it once
-  gx = _conv_input_grad(g, w, tuple(x.shape[2:]), groups, tuple(stride), tuple(dilation))
+  at = src if src is not None else x
+  gx = _conv_input_grad(g, w, tuple(x.shape[2:]), groups, tuple(stride), tuple(dilation), pads)
   gw = _conv_weight_grad(g, x, tuple(w.shape[2:]), groups, tuple(stride), tuple(dilation))
   gb = tuple(g.sum((0, *range(2, 2 + nd))).cast(b.dtype) for b in bias)
-  return (gx.cast(x.dtype), gw.cast(w.dtype), *gb)
+  return (*((None,) if src is not None else ()), gx.cast(at.dtype), gw.cast(w.dtype), *gb)
 
 # both gradients are graph templates: a strided convolution's input gradient is ~100 Tensor ops per call otherwise
 # (conv 64->128 28x28 s2 b8: ~2 ms of Python for a ~9 ms backward)
 @graph_template
-def _conv_input_grad(g, w, spatial: tuple[int, ...], groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
-  """d x: the transposed convolution of g with the flipped, transposed weight."""
+def _conv_input_grad(g, w, spatial: tuple[int, ...], groups: int, stride: tuple[int, ...], dilation: tuple[int, ...],
+                     pads: tuple[tuple[int, int], ...] | None = None):
+  """d x: the transposed convolution of g with the flipped, transposed weight, over the padded input of size
+  `spatial`, or with `pads` over its unpadded part only (each pad within the kernel's reach)."""
   nd, kernel, (cout, cin) = w.ndim - 2, w.shape[2:], w.shape[:2]
+  pads = pads or ((0, 0),) * nd
   wt = w.reshape(groups, cout // groups, cin, *kernel).transpose(1, 2).reshape(groups * cin, cout // groups, *kernel)
   if all(s == 1 for s in stride):
-    edge = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    edge = [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)]
     return g.conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation,
-                    padding=[v for e in reversed(edge) for v in (e, e)])
-  return _strided_input_grad(g, wt, spatial, groups, stride, dilation)
+                    padding=[v for e in reversed(edge) for v in e])
+  window = [(b, n - a) for n, (b, a) in zip(spatial, pads)]
+  if all((hi - lo) % s == 0 for (lo, hi), s in zip(window, stride)):
+    return _strided_input_grad(g, wt, spatial, groups, stride, dilation, window)
+  gx = _strided_input_grad(g, wt, spatial, groups, stride, dilation)
+  return gx.shrink((None, None, *window)) if any(b or a for b, a in pads) else gx
 
 @graph_template
 def _conv_weight_grad(g, x, kernel: tuple[int, ...], groups: int, stride: tuple[int, ...], dilation: tuple[int, ...]):
