@@ -1,7 +1,8 @@
 """A convolution's weight gradient (one group, 16+ input channels, stride 1) as a matmul per tap over (batch, out..),
 read from a channels-last copy of the input so that its lanes run along the input channels; a large input sums per
 image first. Values against torch (both forms, every dim count, dilation, padding, bias); the schedule's shape; the
-heuristic's tile for it and for the unstrided whole row's two rows, on fake machines."""
+heuristic's tile for it and for the unstrided whole row's two rows, on fake machines; the input gradient of the
+unpadded input (padding within the kernel's reach) and the padded prime phase row."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -103,3 +104,33 @@ def test_long_whole_row_takes_two_rows(vector_machine, machine):
 
 def test_two_row_forward_matches_torch():
   check((2, 64, 28, 28), (32, 64, 3, 3), padding=1)
+
+def test_prime_phase_row_is_padded_by_one(vector_machine):
+  # a 58-wide unpadded input's stride-2 input gradient: phases of 29, which no tile divides
+  vector_machine(64, 32)
+  schedule._templates.clear()
+  x, w = Tensor.empty(2, 64, 58, 58, requires_grad=True), Tensor.empty(128, 64, 3, 3, requires_grad=True)
+  (gx,) = x.conv2d(w, stride=2).square().sum().gradient(x)
+  ks = [k for k in (Kernel(it.ast, Device["CPU"].renderer) for it in create_schedule([gx.uop])[0] if it.ast.op is Ops.SINK)
+        if k.reduce_axes and k.loop_axes[-1].src[0].arg == 29]
+  assert ks
+  for k in ks: assert heuristic_opts(k)[:3] == [Opt(OptOps.PADTO, 3, 15), U(3, 15), U(1, 16)]   # 8 x 4 unrolled before
+
+def test_prime_phase_row_values():
+  check((1, 16, 46, 46), (8, 16, 3, 3), stride=2)   # 23-wide phases
+  check((2, 16, 27, 27), (16, 16, 3, 3), stride=2, padding=1)   # 27 + 2 odd: the window is cut after
+
+@pytest.mark.parametrize("kw", [dict(padding=3), dict(padding=3, stride=2), dict(padding=(0, 2, 1, 0)),
+                                dict(padding=1, stride=2, dilation=2)], ids=str)
+def test_input_gradient_of_the_unpadded_input(kw):
+  # within the kernel's reach the input gradient is the unpadded input's alone; beyond it (3 > 2), through the pad
+  x_shape, w_shape = (2, 16, 9, 8), (8, 16, 3, 3)
+  if isinstance(kw["padding"], tuple):   # torch-flat: pad first for torch
+    x, w = _rand(x_shape, 0), _rand(w_shape, 1)
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    F.conv2d(F.pad(xt, kw["padding"]), wt).square().sum().backward()
+    xs, ws = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    xs.conv2d(ws, padding=kw["padding"]).square().sum().backward()
+    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=2e-4, rtol=1e-4)
+  else: check(x_shape, w_shape, bias=True, **kw)
