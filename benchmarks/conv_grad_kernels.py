@@ -50,7 +50,8 @@ def main() -> None:
       opts = [o for o in parse(v, k) if o.op is not OptOps.THREAD]
       spec = get_program(ast, dev.renderer, opts=opts)
       prg = dev.make_program(spec, dev.compiler.compile_program(spec))
-      runs.append((f"{tag} {spec.name}", v if i == pick else " ".join(f"{o.op.name}{o.axis}:{o.arg}" for o in opts), spec, prg, bufs, []))
+      shown = v if i == pick else " ".join(f"{o.op.name}{o.axis}:{o.arg}" for o in opts)
+      runs.append((f"{tag} {spec.name}", shown, spec, prg, bufs, []))
   for _ in range(reps):
     for _, _, spec, prg, bufs, times in runs:
       st = time.thread_time()
@@ -64,8 +65,8 @@ def main() -> None:
     tot[1] += np.median(ts)
     print(f"{name:32s} p10 {np.percentile(ts, 10):7.3f} ms median {np.median(ts):7.3f} ms  {v}")
   for key, (p10, med) in totals.items():
-    print(f"{dict(A='after (now)', B='before (batched)').get(key, 'all')}: sum of p10s {p10:.2f} ms, of medians {med:.2f} ms"
-          " (variants of one kernel counted each)")
+    label = dict(A="after (now)", B="before (batched)").get(key, "all")
+    print(f"{label}: sum of p10s {p10:.2f} ms, of medians {med:.2f} ms (variants of one kernel counted each)")
 
 if __name__ == "__main__":
   main()

@@ -365,7 +365,8 @@ def _channel_vector_tile(k: Kernel) -> list[Opt] | None:
   than the row whole with its last vector partly filled. conv_transpose2d b8 64->32 28x28 k4 s2 p1's phase kernel,
   one Zen 4 thread, CPU time interleaved (benchmarks/conv_row_ab.py, CONVT=1): 28 x 8 p10 1.72-1.78 ms, 4 x 32
   1.05-1.10 ms, 7 x 32 ~4% faster than 4 x 32; conv 64->128 56x56 s2's unpadded input-gradient phase
-  r_8_64_28_28_128_2_2 (benchmarks/conv_grad_kernels.py): 4 x 32 5.2-5.3 ms, 7 x 32 and 14 x 16 4.1. Not a strided row (its lanes are gathers; `_small_window_tile` takes it: a
+  r_8_64_28_28_128_2_2 (benchmarks/conv_grad_kernels.py): 4 x 32 5.2-5.3 ms, 7 x 32 and 14 x 16 4.1. Not a strided
+  row (its lanes are gathers; `_small_window_tile` takes it: a
   stride-2 conv's 4 x 16 x 2 measured no slower than 4 x 32 x 2). None where it does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces, inner = k.loop_axes, k.reduce_axes, len(k.loop_axes) - 1
