@@ -79,7 +79,8 @@ def _shapes(k: Kernel) -> tuple[list[int], list[int]]:
 @pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
 def test_weight_gradient_tile_runs_along_input_channels(vector_machine, machine, lanes):
   vector_machine(*machine)
-  # (kh, kw, cout, cin) summed over (b, h, w): cin, the innermost output axis, is the channels-last copy's contiguous one
+  # (kh, kw, cout, cin) summed over (b, h, w): cin, the innermost output axis, is the channels-last copy's
+  # contiguous one
   asts = _grad_kernels((8, 64, 28, 28), (64, 64, 3, 3), padding=1)
   (k,) = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts) if _shapes(k) == ([3, 3, 64, 64], [8, 28, 28])]
   opts = heuristic_opts(k)
@@ -112,7 +113,8 @@ def test_prime_phase_row_is_padded_by_one(vector_machine):
   x, w = Tensor.empty(2, 64, 58, 58, requires_grad=True), Tensor.empty(128, 64, 3, 3, requires_grad=True)
   (gx,) = x.conv2d(w, stride=2).square().sum().gradient(x)
   asts = [it.ast for it in create_schedule([gx.uop])[0] if it.ast.op is Ops.SINK]
-  ks = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts) if k.reduce_axes and k.loop_axes[-1].src[0].arg == 29]
+  ks = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts)
+        if k.reduce_axes and k.loop_axes[-1].src[0].arg == 29]
   assert ks
   for k in ks: assert heuristic_opts(k)[:3] == [Opt(OptOps.PADTO, 3, 15), U(3, 15), U(1, 16)]   # 8 x 4 unrolled before
 
