@@ -388,9 +388,9 @@ def _weight_grad_channels_last(g, x, kernel: Sequence[int], stride: Sequence[int
   """d w (one group) as a matmul per tap over (batch, out..):
   d w[co, ci, t..] = sum g[b, co, o..] * x[b, ci, o*s + t*d]. Read from a channels-last copy of x, every tap's x
   row is contiguous along ci, so the reduction is an outer product of g's scalars and x's ci vectors (as a
-  convolution over the batch, the kernel (cout, cin, k..) summed over (b, o..) had no contiguous output axis to vectorize: conv 64->64 28x28 b8, one thread, 10.0 against ~5 ms).
-  The output is (k.., cout, cin), ci innermost, then viewed as (cout, cin, k..); a large input sums per image first
-  (`_per_image_wgrad`)."""
+  convolution over the batch, the kernel (cout, cin, k..) summed over (b, o..) had no contiguous output axis to
+  vectorize: conv 64->64 28x28 b8, one thread, 10.0 against ~5 ms). The output is (k.., cout, cin), ci innermost,
+  then viewed as (cout, cin, k..); a large input sums per image first (`_per_image_wgrad`)."""
   nd, (bs, cin), spatial = len(kernel), x.shape[:2], x.shape[2:]
   cout, outs = g.shape[1], g.shape[2:]
   xc = x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))   # (b, ci, i..) view
