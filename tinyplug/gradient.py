@@ -123,7 +123,13 @@ def _nodes_toward(root: UOp, targets: set[UOp]) -> list[UOp]:
   return [u for u, keep in on_path.items() if keep]
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
-  """d(root)/d(t) for each target t reached from root, given d(loss)/d(root) = root_grad."""
+  """d(root)/d(t) for each target t reached from root, given d(loss)/d(root) = root_grad (rebuilt from a template
+  when a graph of this structure was differentiated before: gradient_template.py)."""
+  from tinyplug.gradient_template import gradient
+  return gradient(root, root_grad, targets, derive_gradient)
+
+def derive_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+  """compute_gradient without templates: the rules applied from the root back to the targets."""
   from tinyplug.tensor import Tensor
   wrap = Tensor.from_uop
   nodes = _nodes_toward(root, targets)

@@ -467,7 +467,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     (requires_grad=False, detach(), made under no_grad), as tinygrad does: `requires_grad=True` is not needed."""
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
-    nodes = self.uop.toposort()
+    from tinyplug.gradient_template import graph_of
+    nodes = graph_of(self.uop)
     targets = [t for t in live_tensors() if t.requires_grad is not False and t.uop in nodes and dtypes.is_float(t.dtype)]
     if not targets: return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):

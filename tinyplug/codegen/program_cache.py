@@ -44,7 +44,7 @@ def _settings_of(renderer: Renderer) -> str:
   fields.update(vars(renderer))
   return _canon({k: v for k, v in fields.items() if not k.startswith("_")})
 
-NOT_IN_CODE = frozenset({"DEBUG", "TRAINING", "JIT", "JIT_GRAPH", "VIZ", "REALIZE_PLANS"})
+NOT_IN_CODE = frozenset({"DEBUG", "TRAINING", "JIT", "JIT_GRAPH", "VIZ", "REALIZE_PLANS", "GRADIENT_TEMPLATES"})
 
 def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
   from tinyplug.hookspecs.passes import pipeline_fingerprint

@@ -102,6 +102,10 @@ def _recipe_of(nodes: list[UOp], x: UOp) -> tuple | None:
     else: recipe.append(n)
   return tuple(recipe)
 
+def buffer_free(u: UOp) -> bool:
+  """Whether `u` is a small graph with no buffer in it (a constant: the same node every time it is made)."""
+  return _buffer_free(u)
+
 def shallow_key(x: UOp) -> tuple | None:
   """The key of a one-op graph over buffers and constants (`t + 1`) that stands for its walked structure, without a
   walk; None for any other graph."""

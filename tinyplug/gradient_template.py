@@ -1,0 +1,95 @@
+"""Gradient templates: the gradient graph of a forward graph seen before is rebuilt over the new graph's nodes instead of
+derived again through the rules' Tensor methods (an eager training step builds the same loss graph every call).
+
+The gradient graph depends only on the forward graph's structure (the scheduler's key of it, schedule/cache.py: ops,
+dtypes, args, shapes, which nodes are the same, buffers left out), on which of its nodes are the targets and on the
+few settings Tensor methods read (default dtypes and device, TRAINING). So it is derived over the real graph the
+second time a key is seen and written down as a recipe: each node of the gradient graph is a node of the forward
+graph (by its position in the walk), a node that depends on none (a constant, kept as it is), or a new node made from
+earlier ones. Later calls replay the recipe: one UOp per new node. Hash-consing makes the result the very nodes a
+derivation would give. A recipe keeps no forward node, so a template holds no buffer; a gradient that makes a buffer of
+its own (a custom gradient drawing random numbers) is derived every time. Custom gradient functions must depend only
+on their arguments, as the built-in rules do."""
+from __future__ import annotations
+from typing import Any, Callable
+from tinyplug.caches import BoundedCache
+from tinyplug.helpers import DEFAULT_FLOAT, DEFAULT_INT, GRADIENT_TEMPLATES, TRAINING
+from tinyplug.uop.dtype import dtypes
+from tinyplug.schedule.cache import buffer_free, structure
+from tinyplug.uop.ops import Ops, UOp, uop_maker
+
+MAX_TEMPLATES = 1024
+_templates: BoundedCache = BoundedCache("gradient.templates", MAX_TEMPLATES)
+_seen: BoundedCache = BoundedCache("gradient.keys_seen", 4 * MAX_TEMPLATES)   # keys derived once, not recorded yet
+_REFUSED = object()   # a key whose gradient cannot be written as a recipe: derived every time, not looked at again
+
+Derive = Callable[[UOp, UOp, set], dict]
+
+def graph_of(root: UOp) -> dict[UOp, Any]:
+  """The nodes of root's graph (backward() looks for its targets there): the walk a template needs, kept on root."""
+  return _walk(root)[2] if GRADIENT_TEMPLATES.value else root.toposort()
+
+def _walk(root: UOp) -> tuple[tuple | None, list[UOp], dict[UOp, int]]:
+  # (the structure key of root's graph or None where it has none, its nodes in the key's order, root last, and where
+  # each is). A graph template's output brings its key along (no walk then)
+  if (c := root._cache) is not None and (known := c.get("gradient_walk")) is not None: return known
+  if (found := structure(UOp(Ops.SINK, dtypes.void, (root,)))) is None: key, nodes = None, list(root.toposort())
+  else: key, nodes = found[0], found[1][:-1]
+  walk = (key, nodes, {n: i for i, n in enumerate(nodes)})
+  return root._cached("gradient_walk", lambda: walk)
+
+def gradient(root: UOp, root_grad: UOp, targets: set[UOp], derive: Derive) -> dict[UOp, UOp]:
+  """derive(root, root_grad, targets), from a template when a graph of this structure was differentiated before."""
+  if not GRADIENT_TEMPLATES.value: return derive(root, root_grad, targets)
+  key, nodes, pos = _walk(root)
+  if key is None: return derive(root, root_grad, targets)
+  if buffer_free(root_grad): seed = root_grad   # the usual 1.0: the same node each time, so it is part of the key
+  else:   # a gradient of the caller's: its graph is walked with the forward's (it may share nodes with it)
+    if (found := structure(UOp(Ops.SINK, dtypes.void, (root, root_grad)))) is None: return derive(root, root_grad, targets)
+    key, nodes, seed = found[0], found[1][:-1], None
+    pos = {n: i for i, n in enumerate(nodes)}
+  where = tuple(sorted({pos[t] for t in targets if t in pos}))
+  full = (key, seed, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
+  if (hit := _templates.get(full)) is not None:
+    return derive(root, root_grad, targets) if hit is _REFUSED else _replay(hit, nodes)
+  grads = derive(root, root_grad, targets)
+  if full not in _seen: _seen.put(full, True)   # recorded the second time: a graph made once would only pay for it
+  else: _templates.put(full, _record(grads, pos) or _REFUSED)
+  return grads
+
+def _device() -> Any:
+  global _Device
+  if _Device is None: from tinyplug.device import Device as _Device
+  return _Device
+_Device: Any = None
+
+# A recipe: (steps, outs). A step is an int (the forward node at that position), a UOp (a node that depends on no forward
+# node, kept) or (maker, indices of earlier steps); outs pairs each target's position with its gradient's step.
+Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int], ...]]
+
+def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
+  if not grads: return ((), ())
+  sink = UOp(Ops.SINK, dtypes.void, tuple(grads.values()))
+  steps: list[Any] = []
+  index: dict[UOp, int] = {}
+  dependent: set[UOp] = set()
+  for u in sink.toposort(gate=lambda u: u not in pos):
+    if u is sink: break
+    if (p := pos.get(u)) is not None: steps.append(p)
+    elif any(s in pos or s in dependent for s in u.src):
+      dependent.add(u)
+      steps.append((uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src)))
+    elif u.op is Ops.BUFFER or u.op is Ops.UNIQUE: return None   # shared by every replay: not what a derivation gives
+    else: steps.append(u)
+    index[u] = len(steps) - 1
+  return tuple(steps), tuple((pos[t], index[g]) for t, g in grads.items())
+
+def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
+  steps, outs = recipe
+  vals: list[UOp] = []
+  add = vals.append
+  for s in steps:
+    if type(s) is int: add(nodes[s])
+    elif type(s) is tuple: add(s[0](tuple([vals[i] for i in s[1]])))
+    else: add(s)
+  return {nodes[p]: vals[i] for p, i in outs}
