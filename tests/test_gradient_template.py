@@ -1,0 +1,195 @@
+"""Gradient templates (tinyplug/gradient_template.py): a graph of a structure differentiated before gets its gradient
+graph rebuilt from a recipe. The rebuilt gradients must be the very nodes a fresh derivation gives (hash-consing makes
+that an identity check), for every rule, and backward() must behave as without templates."""
+from __future__ import annotations
+import numpy as np
+import pytest
+import torch
+from tinyplug import Tensor
+from tinyplug import gradient_template as gt
+from tinyplug.gradient import custom_gradient, derive_gradient
+from tinyplug.helpers import Context
+from tinyplug.tensor_ops import graph
+
+pytestmark = pytest.mark.usefixtures("device")
+
+@pytest.fixture(autouse=True)
+def fresh_templates():
+  gt._templates.clear()
+  gt._seen.clear()
+  yield
+
+def _seed(t: Tensor):
+  return graph.const(1.0, t.dtype, t.device, ())
+
+class _Counting:
+  def __init__(self): self.calls = 0
+  def __call__(self, *args):
+    self.calls += 1
+    return derive_gradient(*args)
+
+def _inputs(shapes, rng, dtype=np.float32):
+  return [Tensor(rng.uniform(0.5, 1.5, s).astype(dtype), requires_grad=True).realize() for s in shapes]
+
+LOSSES = {
+  "arith": ([(3, 4), (3, 4)], lambda a, b: ((a * b - a / b + (-b)) * 0.5).sum()),
+  "transcendental": ([(5,)], lambda x: (x.exp() + x.log() + x.sqrt() + x.sin() + x.reciprocal()).sum()),
+  "maximum ties": ([(4,), (4,)], lambda a, b: a.maximum(b.detach() * 0 + 1.0).sum() + a.maximum(b).sum()),
+  "where and compare": ([(6,)], lambda x: (x > 1.0).where(x * 2, x * x).sum()),
+  "cast": ([(4,)], lambda x: (x.cast("float16") * 3).cast("float32").sum()),
+  "movement": ([(2, 3, 4)], lambda x: (x.permute(2, 0, 1).reshape(4, 6).pad(((1, 0), (0, 2)))[1:, 2:5].flip(0)
+                                       .expand(2, 4, 3) * 1.5).sum()),
+  "reductions": ([(3, 5)], lambda x: x.max(1).sum() + x.prod(0).sum() + x.mean() + x.sum(1, keepdim=True).square().sum()),
+  "custom rules": ([(4, 4)], lambda x: (x - 1).relu().sum() + x.sigmoid().sum() + (x ** 2.5).sum() + (x ** x).sum()),
+  "matmul": ([(4, 5), (5, 3)], lambda a, b: (a @ b).tanh().square().sum()),
+  "conv and pools": ([(2, 3, 8, 8), (4, 3, 3, 3)], lambda x, w: x.conv2d(w, padding=1, stride=2).max_pool2d(2).sum()
+                     + x.avg_pool2d(2).square().sum()),
+  "layernorm": ([(8, 16)], lambda x: x.layernorm().square().sum()),
+  "mse": ([(8, 16), (8, 16)], lambda a, b: ((a - b) ** 2).mean()),
+  "cross entropy": ([(8, 10)], lambda x: x.sparse_categorical_crossentropy(Tensor(np.arange(8, dtype=np.int32) % 10))),
+  "softmax": ([(4, 9)], lambda x: (x.softmax(-1) * x).sum()),
+  "cumsum and gather": ([(6, 5)], lambda x: x.cumsum(1).sum() + x[Tensor(np.array([0, 2, 2, 5], dtype=np.int32))].sum()),
+  "contiguous and detach": ([(3, 3)], lambda x: (x.contiguous() * x.detach() + x.exp().contiguous()).sum()),
+}
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_replayed_gradient_is_the_derived_graph(name):
+  shapes, fn = LOSSES[name]
+  rng = np.random.default_rng(0)
+  derive = _Counting()
+  for _ in range(4):
+    xs = _inputs(shapes, rng)
+    loss = fn(*xs)
+    targets = {x.uop for x in xs} | {loss.uop}
+    got = gt.gradient(loss.uop, _seed(loss), targets, derive)
+    want = derive_gradient(loss.uop, _seed(loss), targets)
+    assert got.keys() == want.keys() and all(got[t] is want[t] for t in want)
+  assert derive.calls == 2   # seen, recorded, then replayed twice
+  # and the replayed values are right (against torch)
+  ref = [torch.tensor(x.numpy(), requires_grad=True) for x in xs]
+  grads = [Tensor.from_uop(got[x.uop]).numpy() for x in xs]
+  if name in ("matmul", "mse", "softmax", "layernorm"):   # the ones torch spells the same
+    fn(*ref).backward() if name != "layernorm" else torch.nn.functional.layer_norm(ref[0], (16,), eps=1e-5).square().sum().backward()
+    for g, r in zip(grads, ref): np.testing.assert_allclose(g, r.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+def test_shapes_dtypes_and_targets_do_not_collide():
+  rng = np.random.default_rng(1)
+  derive = _Counting()
+  def check(shape, dtype, pick):
+    a, b = _inputs([shape, shape], rng, dtype)
+    loss = (a * b.exp()).sum()
+    targets = {t.uop for t in pick(a, b)}
+    got = gt.gradient(loss.uop, _seed(loss), targets, derive)
+    want = derive_gradient(loss.uop, _seed(loss), targets)
+    assert got.keys() == want.keys() and all(got[t] is want[t] for t in want)
+    if a.uop in got:
+      np.testing.assert_allclose(Tensor.from_uop(got[a.uop]).numpy().astype(np.float32),
+                                 np.exp(b.numpy().astype(np.float32)), rtol=2e-3)
+  for _ in range(3):
+    for shape in ((3, 4), (4, 3), (12,)):
+      for dtype in (np.float32, np.float16):
+        for pick in (lambda a, b: (a,), lambda a, b: (b,), lambda a, b: (a, b)):
+          check(shape, dtype, pick)
+  assert len(gt._templates) == 3 * 2 * 3
+
+def test_backward_steps_accumulate_like_without_templates():
+  rng = np.random.default_rng(2)
+  data = [rng.standard_normal(s).astype(np.float32) for s in ((16, 8), (8, 4), (4,))]
+  batches = [(rng.standard_normal((5, 16)).astype(np.float32), rng.integers(0, 4, 5).astype(np.int32)) for _ in range(5)]
+  def run(templates: int):
+    with Context(GRADIENT_TEMPLATES=templates):
+      w1, w2, b = [Tensor(d, requires_grad=True).realize() for d in data]
+      for i, (x, y) in enumerate(batches):
+        if i == 3: w1.grad = None   # a zeroed .grad starts again; the others keep adding up
+        loss = (Tensor(x) @ w1).relu().matmul(w2).add(b).sparse_categorical_crossentropy(Tensor(y))
+        loss.backward()
+        Tensor.realize(w1.grad, w2.grad, b.grad)
+      return [w1.grad.numpy(), w2.grad.numpy(), b.grad.numpy()]
+  with_t, without = run(1), run(0)
+  assert len(gt._templates) >= 1
+  for a, b in zip(with_t, without): np.testing.assert_array_equal(a, b)
+  # against torch
+  tw = [torch.tensor(d, requires_grad=True) for d in data]
+  for i, (x, y) in enumerate(batches):
+    if i == 3: tw[0].grad = None
+    torch.nn.functional.cross_entropy(torch.relu(torch.tensor(x) @ tw[0]) @ tw[1] + tw[2], torch.tensor(y).long()).backward()
+  for a, t in zip(with_t, tw): np.testing.assert_allclose(a, t.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+def test_requires_grad_and_no_grad_change_the_targets():
+  rng = np.random.default_rng(3)
+  for step in range(5):
+    a, b = _inputs([(4,), (4,)], rng)
+    Tensor.no_grad = True
+    try: c = b * 2   # made under no_grad: not a target (the gradient still flows through it into b)
+    finally: Tensor.no_grad = False
+    if step >= 3: b.requires_grad = False
+    (a * b * c).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), b.numpy() * b.numpy() * 2, rtol=1e-6)
+    if step >= 3: assert b.grad is None
+    else: np.testing.assert_allclose(b.grad.numpy(), a.numpy() * b.numpy() * 4, rtol=1e-6)
+    assert c.grad is None
+
+def test_caller_seed_and_a_seed_sharing_the_graph():
+  rng = np.random.default_rng(4)
+  for _ in range(4):
+    x, = _inputs([(5,)], rng)
+    seed = rng.standard_normal(5).astype(np.float32)
+    (x * 3).backward(Tensor(seed))
+    np.testing.assert_allclose(x.grad.numpy(), 3 * seed, rtol=1e-6)
+    x.grad = None
+    y = x * 2
+    y.backward(y)   # the seed is a node of the forward graph itself
+    np.testing.assert_allclose(x.grad.numpy(), 4 * x.numpy(), rtol=1e-6)
+
+def test_realized_intermediates_and_repeated_gradient_calls():
+  rng = np.random.default_rng(5)
+  for _ in range(4):
+    x, = _inputs([(6,)], rng)
+    h = (x * 2).realize()   # realized: the loss's graph reads its buffer
+    loss = (h * x).sum()
+    g1, = loss.gradient(x)
+    g2, gh = loss.gradient(x, h)   # the same graph again, other targets; nothing is used up
+    np.testing.assert_allclose(g1.numpy(), h.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g2.numpy(), h.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gh.numpy(), x.numpy(), rtol=1e-6)
+
+_draws = []
+
+def _noisy(g, out, x):
+  # makes a buffer of its own, different every call: such a gradient cannot be replayed
+  noise = np.full(x.shape, float(len(_draws) + 1), dtype=np.float32)
+  _draws.append(noise)
+  return (g * Tensor(noise),)
+
+def test_a_custom_gradient_that_makes_buffers_is_derived_every_time():
+  rng = np.random.default_rng(6)
+  _draws.clear()
+  derive = _Counting()
+  for i in range(4):
+    x, = _inputs([(3,)], rng)
+    loss = custom_gradient(x * 1.0, (x,), _noisy).sum()
+    got = gt.gradient(loss.uop, _seed(loss), {x.uop}, derive)
+    assert Tensor.from_uop(got[x.uop]).tolist() == [i + 1.0] * 3
+  assert derive.calls == 4 and gt._REFUSED in gt._templates.values()
+
+def test_templates_off_derives_every_time():
+  rng = np.random.default_rng(7)
+  derive = _Counting()
+  with Context(GRADIENT_TEMPLATES=0):
+    for _ in range(3):
+      x, = _inputs([(3,)], rng)
+      loss = (x * x).sum()
+      gt.gradient(loss.uop, _seed(loss), {x.uop}, derive)
+  assert derive.calls == 3 and len(gt._templates) == 0
+
+def test_a_template_holds_no_buffer():
+  import gc, weakref
+  rng = np.random.default_rng(8)
+  for _ in range(3):
+    x, = _inputs([(64,)], rng)
+    (x.exp() * x).sum().backward()
+    x.grad.realize()
+  ref = weakref.ref(x.uop.base)
+  del x
+  gc.collect()
+  assert ref() is None and len(gt._templates) == 1
