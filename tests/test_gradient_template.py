@@ -193,3 +193,27 @@ def test_a_template_holds_no_buffer():
   del x
   gc.collect()
   assert ref() is None and len(gt._templates) == 1
+
+def test_a_single_replayed_gradient_brings_its_scheduler_structure():
+  from tinyplug.schedule.cache import _walk, structure
+  from tinyplug.uop.ops import Ops, UOp
+  from tinyplug.uop.dtype import dtypes
+  rng = np.random.default_rng(9)
+  labels = Tensor(np.arange(6, dtype=np.int32) % 4).realize()
+  for i in range(4):
+    x, = _inputs([(6, 4)], rng)
+    loss = x.sparse_categorical_crossentropy(labels)
+    loss.backward()
+    sink = UOp(Ops.SINK, dtypes.void, (x.grad.uop,))
+    hinted = (x.grad.uop._cache or {}).get("sink_structure") is not None
+    assert hinted == (i >= 2)   # replays only
+    key, nodes = structure(sink)
+    walked = _walk(sink)
+    assert key == walked[0] and all(a is b for a, b in zip(nodes, walked[1])) and len(nodes) == len(walked[1])
+    np.testing.assert_allclose(x.grad.numpy(), _softmax_ce_grad(x.numpy(), labels.numpy()), rtol=1e-5, atol=1e-7)
+
+def _softmax_ce_grad(x, y):
+  p = np.exp(x - x.max(1, keepdims=True))
+  p /= p.sum(1, keepdims=True)
+  p[np.arange(len(y)), y] -= 1
+  return p / len(y)

@@ -33,7 +33,9 @@ def _walk(root: UOp) -> tuple[tuple | None, list[UOp], dict[UOp, int]]:
   # (the structure key of root's graph or None where it has none, its nodes in the key's order, root last, and where
   # each is). A graph template's output brings its key along (no walk then)
   if (c := root._cache) is not None and (known := c.get("gradient_walk")) is not None: return known
-  if (found := structure(UOp(Ops.SINK, dtypes.void, (root,)))) is None: key, nodes = None, list(root.toposort())
+  # (shallow=None: a loss is never the one-op graph that key stands for)
+  if (found := structure(UOp(Ops.SINK, dtypes.void, (root,)), shallow=None)) is None:
+    key, nodes = None, list(root.toposort())
   else: key, nodes = found[0], found[1][:-1]
   walk = (key, nodes, {n: i for i, n in enumerate(nodes)})
   return root._cached("gradient_walk", lambda: walk)
@@ -63,12 +65,15 @@ def _device() -> Any:
   return _Device
 _Device: Any = None
 
-# A recipe: (steps, outs). A step is an int (the forward node at that position), a UOp (a node that depends on no forward
-# node, kept) or (maker, indices of earlier steps); outs pairs each target's position with its gradient's step.
-Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int], ...]]
+# A recipe: (steps, outs, hint). A step is an int (the forward node at that position), a UOp (a node that depends on no
+# forward node, kept) or (maker, indices of earlier steps); outs pairs each target's position with its gradient's step.
+# hint: where the one new gradient (a single parameter's) is realized on its own, the scheduler's structure of it: (step
+# of the gradient, its key, where each node below it is: step i as i, forward position p as -p-1), so realize need not
+# walk it (as a graph template's output brings its key). None with several: their realize walks them together anyway.
+Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int], ...], tuple | None]
 
 def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
-  if not grads: return ((), ())
+  if not grads: return ((), (), None)
   sink = UOp(Ops.SINK, dtypes.void, tuple(grads.values()))
   steps: list[Any] = []
   index: dict[UOp, int] = {}
@@ -82,14 +87,30 @@ def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
     elif u.op is Ops.BUFFER or u.op is Ops.UNIQUE: return None   # shared by every replay: not what a derivation gives
     else: steps.append(u)
     index[u] = len(steps) - 1
-  return tuple(steps), tuple((pos[t], index[g]) for t, g in grads.items())
+  return tuple(steps), tuple((pos[t], index[g]) for t, g in grads.items()), _hint_of(grads, dependent, index, pos)
+
+def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int]) -> tuple | None:
+  if len(new := {g for g in grads.values() if g in dependent}) != 1: return None
+  g = new.pop()
+  if (found := structure(UOp(Ops.SINK, dtypes.void, (g,)), shallow=None)) is None: return None
+  key, nodes = found
+  where = []
+  for n in nodes[:-2]:   # (the gradient itself and the SINK are not kept)
+    if (i := index.get(n)) is not None: where.append(i)
+    elif (p := pos.get(n)) is not None: where.append(-p - 1)
+    else: return None
+  return index[g], key, tuple(where)
 
 def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
-  steps, outs = recipe
+  steps, outs, hint = recipe
   vals: list[UOp] = []
   add = vals.append
   for s in steps:
     if type(s) is int: add(nodes[s])
     elif type(s) is tuple: add(s[0](tuple([vals[i] for i in s[1]])))
     else: add(s)
+  if hint is not None and ((c := (g := vals[hint[0]])._cache) is None or "sink_structure" not in c):
+    key, where = hint[1], hint[2]
+    below = tuple([vals[i] if i >= 0 else nodes[-i - 1] for i in where])
+    g._cached("sink_structure", lambda: (key, below))
   return {nodes[p]: vals[i] for p, i in outs}
