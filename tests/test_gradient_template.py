@@ -9,7 +9,10 @@ from tinyplug import Tensor
 from tinyplug import gradient_template as gt
 from tinyplug.gradient import custom_gradient, derive_gradient
 from tinyplug.helpers import Context
+from tinyplug.schedule.cache import _walk
 from tinyplug.tensor_ops import graph
+from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.ops import Ops, UOp
 
 pytestmark = pytest.mark.usefixtures("device")
 
@@ -64,6 +67,10 @@ def test_replayed_gradient_is_the_derived_graph(name):
     got = gt.gradient(loss.uop, _seed(loss), targets, derive)
     want = derive_gradient(loss.uop, _seed(loss), targets)
     assert got.keys() == want.keys() and all(got[t] is want[t] for t in want)
+    for g in got.values():   # a structure a replay attached (one new gradient) is the one a walk finds
+      if (hint := (g._cache or {}).get("sink_structure")) is not None:
+        walked = _walk(UOp(Ops.SINK, dtypes.void, (g,)))
+        assert hint[0] == walked[0] and list(hint[1]) == walked[1][:-2]
   assert derive.calls == 2   # seen, recorded, then replayed twice
   # and the replayed values are right (against torch)
   ref = [torch.tensor(x.numpy(), requires_grad=True) for x in xs]
@@ -195,9 +202,7 @@ def test_a_template_holds_no_buffer():
   assert ref() is None and len(gt._templates) == 1
 
 def test_a_single_replayed_gradient_brings_its_scheduler_structure():
-  from tinyplug.schedule.cache import _walk, structure
-  from tinyplug.uop.ops import Ops, UOp
-  from tinyplug.uop.dtype import dtypes
+  from tinyplug.schedule.cache import structure
   rng = np.random.default_rng(9)
   labels = Tensor(np.arange(6, dtype=np.int32) % 4).realize()
   for i in range(4):
