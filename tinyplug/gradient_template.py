@@ -66,11 +66,12 @@ def _device() -> Any:
 _Device: Any = None
 
 # A recipe: (steps, outs, hint). A step is an int (the forward node at that position), a UOp (a node that depends on no
-# forward node, kept) or (maker, indices of earlier steps); outs pairs each target's position with its gradient's step.
+# forward node, kept) or (maker, indices of earlier steps); outs: each target's position, its gradient's step, shape and
+# device.
 # hint: where the one new gradient (a single parameter's) is realized on its own, the scheduler's structure of it: (step
 # of the gradient, its key, where each node below it is: step i as i, forward position p as -p-1), so realize need not
 # walk it (as a graph template's output brings its key). None with several: their realize walks them together anyway.
-Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int], ...], tuple | None]
+Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int, tuple, Any], ...], tuple | None]
 
 def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
   if not grads: return ((), (), None)
@@ -87,7 +88,9 @@ def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
     elif u.op is Ops.BUFFER or u.op is Ops.UNIQUE: return None   # shared by every replay: not what a derivation gives
     else: steps.append(u)
     index[u] = len(steps) - 1
-  return tuple(steps), tuple((pos[t], index[g]) for t, g in grads.items()), _hint_of(grads, dependent, index, pos)
+  # each gradient's shape and device too: known at once on a replay (backward() and realize ask), not worked out per node
+  outs = tuple((pos[t], index[g], g.shape, g.device) for t, g in grads.items())
+  return tuple(steps), outs, _hint_of(grads, dependent, index, pos)
 
 def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int]) -> tuple | None:
   # (the loss's own gradient, the seed, is a constant: it does not count)
@@ -114,4 +117,4 @@ def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
     key, where = hint[1], hint[2]
     below = tuple([vals[i] if i >= 0 else nodes[-i - 1] for i in where])
     g._cached("sink_structure", lambda: (key, below))
-  return {nodes[p]: vals[i] for p, i in outs}
+  return {nodes[p]: vals[i].with_known_shape_and_device(shape, device) for p, i, shape, device in outs}
