@@ -42,7 +42,8 @@ LOSSES = {
   "cast": ([(4,)], lambda x: (x.cast("float16") * 3).cast("float32").sum()),
   "movement": ([(2, 3, 4)], lambda x: (x.permute(2, 0, 1).reshape(4, 6).pad(((1, 0), (0, 2)))[1:, 2:5].flip(0)
                                        .expand(2, 4, 3) * 1.5).sum()),
-  "reductions": ([(3, 5)], lambda x: x.max(1).sum() + x.prod(0).sum() + x.mean() + x.sum(1, keepdim=True).square().sum()),
+  "reductions": ([(3, 5)], lambda x: x.max(1).sum() + x.prod(0).sum() + x.mean()
+                 + x.sum(1, keepdim=True).square().sum()),
   "custom rules": ([(4, 4)], lambda x: (x - 1).relu().sum() + x.sigmoid().sum() + (x ** 2.5).sum() + (x ** x).sum()),
   "matmul": ([(4, 5), (5, 3)], lambda a, b: (a @ b).tanh().square().sum()),
   "conv and pools": ([(2, 3, 8, 8), (4, 3, 3, 3)], lambda x, w: x.conv2d(w, padding=1, stride=2).max_pool2d(2).sum()
@@ -51,7 +52,8 @@ LOSSES = {
   "mse": ([(8, 16), (8, 16)], lambda a, b: ((a - b) ** 2).mean()),
   "cross entropy": ([(8, 10)], lambda x: x.sparse_categorical_crossentropy(Tensor(np.arange(8, dtype=np.int32) % 10))),
   "softmax": ([(4, 9)], lambda x: (x.softmax(-1) * x).sum()),
-  "cumsum and gather": ([(6, 5)], lambda x: x.cumsum(1).sum() + x[Tensor(np.array([0, 2, 2, 5], dtype=np.int32))].sum()),
+  "cumsum and gather": ([(6, 5)], lambda x: x.cumsum(1).sum()
+                        + x[Tensor(np.array([0, 2, 2, 5], dtype=np.int32))].sum()),
   "contiguous and detach": ([(3, 3)], lambda x: (x.contiguous() * x.detach() + x.exp().contiguous()).sum()),
 }
 
@@ -76,7 +78,8 @@ def test_replayed_gradient_is_the_derived_graph(name):
   ref = [torch.tensor(x.numpy(), requires_grad=True) for x in xs]
   grads = [Tensor.from_uop(got[x.uop]).numpy() for x in xs]
   if name in ("matmul", "mse", "softmax", "layernorm"):   # the ones torch spells the same
-    fn(*ref).backward() if name != "layernorm" else torch.nn.functional.layer_norm(ref[0], (16,), eps=1e-5).square().sum().backward()
+    if name == "layernorm": torch.nn.functional.layer_norm(ref[0], (16,), eps=1e-5).square().sum().backward()
+    else: fn(*ref).backward()
     for g, r in zip(grads, ref): np.testing.assert_allclose(g, r.grad.numpy(), rtol=1e-3, atol=1e-4)
 
 def test_shapes_dtypes_and_targets_do_not_collide():
@@ -102,7 +105,8 @@ def test_shapes_dtypes_and_targets_do_not_collide():
 def test_backward_steps_accumulate_like_without_templates():
   rng = np.random.default_rng(2)
   data = [rng.standard_normal(s).astype(np.float32) for s in ((16, 8), (8, 4), (4,))]
-  batches = [(rng.standard_normal((5, 16)).astype(np.float32), rng.integers(0, 4, 5).astype(np.int32)) for _ in range(5)]
+  batches = [(rng.standard_normal((5, 16)).astype(np.float32), rng.integers(0, 4, 5).astype(np.int32))
+             for _ in range(5)]
   def run(templates: int):
     with Context(GRADIENT_TEMPLATES=templates):
       w1, w2, b = [Tensor(d, requires_grad=True).realize() for d in data]
@@ -119,7 +123,8 @@ def test_backward_steps_accumulate_like_without_templates():
   tw = [torch.tensor(d, requires_grad=True) for d in data]
   for i, (x, y) in enumerate(batches):
     if i == 3: tw[0].grad = None
-    torch.nn.functional.cross_entropy(torch.relu(torch.tensor(x) @ tw[0]) @ tw[1] + tw[2], torch.tensor(y).long()).backward()
+    logits = torch.relu(torch.tensor(x) @ tw[0]) @ tw[1] + tw[2]
+    torch.nn.functional.cross_entropy(logits, torch.tensor(y).long()).backward()
   for a, t in zip(with_t, tw): np.testing.assert_allclose(a, t.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 def test_requires_grad_and_no_grad_change_the_targets():

@@ -1,5 +1,5 @@
-"""Gradient templates: the gradient graph of a forward graph seen before is rebuilt over the new graph's nodes instead of
-derived again through the rules' Tensor methods (an eager training step builds the same loss graph every call).
+"""Gradient templates: the gradient graph of a forward graph seen before is rebuilt over the new graph's nodes instead
+of derived again through the rules' Tensor methods (an eager training step builds the same loss graph every call).
 
 The gradient graph depends only on the forward graph's structure (the scheduler's key of it, schedule/cache.py: ops,
 dtypes, args, shapes, which nodes are the same, buffers left out), on which of its nodes are the targets and on the
@@ -47,7 +47,8 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp], derive: Derive) -> di
   if key is None: return derive(root, root_grad, targets)
   if buffer_free(root_grad): seed = root_grad   # the usual 1.0: the same node each time, so it is part of the key
   else:   # a gradient of the caller's: its graph is walked with the forward's (it may share nodes with it)
-    if (found := structure(UOp(Ops.SINK, dtypes.void, (root, root_grad)))) is None: return derive(root, root_grad, targets)
+    if (found := structure(UOp(Ops.SINK, dtypes.void, (root, root_grad)))) is None:
+      return derive(root, root_grad, targets)
     key, nodes, seed = found[0], found[1][:-1], None
     pos = {n: i for i, n in enumerate(nodes)}
   where = tuple(sorted({pos[t] for t in targets if t in pos}))
@@ -88,7 +89,7 @@ def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
     elif u.op is Ops.BUFFER or u.op is Ops.UNIQUE: return None   # shared by every replay: not what a derivation gives
     else: steps.append(u)
     index[u] = len(steps) - 1
-  # each gradient's shape and device too: known at once on a replay (backward() and realize ask), not worked out per node
+  # each gradient's shape and device too: known at once on a replay (backward() and realize ask), not node by node
   outs = tuple((pos[t], index[g], g.shape, g.device) for t, g in grads.items())
   return tuple(steps), outs, _hint_of(grads, dependent, index, pos)
 

@@ -205,9 +205,9 @@ REALIZE_PLANS = ContextVar("REALIZE_PLANS", 1, "1: a graph template's output ove
 SCALAR_ARGS = ContextVar("SCALAR_ARGS", 1, "1: a float32 constant that changes between runs of an otherwise equal "
                          "graph (a Python scalar set every step) becomes a kernel argument from its second value on, so "
                          "it compiles once, not once per value; 0 bakes every constant into the code")
-GRADIENT_TEMPLATES = ContextVar("GRADIENT_TEMPLATES", 1, "1: backward() and gradient() on a graph of a structure seen "
-                                "before rebuild its gradient graph from a recipe instead of deriving it again; 0 derives "
-                                "it every time (results are the same)")
+GRADIENT_TEMPLATES = ContextVar("GRADIENT_TEMPLATES", 1, "1: backward() and gradient() on a graph of a structure "
+                                "seen before rebuild its gradient graph from a recipe instead of deriving it again; "
+                                "0 derives it every time (results are the same)")
 SPEC = ContextVar("SPEC", 0, "1 checks UOp graphs against the IR spec after each stage; 2 also after each plugin pass")
 CHECK_OOB = ContextVar("CHECK_OOB", 0, "1 refuses to build a kernel whose unmasked loads or stores may reach outside "
                                        "their buffer (judged from each index's bounds); a RuntimeError names them")
