@@ -227,3 +227,22 @@ def _softmax_ce_grad(x, y):
   p /= p.sum(1, keepdims=True)
   p[np.arange(len(y)), y] -= 1
   return p / len(y)
+
+def test_second_derivatives_replay():
+  rng = np.random.default_rng(10)
+  for _ in range(4):
+    x, = _inputs([(5,)], rng)
+    g, = (x * x * x).sum().gradient(x)
+    gg, = g.sum().gradient(x)   # the gradient graph differentiated again
+    np.testing.assert_allclose(g.numpy(), 3 * x.numpy() ** 2, rtol=1e-5)
+    np.testing.assert_allclose(gg.numpy(), 6 * x.numpy(), rtol=1e-5)
+  assert len(gt._templates) == 2
+
+def test_backward_twice_on_one_loss_adds_up():
+  rng = np.random.default_rng(11)
+  for _ in range(3):
+    x, = _inputs([(4,)], rng)
+    loss = (x.exp() * x).sum()
+    for k in range(1, 4):   # the graph is not used up: each call adds the same gradient again
+      loss.backward()
+      np.testing.assert_allclose(x.grad.numpy(), k * np.exp(x.numpy()) * (1 + x.numpy()), rtol=1e-5)
