@@ -13,7 +13,7 @@ LAYERS = [
   {"codegen"},
   {"search", "passes"},
   {"engine.realize"},
-  {"tensor", "tensor_ops", "gradient"},
+  {"tensor", "tensor_ops", "gradient", "gradient_template"},
   {"engine.jit", "nn"},
   {"cli", "doctor", "testing", "__main__", "__init__"},
 ]

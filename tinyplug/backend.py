@@ -60,6 +60,10 @@ class Allocator:
     """Optional: a handle on `nbytes` of this device's memory at `address` that someone else allocated and owns
     (`Tensor.from_blob`); the core never frees it."""
     raise NotImplementedError(f"{type(self).__name__} cannot use memory it did not allocate (Tensor.from_blob)")
+  def clear(self, handle: Any, nbytes: int) -> None:
+    """Zero the first `nbytes` of block `handle` (a kept small block handed out again comes zeroed, as a fresh one
+    of a host allocator does); override where the device has a faster way."""
+    self.copyin(handle, memoryview(bytes(nbytes)))
 
 class ReuseAllocator(Allocator):
   """The core's reuse cache around a plugin's allocator; every `Compiled` device gets one.
@@ -67,7 +71,7 @@ class ReuseAllocator(Allocator):
   Freed blocks of at least LRU_MIN bytes are kept (up to LRU_MAX bytes in all; each defaults to the plugin
   allocator's `reuse_min`/`reuse_max`) and handed out again for the same size: a big output then lands in memory
   that is already mapped instead of faulting in (and zeroing) fresh pages.
-  So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks are always fresh."""
+  So, as in torch and tinygrad, memory from `Tensor.empty` holds whatever was there; small blocks come fresh or zeroed."""
   def __init__(self, raw: Allocator):
     self.raw = raw
     self._kept: dict[int, list] = {}
@@ -76,7 +80,11 @@ class ReuseAllocator(Allocator):
     nbytes = max(nbytes, 1)
     if self.raw.reusable and (blocks := self._kept.get(nbytes)):
       self._kept_bytes -= nbytes
-      return blocks.pop()
+      handle = blocks.pop()
+      # a small block (kept by `reuse_small` only) comes zeroed, as fresh small blocks do (`Tensor.empty` of a tiny
+      # tensor on a host device reads zeros)
+      if nbytes < self.raw.reuse_min: self.raw.clear(handle, nbytes)
+      return handle
     try: return self.raw.alloc(nbytes)
     except Exception:
       if not self._kept_bytes: raise

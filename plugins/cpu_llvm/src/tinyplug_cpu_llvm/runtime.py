@@ -51,6 +51,7 @@ class CPUAllocator(Allocator):
   reuse_small = 64   # a loop of tiny ops reuses its outputs' blocks (a new one costs ~1.5 us: numpy, address, slice)
   def alloc(self, nbytes: int) -> CPUMemory: return CPUMemory(nbytes)
   def wrap(self, address: int, nbytes: int) -> CPUMemory: return CPUMemory.over(address, nbytes)
+  def clear(self, handle: CPUMemory, nbytes: int) -> None: handle.array[:nbytes] = 0
   def copyin(self, dest: CPUMemory, src: memoryview) -> None:
     dest.array[:len(src)] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, src: CPUMemory) -> None:
