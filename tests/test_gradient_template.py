@@ -150,7 +150,7 @@ def test_caller_seed_and_a_seed_sharing_the_graph():
     np.testing.assert_allclose(x.grad.numpy(), 3 * seed, rtol=1e-6)
     x.grad = None
     y = x * 2
-    y.backward(y)   # the seed is a node of the forward graph itself
+    y.backward(y)   # the starting gradient is a node of the forward graph itself
     np.testing.assert_allclose(x.grad.numpy(), 4 * x.numpy(), rtol=1e-6)
 
 def test_realized_intermediates_and_repeated_gradient_calls():

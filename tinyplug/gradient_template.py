@@ -94,7 +94,7 @@ def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
   return tuple(steps), outs, _hint_of(grads, dependent, index, pos)
 
 def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int]) -> tuple | None:
-  # (the loss's own gradient, the seed, is a constant: it does not count)
+  # (the gradient the loss itself starts from is a constant: it does not count)
   if len(new := {g for g in grads.values() if g in dependent and not buffer_free(g)}) != 1: return None
   g = new.pop()
   if (found := structure(UOp(Ops.SINK, dtypes.void, (g,)), shallow=None)) is None: return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.uop.upat import PatternMatcher, UPat
-from tinyplug.passes.views import base_buffer, view_strides
+from tinyplug.passes.views import view_strides
+from tinyplug.schedule import buffer_base
 
 def _split(r: UOp) -> UOp | None:
   op, axes = r.arg
@@ -92,7 +93,8 @@ def _largest_input_strides(x: UOp) -> tuple[int, ...] | None:
     elif u.op is Ops.CONST or (u.op is Ops.EXPAND and u.src[0].op is Ops.CONST): continue
     elif u.op in GroupOp.ALU or u.op is Ops.CAST: todo.extend(u.src)
     else: return None
-  best = max(((leaf, b) for leaf in leaves if (b := base_buffer(leaf)) is not None), key=lambda t: t[1].arg, default=None)
+  best = max(((leaf, b) for leaf in leaves if (b := buffer_base(leaf)).op is Ops.BUFFER and isinstance(b.arg, int)),
+             key=lambda t: t[1].arg, default=None)
   return None if best is None else view_strides(best[0])
 
 def make_pass() -> PatternMatcher: return PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), _split)])

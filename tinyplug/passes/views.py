@@ -3,11 +3,6 @@ from __future__ import annotations
 from tinyplug.schedule.indexing import strides_for
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
-def base_buffer(u: UOp) -> UOp | None:
-  """The buffer under movement view u, or None where it views a computed value."""
-  while u.op in GroupOp.Movement: u = u.src[0]
-  return u if u.op is Ops.BUFFER and isinstance(u.arg, int) else None
-
 def view_strides(u: UOp) -> tuple[int, ...] | None:
   """The element strides of movement view u over the row-major value at its bottom (a buffer or computed); None
   where the view is no plain strides (a pad, a shrink, a flip) or a shape is symbolic."""

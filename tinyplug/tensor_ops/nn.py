@@ -63,7 +63,7 @@ class NNMixin:
     outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations)]
     for i, k, d, o in zip(spatial, kernel, dilations, outs):
       if o <= 0: raise ShapeError(f"kernel {k} (dilation {d}) does not fit in an input of size {i}")
-    if all(d == 1 and s >= k for k, s, d in zip(kernel, strides, dilations)): return self._tiles(kernel, strides)
+    if _disjoint_windows(kernel, strides, dilations): return self._tiles(kernel, strides)
     nil = (None,) * lead
     def per_dim(*parts): return tuple(v for p in zip(*parts) for v in p)
     reps = [math.ceil(k * (i + d) / i) for i, k, d in zip(spatial, kernel, dilations)]
@@ -177,7 +177,7 @@ class NNMixin:
     pads = [(b, a + e) for (b, a), (_, e) in zip(pads, extra)]
     x = self.contiguous()
     out = x.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
-    if all(si >= ki for si, ki in zip(s, k)) and all(di == 1 for di in make_tuple(dilation, len(k))): return out
+    if _disjoint_windows(k, s, make_tuple(dilation, len(k))): return out
     from tinyplug.gradient import custom_gradient   # overlapping windows: _taps_gathered says why
     return custom_gradient(out, (x,), _max_pool_backward, kernel=tuple(k), stride=tuple(s),
                            dilation=make_tuple(dilation, len(k)), pads=tuple(pads))
@@ -218,7 +218,7 @@ class NNMixin:
     windows = self.pad(tuple(pads)).pad(tuple(extra))._pool(k, s, d)
     if count_include_pad and not any(e for _, e in extra): out = windows.mean(axes)
     else: out = windows.sum(axes) / _avg_divisor(self, k, s, d, pads, extra, count_include_pad)
-    if all(si >= ki for si, ki in zip(s, k)) and all(di == 1 for di in d): return out
+    if _disjoint_windows(k, s, d): return out
     from tinyplug.gradient import custom_gradient
     return custom_gradient(out, (self,), _avg_pool_backward, kernel=tuple(k), stride=tuple(s), dilation=d,
                            pads=tuple(pads), extra=tuple(extra), count_include_pad=count_include_pad)
@@ -416,6 +416,10 @@ def _per_image_wgrad(x_elements: int, bs: int, w_elements: int) -> bool:
   """Whether the channels-last weight gradient sums per image first: a large input, re-read from beyond the L2 on
   every pass of the tile over it, where the partials (bs weights) are no larger than the input."""
   return bs > 1 and x_elements >= PER_IMAGE_ELEMENTS and bs * w_elements <= x_elements
+
+def _disjoint_windows(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> bool:
+  """Windows that do not overlap (stride >= kernel, no dilation): a reshape of the input, whose gradient is elementwise."""
+  return all(d == 1 and s >= k for k, s, d in zip(kernel, strides, dilations))
 
 def _placed(t, shift: Sequence[int], phase: Sequence[int], stride: Sequence[int], qs: Sequence[int]):
   """t (..., o..) on a grid (..., q, s ..) of phases: t[o] at row o + shift, phase slot `phase`; zeros elsewhere."""

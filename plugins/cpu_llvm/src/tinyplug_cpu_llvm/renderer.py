@@ -1,6 +1,6 @@
 """The CPU's LLVM IR renderer: the core's LLVM IR base (`tinyplug.renderer.llvmir`) with the CPU's parts: loops on the
-host, the outermost shareable loop split across threads (`core_id`, `n_cores`), and exp2/log2/sin as libm calls
-whose vector variants (glibc's libmvec) LLVM may vectorise to."""
+host, the outermost shareable loop split across threads (`core_id`, `n_cores`), and log2/sin as libm calls whose
+vector variants (glibc's libmvec) LLVM may vectorise to (exp2 is the core's polynomial: `native_ops` below)."""
 from __future__ import annotations
 import math
 from tinyplug.backend import LAUNCH_LOOPS
@@ -11,7 +11,7 @@ from tinyplug.uop.ops import GroupOp, Ops
 
 # libmvec vector lengths per ISA letter, for float and double
 _VECLEN = {"b": (4, 2), "d": (8, 4), "e": (16, 8)}
-_LIBM = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
+_LIBM = {Ops.LOG2: "log2", Ops.SIN: "sin"}
 
 def _cond(dt: DType) -> str: return "i1" if dt.count == 1 else f"<{dt.count} x i1>"
 
