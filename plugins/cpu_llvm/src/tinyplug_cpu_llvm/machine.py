@@ -47,9 +47,29 @@ def n_threads() -> int:
 def vector_registers(features: str) -> tuple[int, int]:
   """(bytes per vector register, how many) for an LLVM feature string (`+avx512f,+avx2,...`): AVX-512 32 x 64 bytes,
   AVX/AVX2 16 x 32, SSE 16 x 16, aarch64's NEON 32 x 16; (0, 0) where the string does not say (a CPU named without
-  features: the optimiser then keeps its defaults). A feature turned off (`-avx512f`) does not count."""
+  features: `probed_vector_registers` asks LLVM). A feature turned off (`-avx512f`) does not count."""
   flags = set(features.split(","))
   for feature, regs in (("+avx512f", (64, 32)), ("+avx2", (32, 16)), ("+avx", (32, 16)), ("+neon", (16, 32)),
                         ("+sse2", (16, 16))):
     if feature in flags: return regs
   return 0, 0
+
+# a 64-byte vector add: the registers LLVM picks for it name the widest vectors the target has
+_PROBE_IR = """define void @probe(<16 x float>* %p) {
+  %v = load <16 x float>, <16 x float>* %p
+  %s = fadd <16 x float> %v, %v
+  store <16 x float> %s, <16 x float>* %p
+  ret void
+}"""
+
+def probed_vector_registers(target_machine) -> tuple[int, int]:
+  """(bytes per vector register, how many) for a target named by CPU alone (`CPU:LLVM:haswell`), whose features
+  LLVM knows and the name does not spell: read from the registers LLVM's assembly uses for a 64-byte add. (0, 0)
+  where the assembly names none of x86's or aarch64's vector registers."""
+  from tinyplug_cpu_llvm.compiler import init_llvm
+  module = init_llvm().parse_assembly(_PROBE_IR)
+  asm = target_machine.emit_assembly(module)
+  for register, regs in (("%zmm", (64, 32)), ("%ymm", (32, 16)), ("%xmm", (16, 16)), (".4s", (16, 32))):
+    if register in asm: return regs
+  return 0, 0
+

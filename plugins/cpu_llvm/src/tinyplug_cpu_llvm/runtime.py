@@ -11,7 +11,8 @@ from tinyplug.device import Allocator, Compiled, ProgramSpec
 from tinyplug.backend import host_block, host_view
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
-from tinyplug_cpu_llvm.machine import data_caches, n_threads, vector_registers
+from tinyplug_cpu_llvm.elf import undefined_symbols
+from tinyplug_cpu_llvm.machine import data_caches, n_threads, probed_vector_registers, vector_registers
 from tinyplug_cpu_llvm.renderer import LLVMRenderer
 from tinyplug_cpu_llvm.threads import pool
 
@@ -116,6 +117,14 @@ class CPUProgram:
 
 # ---------------- the device ----------------
 
+def load_compiler_runtime() -> None:
+  """libgcc's helpers into the process, for what LLVM lowers to calls on targets without the instruction (half
+  conversions without F16C: `__truncsfhf2`, `__extendhfsf2`)."""
+  import ctypes.util
+  if (path := ctypes.util.find_library("gcc_s")) is None: return
+  try: init_llvm().load_library_permanently(path)
+  except RuntimeError: pass
+
 def vector_math_isas(features: str) -> tuple[str, ...]:
   """The libmvec ISA variants usable on this target, after loading libmvec into the process (x86-64 glibc only)."""
   import ctypes.util, platform
@@ -141,7 +150,10 @@ class CPUDevice(Compiled):
   def __init__(self, name: str = "CPU"):
     cpu, features = parse_device(name)
     compiler = LLVMCompiler(cpu, features)
-    renderer = LLVMRenderer(vector_math_isas(compiler.features), data_caches(), vector_registers(compiler.features))
+    load_compiler_runtime()
+    vectors = vector_registers(compiler.features)
+    if vectors == (0, 0) and cpu: vectors = probed_vector_registers(compiler.tm)
+    renderer = LLVMRenderer(vector_math_isas(compiler.features), data_caches(), vectors)
     super().__init__(name, CPUAllocator(), renderer, compiler)
     self._engine = None
     self._loaded: dict[str, int] = {}
@@ -161,6 +173,10 @@ class CPUDevice(Compiled):
         # the engine takes ownership of its own TargetMachine; objects are added to it one by one
         tm = make_target_machine(self.compiler.cpu, self.compiler.features)
         self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+      # MCJIT binds a symbol no library defines to address 0: the kernel would jump there
+      if missing := [name for name in undefined_symbols(obj) if not llvm.address_of_symbol(name)]:
+        raise RuntimeError(f"CPU: kernel {symbol} calls {', '.join(missing)}, which no library loaded in this process "
+                           f"defines (target {self.compiler.cpu})")
       self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
       self._engine.finalize_object()
       addr = self._engine.get_function_address(symbol)
