@@ -34,9 +34,15 @@ def test_a_row_that_fits_the_registers_is_read_whole(vector_machine):
   vector_machine(64, 32)
   k = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))[-1]   # 16 vectors: the middle axis is one stream
   assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, 256)]
-  vector_machine(32, 16)   # AVX2: 8 accumulators at most, so 4 of them and two rows a step
-  k = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))[-1]
-  assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UNROLL, 0, 2)]
+  # AVX2 and NEON: a 1 KB row is read whole too, past the registers (its spilled accumulators stay in L1), not
+  # split into chunks of rows nor read a few vectors at a time (two streams at a stride)
+  for nbytes, regs in ((32, 16), (16, 32)):
+    vector_machine(nbytes, regs)
+    ks = _kernels(Tensor.empty(16, 4096, 256, device="CPU").sum(1))
+    assert len(ks) == 1 and heuristic_opts(ks[0]) == [Opt(OptOps.UPCAST, 1, 256)]
+  # a 2 KB row is no longer read whole on AVX2: split into chunks of rows
+  vector_machine(32, 16)
+  assert len(_kernels(Tensor.empty(16, 4096, 512, device="CPU").sum(1))) == 2
 
 def test_what_is_not_a_column_reduction(vector_machine):
   vector_machine(64, 32)

@@ -80,17 +80,24 @@ def subpixel_ast(side: int, cin: int = 64, cout: int = 32):
 def subpixel_kernel(side: int, cin: int = 64, cout: int = 32) -> Kernel:
   return Kernel(subpixel_ast(side, cin, cout), Device["CPU"].renderer)
 
-@pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
-def test_phase_row_tile(vector_machine, machine, lanes):
-  """The phase whole (2); the widest odd divisor of the row within 16 / 2 accumulators (7 of 28, 3 of 24) by as many
-  vectors of channels as fit (one for 2 x 7, two for 2 x 3); a row no odd divisor fits (16, 32) takes a vector's
-  lanes of it by 8 channels."""
-  vector_machine(*machine)
+def test_phase_row_tile(vector_machine):
+  """AVX-512: the phase whole (2); the widest odd divisor of the row within 16 / 2 accumulators (7 of 28, 3 of 24)
+  by as many vectors of channels as fit (one for 2 x 7, two for 2 x 3); a row no odd divisor fits (16, 32) takes a
+  vector's lanes of it by 8 channels."""
+  vector_machine(64, 32)
   U = lambda axis, amt: Opt(OptOps.UPCAST, axis, amt)
-  assert heuristic_opts(subpixel_kernel(28)) == [U(5, 2), U(4, 7), U(1, lanes)]
-  assert heuristic_opts(subpixel_kernel(24)) == [U(5, 2), U(4, 3), U(1, 2 * lanes)]
-  assert heuristic_opts(subpixel_kernel(32)) == [U(5, 2), U(4, lanes), U(1, 8)]
-  assert _phase_row_tile(subpixel_kernel(16)) == [U(5, 2), U(4, lanes), U(1, 8)]
+  assert heuristic_opts(subpixel_kernel(28)) == [U(5, 2), U(4, 7), U(1, 16)]
+  assert heuristic_opts(subpixel_kernel(24)) == [U(5, 2), U(4, 3), U(1, 32)]
+  assert heuristic_opts(subpixel_kernel(32)) == [U(5, 2), U(4, 16), U(1, 8)]
+  assert _phase_row_tile(subpixel_kernel(16)) == [U(5, 2), U(4, 16), U(1, 8)]
+
+def test_phase_row_tile_with_avx2_registers(vector_machine):
+  """16 registers: the phase left alone, the largest divisor of the row within 8 positions by one vector of channels
+  (8 accumulators)."""
+  vector_machine(32, 16)
+  U = lambda axis, amt: Opt(OptOps.UPCAST, axis, amt)
+  for side, positions in ((28, 7), (24, 8), (32, 8), (16, 8)):
+    assert _phase_row_tile(subpixel_kernel(side)) == [U(4, positions), U(1, 8)]
 
 def test_phase_row_tile_leaves_other_kernels_alone():
   schedule._templates.clear()

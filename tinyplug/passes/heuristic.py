@@ -420,10 +420,19 @@ def _phase_row_tile(k: Kernel) -> list[Opt] | None:
   if axis is None or lanes < 4: return None
   row = loops[inner - 1].src[0].arg
   k = k.copy()
-  if not _try_tile(k, Opt(OptOps.UPCAST, inner, phase)): return None
   # an odd count of positions: the vectorizer then groups the channels (phase x positions contiguous stores of 6 or
   # 14 are not a whole vector; of 12, 2 x 6, it grouped pairs of phases: 24 ms against 3.4 for 2 x 3)
-  odd = [d for d in range(PHASE_TILE_VECTORS // phase, 2, -1) if row % d == 0 and d % 2]
+  budget = min(PHASE_TILE_VECTORS, (k.renderer.vector_registers or 32) // 2)
+  odd = [d for d in range(budget // phase, 2, -1) if row % d == 0 and d % 2]
+  # fewer registers than AVX-512's (AVX2's 16): the phase is left alone, the tile is as many positions as half the
+  # registers hold by one vector of channels (a haswell target on Zen 4, one thread, rows of 16 / 24 / 28 / 32:
+  # the rules below 4.0 / 9.4 / 7.8 / 15.5 ms, this 1.9 / 4.2 / 4.9 / 8.3)
+  alone = [d for d in range(budget, 2, -1) if row % d == 0] if budget < PHASE_TILE_VECTORS else []
+  if alone:
+    if _try_tile(k, Opt(OptOps.UPCAST, inner - 1, alone[0])) and _try_tile(k, Opt(OptOps.UPCAST, axis, lanes)):
+      return k.applied_opts
+    return None
+  if not _try_tile(k, Opt(OptOps.UPCAST, inner, phase)): return None
   if odd:
     vectors = min(max(PHASE_TILE_VECTORS // (phase * odd[0]), 1), 2)
     _try_tile(k, Opt(OptOps.UPCAST, inner - 1, odd[0]))
@@ -530,6 +539,11 @@ def _streams(k: Kernel) -> bool:
 # registers): each step of the reduction reads that many vectors of one row
 COLUMN_VECTORS = 16
 
+# ... except a row of at most this many bytes, read whole however few the registers: consecutive steps then read one
+# stream of memory, and the accumulators that spill stay in L1 (AVX2, max(1) of 16x4096x256, one thread: 32 ymm
+# accumulators 3.0 ms; 4 unrolled by 2 6.2 ms; split into chunks of 16 rows, 8.6 ms)
+COLUMN_ROW_BYTES = 1024
+
 # a reduction down at most this many rows (a chunk of them) takes a small tile
 SHORT_COLUMN = 16
 
@@ -591,7 +605,8 @@ def _column_opts(k: Kernel) -> list[Opt] | None:
       return k.applied_opts
     k.sink, k.applied_opts = sink, applied
   # (vectors, unroll), widest first: the row whole where it fits, else half the accumulators and two rows per step
-  choices = ([(size // lanes, 1)] if size // lanes <= most else []) + \
+  whole = size // lanes <= most or size * (k.renderer.vector_bytes // lanes) <= COLUMN_ROW_BYTES
+  choices = ([(size // lanes, 1)] if whole else []) + \
     [(v, 2) for v in (most // 2, most // 4, 2) if v >= 1 and size % (v * lanes) == 0 and v * lanes < size]
   # a short walk (split_reduce's chunk of 16 rows) already reads its rows as streams: two vectors unrolled by 4 run
   # as fast with a quarter of the lanes to expand (4096x4096 `sum(0)`'s chunks, loaded machine: 3.7 ms either way)

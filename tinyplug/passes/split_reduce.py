@@ -48,9 +48,11 @@ COLUMN_SPLIT_MIN_ROWS, COLUMN_CHUNK = 1024, 16
 
 def _row_wider_than_registers(dev, row_bytes: int) -> bool:
   """Whether a row of `row_bytes` is more than a CPU-style renderer's register tile down the columns holds (the
-  heuristic's COLUMN_VECTORS vectors, at most half the vector registers)."""
+  heuristic's COLUMN_VECTORS vectors, at most half the vector registers, or a row of COLUMN_ROW_BYTES whatever the
+  registers)."""
   from tinyplug.device import Device
-  from tinyplug.passes.heuristic import COLUMN_VECTORS
+  from tinyplug.passes.heuristic import COLUMN_ROW_BYTES, COLUMN_VECTORS
+  if row_bytes <= COLUMN_ROW_BYTES: return False
   if not isinstance(dev, str): return False
   try: r = Device[dev].renderer
   except Exception: return False

@@ -10,17 +10,25 @@ from tinyplug.device import Device
 from tinyplug.testing.suite import run_op_suite
 from tinyplug_cpu_llvm.compiler import init_llvm, make_target_machine
 from tinyplug_cpu_llvm.elf import undefined_symbols
-from tinyplug_cpu_llvm.machine import probed_vector_registers
+from tinyplug_cpu_llvm.runtime import vector_math_isas
+from tinyplug_cpu_llvm.machine import implied_features, vector_registers
 
 x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 target names")
 
+AVX512 = "+avx512f,+avx2,+avx,+fma,+sse4.2,+sse2"
+
 @x86
-@pytest.mark.parametrize("cpu, regs", [("x86-64", (16, 16)), ("haswell", (32, 16)), ("x86-64-v3", (32, 16)),
-                                       ("x86-64-v4", (64, 32)), ("znver4", (64, 32))])
-def test_a_named_cpu_declares_its_vector_registers(cpu, regs):
-  assert probed_vector_registers(make_target_machine(cpu, "")) == regs
-  r = Device[f"CPU:LLVM:{cpu}"].renderer
-  assert (r.vector_bytes, r.vector_registers) == regs
+@pytest.mark.parametrize("cpu, features, regs", [
+  ("x86-64", "+sse2", (16, 16)), ("x86-64-v2", "+sse4.2,+sse2", (16, 16)), ("sandybridge", "+avx,+sse4.2,+sse2", (32, 16)),
+  ("haswell", "+avx2,+avx,+fma,+sse4.2,+sse2", (32, 16)), ("x86-64-v3", "+avx2,+avx,+fma,+sse4.2,+sse2", (32, 16)),
+  ("x86-64-v4", AVX512, (64, 32)), ("znver4", AVX512, (64, 32))])
+def test_a_named_cpu_declares_the_features_llvm_gives_it(cpu, features, regs):
+  assert implied_features(make_target_machine(cpu, "")) == features
+  dev = Device[f"CPU:LLVM:{cpu}"]
+  assert vector_registers(dev.compiler.features) == regs == (dev.renderer.vector_bytes, dev.renderer.vector_registers)
+  if vector_math_isas(dev.compiler.features):   # glibc's libmvec is here: its variants follow the features
+    assert ("e" in dev.renderer.vector_isas, "d" in dev.renderer.vector_isas) == \
+      ("+avx512f" in features, "+avx2" in features)
 
 @x86
 def test_half_conversions_without_f16c():

@@ -59,6 +59,9 @@ class LLVMCompiler(Compiler):
     host_cpu, host_features = host_target()
     self.cpu = cpu or host_cpu
     self.features = host_features if features is None else features
+    if cpu and not self.features:
+      from tinyplug_cpu_llvm.machine import implied_features
+      self.features = implied_features(make_target_machine(self.cpu, "", opt))
     if "+avx512f" in self.features.split(",") and "prefer-no-gather" not in self.features:
       # AVX-512 gathers/scatters are slow (microcoded on Zen 4): let the vectorisers shuffle instead
       self.features += ",+prefer-no-gather,+prefer-no-scatter"

@@ -47,29 +47,53 @@ def n_threads() -> int:
 def vector_registers(features: str) -> tuple[int, int]:
   """(bytes per vector register, how many) for an LLVM feature string (`+avx512f,+avx2,...`): AVX-512 32 x 64 bytes,
   AVX/AVX2 16 x 32, SSE 16 x 16, aarch64's NEON 32 x 16; (0, 0) where the string does not say (a CPU named without
-  features: `probed_vector_registers` asks LLVM). A feature turned off (`-avx512f`) does not count."""
+  features: the compiler fills in `implied_features`). A feature turned off (`-avx512f`) does not count."""
   flags = set(features.split(","))
   for feature, regs in (("+avx512f", (64, 32)), ("+avx2", (32, 16)), ("+avx", (32, 16)), ("+neon", (16, 32)),
                         ("+sse2", (16, 16))):
     if feature in flags: return regs
   return 0, 0
 
-# a 64-byte vector add: the registers LLVM picks for it name the widest vectors the target has
-_PROBE_IR = """define void @probe(<16 x float>* %p) {
-  %v = load <16 x float>, <16 x float>* %p
+# one function per feature: the instructions LLVM picks for it say whether the target has the feature
+_PROBE_IR = """
+define void @wide(ptr %p) {
+  %v = load <16 x float>, ptr %p
   %s = fadd <16 x float> %v, %v
-  store <16 x float> %s, <16 x float>* %p
+  store <16 x float> %s, ptr %p
   ret void
-}"""
+}
+define void @ints(ptr %p, ptr %q) {
+  %v = load <8 x i32>, ptr %p
+  %w = load <8 x i32>, ptr %q
+  %s = add <8 x i32> %v, %w
+  store <8 x i32> %s, ptr %p
+  ret void
+}
+define void @fused(ptr %p) {
+  %v = load <8 x float>, ptr %p
+  %s = call <8 x float> @llvm.fma.v8f32(<8 x float> %v, <8 x float> %v, <8 x float> %v)
+  store <8 x float> %s, ptr %p
+  ret void
+}
+define void @compares(ptr %p) {
+  %v = load <2 x i64>, ptr %p
+  %c = icmp sgt <2 x i64> %v, zeroinitializer
+  %s = sext <2 x i1> %c to <2 x i64>
+  store <2 x i64> %s, ptr %p
+  ret void
+}
+declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+"""
 
-def probed_vector_registers(target_machine) -> tuple[int, int]:
-  """(bytes per vector register, how many) for a target named by CPU alone (`CPU:LLVM:haswell`), whose features
-  LLVM knows and the name does not spell: read from the registers LLVM's assembly uses for a 64-byte add. (0, 0)
-  where the assembly names none of x86's or aarch64's vector registers."""
+# (feature, text in the assembly of the probe's functions that only that feature produces)
+_PROBED = (("+avx512f", "%zmm"), ("+avx2", "%ymm", "vpaddd"), ("+avx", "%ymm"), ("+fma", "vfmadd"),
+           ("+sse4.2", "pcmpgtq"), ("+sse2", "%xmm"), ("+neon", ".4s"))
+
+def implied_features(target_machine) -> str:
+  """The features, among those the optimiser and the vector libm look for, of a target named by CPU alone
+  (`CPU:LLVM:haswell`): LLVM knows them, the name does not spell them; read from the instructions LLVM's assembly
+  uses for the probe's functions. "" where it shows none."""
   from tinyplug_cpu_llvm.compiler import init_llvm
-  module = init_llvm().parse_assembly(_PROBE_IR)
-  asm = target_machine.emit_assembly(module)
-  for register, regs in (("%zmm", (64, 32)), ("%ymm", (32, 16)), ("%xmm", (16, 16)), (".4s", (16, 32))):
-    if register in asm: return regs
-  return 0, 0
-
+  asm = target_machine.emit_assembly(init_llvm().parse_assembly(_PROBE_IR))
+  lines = asm.splitlines()
+  return ",".join(feature for feature, *marks in _PROBED if any(all(m in line for m in marks) for line in lines))

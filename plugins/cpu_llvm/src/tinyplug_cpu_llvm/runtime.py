@@ -12,7 +12,7 @@ from tinyplug.backend import host_block, host_view
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.elf import undefined_symbols
-from tinyplug_cpu_llvm.machine import data_caches, n_threads, probed_vector_registers, vector_registers
+from tinyplug_cpu_llvm.machine import data_caches, n_threads, vector_registers
 from tinyplug_cpu_llvm.renderer import LLVMRenderer
 from tinyplug_cpu_llvm.threads import pool
 
@@ -151,9 +151,7 @@ class CPUDevice(Compiled):
     cpu, features = parse_device(name)
     compiler = LLVMCompiler(cpu, features)
     load_compiler_runtime()
-    vectors = vector_registers(compiler.features)
-    if vectors == (0, 0) and cpu: vectors = probed_vector_registers(compiler.tm)
-    renderer = LLVMRenderer(vector_math_isas(compiler.features), data_caches(), vectors)
+    renderer = LLVMRenderer(vector_math_isas(compiler.features), data_caches(), vector_registers(compiler.features))
     super().__init__(name, CPUAllocator(), renderer, compiler)
     self._engine = None
     self._loaded: dict[str, int] = {}
