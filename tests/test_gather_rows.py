@@ -162,9 +162,91 @@ def test_the_gradient_adds_under_a_branch(vector_machine):
   red = next(u for u in k.sink.toposort() if u.op is Ops.REDUCE)
   assert sparse_gate(red) is not None
   src = get_program(k.sink, r, opts=heuristic_opts(k)).src
-  # one compare of the loaded index per step, a branch on it, the row's vectors added inside: no select left
-  assert src.count("icmp eq i32") == 1 and "label %if" in src, src
+  # compares of the loaded index and branches on them, the row's vectors added inside: no select left
+  assert "icmp eq i32" in src and "label %if" in src, src
   assert not any("select" in line and "x float>" in line for line in src.splitlines()), src
+
+# ---- the CPU scans 16 indices per branch (linearize's scan_matches, the renderer's match_scan_lanes) ----
+
+def _branches(k: Kernel, r) -> list[UOp]:
+  """The IFs of the kernel's linear program, in order."""
+  return [u for u in get_program(k.sink, r, opts=heuristic_opts(k)).uops if u.op is Ops.IF]
+
+@pytest.mark.parametrize("idx_shape,lanes,tail", [((300,), 16, True), ((288,), 16, False), ((20,), 8, True),
+                                                 ((8, 33), 16, True), ((5,), 0, False)], ids=str)
+def test_the_gradient_scans_groups_of_indices(vector_machine, idx_shape, lanes, tail):
+  # a group's matches OR-ed into one branch; inside it, and for the indices left over, one branch per index
+  r = vector_machine(64, 32)
+  ifs = _branches(_grad_kernel(5000, 512, idx_shape), r)
+  assert len(ifs) == (1 if not lanes else 3 if tail else 2)
+  if lanes:
+    group = [u for u in ifs[0].src[0].toposort() if u.op is Ops.CMPEQ]
+    assert len(group) == lanes and all(u.src[0].op is Ops.LOAD for u in group)
+
+def test_the_scan_is_the_renderers_choice(vector_machine, monkeypatch):
+  r = vector_machine(64, 32)
+  monkeypatch.setattr(r, "match_scan_lanes", 0)   # as GPU renderers declare: a branch per index
+  assert len(_branches(_grad_kernel(5000, 512, (300,)), r)) == 1
+  monkeypatch.setattr(r, "match_scan_lanes", 8)
+  ifs = _branches(_grad_kernel(5000, 512, (300,)), r)
+  assert len(ifs) == 3 and sum(u.op is Ops.CMPEQ for u in ifs[0].src[0].toposort()) == 8
+
+def _add_at(rows: int, idx: np.ndarray, g: np.ndarray) -> np.ndarray:
+  out = np.zeros((rows,) + g.shape[idx.ndim:], g.dtype)
+  np.add.at(out, idx, g)   # in index order, as the kernel adds: the same float32 sums, bit for bit
+  return out
+
+@pytest.mark.parametrize("rows,width,idx_shape", [(5000, 512, (300,)), (1000, 128, (8, 33)), (64, 7, (37,)),
+                                                  (10, 3, (1000,)), (300, 16, (20,)), (9, 5, (4, 5, 6))], ids=str)
+def test_scanned_gradients_equal_numpy_add_at(rows, width, idx_shape):
+  table = RNG.standard_normal((rows, width)).astype(np.float32)
+  idx = RNG.integers(-rows, rows, idx_shape).astype(np.int32)   # negative ones wrap, repeats add up
+  g = RNG.standard_normal(idx_shape + (width,)).astype(np.float32)
+  t = Tensor(table, requires_grad=True)
+  (t[Tensor(idx)] * Tensor(g)).sum().backward()
+  np.testing.assert_array_equal(t.grad.numpy(), _add_at(rows, np.where(idx < 0, idx + rows, idx), g))
+
+def test_scanned_gradient_of_one_row_picked_every_time_and_of_groups_with_two_matches():
+  table = RNG.standard_normal((100, 33)).astype(np.float32)
+  g = RNG.standard_normal((64, 33)).astype(np.float32)
+  for idx in (np.full(64, 7, np.int32), np.repeat(np.arange(32, dtype=np.int32), 2), np.arange(63, -1, -1, dtype=np.int32)):
+    t = Tensor(table, requires_grad=True)
+    (t[Tensor(idx)] * Tensor(g)).sum().backward()
+    pt = torch.tensor(table, requires_grad=True)
+    (pt[torch.tensor(idx, dtype=torch.long)] * torch.tensor(g)).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), _add_at(100, idx, g))
+    np.testing.assert_allclose(t.grad.numpy(), pt.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+def test_scanned_gradient_of_a_half_table():
+  table = RNG.standard_normal((500, 40)).astype(np.float16)
+  idx = RNG.integers(0, 500, 777).astype(np.int32)
+  g = RNG.standard_normal((777, 40)).astype(np.float16)
+  t = Tensor(table, requires_grad=True)
+  (t[Tensor(idx)] * Tensor(g)).sum().backward()
+  assert t.grad.dtype == t.dtype
+  pt = torch.tensor(table, requires_grad=True)
+  (pt[torch.tensor(idx, dtype=torch.long)] * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(t.grad.numpy().astype(np.float32), pt.grad.numpy().astype(np.float32), rtol=2e-3, atol=2e-3)
+
+def test_an_embedding_training_step_matches_torch():
+  from tinyplug.nn.optim import SGD
+  emb = nn.Embedding(2000, 48)
+  w0 = emb.weight.numpy().copy()
+  idx = RNG.integers(0, 2000, (16, 40)).astype(np.int32)
+  idx[:, :4] = 5   # a row picked many times
+  target = RNG.standard_normal((16, 40, 48)).astype(np.float32)
+  opt = SGD([emb.weight], lr=0.1)
+  with Tensor.train():
+    opt.zero_grad()
+    ((emb(Tensor(idx)) - Tensor(target)) ** 2).mean().backward()
+    opt.step()
+  ref = torch.nn.Embedding(2000, 48)
+  ref.weight.data = torch.tensor(w0)
+  topt = torch.optim.SGD(ref.parameters(), lr=0.1)
+  ((ref(torch.tensor(idx, dtype=torch.long)) - torch.tensor(target)) ** 2).mean().backward()
+  topt.step()
+  np.testing.assert_allclose(emb.weight.numpy(), ref.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
+  assert not np.array_equal(emb.weight.numpy()[5], w0[5])
 
 def test_other_masks_keep_their_select():
   from tinyplug.codegen.linearize import sparse_gate

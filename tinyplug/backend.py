@@ -235,6 +235,10 @@ class Renderer:
   # a STORE of a vector to an INDEX with a vector of offsets is one scatter; False: the vectorizer stores such lanes
   # (a tile's output channels, a plane apart) one STORE each
   scatter_stores: bool = False
+  # a sum of one-hot matches (`x[idx]`'s gradient, scatter_reduce's sum) tests this many indices at once, their matches
+  # OR-ed into one branch, and only a group with a match is run index by index (linearize's `scan_matches`: a few
+  # compares per group where the target vectorizes the OR); 0: one branch per index (GPUs, where it is unmeasured)
+  match_scan_lanes: int = 0
   tensor_cores: tuple[TensorCore, ...] = ()   # matrix-multiply instructions the TC action may use (see TensorCore)
   # asynchronous 16-byte copies into shared memory and warp-wide matrix loads from it (CUDA's cp.async and ldmatrix):
   # STAGE's asynchronous mode (codegen/tc_async.py; what it renders: docs/plugin_guide.md)

@@ -68,7 +68,8 @@ def _final(sink: UOp, ctx: KernelContext, stage: str) -> UOp:
 
 def _unchanged(sink: UOp, ctx: KernelContext, stage: str) -> UOp: return sink
 
-def _linearize(sink: UOp, ctx: KernelContext, stage: str) -> list[UOp]: return linearize(sink)
+def _linearize(sink: UOp, ctx: KernelContext, stage: str) -> list[UOp]:
+  return linearize(sink, ctx.renderer.match_scan_lanes)
 
 # The pipeline, in order: each core stage id (the public ids of `tinyplug.hookspecs.passes.CORE_STAGES`, which say what
 # each does) and what the core runs for it: what correct code needs, nothing more. What makes code faster or smaller

@@ -16,8 +16,8 @@ def reduce_identity(op: Ops, dtype) -> float | int | bool:
   raise ValueError(f"no identity for a {op} reduction")
 
 class _Linearizer:
-  def __init__(self, sink: UOp):
-    self.sink = sink
+  def __init__(self, sink: UOp, scan_lanes: int = 0):
+    self.sink, self.scan_lanes = sink, scan_lanes
     self.order = list(sink.toposort())
     self.rdeps: dict[UOp, frozenset[UOp]] = {}
     for u in self.order:
@@ -119,6 +119,7 @@ class _Linearizer:
       self.emit(UOp(Ops.STORE, dtypes.void, (slot, self.need(UOp.const(x.dtype, reduce_identity(x.arg, x.dtype))))))
       slots.append(slot)
     for x in group: self.hoist(x.src[0])
+    if self.scan_lanes and self.scan_matches(group, slots, ranges): return self.finish_reduce(group, slots, red)
     for r in ranges: self.open_loop(r)
     effects: list[UOp] = []
     chains = _wmma_chains(group, effects)
@@ -139,16 +140,74 @@ class _Linearizer:
     for cond, updates in gated.items():
       # a one-hot match (`x[idx]`'s gradient: idx[i] == row) adds its row only where it holds: one scalar compare
       # per step instead of a select and an add per element (rows x indices x width of work, not rows x indices)
-      self.emit(branch := UOp(Ops.IF, dtypes.void, (self.need(cond),)))
-      before = set(self.done)
-      for x, slot, v in updates: self.accumulate(x, slot, self.need(v))
-      self.emit(UOp(Ops.ENDIF, dtypes.void, (branch,)))
-      for u in set(self.done) - before: del self.done[u]   # computed under the branch: not there after it
+      self.gated_updates(updates, cond)
     for e in effects: self.need(e)
     for r in reversed(ranges): self.close_loop(r)
+    return self.finish_reduce(group, slots, red)
+
+  def finish_reduce(self, group: list[UOp], slots: list[UOp], red: UOp) -> UOp:
     for x, slot in zip(group, slots):
       self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
     return self.done[red]
+
+  def new_range(self, size: int) -> UOp:
+    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),),
+            (max((u.arg[0] for u in self.rdeps if u.op is Ops.RANGE), default=0) + 1, "reduce"))
+    self.rdeps[r] = frozenset({r})
+    return r
+
+  def track(self, root: UOp) -> UOp:
+    """root, with the loops each node under it needs known (nodes made while linearizing)."""
+    for u in root.toposort():
+      if u not in self.rdeps:
+        self.rdeps[u] = frozenset().union(*(self.rdeps[s] for s in u.src)) if u.src else frozenset()
+    return root
+
+  def gated_updates(self, updates: list[tuple[UOp, UOp, UOp]], cond: UOp) -> None:
+    self.emit(branch := UOp(Ops.IF, dtypes.void, (self.need(self.track(cond)),)))
+    before = set(self.done)
+    for x, slot, v in updates: self.accumulate(x, slot, self.need(self.track(v)))
+    self.emit(UOp(Ops.ENDIF, dtypes.void, (branch,)))
+    for u in set(self.done) - before: del self.done[u]   # computed under the branch: not there after it
+
+  def scan_matches(self, group: list[UOp], slots: list[UOp], ranges: list[UOp]) -> bool:
+    """A reduction made only of one-hot matches (`x[idx]`'s gradient: for each output row, add g[i]
+    where idx[i] == row) tests `scan_lanes` indices at a time (the renderer's `match_scan_lanes`): the OR of their matches, one vector compare where the
+    renderer vectorizes it, and only a group with a match runs its indices one by one, in order (the sum is the same,
+    bit for bit). Most groups hold no match (a row of a table is rarely picked), so the scan costs a compare per
+    indices instead of a compare and a branch per index. False (nothing emitted) where it does not apply."""
+    r = ranges[-1]   # the innermost loop is scanned (an Embedding's ids of shape (batch, seq): the seq loop)
+    if r.src[0].op is not Ops.CONST or not isinstance(r.src[0].arg, int): return False
+    gates = [sparse_gate(x) for x in group]
+    if any(g is None for g in gates) or len({g[0] for g in gates}) != 1: return False
+    cond, n = gates[0][0], r.src[0].arg
+    # the most lanes, halved down to 4, that leave at least two groups
+    lanes = next((q for q in (self.scan_lanes >> s for s in range(8)) if 4 <= q and n >= 2 * q), None)
+    if lanes is None or r not in cond.toposort(): return False
+    for o in ranges[:-1]: self.open_loop(o)
+    for x in group: self.hoist(x.src[0])   # what the outer loops alone give: before the scan's loops, seen by the tail
+    outer, inner = self.new_range(n // lanes), self.new_range(lanes)
+    self.open_loop(outer)
+    base = outer * UOp.const(dtypes.index, lanes)
+    tests = [cond.substitute({r: base + UOp.const(dtypes.index, lane)}) for lane in range(lanes)]
+    while len(tests) > 1: tests = [a | b for a, b in zip(tests[0::2], tests[1::2])] + tests[len(tests) & ~1:]
+    self.emit(anyhit := UOp(Ops.IF, dtypes.void, (self.need(self.track(tests[0])),)))
+    before = set(self.done)
+    self.open_loop(inner)
+    at = {r: base + inner}
+    self.gated_updates([(x, slot, g[1].substitute(at)) for x, slot, g in zip(group, slots, gates)], cond.substitute(at))
+    self.close_loop(inner)
+    self.emit(UOp(Ops.ENDIF, dtypes.void, (anyhit,)))
+    for u in set(self.done) - before: del self.done[u]
+    self.close_loop(outer)
+    if n % lanes:   # the last indices one by one
+      tail = self.new_range(n % lanes)
+      self.open_loop(tail)
+      at = {r: tail + UOp.const(dtypes.index, n - n % lanes)}
+      self.gated_updates([(x, slot, g[1].substitute(at)) for x, slot, g in zip(group, slots, gates)], cond.substitute(at))
+      self.close_loop(tail)
+    for o in reversed(ranges[:-1]): self.close_loop(o)
+    return True
 
   def accumulate(self, x: UOp, slot: UOp, v: UOp) -> None:
     current = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "in")))
@@ -248,6 +307,7 @@ def _wmma_chains(group: list[UOp], effects: list[UOp]) -> list[tuple[list[UOp], 
       if owner.setdefault(x, targets) is not targets: return []   # one reduction fed by two groups of WMMAs
   return [(ws, targets) for targets, ws in chains.items()]
 
-def linearize(sink: UOp) -> list[UOp]:
-  """The kernel as a list of UOps in execution order (the form renderers and the interpreter consume)."""
-  return _Linearizer(sink).run()
+def linearize(sink: UOp, scan_lanes: int = 0) -> list[UOp]:
+  """The kernel as a list of UOps in execution order (the form renderers and the interpreter consume); `scan_lanes`:
+  the renderer's `match_scan_lanes` (one-hot match sums tested that many indices at once; 0 one by one)."""
+  return _Linearizer(sink, scan_lanes).run()
