@@ -179,9 +179,9 @@ def test_the_gradient_scans_groups_of_indices(vector_machine, idx_shape, lanes, 
   r = vector_machine(64, 32)
   ifs = _branches(_grad_kernel(5000, 512, idx_shape), r)
   assert len(ifs) == (1 if not lanes else 3 if tail else 2)
-  if lanes:
-    group = [u for u in ifs[0].src[0].toposort() if u.op is Ops.CMPEQ]
-    assert len(group) == lanes and all(u.src[0].op is Ops.LOAD for u in group)
+  if lanes:   # one vector load of the indices, one compare of `lanes` lanes
+    (eq,) = [u for u in ifs[0].src[0].toposort() if u.op is Ops.CMPEQ]
+    assert eq.dtype.count == lanes and eq.src[0].op is Ops.LOAD and eq.src[0].dtype.count == lanes
 
 def test_the_scan_is_the_renderers_choice(vector_machine, monkeypatch):
   r = vector_machine(64, 32)
@@ -189,7 +189,7 @@ def test_the_scan_is_the_renderers_choice(vector_machine, monkeypatch):
   assert len(_branches(_grad_kernel(5000, 512, (300,)), r)) == 1
   monkeypatch.setattr(r, "match_scan_lanes", 8)
   ifs = _branches(_grad_kernel(5000, 512, (300,)), r)
-  assert len(ifs) == 3 and sum(u.op is Ops.CMPEQ for u in ifs[0].src[0].toposort()) == 8
+  assert len(ifs) == 3 and [u.dtype.count for u in ifs[0].src[0].toposort() if u.op is Ops.CMPEQ] == [8]
 
 def _add_at(rows: int, idx: np.ndarray, g: np.ndarray) -> np.ndarray:
   out = np.zeros((rows,) + g.shape[idx.ndim:], g.dtype)

@@ -189,7 +189,8 @@ class _Linearizer:
     outer, inner = self.new_range(n // lanes), self.new_range(lanes)
     self.open_loop(outer)
     base = outer * UOp.const(dtypes.index, lanes)
-    tests = [cond.substitute({r: base + UOp.const(dtypes.index, lane)}) for lane in range(lanes)]
+    if (tests := _vector_matches(cond, r, base, lanes)) is None:
+      tests = [cond.substitute({r: base + UOp.const(dtypes.index, lane)}) for lane in range(lanes)]
     while len(tests) > 1: tests = [a | b for a, b in zip(tests[0::2], tests[1::2])] + tests[len(tests) & ~1:]
     self.emit(anyhit := UOp(Ops.IF, dtypes.void, (self.need(self.track(tests[0])),)))
     before = set(self.done)
@@ -258,6 +259,22 @@ def sparse_gate(red: UOp) -> tuple[UOp, UOp] | None:
       z.op is Ops.CONST and z.arg == 0 for z in zero.src))): return None
   if (cond := _scalar_bool(w.src[0])) is None: return None
   return (cond, w.src[1]) if any(_one_hot_match(u) for u in cond.toposort() if u.op is Ops.CMPEQ) else None
+
+def _vector_matches(cond: UOp, r: UOp, base: UOp, lanes: int) -> list[UOp] | None:
+  """The lanes of `cond` at r = base .. base+lanes-1 from one vector load and one vector compare, where cond is
+  `idx[off + r] == pos` (pos not depending on r); None otherwise. The scalar form's 16 loads and compares, once LLVM's
+  SLP vectorizer joins them, compare in 64 bits (the loop counter was widened): twice the vectors."""
+  if cond.op is not Ops.CMPEQ: return None
+  ld, pos = cond.src if cond.src[0].op is Ops.LOAD else cond.src[::-1]
+  if ld.op is not Ops.LOAD or len(ld.src) != 1 or (ix := ld.src[0]).op is not Ops.INDEX or len(ix.src) != 2: return None
+  off = ix.src[1]
+  if r in pos.toposort() or not (off is r or (off.op is Ops.ADD and r in off.src and r not in off.src[0 if off.src[1] is r
+                                                                                                   else 1].toposort())):
+    return None
+  vix = UOp(Ops.INDEX, ix.dtype.vec(lanes), (ix.src[0], off.substitute({r: base})))
+  eq = UOp(Ops.CMPEQ, dtypes.bool.vec(lanes), (UOp(Ops.LOAD, ld.dtype.vec(lanes), (vix,)),
+                                               UOp(Ops.VECTORIZE, pos.dtype.vec(lanes), (pos,) * lanes)))
+  return [UOp(Ops.GEP, dtypes.bool, (eq,), (lane,)) for lane in range(lanes)]
 
 def _one_hot_match(eq: UOp) -> bool:
   """eq compares a value read from memory with an output position (a loop's index, no memory read on that side)."""
