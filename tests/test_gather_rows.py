@@ -206,6 +206,16 @@ def test_scanned_gradients_equal_numpy_add_at(rows, width, idx_shape):
   (t[Tensor(idx)] * Tensor(g)).sum().backward()
   np.testing.assert_array_equal(t.grad.numpy(), _add_at(rows, np.where(idx < 0, idx + rows, idx), g))
 
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int16, np.uint8])
+def test_scanned_gradients_of_other_index_dtypes(idx_dtype):
+  table = RNG.standard_normal((120, 24)).astype(np.float32)
+  idx = RNG.integers(0 if idx_dtype == np.uint8 else -120, 120, (8, 77)).astype(idx_dtype)
+  g = RNG.standard_normal((8, 77, 24)).astype(np.float32)
+  t = Tensor(table, requires_grad=True)
+  (t[Tensor(idx)] * Tensor(g)).sum().backward()
+  wide = idx.astype(np.int64)
+  np.testing.assert_array_equal(t.grad.numpy(), _add_at(120, np.where(wide < 0, wide + 120, wide), g))
+
 def test_scanned_gradient_of_one_row_picked_every_time_and_of_groups_with_two_matches():
   table = RNG.standard_normal((100, 33)).astype(np.float32)
   g = RNG.standard_normal((64, 33)).astype(np.float32)
