@@ -219,7 +219,8 @@ def test_scanned_gradients_of_other_index_dtypes(idx_dtype):
 def test_scanned_gradient_of_one_row_picked_every_time_and_of_groups_with_two_matches():
   table = RNG.standard_normal((100, 33)).astype(np.float32)
   g = RNG.standard_normal((64, 33)).astype(np.float32)
-  for idx in (np.full(64, 7, np.int32), np.repeat(np.arange(32, dtype=np.int32), 2), np.arange(63, -1, -1, dtype=np.int32)):
+  picks = (np.full(64, 7), np.repeat(np.arange(32), 2), np.arange(63, -1, -1))   # one row; two matches a group; reversed
+  for idx in (p.astype(np.int32) for p in picks):
     t = Tensor(table, requires_grad=True)
     (t[Tensor(idx)] * Tensor(g)).sum().backward()
     pt = torch.tensor(table, requires_grad=True)
@@ -236,7 +237,8 @@ def test_scanned_gradient_of_a_half_table():
   assert t.grad.dtype == t.dtype
   pt = torch.tensor(table, requires_grad=True)
   (pt[torch.tensor(idx, dtype=torch.long)] * torch.tensor(g)).sum().backward()
-  np.testing.assert_allclose(t.grad.numpy().astype(np.float32), pt.grad.numpy().astype(np.float32), rtol=2e-3, atol=2e-3)
+  np.testing.assert_allclose(t.grad.numpy().astype(np.float32), pt.grad.numpy().astype(np.float32),
+                             rtol=2e-3, atol=2e-3)
 
 def test_an_embedding_training_step_matches_torch():
   from tinyplug.nn.optim import SGD

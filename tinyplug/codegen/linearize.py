@@ -171,11 +171,12 @@ class _Linearizer:
     for u in set(self.done) - before: del self.done[u]   # computed under the branch: not there after it
 
   def scan_matches(self, group: list[UOp], slots: list[UOp], ranges: list[UOp]) -> bool:
-    """A reduction made only of one-hot matches (`x[idx]`'s gradient: for each output row, add g[i]
-    where idx[i] == row) tests `scan_lanes` indices at a time (the renderer's `match_scan_lanes`): the OR of their matches, one vector compare where the
-    renderer vectorizes it, and only a group with a match runs its indices one by one, in order (the sum is the same,
-    bit for bit). Most groups hold no match (a row of a table is rarely picked), so the scan costs a compare per
-    indices instead of a compare and a branch per index. False (nothing emitted) where it does not apply."""
+    """A reduction made only of one-hot matches (`x[idx]`'s gradient: for each output row, add g[i] where
+    idx[i] == row) tests `scan_lanes` indices at a time (the renderer's `match_scan_lanes`): one branch on the OR of
+    their matches (one vector load and compare where the index is read in order), and only a group with a match runs
+    its indices one by one, in order (the sum is the same, bit for bit). Most groups hold no match (a row of a table
+    is rarely picked): a vector compare per group instead of a compare and a branch per index. False (nothing
+    emitted) where it does not apply."""
     r = ranges[-1]   # the innermost loop is scanned (an Embedding's ids of shape (batch, seq): the seq loop)
     if r.src[0].op is not Ops.CONST or not isinstance(r.src[0].arg, int): return False
     gates = [sparse_gate(x) for x in group]
@@ -195,8 +196,8 @@ class _Linearizer:
     self.emit(anyhit := UOp(Ops.IF, dtypes.void, (self.need(self.track(tests[0])),)))
     before = set(self.done)
     self.open_loop(inner)
-    at = {r: base + inner}
-    self.gated_updates([(x, slot, g[1].substitute(at)) for x, slot, g in zip(group, slots, gates)], cond.substitute(at))
+    self.gated_updates([(x, slot, g[1].substitute({r: base + inner})) for x, slot, g in zip(group, slots, gates)],
+                       cond.substitute({r: base + inner}))
     self.close_loop(inner)
     self.emit(UOp(Ops.ENDIF, dtypes.void, (anyhit,)))
     for u in set(self.done) - before: del self.done[u]
@@ -205,7 +206,8 @@ class _Linearizer:
       tail = self.new_range(n % lanes)
       self.open_loop(tail)
       at = {r: tail + UOp.const(dtypes.index, n - n % lanes)}
-      self.gated_updates([(x, slot, g[1].substitute(at)) for x, slot, g in zip(group, slots, gates)], cond.substitute(at))
+      self.gated_updates([(x, slot, g[1].substitute(at)) for x, slot, g in zip(group, slots, gates)],
+                         cond.substitute(at))
       self.close_loop(tail)
     for o in reversed(ranges[:-1]): self.close_loop(o)
     return True
@@ -268,9 +270,9 @@ def _vector_matches(cond: UOp, r: UOp, base: UOp, lanes: int) -> list[UOp] | Non
   ld, pos = cond.src if cond.src[0].op is Ops.LOAD else cond.src[::-1]
   if ld.op is not Ops.LOAD or len(ld.src) != 1 or (ix := ld.src[0]).op is not Ops.INDEX or len(ix.src) != 2: return None
   off = ix.src[1]
-  if r in pos.toposort() or not (off is r or (off.op is Ops.ADD and r in off.src and r not in off.src[0 if off.src[1] is r
-                                                                                                   else 1].toposort())):
-    return None
+  rest = None if off is r else off.src[0] if off.op is Ops.ADD and off.src[1] is r else \
+    off.src[1] if off.op is Ops.ADD and off.src[0] is r else off   # off = rest + r, rest free of r
+  if r in pos.toposort() or (rest is not None and r in rest.toposort()): return None
   vix = UOp(Ops.INDEX, ix.dtype.vec(lanes), (ix.src[0], off.substitute({r: base})))
   eq = UOp(Ops.CMPEQ, dtypes.bool.vec(lanes), (UOp(Ops.LOAD, ld.dtype.vec(lanes), (vix,)),
                                                UOp(Ops.VECTORIZE, pos.dtype.vec(lanes), (pos,) * lanes)))
