@@ -150,8 +150,8 @@ class _Linearizer:
       self.done[x] = self.emit(UOp(Ops.LOAD, x.dtype, (slot,), arg=("acc", slot.src[0].arg, "out")))
     return self.done[red]
 
-  def new_range(self, size: int) -> UOp:
-    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),),
+  def new_range(self, size: int, dtype) -> UOp:
+    r = UOp(Ops.RANGE, dtype, (UOp.const(dtype, size),),
             (max((u.arg[0] for u in self.rdeps if u.op is Ops.RANGE), default=0) + 1, "reduce"))
     self.rdeps[r] = frozenset({r})
     return r
@@ -187,11 +187,11 @@ class _Linearizer:
     if lanes is None or r not in cond.toposort(): return False
     for o in ranges[:-1]: self.open_loop(o)
     for x in group: self.hoist(x.src[0])   # what the outer loops alone give: before the scan's loops, seen by the tail
-    outer, inner = self.new_range(n // lanes), self.new_range(lanes)
+    outer, inner = self.new_range(n // lanes, r.dtype), self.new_range(lanes, r.dtype)   # the loop's own int type
     self.open_loop(outer)
-    base = outer * UOp.const(dtypes.index, lanes)
+    base = outer * UOp.const(r.dtype, lanes)
     if (tests := _vector_matches(cond, r, base, lanes)) is None:
-      tests = [cond.substitute({r: base + UOp.const(dtypes.index, lane)}) for lane in range(lanes)]
+      tests = [cond.substitute({r: base + UOp.const(r.dtype, lane)}) for lane in range(lanes)]
     while len(tests) > 1: tests = [a | b for a, b in zip(tests[0::2], tests[1::2])] + tests[len(tests) & ~1:]
     self.emit(anyhit := UOp(Ops.IF, dtypes.void, (self.need(self.track(tests[0])),)))
     before = set(self.done)
@@ -203,9 +203,9 @@ class _Linearizer:
     for u in set(self.done) - before: del self.done[u]
     self.close_loop(outer)
     if n % lanes:   # the last indices one by one
-      tail = self.new_range(n % lanes)
+      tail = self.new_range(n % lanes, r.dtype)
       self.open_loop(tail)
-      at = {r: tail + UOp.const(dtypes.index, n - n % lanes)}
+      at = {r: tail + UOp.const(r.dtype, n - n % lanes)}
       self.gated_updates([(x, slot, g[1].substitute(at)) for x, slot, g in zip(group, slots, gates)],
                          cond.substitute(at))
       self.close_loop(tail)
