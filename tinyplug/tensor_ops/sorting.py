@@ -71,13 +71,14 @@ class SortingMixin:
 
   def _order_rank(self, largest_first: bool):
     """An int32 per element, smaller first in the wanted order: a float's bits folded so they compare as signed ints
-    (every NaN one value above +inf, -0 as +0), an int as itself; inverted when the largest go first."""
+    (every NaN the largest int32, above +inf; -0 as +0), an int as itself; inverted when the largest go first."""
     x = self.detach()
     if dtypes.is_float(x.dtype):
       f = x.cast(dtypes.float32)
-      f = f.isnan().where(math.nan, (f == 0).where(0.0, f))
+      # sign and magnitude to two's complement: -m for negatives (so -0 is +0), NaN (of either sign) above +inf
       bits = f.bitcast(dtypes.int32)
-      key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+      sign = bits >> 31
+      key = f.isnan().where(dtypes.max(dtypes.int32), ((bits & 0x7FFFFFFF) ^ sign) - sign)
     elif x.dtype == dtypes.uint32: key = x.bitcast(dtypes.int32) ^ -(1 << 31)
     else: key = x.cast(dtypes.int32)
     return ~key if largest_first else key
