@@ -1,5 +1,6 @@
-"""argmax, logsumexp and the scans (issue 20's slow rows): argmax and logsumexp along the rows run as one row kernel
-(the max, then the index or the sum, over a row while it is in cache: `fuse_rows`); cumsum and cumprod run in
+"""argmax, logsumexp and the scans (issue 20's slow rows): argmax on the CPU is one reduction over int64 keys (order
+key, then n-1-index), on GPUs the max then the first index equal to it; logsumexp along the rows runs as one row
+kernel (the max, then the sum, over a row while it is in cache: `fuse_rows`); cumsum and cumprod run in
 blocks of SCAN_BLOCK along their own axis (block totals, their exclusive scan, each block's triangle plus the blocks
 before it in one kernel). Values against numpy and torch at odd sizes and dtypes, NaN, ties, keepdim, gradients; the
 kernels they schedule and the heuristic's decision for the scan down the columns on other machines."""
@@ -11,6 +12,7 @@ from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.schedule import create_schedule
+from tinyplug.tensor_ops import reduce as reduce_ops, template
 from tinyplug.tensor_ops.reduce import SCAN_BLOCK
 from tinyplug.passes.vectorize import Vectorizer, has_gather
 from tinyplug.uop.ops import Ops, UOp
@@ -26,9 +28,19 @@ def _reduces(item) -> list:
   return [u for u in item.ast.toposort() if u.op is Ops.REDUCE]
 
 # ---- argmax ----
+@pytest.fixture(params=["keyed", "two_pass"])
+def argmax_form(request, monkeypatch):
+  """Each argmax test runs the CPU's one-pass form and, on the CPU too, the two-pass form GPUs get."""
+  def forget():   # argmax is a graph template: built anew for each form
+    template._templates.clear(); template._seen.clear(); schedule._templates.clear()
+  if request.param == "two_pass": monkeypatch.setattr(reduce_ops, "_keyed_argmax", lambda device: False)
+  forget()
+  yield request.param
+  forget()
+
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int64])
-def test_argmax_every_axis_against_numpy(shape, dtype):
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int64, np.int8, np.uint8, np.uint32, np.bool_])
+def test_argmax_every_axis_against_numpy(shape, dtype, argmax_form):
   a = RNG.integers(-4, 4, shape).astype(dtype)   # few distinct values: many ties, the first index wins
   for axis in range(len(shape)):
     np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), np.argmax(a, axis), err_msg=f"axis {axis}")
@@ -36,7 +48,7 @@ def test_argmax_every_axis_against_numpy(shape, dtype):
     kept = Tensor(a).argmax(axis, keepdim=True).numpy()
     np.testing.assert_array_equal(kept, np.expand_dims(np.argmax(a, axis), axis))
 
-def test_argmax_rows_with_nan_and_inf_against_torch():
+def test_argmax_rows_with_nan_and_inf_against_torch(argmax_form):
   a = RNG.standard_normal((9, 1000)).astype(np.float32)
   a[1, 17], a[1, 900] = np.nan, np.nan          # the first NaN is the max
   a[2, 5] = np.inf
@@ -47,18 +59,42 @@ def test_argmax_rows_with_nan_and_inf_against_torch():
     np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), torch.tensor(a).argmax(axis).numpy())
     np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), np.argmax(a, axis))
 
-def test_argmax_and_logsumexp_along_rows_are_one_kernel():
-  """Both passes over a row in one kernel (old: a kernel for the max, another for the index or the sum)."""
+def test_argmax_special_values_and_dim_none(argmax_form):
+  """-0.0 and 0.0 are equal (the first of them wins), a NaN of either sign is the max (the first NaN), all-equal
+  rows give 0, dim=None is over the flattened tensor; float16 and argmin too."""
+  nan, inf = np.nan, np.inf
+  a = np.array([[-0.0, 0.0, -1, -0.0], [0.0, -0.0, -0.0, -1], [1, nan, 5, -nan], [-nan, 2, nan, 9], [3, 3, 3, 3],
+                [-inf, -inf, -inf, -inf], [inf, 1, inf, -inf], [-1, -3, -3, -2], [5, -nan, 7, nan]], dtype=np.float32)
+  a[2, 1] = -a[2, 1]   # a NaN with the sign bit set (-nan above is folded by numpy)
+  for dt in (np.float32, np.float16):
+    x = a.astype(dt)
+    for fn in ("argmax", "argmin"):
+      for axis in (0, 1):
+        for keepdim in (False, True):
+          got = getattr(Tensor(x), fn)(axis, keepdim=keepdim).numpy()
+          np.testing.assert_array_equal(got, getattr(np, fn)(x, axis, keepdims=keepdim), err_msg=f"{dt} {fn} {axis}")
+        np.testing.assert_array_equal(getattr(Tensor(x), fn)(axis).numpy(), getattr(torch.tensor(x), fn)(axis).numpy())
+      assert getattr(Tensor(x), fn)().item() == getattr(np, fn)(x)
+      assert getattr(Tensor(x[4:]), fn)().item() == getattr(np, fn)(x[4:])   # no NaN: ties and -inf over all
+
+def test_argmax_is_one_reduction_on_the_cpu_and_two_passes_elsewhere(argmax_form):
+  """The CPU's argmax is one int64 max per row; the GPUs' form, the max then the first index equal to it, is one row
+  kernel with both passes on the CPU as well (fuse_rows); logsumexp's two passes are one row kernel."""
   x = Tensor.empty(4096, 4096, device="CPU")
-  loss = Tensor.empty(128, 10, device="CPU").logsumexp(1)
-  for out in (x.argmax(1), x.argmax(-1, keepdim=True), x.logsumexp(1), loss):
+  for out in (x.argmax(1), x.argmax(-1, keepdim=True), x.argmin(1)):
+    items = _items(out)
+    assert len(items) == 1
+    reduces = _reduces(items[0])
+    assert len(reduces) == (1 if argmax_form == "keyed" else 2)
+    if argmax_form == "keyed": assert reduces[0].dtype.scalar() == dtypes.int64
+  for out in (x.logsumexp(1), Tensor.empty(128, 10, device="CPU").logsumexp(1)):
     items = _items(out)
     assert len(items) == 1
     assert len(_reduces(items[0])) == 2
 
-def test_argmax_along_rows_keeps_plain_loops():
-  """The row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""
-  items = _items(Tensor.empty(4096, 4096, device="CPU").argmax(1))
+def test_passes_over_a_row_keep_plain_loops():
+  """A row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""
+  items = _items(Tensor.empty(4096, 4096, device="CPU").logsumexp(1))
   assert heuristic_opts(Kernel(items[0].ast, Device["CPU"].renderer)) == []
 
 # ---- logsumexp ----

@@ -34,14 +34,21 @@ def test_argmax_rows_with_nan_ties_and_inf_match_numpy(device, shape, dtype):
     np.testing.assert_array_equal(Tensor(a).argmin(axis).numpy(), np.argmin(a, axis), err_msg=f"axis {axis}")
     np.testing.assert_array_equal(Tensor(a).argmax(axis).numpy(), torch.tensor(a).argmax(axis).numpy())
 
-def test_argmax_finds_nan_rows_without_a_pass_of_their_own():
-  """max propagates NaN, so argmax is the row max and one pass for the index (no reduction to find the NaN rows);
-  on the CPU both passes are one row kernel (fuse_rows), elsewhere two kernels."""
+def test_argmax_finds_nan_rows_without_a_pass_of_their_own(monkeypatch):
+  """No reduction of its own to find the NaN rows: on the CPU NaN's order key is above +inf's (one int64 max per
+  row); in the two-pass form GPUs get, max propagates NaN, so argmax is the row max and one pass for the index
+  (both passes one row kernel on the CPU: fuse_rows)."""
+  from tinyplug import schedule
+  from tinyplug.tensor_ops import reduce as reduce_ops, template
+  def forget(): template._templates.clear(); template._seen.clear(); schedule._templates.clear()
   a = Tensor(np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)).realize()
-  out = a.argmax(1)
-  items = out.schedule()
-  assert len(items) == 1
-  assert sum(u.op is Ops.REDUCE for u in items[0].ast.toposort()) == 2
+  for keyed in (True, False):
+    monkeypatch.setattr(reduce_ops, "_keyed_argmax", lambda device, keyed=keyed: keyed)
+    forget()
+    items = a.argmax(1).schedule()
+    assert len(items) == 1
+    assert sum(u.op is Ops.REDUCE for u in items[0].ast.toposort()) == (1 if keyed else 2)
+  forget()
 
 def test_out_of_range_indices_raise_like_torch(device):
   x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
