@@ -40,8 +40,7 @@ class SortingMixin:
       return self, T.arange(n, device=self.device, dtype=dtypes.int32).reshape(
         tuple(n if i == ax else 1 for i in range(self.ndim))).expand(self.shape)
     if self.dtype.itemsize > 4: return self._sort_wide(ax, descending)
-    indices = self._network_order(ax, descending)
-    return self._gather_exact(ax, indices), indices
+    return self._ordered_values(ax, descending), self._network_order(ax, descending)
 
   @graph_template   # ~2,000 nodes for 1024-long rows: rebuilt one node each (no Tensor methods), or not at all
   def _network_order(self, ax: int, largest_first: bool, k: int | None = None):
@@ -68,6 +67,14 @@ class SortingMixin:
     ordered = ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(ordered.shape)))
     indices = (ordered & 0xFFFFFFFF).cast(dtypes.int32).transpose(ax, at)
     return indices.contiguous() if at != ax else indices   # the gather then reads it along its rows
+
+  @graph_template
+  def _ordered_values(self, ax: int, largest_first: bool, k: int | None = None):
+    """The values in `_network_order`'s order, as one template with the network: realized over a buffer, its kernels
+    run from a plan (engine/plan.py) with no graph rebuilt or walked; with the gather outside it, the ~1,500-node
+    graph was rebuilt and walked by the scheduler per call (topk 16 of 1024x1024, one thread: ~8 ms of Python
+    around ~2.5 ms of kernels). The indices are a template of their own: realized apart, the network runs again."""
+    return self._gather_exact(ax, self._network_order(ax, largest_first, k))
 
   def _order_rank(self, largest_first: bool):
     """An int32 per element, smaller first in the wanted order: a float's bits folded so they compare as signed ints
@@ -140,9 +147,10 @@ class SortingMixin:
     n = self.shape[ax] if self.ndim else 1
     if not 0 <= k <= n: raise ValueError(f"topk: k={k} is out of range for a dim of size {n}")
     if self.ndim and 0 < k and 1 << (k - 1).bit_length() < n and self.dtype.itemsize <= 4:
-      indices = self.detach()._network_order(ax, largest, k)
-      values = self.gather(ax, indices) if self.requires_grad else self._gather_exact(ax, indices)
-      return values, indices
+      if self.requires_grad:
+        indices = self.detach()._network_order(ax, largest, k)
+        return self.gather(ax, indices), indices
+      return self._ordered_values(ax, largest, k), self._network_order(ax, largest, k)
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     cut = tuple((0, k) if i == ax else (0, s) for i, s in enumerate(self.shape))
