@@ -1,42 +1,53 @@
 """A/B of argmax's two forms on the CPU: one pass over int64 keys (the default on loop-running targets) against the
-max-then-first-index form GPUs keep, interleaved in one process, per-thread CPU time (CPU_THREADS=1 runs the kernels
-on the timed thread, so other work on a shared machine moves the numbers less), numpy beside them.
+max-then-first-index form GPUs keep. Each form runs in its own process (argmax is a graph template and its kernels
+are cached: one form per process), the processes alternated --rounds times; each measures the per-thread CPU time of
+--reps calls (CPU_THREADS=1 runs the kernels on the timed thread, so other work on a shared machine moves the numbers
+less) and reports its p10. Printed: per shape and form, the best and the median of the rounds' p10, numpy beside.
 
-  CPU_THREADS=1 python benchmarks/argmax_ab.py [--reps 30] [--n 4096]"""
-import argparse, os, time
+  python benchmarks/argmax_ab.py [--rounds 3] [--reps 30]"""
+import argparse, json, os, subprocess, sys, time
 import numpy as np
-from tinyplug import Tensor
-from tinyplug.tensor_ops import reduce as reduce_ops, template
+
+SHAPES = ((4096, 4096, 1), (4096, 4096, 0), (8192, 10, 1), (64, 1000, 1))
+
+def worker(form: str, reps: int) -> dict:
+  from tinyplug import Tensor
+  from tinyplug.tensor_ops import reduce as reduce_ops
+  if form == "two passes": reduce_ops._keyed_argmax = lambda device: False
+  out = {}
+  for r, c, axis in SHAPES:
+    a = np.random.default_rng(0).random((r, c), dtype=np.float32)
+    x = Tensor(a).realize()
+    run = (lambda: a.argmax(axis)) if form == "numpy" else (lambda: x.argmax(axis).realize())
+    for _ in range(3): got = run()
+    assert np.array_equal(got if form == "numpy" else got.numpy(), a.argmax(axis)), (form, r, c, axis)
+    times = []
+    for _ in range(reps if r * c > 1 << 20 else 4 * reps):
+      st = time.thread_time(); run(); times.append(time.thread_time() - st)
+    out[f"argmax({axis}) {r}x{c}"] = float(np.percentile(times, 10))
+  return out
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--reps", type=int, default=30)
-  ap.add_argument("--n", type=int, default=4096)
+  ap.add_argument("--worker", help=argparse.SUPPRESS)
   args = ap.parse_args()
-  if os.environ.get("CPU_THREADS") != "1": raise SystemExit("run with CPU_THREADS=1: the kernels must run on the timed thread")
-  a = np.random.default_rng(0).random((args.n, args.n), dtype=np.float32)
-  x = Tensor(a).realize()
-  keyed = reduce_ops._keyed_argmax
-  def form(use_keys: bool, axis: int):
-    def run():
-      reduce_ops._keyed_argmax = keyed if use_keys else (lambda device: False)
-      template._templates.clear(); template._seen.clear()   # each call builds its own form's graph
-      out = x.argmax(axis).realize()
-      reduce_ops._keyed_argmax = keyed
-      return out
-    return run
-  for axis in (1, 0):
-    runs = {"keyed (one pass)": form(True, axis), "two passes": form(False, axis), "numpy": lambda: a.argmax(axis)}
-    for name, f in runs.items():   # compile, and check the values
-      out = f()
-      assert np.array_equal(out if name == "numpy" else out.numpy(), a.argmax(axis)), name
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(args.reps):
-      for name, f in runs.items():
-        st = time.thread_time(); f(); times[name].append(time.thread_time() - st)
-    for name, v in times.items():
-      print(f"argmax({axis}) {args.n}x{args.n} {name:18s} p10 {np.percentile(v, 10) * 1e3:7.3f} ms  "
-            f"median {np.median(v) * 1e3:7.3f} ms")
+  if args.worker:
+    print(json.dumps(worker(args.worker, args.reps)))
+    return
+  env = dict(os.environ, CPU_THREADS="1")
+  forms = ("keyed (one pass)", "two passes", "numpy")
+  res: dict[str, dict[str, list[float]]] = {f: {} for f in forms}
+  for _ in range(args.rounds):
+    for form in forms:
+      out = subprocess.run([sys.executable, __file__, "--worker", form, "--reps", str(args.reps)], env=env,
+                           check=True, capture_output=True, text=True).stdout
+      for k, v in json.loads(out.strip().splitlines()[-1]).items(): res[form].setdefault(k, []).append(v)
+  for k in res[forms[0]]:
+    for form in forms:
+      v = res[form][k]
+      print(f"{k:22s} {form:17s} p10 best {min(v) * 1e3:8.3f} ms  median of rounds {np.median(v) * 1e3:8.3f} ms")
   print("load average", os.getloadavg())
 
 if __name__ == "__main__": main()

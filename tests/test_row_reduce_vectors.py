@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tinyplug import Tensor
 from tinyplug.codegen import get_program
-from tinyplug.codegen.kernel import Kernel, OptOps
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.passes.vectorize import affine_offset
@@ -81,18 +81,19 @@ def _vector_ops(opts_and_spec) -> Counter:
   _, spec = opts_and_spec
   return Counter(u.op for u in spec.uops if u.dtype.count > 1)
 
-def _lower_first_index(rows: int, n: int):
+def _lower_first_index(rows: int, n: int, opts: list | None = None):
   x = Tensor.empty(rows, n, dtype=dtypes.int32, device="CPU")
   item = create_schedule([_first_index(x).uop])[0][-1]
   r = Device["CPU"].renderer
-  opts = heuristic_opts(Kernel(item.ast, r))
+  if opts is None: opts = heuristic_opts(Kernel(item.ast, r))
   return opts, get_program(item.ast, r, opts=opts)
 
 def test_first_index_rows_keep_a_vector_accumulator_each(vector_machine):
   """On an AVX-512-like machine each upcast row gets its own vector accumulator and its compares are vector compares
   (before: one accumulator across the upcast rows, every lane's compare a scalar load and compare)."""
   vector_machine(64, 32)
-  opts, spec = _lower_first_index(64, 1024)
+  # the rows side by side as the streams rule once upcast them (the heuristic now leaves a stream of maxima plain)
+  opts, spec = _lower_first_index(64, 1024, [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, 8)])
   rows = int(np.prod([o.arg for o in opts if o.op is OptOps.UPCAST]))
   assert rows > 1 and any(o.op is OptOps.UNROLL for o in opts), opts
   accs = [u for u in spec.uops if u.op is Ops.DEFINE_REG and u.dtype.count > 1]
@@ -106,3 +107,18 @@ def test_affine_offset_reads_differences():
   b = -(r * 8) + 1023
   assert affine_offset(a) == (frozenset({(r, -8)}), 1022)
   assert affine_offset(b) == (frozenset({(r, -8)}), 1023)
+
+def test_a_stream_of_maxima_keeps_plain_loops(vector_machine):
+  """A long row's max (and argmax's int64 keys, one max per row) is left to LLVM's loop vectorizer; a row sum keeps
+  the rows side by side (STREAMS)."""
+  from tinyplug.passes.heuristic import STREAMS
+  vector_machine(64, 32)
+  r = Device["CPU"].renderer
+  for t in (Tensor.empty(1024, 1024, device="CPU").max(1), Tensor.empty(1024, 1024, device="CPU").argmax(1),
+            _first_index(Tensor.empty(64, 1024, dtype=dtypes.int32, device="CPU"))):
+    assert heuristic_opts(Kernel(create_schedule([t.uop])[0][-1].ast, r)) == []
+  t = Tensor.empty(1024, 1024, device="CPU").sum(1)
+  assert Opt(OptOps.UPCAST, 0, STREAMS) in heuristic_opts(Kernel(create_schedule([t.uop])[0][-1].ast, r))
+  a = RNG.standard_normal((64, 1024)).astype(np.float32)
+  np.testing.assert_array_equal(Tensor(a).max(1).numpy(), a.max(1))
+  np.testing.assert_array_equal(Tensor(a).argmax(1).numpy(), a.argmax(1))

@@ -1108,7 +1108,12 @@ def _recipe(k: Kernel) -> list[Opt]:
   elif reduces:
     size = reduces[0].src[0].arg
     unrolls = (8, 4, 2)
-    if not gpu and _streams(k): _try(k, Opt(OptOps.UPCAST, 0, STREAMS))
+    streams = not gpu and _streams(k)
+    # a stream of maxima (a row's max; argmax's int64 keys, one max per row) keeps plain loops, which LLVM vectorises
+    # and interleaves: the STREAMS rows side by side, unrolled, were slower (4096x4096, one Zen 4 thread, the two
+    # builds alternated, p10: argmax(1) 3.35-4.07 -> 2.89-3.46 ms, max(1) 3.10-3.80 -> 2.63-3.39 ms)
+    if streams and all(u.arg is Ops.MAX for u in k.sink.toposort() if u.op is Ops.REDUCE): return k.applied_opts
+    if streams: _try(k, Opt(OptOps.UPCAST, 0, STREAMS))
     # a sum down the columns (a bias gradient: the batch reduced, the outputs contiguous): one vector of outputs, so
     # each step of the reduction is one vector load and add, unrolled by 4 (r_64_128 of the mlp step, one thread:
     # 7.1 us unrolled by 8 as scalars, 3.3 us so)
