@@ -10,7 +10,7 @@ from tinyplug import gradient_template as gt
 from tinyplug.gradient import custom_gradient, derive_gradient
 from tinyplug.helpers import Context
 from tinyplug.schedule.cache import _walk
-from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops import graph, template
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 
@@ -62,9 +62,11 @@ def test_replayed_gradient_is_the_derived_graph(name):
   shapes, fn = LOSSES[name]
   rng = np.random.default_rng(0)
   derive = _Counting()
+  composite = []
   for _ in range(4):
     xs = _inputs(shapes, rng)
     loss = fn(*xs)
+    composite.append((key := gt._walk(loss.uop)[0]) is not None and key[0][0] == template._COMPOSITE)
     targets = {x.uop for x in xs} | {loss.uop}
     got = gt.gradient(loss.uop, _seed(loss), targets, derive)
     want = derive_gradient(loss.uop, _seed(loss), targets)
@@ -73,7 +75,10 @@ def test_replayed_gradient_is_the_derived_graph(name):
       if (hint := (g._cache or {}).get("sink_structure")) is not None:
         walked = _walk(UOp(Ops.SINK, dtypes.void, (g,)))
         assert hint[0] == walked[0] and list(hint[1]) == walked[1][:-2]
-  assert derive.calls == 2   # seen, recorded, then replayed twice
+  # seen, recorded, then replayed twice; a loss that a graph template makes (`.sum()`, a loss function) over a lazy
+  # input is keyed by the template (a composite key) once there is one, from its second call on where the first call
+  # built none: then one derivation more
+  assert derive.calls == 2 + (composite[0] != composite[-1])
   # and the replayed values are right (against torch)
   ref = [torch.tensor(x.numpy(), requires_grad=True) for x in xs]
   grads = [Tensor.from_uop(got[x.uop]).numpy() for x in xs]
@@ -246,3 +251,61 @@ def test_backward_twice_on_one_loss_adds_up():
     for k in range(1, 4):   # the graph is not used up: each call adds the same gradient again
       loss.backward()
       np.testing.assert_allclose(x.grad.numpy(), k * np.exp(x.numpy()) * (1 + x.numpy()), rtol=1e-5)
+
+def _is_composite(loss: Tensor) -> bool:
+  key = gt._walk(loss.uop)[0]
+  return key is not None and key[0][0] == template._COMPOSITE
+
+def test_a_loss_over_a_new_label_tensor_replays_with_right_values():
+  # the usual eager step: logits a buffer, labels a new Tensor from data each step (a copy of a host buffer, not a
+  # buffer view): the loss template's composite key, no walk of the whole graph; values, shapes, dtypes change
+  rng = np.random.default_rng(12)
+  template._templates.clear()
+  template._seen.clear()
+  derive = _Counting()
+  for shape, dtype in [((8, 10), np.float32)] * 5 + [((5, 10), np.float32)] * 5 + [((8, 10), np.float16)] * 5:
+    x = Tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True).realize()
+    y = rng.integers(0, 10, shape[0]).astype(np.int32)
+    loss = x.sparse_categorical_crossentropy(Tensor(y))
+    grads = gt.gradient(loss.uop, _seed(loss), {x.uop}, derive)
+    want = derive_gradient(loss.uop, _seed(loss), {x.uop})
+    assert grads.keys() == want.keys() and all(grads[t] is want[t] for t in want)
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(Tensor.from_uop(grads[x.uop]).numpy().astype(np.float32),
+                               _softmax_ce_grad(x.numpy().astype(np.float32), y), rtol=tol, atol=tol)
+  assert _is_composite(loss)
+  # each (shape, dtype): derived on its first call (no loss template yet: a walked key), then the composite key seen,
+  # recorded, replayed twice; the key tells the three apart
+  assert derive.calls == 3 * 3 and len(gt._templates) == 3
+
+def test_backward_over_new_labels_matches_torch_and_follows_requires_grad():
+  rng = np.random.default_rng(13)
+  w = Tensor(rng.standard_normal((6, 4)).astype(np.float32), requires_grad=True).realize()
+  for step in range(5):
+    xd, yd = rng.standard_normal((3, 6)).astype(np.float32), rng.integers(0, 4, 3).astype(np.int32)
+    x = Tensor(xd, requires_grad=step >= 3)   # from step 3 on the input is a target too
+    w.grad = None
+    loss = (x @ w).sparse_categorical_crossentropy(Tensor(yd))
+    loss.backward()
+    tw, tx = torch.tensor(w.numpy(), requires_grad=True), torch.tensor(xd, requires_grad=True)
+    torch.nn.functional.cross_entropy(tx @ tw, torch.tensor(yd).long()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+    if step >= 3: np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    else: assert x.grad is None
+
+def test_inputs_sharing_a_buffer_are_walked_as_one_graph():
+  # two template inputs over one buffer: the composite key could not say they share it, so the graph is walked
+  rng = np.random.default_rng(14)
+  for _ in range(4):
+    xd = rng.uniform(0.5, 1.5, (4, 4)).astype(np.float32)
+    x = Tensor(xd, requires_grad=True).realize()
+    y = x.exp()
+    loss = y.dot(y.T * 2).sum()
+    assert not _is_composite(loss.contiguous()) and gt._walk(loss.uop)[0] is not None
+    loss.backward()
+    tx = torch.tensor(xd, requires_grad=True)
+    ty = tx.exp()
+    (ty @ (ty.T * 2)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+  y = Tensor(np.ones((4, 4), np.float32)).exp()
+  assert template.composite_walk(object(), [y.uop, y.T.uop], [], y.uop) is None

@@ -32,7 +32,11 @@ def graph_of(root: UOp) -> dict[UOp, Any]:
 def _walk(root: UOp) -> tuple[tuple | None, list[UOp], dict[UOp, int]]:
   # (the structure key of root's graph or None where it has none, its nodes in the key's order, root last, and where
   # each is). A graph template's output brings its key along (no walk then)
-  if (c := root._cache) is not None and (known := c.get("gradient_walk")) is not None: return known
+  if (c := root._cache) is not None:
+    if (known := c.get("gradient_walk")) is not None: return known
+    # a graph template's output over inputs that are not plain buffers: its key from the template's and theirs
+    if (make := c.get("gradient_walk_of")) is not None and (walk := make(root)) is not None:
+      return root._cached("gradient_walk", lambda: walk)
   # (shallow=None: a loss is never the one-op graph that key stands for)
   if (found := structure(UOp(Ops.SINK, dtypes.void, (root,)), shallow=None)) is None:
     key, nodes = None, list(root.toposort())

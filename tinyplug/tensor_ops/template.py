@@ -10,7 +10,7 @@ Only for methods whose graph does not look at their inputs beyond that (not, say
 already). Placeholders are unallocated BUFFER views, so a template holds no memory."""
 from __future__ import annotations
 import functools, threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import dtypes
@@ -35,6 +35,11 @@ class Built:
   # an int k meaning input k). Every node of the graph that depends on an input holds one of them, so when none is
   # alive for some inputs, nothing anywhere holds a node of the graph over those inputs (engine/plan.py asks)
   probes: tuple[tuple[Callable[[tuple], UOp | None], tuple], ...] = ()
+  # positions in `order` of the graph's own nodes over real inputs: all but the output and the placeholders' own
+  # (their views, BUFFERs and UNIQUEs, replaced by the inputs' graphs); and this template's identity in a composite
+  # key (a new Built, e.g. after an eviction, gets a new one: a miss, never a false hit)
+  own: tuple[int, ...] = ()
+  token: object = field(default_factory=object, compare=False)
 
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 _seen: BoundedCache = BoundedCache("tensor.graph_template_keys_seen", 4 * MAX_TEMPLATES)   # signatures called once
@@ -71,8 +76,10 @@ def _build(holders: tuple[UOp, ...], out: UOp, requires_grad: bool | None) -> Bu
                      tuple(holder_pos.index(index[s]) if index[s] in holder_pos else s for s in u.src)))
     dependent.add(i)
     steps.append((i, uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src)))
+  placeholder_own = {u for h in holders for u in h.toposort() if u.op is not Ops.DEVICE}
+  own = tuple(i for i, u in enumerate(order[:-1]) if u not in placeholder_own)
   return Built(holders, order, requires_grad, tuple(steps), holder_pos, *_structure_of(holders, out, index),
-               probes=tuple(probes))
+               probes=tuple(probes), own=own)
 
 def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
   from tinyplug.schedule.cache import structure
@@ -104,7 +111,42 @@ def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
     # the nodes below the output, in the key's order (the output itself is not kept: it would refer to itself)
     below = tuple([vals[j] if k < 0 else tops[k][j] for k, j in where])
     out._cached("sink_structure", lambda: (key, below))
+  elif out is not t.order[-1]:
+    # over another input (a label tensor just made from data is a copy of a host buffer), backward() still need not
+    # walk the whole graph: the gradient template's key is this template with each input's own structure
+    # (given the output when asked: kept on it, it must not refer to it)
+    token, own = t.token, [vals[i] for i in t.own]
+    out._cached("gradient_walk_of", lambda: lambda root: composite_walk(token, inputs, own, root))
   return out
+
+def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -> tuple | None:
+  """(key, nodes, where each node is) of the graph of `out`, a template's output over `inputs` (`own`: its other
+  nodes), for gradient templates: the key is the template's identity and each input's structure key, the nodes each
+  input's graph in turn, then the template's own nodes, then `out`. None where the key would not tell the graph's
+  shape: two inputs' graphs, or an input's and the template's nodes, share a node that holds a buffer (a node without
+  one is the same object wherever its structure is the same, by hash-consing, so sharing it is part of the key)."""
+  from tinyplug.schedule.cache import buffer_free, structure
+  keys: list[tuple] = []
+  pos: dict[UOp, int] = {}
+  nodes: list[UOp] = []
+  for u in inputs:
+    if (found := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
+    keys.append(found[0])
+    for n in found[1][:-1]:
+      if n in pos:
+        if not buffer_free(n): return None
+      else:
+        pos[n] = len(nodes)
+        nodes.append(n)
+  for n in (*own, out):
+    if n in pos:
+      if not buffer_free(n): return None
+    else:
+      pos[n] = len(nodes)
+      nodes.append(n)
+  return ((_COMPOSITE, token), *keys), nodes, pos
+
+_COMPOSITE = "graph template"   # (a structure key's parts are 4-tuples: a composite key never equals one)
 
 rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
 

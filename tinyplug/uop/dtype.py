@@ -267,8 +267,15 @@ def to_np_dtype(dt: DType):
   return np.dtype(_NP_NAMES[dt.scalar()])
 
 def from_np_dtype(npdt) -> DType:
+  # a numpy dtype's .name is a Python property (~5 us): every Tensor made from an array asks, so known ones are kept
+  try:
+    if (hit := _FROM_NP.get(npdt)) is not None: return hit
+  except TypeError: pass   # (an unhashable dtype spec)
   import numpy as np
   name = np.dtype(npdt).name
   for dt, n in _NP_NAMES.items():
-    if n == name and dt not in _ROUNDED: return dt
+    if n == name and dt not in _ROUNDED:
+      if len(_FROM_NP) < 256: _FROM_NP[npdt] = dt
+      return dt
   raise ValueError(f"numpy dtype {name} has no tinyplug dtype")
+_FROM_NP: dict = {}   # numpy dtype (or the type, str given) -> DType
