@@ -570,3 +570,15 @@ def test_from_blob_refuses_a_device_that_cannot_use_foreign_memory():
   owner = np.zeros(4, dtype=np.float32)
   with pytest.raises(NotImplementedError, match="cannot use memory it did not allocate"):
     Tensor.from_blob(owner.ctypes.data, (4,), device="CL")
+
+def test_numpy_is_a_copy_of_its_own():
+  # one copy (the read), owned by the caller: writing to it changes neither the tensor nor a later read
+  for t in (Tensor(np.arange(12, dtype=np.float32)).reshape(3, 4).realize(), Tensor.arange(6).reshape(2, 3) * 2,
+            Tensor([[1, 2], [3, 4]], dtype=dtypes.bfloat16), Tensor(np.arange(10, dtype=np.float32))[2:5]):
+    a = t.numpy()
+    want = a.copy()
+    assert a.shape == t.shape and a.flags.writeable and a.flags.c_contiguous
+    assert a.base is None or a.base.nbytes == a.nbytes   # no larger array kept alive behind it
+    a[...] = -7
+    np.testing.assert_array_equal(t.numpy(), want)
+  assert dtypes.float16 == Tensor(np.zeros(2, np.float16)).dtype and Tensor(np.zeros(2, ">i4")).dtype == dtypes.int32

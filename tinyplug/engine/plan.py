@@ -22,7 +22,8 @@ from typing import Any
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.backend import launcher
-from tinyplug.device import handle_of, output_maker
+import numpy as _np
+from tinyplug.device import Device, handle_of, output_maker
 from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
@@ -170,13 +171,30 @@ _cache_mod: Any = None
 def _graph_plan_of(template: Any, nodes: list[UOp]) -> Plan | None:
   steps = []
   for ast, refs, _, _, var_vals in template.items:
-    if ast is None or var_vals: return None   # a copy; bound variables or scalar arguments
-    r0 = refs[0]
-    device = nodes[r0].device if r0 >= 0 else template.outs[-r0 - 1][0]
-    if any(r >= 0 and nodes[r].op is not Ops.BUFFER for r in refs) or type(device) is not str: return None
-    if (step := _step(engine.get_runner(device, ast), refs)) is None: return None
+    if var_vals: return None   # bound variables or scalar arguments
+    devices = [nodes[r].device if r >= 0 else template.outs[-r - 1][0] for r in refs]
+    if any(r >= 0 and nodes[r].op is not Ops.BUFFER for r in refs) or any(type(d) is not str for d in devices):
+      return None
+    if ast is None:   # a copy (a tensor just made from data: its host buffer to the device)
+      if (step := _copy_step(devices[0], devices[1], refs, template.outs, nodes)) is None: return None
+    elif (step := _step(engine.get_runner(devices[0], ast), refs)) is None: return None
     steps.append(step)
   return Plan(steps, _outs(template.outs))
+
+def _copy_step(dest: str, src: str, refs: tuple, outs: tuple, nodes: list[UOp]) -> tuple | None:
+  """A plan's step copying buffer refs[1] (on `src`) into refs[0] (on `dest`), as run_item copies: the source read
+  back to the host, written to the destination."""
+  if dest.startswith("DISK:") or src.startswith("DISK:"): return None   # (a file's bytes have paths of their own)
+  size, dtype = (nodes[refs[0]].arg, nodes[refs[0]].dtype) if refs[0] >= 0 else outs[-refs[0] - 1][1:]
+  if type(size) is not int or not size: return None
+  nbytes = size * dtype.itemsize
+  dest_alloc, src_dev = Device[dest].allocator, Device[src]
+  def copy(handles: list, vals: tuple) -> None:
+    out = _np.empty(nbytes, _np.uint8)
+    src_dev.synchronize()
+    src_dev.allocator.copyout(memoryview(out), handles[1])
+    dest_alloc.copyin(handles[0], memoryview(out))
+  return (copy, tuple(refs), None, 0, nbytes)
 
 def _sched():
   global _sched_mod
