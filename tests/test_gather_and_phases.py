@@ -129,3 +129,41 @@ def test_conv_transpose_gradient_matches_torch():
   torch.nn.functional.conv_transpose2d(px, pw, stride=2, padding=1, output_padding=1).square().sum().backward()
   np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("rows,classes,ignore", [(7, 5, -1), (512, 1000, -1), (33, 10, 3)])
+def test_cross_entropy_gradient_reads_its_one_hot_row_once(rows, classes, ignore):
+  """The softmax cross-entropy gradient sums its one-hot row (-(g + (y == c ? h : 0)) over the classes c): split into
+  g * n and the one-hot sum, that collapses into one read, so no reduction is left over a one-hot mask; values as
+  torch's (labels out of range give 0 rows, as the mask did)."""
+  import torch
+  x = RNG.standard_normal((rows, classes)).astype(np.float32)
+  y = RNG.integers(0, classes, rows).astype(np.int32)
+  y[::4] = ignore if ignore >= 0 else y[::4]
+  t = Tensor(x, requires_grad=True).realize()
+  t.sparse_categorical_crossentropy(Tensor(y), ignore_index=ignore).backward()
+  for ast in _asts(t.grad):
+    for u in ast.toposort():
+      if u.op is Ops.REDUCE and u.arg is Ops.ADD:
+        assert not any(v.op is Ops.CMPEQ and any(s in v.src for s in u.src[1:]) for v in u.src[0].toposort())
+  tx = torch.tensor(x, requires_grad=True)
+  torch.nn.functional.cross_entropy(tx, torch.tensor(y).long(), ignore_index=ignore).backward()
+  np.testing.assert_allclose(t.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+def test_one_hot_sum_split_keeps_its_value():
+  """sum over r of -(a + (e == r ? v : 0)) with `a` not depending on r: -(a * n + (0 <= e < n ? v : 0)); a term
+  that depends on r stays in the sum."""
+  from tinyplug.uop.symbolic import split_onehot_reduce
+  n = 10
+  r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(n, dtypes.int32),), (0, "loop"))
+  e = UOp.variable("e", -3, 20)
+  a, v = UOp.variable("a", 0, 5).cast(dtypes.float32), UOp.variable("v", 0, 5).cast(dtypes.float32)
+  onehot = (e.eq(r)).where(v, UOp.const(0.0, dtypes.float32))
+  red = UOp(Ops.REDUCE, dtypes.float32, (-(a + onehot), r), Ops.ADD)
+  got = graph_rewrite(red, symbolic)
+  assert r not in got.toposort()
+  for ev, av, vv in ((4, 2, 3), (-1, 1, 5), (10, 3, 2), (0, 0, 1)):
+    sub = {e: UOp.const(ev, dtypes.int32), UOp.variable("a", 0, 5): UOp.const(av, dtypes.int32),
+           UOp.variable("v", 0, 5): UOp.const(vv, dtypes.int32)}
+    assert graph_rewrite(got.substitute(sub), symbolic).arg == -(av * n + (vv if 0 <= ev < n else 0))
+  with_r = UOp(Ops.REDUCE, dtypes.float32, (r.cast(dtypes.float32) + onehot, r), Ops.ADD)
+  assert split_onehot_reduce(with_r) is None

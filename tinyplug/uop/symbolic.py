@@ -319,6 +319,30 @@ def collapse_onehot_reduce(red: UOp) -> UOp | None:
     return UOp(Ops.REDUCE, red.dtype, (picked,) + rest, red.arg) if rest else picked
   return None
 
+def _one_hot(v: UOp) -> bool:
+  """v is (e == r ? x : 0) (or a cast of it), what collapse_onehot_reduce reads."""
+  if v.op is Ops.CAST: v = v.src[0]
+  return v.op is Ops.WHERE and v.src[0].op is Ops.CMPEQ and v.src[2].op is Ops.CONST and v.src[2].arg == 0
+
+def split_onehot_reduce(red: UOp) -> UOp | None:
+  """sum over the ranges of -(v) is -(sum of v), and of (a + onehot) with `a` not depending on them is a * n + (sum of
+  the one-hot), so that the one-hot sum collapses into one read: a softmax cross-entropy's gradient sums its one-hot
+  row (-(g + (y == c ? h : 0)) over the classes c), a pass over every row otherwise."""
+  if red.arg is not Ops.ADD or len(red.src) < 2 or red.dtype.count != 1: return None
+  ranges = red.src[1:]
+  if any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in ranges): return None
+  val = red.src[0]
+  if val.op is Ops.NEG and (val.src[0].op is Ops.ADD or _one_hot(val.src[0])):
+    inner = UOp(Ops.REDUCE, red.dtype, (val.src[0],) + ranges, red.arg)
+    if val.src[0].op is Ops.ADD and (split := split_onehot_reduce(inner)) is not None: return -split
+    return None if val.src[0].op is Ops.ADD else -inner
+  if val.op is not Ops.ADD: return None
+  for a, b in (val.src, val.src[::-1]):
+    if _one_hot(b) and not any(r in a.toposort() for r in ranges):
+      n = math.prod(r.src[0].arg for r in ranges)
+      return a * a.const_like(n) + UOp(Ops.REDUCE, red.dtype, (b,) + ranges, red.arg)
+  return None
+
 c1_scalar, c2_scalar = UPat.cvar("c1", vec=False), UPat.cvar("c2", vec=False)
 
 symbolic = PatternMatcher([
@@ -357,6 +381,7 @@ symbolic = PatternMatcher([
   (UPat(Ops.ADD, INTS, name="x"), fold_bit_digits),
   (UPat(Ops.WHERE, INTS, name="x"), fold_lone_digit),
   (UPat(Ops.REDUCE, name="red"), collapse_onehot_reduce),
+  (UPat(Ops.REDUCE, name="red"), split_onehot_reduce),
 ])
 
 # ---------------- sym: symbolic plus rules used while lowering ----------------
