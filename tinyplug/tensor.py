@@ -332,7 +332,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
                        "first (t[:n] with an int n)")
     if self.dtype == dtypes.bfloat16: return self.cast(dtypes.float32)._host_array()
     if self.dtype == dtypes.weakint: return self.cast(dtypes.default_int)._host_array()   # a read commits it
-    if self.dtype in dtypes.fp8s:   # numpy has no fp8: the raw bits come over and are decoded here
+    if self.dtype in _FP8S:   # numpy has no fp8: the raw bits come over and are decoded here
       from tinyplug.uop.minifloat import from_bits_np
       return from_bits_np(self.bitcast(dtypes.uint8)._host_array(), self.dtype)
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_np_dtype(self.dtype))
@@ -521,9 +521,13 @@ def _uop_from_data(data: Any, dtype: DType | None, device: str) -> UOp:
     return _uop_from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, device)
   raise TypeError(f"cannot make a Tensor from {type(data).__name__}; give a list, a number, a numpy array or a UOp")
 
+# (sets: a dtype's hash is kept, while `in` a tuple compares field by field with each dtype that is not the same object)
+_FP8S = frozenset(dtypes.fp8s)
+_ROUNDED = _FP8S | {dtypes.bfloat16}
+
 def _host_dtype(dtype: DType) -> DType:
   """The dtype data for `dtype` is handed over in from Python/numpy (numpy has no bfloat16 or fp8)."""
-  return dtypes.float32 if dtype == dtypes.bfloat16 or dtype in dtypes.fp8s else dtype
+  return dtypes.float32 if dtype in _ROUNDED else dtype
 
 def _uop_from_list(data: list | tuple, dtype: DType | None, device: str) -> UOp:
   inferred, dtype = dtype is None, dtype or dtypes.from_py(data)
@@ -543,7 +547,7 @@ def _uop_from_numpy(arr: np.ndarray, dtype: DType | None, device: str) -> UOp:
   if dtype is None: dtype = from_np_dtype(arr.dtype)
   shape = arr.shape
   if arr.size == 0: return graph.const(0, dtype, device, shape)
-  if dtype in dtypes.fp8s:   # encoded here (float64 data rounds once), moved as uint8 bits
+  if dtype in _FP8S:   # encoded here (float64 data rounds once), moved as uint8 bits
     from tinyplug.uop.minifloat import to_bits_np
     src = arr if arr.dtype == np.float64 else np.asarray(arr, dtype=np.float32)
     return graph.bitcast(_uop_from_numpy(to_bits_np(src, dtype).reshape(shape), dtypes.uint8, device), dtype)
