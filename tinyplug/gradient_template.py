@@ -33,16 +33,25 @@ def _walk(root: UOp) -> tuple[tuple | None, list[UOp], dict[UOp, int]]:
   # (the structure key of root's graph or None where it has none, its nodes in the key's order, root last, and where
   # each is). A graph template's output brings its key along (no walk then)
   if (c := root._cache) is not None:
-    if (known := c.get("gradient_walk")) is not None: return known
+    if (known := c.get("gradient_walk")) is not None:
+      key, below, where = known
+      (where := dict(where))[root] = len(below)
+      return key, [*below, root], where
     # a graph template's output over inputs that are not plain buffers: its key from the template's and theirs
-    if (make := c.get("gradient_walk_of")) is not None and (walk := make(root)) is not None:
-      return root._cached("gradient_walk", lambda: walk)
+    if (make := c.get("gradient_walk_of")) is not None and (walk := make(root)) is not None: return _keep(root, walk)
   # (shallow=None: a loss is never the one-op graph that key stands for)
   if (found := structure(UOp(Ops.SINK, dtypes.void, (root,)), shallow=None)) is None:
     key, nodes = None, list(root.toposort())
   else: key, nodes = found[0], found[1][:-1]
-  walk = (key, nodes, {n: i for i, n in enumerate(nodes)})
-  return root._cached("gradient_walk", lambda: walk)
+  return _keep(root, (key, nodes, {n: i for i, n in enumerate(nodes)}))
+
+def _keep(root: UOp, walk: tuple) -> tuple:
+  # kept on root without root itself: a node whose cache refers to it lives until the cyclic GC runs, and with it its
+  # graph's buffers (every training step's loss graph and label buffers; the collections took ~40 us a step)
+  key, nodes, pos = walk
+  below = {n: i for n, i in pos.items() if n is not root}
+  root._cached("gradient_walk", lambda: (key, nodes[:-1], below))
+  return walk
 
 def gradient(root: UOp, root_grad: UOp, targets: set[UOp], derive: Derive) -> dict[UOp, UOp]:
   """derive(root, root_grad, targets), from a template when a graph of this structure was differentiated before."""
