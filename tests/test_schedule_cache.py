@@ -186,3 +186,13 @@ def test_structure_walk_follows_toposort_order():
     if keys is not None: assert got == keys
     keys = got
   assert structure(UOp(Ops.SINK, dtypes.void, (UOp(Ops.KERNEL, dtypes.void, (), None),))) is None
+
+def test_a_kept_key_is_the_plain_tuple_with_its_hash_kept():
+  import pickle
+  from tinyplug.schedule.cache import KeptKey, kept_key
+  plain = ((1, 2, ("f", (1.5).hex()), ()), (3, 4, "CPU", (0,)))
+  kept = kept_key(plain)
+  assert type(kept) is KeptKey and kept_key(kept) is kept
+  assert kept == plain and hash(kept) == hash(plain) and {plain: 1}[kept] == 1 and {kept: 2}[plain] == 2
+  back = pickle.loads(pickle.dumps(kept))   # (another process hashes strings otherwise: a plain tuple there)
+  assert type(back) is tuple and back == plain

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from tinyplug.caches import BoundedCache
 from tinyplug.helpers import DEFAULT_FLOAT, DEFAULT_INT, GRADIENT_TEMPLATES, TRAINING
 from tinyplug.uop.dtype import dtypes
-from tinyplug.schedule.cache import buffer_free, structure
+from tinyplug.schedule.cache import buffer_free, kept_key, structure
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 
 MAX_TEMPLATES = 1024
@@ -117,7 +117,7 @@ def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], 
     if (i := index.get(n)) is not None: where.append(i)
     elif (p := pos.get(n)) is not None: where.append(-p - 1)
     else: return None
-  return index[g], key, tuple(where)
+  return index[g], kept_key(key), tuple(where)
 
 def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
   steps, outs, hint = recipe

@@ -82,7 +82,7 @@ def _build(holders: tuple[UOp, ...], out: UOp, requires_grad: bool | None) -> Bu
                probes=tuple(probes), own=own)
 
 def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
-  from tinyplug.schedule.cache import structure
+  from tinyplug.schedule.cache import kept_key, structure
   found = structure(UOp(Ops.SINK, dtypes.void, (out,)))
   keys = tuple(view_key(h) for h in holders)
   if found is None or None in keys or len({h.base for h in holders}) != len(holders): return None, keys
@@ -91,7 +91,7 @@ def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
   for k, h in enumerate(holders):
     for j, u in enumerate(h.toposort()):
       if u.op is not Ops.DEVICE: own.setdefault(u, (k, j))
-  return (key, tuple(own.get(u, (-1, index[u])) for u in nodes[:-2])), keys
+  return (kept_key(key), tuple(own.get(u, (-1, index[u])) for u in nodes[:-2])), keys
 
 def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
   """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow
