@@ -122,3 +122,28 @@ def test_a_stream_of_maxima_keeps_plain_loops(vector_machine):
   a = RNG.standard_normal((64, 1024)).astype(np.float32)
   np.testing.assert_array_equal(Tensor(a).max(1).numpy(), a.max(1))
   np.testing.assert_array_equal(Tensor(a).argmax(1).numpy(), a.argmax(1))
+
+def test_row_max_reduction_may_ignore_zero_signs_only():
+  """A max reduction's update carries nsz (LLVM's loop vectorizer then takes it: max(1) of 512x1000 171 -> 84 us one
+  thread), an elementwise maximum does not; NaN still wins, -inf rows and signed zeros keep their values."""
+  a = RNG.standard_normal((64, 1000)).astype(np.float32)
+  a[5, 500], a[9, :] = np.nan, -np.inf
+  a[12, :] = -0.0
+  a[13, :], a[13, 3] = -0.0, 0.0
+  got, want = Tensor(a).max(-1).numpy(), a.max(-1)
+  np.testing.assert_array_equal(got, want)   # (NaN equal to NaN here; -0.0 == 0.0)
+  assert np.signbit(got[12]) and not np.isnan(got[13]) and got[13] == 0
+  with np.errstate(invalid="ignore", over="ignore"):
+    sm = Tensor(a).softmax(-1).numpy()
+    e = np.exp(a - a.max(-1, keepdims=True))
+  np.testing.assert_allclose(sm, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+  np.testing.assert_array_equal(Tensor(np.float32([-0.0, 3.0])).maximum(Tensor(np.float32([0.0, -1.0]))).numpy(),
+                                np.float32([0.0, 3.0]))
+  x = Tensor.empty(64, 1000, device="CPU")
+  srcs = {name: [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK] for name, t in
+          (("max", x.max(-1)), ("maximum", x.maximum(x * 2)))}
+  renderer = Device["CPU"].renderer
+  calls = {name: [ln for ast in asts for ln in get_program(ast, renderer).src.splitlines() if "@llvm.maximum" in ln
+                  and "call" in ln] for name, asts in srcs.items()}
+  assert any("nsz" in ln for ln in calls["max"])   # (the accumulator update; the lanes combined after need none)
+  assert calls["maximum"] and not any("nsz" in ln for ln in calls["maximum"])
