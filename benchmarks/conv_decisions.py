@@ -1,5 +1,5 @@
 """The heuristic's decision for every kernel of the strided and mnist CNN training steps (first_step.py's models,
-batch 64: loss and parameter gradients) and of conv_s2, conv_64 and convt with both input gradients: one line per
+batch 64: loss and parameter gradients) and of conv_s2, conv_64, conv_28, conv_28s2 and convt with both input gradients: one line per
 kernel, its loop and reduce sizes and opts. Run it under two trees and diff the outputs to see which kernels a
 heuristic change touches:
   python benchmarks/conv_decisions.py > after.txt
@@ -32,6 +32,8 @@ def main() -> None:
     show(model, [loss, *loss.gradient(*params)])
   convs = {"conv_s2": ((8, 64, 56, 56), (128, 64, 3, 3), dict(stride=2, padding=1), False),
            "conv_64": ((8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1), False),
+           "conv_28": ((8, 64, 28, 28), (64, 64, 3, 3), dict(padding=1), False),
+           "conv_28s2": ((8, 64, 28, 28), (128, 64, 3, 3), dict(stride=2, padding=1), False),
            "convt": ((8, 64, 28, 28), (64, 32, 4, 4), dict(stride=2, padding=1), True)}
   for name, (xs, ws, kw, transposed) in convs.items():
     x, w = Tensor.empty(*xs, requires_grad=True), Tensor.empty(*ws, requires_grad=True)

@@ -6,7 +6,8 @@ per-thread CPU time, p10/median per kernel. Run with CPU_THREADS=1 (THREAD opts 
 The shape is b,cin,cout,side,stride,pad of a 3x3 conv2d; the optional kernel index and opts lists give variants of
 that kernel beside the others (`heuristic` for the current decision). AB=1: the schedule twice, the weight gradient
 as the convolution over the batch ("batched", before session 13) and as it is chosen now, each kernel in turns, with
-each schedule's sum."""
+each schedule's sum; AB=rows: before = every unstrided convolution on the weight as it is (no channel-innermost copy
+for a short row, `nn._short_row`, session 14)."""
 from __future__ import annotations
 import os, sys, time
 import numpy as np
@@ -25,14 +26,15 @@ def main() -> None:
   reps, (b, cin, cout, side, stride, pad) = int(sys.argv[1]), [int(v) for v in sys.argv[2].split(",")]
   pick, variants = (int(sys.argv[3]), sys.argv[4:]) if len(sys.argv) > 3 else (None, [])
   def schedule(batched: bool) -> list[UOp]:
-    chosen = nn._wants_channels_last_wgrad
+    chosen, short = nn._wants_channels_last_wgrad, nn._short_row
     template._templates.clear(); template._seen.clear()   # the gradients are graph templates: built anew each time
-    if batched: nn._wants_channels_last_wgrad = lambda *a: False
+    if batched and os.environ.get("AB") == "rows": nn._short_row = lambda *a: False
+    elif batched: nn._wants_channels_last_wgrad = lambda *a: False
     try:
       x, w = Tensor.empty(b, cin, side, side, requires_grad=True), Tensor.empty(cout, cin, 3, 3, requires_grad=True)
       out = x.conv2d(w, stride=stride, padding=pad)
       items, _ = create_schedule([t.uop for t in (out, *out.square().sum().gradient(x, w))])
-    finally: nn._wants_channels_last_wgrad = chosen
+    finally: nn._wants_channels_last_wgrad, nn._short_row = chosen, short
     return [it.ast for it in items if it.ast.op is Ops.SINK]
   asts = schedule(False)
   tags = [str(i) for i in range(len(asts))]
@@ -65,7 +67,7 @@ def main() -> None:
     tot[1] += np.median(ts)
     print(f"{name:32s} p10 {np.percentile(ts, 10):7.3f} ms median {np.median(ts):7.3f} ms  {v}")
   for key, (p10, med) in totals.items():
-    label = dict(A="after (now)", B="before (batched)").get(key, "all")
+    label = dict(A="after (now)", B="before (rows)" if os.environ.get("AB") == "rows" else "before (batched)").get(key, "all")
     print(f"{label}: sum of p10s {p10:.2f} ms, of medians {med:.2f} ms (variants of one kernel counted each)")
 
 if __name__ == "__main__":

@@ -79,10 +79,10 @@ def _shapes(k: Kernel) -> tuple[list[int], list[int]]:
 @pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
 def test_weight_gradient_tile_runs_along_input_channels(vector_machine, machine, lanes):
   vector_machine(*machine)
-  # (kh, kw, cout, cin) summed over (b, h, w): cin, the innermost output axis, is the channels-last copy's
-  # contiguous one
+  # (cout, kh, kw, cin) summed over (b, h, w): cin, the innermost output axis, is the channels-last copy's
+  # contiguous one; cout outermost, the loop threads share
   asts = _grad_kernels((8, 64, 28, 28), (64, 64, 3, 3), padding=1)
-  (k,) = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts) if _shapes(k) == ([3, 3, 64, 64], [8, 28, 28])]
+  (k,) = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts) if _shapes(k) == ([64, 3, 3, 64], [8, 28, 28])]
   opts = heuristic_opts(k)
   assert opts[0].op is OptOps.UPCAST and opts[0].axis == 3 and opts[0].arg % lanes == 0, opts
 
@@ -100,8 +100,23 @@ def _forward_kernel(side: int) -> Kernel:
 @pytest.mark.parametrize("machine", [(64, 32), (32, 16)], ids=["avx512", "avx2"])
 def test_long_whole_row_takes_two_rows(vector_machine, machine):
   vector_machine(*machine)
-  assert heuristic_opts(_forward_kernel(28))[:3] == [U(3, 28), U(2, 2), U(1, 4)]   # 28 x 4 before
-  assert heuristic_opts(_forward_kernel(26))[:3] == [U(3, 26), U(2, 2), U(1, 4)]
+  # 26: no 4-8 positions divide it, so the row stays whole (28, 20, 30: a channel tile, below)
+  assert heuristic_opts(_forward_kernel(26))[:3] == [U(3, 26), U(2, 2), U(1, 4)]   # 26 x 4 before
+
+def test_short_row_turns_to_channel_vectors(vector_machine):
+  # a 28-wide row reads a channel-innermost weight copy: 7 positions, each a broadcast, by two vectors of channels
+  vector_machine(64, 32)
+  assert heuristic_opts(_forward_kernel(28))[:2] == [U(3, 7), U(1, 32)]
+  assert heuristic_opts(_forward_kernel(30))[:2] == [U(3, 6), U(1, 32)]
+  assert nn._short_row(28, 64, 576) and nn._short_row(20, 16, 64)
+  assert not nn._short_row(24, 64, 576)    # 8 x 8 tiles
+  assert not nn._short_row(26, 64, 576)    # no 4-8 positions divide it
+  assert not nn._short_row(28, 8, 576) and not nn._short_row(28, 64, 9) and not nn._short_row(14, 64, 576)
+
+@pytest.mark.parametrize("side", [28, 20, 30, 21])
+def test_short_row_values(side):
+  # both gradients too: the input gradient is again a short-row convolution over the weight's copy
+  check((2, 32, side, side), (16, 32, 3, 3), padding=1, bias=True)
 
 def test_two_row_forward_matches_torch():
   check((2, 64, 28, 28), (32, 64, 3, 3), padding=1)

@@ -101,33 +101,7 @@ class NNMixin:
     Its gradient is declared (gradient.custom_gradient): the input's is a transposed convolution of the output
     gradient, the weight's a convolution over the batch. Differentiating the window view instead would build a
     (batch, cin, out.., kernel..) window gradient and fold it back: two large kernels."""
-    cin_total, (cout, cin) = self.shape[1], weight.shape[:2]
-    nd = weight.ndim - 2
-    if self.ndim != nd + 2:
-      raise ShapeError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
-    if groups * cin != cin_total or cout % groups:
-      raise ShapeError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
-    from tinyplug.gradient import custom_gradient
-    pads = _spatial_padding(padding, nd)
-    x = self.pad(((0, 0), (0, 0), *pads))
-    # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read
-    if any(b or a for b, a in pads): x = x.contiguous()
-    strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
-    # a strided or dilated window's row is read every s-th element: its math vectorizes along the output channels
-    # instead, which wants them contiguous in the weight (a copy of weight size; the gradient is still the weight's)
-    w = _channels_last(weight) if any(v > 1 for v in strides + dilations) and cout // groups > 1 else weight
-    out = x._conv_valid(w, groups, strides, dilations, dtype)
-    out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
-    if bias is not None: out = out + bias.reshape((1, -1) + (1,) * nd)
-    # the bias is an input too, so that its gradient reads the one materialized output gradient
-    inputs = (x, weight) if bias is None else (x, weight, bias)
-    # padded within the kernel's reach, the input gradient is computed for the unpadded input alone (`self`, an input
-    # too): the padding's rows are never summed (conv 64->64 28x28 p1: 30x30 outputs of which 28x28 were kept)
-    unpadded = any(b or a for b, a in pads) and \
-      all(0 <= b <= d * (k - 1) and 0 <= a <= d * (k - 1) for (b, a), k, d in zip(pads, weight.shape[2:], dilations))
-    if unpadded: inputs = (x, self, *inputs[1:])
-    return custom_gradient(out, inputs, _conv_backward, groups=groups, stride=strides, dilation=dilations,
-                           pads=tuple(pads) if unpadded else None)
+    return _conv(self, weight, bias, groups, stride, dilation, padding, dtype)
 
   def _conv_valid(self, weight, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...], dtype):
     """The unpadded convolution as a window view times the weight, summed over (cin, kernel..)."""
@@ -326,6 +300,42 @@ class NNMixin:
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[axis]
     return _reduce_loss(-(self.log_softmax(axis) * y).sum(axis), reduction)
 
+def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, channels_last: bool | None = None):
+  """Tensor.conv2d's graph; `channels_last`: whether the convolution reads a channel-innermost copy of the weight
+  (None: decided here; False: the weight is one already, a view of `_channels_last`'s copy)."""
+  cin_total, (cout, cin) = self.shape[1], weight.shape[:2]
+  nd = weight.ndim - 2
+  if self.ndim != nd + 2:
+    raise ShapeError(f"conv: input shape {self.shape} does not match weight shape {weight.shape}")
+  if groups * cin != cin_total or cout % groups:
+    raise ShapeError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
+  from tinyplug.gradient import custom_gradient
+  pads = _spatial_padding(padding, nd)
+  x = self.pad(((0, 0), (0, 0), *pads))
+  # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read
+  if any(b or a for b, a in pads): x = x.contiguous()
+  strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
+  # a strided or dilated window's row is read every s-th element, and a short row is no whole number of vectors:
+  # their math vectorizes along the output channels instead, which wants them contiguous in the weight (a copy of
+  # weight size; the gradient is still the weight's)
+  row = x.shape[-1] - dilations[-1] * (weight.shape[-1] - 1)
+  if channels_last is None:
+    channels_last = cout // groups > 1 and (any(v > 1 for v in strides + dilations) or
+                                            _short_row(row, cout // groups, cin * math.prod(weight.shape[2:])))
+  w = _channels_last(weight) if channels_last else weight
+  out = x._conv_valid(w, groups, strides, dilations, dtype)
+  out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
+  if bias is not None: out = out + bias.reshape((1, -1) + (1,) * nd)
+  # the bias is an input too, so that its gradient reads the one materialized output gradient
+  inputs = (x, weight) if bias is None else (x, weight, bias)
+  # padded within the kernel's reach, the input gradient is computed for the unpadded input alone (`self`, an input
+  # too): the padding's rows are never summed (conv 64->64 28x28 p1: 30x30 outputs of which 28x28 were kept)
+  unpadded = any(b or a for b, a in pads) and \
+    all(0 <= b <= d * (k - 1) and 0 <= a <= d * (k - 1) for (b, a), k, d in zip(pads, weight.shape[2:], dilations))
+  if unpadded: inputs = (x, self, *inputs[1:])
+  return custom_gradient(out, inputs, _conv_backward, groups=groups, stride=strides, dilation=dilations,
+                         pads=tuple(pads) if unpadded else None)
+
 def _conv_backward(g, out, x, *rest, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...],
                    pads: tuple[tuple[int, int], ...] | None = None):
   """Gradients of the convolution out = conv(x, w) (+ bias) of the padded input x: (d x, d w[, d bias]), each again a
@@ -402,10 +412,12 @@ def _weight_grad_channels_last(g, x, kernel: Sequence[int], stride: Sequence[int
     gg = g.reshape((bs,) + (1,) * nd + (cout, 1) + tuple(outs))
     gw = (xw * gg).sum(tuple(range(nd + 3, 2 * nd + 3))).contiguous().sum(0)   # (k.., co, ci)
   else:
-    # product axes (k.., co, ci, b, o..), summed over the last 1 + nd
-    xw = win.permute(*range(2 + nd, 2 + 2 * nd), 1, 0, *range(2, 2 + nd)).reshape(*kernel, 1, cin, bs, *outs)
-    gg = g.permute(1, 0, *range(2, 2 + nd)).reshape((1,) * nd + (cout, 1, bs) + tuple(outs))
-    gw = (xw * gg).sum(tuple(range(nd + 2, 2 * nd + 3)))                    # (k.., co, ci)
+    # product axes (co, k.., ci, b, o..), summed over the last 1 + nd: the output channels outermost, the loop that
+    # threads share out (the taps were: 3 shares for 2 threads, one core idle a third of the kernel)
+    xw = win.permute(*range(2 + nd, 2 + 2 * nd), 1, 0, *range(2, 2 + nd)).reshape(1, *kernel, cin, bs, *outs)
+    gg = g.permute(1, 0, *range(2, 2 + nd)).reshape((cout,) + (1,) * nd + (1, bs) + tuple(outs))
+    gw = (xw * gg).sum(tuple(range(nd + 2, 2 * nd + 3)))                    # (co, k.., ci)
+    return gw.contiguous().permute(0, nd + 1, *range(1, nd + 1))
   return gw.contiguous().permute(nd, nd + 1, *range(nd))
 
 # inputs of at least this many elements (4 MB of floats: several times a core's L2) get the weight gradient as one
@@ -498,6 +510,20 @@ def _channels_last(w):
   if math.prod(rest[1:]) >= 16: return w.permute(*range(1, w.ndim), 0).contiguous().permute(w.ndim - 1, *range(w.ndim - 1))
   return w.reshape(cout, -1).transpose(0, 1).contiguous().reshape(*rest, cout).permute(w.ndim - 1, *range(w.ndim - 1))
 
+# a short output row: wider than one AVX-512 vector, narrower than two, and positions the channel tile takes (4 to 8
+# of them: heuristic `_channel_vector_tile`)
+SHORT_ROW, SHORT_ROW_POSITIONS = 16, range(4, 9)
+
+def _short_row(row: int, cout: int, products: int) -> bool:
+  """Whether an unstrided convolution's output row runs faster with its tile turned around, a few positions by a
+  vector of output channels, each position a broadcast, than as whole rows whose last vector is partly filled (28 =
+  16 + 8 + 4 lanes): a 17-31-wide row not a multiple of 8 (24 is 8 x 8 tiles: 3.9 against 4.4 ms turned around) that
+  4-8 positions divide, enough channels for a vector and a long reduction. Conv 64->64 3x3 p1 b8, one Zen 4 thread,
+  forward (input gradient the same): 28x28 4.76 -> 4.35 ms, 20x20 2.56 -> 2.27, 30x30 8.47 -> 5.12, against a copy of
+  the weight (36k floats, ~0.03 ms)."""
+  return SHORT_ROW < row < 2 * SHORT_ROW and row % 8 != 0 and any(row % d == 0 for d in SHORT_ROW_POSITIONS) and \
+    cout >= SHORT_ROW and products >= 64
+
 def _phase_taps(n: int, k: int, s: int, d: int, p: int) -> tuple[slice, int, int] | None:
   """One dim of a strided convolution's input gradient, for the input positions j = s*q + p: the kernel taps that
   reach them (a slice of the kernel, every s/gcd(s, d)-th tap), and the left and right pads of the output gradient
@@ -538,7 +564,8 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation, window=No
     gp = gpad.shrink((None, None, *[(m - left + q, m + n + right - (-(-sp // s) - q - c))
                                     for n, sp, s, (m, _), (_, left, right), q, c in zip(g.shape[2:], spatial, stride, most, dims, q0, qs)]))
     sub = wt[(slice(None), slice(None), *[t[0] for t in dims])].flip(tuple(range(2, 2 + nd)))
-    phases.append(gp.conv2d(sub, groups=groups, dilation=[d // math.gcd(s, d) for s, d in zip(stride, dilation)]))
+    phases.append(_conv(gp, sub, None, groups, 1, [d // math.gcd(s, d) for s, d in zip(stride, dilation)], 0, None,
+                        channels_last=False))
   gx = phases[0].stack(*phases[1:], dim=2).reshape(bs, chans, *stride, *qs)
   gx = gx.permute(0, 1, *[v for j in range(nd) for v in (2 + nd + j, 2 + j)])
   gx = gx.reshape(bs, chans, *[q * s for q, s in zip(qs, stride)])
