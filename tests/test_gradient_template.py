@@ -75,6 +75,9 @@ def test_replayed_gradient_is_the_derived_graph(name):
       if (hint := (g._cache or {}).get("sink_structure")) is not None:
         walked = _walk(UOp(Ops.SINK, dtypes.void, (g,)))
         assert hint[0] == walked[0] and list(hint[1]) == walked[1][:-2]
+      if (hint := (g._cache or {}).get("sinks_structure")) is not None:   # several realized together
+        walked = _walk(UOp(Ops.SINK, dtypes.void, hint[0]))
+        assert hint[1] == walked[0] and list(hint[2]) == walked[1][:-1]
   # seen, recorded, then replayed twice; a loss that a graph template makes (`.sum()`, a loss function) over a lazy
   # input is keyed by the template (a composite key) once there is one, from its second call on where the first call
   # built none: then one derivation more
@@ -226,6 +229,30 @@ def test_a_single_replayed_gradient_brings_its_scheduler_structure():
     walked = _walk(sink)
     assert key == walked[0] and all(a is b for a, b in zip(nodes, walked[1])) and len(nodes) == len(walked[1])
     np.testing.assert_allclose(x.grad.numpy(), _softmax_ce_grad(x.numpy(), labels.numpy()), rtol=1e-5, atol=1e-7)
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward order", "reverse order"])
+def test_replayed_gradients_realized_together_bring_their_structure(reverse):
+  # Tensor.realize(*[p.grad for p in params]): the schedule's key comes from the replay, in either order, no walk
+  from tinyplug.schedule.cache import structure
+  rng = np.random.default_rng(11)
+  for i in range(4):
+    x, w, b = _inputs([(2, 3, 6, 6), (4, 3, 3, 3), (4,)], rng)
+    x.conv2d(w, b, padding=1, stride=2).square().sum().backward()
+    ts = [x, w, b][::-1] if reverse else [x, w, b]
+    sink = UOp(Ops.SINK, dtypes.void, tuple(t.grad.uop for t in ts))
+    assert ((ts[0].grad.uop._cache or {}).get("sinks_structure") is not None) == (i >= 2)   # replays only
+    key, nodes = structure(sink)
+    walked = _walk(sink)
+    assert key == walked[0] and len(nodes) == len(walked[1]) and all(a is b for a, b in zip(nodes, walked[1]))
+    Tensor.realize(*[t.grad for t in ts])
+    xt, wt, bt = (torch.tensor(t.numpy(), requires_grad=True) for t in (x, w, b))
+    torch.nn.functional.conv2d(xt, wt, bt, padding=1, stride=2).square().sum().backward()
+    for t, r in zip((x, w, b), (xt, wt, bt)): np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-4)
+  # another order than the two recorded walks as before
+  x.conv2d(w, b, padding=1, stride=2).square().sum().backward()
+  sink = UOp(Ops.SINK, dtypes.void, (w.grad.uop, x.grad.uop, b.grad.uop))
+  key, nodes = structure(sink)
+  assert key == _walk(sink)[0]
 
 def _softmax_ce_grad(x, y):
   p = np.exp(x - x.max(1, keepdims=True))

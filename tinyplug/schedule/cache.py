@@ -51,6 +51,11 @@ def structure(sink: UOp, shallow: Any = _UNSET) -> tuple[tuple, list[UOp]] | Non
   if len(sink.src) == 1 and sink.arg is None and (c := sink.src[0]._cache) is not None and \
      (hint := c.get("sink_structure")) is not None:
     return hint[0], [*hint[1], sink.src[0], sink]
+  # several gradients of one backward() realized together, in the order they were derived (gradient_template.py)
+  if len(sink.src) > 1 and sink.arg is None and (c := sink.src[0]._cache) is not None and \
+     (hint := c.get("sinks_structure")) is not None and len(hint[0]) == len(sink.src) and \
+     all(a is b for a, b in zip(hint[0], sink.src)):
+    return hint[1], [*hint[2], sink]
   if len(sink.src) == 1 and sink.arg is None and \
      (shallow := _shallow_key(sink.src[0]) if shallow is _UNSET else shallow) is not None:
     if (known := _shallow.get(shallow)) is not None: return known[0], _nodes_from(known[1], sink.src[0], sink)
