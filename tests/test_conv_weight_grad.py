@@ -151,3 +151,24 @@ def test_input_gradient_of_the_unpadded_input(kw):
     np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=2e-4, rtol=1e-4)
   else: check(x_shape, w_shape, bias=True, **kw)
+
+@pytest.mark.parametrize("machine,want", [((64, 32), [U(3, 4), U(0, 64)]), ((32, 16), [U(3, 4), U(2, 4), U(0, 16)])],
+                         ids=["avx512", "avx2"])
+def test_a_4x4_window_gradient_takes_one_row_of_taps(vector_machine, machine, want):
+  # a stride-2 4x4 weight gradient (a conv_transpose2d k4 s2's, as the convolution over the batch): 4x4 taps by a
+  # vector of output channels would hold 16 broadcasts beside 16 accumulators; on AVX-512 one row of 4 taps by 4
+  # vectors of channels instead (AVX2's tile as before)
+  vector_machine(*machine)
+  asts = _grad_kernels((2, 32, 58, 58), (64, 32, 4, 4), stride=2, padding=1)
+  (k,) = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts) if _shapes(k)[0] == [64, 32, 4, 4]]
+  assert heuristic_opts(k)[:len(want)] == want
+
+def test_a_4x4_window_gradient_values():
+  check((2, 32, 16, 16), (64, 32, 4, 4), stride=2, padding=1)
+  x, w = _rand((2, 64, 8, 8), 0), _rand((64, 32, 4, 4), 1)   # conv_transpose2d k4 s2 p1's weight gradient
+  xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  F.conv_transpose2d(xt, wt, stride=2, padding=1).square().sum().backward()
+  xs, ws = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  xs.conv_transpose2d(ws, stride=2, padding=1).square().sum().backward()
+  np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=1e-3, rtol=1e-4)
+  np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-3, rtol=1e-4)

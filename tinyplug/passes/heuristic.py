@@ -319,8 +319,14 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   _try_tile(k, Opt(OptOps.UPCAST, inner, amt))
   # pooling has no value that stays the same across the row (a conv's weight): the row of outputs is the whole tile
   if not any(loops[inner] not in d and d & red for d in deps): return k.applied_opts
-  tiled = [inner]
-  if sizes[inner] <= 4 and sizes[inner - 1] <= 4 and reuse[inner - 1]: tiled.append(inner - 1)
+  tiled, wide = [inner], False
+  if sizes[inner] <= 4 and sizes[inner - 1] <= 4 and reuse[inner - 1]:
+    # a window whose taps' broadcasts and accumulators (one each per tap) outnumber AVX-512's vector registers (4x4:
+    # 16 + 16 + the loaded vector) spills: one row of taps by up to 4 vectors of the vector axis instead (conv_transpose2d
+    # b8 64->32 28x28 k4 s2's weight gradient r_64_32_4_4_8_28_28, one Zen 4 thread: 4x4x16 5.8-5.9 ms, 4x64 4.35)
+    regs = (k.renderer.vector_registers if k.renderer is not None else None) or 0
+    if regs >= 32 and 2 * sizes[inner] * sizes[inner - 1] + 1 > regs: wide = True
+    else: tiled.append(inner - 1)
   if len(tiled) > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
   # the long whole row takes two rows (an unstrided 3x3 convolution's output rows: each weight broadcast feeds both),
   # before the channels, within twice the budget (conv 64->64 28x28 b8, one thread: 28 x 4 5.8 ms, 28 x 2 x 4 4.9;
@@ -340,7 +346,8 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # the long strided row's channels: one vector (its accumulators are the row's positions)
     if long_row and vec and k.renderer is not None and k.renderer.vector_bytes:
       cap = min(cap, k.upcasted * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
-    if (amt := next((c for c in ((16, 8, 4, 2) if gathers or vec else (8, 4, 2)) if sizes[axis] % c == 0 and k.upcasted * c <= cap), None)) \
+    lanes = (64, 32, 16, 8, 4, 2) if wide and vec else (16, 8, 4, 2) if gathers or vec else (8, 4, 2)
+    if (amt := next((c for c in lanes if sizes[axis] % c == 0 and k.upcasted * c <= cap), None)) \
        and _try_tile(k, Opt(OptOps.UPCAST, axis, amt)):
       # a strided row's tile with vector channels takes two rows too: twice the accumulators in flight
       # (r_64_64_12_12_32_3_3, one thread: 4x16 4.5 ms, 2x4x16 3.7)
