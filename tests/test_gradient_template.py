@@ -235,12 +235,13 @@ def test_replayed_gradients_realized_together_bring_their_structure(reverse):
   # Tensor.realize(*[p.grad for p in params]): the schedule's key comes from the replay, in either order, no walk
   from tinyplug.schedule.cache import structure
   rng = np.random.default_rng(11)
-  for i in range(4):
+  replayed = []
+  for i in range(5):
     x, w, b = _inputs([(2, 3, 6, 6), (4, 3, 3, 3), (4,)], rng)
     x.conv2d(w, b, padding=1, stride=2).square().sum().backward()
     ts = [x, w, b][::-1] if reverse else [x, w, b]
     sink = UOp(Ops.SINK, dtypes.void, tuple(t.grad.uop for t in ts))
-    assert ((ts[0].grad.uop._cache or {}).get("sinks_structure") is not None) == (i >= 2)   # replays only
+    replayed.append((ts[0].grad.uop._cache or {}).get("sinks_structure") is not None)
     key, nodes = structure(sink)
     walked = _walk(sink)
     assert key == walked[0] and len(nodes) == len(walked[1]) and all(a is b for a, b in zip(nodes, walked[1]))
@@ -248,6 +249,8 @@ def test_replayed_gradients_realized_together_bring_their_structure(reverse):
     xt, wt, bt = (torch.tensor(t.numpy(), requires_grad=True) for t in (x, w, b))
     torch.nn.functional.conv2d(xt, wt, bt, padding=1, stride=2).square().sum().backward()
     for t, r in zip((x, w, b), (xt, wt, bt)): np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-4)
+  # derived first (once or twice: a template's composite key may come from the second call on), then replays only
+  assert not replayed[0] and replayed[-2:] == [True, True] and replayed == sorted(replayed)
   # another order than the two recorded walks as before
   x.conv2d(w, b, padding=1, stride=2).square().sum().backward()
   sink = UOp(Ops.SINK, dtypes.void, (w.grad.uop, x.grad.uop, b.grad.uop))
