@@ -239,6 +239,10 @@ class Renderer:
   # OR-ed into one branch, and only a group with a match is run index by index (linearize's `scan_matches`: a few
   # compares per group where the target vectorizes the OR); 0: one branch per index (GPUs, where it is unmeasured)
   match_scan_lanes: int = 0
+  # the gradients of row gathers (`x[idx]` on dim 0, nn.Embedding) are real scatter-adds (Ops.SCATTER_ADD): a loop
+  # over the indices in order (an "ordered" range: never upcast, unrolled or shared out) around a loop over the row;
+  # False: the one-hot sum over (rows x indices) above (GPUs, where the ordered loop would run on one thread)
+  row_scatter_add: bool = False
   tensor_cores: tuple[TensorCore, ...] = ()   # matrix-multiply instructions the TC action may use (see TensorCore)
   # asynchronous 16-byte copies into shared memory and warp-wide matrix loads from it (CUDA's cp.async and ldmatrix):
   # STAGE's asynchronous mode (codegen/tc_async.py; what it renders: docs/plugin_guide.md)

@@ -225,7 +225,10 @@ class Embedding:
     # a one-hot mask summed (not a matmul by it): the scheduler's rules turn that sum into one gated read per
     # element, so a lookup reads its rows instead of the whole table; an index outside [0, vocab) gives zeros
     hit = idx.reshape(idx.shape + (1, 1)) == Tensor.arange(self.vocab_sz, device=idx.device).reshape(self.vocab_sz, 1)
-    return hit.where(self.weight, 0).sum(-2)
+    picked = hit.where(self.weight, 0).sum(-2)
+    from tinyplug.tensor_ops.indexing import rows_gradient, scatters_rows
+    # its gradient: a scatter-add of the rows where the renderer has one (an index outside [0, vocab) adds nothing)
+    return rows_gradient(picked, self.weight, idx, wrap=False) if scatters_rows(self.weight, idx) else picked
 
 class LSTMCell:
   """One step of an LSTM (PyTorch's gate order i, f, g, o): `h, c = cell(x, (h, c))`; no state means zeros.

@@ -19,7 +19,7 @@ from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
-from tinyplug.schedule import simplify_cache
+from tinyplug.schedule import scatter, simplify_cache
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -78,6 +78,9 @@ class _Scheduler:
       if not is_contiguous_buffer(t) and _unreshaped(t).op is not Ops.CONTIGUOUS: must.add(t)
     for n in self.nodes:
       if n.op in (Ops.CONTIGUOUS, Ops.ASSIGN): must.add(n)
+      elif n.op is Ops.SCATTER_ADD:   # its own kernels; a source with a reduction in it is computed first
+        must.add(n)
+        must.update(s for s in n.src if not is_contiguous_buffer(s) and scatter.needs_own_kernel(s))
       elif n.op is Ops.COPY:
         must.add(n)
         if not is_contiguous_buffer(n.src[0]): must.add(n.src[0])
@@ -159,6 +162,7 @@ class _Scheduler:
     with wide_index(self.wide_index): self._build_kernel_item(n)
 
   def _build_kernel_item(self, n: UOp) -> None:
+    if n.op is Ops.SCATTER_ADD: return self._scatter_items(n)
     kb = _KernelBuilder(self, n)
     if n.op is Ops.ASSIGN:
       target, value = n.src
@@ -184,6 +188,18 @@ class _Scheduler:
     self.item_node.append(n); self.item_reads.append(kb.reads)
     self.items.append(ScheduleItem(ast, buffers, var_vals=var_vals))
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
+
+  def _scatter_items(self, n: UOp) -> None:
+    """Two kernels for one SCATTER_ADD: its table zeroed, then the indices' rows added in (scatter.py)."""
+    out = self._new_output(n)
+    for build in (scatter.zero_ast, scatter.scatter_ast):
+      kb = _KernelBuilder(self, n)
+      ast = build(kb, n, out)
+      ast, var_vals = unbind(ast)
+      ast, buffers = _drop_unread_buffers(_simplify_kernel(ast), kb.buffers)
+      self.item_node.append(n); self.item_reads.append(kb.reads)
+      self.items.append(ScheduleItem(ast, buffers, var_vals=var_vals))
+    self._finish(n, out)
 
   def _finish(self, n: UOp, out: UOp | None) -> None:
     if out is None:  # ASSIGN: the target now holds the value

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 import numpy as np
-from tinyplug.uop.dtype import dtypes
+from tinyplug.caches import BoundedCache
+from tinyplug.uop.dtype import dtypes, sum_acc_dtype
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.tensor_ops import graph
 from tinyplug.tensor_ops.template import graph_template
@@ -126,7 +127,10 @@ class IndexingMixin:
     """Advanced indexing: dims at the given positions are picked by integer tensors broadcast together. Indices the
     host can see are range-checked here; the graph is `_pick_by_tensors`, a template (it reads only shapes)."""
     for p, idx in tensor_idx: check_index_range(idx, self.shape[p], f"index into dim {p}", allow_negative=True)
-    return self._pick_by_tensors(*[t for _, t in tensor_idx], positions=tuple(p for p, _ in tensor_idx))
+    picked = self._pick_by_tensors(*[t for _, t in tensor_idx], positions=tuple(p for p, _ in tensor_idx))
+    if len(tensor_idx) == 1 and tensor_idx[0][0] == 0 and scatters_rows(self, tensor_idx[0][1]):
+      return rows_gradient(picked, self, tensor_idx[0][1], wrap=True)
+    return picked
 
   @graph_template   # ~60 Tensor ops per call otherwise, and the scheduler would walk the one-hot graph every realize
   def _pick_by_tensors(self, *indices, positions: tuple[int, ...]):
@@ -220,6 +224,36 @@ class IndexingMixin:
     return self.unsqueeze(-1).eq(type(self).arange(num_classes, device=self.device)).where(1, 0)
 
   def masked_fill(self, mask, value): return mask.where(value, self)
+
+_scatter_devices: BoundedCache = BoundedCache("tensor.row_scatter_devices", 64)
+
+def scatters_rows(table: Any, idx: Any) -> bool:
+  """Whether the gradient of picking rows of `table` by `idx` is a real scatter-add: a float table that may need a
+  gradient, concrete shapes, and a device whose renderer declares `row_scatter_add`."""
+  if table.requires_grad is False or not dtypes.is_float(table.dtype) or not isinstance(table.device, str): return False
+  if not all(isinstance(s, int) and s > 0 for s in table.shape + idx.shape): return False
+  if (known := _scatter_devices.get(table.device)) is None:
+    from tinyplug.device import Device
+    try: known = bool(getattr(Device[table.device].renderer, "row_scatter_add", False))
+    except (RuntimeError, ValueError): known = False
+    _scatter_devices.put(table.device, known)
+  return known
+
+def rows_gradient(picked: Any, table: Any, idx: Any, wrap: bool) -> Any:
+  """`picked` (table's rows at idx, shape idx.shape + table.shape[1:]) with the scatter-add gradient: each index's
+  row of the incoming gradient added to the table's row it names, in index order (`wrap`: negatives count from the
+  end, as x[idx] does; Embedding drops them). Sums run in the dtype the one-hot sum used, so results are the same."""
+  from tinyplug.gradient import custom_gradient
+  return custom_gradient(picked, (table, idx), _scatter_rows, wrap=wrap)
+
+def _scatter_rows(g: Any, value: Any, table: Any, idx: Any, wrap: bool) -> tuple:
+  rows, n, width = table.shape[0], math.prod(idx.shape), math.prod(table.shape[1:])
+  flat = idx.reshape(n)
+  if wrap: flat = (flat < 0).where(flat + rows, flat)
+  acc = sum_acc_dtype(g.dtype)
+  src = g.cast(acc).reshape(n, width)
+  out = type(g).from_uop(UOp(Ops.SCATTER_ADD, acc, (src.uop, flat.uop), rows))
+  return (out.cast(table.dtype).reshape(table.shape), None)
 
 def _place_first(n_others: int, n_b: int, at: int) -> list[int]:
   """Permutation taking (others..., B...) to (others[:at], B..., others[at:])."""

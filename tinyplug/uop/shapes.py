@@ -25,6 +25,7 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
     return tuple(1 if i in arg[1] else s for i, s in enumerate(src))  # REDUCE_AXIS keeps reduced dims as 1
   if op in (Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN, Ops.CAST, Ops.AFTER, Ops.CUSTOM_GRAD):
     return u.src[0].shape
+  if op is Ops.SCATTER_ADD: return (arg,) + tuple(u.src[0].shape[1:])
   if op is Ops.BITCAST:
     shp = u.src[0].shape
     if shp is None or u.dtype.itemsize == u.src[0].dtype.itemsize or not shp: return shp

@@ -130,6 +130,8 @@ class LLVMRenderer(LLVMIRRenderer):
   # `x[idx]`'s gradient tests 16 indices (one AVX-512 compare, LLVM's SLP vectorizer makes it one) per branch:
   # 4096 rows of a 50000x512 table, one thread 142 -> 57 ms fwd+bwd
   match_scan_lanes = 16
+  # ...and is a real scatter-add (Ops.SCATTER_ADD) instead: O(indices x width), not O(rows x indices / 16)
+  row_scatter_add = True
   def __init__(self, vector_isas: tuple[str, ...] = (), cache_bytes: tuple[int, ...] = (),
                vector_regs: tuple[int, int] = (0, 0)):
     """vector_isas: libmvec ISA letters the target supports ("b" SSE4, "d" AVX2, "e" AVX-512); with them, exp2, log2
