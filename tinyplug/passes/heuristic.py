@@ -1024,6 +1024,21 @@ def heuristic_opts(k: Kernel) -> list[Opt]:
   if not opts and (short := _short_rows_opts(k)) is not None: return short
   return opts
 
+# vector registers of a scatter-add's row per index: its index, gate and row address are worked out once for them
+SCATTER_ROW_VECTORS = 4
+
+def _scatter_opts(k: Kernel) -> list[Opt] | None:
+  """A kernel with an ordered loop (SCATTER_ADD's, over its indices; no action may touch that loop): its row axis
+  (the only output axis, outermost: threads share it out by columns) upcast by up to SCATTER_ROW_VECTORS vector
+  registers of the stored dtype, the widest that divides it. None for other kernels."""
+  if not k.loop_axes or not any(r.arg[1] == "ordered" for r in k.sink.toposort() if r.op is Ops.RANGE): return None
+  store = next(u for u in k.sink.toposort() if u.op is Ops.STORE)
+  lanes = max((k.renderer.vector_bytes or 16) // max(store.src[1].dtype.itemsize, 1), 1)
+  axis = len(k.loop_axes) - 1
+  for amt in sorted({lanes * v for v in range(SCATTER_ROW_VECTORS, 0, -1)} | {8, 4, 2}, reverse=True):
+    if amt > 1 and k.full_shape[axis] % amt == 0 and _try(k, Opt(OptOps.UPCAST, axis, amt)): break
+  return k.applied_opts
+
 def _recipe(k: Kernel) -> list[Opt]:
   """A short hand-written recipe. Reductions over two or more output axes (matmul, conv) get a register tile: the
   innermost output axis upcast by up to 16 (on CPUs two vectors, another axis by as many rows as the vector registers
@@ -1037,8 +1052,9 @@ def _recipe(k: Kernel) -> list[Opt]:
   if gpu and (wg := _descriptor_core_opts(k)) is not None: return wg
   if gpu and (tc := tensor_core_opts(k)) is not None: return _tensor_core_opts(k, tc)
   if gpu and k.renderer.parallel_work_items and k.reduce_axes and (grouped := _gpu_group(k)) is not None: return grouped
-  if not gpu and _is_row_kernel(k): return _row_opts(k)
   cpu = k.renderer is not None and k.renderer.runs_loops
+  if cpu and (scatter := _scatter_opts(k)) is not None: return scatter
+  if not gpu and _is_row_kernel(k): return _row_opts(k)
   if cpu and not gpu and (one_hot := _one_hot_row_opts(k)) is not None: return one_hot
   # `x @ W.T` (both inputs along the reduction) before the small-window tile, which would take a 10-output layer's
   # forward as a convolution's odd row (64x10x9216, one thread: 204 us as a 10x4 tile of gathers, 164 us so)
