@@ -9,6 +9,7 @@ from tinyplug import nn, schedule
 from tinyplug.codegen import get_program
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
+from tinyplug.helpers import Context
 from tinyplug.passes.heuristic import _gathered_row_lanes, heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
@@ -141,9 +142,11 @@ def test_repeated_lookups_reuse_their_graph():
 # ---- the gradient: a one-hot match per row and index, added under a branch ----
 
 def _grad_kernel(rows: int, width: int, idx_shape: tuple[int, ...]) -> Kernel:
+  """The one-hot gradient kernel (ROW_SCATTER=0: the CPU's own is a scatter-add, tests/test_scatter_rows.py)."""
   schedule._templates.clear()
   t = Tensor.empty(rows, width, requires_grad=True)
-  (t[Tensor.empty(*idx_shape, dtype="int32")] * Tensor.empty(*idx_shape, width)).sum().backward()
+  with Context(ROW_SCATTER=0):
+    (t[Tensor.empty(*idx_shape, dtype="int32")] * Tensor.empty(*idx_shape, width)).sum().backward()
   ast = [it.ast for it in create_schedule([t.grad.uop])[0] if it.ast.op is Ops.SINK][-1]
   return Kernel(ast, Device["CPU"].renderer)
 
