@@ -14,7 +14,8 @@ from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
 
 # graphs with other ops (AFTER/KERNEL from kernelize(), ...) are scheduled every time
 _CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.CONST,
-  Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.DETACH, Ops.REDUCE_AXIS, Ops.DEFINE_VAR, Ops.BIND, Ops.CUSTOM_GRAD}
+  Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.DETACH, Ops.REDUCE_AXIS, Ops.DEFINE_VAR, Ops.BIND, Ops.CUSTOM_GRAD,
+  Ops.SCATTER_ADD}
 _CACHEABLE_VALUES = frozenset(op._value_ for op in _CACHEABLE)   # an Enum hashes through a Python call, an int not
 MAX_TEMPLATES = 4096
 
