@@ -131,3 +131,13 @@ def test_each_device_takes_the_path_its_renderer_declares(device):
   scatters = any(u.op is Ops.SCATTER_ADD for u in t.grad.uop.toposort())
   assert scatters == bool(Device[device].renderer.row_scatter_add)
   np.testing.assert_array_equal(t.grad.numpy(), _add_at(40, np.where(idx < 0, idx + 40, idx), g))
+
+def test_a_one_column_table_is_never_shared_out():
+  # no row loop: the ordered loop is outermost, and threads must not split it (repeated indices would race)
+  zero, scatter = _grad_items(1000, 1, 5000)[:2]
+  k = Kernel(scatter.ast, Device["CPU"].renderer)
+  prog = get_program(k.sink, Device["CPU"].renderer, opts=heuristic_opts(k))
+  assert [u.arg[1] for u in prog.uops if u.op is Ops.RANGE] == ["ordered"] and shareable_loop(prog.uops) is None
+  idx = RNG.integers(0, 30, 200000).astype(np.int32)   # big enough to be shared out if it could be
+  g = RNG.standard_normal(200000).astype(np.float32)
+  np.testing.assert_array_equal(_grad(np.zeros(30, np.float32), Tensor(idx), g).numpy(), _add_at(30, idx, g))

@@ -311,6 +311,7 @@ def shareable_loop(uops: list[UOp] | tuple[UOp, ...]) -> UOp | None:
   loops = [u for u in uops if u.op is Ops.RANGE and u.arg[1] != "reduce"]
   if not loops: return None
   first = min(loops, key=lambda u: u.arg)
+  if first.arg[1] == "ordered": return None   # SCATTER_ADD's loop over its indices: shared out, repeats would race
   open_loops: list[UOp] = []
   for u in uops:
     if u.op is Ops.RANGE:

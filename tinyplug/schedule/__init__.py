@@ -122,6 +122,8 @@ class _Scheduler:
     for j, reads in enumerate(self.item_reads):
       for x in reads:
         if x in producer and producer[x] != j: after[j].add(producer[x])
+    for j in range(1, len(self.items)):   # a SCATTER_ADD's kernels: the zeroing one first
+      if self.item_node[j] is self.item_node[j - 1]: after[j].add(j - 1)
     for i, n in enumerate(self.item_node):
       if n.op is not Ops.ASSIGN: continue
       target = buffer_base(n.src[0])
