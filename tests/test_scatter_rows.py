@@ -141,3 +141,41 @@ def test_a_one_column_table_is_never_shared_out():
   idx = RNG.integers(0, 30, 200000).astype(np.int32)   # big enough to be shared out if it could be
   g = RNG.standard_normal(200000).astype(np.float32)
   np.testing.assert_array_equal(_grad(np.zeros(30, np.float32), Tensor(idx), g).numpy(), _add_at(30, idx, g))
+
+# ---- scatter(reduce='add') and scatter_reduce('sum') along dim 0 of a 2-D tensor ----
+
+def _scatters(a: np.ndarray, idx: np.ndarray, src: np.ndarray, scatter: bool) -> list[np.ndarray]:
+  with Context(ROW_SCATTER=int(scatter)):
+    outs = [Tensor(a).scatter(0, Tensor(idx), Tensor(src), reduce="add"),
+            Tensor(a).scatter_reduce(0, Tensor(idx), Tensor(src), "sum"),
+            Tensor(a).scatter_reduce(0, Tensor(idx), Tensor(src), "sum", include_self=False)]
+    assert any(u.op is Ops.SCATTER_ADD for u in outs[0].uop.toposort()) == scatter
+    return [o.numpy() for o in outs]
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int8], ids=str)
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64], ids=str)
+def test_scatter_add_along_dim_0_is_the_one_hot_sum_bit_for_bit(dtype, idx_dtype):
+  a = (RNG.standard_normal((13, 7)) * 10).astype(dtype)
+  a[0, 0] = -0.0 if dtype in (np.float32, np.float16) else a[0, 0]   # no index hits row 0: -0.0 must stay
+  idx = RNG.integers(1, 13, (40, 5)).astype(idx_dtype)
+  src = (RNG.standard_normal((42, 7)) * 10).astype(dtype)
+  new, old = _scatters(a, idx, src, True), _scatters(a, idx, src, False)
+  for n, o in zip(new, old): np.testing.assert_array_equal(n, o)
+  if dtype == np.float32:
+    ref = torch.tensor(a).scatter_add(0, torch.tensor(idx, dtype=torch.long), torch.tensor(src)).numpy()
+    np.testing.assert_allclose(new[0], ref, rtol=1e-5, atol=1e-5)
+    assert np.signbit(new[0][0, 0])
+
+def test_scatter_reduce_sum_gradients_match_torch():
+  a, src = RNG.standard_normal((13, 7)).astype(np.float32), RNG.standard_normal((40, 5)).astype(np.float32)
+  idx, w = RNG.integers(0, 13, (40, 5)), RNG.standard_normal((13, 7)).astype(np.float32)
+  ta, ts = Tensor(a, requires_grad=True), Tensor(src, requires_grad=True)
+  out = ta.scatter_reduce(0, Tensor(idx.astype(np.int32)), ts, "sum")
+  assert any(u.op is Ops.SCATTER_ADD for u in out.uop.toposort())
+  (out * Tensor(w)).sum().backward()
+  pa, ps = torch.tensor(a, requires_grad=True), torch.tensor(src, requires_grad=True)
+  ref = pa.scatter_reduce(0, torch.tensor(idx), ps, "sum")
+  (ref * torch.tensor(w)).sum().backward()
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(ta.grad.numpy(), pa.grad.numpy())
+  np.testing.assert_array_equal(ts.grad.numpy(), ps.grad.numpy())

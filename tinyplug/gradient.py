@@ -49,6 +49,15 @@ def _shrink_grad(g, out, x):
 
 def _no_grad(g, out, *srcs): return (None,) * len(srcs)
 
+def _scatter_add_grad(g, out, src, idx):
+  # each element of src gets the gradient of the row it was added to (none where its index was out of range)
+  n, w = src.shape
+  rows = out.shape[0]
+  ix = (idx.reshape(n, 1) if idx.ndim == 1 else idx).reshape(n, -1, 1)
+  hit = ix.eq(type(g).arange(rows, device=g.device, dtype=idx.dtype).reshape(1, 1, rows))
+  picked = hit.where(g.permute((1, 0)).reshape(1, w, rows), 0).sum(-1)
+  return (picked.cast(src.dtype), None)
+
 def _multi_grad(g, out, *parts):
   # each device's part gets its part of the gradient, on its own device
   axis, n = out.uop.arg, len(parts)
@@ -110,6 +119,7 @@ GRADIENT_RULES: dict[Ops, Callable] = {
   Ops.MULTI: _multi_grad,
   Ops.DETACH: _no_grad,
   Ops.CUSTOM_GRAD: _custom_grad,
+  Ops.SCATTER_ADD: _scatter_add_grad,
   # piecewise constant: no gradient
   **{op: _no_grad for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV,
                              Ops.MOD, Ops.BITCAST, Ops.THREEFRY)},

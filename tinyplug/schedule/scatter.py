@@ -1,7 +1,7 @@
 """The kernels of a SCATTER_ADD (a row gather's gradient on renderers with `row_scatter_add`).
 
-SCATTER_ADD(src (n, w), idx (n,), arg=rows) is built as two kernels writing one buffer: the (rows, w) table zeroed,
-then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]`. The loop over the indices is an "ordered"
+SCATTER_ADD(src (n, w), idx (n,) or (n, w), arg=rows) is built as two kernels writing one buffer: the (rows, w) table
+zeroed, then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]` (idx[i, j] with a per-element index). The loop over the indices is an "ordered"
 range: no optimisation action splits, upcasts, unrolls or shares it out (two indices may name the same row, and each
 row's additions must happen in index order, as the one-hot sum they replace did them). The row loop is the output
 ("loop") axis and outermost: the heuristic vectorises it and threads may share it out, each owning whole columns."""
@@ -32,7 +32,7 @@ def scatter_ast(kb: Any, n: UOp, out: UOp) -> UOp:
   g0 = kb.global_for(out)
   j = kb.new_range(width, "loop") if width > 1 else const_index(0)
   i = kb.new_range(count, "ordered") if count > 1 else const_index(0)
-  row = kb.value(idx, (i,))
+  row = kb.value(idx, (i,) if len(idx.shape) == 1 else (i, j))
   # checked in the index's own dtype: an int64 index past 2^31 must not wrap into range when it becomes an offset
   valid = (row < UOp.const(row.dtype, 0)).logical_not() & (row < UOp.const(row.dtype, rows))
   offset = row.cast(index_dtype()) * const_index(width) + j

@@ -230,10 +230,11 @@ _scatter_devices: BoundedCache = BoundedCache("tensor.row_scatter_devices", 64)
 ROW_SCATTER = ContextVar("ROW_SCATTER", 1, "0: the gradients of x[idx] and nn.Embedding stay one-hot sums over (rows x "
                          "indices) even where the renderer declares `row_scatter_add` (A/B comparisons, tests)")
 
-def scatters_rows(table: Any, idx: Any) -> bool:
-  """Whether the gradient of picking rows of `table` by `idx` is a real scatter-add: a float table that may need a
-  gradient, concrete shapes, and a device whose renderer declares `row_scatter_add`."""
-  if not ROW_SCATTER.value or table.requires_grad is False or not dtypes.is_float(table.dtype) or not isinstance(table.device, str): return False
+def scatters_rows(table: Any, idx: Any, need_grad: bool = True) -> bool:
+  """Whether adding rows into `table` at `idx` is a real scatter-add (SCATTER_ADD): concrete shapes and a device
+  whose renderer declares `row_scatter_add`; `need_grad` (a gather's gradient): a float table that may need one."""
+  if not ROW_SCATTER.value or not isinstance(table.device, str): return False
+  if need_grad and (table.requires_grad is False or not dtypes.is_float(table.dtype)): return False
   if not all(isinstance(s, int) and s > 0 for s in table.shape + idx.shape): return False
   if (known := _scatter_devices.get(table.device)) is None:
     from tinyplug.device import Device

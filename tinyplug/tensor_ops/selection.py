@@ -2,7 +2,8 @@
 given), scatter and scatter_reduce (one-hot matches of the index against every target position)."""
 from __future__ import annotations
 import math
-from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.dtype import dtypes, sum_acc_dtype
+from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 
 _SCATTER_REDUCE = ("sum", "prod", "mean", "amax", "amin")
@@ -65,6 +66,20 @@ class SelectionMixin:
     onehot = idx.unsqueeze(-1).eq(type(self).arange(n, device=self.device, dtype=index.dtype))  # [..., m, t]
     return x, onehot, src, ax
 
+  def _column_sums(self, ax: int, index, src):
+    """For dim 0 of a 2-D tensor on a device with `row_scatter_add`: (the sums of src added at index, per column, in
+    self's dtype; whether any index hit), both transposed as _scatter_parts lays them out; two SCATTER_ADDs,
+    O(index elements) where the one-hot sum is O(rows x index elements). None elsewhere."""
+    from tinyplug.tensor_ops.indexing import scatters_rows
+    if ax != 0 or self.ndim != 2 or self.dtype == dtypes.bool or index.numel() == 0: return None
+    if not scatters_rows(self, index, need_grad=False): return None
+    rows, (m, k) = self.shape[0], index.shape
+    s = src.transpose(0, 1).cast(sum_acc_dtype(self.dtype))   # src comes transposed: (k, m) -> (m, k)
+    sums = type(self).from_uop(UOp(Ops.SCATTER_ADD, s.dtype, (s.uop, index.uop), rows)).cast(self.dtype)
+    ones = type(self).ones(m, k, dtype=dtypes.int32, device=self.device)
+    hits = type(self).from_uop(UOp(Ops.SCATTER_ADD, dtypes.int32, (ones.uop, index.uop), rows))
+    return sums.transpose(0, 1), (hits > 0).transpose(0, 1)
+
   def _scatter_back(self, ax: int, region, touched):
     """Put the result for index's extent back into self's shape (elsewhere self is unchanged)."""
     region, touched = region.transpose(ax, -1), touched.transpose(ax, -1)
@@ -77,6 +92,8 @@ class SelectionMixin:
     repeats), or accumulated with reduce='add' / 'multiply', as torch.scatter."""
     if reduce not in (None, "add", "multiply"): raise TypeError(f"scatter: reduce must be 'add' or 'multiply', not {reduce!r}")
     x, onehot, src, ax = self._scatter_parts(dim, index, src)
+    if reduce == "add" and (sums := self._column_sums(ax, index, src)) is not None:
+      return self._scatter_back(ax, x + sums[0], sums[1])
     m = onehot.shape[-2]
     touched = onehot.any(-2)
     if reduce is None:
@@ -92,6 +109,8 @@ class SelectionMixin:
     """Accumulate src into self along `dim` at `index` with sum, prod, mean, amax or amin, as torch.scatter_reduce."""
     if reduce not in _SCATTER_REDUCE: raise RuntimeError(f"scatter_reduce: reduce must be one of {_SCATTER_REDUCE}, not {reduce!r}")
     x, onehot, src, ax = self._scatter_parts(dim, index, src)
+    if reduce == "sum" and (sums := self._column_sums(ax, index, src)) is not None:
+      return self._scatter_back(ax, (sums[0] + (x if include_self else 0)).cast(self.dtype), sums[1])
     touched = onehot.any(-2)
     s = src.unsqueeze(-1)
     if reduce in ("sum", "mean"):

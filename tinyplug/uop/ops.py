@@ -50,8 +50,8 @@ class Ops(Enum):
   # axis it is split along (None: each device holds all of it); its shape is the whole tensor's, its device the tuple
   # of the shards' devices. The scheduler lowers every op over it to per-device ops first (schedule/multi.py)
   MULTI = auto()
-  # tensor level: SCATTER_ADD(src (n, w), idx (n,), arg=rows) is a (rows, w) table of zeros with src's row i added to
-  # row idx[i], index by index in order (idx outside [0, rows) adds nothing); built only for renderers that declare
+  # tensor level: SCATTER_ADD(src (n, w), idx (n,) or (n, w), arg=rows) is a (rows, w) table of zeros with src[i, j]
+  # added to row idx[i] (idx[i, j]), i in order (idx outside [0, rows) adds nothing); built only for renderers that declare
   # `row_scatter_add` (the scheduler makes it a zeroing kernel and a kernel with an ordered loop over the indices)
   SCATTER_ADD = auto()
 
