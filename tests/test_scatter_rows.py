@@ -179,3 +179,28 @@ def test_scatter_reduce_sum_gradients_match_torch():
   np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(ta.grad.numpy(), pa.grad.numpy())
   np.testing.assert_array_equal(ts.grad.numpy(), ps.grad.numpy())
+
+def test_a_jitted_embedding_step_is_the_same_with_and_without_the_scatter():
+  from tinyplug.engine.jit import TinyJit
+  from tinyplug.nn.optim import SGD
+  weights = []
+  for scatter in (1, 0):
+    rng = np.random.default_rng(5)
+    with Context(ROW_SCATTER=scatter):
+      Tensor.manual_seed(0)
+      emb = nn.Embedding(500, 32)
+      opt = SGD([emb.weight], lr=0.5)
+      @TinyJit
+      def step(i: Tensor) -> Tensor:
+        with Tensor.train():
+          opt.zero_grad()
+          loss = (emb(i) ** 2).mean()
+          loss.backward()
+          opt.step()
+          return loss.realize()
+      for _ in range(4):
+        idx = rng.integers(0, 500, (4, 50)).astype(np.int32)
+        idx[:, :5] = 7
+        step(Tensor(idx))
+      weights.append(emb.weight.numpy())
+  np.testing.assert_array_equal(weights[0], weights[1])
