@@ -204,3 +204,17 @@ def test_a_jitted_embedding_step_is_the_same_with_and_without_the_scatter():
         step(Tensor(idx))
       weights.append(emb.weight.numpy())
   np.testing.assert_array_equal(weights[0], weights[1])
+
+def test_repeated_lookups_keep_the_scatter_gradient():
+  # the second call builds the pick's graph template, later ones replay it: the custom gradient comes along
+  table = RNG.standard_normal((60, 8)).astype(np.float32)
+  t = Tensor(table, requires_grad=True).realize()
+  for _ in range(4):
+    idx = RNG.integers(-60, 60, 25).astype(np.int32)
+    g = RNG.standard_normal((25, 8)).astype(np.float32)
+    t.grad = None
+    out = t[Tensor(idx)]
+    assert out.uop.op is Ops.CUSTOM_GRAD
+    out.backward(Tensor(g))
+    assert any(u.op is Ops.SCATTER_ADD for u in t.grad.uop.toposort())
+    np.testing.assert_array_equal(t.grad.numpy(), _add_at(60, np.where(idx < 0, idx + 60, idx), g))

@@ -128,13 +128,11 @@ class IndexingMixin:
     """Advanced indexing: dims at the given positions are picked by integer tensors broadcast together. Indices the
     host can see are range-checked here; the graph is `_pick_by_tensors`, a template (it reads only shapes)."""
     for p, idx in tensor_idx: check_index_range(idx, self.shape[p], f"index into dim {p}", allow_negative=True)
-    picked = self._pick_by_tensors(*[t for _, t in tensor_idx], positions=tuple(p for p, _ in tensor_idx))
-    if len(tensor_idx) == 1 and tensor_idx[0][0] == 0 and scatters_rows(self, tensor_idx[0][1]):
-      return rows_gradient(picked, self, tensor_idx[0][1], wrap=True)
-    return picked
+    scatter = len(tensor_idx) == 1 and tensor_idx[0][0] == 0 and scatters_rows(self, tensor_idx[0][1])
+    return self._pick_by_tensors(*[t for _, t in tensor_idx], positions=tuple(p for p, _ in tensor_idx), scatter=scatter)
 
   @graph_template   # ~60 Tensor ops per call otherwise, and the scheduler would walk the one-hot graph every realize
-  def _pick_by_tensors(self, *indices, positions: tuple[int, ...]):
+  def _pick_by_tensors(self, *indices, positions: tuple[int, ...], scatter: bool = False):
     from tinyplug.tensor_ops.elementwise import broadcast_shape
     cls = type(self)
     tensor_idx = list(zip(positions, indices))
@@ -158,8 +156,11 @@ class IndexingMixin:
     # numpy/torch placement: together in place of the indexed dims when those are adjacent, else first
     n_b = len(bshape)
     if positions == list(range(positions[0], positions[0] + len(positions))):
-      return picked.permute(_place_first(len(others), n_b, positions[0]))
-    return picked.permute(list(range(len(others), len(others) + n_b)) + list(range(len(others))))
+      picked = picked.permute(_place_first(len(others), n_b, positions[0]))
+    else: picked = picked.permute(list(range(len(others), len(others) + n_b)) + list(range(len(others))))
+    # `scatter` (rows of dim 0, on a renderer with row_scatter_add): the gradient is a scatter-add; inside the template
+    # so the lookup keeps its graph's key (realized without a walk)
+    return rows_gradient(picked, self, indices[0], wrap=True) if scatter else picked
 
   def __setitem__(self, indices: Any, value: Any) -> None:
     """`x[indices] = value`, as in tinygrad: a tensor not computed yet gets a new graph (where the indices point, the
