@@ -218,3 +218,15 @@ def test_repeated_lookups_keep_the_scatter_gradient():
     out.backward(Tensor(g))
     assert any(u.op is Ops.SCATTER_ADD for u in t.grad.uop.toposort())
     np.testing.assert_array_equal(t.grad.numpy(), _add_at(60, np.where(idx < 0, idx + 60, idx), g))
+
+@pytest.mark.parametrize("idx_dtype", [np.int8, np.uint8, np.int16], ids=str)
+def test_narrow_index_dtypes_into_a_larger_table(idx_dtype):
+  # 300 rows do not fit an 8-bit index: the range check must not wrap the row count into the index's dtype
+  table = RNG.standard_normal((300, 6)).astype(np.float32)
+  lo = 0 if idx_dtype == np.uint8 else -100
+  raw = RNG.integers(lo, 120, 90).astype(idx_dtype)
+  g = RNG.standard_normal((90, 6)).astype(np.float32)
+  new, old = _grad(table, Tensor(raw) + 0, g), _grad(table, Tensor(raw) + 0, g, scatter=False)
+  np.testing.assert_array_equal(new.numpy(), old.numpy())
+  if idx_dtype == np.int16:
+    np.testing.assert_array_equal(new.numpy(), _add_at(300, np.where(raw < 0, raw + 300, raw), g))

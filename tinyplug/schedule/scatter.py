@@ -34,8 +34,11 @@ def scatter_ast(kb: Any, n: UOp, out: UOp) -> UOp:
   i = kb.new_range(count, "ordered") if count > 1 else const_index(0)
   row = kb.value(idx, (i,) if len(idx.shape) == 1 else (i, j))
   # checked in the index's own dtype: an int64 index past 2^31 must not wrap into range when it becomes an offset
-  valid = (row < UOp.const(row.dtype, 0)).logical_not() & (row < UOp.const(row.dtype, rows))
+  # (a bound the dtype cannot pass is left out: a uint8 index into 300 rows is always below 300, never negative)
+  checks = [] if dtypes.is_unsigned(row.dtype) else [(row < UOp.const(row.dtype, 0)).logical_not()]
+  if rows <= dtypes.max(row.dtype): checks.append(row < UOp.const(row.dtype, rows))
+  valid = checks[0] & checks[1] if len(checks) == 2 else checks[0] if checks else None
   offset = row.cast(index_dtype()) * const_index(width) + j
-  index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, offset, valid))
-  old = UOp(Ops.LOAD, n.dtype, (index, UOp.const(n.dtype, 0)))
+  index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, offset) + ((valid,) if valid is not None else ()))
+  old = UOp(Ops.LOAD, n.dtype, (index,) + ((UOp.const(n.dtype, 0),) if valid is not None else ()))
   return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, old + kb.value(src, (i, j)))),))
