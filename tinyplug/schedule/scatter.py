@@ -1,9 +1,10 @@
 """The kernels of a SCATTER_ADD (a row gather's gradient on renderers with `row_scatter_add`).
 
 SCATTER_ADD(src (n, w), idx (n,) or (n, w), arg=rows) is built as two kernels writing one buffer: the (rows, w) table
-zeroed, then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]` (idx[i, j] with a per-element index). The loop over the indices is an "ordered"
-range: no optimisation action splits, upcasts, unrolls or shares it out (two indices may name the same row, and each
-row's additions must happen in index order, as the one-hot sum they replace did them). The row loop is the output
+zeroed, then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]` (idx[i, j] with a per-element index).
+The loop over the indices is an "ordered" range: no optimisation action splits, upcasts, unrolls or shares it out
+(two indices may name the same row, and each row's additions must happen in index order, as the one-hot sum they
+replace did them). The row loop is the output
 ("loop") axis and outermost: the heuristic vectorises it and threads may share it out, each owning whole columns."""
 from __future__ import annotations
 from typing import Any
