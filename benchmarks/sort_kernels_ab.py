@@ -1,6 +1,6 @@
-"""sort and topk rows (issue 20), this checkout against another git ref's tensor_ops/sorting.py (default main), in one
-process, interleaved: (1) the compiled kernels alone, per-thread CPU time of the whole chain (run with CPU_THREADS=1;
-the ref's kernels are built with the lane-select rule off, as before it existed); (2) the whole call,
+"""sort and topk rows (issue 20), this checkout against another git ref's tensor_ops/sorting.py and bitonic.py (default
+main), in one process, interleaved: (1) the compiled kernels alone, per-thread CPU time of the whole chain (run with
+CPU_THREADS=1; `--no-lane-rule` builds the ref's kernels with the lane-select rule off, as before it existed); (2) the whole call,
 `x.sort(-1)[0].realize()` / `x.topk(16)[0].realize()`, wall time (graph building, scheduling, kernels); (3) per
 side: kernels, the programs' UOps, codegen + LLVM time of a cold build. Results are checked against numpy.
 
@@ -24,6 +24,13 @@ class Swapped:
     src = subprocess.check_output(["git", "-C", root, "show", f"{ref}:tinyplug/tensor_ops/sorting.py"], text=True)
     mod = types.ModuleType("sorting_" + ref.replace("/", "_"))
     exec(compile(src, mod.__name__, "exec"), mod.__dict__)
+    try:   # the ref's network too, where it has one (its sorting methods read it as a global)
+      net = subprocess.check_output(["git", "-C", root, "show", f"{ref}:tinyplug/tensor_ops/bitonic.py"], text=True,
+                                    stderr=subprocess.DEVNULL)
+      bit = types.ModuleType("bitonic_" + ref.replace("/", "_"))
+      exec(compile(net, bit.__name__, "exec"), bit.__dict__)
+      mod.__dict__["bitonic"] = bit
+    except subprocess.CalledProcessError: pass
     self.methods = {k: v for k, v in vars(mod.SortingMixin).items() if callable(v)}
   def __enter__(self):
     self.saved = {k: Tensor.__dict__.get(k) for k in self.methods}
@@ -62,6 +69,7 @@ def main() -> None:
   ap.add_argument("--ref", default="main")
   ap.add_argument("--reps", type=int, default=20)
   ap.add_argument("--n", type=int, default=1024)
+  ap.add_argument("--no-lane-rule", action="store_true", help="the ref's kernels without heuristic._lane_select")
   args = ap.parse_args()
   n = args.n
   ref = Swapped(args.ref)
@@ -74,7 +82,7 @@ def main() -> None:
     built = {}
     for side, ctx in sides.items():
       x = Tensor(a).realize()
-      with ctx: runs, out, kernels, uops, secs = build(fn(x), lane_rule=side == "now")
+      with ctx: runs, out, kernels, uops, secs = build(fn(x), lane_rule=side == "now" or not args.no_lane_rule)
       call(runs)
       assert np.array_equal(out.numpy().reshape(want[w].shape), want[w]), (w, side)
       built[side] = (runs, x)

@@ -15,10 +15,14 @@ from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 
-# steps per kernel: 16 lanes (a merge's first kernel may take one more bit when it halves). 32 lanes made fewer
-# kernels but a cold 1024-long sort compiled 2-3x longer, and LLVM left the 32-lane mirror of the last merge
-# (64 loads an element) a scalar loop: 14 ms against ~0.8
-LANE_BITS = 4
+import os
+# steps per kernel: 32 lanes, except a merge's top kernel over elements below its lanes (its mirror reads a flipped view
+# of them: 2 loads a lane), which takes 16 (one more where it halves): LLVM left the 32-lane mirror of the last merge of
+# 1024-long rows (64 loads an element) a scalar loop, 14 ms against ~0.8. FIRST_BITS: the first kernel's (sorts runs
+# of 2^FIRST_BITS, every mirror inside its lanes)
+LANE_BITS = int(os.environ.get("SORTNET_BITS", "5"))
+MIRROR_BITS = int(os.environ.get("SORTNET_MIRROR", "4"))
+FIRST_BITS = int(os.environ.get("SORTNET_FIRST", "5"))
 
 # the network is ~2,000 nodes for 1024-long rows, built per call: the makers below skip graph.alu's checks (every
 # source has the lanes' shape by construction) and record the shape they know
@@ -88,8 +92,11 @@ def _chunk(x: UOp, at: int, lo_bit: int, nbits: int, steps: list[tuple[str, int]
 def _merge(x: UOp, at: int, p: int, halve: bool = False) -> UOp:
   """Phase p: every run of 2^p elements (two sorted halves) sorted, in kernels of up to LANE_BITS steps (one more
   where the top kernel halves), the top bits first: that kernel's first step is the merge's mirror."""
-  count = -(-p // (LANE_BITS + halve))   # as few kernels as the lanes allow, their bits shared out evenly
-  widths = [p // count + (i < p % count) for i in range(count)]
+  top = MIRROR_BITS + halve   # the mirror kernel's bits where elements lie below its lanes
+  # as few kernels as the lanes allow, their bits shared out evenly, the fewest on top (the mirror)
+  count = 1 if p <= LANE_BITS + halve else 1 + -(-(p - top) // LANE_BITS)
+  widths = [p // count + (i >= count - p % count) for i in range(count)]   # ascending: widths[0] the top's
+  widths = widths[1:] + widths[:1]
   chunks = [(sum(widths[:i]), w) for i, w in enumerate(widths)]
   for i, (lo, nb) in enumerate(reversed(chunks)):
     steps = ([("mirror", nb)] + [("half", t) for t in range(nb - 2, -1, -1)]) if i == 0 else \
@@ -99,7 +106,7 @@ def _merge(x: UOp, at: int, p: int, halve: bool = False) -> UOp:
 
 def sort_runs(x: UOp, at: int, q: int) -> UOp:
   """Every run of 2^q elements along `at` sorted ascending (q = log2 of the size: the whole axis)."""
-  first = min(q, LANE_BITS)
+  first = min(q, FIRST_BITS)
   if first == 0: return x
   x = _chunk(x, at, 0, first, [s for p in range(1, first + 1)
                                for s in [("mirror", p)] + [("half", t) for t in range(p - 2, -1, -1)]])
