@@ -5,7 +5,8 @@ up, taken as 2^s "lanes" (views of the input, one UOp each), so a step is a comp
 the whole group stays in registers from the kernel's loads to its stores. The lanes are stacked back with a chain of
 `where(lane != b, ..., lane_b)`; the heuristic upcasts that lane axis (`heuristic._lane_select`), so each output
 lane's select is a constant and the lanes share one network. A merge of 2^p elements (steps of distance 2^(p-1) down
-to 1) is ceil(p / LANE_BITS) kernels instead of p, and the first LANE_BITS merges are one kernel together.
+to 1) is about p / LANE_BITS kernels instead of p, and the first FIRST_BITS merges are one kernel together. The
+network's last kernel stores the keys' indices (int32) rather than the keys.
 
 Works on one integer key per element (sort packs a 32-bit order key and the index into an int64: keys are distinct,
 so an exchange is a min and a max). Sizes along the sorted axis are powers of two (callers pad)."""
@@ -15,14 +16,13 @@ from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 
-import os
-# steps per kernel: 32 lanes, except a merge's top kernel over elements below its lanes (its mirror reads a flipped view
-# of them: 2 loads a lane), which takes 16 (one more where it halves): LLVM left the 32-lane mirror of the last merge of
-# 1024-long rows (64 loads an element) a scalar loop, 14 ms against ~0.8. FIRST_BITS: the first kernel's (sorts runs
-# of 2^FIRST_BITS, every mirror inside its lanes)
-LANE_BITS = int(os.environ.get("SORTNET_BITS", "5"))
-MIRROR_BITS = int(os.environ.get("SORTNET_MIRROR", "4"))
-FIRST_BITS = int(os.environ.get("SORTNET_FIRST", "5"))
+# steps per kernel: 32 lanes (1024-long rows: 18 -> 15 kernels, one thread ~13 -> ~11.5 ms; each kernel reads and
+# writes all the keys, so fewer kernels are fewer passes over memory), except a merge's top kernel over elements below
+# its lanes (its mirror reads a flipped view of them: 2 loads a lane), which takes 16 (one more where it halves): LLVM
+# left a 32-lane one (64 loads an element) a scalar loop ("too many SCEV assumptions"), 14 ms against ~0.8. The first
+# kernel sorts runs of 32 (every mirror inside its lanes; 64 lanes were scalar too: 124 ms); its ~1,400 UOps add
+# ~0.3-0.5 s to a cold 1024-long sort's build
+LANE_BITS, MIRROR_BITS, FIRST_BITS = 5, 4, 5
 
 # the network is ~2,000 nodes for 1024-long rows, built per call: the makers below skip graph.alu's checks (every
 # source has the lanes' shape by construction) and record the shape they know
@@ -50,12 +50,19 @@ def _lane_masks(shape: tuple[int, ...], axis: int, device: str) -> tuple[UOp, ..
     masks.append(graph.alu(Ops.CMPNE, at_b, graph.const(True, dtypes.bool, device, shape)))
   return tuple(masks)
 
-def _chunk(x: UOp, at: int, lo_bit: int, nbits: int, steps: list[tuple[str, int]], halve: bool = False) -> UOp:
+def _low_index(u: UOp) -> UOp:
+  """A key's index: its low 32 bits, as int32."""
+  low = _node(Ops.AND, u.dtype, (u, graph.const(0xFFFFFFFF, u.dtype, u.device, u.shape)), u.shape)
+  return _node(Ops.CAST, dtypes.int32, (low,), u.shape)
+
+def _chunk(x: UOp, at: int, lo_bit: int, nbits: int, steps: list[tuple[str, int]], halve: bool = False,
+           index: bool = False) -> UOp:
   """One kernel: `steps` of the network on the lanes of bits lo_bit .. lo_bit+nbits-1 of the index along `at`.
   ("mirror", q): lane b against lane b ^ (2^q - 1), the group of 2^q lanes mirrored (a merge's first step: the
   elements below lo_bit are mirrored too, so it must come first when lo_bit > 0); ("half", t): lane b against
   b | 2^t. The smaller value goes to the lower lane. `halve` keeps the lower half of the lanes only (topk's merge of
-  two sorted runs into the smaller half)."""
+  two sorted runs into the smaller half). `index`: the network's last kernel stores each key's index (int32: half
+  the bytes of the key, and no kernel of its own to unpack them)."""
   shape = x.shape
   size, pre, post = shape[at], shape[:at], shape[at + 1:]
   g, d = 1 << nbits, 1 << lo_bit
@@ -84,12 +91,14 @@ def _chunk(x: UOp, at: int, lo_bit: int, nbits: int, steps: list[tuple[str, int]
   # stacked back: where(lane != b, <the lanes after b>, lane b), a chain the heuristic upcasts (_lane_select)
   out_shape = pre + (groups, keep, d) + post
   masks = _lane_masks(out_shape, at + 1, x.device)
-  spread = [_node(Ops.EXPAND, x.dtype, (u,), out_shape, out_shape) for u in lanes[:keep]]   # type: ignore[arg-type]
+  kept: list[UOp] = [_low_index(u) if index else u for u in lanes[:keep]]   # type: ignore[misc]
+  dt = kept[0].dtype
+  spread = [_node(Ops.EXPAND, dt, (u,), out_shape, out_shape) for u in kept]
   out = spread[-1]
-  for b in range(keep - 2, -1, -1): out = _node(Ops.WHERE, x.dtype, (masks[b], out, spread[b]), out_shape)
-  return UOp(Ops.CONTIGUOUS, x.dtype, (graph.reshape(out, pre + (groups * keep * d,) + post),))
+  for b in range(keep - 2, -1, -1): out = _node(Ops.WHERE, dt, (masks[b], out, spread[b]), out_shape)
+  return UOp(Ops.CONTIGUOUS, dt, (graph.reshape(out, pre + (groups * keep * d,) + post),))
 
-def _merge(x: UOp, at: int, p: int, halve: bool = False) -> UOp:
+def _merge(x: UOp, at: int, p: int, halve: bool = False, index: bool = False) -> UOp:
   """Phase p: every run of 2^p elements (two sorted halves) sorted, in kernels of up to LANE_BITS steps (one more
   where the top kernel halves), the top bits first: that kernel's first step is the merge's mirror."""
   top = MIRROR_BITS + halve   # the mirror kernel's bits where elements lie below its lanes
@@ -101,21 +110,23 @@ def _merge(x: UOp, at: int, p: int, halve: bool = False) -> UOp:
   for i, (lo, nb) in enumerate(reversed(chunks)):
     steps = ([("mirror", nb)] + [("half", t) for t in range(nb - 2, -1, -1)]) if i == 0 else \
       [("half", t) for t in range(nb - 1, -1, -1)]
-    x = _chunk(x, at, lo, nb, steps, halve=halve and i == 0)
+    x = _chunk(x, at, lo, nb, steps, halve=halve and i == 0, index=index and i == len(chunks) - 1)
   return x
 
-def sort_runs(x: UOp, at: int, q: int) -> UOp:
-  """Every run of 2^q elements along `at` sorted ascending (q = log2 of the size: the whole axis)."""
+def sort_runs(x: UOp, at: int, q: int, index: bool = False) -> UOp:
+  """Every run of 2^q elements along `at` sorted ascending (q = log2 of the size: the whole axis); `index`: their
+  indices (the keys' low 32 bits, int32) in that order."""
   first = min(q, FIRST_BITS)
-  if first == 0: return x
+  if first == 0: return _low_index(x) if index else x
   x = _chunk(x, at, 0, first, [s for p in range(1, first + 1)
-                               for s in [("mirror", p)] + [("half", t) for t in range(p - 2, -1, -1)]])
-  for p in range(first + 1, q + 1): x = _merge(x, at, p)
+                               for s in [("mirror", p)] + [("half", t) for t in range(p - 2, -1, -1)]],
+             index=index and q == first)
+  for p in range(first + 1, q + 1): x = _merge(x, at, p, index=index and p == q)
   return x
 
-def smallest(x: UOp, at: int, q: int) -> UOp:
+def smallest(x: UOp, at: int, q: int, index: bool = False) -> UOp:
   """The 2^q smallest along `at`, ascending: runs of 2^q sorted, then each two neighbouring runs merged into the
-  smaller half (the axis halves each time) until one run is left."""
-  x = sort_runs(x, at, q)
-  while x.shape[at] > 1 << q: x = _merge(x, at, q + 1, halve=True)
+  smaller half (the axis halves each time) until one run is left. `index` as in sort_runs."""
+  x = sort_runs(x, at, q, index=index and x.shape[at] <= 1 << q)
+  while x.shape[at] > 1 << q: x = _merge(x, at, q + 1, halve=True, index=index and x.shape[at] == 2 << q)
   return x

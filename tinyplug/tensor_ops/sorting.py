@@ -61,11 +61,12 @@ class SortingMixin:
     if size != n:   # padded past every real key
       keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)),
                       value=dtypes.max(dtypes.int64))
-    if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1))
-    else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length()))
+    # the network's last kernel stores the indices (int32), not the keys
+    if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1, index=True))
+    else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length(), index=True))
     m = n if k is None else k
-    ordered = ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(ordered.shape)))
-    indices = (ordered & 0xFFFFFFFF).cast(dtypes.int32).transpose(ax, at)
+    indices = ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(ordered.shape)))
+    indices = indices.transpose(ax, at)
     return indices.contiguous() if at != ax else indices   # the gather then reads it along its rows
 
   @graph_template
