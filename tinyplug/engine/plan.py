@@ -19,10 +19,10 @@ holds part of the graph sends the realize the usual way too: there its nodes wou
 from __future__ import annotations
 import itertools
 from typing import Any
+import numpy as _np
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.backend import launcher
-import numpy as _np
 from tinyplug.device import Device, handle_of, output_maker
 from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes

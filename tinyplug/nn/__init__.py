@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops.indexing import rows_gradient, scatters_rows
 from tinyplug.uop.dtype import dtypes
 from tinyplug.nn import optim, state, losses  # noqa: F401  (tinygrad exposes nn.optim and nn.state)
 
@@ -226,7 +227,6 @@ class Embedding:
     # element, so a lookup reads its rows instead of the whole table; an index outside [0, vocab) gives zeros
     hit = idx.reshape(idx.shape + (1, 1)) == Tensor.arange(self.vocab_sz, device=idx.device).reshape(self.vocab_sz, 1)
     picked = hit.where(self.weight, 0).sum(-2)
-    from tinyplug.tensor_ops.indexing import rows_gradient, scatters_rows
     # its gradient: a scatter-add of the rows where the renderer has one (an index outside [0, vocab) adds nothing)
     return rows_gradient(picked, self.weight, idx, wrap=False) if scatters_rows(self.weight, idx) else picked
 

@@ -239,7 +239,7 @@ def scatters_rows(table: Any, idx: Any, need_grad: bool = True) -> bool:
   if not all(isinstance(s, int) and s > 0 for s in table.shape + idx.shape): return False
   if (known := _scatter_devices.get(table.device)) is None:
     from tinyplug.device import Device
-    try: known = bool(getattr(Device[table.device].renderer, "row_scatter_add", False))
+    try: known = (r := Device[table.device].renderer) is not None and r.row_scatter_add
     except (RuntimeError, ValueError): known = False
     _scatter_devices.put(table.device, known)
   return known

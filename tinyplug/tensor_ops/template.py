@@ -9,7 +9,7 @@ realized as it is, over inputs shaped like the placeholders, the scheduler need 
 Only for methods whose graph does not look at their inputs beyond that (not, say, whether an input is a buffer
 already). Placeholders are unallocated BUFFER views, so a template holds no memory."""
 from __future__ import annotations
-import functools, threading
+import functools, itertools, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
@@ -127,23 +127,18 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
   one is the same object wherever its structure is the same, by hash-consing, so sharing it is part of the key)."""
   from tinyplug.schedule.cache import buffer_free, structure
   keys: list[tuple] = []
-  pos: dict[UOp, int] = {}
-  nodes: list[UOp] = []
+  parts: list[list[UOp]] = []
   for u in inputs:
     if (found := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
     keys.append(found[0])
-    for n in found[1][:-1]:
-      if n in pos:
-        if not buffer_free(n): return None
-      else:
-        pos[n] = len(nodes)
-        nodes.append(n)
-  for n in (*own, out):
-    if n in pos:
-      if not buffer_free(n): return None
-    else:
+    parts.append(found[1][:-1])
+  pos: dict[UOp, int] = {}
+  nodes: list[UOp] = []
+  for n in itertools.chain(*parts, own, (out,)):
+    if n not in pos:
       pos[n] = len(nodes)
       nodes.append(n)
+    elif not buffer_free(n): return None
   return ((_COMPOSITE, token), *keys), nodes, pos
 
 _COMPOSITE = "graph template"   # (a structure key's parts are 4-tuples: a composite key never equals one)

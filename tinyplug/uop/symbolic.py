@@ -332,10 +332,11 @@ def split_onehot_reduce(red: UOp) -> UOp | None:
   ranges = red.src[1:]
   if any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in ranges): return None
   val = red.src[0]
-  if val.op is Ops.NEG and (val.src[0].op is Ops.ADD or _one_hot(val.src[0])):
+  if val.op is Ops.NEG:
     inner = UOp(Ops.REDUCE, red.dtype, (val.src[0],) + ranges, red.arg)
+    if _one_hot(val.src[0]): return -inner
     if val.src[0].op is Ops.ADD and (split := split_onehot_reduce(inner)) is not None: return -split
-    return None if val.src[0].op is Ops.ADD else -inner
+    return None
   if val.op is not Ops.ADD: return None
   for a, b in (val.src, val.src[::-1]):
     if _one_hot(b) and not any(r in a.toposort() for r in ranges):

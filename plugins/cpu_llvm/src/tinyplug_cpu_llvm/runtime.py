@@ -4,7 +4,7 @@ one runs on every core through the process's thread pool (threads.py).
 `DEV=CPU` (or `CPU:LLVM`) uses the host CPU and all its features; `DEV=CPU:LLVM:<cpu>,<+feature,...>` overrides
 them, e.g. `CPU:LLVM:znver4,+avx2`, or `CPU:LLVM:x86-64` for a baseline build."""
 from __future__ import annotations
-import ctypes, time
+import ctypes, functools, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
@@ -117,6 +117,7 @@ class CPUProgram:
 
 # ---------------- the device ----------------
 
+@functools.cache
 def load_compiler_runtime() -> None:
   """libgcc's helpers into the process, for what LLVM lowers to calls on targets without the instruction (half
   conversions without F16C: `__truncsfhf2`, `__extendhfsf2`)."""
