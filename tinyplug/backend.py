@@ -19,13 +19,13 @@ import numpy as _np
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
-from tinyplug.helpers import ContextVar
+from tinyplug.helpers import ContextVar, env_str
 from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
 __all__ = ["Allocator", "ReuseAllocator", "HostAllocator", "Renderer", "TensorCore", "Compiler", "Program", "ProgramSpec", "Compiled",
            "GraphLaunch", "LaunchGraph",
-           "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work"]
+           "LAUNCH_LOOPS", "LAUNCH_IDS", "LAUNCH_GRID", "SearchStrategy", "shareable_loop", "loop_work", "parse_gpu_name"]
 
 LRU = ContextVar("LRU", 1, "1 keeps freed device memory of at least LRU_MIN bytes for reuse by an allocation of the same size")
 LRU_MIN = ContextVar("LRU_MIN", -1, "the smallest freed block (bytes) kept for reuse; -1: the device's own choice")
@@ -434,5 +434,19 @@ class Compiled:
   def count(self) -> int:
     """How many devices of this kind the machine has (`<DEV>:0` .. `<DEV>:<count-1>`); 1 unless the runtime knows."""
     return 1
+
+def parse_gpu_name(name: str, renderers: Sequence[str], ordinal_env: str) -> tuple[str | None, int]:
+  """`<DEV>[:<renderer>][:<ordinal>]`, in either order -> (the renderer's name, upper case, or None for the device's
+  default; the GPU's ordinal, else the `ordinal_env` variable's, else 0)."""
+  family, renderer, ordinal = name.split(":")[0], None, None
+  for part in [p for p in name.split(":")[1:] if p]:
+    if part.isdigit() and ordinal is None: ordinal = int(part)
+    elif part.upper() in renderers and renderer is None: renderer = part.upper()
+    else:
+      examples = ", ".join([family, f"{family}:1", *(f"{family}:{r}:1" for r in renderers)])
+      raise ValueError(f"{name!r}: {part!r} is neither a GPU ordinal nor one of {family}'s renderers "
+                       f"({', '.join(renderers)}); "
+                       f"write one of {examples}")
+  return renderer, int(env_str(ordinal_env) or 0) if ordinal is None else ordinal
 
 from tinyplug.hookspecs.search import SearchStrategy  # noqa: E402  (the search contract lives with its hook)

@@ -3,9 +3,10 @@ it, DEV=AMD says the same, and nothing else breaks. With ROCm and a GPU the prob
 from __future__ import annotations
 import json, os, subprocess, sys
 import pytest
+from tinyplug.backend import parse_gpu_name
 from tinyplug.plugins import get_plugin_manager
 from tinyplug_amd.hip import probe_hip
-from tinyplug_amd.runtime import pack_arguments, parse_name
+from tinyplug_amd.runtime import pack_arguments
 
 HAS_GPU = probe_hip()[0]
 
@@ -40,12 +41,13 @@ def test_dev_amd_says_how_to_get_it_and_other_devices_keep_working():
 
 def test_device_names(monkeypatch):
   monkeypatch.delenv("AMD_DEVICE", raising=False)
-  assert parse_name("AMD", ["LLVM"]) == (None, 0)
-  assert parse_name("AMD:1", ["LLVM"]) == (None, 1)
-  assert parse_name("AMD:llvm:2", ["LLVM"]) == ("LLVM", 2)
+  assert parse_gpu_name("AMD", ["LLVM"], "AMD_DEVICE") == (None, 0)
+  assert parse_gpu_name("AMD:1", ["LLVM"], "AMD_DEVICE") == (None, 1)
+  assert parse_gpu_name("AMD:llvm:2", ["LLVM"], "AMD_DEVICE") == ("LLVM", 2)
   monkeypatch.setenv("AMD_DEVICE", "3")
-  assert parse_name("AMD", ["LLVM"]) == (None, 3)
-  with pytest.raises(ValueError, match="neither a GPU ordinal nor an AMD renderer"): parse_name("AMD:CUDA", ["LLVM"])
+  assert parse_gpu_name("AMD", ["LLVM"], "AMD_DEVICE") == (None, 3)
+  with pytest.raises(ValueError, match="neither a GPU ordinal nor one of AMD's renderers"):
+    parse_gpu_name("AMD:CUDA", ["LLVM"], "AMD_DEVICE")
 
 def test_kernel_arguments_are_packed_as_the_kernarg_segment():
   import ctypes

@@ -3,9 +3,9 @@ says the same, and nothing else breaks. With a driver and a GPU the probe passes
 from __future__ import annotations
 import json, os, subprocess, sys
 import pytest
+from tinyplug.backend import parse_gpu_name
 from tinyplug.plugins import get_plugin_manager
 from tinyplug_cuda.driver import probe_driver
-from tinyplug_cuda.runtime import parse_name
 
 HAS_GPU = probe_driver()[0]
 
@@ -43,8 +43,9 @@ def test_dev_cuda_says_how_to_get_it_and_other_devices_keep_working():
   assert "[3.0, 6.0]" in out.stdout
 
 def test_device_names():
-  assert parse_name("CUDA", ["CUDA", "PTX"]) == (None, 0)
-  assert parse_name("CUDA:1", ["CUDA", "PTX"]) == (None, 1)
-  assert parse_name("CUDA:ptx", ["CUDA", "PTX"]) == ("PTX", 0)
-  assert parse_name("CUDA:PTX:2", ["CUDA", "PTX"]) == ("PTX", 2)
-  with pytest.raises(ValueError, match="neither a GPU ordinal nor a CUDA renderer"): parse_name("CUDA:OPENCL", ["CUDA", "PTX"])
+  assert parse_gpu_name("CUDA", ["CUDA", "PTX"], "CUDA_DEVICE") == (None, 0)
+  assert parse_gpu_name("CUDA:1", ["CUDA", "PTX"], "CUDA_DEVICE") == (None, 1)
+  assert parse_gpu_name("CUDA:ptx", ["CUDA", "PTX"], "CUDA_DEVICE") == ("PTX", 0)
+  assert parse_gpu_name("CUDA:PTX:2", ["CUDA", "PTX"], "CUDA_DEVICE") == ("PTX", 2)
+  with pytest.raises(ValueError, match="neither a GPU ordinal nor one of CUDA's renderers"):
+    parse_gpu_name("CUDA:OPENCL", ["CUDA", "PTX"], "CUDA_DEVICE")

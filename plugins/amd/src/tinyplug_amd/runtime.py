@@ -6,24 +6,12 @@ repository's CI (no GPU or ROCm there): written against ROCm 6's HIP API."""
 from __future__ import annotations
 import ctypes, threading
 from typing import Callable
-from tinyplug.backend import Allocator, Compiled, ProgramSpec
+from tinyplug.backend import Allocator, Compiled, ProgramSpec, parse_gpu_name
 from tinyplug.helpers import DEBUG, env_str
 from tinyplug_amd import hip
 from tinyplug_amd.hip import check, lib
 
 STAGING_BYTES = 16 << 20   # a pinned host buffer of this size carries host <-> device copies
-
-def parse_name(name: str, renderers: list[str]) -> tuple[str | None, int]:
-  """`AMD[:<renderer>][:<ordinal>]` -> (renderer name or None for the default, device ordinal)."""
-  renderer, ordinal = None, None
-  for part in [p for p in name.split(":")[1:] if p]:
-    if part.isdigit() and ordinal is None: ordinal = int(part)
-    elif part.upper() in renderers and renderer is None: renderer = part.upper()
-    else:
-      raise ValueError(f"{name!r}: {part!r} is neither a GPU ordinal nor an AMD renderer ({', '.join(renderers)}); "
-                       "write AMD, AMD:1 or AMD:LLVM:1")
-  if ordinal is None: ordinal = int(env_str("AMD_DEVICE") or 0)
-  return renderer, ordinal
 
 class AMDAllocator(Allocator):
   """hipMalloc'd device memory; copies go through one pinned host buffer, chunk by chunk."""
@@ -121,7 +109,7 @@ class AMDDevice(Compiled):
     from tinyplug.plugins import get_plugin_manager
     pm = get_plugin_manager()
     specs = {spec.name: spec for spec, _ in pm.renderers_for("AMD")}
-    renderer_name, self.ordinal = parse_name(name, list(specs))
+    renderer_name, self.ordinal = parse_gpu_name(name, list(specs), "AMD_DEVICE")
     ok, reason = hip.probe_hip()
     if not ok: raise RuntimeError(reason)
     count = ctypes.c_int(0)

@@ -6,24 +6,12 @@ second GPU); the parts combine (`CUDA:PTX:1`). Unverified on hardware in this re
 from __future__ import annotations
 import ctypes, threading
 from typing import Any, Callable
-from tinyplug.backend import Allocator, Compiled, ProgramSpec
+from tinyplug.backend import Allocator, Compiled, ProgramSpec, parse_gpu_name
 from tinyplug.helpers import DEBUG, env_str
 from tinyplug_cuda import driver
 from tinyplug_cuda.driver import check, lib
 
 STAGING_BYTES = 16 << 20   # two pinned buffers of this size carry host <-> device copies
-
-def parse_name(name: str, renderers: list[str]) -> tuple[str | None, int]:
-  """`CUDA[:<renderer>][:<ordinal>]` -> (renderer name or None for the default, device ordinal)."""
-  renderer, ordinal = None, None
-  for part in [p for p in name.split(":")[1:] if p]:
-    if part.isdigit() and ordinal is None: ordinal = int(part)
-    elif part.upper() in renderers and renderer is None: renderer = part.upper()
-    else:
-      raise ValueError(f"{name!r}: {part!r} is neither a GPU ordinal nor a CUDA renderer ({', '.join(renderers)}); "
-                       "write CUDA, CUDA:1, CUDA:PTX or CUDA:PTX:1")
-  if ordinal is None: ordinal = int(env_str("CUDA_DEVICE") or 0)
-  return renderer, ordinal
 
 class CUDAAllocator(Allocator):
   """cuMemAlloc'd device memory (never managed memory); copies go through two pinned host buffers in turn, so
@@ -143,7 +131,7 @@ class CUDADevice(Compiled):
     from tinyplug.plugins import get_plugin_manager
     pm = get_plugin_manager()
     specs = {spec.name: spec for spec, _ in pm.renderers_for("CUDA")}
-    renderer_name, ordinal = parse_name(name, list(specs))
+    renderer_name, ordinal = parse_gpu_name(name, list(specs), "CUDA_DEVICE")
     ok, reason = driver.probe_driver()
     if not ok: raise RuntimeError(reason)
     L = lib()
