@@ -83,8 +83,17 @@ def has_data_gather(v: UOp) -> bool:
 
 LANEWISE_DECOMPOSED = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN})
 
+# vector nodes the pass may build per node of the kernel it is given: a sorting network's lanes exchange with other
+# lanes at every level, so each level asks for permutations of the vectors below it; where some lanes simplified
+# apart (a padded row) those stopped sharing and the count grew exponentially (one 16-long row: 4.6 MB of LLVM IR)
+BUDGET_PER_NODE = 4
+
+class _OverBudget(Exception):
+  """The vectors outgrew the budget: the lanes in question stay scalar, put together with VECTORIZE."""
+
 class Vectorizer:
-  def __init__(self, renderer):
+  def __init__(self, renderer, budget: int | None = None):
+    self.budget = budget
     self.widths = vector_widths(renderer)
     self.native = renderer.native_ops
     self.vector_alu = renderer.vector_alu
@@ -104,6 +113,7 @@ class Vectorizer:
   # ---- a vector whose lane k is lanes[k] ----
   def vec(self, lanes: tuple[UOp, ...]) -> UOp:
     if (hit := self.memo.get(lanes)) is None:
+      if self.budget is not None and len(self.memo) + len(self.lane_memo) > self.budget: raise _OverBudget
       hit = self._build(lanes)
       # gates whose lanes simplified differently (a row's edges) are cheaper as a few scalar compares put together
       # than as vector compares of gathered indices
@@ -241,7 +251,8 @@ class Vectorizer:
       for members in groups.values():
         members.sort(key=lambda m: m[0])
         chunks += [chunk for run in _runs(members) for chunk in self._chunks(run, dt) if len(chunk) >= 2]
-      values = [self.vec(tuple(s.src[1] for s in chunk)) for chunk in chunks]
+      try: values = [self.vec(tuple(s.src[1] for s in chunk)) for chunk in chunks]
+      except _OverBudget: values = [self.gather(tuple(s.src[1] for s in chunk)) for chunk in chunks]
       # another grouping where these would be gathers, or where a reduction's short rows (13 = 8+4+1 lanes) would
       # make narrower vectors than its channels (16): a reduction stores once per long loop, so lane stores are cheap
       # (reductions only: an elementwise transpose keeps its contiguous stores, the heuristic tiles it for them)
@@ -250,8 +261,10 @@ class Vectorizer:
       narrow = widest < max(self.widths.get(dt, (1,)))
       if self.vector_alu and reduction and (not chunks or narrow or any(has_gather(v) for v in values)):
         every = sorted(((affine_offset(st.src[0].src[1])[1], st) for m in groups.values() for _, st in m), key=lambda m: m[0])
-        if (strided := self.strided(every, dt, widest + 1 if narrow and not any(has_gather(v) for v in values)
-                                    else max(widest, 2))) is not None:
+        try: strided = self.strided(every, dt, widest + 1 if narrow and not any(has_gather(v) for v in values)
+                                    else max(widest, 2))
+        except _OverBudget: strided = None
+        if strided is not None:
           for chunk, value in strided:
             first = chunk[0].src[0]
             if self.scatter and len(first.src) == 2:   # one scatter of the vector (ungated stores only)
@@ -403,6 +416,7 @@ def make_pass():
 def vectorize(sink: UOp, renderer) -> UOp:
   """Lanes -> vectors where `renderer` declares vector widths for their dtype; unchanged otherwise."""
   if not vector_widths(renderer): return sink
-  v = Vectorizer(renderer)
+  v = Vectorizer(renderer, BUDGET_PER_NODE * len(sink.toposort()))
   stored = v.stores(sink)
+  v.budget = None   # what follows builds one vector per group of loads or of a reduction's leaves: no permutations
   return v.scalar_loads(v.unrolled_reduces(stored) if v.vector_alu else stored)
