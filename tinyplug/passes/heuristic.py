@@ -407,7 +407,9 @@ def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   1.12 ms, 7 x 32 0.90; stored channels-outermost with the 7 x 32 tile 1.30-1.48). None where it does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces = k.loop_axes, k.reduce_axes
-  if len(loops) < 2 or not reduces or math.prod(r.src[0].arg for r in reduces) < 64: return None
+  # (batch, rows, row, channels): a plane's rows beside the row, not a matrix's (a linear layer's weight gradient,
+  # 10 x 9216, keeps its 10 rows whole)
+  if len(loops) < 3 or not reduces or math.prod(r.src[0].arg for r in reduces) < 64: return None
   inner = len(loops) - 1
   chans, row = loops[inner].src[0].arg, loops[inner - 1].src[0].arg
   tile_w, lanes = cpu_tile(k.renderer)[0], k.renderer.vector_bytes // _acc_itemsize(k)
