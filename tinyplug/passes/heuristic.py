@@ -403,8 +403,9 @@ def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   copy) and not at all by the other, the axis before it a short row (at most 32, not a whole number of vectors) read
   contiguously by that other input alone. The tile is the same as there, turned: a few positions of the row (each a
   broadcast) by cpu_tile's width of channels, whose stores are then whole vectors instead of one scalar per channel
-  (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4 x 64 tile 0.98-
-  1.12 ms, 7 x 32 0.90; stored channels-outermost with the 7 x 32 tile 1.30-1.48). None where it does not apply."""
+  (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4 rows x 64
+  channels 0.98-1.12 ms, 7 x 32 0.90-0.92, 14 x 16 0.90; stored channels-outermost, 7 x 32, 1.30-1.48). None where it
+  does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces = k.loop_axes, k.reduce_axes
   # (batch, rows, row, channels): a plane's rows beside the row, not a matrix's (a linear layer's weight gradient,
@@ -796,8 +797,8 @@ def _phase_opts(k: Kernel) -> bool:
   if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
     _try(k, Opt(OptOps.UPCAST, inner - 1, above))
   # phases stored channel-innermost (nn._strided_input_grad): a transposing interleave, 16 channels at once, each
-  # phase read as channel vectors (conv 64->128 56x56 s2's E_8_64_56_56, one thread: 2 x 2 x 4 along the row 1.1-1.9
-  # ms, 16 channels x 2 x 2 0.36-0.61)
+  # phase read as channel vectors (conv 64->128 s2's E_8_64_56_56 in a step's flow, one thread: 2 x 2 x 4 along the
+  # row 1.8 ms, 16 channels x 2 x 2 1.0-1.1; E_8_64_28_28 0.34-0.44, 0.20)
   chans = next((a for a in range(inner - 1) if a not in mods and k.loop_axes[a].src[0].arg % 16 == 0 and
                 (along := _load_strides(k, k.loop_axes[a])) and all(st == 1 for st in along)), None)
   if chans is not None and _try(k, Opt(OptOps.UPCAST, chans, 16)): return True
