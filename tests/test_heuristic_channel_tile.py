@@ -11,6 +11,7 @@ from tinyplug.device import Device
 from tinyplug.passes.heuristic import _channel_vector_tile, cpu_tile, heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops import nn
 from tinyplug.tensor_ops.nn import _phased_conv_transpose
 from tinyplug.uop.ops import Ops
 
@@ -19,28 +20,31 @@ RNG = np.random.default_rng(28)
 def kernels(out: Tensor) -> list[Kernel]:
   return [Kernel(it.ast, Device["CPU"].renderer) for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK]
 
-def phase_kernels(side: int, cin: int = 64, cout: int = 32) -> list[Kernel]:
+def phase_kernels(side: int, cin: int = 64, cout: int = 32, monkeypatch=None) -> list[Kernel]:
   schedule._templates.clear()   # no schedule made under another fake machine
+  # the phases stored channels-outermost, as those whose channels are no whole tile are (32 of them are stored
+  # channel-innermost: tests/test_strided_phases_channels_last.py)
+  if monkeypatch is not None: monkeypatch.setattr(nn, "_phase_channels_last", lambda *a: False)
   # the per-phase form, which conv_transpose2d k4 s2 now replaces by one sub-pixel kernel (a strided convolution's
   # input gradient still takes it)
   out = _phased_conv_transpose(Tensor.empty(8, cin, side, side), Tensor.empty(cin, cout, 4, 4), 1, (2, 2), (1, 1), (1, 1), (0, 0))
   return [k for k in kernels(out) if k.reduce_axes and k.loop_axes[-1].src[0].arg == side]
 
 @pytest.mark.parametrize("machine,positions", [((64, 32), 7), ((32, 16), 4)], ids=["avx512", "avx2"])
-def test_convt_phase_rows_of_28_take_two_vectors_of_channels(vector_machine, machine, positions):
+def test_convt_phase_rows_of_28_take_two_vectors_of_channels(vector_machine, monkeypatch, machine, positions):
   # as many positions (a divisor of the row, 4 to 8) as the vector registers hold accumulators for: 7 x 2 of AVX-512's
   # 32, 4 x 2 of AVX2's 16
   r = vector_machine(*machine)
-  ks = phase_kernels(28)
+  ks = phase_kernels(28, monkeypatch=monkeypatch)
   assert len(ks) == 4
   for k in ks:
     opts = heuristic_opts(k)
     assert opts[:2] == [Opt(OptOps.UPCAST, 3, positions), Opt(OptOps.UPCAST, 1, cpu_tile(r)[0])], opts   # 28 x 8 before
     assert Opt(OptOps.UPCAST, 3, 28) not in opts and not any(o.op is OptOps.PADTO for o in opts)
 
-def test_rows_of_whole_vectors_and_short_or_strided_rows_are_left_alone(vector_machine):
+def test_rows_of_whole_vectors_and_short_or_strided_rows_are_left_alone(vector_machine, monkeypatch):
   vector_machine(16, 32)   # NEON: 28 is 7 vectors of 4
-  assert all(_channel_vector_tile(k) is None for k in phase_kernels(28))
+  assert all(_channel_vector_tile(k) is None for k in phase_kernels(28, monkeypatch=monkeypatch))
   vector_machine(64, 32)
   assert all(_channel_vector_tile(k) is None for k in phase_kernels(32))   # 32: two whole vectors
   assert all(_channel_vector_tile(k) is None for k in phase_kernels(14))   # 14: not longer than one vector

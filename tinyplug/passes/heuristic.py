@@ -397,6 +397,35 @@ def _channel_vector_tile(k: Kernel) -> list[Opt] | None:
     return None
   return k.applied_opts
 
+def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
+  """`_channel_vector_tile` for a convolution stored channel-innermost (a strided convolution's input-gradient phases,
+  nn._strided_input_grad): the innermost output axis is the channels, read contiguously by one input (the weight
+  copy) and not at all by the other, the axis before it a short row (at most 32, not a whole number of vectors) read
+  contiguously by that other input alone. The tile is the same as there, turned: a few positions of the row (each a
+  broadcast) by cpu_tile's width of channels, whose stores are then whole vectors instead of one scalar per channel
+  (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4 rows x 64
+  channels 0.98-1.12 ms, 7 x 32 0.90-0.92, 14 x 16 0.90; stored channels-outermost, 7 x 32, 1.30-1.48). None where it
+  does not apply."""
+  if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
+  loops, reduces = k.loop_axes, k.reduce_axes
+  # (batch, rows, row, channels): a plane's rows beside the row, not a matrix's (a linear layer's weight gradient,
+  # 10 x 9216, keeps its 10 rows whole)
+  if len(loops) < 3 or not reduces or math.prod(r.src[0].arg for r in reduces) < 64: return None
+  inner = len(loops) - 1
+  chans, row = loops[inner].src[0].arg, loops[inner - 1].src[0].arg
+  tile_w, lanes = cpu_tile(k.renderer)[0], k.renderer.vector_bytes // _acc_itemsize(k)
+  if lanes < 4 or chans % tile_w or row > 32 or row % lanes == 0: return None
+  along_ch, along_row = _load_strides(k, loops[inner]), _load_strides(k, loops[inner - 1])
+  if 1 not in along_ch or 1 not in along_row or any(a not in (0, 1) or b not in (0, 1) or (a and b)
+                                                   for a, b in zip(along_ch, along_row)): return None
+  vecs = max(tile_w // lanes, 1)
+  room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
+  if (positions := max((d for d in range(4, room + 1) if row % d == 0), default=None)) is None: return None
+  k = k.copy()
+  if not (_try_tile(k, Opt(OptOps.UPCAST, inner - 1, positions)) and _try_tile(k, Opt(OptOps.UPCAST, inner, tile_w))):
+    return None
+  return k.applied_opts
+
 # vector accumulators a phase-innermost tile keeps (of AVX-512's 32 registers: the rest hold the weight vector and the
 # broadcast inputs)
 PHASE_TILE_VECTORS = 16
@@ -767,6 +796,12 @@ def _phase_opts(k: Kernel) -> bool:
   if lanes is None or not _try(k, Opt(OptOps.UPCAST, inner, m)): return False
   if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
     _try(k, Opt(OptOps.UPCAST, inner - 1, above))
+  # phases stored channel-innermost (nn._strided_input_grad): a transposing interleave, 16 channels at once, each
+  # phase read as channel vectors (conv 64->128 s2's E_8_64_56_56 in a step's flow, one thread: 2 x 2 x 4 along the
+  # row 1.8 ms, 16 channels x 2 x 2 1.0-1.1; E_8_64_28_28 0.34-0.44, 0.20)
+  chans = next((a for a in range(inner - 1) if a not in mods and k.loop_axes[a].src[0].arg % 16 == 0 and
+                (along := _load_strides(k, k.loop_axes[a])) and all(st == 1 for st in along)), None)
+  if chans is not None and _try(k, Opt(OptOps.UPCAST, chans, 16)): return True
   _try(k, Opt(OptOps.UPCAST, inner, lanes))
   return True
 
@@ -1066,6 +1101,7 @@ def _recipe(k: Kernel) -> list[Opt]:
   if cpu and not gpu and (amt := _row_reduce_vector(k)) is not None and \
      _try_tile(k, Opt(OptOps.UNROLL, len(reduces) - 1, amt)):
     return k.applied_opts
+  if cpu and not gpu and (inner_ch := _channels_inner_tile(k)) is not None: return inner_ch
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if cpu and not gpu and (column := _column_opts(k)) is not None: return column
   if reduces and len(loops) >= 2:
