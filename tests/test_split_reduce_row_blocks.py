@@ -57,8 +57,10 @@ def test_the_blocks_are_shared_out_and_the_row_is_vectorised():
   assert any(o.axis == 1 and o.arg % lanes == 0 for o in opts), opts   # the row along memory, whole vectors
 
 @pytest.mark.parametrize("make", [lambda t: t.max(0), lambda t: t[:1040].sum(0), lambda t: t.sum(1),
-                                  lambda t: t.reshape(8, 256, 1024).sum(1)],
-                         ids=["max", "rows not whole blocks", "along the rows", "an outer kept axis"])
+                                  lambda t: t.reshape(8, 256, 1024).sum(1),
+                                  lambda t: (t - t.mean(1).reshape(-1, 1)).sum(0)],
+                         ids=["max", "rows not whole blocks", "along the rows", "an outer kept axis",
+                              "a reduction in the source"])
 def test_what_is_not_summed_in_blocks(make):
   a = RNG.standard_normal((2048, 1024)).astype(np.float32)
   out = make(Tensor(a).realize())

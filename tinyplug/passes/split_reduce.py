@@ -96,11 +96,14 @@ def _row_blocks(r: UOp, x: UOp, shape: tuple, a: int) -> UOp | None:
   another into a row of sums of its own (a SCATTER_ADD with `block_index`), ROW_GROUP rows at a time, then the blocks'
   rows summed. Each block reads ROW_GROUP whole rows side by side (streams the prefetchers follow) while its row of
   sums stays in the L1 or L2; the 16-row chunks' register tile read 16 rows 128 bytes at a time and wrote 1/16 of the
-  input as partials (v @ W 4096x4096, one Zen 4 thread, kernels only, interleaved: 3.9 -> 3.0 ms; numpy 2.85). None
-  for a max, an outer kept axis, a row of sums larger than a quarter of the L2, or a renderer without the scatter."""
-  from tinyplug.schedule.scatter import block_index
+  input as partials (v @ W 4096x4096, one Zen 4 thread, kernels only, interleaved: 3.4 -> 2.4 ms; numpy 2.6). None
+  for a max, an outer kept axis, a source with a reduction in it, a row of sums larger than a quarter of the L2, or a
+  renderer without the scatter."""
+  from tinyplug.schedule.scatter import block_index, needs_own_kernel
   rows, width = shape[a], math.prod(shape[a + 1:])
   if r.arg[0] is not Ops.ADD or a != 0 or x.dtype != r.dtype or not isinstance(r.device, str): return None
+  # a source with a reduction in it (a layernorm's weight gradient) would be written out whole first
+  if needs_own_kernel(x): return None
   if rows % (ROW_BLOCKS * ROW_GROUP) or rows // (ROW_BLOCKS * ROW_GROUP) < 2: return None
   if (rend := _renderer(r.device)) is None or not rend.row_scatter_add: return None
   from tinyplug.passes.heuristic import cache_sizes
