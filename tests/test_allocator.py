@@ -1,4 +1,5 @@
 """The allocator keeps big freed blocks for reuse (LRU): the same memory comes back for the same size."""
+import os
 import numpy as np
 import pytest
 from tinyplug import Tensor
@@ -128,3 +129,29 @@ def test_host_blocks_are_zeroed_writable_and_big_ones_come_from_the_os():
     b[:] = 3
     assert int(b.sum()) == 3 * b.size
   assert big.ctypes.data % 4096 == 0
+
+def _mapping_of(address: int) -> dict[str, str]:
+  """The /proc/self/smaps entry of the mapping holding `address`: its header's permissions and its fields."""
+  entry: dict[str, str] | None = None
+  with open("/proc/self/smaps") as f:
+    for line in f:
+      head = line.split()
+      if "-" in head[0] and not head[0].endswith(":"):
+        if entry is not None: return entry
+        lo, hi = (int(x, 16) for x in head[0].split("-"))
+        if lo <= address < hi: entry = {"perms": head[1]}
+      elif entry is not None: entry[head[0].rstrip(":")] = " ".join(head[1:])
+  assert entry is not None, f"no mapping holds {address:#x}"
+  return entry
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping's flags from /proc/self/smaps")
+def test_host_blocks_of_a_huge_page_or_more_are_private_and_ask_for_huge_pages():
+  from tinyplug.backend import HOST_MMAP_MIN, huge_page_bytes, host_block
+  if not huge_page_bytes(): pytest.skip("the OS declares no transparent huge pages")
+  big, small = host_block(2 * huge_page_bytes()), host_block(HOST_MMAP_MIN)
+  big[:] = 5
+  assert int(big[::4096].sum()) == 5 * len(big[::4096]) and not small.any()
+  flags = _mapping_of(big.ctypes.data)
+  assert flags["perms"][3] == "p"   # private: a shared anonymous mapping is shared memory, which gets no huge pages
+  assert "hg" in flags["VmFlags"].split()   # madvise(MADV_HUGEPAGE)
+  assert "hg" not in _mapping_of(small.ctypes.data)["VmFlags"].split()   # smaller than one huge page: left as it was

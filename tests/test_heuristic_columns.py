@@ -9,6 +9,7 @@ import torch
 from tinyplug import dtypes, schedule
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
+from tinyplug.passes import split_reduce
 from tinyplug.passes.heuristic import _column_reduce, heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
@@ -26,7 +27,7 @@ def _kernels(t: Tensor) -> list[Kernel]:
   (16, 32, [Opt(OptOps.UPCAST, 0, 32), Opt(OptOps.UNROLL, 0, 2)])])   # NEON: 8 of 16, 4 lanes each
 def test_a_wide_column_sum_reads_several_vectors_of_two_rows(vector_machine, nbytes, regs, want):
   vector_machine(nbytes, regs)
-  k = _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0))[-1]
+  k = _kernels(Tensor.empty(256, 4096, device="CPU").sum(0))[-1]   # too few rows for split_reduce: one kernel
   assert _column_reduce(k)
   assert heuristic_opts(k) == want
 
@@ -131,16 +132,18 @@ def test_blocked_scans_match_torch(shape, axis):
 def test_long_columns_wider_than_the_registers_are_summed_in_chunks_of_rows(vector_machine):
   vector_machine(64, 32)   # a row of 1 KB fits the tile: 512 floats do not
   shapes = lambda t: [([r.src[0].arg for r in k.loop_axes], [r.src[0].arg for r in k.reduce_axes]) for k in _kernels(t)]
-  assert shapes(Tensor.empty(2048, 512, device="CPU").sum(0)) == [([128, 512], [16]), ([512], [128])]
+  # (a sum goes through split_reduce's blocks of rows: test_split_reduce_row_blocks.py; a max is chunked)
+  assert shapes(Tensor.empty(2048, 512, device="CPU").max(0)) == [([128, 512], [16]), ([512], [128])]
   # a chunk of 16 rows is read as streams already: a small tile (two vectors, unrolled by 4) compiles in less
-  chunk = _kernels(Tensor.empty(2048, 512, device="CPU").sum(0))[0]
+  chunk = _kernels(Tensor.empty(2048, 512, device="CPU").max(0))[0]
   assert heuristic_opts(chunk) == [Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.UNROLL, 0, 4)]
-  assert shapes(Tensor.empty(2048, 256, device="CPU").sum(0)) == [([256], [2048])]    # the row fits: one kernel
-  assert shapes(Tensor.empty(1008, 512, device="CPU").sum(0)) == [([512], [1008])]    # too few rows
-  assert shapes(Tensor.empty(512, 2048, device="CPU").T.sum(0)) == [([512], [2048])]  # a transposed view: its rows
+  assert shapes(Tensor.empty(2048, 256, device="CPU").max(0)) == [([256], [2048])]    # the row fits: one kernel
+  assert shapes(Tensor.empty(1008, 512, device="CPU").max(0)) == [([512], [1008])]    # too few rows
+  assert shapes(Tensor.empty(512, 2048, device="CPU").T.max(0)) == [([512], [2048])]  # a transposed view: its rows
   a = RNG.standard_normal((2048, 520)).astype(np.float32)
   t = Tensor(a, device="CPU")
   np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_array_equal(t.max(0).numpy(), a.max(0))
   np.testing.assert_array_equal(t.argmax(0).numpy(), a.argmax(0))
   np.testing.assert_allclose(t.var(0).numpy(), a.var(0, ddof=1), rtol=1e-4, atol=1e-5)
 
@@ -156,19 +159,22 @@ def test_a_broadcast_column_sum_is_not_chunked():
     assert all(buf.size <= 1024 * 1024 for it in items for buf in it.buf_uops), [it.buf_uops for it in items]
   np.testing.assert_allclose(a.grad.numpy(), np.broadcast_to(b_np.sum(1), (1024, 1024)), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(b.grad.numpy(), np.broadcast_to(a_np.sum(0)[:, None], (1024, 1024)), rtol=1e-4, atol=1e-3)
-  # a real column sum of that size still is
-  assert len([k for k in _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0)) if k.reduce_axes]) == 2
+  # a real column sum of that size still is (in blocks of rows) and so is a column max (in chunks of 16 rows)
+  assert any(r.arg[1] == "ordered" for k in _kernels(Tensor.empty(4096, 4096, device="CPU").sum(0)) for r in k.ranges)
+  assert len([k for k in _kernels(Tensor.empty(4096, 4096, device="CPU").max(0)) if k.reduce_axes]) == 2
 
 @pytest.mark.parametrize("make", [lambda v, w: v @ w, lambda v, w: v.reshape(1, -1) @ w, lambda v, w: w.T.mul(v).sum(1)],
                          ids=["v@W", "(1,K)@W", "W.T*v summed"])
-def test_a_vector_times_a_matrix_reads_the_matrix_down_its_columns_in_chunks(make):
-  # the view reduces its last axis, but in W's memory that axis is the column: chunked like sum(0) (16 rows a
-  # chunk, then the partials), not walked down 1024 rows per register tile
+def test_a_vector_times_a_matrix_reads_the_matrix_down_its_columns_in_blocks(make):
+  # the view reduces its last axis, but in W's memory that axis is the column: summed in blocks of W's rows like
+  # sum(0) (split_reduce's `_row_blocks`), not walked down 1024 rows per register tile
   schedule._templates.clear()
   v_np, w_np = RNG.standard_normal(1024).astype(np.float32), RNG.standard_normal((1024, 2048)).astype(np.float32)
   out = make(Tensor(v_np).realize(), Tensor(w_np).realize())
-  reductions = [k for k in _kernels(out) if k.reduce_axes]
-  assert len(reductions) == 2 and [r.src[0].arg for r in reductions[0].reduce_axes] == [16]
+  ks = _kernels(out)
+  blocks = [k for k in ks if any(r.arg[1] == "ordered" for r in k.ranges)]
+  assert len(blocks) == 1 and [r.src[0].arg for r in blocks[0].loop_axes] == [split_reduce.ROW_BLOCKS, 2048]
+  assert [[r.src[0].arg for r in k.reduce_axes] for k in ks if k.reduce_axes] == [[split_reduce.ROW_BLOCKS]]
   np.testing.assert_allclose(out.numpy().reshape(-1), v_np @ w_np, rtol=1e-4, atol=1e-3)
 
 def test_strides_of_views():

@@ -122,9 +122,32 @@ class ReuseAllocator(Allocator):
 # lazily, returned at once when freed, and not counted as Python heap (tracemalloc), like any device's memory
 HOST_MMAP_MIN = 1 << 18
 
+# where the OS does not say its transparent huge page size (/sys/kernel/mm/transparent_hugepage/hpage_pmd_size)
+DEFAULT_HUGE_PAGE = 2 << 20
+
+def huge_page_bytes() -> int:
+  """The OS's transparent huge page size, read once; 0 where it has none (or a platform's mmap cannot ask for it)."""
+  global _huge_page
+  if _huge_page is None:
+    _huge_page = 0
+    if hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_PRIVATE"):
+      try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f: _huge_page = int(f.read())
+      except (OSError, ValueError): _huge_page = DEFAULT_HUGE_PAGE
+  return _huge_page
+_huge_page: int | None = None
+
 def host_block(nbytes: int) -> Any:
-  """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps)."""
+  """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps).
+  A mapping that holds a huge page is private (an anonymous shared mapping is shared memory, which the OS backs with
+  small pages) and asks for huge pages, as numpy's own large arrays do: one TLB entry per 2 MB instead of 512, and the
+  first touch of 64 MB faults 32 times instead of 16384 (Zen 4 VM: 36 -> 9 ms)."""
   if nbytes < HOST_MMAP_MIN: return _np.zeros(nbytes, dtype=_np.uint8)   # every small output of a CPU op: no imports
+  if (huge := huge_page_bytes()) and nbytes >= huge:
+    block = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try: block.madvise(mmap.MADV_HUGEPAGE)
+    except OSError: pass   # a kernel without transparent huge pages: small pages, as before
+    return _np.frombuffer(block, dtype=_np.uint8)
   return _np.frombuffer(mmap.mmap(-1, nbytes), dtype=_np.uint8)
 
 def host_view(address: int, nbytes: int) -> Any:

@@ -20,8 +20,13 @@ class _Linearizer:
     self.sink, self.scan_lanes = sink, scan_lanes
     self.order = list(sink.toposort())
     self.rdeps: dict[UOp, frozenset[UOp]] = {}
+    # a read of a buffer that the kernel adds into inside an ordered loop (a scatter-add's table) is part of each of
+    # that loop's steps, even where its address does not change with them (a block of rows added into one row)
+    ordered = frozenset(u for u in self.order if u.op is Ops.RANGE and u.arg[1] == "ordered")
+    written = {_address_buffer(u.src[0]) for u in self.order if u.op is Ops.STORE} if ordered else set()
     for u in self.order:
       deps = frozenset().union(*(self.rdeps[s] for s in u.src)) if u.src else frozenset()
+      if ordered and u.op is Ops.LOAD and _address_buffer(u.src[0]) in written: deps = deps | ordered
       if u.op is Ops.RANGE: deps = deps | {u}
       elif u.op is Ops.REDUCE: deps = deps - set(u.src[1:])
       self.rdeps[u] = deps
@@ -243,6 +248,11 @@ class _Linearizer:
     for s in self.sink.src: self.need(s)
     for r in reversed(loops): self.close_loop(r)
     return self.out
+
+def _address_buffer(addr: UOp) -> UOp | None:
+  """The DEFINE_GLOBAL an address (INDEX, or a cast of one) points into; None for other memory."""
+  while addr.op is not Ops.DEFINE_GLOBAL and addr.src: addr = addr.src[0]
+  return addr if addr.op is Ops.DEFINE_GLOBAL else None
 
 def _scalar_bool(c: UOp) -> UOp | None:
   """c as one bool: c itself, or the element a vector of c repeats."""

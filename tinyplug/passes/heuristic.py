@@ -1067,8 +1067,9 @@ SCATTER_ROW_VECTORS = 4
 
 def _scatter_opts(k: Kernel) -> list[Opt] | None:
   """A kernel with an ordered loop (SCATTER_ADD's, over its indices; no action may touch that loop): its row axis
-  (the only output axis, outermost: threads share it out by columns) upcast by up to SCATTER_ROW_VECTORS vector
-  registers of the stored dtype, the widest that divides it. None for other kernels."""
+  (the last output axis: the only one, outermost, which threads share out by columns; or, over a block index, the one
+  inside the ordered loop, the blocks outside it) upcast by up to SCATTER_ROW_VECTORS vector registers of the stored
+  dtype, the widest that divides it. None for other kernels."""
   if not k.loop_axes or not any(r.arg[1] == "ordered" for r in k.sink.toposort() if r.op is Ops.RANGE): return None
   store = next(u for u in k.sink.toposort() if u.op is Ops.STORE)
   lanes = max((k.renderer.vector_bytes or 16) // max(store.src[1].dtype.itemsize, 1), 1)

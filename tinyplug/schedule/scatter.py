@@ -5,7 +5,12 @@ zeroed, then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]` (i
 The loop over the indices is an "ordered" range: no optimisation action splits, upcasts, unrolls or shares it out
 (two indices may name the same row, and each row's additions must happen in index order, as the one-hot sum they
 replace did them). The row loop is the output
-("loop") axis and outermost: the heuristic vectorises it and threads may share it out, each owning whole columns."""
+("loop") axis and outermost: the heuristic vectorises it and threads may share it out, each owning whole columns.
+
+An index that is `block_index(rows, per_block)` (row i // per_block: each block of indices adds into a row of its
+own, split_reduce's partial sums down the columns) is run as `for b in rows: for i in per_block (in order): for j in
+w: out[b, j] += src[b * per_block + i, j]`: threads share the blocks out, and each block streams its source rows
+whole while its row of sums stays in cache."""
 from __future__ import annotations
 from typing import Any
 from tinyplug.uop.dtype import dtypes
@@ -26,11 +31,33 @@ def zero_ast(kb: Any, n: UOp, out: UOp) -> UOp:
   (r,), _ = kb.output_ranges((out.arg,))
   return UOp(Ops.SINK, dtypes.void, (_store(g0, out, r, UOp.const(n.dtype, 0)),))
 
+def block_index(blocks: int, per_block: int, device: str) -> UOp:
+  """The int32 index (blocks * per_block,) whose i-th value is i // per_block, as a tensor-level graph of padded
+  constants (a step up by one where each block after the first starts). Hash-consed: scatter_ast knows it by identity."""
+  n, one = blocks * per_block, UOp(Ops.CONST, dtypes.int32, (UOp(Ops.DEVICE, dtypes.void, arg=device),), 1)
+  total = UOp(Ops.EXPAND, dtypes.int32, (UOp(Ops.RESHAPE, dtypes.int32, (UOp(Ops.CONST, dtypes.int32, one.src, 0),),
+                                                (1,)),), (n,))
+  for k in range(1, blocks):
+    step = UOp(Ops.EXPAND, dtypes.int32, (UOp(Ops.RESHAPE, dtypes.int32, (one,), (1,)),), (n - k * per_block,))
+    total = UOp(Ops.ADD, dtypes.int32, (total, UOp(Ops.PAD, dtypes.int32, (step,), ((k * per_block, 0),))))
+  return total
+
+def _is_block_index(idx: UOp, rows: int, count: int) -> bool:
+  return len(idx.shape) == 1 and rows > 1 and count % rows == 0 and isinstance(idx.device, str) and \
+    idx is block_index(rows, count // rows, idx.device)
+
 def scatter_ast(kb: Any, n: UOp, out: UOp) -> UOp:
   src, idx = n.src
   count, width = src.shape
   rows = n.arg
   g0 = kb.global_for(out)
+  if _is_block_index(idx, rows, count):
+    per = count // rows
+    b, i = kb.new_range(rows, "loop"), kb.new_range(per, "ordered")
+    j = kb.new_range(width, "loop") if width > 1 else const_index(0)
+    index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, b * const_index(width) + j))
+    value = kb.value(src, (b * const_index(per) + i, j))
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, UOp(Ops.LOAD, n.dtype, (index,)) + value)),))
   j = kb.new_range(width, "loop") if width > 1 else const_index(0)
   i = kb.new_range(count, "ordered") if count > 1 else const_index(0)
   row = kb.value(idx, (i,) if len(idx.shape) == 1 else (i, j))
