@@ -382,6 +382,10 @@ def test_shares_per_thread_follow_the_last_run():
   assert prg.shares_per_thread(2) == rt.SHARES_PER_THREAD
   from tinyplug_cpu_llvm.threads import MAX_SHARES
   assert prg.shares_per_thread(MAX_SHARES) == 1 and prg.shares_per_thread(MAX_SHARES // 2) == 2
+  prg.thread_opt = 2                 # a THREAD axis of 2 parts (a matmul's): one share per thread, however long
+  assert prg.shares_per_thread(2) == 1
+  prg.thread_opt = 12
+  assert prg.shares_per_thread(2) == 6 and prg.shares_per_thread(3) == 4
 
 @pytest.mark.parametrize("N,threads", [(1001, 2), (1001, 3), (5, 2), (64, 5)])
 def test_many_shares_per_thread_give_the_same_result(N, threads):

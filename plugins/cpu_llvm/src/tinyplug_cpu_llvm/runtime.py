@@ -96,8 +96,9 @@ class CPUProgram:
 
   def shares_per_thread(self, threads: int) -> int:
     """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
-    SHARES_PER_THREAD (and MAX_SHARES in all)."""
-    return max(1, min(SHARES_PER_THREAD, int(self.last_s / SHARE_MIN_S), MAX_SHARES // threads))
+    SHARES_PER_THREAD (and MAX_SHARES in all). A THREAD axis has its parts and no more (a matmul's: one per thread)."""
+    most = SHARES_PER_THREAD if self.thread_opt is None else self.thread_opt // threads
+    return max(1, min(most, int(self.last_s / SHARE_MIN_S), MAX_SHARES // threads))
 
   def launcher(self, global_size=None, local_size=None) -> Callable[[list, tuple], None] | None:
     """(handles, vals) -> None for a kernel that always runs on one thread (a small one): the ctypes function called
