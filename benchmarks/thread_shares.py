@@ -2,8 +2,8 @@
 machine hardly moves it): every kernel the step runs is captured, then run again here as one share of one thread
 (`core 0 of 1`) and as each share of `--threads` (`core c of n`, one after the other), per-thread CPU time, best of
 --reps. A share's time against the whole kernel's / n is the split's imbalance and its cost; `runs on` is how many
-threads the runtime picks for it now (its PARALLEL_* rules). The step's own time on this thread, minus its kernels',
-is the Python it pays.
+threads the runtime picks for it now (its PARALLEL_* rules). With CPU_THREADS=1 the step's own time on this thread,
+minus its kernels', is the Python it pays; with more threads that remainder also holds the caller's waits.
 
   CPU_THREADS=2 python benchmarks/thread_shares.py --only matmul
   CPU_THREADS=2 python benchmarks/thread_shares.py --only "cross,embedding" --reps 30
@@ -80,6 +80,7 @@ def main() -> None:
       best2 = sum(max(sh) if k > 1 else w for k, w, sh in zip(choices, whole, shares))
       here = sum(sh[0] if k > 1 else w for k, w, sh in zip(choices, whole, shares))   # what ran on this thread
       print(f"\nkernels on {n} threads as the runtime picks (slowest share each, no wake cost): {best2*1e3:.3f} ms; "
-            f"Python and the rest on the calling thread: ~{(min(steps) - here)*1e3:.3f} ms\n")
+            f"the calling thread beyond its own shares (Python; with threads also its waits and shares it took over): "
+            f"~{(min(steps) - here)*1e3:.3f} ms\n")
 
 if __name__ == "__main__": main()

@@ -386,6 +386,12 @@ def test_shares_per_thread_follow_the_last_run():
   assert prg.shares_per_thread(2) == 1
   prg.thread_opt = 12
   assert prg.shares_per_thread(2) == 6 and prg.shares_per_thread(3) == 4
+  prg.thread_opt = None
+  short = _matvec_like(6, 100000)    # 6 rows: 3 shares of one row each per thread at most, no empty ones
+  src = dev.renderer.render("k", short)
+  few = dev.make_program(ProgramSpec("k", tuple(short), src), dev.compiler.compile_cached(src))
+  few.last_s = 1.0
+  assert few.shared_rows() == 6 and few.shares_per_thread(2) == 3 and few.shares_per_thread(4) == 1
 
 @pytest.mark.parametrize("N,threads", [(1001, 2), (1001, 3), (5, 2), (64, 5)])
 def test_many_shares_per_thread_give_the_same_result(N, threads):

@@ -8,7 +8,8 @@ import ctypes, functools, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
-from tinyplug.backend import host_block, host_view
+from tinyplug.backend import host_block, host_view, shareable_loop
+from tinyplug.uop.ops import Ops
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.elf import undefined_symbols
@@ -28,8 +29,9 @@ PARALLEL_MIN_WORK_AWAKE = 1 << 14
 PARALLEL_MIN_BYTES, BYTES_SHARE_MIN_WORK = 1 << 20, 256
 # a parallel kernel is cut into up to this many shares per thread, each taking about SHARE_MIN_S or more by its last
 # run: a thread done with its own shares takes the others' that are still open, so a worker that starts late or loses
-# its core to another process for a while leaves most of its part to the rest (a share costs ~0.5 us more: its call)
-SHARES_PER_THREAD, SHARE_MIN_S = 8, 50e-6
+# its core to another process for a while leaves most of its part to the rest (a share costs 0.5-1 us more, its call
+# and loop set-up: under 0.5% of a share this long)
+SHARES_PER_THREAD, SHARE_MIN_S = 8, 200e-6
 
 # ---------------- memory ----------------
 
@@ -84,6 +86,7 @@ class CPUProgram:
     self.byte_shares = min(nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
       if nbytes >= PARALLEL_MIN_BYTES else 1
     self.last_s = 0.0   # the last run's wall time
+    self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the UOps when first needed
 
   def threads(self) -> int:
     if not self.splittable: return 1
@@ -96,9 +99,20 @@ class CPUProgram:
 
   def shares_per_thread(self, threads: int) -> int:
     """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
-    SHARES_PER_THREAD (and MAX_SHARES in all). A THREAD axis has its parts and no more (a matmul's: one per thread)."""
-    most = SHARES_PER_THREAD if self.thread_opt is None else self.thread_opt // threads
-    return max(1, min(most, int(self.last_s / SHARE_MIN_S), MAX_SHARES // threads))
+    SHARES_PER_THREAD, no more than the shared loop has rows (and MAX_SHARES in all). A THREAD axis has its parts and no
+    more (a matmul's: one per thread)."""
+    per = min(SHARES_PER_THREAD if self.thread_opt is None else self.thread_opt // threads,
+              int(self.last_s / SHARE_MIN_S), MAX_SHARES // threads)
+    return max(1, min(per, self.shared_rows() // threads)) if per > 1 else 1
+
+  def shared_rows(self) -> int:
+    """Iterations of the loop the threads share (shares beyond them would be empty calls); a large number when its
+    end is not a constant."""
+    if self._rows is None:
+      loop = shareable_loop(self._spec.uops)
+      end = loop.src[0] if loop is not None else None
+      self._rows = int(end.arg) if end is not None and end.op is Ops.CONST else MAX_SHARES
+    return self._rows
 
   def launcher(self, global_size=None, local_size=None) -> Callable[[list, tuple], None] | None:
     """(handles, vals) -> None for a kernel that always runs on one thread (a small one): the ctypes function called
