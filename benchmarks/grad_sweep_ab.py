@@ -5,7 +5,7 @@ p10 and median over the rounds and the load average seen.
   python benchmarks/grad_sweep_ab.py /work/main . --only "embedding,x[idx]" --rounds 5            # per-thread CPU time
   python benchmarks/grad_sweep_ab.py /work/main . --only "x[idx]" --wall                          # wall time, all cores
 
-Each checkout's own `tinyplug` is imported (PYTHONPATH), with this interpreter's installed plugins."""
+Each checkout's own `tinyplug` and CPU plugin are imported (PYTHONPATH), with this interpreter's other plugins."""
 from __future__ import annotations
 import argparse, json, os, subprocess, sys
 import numpy as np
@@ -25,7 +25,9 @@ def main() -> None:
   loads = [os.getloadavg()[0]]
   for _ in range(args.rounds):
     for side, (root, worker) in sides.items():
-      env = dict(os.environ, PYTHONPATH=root, **({} if args.wall else {"CPU_THREADS": "1"}))
+      # the checkout's CPU plugin too: the installed one is whichever checkout was installed
+      path = os.pathsep.join([root, os.path.join(root, "plugins", "cpu_llvm", "src")])
+      env = dict(os.environ, PYTHONPATH=path, **({} if args.wall else {"CPU_THREADS": "1"}))
       cmd = [sys.executable, os.path.join(root, "benchmarks", "grad_sweep.py"), "--worker", worker, "--reps",
              str(args.reps), "--only", args.only] + ([] if args.wall else ["--one-thread"])
       out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]

@@ -303,3 +303,113 @@ def test_packed_matmul_with_its_pack_shared_out_matches_numpy():
   with Context(CPU_THREADS=5):   # 8 blocks of B's panels over 5 threads: uneven shares
     got = (Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy()
   np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+# ---------------- shares: each thread's block first, then what is left of the others' ----------------
+
+def _share_kernel():
+  """`k(ptr count, ptr who, share, n)`: count[share] += 1 and who[share] = the running thread's Linux id (gettid)."""
+  import ctypes, platform
+  from tinyplug.device import Device
+  from tinyplug_cpu_llvm.compiler import symbol_for
+  nr = {"x86_64": 186, "amd64": 186, "aarch64": 178, "arm64": 178}[platform.machine().lower()]
+  ir = f"""
+declare i64 @syscall(i64, ...)
+define void @sharek(ptr %count, ptr %who, i32 %share, i32 %n) {{
+  %i = sext i32 %share to i64
+  %p = getelementptr i64, ptr %count, i64 %i
+  atomicrmw add ptr %p, i64 1 seq_cst
+  %tid = call i64 (i64, ...) @syscall(i64 {nr})
+  %q = getelementptr i64, ptr %who, i64 %i
+  store i64 %tid, ptr %q
+  ret void
+}}
+"""
+  dev = Device["CPU"]
+  addr = dev.load(symbol_for(ir), dev.compiler.compile_cached(ir))
+  return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)(addr)
+
+@pytest.mark.parametrize("n,per", [(2, 1), (16, 8), (6, 2), (12, 3), (256, 128)])
+def test_native_pool_runs_every_share_exactly_once(n, per):
+  p = _native_or_skip()
+  fn = _share_kernel()
+  for _ in range(50):
+    count, who = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    p.run(fn, [count.ctypes.data, who.ctypes.data], n, per)
+    assert count.tolist() == [1] * n
+
+def test_native_pool_caller_takes_every_share_when_no_worker_comes():
+  """A worker that never gets to the job (here: there is none) leaves the whole job to the caller, which takes its own
+  block in order and then the others' from their ends, and returns without waiting for anyone."""
+  import ctypes, threading
+  p = _native_or_skip()
+  fn = _share_kernel()
+  p.run(fn, [np.zeros(2, np.int64).ctypes.data, np.zeros(2, np.int64).ctypes.data], 2)   # builds the trampoline
+  p.close()
+  assert p.workers == []
+  entry = p._entry(fn)
+  count, who = np.zeros(12, np.int64), np.zeros(12, np.int64)
+  argv = (ctypes.c_int64 * 2)(count.ctypes.data, who.ctypes.data)
+  p._run(p.addr, entry[2], entry[1], ctypes.addressof(argv), 12, 4)   # 3 blocks of 4, no worker
+  assert count.tolist() == [1] * 12 and set(who.tolist()) == {threading.get_native_id()}
+
+def test_native_pool_refuses_shares_that_do_not_make_blocks():
+  p = _native_or_skip()
+  fn = _share_kernel()
+  buf = np.zeros(8, np.int64)
+  for n, per in [(5, 2), (4, 0), (0, 1)]:
+    with pytest.raises(ValueError, match="blocks"): p.run(fn, [buf.ctypes.data, buf.ctypes.data], n, per)
+  from tinyplug_cpu_llvm.threads import MAX_SHARES
+  with pytest.raises(ValueError, match="at most"): p.run(fn, [buf.ctypes.data, buf.ctypes.data], 2 * MAX_SHARES, 2)
+
+def test_python_pool_runs_blocks_of_shares():
+  from tinyplug_cpu_llvm.threads import PyThreadPool
+  seen = []
+  PyThreadPool().run(lambda core, n: seen.append((core, n)), [], 6, 3)
+  assert sorted(seen) == [(c, 6) for c in range(6)]
+
+def test_shares_per_thread_follow_the_last_run():
+  """A kernel gets as many shares per thread as SHARE_MIN_S fit in its last run, 1 to SHARES_PER_THREAD."""
+  from tinyplug.device import Device, ProgramSpec
+  from tinyplug_cpu_llvm import runtime as rt
+  dev = Device["CPU"]
+  uops = _matvec_like(1000, 1000)
+  src = dev.renderer.render("k", uops)
+  prg = dev.make_program(ProgramSpec("k", tuple(uops), src), dev.compiler.compile_cached(src))
+  assert prg.last_s == 0.0 and prg.shares_per_thread(2) == 1        # never run: one share per thread
+  prg.last_s = 3.5 * rt.SHARE_MIN_S
+  assert prg.shares_per_thread(2) == 3
+  prg.last_s = 1.0
+  assert prg.shares_per_thread(2) == rt.SHARES_PER_THREAD
+  from tinyplug_cpu_llvm.threads import MAX_SHARES
+  assert prg.shares_per_thread(MAX_SHARES) == 1 and prg.shares_per_thread(MAX_SHARES // 2) == 2
+  prg.thread_opt = 2                 # a THREAD axis of 2 parts (a matmul's): one share per thread, however long
+  assert prg.shares_per_thread(2) == 1
+  prg.thread_opt = 12
+  assert prg.shares_per_thread(2) == 6 and prg.shares_per_thread(3) == 4
+  prg.thread_opt = None
+  short = _matvec_like(6, 100000)    # 6 rows: 3 shares of one row each per thread at most, no empty ones
+  src = dev.renderer.render("k", short)
+  few = dev.make_program(ProgramSpec("k", tuple(short), src), dev.compiler.compile_cached(src))
+  few.last_s = 1.0
+  assert few.shared_rows() == 6 and few.shares_per_thread(2) == 3 and few.shares_per_thread(4) == 1
+
+@pytest.mark.parametrize("N,threads", [(1001, 2), (1001, 3), (5, 2), (64, 5)])
+def test_many_shares_per_thread_give_the_same_result(N, threads):
+  """Several shares per thread (the last run was long) cut the loop finer; the result is the same to the bit and the
+  same as numpy's, also where shares outnumber the rows (empty shares)."""
+  from tinyplug.device import Device, ProgramSpec
+  from tinyplug.helpers import Context
+  dev = Device["CPU"]
+  M = 4096 if N > 10 else 40000
+  uops = _matvec_like(N, M)
+  src = dev.renderer.render("k", uops)
+  prg = dev.make_program(ProgramSpec("k", tuple(uops), src), dev.compiler.compile_cached(src))
+  a = np.random.default_rng(N).random(N * M, dtype=np.float32)
+  one, many = np.zeros(N, np.float32), np.zeros(N, np.float32)
+  with Context(CPU_THREADS=1): prg(one, a)
+  prg.last_s = 1.0
+  with Context(CPU_THREADS=threads):
+    assert prg.threads() == threads and prg.shares_per_thread(threads) > 1
+    prg(many, a)
+  np.testing.assert_array_equal(one, many)
+  np.testing.assert_allclose(many, np.sin(a.astype(np.float64)).reshape(N, M).sum(1), rtol=1e-4)

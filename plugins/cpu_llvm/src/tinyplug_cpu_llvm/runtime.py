@@ -8,13 +8,14 @@ import ctypes, functools, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
-from tinyplug.backend import host_block, host_view
+from tinyplug.backend import host_block, host_view, shareable_loop
+from tinyplug.uop.ops import Ops
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.elf import undefined_symbols
 from tinyplug_cpu_llvm.machine import data_caches, n_threads, vector_registers
 from tinyplug_cpu_llvm.renderer import LLVMRenderer
-from tinyplug_cpu_llvm.threads import pool
+from tinyplug_cpu_llvm.threads import MAX_SHARES, pool
 
 ALIGN = 64
 # kernels with fewer loop-body executions than this run on one thread: waking the pool costs more than it saves
@@ -26,6 +27,11 @@ PARALLEL_MIN_WORK_AWAKE = 1 << 14
 # bodies or more (a slice of a big tensor is not worth waking anyone for): a few wide bodies can move a lot (packing B
 # for a 2048 matmul: 16 x 2048 bodies of 128 floats, 32 MB, ran on 1-4 of 16 cores in 0.9-2.8 ms)
 PARALLEL_MIN_BYTES, BYTES_SHARE_MIN_WORK = 1 << 20, 256
+# a parallel kernel is cut into up to this many shares per thread, each taking about SHARE_MIN_S or more by its last
+# run: a thread done with its own shares takes the others' that are still open, so a worker that starts late or loses
+# its core to another process for a while leaves most of its part to the rest (a share costs 0.5-1 us more, its call
+# and loop set-up: under 0.5% of a share this long)
+SHARES_PER_THREAD, SHARE_MIN_S = 8, 200e-6
 
 # ---------------- memory ----------------
 
@@ -79,6 +85,8 @@ class CPUProgram:
     nbytes = int((spec.estimates or {}).get("mem", 0))   # shares by bytes: fixed per program, worked out once
     self.byte_shares = min(nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
       if nbytes >= PARALLEL_MIN_BYTES else 1
+    self.last_s = 0.0   # the last run's wall time
+    self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the UOps when first needed
 
   def threads(self) -> int:
     if not self.splittable: return 1
@@ -88,6 +96,23 @@ class CPUProgram:
     least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
     by_work = self.work // (least // 2) if self.work >= least else 1
     return max(1, min(n_threads(), max(by_work, self.byte_shares)))
+
+  def shares_per_thread(self, threads: int) -> int:
+    """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
+    SHARES_PER_THREAD, no more than the shared loop has rows (and MAX_SHARES in all). A THREAD axis has its parts and no
+    more (a matmul's: one per thread)."""
+    per = min(SHARES_PER_THREAD if self.thread_opt is None else self.thread_opt // threads,
+              int(self.last_s / SHARE_MIN_S), MAX_SHARES // threads)
+    return max(1, min(per, self.shared_rows() // threads)) if per > 1 else 1
+
+  def shared_rows(self) -> int:
+    """Iterations of the loop the threads share (shares beyond them would be empty calls); a large number when its
+    end is not a constant."""
+    if self._rows is None:
+      loop = shareable_loop(self._spec.uops)
+      end = loop.src[0] if loop is not None else None
+      self._rows = int(end.arg) if end is not None and end.op is Ops.CONST else MAX_SHARES
+    return self._rows
 
   def launcher(self, global_size=None, local_size=None) -> Callable[[list, tuple], None] | None:
     """(handles, vals) -> None for a kernel that always runs on one thread (a small one): the ctypes function called
@@ -112,8 +137,11 @@ class CPUProgram:
     n = self.threads()
     st = time.perf_counter()
     if n == 1: self.fn(*args, 0, 1)
-    else: self.device.pool.run(self.fn, args, n)
-    return time.perf_counter() - st
+    else:
+      per = self.shares_per_thread(n)
+      self.device.pool.run(self.fn, args, n * per, per)
+    self.last_s = took = time.perf_counter() - st
+    return took
 
 # ---------------- the device ----------------
 

@@ -1,16 +1,26 @@
-"""Worker threads for the CPU device: `pool().run(fn, args, n)` calls the kernel `fn(*args, core_id, n)` for every
-core_id in 0..n-1 at once and returns when all are done. The calling thread takes core 0.
+"""Worker threads for the CPU device: `pool().run(fn, args, n, per)` calls the kernel `fn(*args, share, n)` once for
+every share in 0..n-1, on the calling thread and the workers at once, and returns when all are done. Thread t's own
+shares are the block [t*per, (t+1)*per): per=1 is one share per thread.
 
 The native pool (Linux on x86-64 and aarch64) keeps its workers in JIT-compiled code that never touches the GIL:
 an idle worker spins on a job counter for CPU_SPIN_US (pausing at first, then yielding its core to anyone else
 who wants it) and then sleeps on a futex. A kernel that follows another within that time starts on every core
 within a microsecond or so; waking a sleeping thread through Python and the OS took 10-140 us here, more than a
-third of a 200 us kernel. Elsewhere, or if the native pool cannot be built, a plain Python pool does the job."""
+third of a 200 us kernel. Each thread, the calling one included, takes the shares of its own block in order, then
+those still open in the others' blocks: a worker that is late (waking, or waiting for a core that other processes
+hold) leaves its shares to whoever is free, and the caller waits only for shares already running, never for a thread
+that has not started (with shares fixed per thread, a busy machine made 2 threads slower than 1). On an idle machine
+every thread does its own block, the rows a fixed split gives it. Elsewhere, or if the native pool cannot be built, a
+plain Python pool does the job."""
 from __future__ import annotations
 import atexit, ctypes, os, platform, queue, sys, threading, time
 from typing import Any, Callable
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.plugin import CPU_SPIN_US
+
+def _blocks(n: int, per: int) -> int:
+  if per < 1 or n < 1 or n % per: raise ValueError(f"{n} shares do not make blocks of {per}")
+  return n // per
 
 class PyThreadPool:
   """Workers that block on queues (portable; each job pays the OS's thread wake-up)."""
@@ -30,34 +40,41 @@ class PyThreadPool:
 
   def _work(self, q: queue.SimpleQueue) -> None:
     while True:
-      fn, args, core, n = q.get()
-      try: fn(*args, core, n); self.done.put(None)
+      fn, args, first, per, n = q.get()
+      try:
+        for share in range(first, first + per): fn(*args, share, n)
+        self.done.put(None)
       except BaseException as e: self.done.put(e)
 
   def awake(self) -> bool: return False   # its workers sleep between jobs
 
-  def run(self, fn: Callable, args: list, n: int) -> None:
+  def run(self, fn: Callable, args: list, n: int, per: int = 1) -> None:
+    """n shares in blocks of `per`, one block per thread (no taking of another's shares here)."""
+    blocks = _blocks(n, per)
     with self.lock:   # one parallel kernel at a time
-      self._grow(n)
-      for core in range(1, n): self.workers[core - 1].put((fn, args, core, n))
+      self._grow(blocks)
+      for t in range(1, blocks): self.workers[t - 1].put((fn, args, t * per, per, n))
       err = None
-      try: fn(*args, 0, n)
+      try:
+        for share in range(per): fn(*args, share, n)
       except BaseException as e: err = e
-      for _ in range(1, n):
+      for _ in range(1, blocks):
         if (e := self.done.get()) is not None and err is None: err = e
       if err is not None: raise err
 
 # ---------------- the native pool ----------------
 
 # the shared state, one cache line per field that different threads write
-GEN, DONE, SLEEPERS, STOP, EXITED, JOB, SPIN = 0, 64, 128, 192, 256, 320, 384   # byte offsets
-STATE_BYTES = 448
+GEN, DONE, SLEEPERS, STOP, EXITED, JOB, SPIN, FLAGS = 0, 64, 128, 192, 256, 320, 384, 448   # byte offsets
+MAX_SHARES = 256   # a job's shares, each with an i64 flag from FLAGS on
+STATE_BYTES = FLAGS + 8 * MAX_SHARES
 _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 _PAUSE = {"x86_64": "pause", "amd64": "pause", "aarch64": "yield", "arm64": "yield"}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
 def _pool_ir(futex_nr: int, pause: str) -> str:
-  # job: tramp ptr @JOB, fn ptr @JOB+8, argv ptr @JOB+16, n i32 @JOB+24; SPIN: spin ns i64, pause-only ns i64
+  # job: tramp ptr @JOB, fn ptr @JOB+8, argv ptr @JOB+16, shares n i32 @JOB+24, shares per block i32 @JOB+28;
+  # SPIN: spin ns i64, pause-only ns i64; DONE: shares finished; FLAGS: i64 per share (generation*2, +1 once taken)
   return f"""
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
@@ -128,56 +145,145 @@ out:
   ret i32 %r
 }}
 
-define void @tp_worker(ptr %st, i32 %core, i32 %gen0) {{
+; run share %c if it is still open in job %gen: its flag goes from gen*2 (open) to gen*2+1 (taken) in one exchange, so
+; a thread still on an earlier job (whose flags were reset since) can never take it
+define internal void @try_share(ptr %st, i64 %open, i32 %c, i32 %n) {{
 entry:
-  %donep = getelementptr i8, ptr %st, i64 {DONE}
-  %stopp = getelementptr i8, ptr %st, i64 {STOP}
-  %exitp = getelementptr i8, ptr %st, i64 {EXITED}
+  %c64 = zext i32 %c to i64
+  %off = mul i64 %c64, 8
+  %off2 = add i64 %off, {FLAGS}
+  %flagp = getelementptr i8, ptr %st, i64 %off2
+  %f = load atomic i64, ptr %flagp monotonic, align 8
+  %is_open = icmp eq i64 %f, %open
+  br i1 %is_open, label %claim, label %out
+claim:
+  %taken = or i64 %open, 1
+  %pair = cmpxchg ptr %flagp, i64 %open, i64 %taken acq_rel monotonic
+  %won = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %won, label %run, label %out
+run:
+  ; the job cannot end (and its fields change) before this share is done
   %trp = getelementptr i8, ptr %st, i64 {JOB}
   %fnp = getelementptr i8, ptr %st, i64 {JOB + 8}
   %avp = getelementptr i8, ptr %st, i64 {JOB + 16}
+  %donep = getelementptr i8, ptr %st, i64 {DONE}
+  %tramp = load ptr, ptr %trp, align 8
+  %fn = load ptr, ptr %fnp, align 8
+  %argv = load ptr, ptr %avp, align 8
+  call void %tramp(ptr %fn, ptr %argv, i32 %c, i32 %n)
+  atomicrmw add ptr %donep, i32 1 release
+  br label %out
+out:
+  ret void
+}}
+
+; thread %t's part of job %gen: the shares of its own block in order (with no other thread about, exactly the rows a
+; fixed split gives it), then whatever is still open in the other blocks, each from its end (its owner works from the
+; front). n and per may be a later job's once this one is over: every flag has moved on then, and nothing is taken
+define internal void @run_shares(ptr %st, i32 %gen, i32 %t) {{
+entry:
   %np = getelementptr i8, ptr %st, i64 {JOB + 24}
+  %perp = getelementptr i8, ptr %st, i64 {JOB + 28}
+  %n = load atomic i32, ptr %np monotonic, align 4
+  %per = load atomic i32, ptr %perp monotonic, align 4
+  %gen64 = zext i32 %gen to i64
+  %open = shl i64 %gen64, 1
+  %blocks = udiv i32 %n, %per
+  %home = icmp ult i32 %t, %blocks
+  %first = mul i32 %t, %per
+  %home_end = select i1 %home, i32 %per, i32 0
+  br label %own
+own:
+  %i = phi i32 [0, %entry], [%i1, %own_body]
+  %more = icmp ult i32 %i, %home_end
+  br i1 %more, label %own_body, label %steal
+own_body:
+  %c = add i32 %first, %i
+  call void @try_share(ptr %st, i64 %open, i32 %c, i32 %n)
+  %i1 = add i32 %i, 1
+  br label %own
+steal:
+  %v = phi i32 [1, %own], [%v1, %steal_next]
+  %vmore = icmp ule i32 %v, %blocks
+  br i1 %vmore, label %victim, label %out
+victim:
+  %tv = add i32 %t, %v
+  %b = urem i32 %tv, %blocks
+  %bstart = mul i32 %b, %per
+  br label %tail
+tail:
+  %j = phi i32 [%per, %victim], [%j1, %tail_body]
+  %jmore = icmp ugt i32 %j, 0
+  br i1 %jmore, label %tail_body, label %steal_next
+tail_body:
+  %j1 = sub i32 %j, 1
+  %cj = add i32 %bstart, %j1
+  call void @try_share(ptr %st, i64 %open, i32 %cj, i32 %n)
+  br label %tail
+steal_next:
+  %v1 = add i32 %v, 1
+  br label %steal
+out:
+  ret void
+}}
+
+define void @tp_worker(ptr %st, i32 %core, i32 %gen0) {{
+entry:
+  %stopp = getelementptr i8, ptr %st, i64 {STOP}
+  %exitp = getelementptr i8, ptr %st, i64 {EXITED}
   br label %wait
 wait:
-  %last = phi i32 [%gen0, %entry], [%g, %ack]
+  %last = phi i32 [%gen0, %entry], [%g, %job]
   %g = call i32 @wait_change(ptr %st, ptr %st, i32 %last, i1 true)
   %stop = load atomic i32, ptr %stopp acquire, align 4
   %stopping = icmp ne i32 %stop, 0
   br i1 %stopping, label %exit, label %job
 job:
-  %n = load i32, ptr %np, align 4
-  %mine = icmp slt i32 %core, %n
-  br i1 %mine, label %run, label %ack
-run:
-  %tramp = load ptr, ptr %trp, align 8
-  %fn = load ptr, ptr %fnp, align 8
-  %argv = load ptr, ptr %avp, align 8
-  call void %tramp(ptr %fn, ptr %argv, i32 %core, i32 %n)
-  br label %ack
-ack:
-  atomicrmw add ptr %donep, i32 1 release
+  call void @run_shares(ptr %st, i32 %g, i32 %core)
   br label %wait
 exit:
   atomicrmw add ptr %exitp, i32 1 seq_cst
   ret void
 }}
 
-; post a job to every worker, run core 0 here, wait until all `workers` have acknowledged it
-define void @tp_run(ptr %st, ptr %tramp, ptr %fn, ptr %argv, i32 %n, i32 %workers) {{
+; post a job of n shares in blocks of `per` (block t is thread t's), take shares here too (as thread 0), and wait
+; until all n are done, not for every worker: one that never got to the job has nothing of it to finish
+define void @tp_run(ptr %st, ptr %tramp, ptr %fn, ptr %argv, i32 %n, i32 %per) {{
 entry:
   %donep = getelementptr i8, ptr %st, i64 {DONE}
   %trp = getelementptr i8, ptr %st, i64 {JOB}
   %fnp = getelementptr i8, ptr %st, i64 {JOB + 8}
   %avp = getelementptr i8, ptr %st, i64 {JOB + 16}
   %np = getelementptr i8, ptr %st, i64 {JOB + 24}
+  %perp = getelementptr i8, ptr %st, i64 {JOB + 28}
   store ptr %tramp, ptr %trp, align 8
   store ptr %fn, ptr %fnp, align 8
   store ptr %argv, ptr %avp, align 8
-  store i32 %n, ptr %np, align 4
-  store atomic i32 0, ptr %donep seq_cst, align 4
+  store atomic i32 %n, ptr %np monotonic, align 4
+  store atomic i32 %per, ptr %perp monotonic, align 4
+  store atomic i32 0, ptr %donep monotonic, align 4
+  %g0 = load atomic i32, ptr %st monotonic, align 4
+  %gen = add i32 %g0, 1
+  %gen64 = zext i32 %gen to i64
+  %open = shl i64 %gen64, 1
+  br label %reset
+reset:
+  %c = phi i32 [0, %entry], [%c1, %reset_body]
+  %more = icmp ult i32 %c, %n
+  br i1 %more, label %reset_body, label %go
+reset_body:
+  %c64 = zext i32 %c to i64
+  %off = mul i64 %c64, 8
+  %off2 = add i64 %off, {FLAGS}
+  %flagp = getelementptr i8, ptr %st, i64 %off2
+  store atomic i64 %open, ptr %flagp monotonic, align 8
+  %c1 = add i32 %c, 1
+  br label %reset
+go:
+  ; post's seq_cst add on the generation publishes the job and its flags
   call void @post(ptr %st)
-  call void %tramp(ptr %fn, ptr %argv, i32 0, i32 %n)
-  call void @wait_count(ptr %st, ptr %donep, i32 %workers)
+  call void @run_shares(ptr %st, i32 %gen, i32 0)
+  call void @wait_count(ptr %st, ptr %donep, i32 %n)
   ret void
 }}
 
@@ -299,13 +405,16 @@ class NativeThreadPool:
       hit = self._entries[id(fn)] = (fn, ctypes.cast(fn, ctypes.c_void_p).value, self.trampoline(types))
     return hit
 
-  def run(self, fn: Callable, args: list, n: int) -> None:
+  def run(self, fn: Callable, args: list, n: int, per: int = 1) -> None:
+    """n shares in blocks of `per`: one block per thread, and a thread done with its own takes what is left of others'."""
+    blocks = _blocks(n, per)
+    if n > MAX_SHARES: raise ValueError(f"a job has at most {MAX_SHARES} shares, not {n}")
     if (entry := self._entry(fn)) is None:    # not a ctypes function: run it on Python threads
-      return _python_pool().run(fn, args, n)
+      return _python_pool().run(fn, args, n, per)
     argv = (ctypes.c_int64 * max(1, len(args)))(*args)
     with self.lock:   # one parallel kernel at a time
-      self._grow(n)
-      self._run(self.addr, entry[2], entry[1], ctypes.addressof(argv), n, len(self.workers))
+      self._grow(blocks)
+      self._run(self.addr, entry[2], entry[1], ctypes.addressof(argv), n, per)
       self.last_done = time.perf_counter()
 
   def awake(self) -> bool:
