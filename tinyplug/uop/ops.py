@@ -125,9 +125,10 @@ class UOpMeta(type):
 def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one."""
   if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
-  obj = _new_object(UOp)  # what UOp.__init__ does, without its Python frame
-  _set_field(obj, "op", op); _set_field(obj, "dtype", dtype); _set_field(obj, "src", src)
-  _set_field(obj, "arg", arg); _set_field(obj, "_cache", None); _set_field(obj, "seq", _next_seq())
+  # what UOp.__init__ does, without its Python frame: filled as a _FreshUOp with plain stores, then made a UOp
+  obj = _FreshUOp()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, None, _next_seq()
+  obj.__class__ = UOp
   ref = _CacheRef(obj, _drop_key)
   ref.key = key
   UOpMeta.ucache[key] = ref
@@ -181,15 +182,23 @@ def _operand_ok(x: Any) -> bool:
   return isinstance(x, (UOp, int, float, bool)) or type(x).__module__ == "numpy"
 
 _MISSING = object()
-_new_object, _set_field = object.__new__, object.__setattr__
 
 def _drop_key(ref: _CacheRef, cache: dict = UOpMeta.ucache) -> None:
   # the cache dict is bound as a default so this still works while the interpreter shuts down
   if cache.get(ref.key) is ref: del cache[ref.key]
 
-class UOp(metaclass=UOpMeta):
-  """An IR node: `op` on `src` with a `dtype` and an `arg`. Never mutate one; build a new one."""
+class _UOpFields:
+  # a UOp's storage. UOp adds only behaviour (and the guard against mutation); _FreshUOp has the same layout without
+  # the guard, so a new node's fields are plain stores (object.__setattr__ past the guard cost ~0.1-0.2 us a field,
+  # ~1 us a node) before its class becomes UOp
   __slots__ = ("op", "dtype", "src", "arg", "_cache", "seq", "__weakref__")
+
+class _FreshUOp(_UOpFields):
+  __slots__ = ()
+
+class UOp(_UOpFields, metaclass=UOpMeta):
+  """An IR node: `op` on `src` with a `dtype` and an `arg`. Never mutate one; build a new one."""
+  __slots__ = ()
   op: Ops
   dtype: DType
   src: tuple[UOp, ...]
