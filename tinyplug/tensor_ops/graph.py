@@ -41,12 +41,13 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
   # `x + 1.0` in a loop asks for the same constant each time: the three nodes are built once (they hold no buffer)
   key = None
   if isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
-  if type(value) in (int, float, bool):   # 0.0 and -0.0, 1 and True are different constants
-    key = (type(value), value.hex() if type(value) is float else value, dtype, device, tuple(shape))
-    if (hit := _consts.get(key)) is not None: return hit
+  if (t := type(value)) is float or t is int or t is bool:   # 0.0 and -0.0, 1 and True are different constants
+    # the dtype by id (a DType hashes in Python): the entry holds it, so its id is not reused while the entry lives
+    key = (t, value.hex() if t is float else value, id(dtype), device, tuple(shape))
+    if (hit := _consts.get(key)) is not None: return hit[1]
   c = UOp(Ops.CONST, dtype, (device_uop(device),), dtypes.as_const(value, dtype))
   ret = expand(reshape(c, (1,) * len(shape)), shape)
-  if key is not None: _consts.put(key, ret)
+  if key is not None: _consts.put(key, (dtype, ret))
   return ret
 
 def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
