@@ -46,7 +46,11 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     key = (t, value.hex() if t is float else value, id(dtype), device, tuple(shape))
     if (hit := _consts.get(key)) is not None: return hit[1]
   c = UOp(Ops.CONST, dtype, (device_uop(device),), dtypes.as_const(value, dtype))
-  ret = expand(reshape(c, (1,) * len(shape)), shape)
+  if shape and all([type(s) is int for s in shape]):   # the nodes reshape() and expand() make, without their checks
+    ones = (1,) * len(shape)
+    ret = UOp(Ops.RESHAPE, c.dtype, (c,), ones).with_known_shape(ones)
+    if shape != ones: ret = UOp(Ops.EXPAND, c.dtype, (ret,), tuple(shape)).with_known_shape(tuple(shape))
+  else: ret = expand(reshape(c, (1,) * len(shape)), shape)
   if key is not None: _consts.put(key, (dtype, ret))
   return ret
 
@@ -146,6 +150,10 @@ def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
   out = UOp(op, dtypes.bool if op in _COMPARISONS else b.dtype, (a, b))
   # its device as shapes.device_of would work it out later (the first source's that has one), known now
   return out.with_known_shape_and_device(shape, b.device if (d := a.device) is None else d)
+
+def alu1(op: Ops, u: UOp) -> UOp:
+  """alu(op, u) for a unary op: its shape and device are its source's."""
+  return UOp(op, u.dtype, (u,)).with_known_shape_and_device(u.shape, u.device)
 
 def own_buffer(u: UOp) -> UOp:
   """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""
