@@ -279,8 +279,13 @@ def _masked(key: tuple) -> tuple | None:
   """`key` (cache.structure's) with the values of its float32 constants left out, as scalars.py masks it."""
   scalars = _scalars()
   c, f32 = scalars._CONST, scalars._F32
-  if not any([k[0] == c and k[1] == f32 for k in key]): return None
-  return tuple([(c, f32, None, k[3]) if k[0] == c and k[1] == f32 else k for k in key])
+  out, masked = [], False
+  for k in key:   # (one pass)
+    if k[0] == c and k[1] == f32:
+      out.append((c, f32, None, k[3]))
+      masked = True
+    else: out.append(k)
+  return tuple(out) if masked else None
 
 def _bits(value: float) -> int:
   """scalars.float32_bits without numpy for a value float32 can hold (the usual case)."""

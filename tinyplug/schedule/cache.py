@@ -17,6 +17,7 @@ _CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops
   Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.DETACH, Ops.REDUCE_AXIS, Ops.DEFINE_VAR, Ops.BIND, Ops.CUSTOM_GRAD,
   Ops.SCATTER_ADD}
 _CACHEABLE_VALUES = frozenset(op._value_ for op in _CACHEABLE)   # an Enum hashes through a Python call, an int not
+_ALU_VALUES = frozenset(op._value_ for op in GroupOp.ALU)
 MAX_TEMPLATES = 4096
 
 def _arg_key(arg: Any) -> Any:
@@ -101,6 +102,10 @@ def _shallow_key(x: UOp) -> tuple | None:
       same = bufs.index(b) if b in bufs else -1
       bufs.append(b)
       parts.append((id(b.dtype), b.arg, b.src[1], s.arg if s is not b else None, same))
+    elif s.op._value_ in _ALU_VALUES and ((c := s._cache) is None or not c.get("buffer_free")):
+      # an operand that computes something holds a buffer below (constants are CONST/RESHAPE/EXPAND chains): finding
+      # out would walk down to it under every op of a new graph, so only a known answer is taken
+      return None
     elif _buffer_free(s):
       bufs.append(None)
       parts.append(s)

@@ -122,12 +122,13 @@ class UOpMeta(type):
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
-def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
-  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one."""
+def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict | None = None) -> UOp:
+  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one (its
+  derived facts `cache`, when the caller knows them)."""
   if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
   # what UOp.__init__ does, without its Python frame: filled as a _FreshUOp with plain stores, then made a UOp
   obj = _FreshUOp()
-  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, None, _next_seq()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, cache, _next_seq()
   obj.__class__ = UOp
   ref = _CacheRef(obj, _drop_key)
   ref.key = key
@@ -303,11 +304,11 @@ class UOp(_UOpFields, metaclass=UOpMeta):
       if type(device) is str: _device_nodes[device] = weakref.ref(dev)
     else: dev = dev()
     src = (_make_unique(next(_unique_ids)), dev)
+    # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
     if type(size) is int:   # the generic constructor's work, for the one kind of node made here
       dtype = _canonical_dtype(dtype)
-      buf = _intern((_BUFFER_V, id(dtype), src, size), Ops.BUFFER, dtype, src, size)
-    else: buf = UOp(Ops.BUFFER, dtype, src, size)
-    # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
+      return _intern((_BUFFER_V, id(dtype), src, size), Ops.BUFFER, dtype, src, size, {"shape": (size,), "device": dev.arg})
+    buf = UOp(Ops.BUFFER, dtype, src, size)
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
   @staticmethod
@@ -320,9 +321,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     dtid, shape = id(dtype), (size,)
     def make() -> UOp:
       src = (_make_unique(next(_unique_ids)), dev)
-      buf = _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size)
-      object.__setattr__(buf, "_cache", {"shape": shape, "device": device})
-      return buf
+      return _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size, {"shape": shape, "device": device})
     return make
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
