@@ -137,11 +137,11 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   token = _settings_token()
   if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
-      template, plan, recipe = hit
+      template, plan, recipe, out = hit
       nodes = cache.nodes_of(recipe, uops[0])
       outs = _run(plan, lambda r: handle_of(nodes[r]))
       counters["graph_hits"] += 1
-      return template.becomes_over(nodes, outs), None
+      return ({uops[0]: outs[out]} if out is not None else template.becomes_over(nodes, outs)), None
     template, found = _sched().cached_template(uops, shallow)
   else: shallow, (template, found) = None, _sched().cached_template(uops)
   if template is None: return (None if found is None else _realize_params(found)), found
@@ -152,13 +152,21 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
     counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
   if (plan := entry[1]) is None: return None, found
   if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
-    _one_op_plans.put((shallow, token), (template, plan, recipe))
+    _one_op_plans.put((shallow, token), (template, plan, recipe, _sole_output(template, len(recipe))))
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
 
-# (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come from)
+# (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come
+# from, the output the op becomes as it is or None)
 _one_op_plans: BoundedCache = BoundedCache("engine.one_op_plans", 4096)
+
+def _sole_output(template: Any, op_pos: int) -> int | None:
+  """k when the one-op graph's op (at `op_pos`) is all that is realized and it becomes new output k as it is
+  (`t + 1` on a 1-D buffer): its becomes map then needs no replay."""
+  if len(template.becomes) != 1: return None
+  p, recipe = template.becomes[0]
+  return -recipe[0] - 1 if p == op_pos and len(recipe) == 1 and recipe[0] < 0 else None
 
 def _cache():
   global _cache_mod
