@@ -222,8 +222,9 @@ def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
     for r in list(_deferred_refs.values()):
       if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]):
         return True
-  alive = [n for find, spec in built.probes
-           if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None]
+  alive = []
+  for find, spec in built.probes:
+    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
   return bool(alive) and _held_anywhere(alive)
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:

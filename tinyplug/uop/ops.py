@@ -118,7 +118,9 @@ class UOpMeta(type):
   ucache: dict[tuple, weakref.ReferenceType] = {}
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
     if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
-    dtype = _canonical_dtype(dtype)
+    # _canonical_dtype's usual hit, inline (every node made or looked up comes here)
+    if (hit := _dtype_by_id.get(id(dtype))) is not None and hit[0] is dtype: dtype = hit[1]
+    else: dtype = _canonical_dtype(dtype)
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
