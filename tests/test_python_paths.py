@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 from tinyplug.tensor import Tensor
-from tinyplug.engine import plan as P
+from tinyplug.engine import plan as P, realize as engine
 from tinyplug.schedule import cache as C
 from tinyplug.tensor_ops import graph
 from tinyplug.uop.dtype import dtypes, from_np_dtype
@@ -39,11 +39,13 @@ def test_tiny_ops_replay_their_plan_and_other_dtypes_and_shapes_do_not_reuse_it(
   for dtype, shape, step in ((np.float32, (1,), 1.0), (np.int32, (1,), 3), (np.float32, (2,), 0.5),
                              (np.float32, (2, 3), 2.0), (np.float16, (1,), 0.25)):
     t = Tensor(np.zeros(shape, dtype)).realize()
-    hits = P.counters["graph_hits"]
+    hits = P.counters["graph_hits"] + P.counters["param_hits"]
     for _ in range(6): t = (t + step).realize()
     np.testing.assert_array_equal(t.numpy(), np.full(shape, 6 * step, dtype))
     assert t.dtype == from_np_dtype(np.dtype(dtype)) and t.shape == shape
-    assert P.counters["graph_hits"] - hits >= 4   # (the first realizes record the plan)
+    # the first realizes record the plan; a graph plan, or a parameter plan where earlier graphs of this structure had
+    # other constants (scalars.py then made the constant a kernel argument)
+    if engine.plans_apply(): assert P.counters["graph_hits"] + P.counters["param_hits"] - hits >= 4
   # another constant is another graph
   t = Tensor(np.zeros(1, np.float32)).realize()
   for k in (1.0, 2.0, 1.0, -0.0, 3.5):
@@ -87,7 +89,7 @@ def test_new_constants_each_call_run_from_a_parameter_plan_with_their_own_values
   hits = P.counters["param_hits"]
   for k in rng.random(8) + 1.0:
     np.testing.assert_allclose(((x * float(k)) + 1.0).exp().numpy(), np.exp(a * np.float32(k) + 1), rtol=1e-6)
-  assert P.counters["param_hits"] > hits
+  if engine.plans_apply(): assert P.counters["param_hits"] > hits
   # another shape or dtype is another plan: still right
   b = rng.random((4, 4), dtype=np.float32)
   np.testing.assert_allclose(((Tensor(b) * 1.7) + 1.0).exp().numpy(), np.exp(b * np.float32(1.7) + 1), rtol=1e-6)
