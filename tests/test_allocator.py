@@ -84,6 +84,31 @@ def test_a_few_small_blocks_are_kept_per_size_unless_lru_min_is_set():
     a.free(a.alloc(32), 32)
   assert a.raw.frees == 3
 
+def test_a_kept_small_block_comes_zeroed_unless_a_kernel_writes_all_of_it():
+  a = ReuseAllocator(HostLikeRaw())
+  h = a.alloc(64)
+  h[:] = 7
+  a.free(h, 64)
+  assert a.alloc(64) is h and not h.any()   # Tensor.empty of a tiny tensor reads zeros
+  h[:] = 7
+  a.free(h, 64)
+  assert a.alloc(64, written=True) is h and (h == 7).all()   # a plan's output: not cleared for nothing
+  big = a.alloc(1 << 20)
+  big[:8] = 3
+  a.free(big, 1 << 20)
+  assert a.alloc(1 << 20) is big and (big[:8] == 3).all()   # big blocks come back as they are either way
+
+def test_a_tiny_plan_output_over_a_dirty_block_holds_the_kernels_values():
+  # a plan's outputs reuse kept blocks without zeroing: the kernel's values are all that is read
+  x = Tensor(np.arange(13, dtype=np.float32)).realize()
+  for _ in range(3): dirty = [(x * 3.0 - 1.0).realize() for _ in range(4)]
+  del dirty
+  for k in range(5):
+    y = (x.max() + float(k)).realize()
+    np.testing.assert_array_equal(y.numpy(), np.float32(12 + k))
+    s = x.sum().realize()
+    assert s.numpy() == np.arange(13, dtype=np.float32).sum()
+
 def test_reused_small_outputs_hold_the_right_values():
   # (a shape of its own: other tests' schedules of these graphs stay as they are)
   t = Tensor(np.zeros(11, np.float32)).realize()

@@ -76,14 +76,16 @@ class ReuseAllocator(Allocator):
     self.raw = raw
     self._kept: dict[int, list] = {}
     self._kept_bytes = 0
-  def alloc(self, nbytes: int) -> Any:
-    nbytes = max(nbytes, 1)
-    if self.raw.reusable and (blocks := self._kept.get(nbytes)):
+  def alloc(self, nbytes: int, written: bool = False) -> Any:
+    """A block of `nbytes`. `written`: every byte is written before anything reads it (a realize plan's kernel
+    output), so a kept small block is handed out as it is."""
+    if nbytes < 1: nbytes = 1
+    if (blocks := self._kept.get(nbytes)) and self.raw.reusable:
       self._kept_bytes -= nbytes
       handle = blocks.pop()
       # a small block (kept by `reuse_small` only) comes zeroed, as fresh small blocks do (`Tensor.empty` of a tiny
       # tensor on a host device reads zeros)
-      if nbytes < self.raw.reuse_min: self.raw.clear(handle, nbytes)
+      if not written and nbytes < self.raw.reuse_min: self.raw.clear(handle, nbytes)
       return handle
     try: return self.raw.alloc(nbytes)
     except Exception:
@@ -91,21 +93,21 @@ class ReuseAllocator(Allocator):
       self.release_kept()   # out of memory, perhaps: give the kept blocks back and try once more
       return self.raw.alloc(nbytes)
   def free(self, handle: Any, nbytes: int) -> None:
-    nbytes = max(nbytes, 1)
-    lo = self.raw.reuse_min if (user_lo := LRU_MIN.value) < 0 else user_lo
+    if nbytes < 1: nbytes = 1
+    raw = self.raw
+    lo = raw.reuse_min if (user_lo := LRU_MIN.value) < 0 else user_lo
+    hi = raw.reuse_max if (user_hi := LRU_MAX.value) < 0 else user_hi
     if nbytes < lo:   # a small block (every tiny op's output): freed at once, or a few kept per size
-      if (k := self.raw.reuse_small) and user_lo < 0 and LRU and self.raw.reusable and \
-         len(blocks := self._kept.setdefault(nbytes, [])) < k and \
-         self._kept_bytes + nbytes <= (self.raw.reuse_max if LRU_MAX.value < 0 else LRU_MAX.value):
+      if (k := raw.reuse_small) and user_lo < 0 and LRU.value and raw.reusable and \
+         len(blocks := self._kept.setdefault(nbytes, [])) < k and self._kept_bytes + nbytes <= hi:
         blocks.append(handle)
         self._kept_bytes += nbytes
-      else: self.raw.free(handle, nbytes)
+      else: raw.free(handle, nbytes)
       return
-    hi = self.raw.reuse_max if LRU_MAX.value < 0 else LRU_MAX.value
-    if LRU and self.raw.reusable and self._kept_bytes + nbytes <= hi:
+    if LRU.value and raw.reusable and self._kept_bytes + nbytes <= hi:
       self._kept.setdefault(nbytes, []).append(handle)
       self._kept_bytes += nbytes
-    else: self.raw.free(handle, nbytes)
+    else: raw.free(handle, nbytes)
   def release_kept(self) -> None:
     """Free every kept block for real."""
     for nbytes, blocks in self._kept.items():

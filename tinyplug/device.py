@@ -135,7 +135,8 @@ def handle_of(u: UOp) -> Any:
 
 def output_maker(device: str, size: int, dtype: DType) -> Any:
   """A function making a new BUFFER uop with its Buffer and memory, returning (uop, handle): a realize plan's output,
-  made the same way every time (the checks and the device lookup done once here)."""
+  made the same way every time (the checks and the device lookup done once here). The memory is not zeroed: the
+  plan's kernel writes all of it."""
   make_uop = UOp.buffer_maker(device, size, dtype)
   if type(size) is not int: return lambda: (u := make_uop(), buffer_of(u).handle)
   nbytes, new, counters = size * dtype.itemsize, object.__new__, GlobalCounters
@@ -144,7 +145,7 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
     b = new(Buffer)
     b.device, b.size, b.dtype, b._handle, b.owned = device, size, dtype, None, True
     b._allocator = allocator = Device[device].allocator   # (a registry lookup: a reset device gets a new allocator)
-    b._handle = h = allocator.alloc(nbytes)
+    b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
     _BUFFERS[u] = b
     return u, h

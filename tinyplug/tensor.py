@@ -58,9 +58,9 @@ def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, U
   pending, _unlinked = _unlinked, []
   is_realized, link, held = graph.is_realized, users.link, []
   for r in pending:
-    if (t := r()) is None or (u := t._uop) is None or not u.src or is_realized(u): continue
-    if becomes is not None and u in becomes: held.append((t, u))
-    else: link(r, u)
+    if (t := r()) is None or (u := t._uop) is None or not u.src: continue
+    if becomes is not None and u in becomes: held.append((t, u))   # (a node being realized is no buffer view yet)
+    elif not is_realized(u): link(r, u)
   return held
 
 def live_tensors() -> list[Tensor]:

@@ -137,11 +137,11 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   token = _settings_token()
   if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
-      template, plan, recipe = hit
+      template, plan, recipe, out = hit
       nodes = cache.nodes_of(recipe, uops[0])
       outs = _run(plan, lambda r: handle_of(nodes[r]))
       counters["graph_hits"] += 1
-      return template.becomes_over(nodes, outs), None
+      return ({uops[0]: outs[out]} if out is not None else template.becomes_over(nodes, outs)), None
     template, found = _sched().cached_template(uops, shallow)
   else: shallow, (template, found) = None, _sched().cached_template(uops)
   if template is None: return (None if found is None else _realize_params(found)), found
@@ -152,13 +152,21 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
     counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
   if (plan := entry[1]) is None: return None, found
   if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
-    _one_op_plans.put((shallow, token), (template, plan, recipe))
+    _one_op_plans.put((shallow, token), (template, plan, recipe, _sole_output(template, len(recipe))))
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
 
-# (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come from)
+# (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come
+# from, the output the op becomes as it is or None)
 _one_op_plans: BoundedCache = BoundedCache("engine.one_op_plans", 4096)
+
+def _sole_output(template: Any, op_pos: int) -> int | None:
+  """k when the one-op graph's op (at `op_pos`) is all that is realized and it becomes new output k as it is
+  (`t + 1` on a 1-D buffer): its becomes map then needs no replay."""
+  if len(template.becomes) != 1: return None
+  p, recipe = template.becomes[0]
+  return -recipe[0] - 1 if p == op_pos and len(recipe) == 1 and recipe[0] < 0 else None
 
 def _cache():
   global _cache_mod
@@ -214,8 +222,9 @@ def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
     for r in list(_deferred_refs.values()):
       if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]):
         return True
-  alive = [n for find, spec in built.probes
-           if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None]
+  alive = []
+  for find, spec in built.probes:
+    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
   return bool(alive) and _held_anywhere(alive)
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
@@ -279,8 +288,13 @@ def _masked(key: tuple) -> tuple | None:
   """`key` (cache.structure's) with the values of its float32 constants left out, as scalars.py masks it."""
   scalars = _scalars()
   c, f32 = scalars._CONST, scalars._F32
-  if not any([k[0] == c and k[1] == f32 for k in key]): return None
-  return tuple([(c, f32, None, k[3]) if k[0] == c and k[1] == f32 else k for k in key])
+  out, masked = [], False
+  for k in key:   # (one pass)
+    if k[0] == c and k[1] == f32:
+      out.append((c, f32, None, k[3]))
+      masked = True
+    else: out.append(k)
+  return tuple(out) if masked else None
 
 def _bits(value: float) -> int:
   """scalars.float32_bits without numpy for a value float32 can hold (the usual case)."""

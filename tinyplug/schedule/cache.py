@@ -17,6 +17,7 @@ _CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops
   Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS, Ops.DETACH, Ops.REDUCE_AXIS, Ops.DEFINE_VAR, Ops.BIND, Ops.CUSTOM_GRAD,
   Ops.SCATTER_ADD}
 _CACHEABLE_VALUES = frozenset(op._value_ for op in _CACHEABLE)   # an Enum hashes through a Python call, an int not
+_ALU_VALUES = frozenset(op._value_ for op in GroupOp.ALU)
 MAX_TEMPLATES = 4096
 
 def _arg_key(arg: Any) -> Any:
@@ -101,6 +102,10 @@ def _shallow_key(x: UOp) -> tuple | None:
       same = bufs.index(b) if b in bufs else -1
       bufs.append(b)
       parts.append((id(b.dtype), b.arg, b.src[1], s.arg if s is not b else None, same))
+    elif s.op._value_ in _ALU_VALUES and ((c := s._cache) is None or not c.get("buffer_free")):
+      # an operand that computes something holds a buffer below (constants are CONST/RESHAPE/EXPAND chains): finding
+      # out would walk down to it under every op of a new graph, so only a known answer is taken
+      return None
     elif _buffer_free(s):
       bufs.append(None)
       parts.append(s)
@@ -155,28 +160,31 @@ def _nodes_from(recipe: tuple, x: UOp, sink: UOp | None) -> list[UOp]:
 
 def _walk(sink: UOp) -> tuple[tuple, list[UOp]] | None:
   # one walk for the toposort (the order of UOp.toposort: sources first, left to right) and the key; called per
-  # realize, so _arg_key is inlined and an op templates do not cover stops the walk where it is met
+  # realize, so _arg_key is inlined, each node is pushed once with an iterator over its sources (no second visit) and
+  # an op templates do not cover stops the walk where it is met
   pos: dict[UOp, int] = {}
   nodes: list[UOp] = []
   key: list[tuple] = []
   unique, cacheable = Ops.UNIQUE._value_, _CACHEABLE_VALUES
-  stack: list[tuple[UOp, bool]] = [(sink, False)]
+  if sink.op._value_ not in cacheable: return None
+  at = pos.__getitem__
+  stack = [(sink, iter(sink.src))]
   while stack:
-    n, expanded = stack.pop()
-    if n in pos: continue
-    if not expanded:
-      if n.op._value_ not in cacheable: return None
-      stack.append((n, True))
-      for s in reversed(n.src):
-        if s not in pos: stack.append((s, False))
-      continue
-    op, arg = n.op._value_, n.arg
-    if op == unique: arg = None
-    elif (t := type(arg)) is float: arg = ("f", arg.hex())
-    elif t is bool: arg = ("b", arg)
-    pos[n] = len(nodes)
-    nodes.append(n)
-    key.append((op, id(n.dtype), arg, tuple([pos[s] for s in n.src]) if n.src else ()))
+    n, srcs = stack[-1]
+    for s in srcs:
+      if s not in pos:   # (a graph has no cycles: a node on the stack is not met again below itself)
+        if s.op._value_ not in cacheable: return None
+        stack.append((s, iter(s.src)))
+        break
+    else:
+      stack.pop()
+      op, arg, src = n.op._value_, n.arg, n.src
+      if op == unique: arg = None
+      elif (t := type(arg)) is float: arg = ("f", arg.hex())
+      elif t is bool: arg = ("b", arg)
+      pos[n] = len(nodes)
+      nodes.append(n)
+      key.append((op, id(n.dtype), arg, (at(src[0]),) if len(src) == 1 else tuple(map(at, src))))
   return tuple(key), nodes
 
 # A reference to a buffer or node: r >= 0 is the node at position r of the graph, r < 0 the new buffer number -r-1.

@@ -101,7 +101,7 @@ class ElementwiseMixin:
   def _const_like(self, value: Any, dtype: DType | None = None):
     """`value` broadcast to our shape, as a foldable constant (unlike full_like, which makes a buffer of its own)."""
     return self.from_uop(graph.const(value, dtype or self.dtype, self.device, self.shape), requires_grad=False)
-  def _unop(self, op: Ops): return self._apply_uop(lambda u: graph.alu(op, u))
+  def _unop(self, op: Ops): return self._apply_uop(lambda u: graph.alu1(op, u))
   def _floats(self): return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
 
   # ---- arithmetic ----

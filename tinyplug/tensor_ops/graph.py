@@ -41,12 +41,17 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
   # `x + 1.0` in a loop asks for the same constant each time: the three nodes are built once (they hold no buffer)
   key = None
   if isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
-  if type(value) in (int, float, bool):   # 0.0 and -0.0, 1 and True are different constants
-    key = (type(value), value.hex() if type(value) is float else value, dtype, device, tuple(shape))
-    if (hit := _consts.get(key)) is not None: return hit
+  if (t := type(value)) is float or t is int or t is bool:   # 0.0 and -0.0, 1 and True are different constants
+    # the dtype by id (a DType hashes in Python): the entry holds it, so its id is not reused while the entry lives
+    key = (t, value.hex() if t is float else value, id(dtype), device, tuple(shape))
+    if (hit := _consts.get(key)) is not None: return hit[1]
   c = UOp(Ops.CONST, dtype, (device_uop(device),), dtypes.as_const(value, dtype))
-  ret = expand(reshape(c, (1,) * len(shape)), shape)
-  if key is not None: _consts.put(key, ret)
+  if shape and all([type(s) is int for s in shape]):   # the nodes reshape() and expand() make, without their checks
+    ones = (1,) * len(shape)
+    ret = UOp(Ops.RESHAPE, c.dtype, (c,), ones).with_known_shape(ones)
+    if shape != ones: ret = UOp(Ops.EXPAND, c.dtype, (ret,), tuple(shape)).with_known_shape(tuple(shape))
+  else: ret = expand(reshape(c, (1,) * len(shape)), shape)
+  if key is not None: _consts.put(key, (dtype, ret))
   return ret
 
 def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
@@ -145,6 +150,10 @@ def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
   out = UOp(op, dtypes.bool if op in _COMPARISONS else b.dtype, (a, b))
   # its device as shapes.device_of would work it out later (the first source's that has one), known now
   return out.with_known_shape_and_device(shape, b.device if (d := a.device) is None else d)
+
+def alu1(op: Ops, u: UOp) -> UOp:
+  """alu(op, u) for a unary op: its shape and device are its source's."""
+  return UOp(op, u.dtype, (u,)).with_known_shape_and_device(u.shape, u.device)
 
 def own_buffer(u: UOp) -> UOp:
   """`u` written into a fresh buffer (an ASSIGN), so that equal values made separately stay separate tensors."""

@@ -13,6 +13,7 @@ import functools, itertools, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
+from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_finder, uop_maker
 
@@ -161,7 +162,20 @@ def _buffer_views(inputs: list[UOp]) -> bool:
 
 _BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE
 
-_building = threading.local()   # .depth > 0 while a template's method runs over its placeholders (in this thread)
+def _args_key(args: tuple, tt: type) -> tuple:
+  """The positional arguments as key parts, tensors as None."""
+  if not args: return ()
+  if len(args) == 1 and type(args[0]) is int: return args   # the usual axis
+  return tuple([None if isinstance(a, tt) else _frozen(a) for a in args])
+
+def _views_match(inputs: list[UOp], keys: tuple) -> bool:
+  """Whether each input looks like its placeholder (the same view over a buffer)."""
+  if len(inputs) == 1: return view_key(inputs[0]) == keys[0]
+  return all([view_key(u) == k for u, k in zip(inputs, keys)])
+
+class _Building(threading.local):
+  depth = 0   # > 0 while a template's method runs over its placeholders (in this thread)
+_building = _Building()
 
 def graph_template(fn: Callable) -> Callable:
   """Decorate a Tensor method; its tensor arguments (positional or keyword) become the template's inputs, every other
@@ -169,10 +183,13 @@ def graph_template(fn: Callable) -> Callable:
   @functools.wraps(fn)
   def wrapper(self, *args, **kwargs):
     # inside another template's build the graph is the builder's: a template of its own would be built for nothing
-    if getattr(_building, "depth", 0): return fn(self, *args, **kwargs)
+    if _building.depth: return fn(self, *args, **kwargs)
     tt = type(self)
     names = sorted(k for k, v in kwargs.items() if isinstance(v, tt)) if kwargs else ()
-    tensors = [self, *[a for a in args if isinstance(a, tt)], *[kwargs[k] for k in names]] if args or names else [self]
+    tensors = [self]
+    for a in args:   # (a loop, not a comprehension: most calls pass an axis or two)
+      if isinstance(a, tt): tensors.append(a)
+    if names: tensors += [kwargs[k] for k in names]
     sig, inputs = [], []
     for t in tensors:   # (shape, dtype, device, gradient flag) of each tensor input, read off its node once
       if (u := t._uop) is None: u = t._build()
@@ -186,9 +203,9 @@ def graph_template(fn: Callable) -> Callable:
       sig.append((part, t.requires_grad))
       inputs.append(u)
     try:
-      key = (fn, tuple(sig), tuple([None if isinstance(a, tt) else _frozen(a) for a in args]) if args else (),
+      key = (fn, tuple(sig), _args_key(args, tt),
              tuple([(k, None if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
-             tt.no_grad, tt.training)
+             tt.no_grad, bool(TRAINING.value))   # (TRAINING is what Tensor.training reads)
     except TypeError: return fn(self, *args, **kwargs)
     if (hit := _templates.get(key)) is None:
       # built on the second call with a signature: a graph made once (a first training step's many shapes) would pay
@@ -203,7 +220,7 @@ def graph_template(fn: Callable) -> Callable:
                  for t in tensors]
       pos = iter(holders[1:1 + len(tensors) - 1 - len(names)])
       by_name = dict(zip(names, holders[len(holders) - len(names):]))
-      _building.depth = getattr(_building, "depth", 0) + 1
+      _building.depth += 1
       try:
         out = fn(holders[0], *[next(pos) if isinstance(a, tt) else a for a in args],
                  **{k: by_name.get(k, v) for k, v in kwargs.items()})
@@ -211,8 +228,8 @@ def graph_template(fn: Callable) -> Callable:
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
     # over plain buffers shaped like the placeholders, the graph is built only when used: realize() may run the
     # kernels from a plan without it (engine/plan.py)
-    if (views := _buffer_views(inputs)) and None not in hit.view_keys and \
-       all([view_key(u) == k for u, k in zip(inputs, hit.view_keys)]) and _may_defer():
+    if (views := _buffer_views(inputs)) and None not in hit.view_keys and _views_match(inputs, hit.view_keys) and \
+       _may_defer():
       return tt._deferred(hit, inputs, hit.requires_grad)
     return tt.from_uop(_rebuild(hit, inputs, views), hit.requires_grad)
   return wrapper

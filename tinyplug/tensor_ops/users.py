@@ -66,8 +66,11 @@ def is_held(node: UOp) -> bool:
 
 def holders(nodes: Iterable[UOp]) -> list[tuple[Any, UOp]]:
   """(tensor, the node it holds) for each linked live tensor whose graph contains one of `nodes`."""
+  stack = []
+  for n in nodes:
+    if (e := _linked.get(id(n))) is not None: stack.append(e)
+  if not stack: return []   # (the usual realize: no graph is over the realized nodes)
   found, seen = [], set()
-  stack = [e for n in nodes if (e := _linked.get(id(n))) is not None]
   while stack:
     entry = stack.pop()
     if (node := entry()) is None or entry.key in seen: continue

@@ -118,9 +118,9 @@ class dtypes(metaclass=_DTypesType):
   weakint: Final = DType(0, 4, "weakint", None)
 
   @staticmethod
-  def is_float(x: DType) -> bool: return x.scalar() in _FLOATS
+  def is_float(x: DType) -> bool: return id(s := x.scalar()) in _FLOAT_IDS or s in _FLOATS
   @staticmethod
-  def is_int(x: DType) -> bool: return x.scalar() in _INTS
+  def is_int(x: DType) -> bool: return id(s := x.scalar()) in _INT_IDS or s in _INTS
   @staticmethod
   def is_unsigned(x: DType) -> bool: return x.scalar() in _UINTS
   @staticmethod
@@ -175,6 +175,9 @@ _FP8_MAX = {dtypes.fp8e4m3: 448.0, dtypes.fp8e4m3fnuz: 240.0, dtypes.fp8e5m2fnuz
 _FLOATS = frozenset(_FINFO)
 _UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 _INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.weakint}) | _UINTS
+# the module's own dtype objects by id (they live as long as the module): `in` a set of dtypes hashes the dtype in
+# Python; an equal dtype made elsewhere misses these and is looked up in the sets above
+_FLOAT_IDS, _INT_IDS = frozenset(map(id, _FLOATS)), frozenset(map(id, _INTS))
 _NAMED: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
 # groups, as tinygrad names them (tuples in a fixed order: code iterates them to parametrize over dtypes)
 dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)

@@ -1,0 +1,98 @@
+"""The Python fast paths of a small realize (issue 20): UOp interning, constants, the one-op graph plan's becomes map,
+shallow keys over computed operands, the structure walk, parameter plans. Values against numpy; a changed input
+dtype, shape or constant never reuses another graph's plan."""
+import dataclasses
+import numpy as np
+import pytest
+from tinyplug.tensor import Tensor
+from tinyplug.engine import plan as P, realize as engine
+from tinyplug.schedule import cache as C
+from tinyplug.tensor_ops import graph
+from tinyplug.uop.dtype import dtypes, from_np_dtype
+from tinyplug.uop.ops import Ops, UOp
+
+def test_an_interned_node_is_an_immutable_uop_made_once():
+  c = UOp(Ops.CONST, dtypes.float32, arg=2.5)
+  a, b = UOp(Ops.NEG, dtypes.float32, (c,)), UOp(Ops.NEG, dtypes.float32, (c,))
+  assert a is b and type(a) is UOp and isinstance(a, UOp) and a.src == (c,) and a.arg is None
+  with pytest.raises(AttributeError): a.arg = 1
+  with pytest.raises(AttributeError): a.op = Ops.EXP2
+  buf = UOp.new_buffer("CPU", 7, dtypes.int32)
+  assert type(buf) is UOp and buf.shape == (7,) and buf.device == "CPU" and buf.src[0].op is Ops.UNIQUE
+  assert UOp(Ops.BUFFER, dtypes.int32, buf.src, 7) is buf   # hash-consed like any node
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (2, 1, 4), (0, 2)], ids=str)
+def test_a_constant_is_the_chain_reshape_and_expand_make(shape):
+  got = graph.const(1.2345678, dtypes.float32, "CPU", shape)
+  c = UOp(Ops.CONST, dtypes.float32, (graph.device_uop("CPU"),), 1.2345678)
+  assert got is graph.expand(graph.reshape(c, (1,) * len(shape)), shape) and got.shape == shape
+  assert graph.const(-0.0, dtypes.float32, "CPU", shape) is not graph.const(0.0, dtypes.float32, "CPU", shape)
+  assert graph.const(1, dtypes.int32, "CPU", shape) is not graph.const(1, dtypes.float32, "CPU", shape)
+
+def test_dtype_kinds_of_equal_dtypes_made_elsewhere():
+  f, i = dataclasses.replace(dtypes.float32), dataclasses.replace(dtypes.int64)
+  assert f is not dtypes.float32 and f == dtypes.float32
+  assert dtypes.is_float(f) and not dtypes.is_int(f) and dtypes.is_int(i) and not dtypes.is_float(i)
+  assert dtypes.is_float(dtypes.half.vec(4)) and dtypes.is_int(dtypes.uint8) and not dtypes.is_float(dtypes.bool)
+
+def test_tiny_ops_replay_their_plan_and_other_dtypes_and_shapes_do_not_reuse_it():
+  for dtype, shape, step in ((np.float32, (1,), 1.0), (np.int32, (1,), 3), (np.float32, (2,), 0.5),
+                             (np.float32, (2, 3), 2.0), (np.float16, (1,), 0.25)):
+    t = Tensor(np.zeros(shape, dtype)).realize()
+    hits = P.counters["graph_hits"] + P.counters["param_hits"]
+    for _ in range(6): t = (t + step).realize()
+    np.testing.assert_array_equal(t.numpy(), np.full(shape, 6 * step, dtype))
+    assert t.dtype == from_np_dtype(np.dtype(dtype)) and t.shape == shape
+    # the first realizes record the plan; a graph plan, or a parameter plan where earlier graphs of this structure had
+    # other constants (scalars.py then made the constant a kernel argument)
+    if engine.plans_apply(): assert P.counters["graph_hits"] + P.counters["param_hits"] - hits >= 4
+  # another constant is another graph
+  t = Tensor(np.zeros(1, np.float32)).realize()
+  for k in (1.0, 2.0, 1.0, -0.0, 3.5):
+    t = (t + k).realize()
+  np.testing.assert_array_equal(t.numpy(), np.array([7.5], np.float32))
+
+def test_a_tiny_op_held_by_another_graph_points_every_holder_at_the_buffer():
+  t = Tensor(np.ones(1, np.float32)).realize()
+  for _ in range(3): (t + 1.0).realize()   # the plan exists
+  x = t + 1.0
+  y = x * 3.0   # a graph over x's node
+  x.realize()
+  assert graph.is_realized(x.uop)
+  np.testing.assert_array_equal(y.numpy(), np.array([6.0], np.float32))
+  np.testing.assert_array_equal(x.numpy(), np.array([2.0], np.float32))
+
+def test_one_op_over_a_computed_operand_takes_the_walk_and_is_right():
+  a = np.arange(4, dtype=np.float32)
+  c = Tensor.full((4,), 3.0) * 2.0   # a computed operand without a buffer
+  assert C.shallow_key((Tensor(a).realize() + c).uop) is None
+  for i in range(4):
+    x = Tensor(a + i).realize()
+    np.testing.assert_array_equal((x + c).realize().numpy(), a + i + 6.0)
+  x = Tensor(a).realize()
+  assert C.shallow_key((x + 1.0).uop) is not None   # constants and buffers: the shallow key
+
+def test_the_structure_walk_is_toposort_order_and_stops_at_uncovered_ops():
+  x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).realize()
+  y = ((x * 2.0 + x) - 1.0).exp().sum(1)
+  sink = UOp(Ops.SINK, dtypes.void, (y.uop,))
+  key, nodes = C._walk(sink)
+  assert nodes == list(sink.toposort()) and len(key) == len(nodes)
+  pos = {n: i for i, n in enumerate(nodes)}
+  assert all(k[3] == tuple(pos[s] for s in n.src) for k, n in zip(key, nodes))
+  assert C._walk(UOp(Ops.SINK, dtypes.void, (UOp(Ops.KERNEL, dtypes.void, (), None),))) is None
+
+def test_new_constants_each_call_run_from_a_parameter_plan_with_their_own_values():
+  rng = np.random.default_rng(3)
+  a = rng.random(64, dtype=np.float32)
+  x = Tensor(a).realize()
+  hits = P.counters["param_hits"]
+  for k in rng.random(8) + 1.0:
+    np.testing.assert_allclose(((x * float(k)) + 1.0).exp().numpy(), np.exp(a * np.float32(k) + 1), rtol=1e-6)
+  if engine.plans_apply(): assert P.counters["param_hits"] > hits
+  # another shape or dtype is another plan: still right
+  b = rng.random((4, 4), dtype=np.float32)
+  np.testing.assert_allclose(((Tensor(b) * 1.7) + 1.0).exp().numpy(), np.exp(b * np.float32(1.7) + 1), rtol=1e-6)
+  h = a.astype(np.float16)
+  np.testing.assert_allclose(((Tensor(h) * 1.7) + 1.0).exp().numpy(), np.exp(h * np.float16(1.7) + np.float16(1)),
+                             rtol=2e-3)
