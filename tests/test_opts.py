@@ -116,11 +116,14 @@ def test_thread_axis_is_split_by_the_runtime(threads, monkeypatch):
   monkeypatch.setattr(runtime, "n_threads", lambda: 4)
   assert prg.threads() == (min(threads, 4) if threads > 1 else 1)   # small kernel: one thread without THREAD
   calls = []
-  monkeypatch.setattr(dev.pool, "run", lambda fn, args, n: (calls.append(n), [fn(*args, c, n) for c in range(n)]))
+  def run(fn, args, n, per=1):
+    calls.append((n, per))
+    for c in range(n): fn(*args, c, n)
+  monkeypatch.setattr(dev.pool, "run", run)
   bufs = [b.ensure_allocated() for b in items[-1].bufs]
   prg(*[b.handle for b in bufs], wait=True)
   np.testing.assert_allclose(bufs[0].numpy().reshape(24, 10), want, rtol=1e-5, atol=1e-5)
-  assert calls == ([min(threads, 4)] if threads > 1 else [])
+  assert calls == ([(min(threads, 4), 1)] if threads > 1 else [])   # a THREAD axis: one share per thread
 
 def test_thread_axis_is_the_outermost_loop():
   t, _ = matmul("CPU", 24, 9, 10)
