@@ -14,7 +14,7 @@ A backend is a `Compiled` device made of four parts, each a subclass of a class 
 This module imports only the IR (`tinyplug.uop`) and helpers: every layer may import it. docs/plugin_guide.md walks
 through a backend written against it; examples/plugin_example has a complete one."""
 from __future__ import annotations
-import math, mmap
+import functools, math, mmap
 import numpy as _np
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -127,17 +127,13 @@ HOST_MMAP_MIN = 1 << 18
 # where the OS does not say its transparent huge page size (/sys/kernel/mm/transparent_hugepage/hpage_pmd_size)
 DEFAULT_HUGE_PAGE = 2 << 20
 
+@functools.cache
 def huge_page_bytes() -> int:
   """The OS's transparent huge page size, read once; 0 where it has none (or a platform's mmap cannot ask for it)."""
-  global _huge_page
-  if _huge_page is None:
-    _huge_page = 0
-    if hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_PRIVATE"):
-      try:
-        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f: _huge_page = int(f.read())
-      except (OSError, ValueError): _huge_page = DEFAULT_HUGE_PAGE
-  return _huge_page
-_huge_page: int | None = None
+  if not hasattr(mmap, "MADV_HUGEPAGE") or not hasattr(mmap, "MAP_PRIVATE"): return 0
+  try:
+    with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f: return int(f.read())
+  except (OSError, ValueError): return DEFAULT_HUGE_PAGE
 
 def host_block(nbytes: int) -> Any:
   """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps).

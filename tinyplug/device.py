@@ -255,3 +255,10 @@ class _DeviceRegistry:
     self._opened.clear(); self._default = None
 
 Device = _DeviceRegistry()
+
+def renderer_of(device: Any) -> Any:
+  """The renderer of the device named `device`, or None where it is no single name or does not open here (a pass
+  tuning for a device has nothing to tune for then)."""
+  if not isinstance(device, str): return None
+  try: return Device[device].renderer
+  except Exception: return None

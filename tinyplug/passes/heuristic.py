@@ -388,13 +388,19 @@ def _channel_vector_tile(k: Kernel) -> list[Opt] | None:
     return reuse[a] > 0 and all(s in (0, 1) for s in strides) and 1 in strides and loops[a].src[0].arg % tile_w == 0
   axis = next((a for a in range(inner - 1, -1, -1) if vector_axis(a)), None)
   if axis is None: return None
-  # accumulators: positions x the vectors of a row of channels, beside one row of weight vectors and a broadcast
+  return _positions_by_channels(k, inner, row, axis, tile_w, lanes)
+
+def _positions_by_channels(k: Kernel, row_axis: int, row: int, chan_axis: int, tile_w: int,
+                           lanes: int) -> list[Opt] | None:
+  """The row upcast by the largest divisor from 4 to CHANNEL_TILE_POSITIONS positions whose accumulators (positions x
+  the vectors of a row of `tile_w` channels) the vector registers hold beside one row of weight vectors and a
+  broadcast, then the channels by `tile_w`; None where no such divisor or either upcast is refused."""
   vecs = max(tile_w // lanes, 1)
   room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
   if (positions := max((d for d in range(4, room + 1) if row % d == 0), default=None)) is None: return None
   k = k.copy()
-  if not (_try_tile(k, Opt(OptOps.UPCAST, inner, positions)) and _try_tile(k, Opt(OptOps.UPCAST, axis, tile_w))):
-    return None
+  if not _try_tile(k, Opt(OptOps.UPCAST, row_axis, positions)) or \
+     not _try_tile(k, Opt(OptOps.UPCAST, chan_axis, tile_w)): return None
   return k.applied_opts
 
 def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
@@ -418,13 +424,7 @@ def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   along_ch, along_row = _load_strides(k, loops[inner]), _load_strides(k, loops[inner - 1])
   if 1 not in along_ch or 1 not in along_row or any(a not in (0, 1) or b not in (0, 1) or (a and b)
                                                    for a, b in zip(along_ch, along_row)): return None
-  vecs = max(tile_w // lanes, 1)
-  room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
-  if (positions := max((d for d in range(4, room + 1) if row % d == 0), default=None)) is None: return None
-  k = k.copy()
-  if not (_try_tile(k, Opt(OptOps.UPCAST, inner - 1, positions)) and _try_tile(k, Opt(OptOps.UPCAST, inner, tile_w))):
-    return None
-  return k.applied_opts
+  return _positions_by_channels(k, inner - 1, row, inner, tile_w, lanes)
 
 # vector accumulators a phase-innermost tile keeps (of AVX-512's 32 registers: the rest hold the weight vector and the
 # broadcast inputs)

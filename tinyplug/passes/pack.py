@@ -42,12 +42,6 @@ PACK_MIN_L2_RATIO = 2
 PACK_T_MIN_ROWS = 64
 PACK_T_MIN_WORK = TILE_BUDGETS[0][0]
 
-def _renderer(device: Any) -> Any:
-  if not isinstance(device, str): return None
-  from tinyplug.device import Device
-  try: return Device[device].renderer
-  except Exception: return None   # a device that does not open here: nothing to tune for
-
 def _is_packed(y0: UOp) -> bool:
   return y0.op is Ops.RESHAPE and y0.src[0].op is Ops.PERMUTE and y0.src[0].src[0].op is Ops.CONTIGUOUS
 
@@ -116,7 +110,8 @@ def _pack(r: UOp) -> UOp | None:
   y = x.src[at]
   y0 = y.src[0]
   if _is_packed(y0): return None
-  renderer = _renderer(y0.device)
+  from tinyplug.device import renderer_of
+  renderer = renderer_of(y0.device)
   batch = math.prod(shape[:-3])
   if not should_pack(m, n, k, y0.dtype.itemsize, renderer) and \
      not (_along_last(y0) and should_pack_transposed(batch, m, n, k, renderer)): return None

@@ -50,13 +50,10 @@ def _row_wider_than_registers(dev, row_bytes: int) -> bool:
   """Whether a row of `row_bytes` is more than a CPU-style renderer's register tile down the columns holds (the
   heuristic's COLUMN_VECTORS vectors, at most half the vector registers, or a row of COLUMN_ROW_BYTES whatever the
   registers)."""
-  from tinyplug.device import Device
+  from tinyplug.device import renderer_of
   from tinyplug.passes.heuristic import COLUMN_ROW_BYTES, COLUMN_VECTORS
   if row_bytes <= COLUMN_ROW_BYTES: return False
-  if not isinstance(dev, str): return False
-  try: r = Device[dev].renderer
-  except Exception: return False
-  if r is None or not r.runs_loops or r.uses_work_groups or not r.vector_bytes: return False
+  if (r := renderer_of(dev)) is None or not r.runs_loops or r.uses_work_groups or not r.vector_bytes: return False
   return row_bytes > r.vector_bytes * max(1, min(COLUMN_VECTORS, (r.vector_registers or 16) // 2))
 
 def _column_chunks(r: UOp, shape: tuple, axes: tuple[int, ...]) -> UOp | None:
@@ -105,7 +102,8 @@ def _row_blocks(r: UOp, x: UOp, shape: tuple, a: int) -> UOp | None:
   # a source with a reduction in it (a layernorm's weight gradient) would be written out whole first
   if needs_own_kernel(x): return None
   if rows % (ROW_BLOCKS * ROW_GROUP) or rows // (ROW_BLOCKS * ROW_GROUP) < 2: return None
-  if (rend := _renderer(r.device)) is None or not rend.row_scatter_add: return None
+  from tinyplug.device import renderer_of
+  if (rend := renderer_of(r.device)) is None or not rend.row_scatter_add: return None
   from tinyplug.passes.heuristic import cache_sizes
   if width * r.dtype.itemsize * 4 > cache_sizes(rend)[1]: return None
   steps = rows // ROW_GROUP
@@ -117,11 +115,6 @@ def _row_blocks(r: UOp, x: UOp, shape: tuple, a: int) -> UOp | None:
     src = row if src is None else UOp(Ops.ADD, x.dtype, (src, row))
   sums = UOp(Ops.SCATTER_ADD, r.dtype, (src, block_index(ROW_BLOCKS, steps // ROW_BLOCKS, r.device)), ROW_BLOCKS)
   return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (sums,), (Ops.ADD, (0,))),), r.shape)
-
-def _renderer(dev: str):
-  from tinyplug.device import Device
-  try: return Device[dev].renderer
-  except Exception: return None
 
 def _largest_input_strides(x: UOp) -> tuple[int, ...] | None:
   """The element strides, per axis of elementwise graph x, of the largest buffer it reads; None where a view of it is

@@ -43,8 +43,11 @@ def block_index(blocks: int, per_block: int, device: str) -> UOp:
   return total
 
 def _is_block_index(idx: UOp, rows: int, count: int) -> bool:
-  return len(idx.shape) == 1 and rows > 1 and count % rows == 0 and isinstance(idx.device, str) and \
-    idx is block_index(rows, count // rows, idx.device)
+  if len(idx.shape) != 1 or rows < 2 or count % rows or not isinstance(idx.device, str): return False
+  # its last step first: building the index to compare with costs a node per row (an Embedding's table has thousands)
+  last, per = idx.src[1] if idx.op is Ops.ADD else None, count // rows
+  return last is not None and last.op is Ops.PAD and last.arg == (((rows - 1) * per, 0),) and \
+    idx is block_index(rows, per, idx.device)
 
 def scatter_ast(kb: Any, n: UOp, out: UOp) -> UOp:
   src, idx = n.src
