@@ -57,7 +57,9 @@ def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple
   # program in eval mode: it was lowered and compiled again)
   settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k not in NOT_IN_CODE) + \
              sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
+  # the threads kernels are shared across (a property: CPU_THREADS=0 means every usable core, which taskset changes)
   text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
+                    f"threads {renderer.threads}",
                     pipeline_fingerprint(steps), repr(opts), repr(settings),
                     *sorted(f"{m}:{package_digest(m)}" for m in modules), graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()

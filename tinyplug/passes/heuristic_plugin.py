@@ -15,3 +15,10 @@ def tinyplug_register_passes(register) -> None:
   register(PassSpec(name="heuristic.actions", stage="opt", rewrite="tinyplug.passes.heuristic:make_pass"))
   # large matmuls on a machine with caches read B from contiguous column panels (a copy first): passes/pack.py
   register(PassSpec(name="heuristic.pack", stage="tensor_graph", rewrite="tinyplug.passes.pack:make_pass"))
+  # a CPU kernel's shared (outermost) loop with rows for every thread: passes/thread_rows.py
+  register(PassSpec(name="heuristic.thread_rows", stage="gpudims", rewrite="tinyplug.passes.thread_rows:make_pass",
+                    when=_shares_loops))
+
+def _shares_loops(renderer) -> bool:
+  """Loop-running renderers whose kernels threads share out."""
+  return bool(renderer.runs_loops) and renderer.threads > 1
