@@ -61,12 +61,14 @@ def test_odd_outer_loops_keep_their_values(shape):
     np.testing.assert_allclose(((t * 2 + 1).relu()).numpy(), np.maximum(a * 2 + 1, 0), rtol=1e-6)
     np.testing.assert_allclose(t.sum(-1).numpy(), a.sum(-1), rtol=1e-5, atol=1e-5)
 
-def _two_loop_kernel(n_outer: int, n_inner: int, store_both: bool) -> UOp:
-  """out[i, j] = in[i, j] + 1 over loops (n_outer, n_inner); without store_both, a second output indexed by i alone."""
+def _three_loop_kernel(n_outer: int, n_inner: int, store_both: bool, row: int = 5) -> UOp:
+  """out[i, j, c] = in[i, j, c] + 1 over loops (n_outer, n_inner, row); without store_both, a second output indexed by
+  i alone."""
   out, inp = UOp(Ops.DEFINE_GLOBAL, dtypes.float.ptr(), (), 0), UOp(Ops.DEFINE_GLOBAL, dtypes.float.ptr(), (), 1)
   i = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, n_outer),), (0, "loop"))
   j = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, n_inner),), (1, "loop"))
-  idx = i * n_inner + j
+  c = UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, row),), (2, "loop"))
+  idx = (i * n_inner + j) * row + c
   val = UOp(Ops.LOAD, dtypes.float, (UOp(Ops.INDEX, dtypes.float.ptr(), (inp, idx)),)) + 1.0
   stores = [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, dtypes.float.ptr(), (out, idx)), val))]
   if not store_both:
@@ -78,6 +80,25 @@ def _loops(sink: UOp) -> list[int]:
   return [r.src[0].arg for r in sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])]
 
 def test_share_rows_merges_only_loops_every_store_depends_on():
-  assert _loops(share_rows(_two_loop_kernel(8, 12, True), 16)) == [96]
-  assert _loops(share_rows(_two_loop_kernel(8, 12, True), 2)) == [8, 12]     # enough rows already
-  assert _loops(share_rows(_two_loop_kernel(8, 12, False), 16)) == [8, 12]   # a store outside the inner loop
+  assert _loops(share_rows(_three_loop_kernel(8, 12, True), 16)) == [96, 5]
+  assert _loops(share_rows(_three_loop_kernel(2, 3, True), 16)) == [6, 5]     # never the innermost loop, the row
+  assert _loops(share_rows(_three_loop_kernel(8, 12, True), 2)) == [8, 12, 5]     # enough rows already
+  assert _loops(share_rows(_three_loop_kernel(8, 12, False), 16)) == [8, 12, 5]   # a store outside the inner loop
+
+def test_merged_loops_run_every_element_once():
+  """The merged kernel, rendered and compiled for the CPU, run share by share as 16 threads would (core_id 0-15 of
+  n_cores 16): each output written once with its value."""
+  from tinyplug.backend import ProgramSpec
+  from tinyplug.codegen.linearize import linearize
+  dev = Device["CPU"]
+  n = 8 * 12 * 5
+  uops = linearize(share_rows(_three_loop_kernel(8, 12, True), 16))
+  assert shareable_loop(uops).src[0].arg == 96
+  src = dev.renderer.render("merged", uops)
+  prg = dev.make_program(ProgramSpec("merged", tuple(uops), src), dev.compiler.compile_cached(src))
+  a, out = np.arange(n, dtype=np.float32), np.zeros(n, np.float32)
+  for core in range(16): prg.fn(out.ctypes.data, a.ctypes.data, core, 16)
+  np.testing.assert_array_equal(out, a + 1)
+  out[:] = 0
+  for core in range(16): prg.fn(out.ctypes.data, a.ctypes.data, core, 16) if core % 2 else None
+  assert 0 < np.count_nonzero(out) < n   # the shares split the merged loop: half the cores wrote part of it

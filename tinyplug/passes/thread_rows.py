@@ -1,7 +1,9 @@
 """The heuristic's `thread_rows` pass (after the gpudims stage, loop-running renderers with threads): the loop that
 threads share out (the outermost output loop, `tinyplug.backend.shareable_loop`) gets enough iterations for all of
 the renderer's threads. Where it has fewer than the threads, or splits unevenly among them and is short, it is merged
-with the output loop inside it: one loop over both, each old index recovered by // and %.
+with the output loop inside it: one loop over both, each old index recovered by // and %. The innermost output loop
+is never merged: it is the row LLVM vectorises (topk's 8 rows of 1024 on 16 threads merged into one loop of 8192
+elements ran slower).
 
 Why: a convolution's outermost loop is its batch (8), a batched matmul's too (8 of 8 x 12 heads), so on 16 threads
 half of them had no share (16-core Xeon: a stride-2 conv 2.3 ms against PyTorch's 0.93 ms, q @ k^T 0.54 against
@@ -34,7 +36,7 @@ def share_rows(sink: UOp, threads: int) -> UOp:
   ranges = [u for u in nodes if u.op is Ops.RANGE]
   if any(r.arg[1] not in ("loop", "reduce") or r.src[0].op is not Ops.CONST for r in ranges): return sink
   loops = sorted((r for r in ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0])
-  while len(loops) >= 2 and short_for(loops[0].src[0].arg, threads):
+  while len(loops) >= 3 and short_for(loops[0].src[0].arg, threads):
     outer, inner = loops[0], loops[1]
     deps = _range_deps(nodes)
     stores = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and
