@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 PASS_SETS = {"heuristic": ["heuristic.actions"], "simplify": ["simplify.initial", "simplify.postopt", "simplify.final"],
              "vectorize": ["vectorize.lanes"]}
 # every first-party pass set, the scheduler's (fuse_rows, split_reduce, heuristic.pack: test_schedule_passes.py) included
-LISTED = {**PASS_SETS, "heuristic": ["heuristic.actions", "heuristic.pack"], "fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
+LISTED = {**PASS_SETS, "heuristic": ["heuristic.actions", "heuristic.pack", "heuristic.thread_rows"], "fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
           "materialize": ["materialize.broadcasts"]}
 RNG = np.random.default_rng(0)
 
