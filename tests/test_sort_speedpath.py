@@ -55,6 +55,20 @@ def test_sort_matches_torch_values_and_indices(shape, dim, descending):
   np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
   np.testing.assert_array_equal(Tensor(a).argsort(dim, descending).numpy(), want_i.astype(np.int32))
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 9, 17, 31, 32, 33, 1000, 1024, 4097])
+def test_sort_many_rows_with_ties_zeros_and_nans(n):
+  """Rows first (20 rows: the network's lanes are vectors of rows), every kind of merge kernel (a 1024-long row's last
+  merge: a 32-lane mirror kernel over elements below its lanes; 4097 padded to 8192), few distinct values (the
+  stable order decides), -0.0 beside 0.0 and NaNs: values bit for bit and indices as torch's stable sort."""
+  a = RNG.integers(-4, 4, (20, n)).astype(np.float32) / 2
+  a[:, ::7] = -0.0
+  a[1::3, ::11] = np.nan
+  for descending in (False, True):
+    v, i = Tensor(a).sort(-1, descending)
+    want_v, want_i = _torch_sorted(a, -1, descending)
+    _same(v, want_v)
+    np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
+
 @pytest.mark.parametrize("dtype", [np.float16, np.int32, np.uint8, np.int64, np.float64, np.int8, np.uint32])
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_dtypes(dtype, descending):
