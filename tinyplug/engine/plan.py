@@ -4,10 +4,11 @@ looking up its programs or walking the live tensors.
 
 `x.sum()` or `a @ b` over plain buffers returns a *deferred* tensor (the template and its input UOps; its graph is
 built only if something reads `.uop`). Realizing one asks `realize_deferred`: the plan for (template, settings) holds
-the compiled programs, where each kernel's buffers come from (an input's buffer or a new output) and how the result
-is seen (a reshape of an output). The first realize of a template under some settings runs the usual way and records
-the plan; a schedule a plan cannot replay exactly (a copy, bound variables, a kernel writing an input, a result that
-is not a plain view of a new buffer) records a refusal, and those realizes stay on the usual path.
+the compiled programs, where each kernel's buffers come from (an input's buffer or a new output; intermediate outputs
+whose lives do not overlap share memory, `_shared`) and how the result is seen (a reshape of an output). The first
+realize of a template under some settings runs the usual way and records the plan; a schedule a plan cannot replay
+exactly (a copy, bound variables, a kernel writing an input, a result that is not a plain view of a new buffer)
+records a refusal, and those realizes stay on the usual path.
 
 What decides a plan's meaning is part of its key or checked per call: the template (the method, its arguments, each
 input's shape, dtype, device and gradient flag), the inputs' views (each must look like the template's placeholder,
