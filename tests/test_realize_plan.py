@@ -425,3 +425,38 @@ def test_param_plan_follows_a_second_constant_made_a_parameter():
     for p, q in seq: close(((x * p) + (y * q)).realize(), a * p + b * q)
   # (1, 2) baked; (1, 3) makes q a parameter; then plans with p baked; (5, 5) makes p one too; then plans again
   assert n["param_recorded"] == 2 and n["param_hits"] >= 4
+
+def test_intermediates_share_memory_where_their_lives_do_not_overlap():
+  """`plan._shared`: an intermediate output takes the memory of an earlier one of the same device and byte size whose
+  last kernel ran before its first kernel; a kept output (the result), one of another size or device, or one whose
+  candidates are still read by its own kernel keeps its own."""
+  from tinyplug.uop.dtype import dtypes
+  f32, i32, f16 = ("CPU", 8, dtypes.float32), ("CPU", 8, dtypes.int32), ("CPU", 8, dtypes.float16)
+  outs = [f32, f32, i32, f32, f16, ("PYTHON", 8, dtypes.float32), f32, f32]
+  step = lambda *refs: (None, tuple(refs), None, 0, 0)
+  # out k is reference -k-1 (the first the one written); reference 0 is an input
+  steps = [step(-1, 0), step(-2, -1), step(-3, -2), step(-4, -3, -2), step(-5, -4), step(-6, -4), step(-7, -4),
+           step(-8, -7)]
+  shared, made = plan._shared(steps, outs, kept={6})
+  # out 2 (int32, as many bytes) takes out 0's memory (last read by step 1); out 3's kernel reads both memories;
+  # out 4 (half the bytes), out 5 (another device) and the kept out 6 keep theirs; out 7 takes out 0's again
+  assert [s[1] for s in shared] == [(-1, 0), (-2, -1), (-1, -2), (-4, -1, -2), (-5, -4), (-6, -4), (-7, -4), (-1, -7)]
+  assert [m is None for m in made] == [False, False, True, False, False, False, False, True]
+  assert plan._shared(steps[:2], outs[:2], kept={1}) == (steps[:2], outs[:2])   # nothing to share
+
+def test_a_long_chain_replays_over_shared_memory_right():
+  """A 1024-long sort's template plan (about 15 kernels, 11 of them over the int64 keys) runs over a few buffers, not
+  one per kernel, and its replays on other inputs stay exact (values and the stable indices, against torch). (A graph
+  plan shares nothing: its realized nodes may be held, and each becomes its own buffer.)"""
+  with Count() as n:
+    for _ in range(4):
+      x = data(32, 1024)
+      x[:, ::5] = x[:, 1:2]   # ties: the stable order decides
+      t = buf(x)
+      v, i = t.sort(-1)[0].realize().numpy(), t.sort(-1)[1].realize().numpy()   # each alone: a deferred template
+      tv, ti = torch.from_numpy(x).sort(dim=-1, stable=True)
+      np.testing.assert_array_equal(v, tv.numpy())
+      np.testing.assert_array_equal(i, ti.numpy())
+  assert n["hits"] >= 4
+  long = [p for _, p in plan._plans.values() if p is not None and p.kernels >= 10]
+  assert len(long) >= 2 and all(sum(m is not None for m in p.outs) < p.kernels - 4 for p in long)

@@ -4,10 +4,11 @@ looking up its programs or walking the live tensors.
 
 `x.sum()` or `a @ b` over plain buffers returns a *deferred* tensor (the template and its input UOps; its graph is
 built only if something reads `.uop`). Realizing one asks `realize_deferred`: the plan for (template, settings) holds
-the compiled programs, where each kernel's buffers come from (an input's buffer or a new output) and how the result
-is seen (a reshape of an output). The first realize of a template under some settings runs the usual way and records
-the plan; a schedule a plan cannot replay exactly (a copy, bound variables, a kernel writing an input, a result that
-is not a plain view of a new buffer) records a refusal, and those realizes stay on the usual path.
+the compiled programs, where each kernel's buffers come from (an input's buffer or a new output; intermediate outputs
+whose lives do not overlap share memory, `_shared`) and how the result is seen (a reshape of an output). The first
+realize of a template under some settings runs the usual way and records the plan; a schedule a plan cannot replay
+exactly (a copy, bound variables, a kernel writing an input, a result that is not a plain view of a new buffer)
+records a refusal, and those realizes stay on the usual path.
 
 What decides a plan's meaning is part of its key or checked per call: the template (the method, its arguments, each
 input's shape, dtype, device and gradient flag), the inputs' views (each must look like the template's placeholder,
@@ -55,18 +56,55 @@ def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | No
   return (launch, tuple(refs), vals, spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
 
 def _outs(outs: Any) -> tuple:
-  return tuple(output_maker(dev, size, dtype) for dev, size, dtype in outs)
+  return tuple(output_maker(*o) if o is not None else None for o in outs)
+
+def _shared(steps: list, outs: list[tuple], kept: set[int]) -> tuple[list, list[tuple | None]]:
+  """The plan's steps and outputs with the intermediate outputs (all but `kept`) sharing memory where their lives do
+  not overlap: an output takes the memory of an earlier intermediate of the same device and byte size whose last
+  kernel ran before its first. A chain of kernels then runs over a few buffers that stay in cache instead of a new
+  one per kernel (a 1024x1024 sort, one thread: 11 network kernels over 8 MB each, 13.2 -> 10.9 ms: each kernel's
+  output was fresh memory, read for ownership from DRAM). `outs` are (device, size, dtype); a shared output's entry
+  becomes None and the steps name the memory's owner instead."""
+  first: dict[int, int] = {}
+  last: dict[int, int] = {}
+  for i, step in enumerate(steps):
+    for r in step[1]:
+      if r < 0: first.setdefault(-r - 1, i); last[-r - 1] = i
+  owner = list(range(len(outs)))
+  free_at: dict[int, int] = {}   # an owner of shared memory -> the last step that uses any of its outputs
+  for k in sorted(first, key=first.__getitem__):
+    if k in kept: continue
+    dev, size, dtype = outs[k]
+    if type(size) is not int: continue
+    nbytes = size * dtype.itemsize
+    for o, until in free_at.items():
+      od, osize, odtype = outs[o]
+      if until < first[k] and od == dev and osize * odtype.itemsize == nbytes:
+        owner[k] = o
+        break
+    o = owner[k]
+    free_at[o] = max(free_at.get(o, -1), last[k])
+  if all(o == k for k, o in enumerate(owner)): return steps, list(outs)
+  remap = lambda r: r if r >= 0 else -owner[-r - 1] - 1
+  steps = [(s[0], tuple([remap(r) for r in s[1]])) + tuple(s[2:]) for s in steps]
+  return steps, [o if owner[k] == k else None for k, o in enumerate(outs)]
+
+def _read_after(becomes: tuple) -> set[int]:
+  """The outputs a schedule template's `becomes` recipes name: what the realized nodes are seen through."""
+  return {-r - 1 for _, recipe in becomes for r in recipe if type(r) is int and r < 0}
 
 def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
-  """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs.
+  """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs
+  (None for an intermediate that shared another's memory: nothing reads it after the plan).
   A step of a parameter plan also names where its kernel's values come from (`vals_of` of that)."""
-  made = [make() for make in plan.outs]
+  made = [make() if make is not None else _NOTHING for make in plan.outs]
   for launch, refs, vals, _, _ in plan.steps:
     launch([handle_of(r) if r >= 0 else made[-r - 1][1] for r in refs], () if vals is None else vals_of(vals))
   GlobalCounters.kernel_count += plan.kernels
   GlobalCounters.global_ops += plan.ops
   GlobalCounters.global_mem += plan.mem
   return [u for u, _ in made]
+_NOTHING = (None, None)
 
 # set by tinyplug.tensor (a layer above) when it loads this module: its registry of deferred outputs not built yet
 # (tensor id -> weak reference), its function pointing live tensors at realized buffers, and its function telling
@@ -187,7 +225,8 @@ def _graph_plan_of(template: Any, nodes: list[UOp]) -> Plan | None:
       if (step := _copy_step(devices[0], devices[1], refs, template.outs, nodes)) is None: return None
     elif (step := _step(engine.get_runner(devices[0], ast), refs)) is None: return None
     steps.append(step)
-  return Plan(steps, _outs(template.outs))
+  steps, made = _shared(steps, list(template.outs), _read_after(template.becomes))
+  return Plan(steps, _outs(made))
 
 def _copy_step(dest: str, src: str, refs: tuple, outs: tuple, nodes: list[UOp]) -> tuple | None:
   """A plan's step copying buffer refs[1] (on `src`) into refs[0] (on `dest`), as run_item copies: the source read
@@ -261,7 +300,8 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   elif value.op is Ops.RESHAPE and value.src[0] in outs:
     result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
   else: return None
-  return Plan(steps, _outs((b.device, b.arg, b.dtype) for b in outs), result, make_view)
+  steps, made = _shared(steps, [(b.device, b.arg, b.dtype) for b in outs], {result})
+  return Plan(steps, _outs(made), result, make_view)
 
 
 # ---------------- parameter plans: a graph seen before with other float constants ----------------
@@ -381,7 +421,8 @@ def _param_plan_of(key: tuple, nodes: list[UOp], new: dict, nodes2: list[UOp], t
   c, f32 = scalars._CONST, scalars._F32
   baked = tuple((i, k[2]) for i, k in enumerate(key) if k[0] == c and k[1] == f32 and i not in changed)
   Template = type(template)
-  return _ParamPlan(Plan(steps, _outs(template.outs)),
+  steps, made = _shared(steps, list(template.outs), _read_after(template.becomes))
+  return _ParamPlan(Plan(steps, _outs(made)),
                     changed, baked, Template(template.outs, (), tuple(becomes)))
 
 def _scalars():

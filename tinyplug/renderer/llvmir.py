@@ -320,8 +320,11 @@ class LLVMFunctionBuilder:
       start, stop = (lo, hi) if t == "i64" else (self.op(f"trunc i64 {lo} to {t}"), self.op(f"trunc i64 {hi} to {t}"))
       # clamp to [0, end] in the loop's own type (no-ops for 0 <= core_id < n_cores): LLVM then knows the 32-bit
       # counter stays in range, widens it and every index once instead of sign-extending each access (a small
-      # transposition had 42 `sext`s in its loops and compiled 2x longer, in LSR and IndVarSimplify)
+      # transposition had 42 `sext`s in its loops and compiled 2x longer, in LSR and IndVarSimplify). Both ends of
+      # the start too: with only its floor known, the counter's range wraps, and a loop inside with many accesses
+      # (sort's 32-lane network kernels, 64 loads) needed more runtime overlap checks than LLVM allows: scalar
       start = self.op(f"select i1 {self.op(f'icmp sgt {t} {start}, 0')}, {t} {start}, {t} 0")
+      start = self.op(f"select i1 {self.op(f'icmp slt {t} {start}, {end}')}, {t} {start}, {t} {end}")
       stop = self.op(f"select i1 {self.op(f'icmp slt {t} {stop}, {end}')}, {t} {stop}, {t} {end}")
     pre = self.block
     self.emit(f"br label %loop{n}")

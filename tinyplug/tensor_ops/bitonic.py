@@ -18,10 +18,12 @@ from tinyplug.tensor_ops import graph
 
 # steps per kernel: 32 lanes (1024-long rows: 18 -> 15 kernels, one thread ~13 -> ~11.5 ms; each kernel reads and
 # writes all the keys, so fewer kernels are fewer passes over memory), except a merge's top kernel over elements below
-# its lanes (its mirror reads a flipped view of them: 2 loads a lane), which takes 16 (one more where it halves): LLVM
-# left a 32-lane one (64 loads an element) a scalar loop ("too many SCEV assumptions"), 14 ms against ~0.8. The first
-# kernel sorts runs of 32 (every mirror inside its lanes; 64 lanes were scalar too: 124 ms); its ~1,400 UOps add
-# ~0.3-0.5 s to a cold 1024-long sort's build
+# its lanes (its mirror reads a flipped view of them: 2 loads a lane), which takes 16 (one more where it halves). A
+# 32-lane one (64 loads an element) was a scalar loop (10-14 ms against ~1) until llvmir.render_range clamped the
+# shared loop's start on both sides; vectorized, it still reads every key twice, and 1024-long rows in 13 kernels
+# with it measured ~4% slower than in 14 without (one thread, plan buffers shared). The first kernel sorts runs of 32
+# (every mirror inside its lanes; 64 lanes were scalar: 66-124 ms); its ~1,400 UOps add ~0.3-0.5 s to a cold
+# 1024-long sort's build
 LANE_BITS, MIRROR_BITS, FIRST_BITS = 5, 4, 5
 
 # the network is ~2,000 nodes for 1024-long rows, built per call: the makers below skip graph.alu's checks (every
