@@ -138,6 +138,8 @@ def test_llvm_channel_vectors_stored_as_rows():
   spec = get_program(sched[-1].ast, LLVMRenderer(), opts=opts)
   assert "fmul contract <16 x float>" in spec.src and "@llvm.masked.scatter" not in spec.src
   assert [spec.src.count(f"store {t} %") for t in ("<4 x float>", "<2 x float>", "float")] == [16, 16, 16]
+  # each 4-lane row two shuffles of pairs of accumulators, merged (not an extract and an insert per lane)
+  assert spec.src.count("shufflevector <4 x float>") == 16 and "insertelement <4 x float>" not in spec.src
   xc, wc = Tensor(x, device="CPU").realize(), Tensor(w, device="CPU").realize()
   got = _run_with_opts(xc.conv2d(wc, stride=2), opts)
   want = np.einsum("bcyxij,ocij->boyx", np.lib.stride_tricks.sliding_window_view(x, (3, 3), (2, 3))[:, :, ::2, ::2], w)
