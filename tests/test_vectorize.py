@@ -79,6 +79,18 @@ def _kernels(out: Tensor, renderer, opts=None) -> list:
   sched, _ = create_schedule([out.uop])
   return [get_program(si.ast, renderer, opts=opts) for si in sched if si.ast.op is Ops.SINK]
 
+def _run_with_opts(out: Tensor, opts) -> np.ndarray:
+  """Run `out`'s kernels on its device, the last one compiled with exactly `opts`, the others as the heuristic has them."""
+  sched, _ = create_schedule([out.uop])
+  dev = Device[out.device]
+  for si in sched:
+    assert si.ast.op is Ops.SINK, "inputs must be realized first"
+    spec = get_program(si.ast, dev.renderer, opts=opts if si is sched[-1] else None)
+    bufs = [b.ensure_allocated() for b in si.bufs]
+    prg = dev.make_program(spec, dev.compiler.compile_cached(spec.src))
+    prg(*[b.handle for b in bufs], global_size=spec.global_size, local_size=spec.local_size, wait=True)
+  return bufs[0].numpy()[:out.numel()].reshape(out.shape)
+
 def _vector_uops(spec) -> set:
   return {u.op for u in spec.uops if u.dtype.count > 1 or getattr(u.dtype, "v", 1) > 1}
 
@@ -111,8 +123,27 @@ def test_llvm_strided_stores_vectorize_along_channels():
   sched, _ = create_schedule([x.conv2d(w, stride=2).uop])
   spec = get_program(sched[-1].ast, LLVMRenderer(), opts=[Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, 16)])
   assert "fmul contract <16 x float>" in spec.src and "fmul contract float" not in spec.src
-  assert "store <4 x float>" not in spec.src   # not stored along the row: each channel vector scattered a plane apart
-  assert "@llvm.masked.scatter.v16f32.v16p0(" in spec.src
+  # stored turned round: each channel's 4 positions, one lane of each of the 4 accumulators, as one vector
+  assert spec.src.count("store <4 x float>") == 16 and "@llvm.masked.scatter" not in spec.src
+
+def test_llvm_channel_vectors_stored_as_rows():
+  # a 7-position tile by 16 channels (a 28-wide row's tile): the math in channel vectors, each channel's 7 outputs
+  # stored as 4 + 2 + 1 consecutive floats put together from the accumulators' lanes; the values against numpy
+  pytest.importorskip("tinyplug_cpu_llvm")
+  from tinyplug_cpu_llvm.renderer import LLVMRenderer
+  x, w = _f32(2, 8, 15, 15), _f32(16, 8, 3, 3)
+  out = Tensor(x, device="PYTHON").conv2d(Tensor(w, device="PYTHON"), stride=2)
+  sched, _ = create_schedule([out.uop])
+  opts = [Opt(OptOps.UPCAST, 3, 7), Opt(OptOps.UPCAST, 1, 16)]
+  spec = get_program(sched[-1].ast, LLVMRenderer(), opts=opts)
+  assert "fmul contract <16 x float>" in spec.src and "@llvm.masked.scatter" not in spec.src
+  assert [spec.src.count(f"store {t} %") for t in ("<4 x float>", "<2 x float>", "float")] == [16, 16, 16]
+  # each 4-lane row two shuffles of pairs of accumulators, merged (not an extract and an insert per lane)
+  assert spec.src.count("shufflevector <4 x float>") == 16 and "insertelement <4 x float>" not in spec.src
+  xc, wc = Tensor(x, device="CPU").realize(), Tensor(w, device="CPU").realize()
+  got = _run_with_opts(xc.conv2d(wc, stride=2), opts)
+  want = np.einsum("bcyxij,ocij->boyx", np.lib.stride_tricks.sliding_window_view(x, (3, 3), (2, 3))[:, :, ::2, ::2], w)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 def test_opencl_source_has_vector_types():
   pytest.importorskip("tinyplug_opencl")

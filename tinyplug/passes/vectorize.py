@@ -8,8 +8,10 @@ vectorizer on the graph:
 - STOREs to one buffer at consecutive addresses (`base + c`, `base + c + 1`, ...) become one vector STORE of a
   width the renderer declares for the value's dtype (`Renderer.vector_widths`), their values one vector value;
 - where those would be built from gathers, or (a reduction's) are narrower than another grouping, STOREs at one
-  constant stride (a tile's output channels) are grouped instead when their values then vectorize without gathers:
-  one scatter where the renderer declares `scatter_stores`, else each lane stored on its own;
+  constant stride (a tile's output channels) are grouped instead when their values then vectorize without gathers;
+  where those groups start at consecutive addresses (a tile's row positions) their lanes are stored the other way
+  round, each run of consecutive addresses one vector put together from one lane of each group (a transpose in
+  registers), else one scatter where the renderer declares `scatter_stores`, else each lane stored on its own;
 - a vector of lanes is built from its lanes: equal lanes broadcast, constants become a (V)CONST, LOADs at consecutive
   addresses one vector LOAD, same ALU/CAST/BITCAST/REDUCE on every lane one vector op of vectorized sources
   (a vector REDUCE is a vector accumulator);
@@ -264,6 +266,13 @@ class Vectorizer:
         try: strided = self.strided(every, dt, widest + 1 if narrow and not any(has_gather(v) for v in values)
                                     else max(widest, 2))
         except _OverBudget: strided = None
+        if strided is not None and (rows := self.transposed(strided, dt)) is not None:
+          for chunk, row in rows:
+            index = chunk[0].src[0]
+            if len(chunk) > 1: index = UOp(Ops.INDEX, index.dtype.vec(len(chunk)), index.src)
+            replace[chunk[0]] = UOp(Ops.STORE, chunk[0].dtype, (index, row), chunk[0].arg)
+            replace.update((st, None) for st in chunk[1:])
+          continue
         if strided is not None:
           for chunk, value in strided:
             first = chunk[0].src[0]
@@ -305,6 +314,26 @@ class Vectorizer:
           values = [self.vec(tuple(st.src[1] for st in g)) for g in groups]
           if not any(has_gather(v) for v in values): return list(zip(groups, values))
     return None
+
+  def transposed(self, strided: list[tuple[list[UOp], UOp]], dt: DType) -> list[tuple[list[UOp], UOp]] | None:
+    """Strided groups whose first stores are at consecutive addresses (a conv tile's positions, each a vector of
+    output channels a plane apart) stored the other way round: lane k of consecutive groups is a run of consecutive
+    addresses, stored as vectors put together from those lanes (a transpose in registers) instead of a scalar store
+    per lane. [(stores, value)]; None unless every group is in such a run of two or more."""
+    if not self.fits(dt, 2): return None
+    first = sorted(((affine_offset(chunk[0].src[0].src[1])[1], i) for i, (chunk, _) in enumerate(strided)))
+    out: list[tuple[list[UOp], UOp]] = []
+    for run in _runs([(off, strided[i]) for off, i in first]):
+      if len(run) < 2 or any(len(c) != len(run[0][0]) for c, _ in run): return None
+      for k in range(len(run[0][0])):
+        stores = [c[k] for c, _ in run]
+        if not self.contiguous(tuple(st.src[0] for st in stores)): return None
+        at = 0
+        for part in self._chunks(stores, dt):
+          lanes = tuple(gep(v, k) for _, v in run[at:at + len(part)])
+          out.append((part, lanes[0] if len(part) == 1 else UOp(Ops.VECTORIZE, dt.vec(len(part)), lanes)))
+          at += len(part)
+    return out
 
   def _chunks(self, run: list[UOp], dt: DType) -> list[list[UOp]]:
     widths = self.widths.get(dt, ()) if dt.count == 1 else ()
