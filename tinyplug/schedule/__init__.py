@@ -192,9 +192,10 @@ class _Scheduler:
     self._finish(n, out if n.op is not Ops.ASSIGN else None)
 
   def _scatter_items(self, n: UOp) -> None:
-    """Two kernels for one SCATTER_ADD: its table zeroed, then the indices' rows added in (scatter.py)."""
+    """The kernels of one SCATTER_ADD (scatter.py): its table zeroed, then the indices' rows added in; over a block
+    index the second alone."""
     out = self._new_output(n)
-    for build in (scatter.zero_ast, scatter.scatter_ast):
+    for build in scatter.builders(n):
       kb = _KernelBuilder(self, n)
       ast = build(kb, n, out)
       ast, var_vals = unbind(ast)

@@ -1,7 +1,8 @@
 """The kernels of a SCATTER_ADD (a row gather's gradient on renderers with `row_scatter_add`).
 
-SCATTER_ADD(src (n, w), idx (n,) or (n, w), arg=rows) is built as two kernels writing one buffer: the (rows, w) table
-zeroed, then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]` (idx[i, j] with a per-element index).
+SCATTER_ADD(src (n, w), idx (n,) or (n, w), arg=rows) is built as two kernels writing one buffer (`builders`): the
+(rows, w) table zeroed, then `for j in w: for i in n (in order): out[idx[i], j] += src[i, j]` (idx[i, j] with a
+per-element index).
 The loop over the indices is an "ordered" range: no optimisation action splits, upcasts, unrolls or shares it out
 (two indices may name the same row, and each row's additions must happen in index order, as the one-hot sum they
 replace did them). The row loop is the output
@@ -9,10 +10,10 @@ replace did them). The row loop is the output
 
 An index that is `block_index(rows, per_block)` (row i // per_block: each block of indices adds into a row of its
 own, split_reduce's partial sums down the columns) is run as `for b in rows: for i in per_block (in order): for j in
-w: out[b, j] += src[b * per_block + i, j]`: threads share the blocks out, and each block streams its source rows
-whole while its row of sums stays in cache."""
+w: out[b, j] += src[b * per_block + i, j]`, one kernel (its first step stores what the others add to): threads share
+the blocks out, and each block streams its source rows whole while its row of sums stays in cache."""
 from __future__ import annotations
-from typing import Any
+from typing import Any, Callable
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule.indexing import const_index, index_dtype
@@ -49,6 +50,12 @@ def _is_block_index(idx: UOp, rows: int, count: int) -> bool:
   return last is not None and last.op is Ops.PAD and last.arg == (((rows - 1) * per, 0),) and \
     idx is block_index(rows, per, idx.device)
 
+def builders(n: UOp) -> tuple[Callable[[Any, UOp, UOp], UOp], ...]:
+  """The kernels of SCATTER_ADD `n`, in order: the table zeroed, then the rows added; over a block index only the
+  second (each block's first step stores its row instead of adding to it)."""
+  src, idx = n.src
+  return (scatter_ast,) if _is_block_index(idx, n.arg, src.shape[0]) else (zero_ast, scatter_ast)
+
 def scatter_ast(kb: Any, n: UOp, out: UOp) -> UOp:
   src, idx = n.src
   count, width = src.shape
@@ -60,7 +67,10 @@ def scatter_ast(kb: Any, n: UOp, out: UOp) -> UOp:
     j = kb.new_range(width, "loop") if width > 1 else const_index(0)
     index = UOp(Ops.INDEX, out.dtype.ptr(out.arg), (g0, b * const_index(width) + j))
     value = kb.value(src, (b * const_index(per) + i, j))
-    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, UOp(Ops.LOAD, n.dtype, (index,)) + value)),))
+    # the first step's sums start from zero: no kernel zeroing the table first (one launch less, and a thread's rows
+    # are written by that thread only, not zeroed by another core and fetched from its cache)
+    old = i.ne(const_index(0)).where(UOp(Ops.LOAD, n.dtype, (index,)), UOp.const(n.dtype, 0))
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (index, old + value)),))
   j = kb.new_range(width, "loop") if width > 1 else const_index(0)
   i = kb.new_range(count, "ordered") if count > 1 else const_index(0)
   row = kb.value(idx, (i,) if len(idx.shape) == 1 else (i, j))

@@ -52,7 +52,8 @@ class Ops(Enum):
   MULTI = auto()
   # tensor level: SCATTER_ADD(src (n, w), idx (n,) or (n, w), arg=rows) is a (rows, w) table of zeros with src[i, j]
   # added to row idx[i] (idx[i, j]), i in order (idx outside [0, rows) adds nothing); built only for renderers that declare
-  # `row_scatter_add` (the scheduler makes it a zeroing kernel and a kernel with an ordered loop over the indices)
+  # `row_scatter_add` (the scheduler makes it a zeroing kernel and a kernel with an ordered loop over the indices; over
+  # scatter.block_index the second alone)
   SCATTER_ADD = auto()
 
   def __str__(self) -> str: return f"Ops.{self.name}"
