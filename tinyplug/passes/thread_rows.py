@@ -29,8 +29,9 @@ def short_for(rows: int, threads: int) -> bool:
 
 def share_rows(sink: UOp, threads: int) -> UOp:
   """`sink` with its outer output loops merged until the outermost has enough rows for `threads` (`short_for`).
-  Only loops every global store depends on are merged (a store outside the inner loop would repeat, from two threads
-  at once); kernels with loops of other kinds (a THREAD axis, a scatter's ordered loop) or of variable length stay."""
+  Only loops every store depends on are merged (a store outside the inner loop would repeat, from two threads at
+  once); kernels with loops of other kinds (a THREAD axis, a scatter's ordered loop) or of variable length, or with a
+  store that is not to a global buffer, stay."""
   if threads <= 1: return sink
   nodes = sink.toposort()
   ranges = [u for u in nodes if u.op is Ops.RANGE]
@@ -39,9 +40,11 @@ def share_rows(sink: UOp, threads: int) -> UOp:
   while len(loops) >= 3 and short_for(loops[0].src[0].arg, threads):
     outer, inner = loops[0], loops[1]
     deps = _range_deps(nodes)
-    stores = [u for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and
-              u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
-    if not stores or not all(outer in deps[s] and inner in deps[s] for s in stores): break
+    stores = [u for u in nodes if u.op is Ops.STORE]
+    # every store is a global one (anything else, a local or register store, is left to the kernel as it was)
+    if not stores or any(s.src[0].op is not Ops.INDEX or s.src[0].src[0].op is not Ops.DEFINE_GLOBAL for s in stores):
+      break
+    if not all(outer in deps[s] and inner in deps[s] for s in stores): break
     n_inner = inner.src[0].arg
     merged = UOp(Ops.RANGE, outer.dtype, (UOp.const(outer.dtype, outer.src[0].arg * n_inner),), outer.arg)
     sink = replace_nodes(sink, {outer: merged // n_inner, inner: merged % n_inner})
