@@ -93,6 +93,8 @@ def _read_after(becomes: tuple) -> set[int]:
   """The outputs a schedule template's `becomes` recipes name: what the realized nodes are seen through."""
   return {-r - 1 for _, recipe in becomes for r in recipe if type(r) is int and r < 0}
 
+_NOTHING = (None, None)   # the place of an output that shares another's memory
+
 def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
   """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs
   (None for an intermediate that shared another's memory: nothing reads it after the plan).
@@ -104,7 +106,6 @@ def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
   GlobalCounters.global_ops += plan.ops
   GlobalCounters.global_mem += plan.mem
   return [u for u, _ in made]
-_NOTHING = (None, None)
 
 # set by tinyplug.tensor (a layer above) when it loads this module: its registry of deferred outputs not built yet
 # (tensor id -> weak reference), its function pointing live tensors at realized buffers, and its function telling

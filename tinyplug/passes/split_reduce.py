@@ -90,9 +90,9 @@ ROW_BLOCKS, ROW_GROUP = 16, 8
 def _row_blocks(r: UOp, x: UOp, shape: tuple, a: int) -> UOp | None:
   """A sum down the columns of a matrix (`W.sum(0)`, `v @ W`: x of shape (rows, columns), the rows reduced) on a CPU
   that runs a row scatter-add (`Renderer.row_scatter_add`): ROW_BLOCKS blocks of rows, each adding its rows one after
-  another into a row of sums of its own (a SCATTER_ADD with `block_index`), ROW_GROUP rows at a time (added in pairs),
-  then the blocks' rows summed. Each block reads ROW_GROUP whole rows side by side (streams the prefetchers follow) while its row of
-  sums stays in the L1 or L2; the 16-row chunks' register tile read 16 rows 128 bytes at a time and wrote 1/16 of the
+  another into a row of sums of its own (a SCATTER_ADD with `block_index`), ROW_GROUP rows at a time (added in
+  pairs), then the blocks' rows summed. Each block reads ROW_GROUP whole rows side by side (streams the prefetchers
+  follow) while its row of sums stays in the L1 or L2; the 16-row chunks' register tile read 16 rows 128 bytes at a time and wrote 1/16 of the
   input as partials (v @ W 4096x4096, one Zen 4 thread, kernels only, interleaved: 3.4 -> 2.4 ms; numpy 2.6). None
   for a max, an outer kept axis, a source with a reduction in it, a row of sums larger than a quarter of the L2, or a
   renderer without the scatter."""
@@ -105,23 +105,17 @@ def _row_blocks(r: UOp, x: UOp, shape: tuple, a: int) -> UOp | None:
   from tinyplug.device import renderer_of
   if (rend := renderer_of(r.device)) is None or not rend.row_scatter_add: return None
   from tinyplug.passes.heuristic import cache_sizes
+  from tinyplug.codegen.expander import balanced_tree
   if width * r.dtype.itemsize * 4 > cache_sizes(rend)[1]: return None
   steps = rows // ROW_GROUP
   grouped = UOp(Ops.RESHAPE, x.dtype, (x,), (steps, ROW_GROUP, width))
   group = [UOp(Ops.RESHAPE, x.dtype, (UOp(Ops.SHRINK, x.dtype, (grouped,), ((0, steps), (g, g + 1), (0, width))),),
                (steps, width)) for g in range(ROW_GROUP)]
-  src = _pairwise_sum(group)
+  # added in pairs, then pairs of pairs (a tree of depth 3): as a chain, `v @ W`'s products fused into 7 FMAs a
+  # vector, each waiting on the one before, and read W ~15% slower per thread
+  src = balanced_tree(Ops.ADD, group)
   sums = UOp(Ops.SCATTER_ADD, r.dtype, (src, block_index(ROW_BLOCKS, steps // ROW_BLOCKS, r.device)), ROW_BLOCKS)
   return UOp(Ops.RESHAPE, r.dtype, (UOp(Ops.REDUCE_AXIS, r.dtype, (sums,), (Ops.ADD, (0,))),), r.shape)
-
-def _pairwise_sum(terms: list[UOp]) -> UOp:
-  """terms[0] + terms[1] + ... added in pairs, then pairs of pairs: a block's ROW_GROUP rows in a tree of depth 3, not
-  a chain of 7 (`v @ W`'s products fused into 7 FMAs a vector, each waiting on the one before, held the core's
-  scheduler with waiting work and read W ~15% slower per thread than the tree does)."""
-  while len(terms) > 1:
-    terms = [UOp(Ops.ADD, terms[k].dtype, (terms[k], terms[k + 1])) if k + 1 < len(terms) else terms[k]
-             for k in range(0, len(terms), 2)]
-  return terms[0]
 
 def _largest_input_strides(x: UOp) -> tuple[int, ...] | None:
   """The element strides, per axis of elementwise graph x, of the largest buffer it reads; None where a view of it is

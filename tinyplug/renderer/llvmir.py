@@ -528,7 +528,8 @@ class LLVMFunctionBuilder:
     for a, b in zip(srcs[0::2], srcs[1::2] + [None] * (len(srcs) % 2)):
       mask = [(s.arg[0] if s.src[0] is a else w + s.arg[0]) if s.src[0] in (a, b) else None for s in u.src]
       text = ", ".join("i32 undef" if m is None else f"i32 {m}" for m in mask)
-      parts.append((self.op(f"shufflevector {t} {self.r[a]}, {t} {self.r[b] if b is not None else 'poison'}, <{n} x i32> <{text}>"),
+      second = self.r[b] if b is not None else "poison"
+      parts.append((self.op(f"shufflevector {t} {self.r[a]}, {t} {second}, <{n} x i32> <{text}>"),
                     {i for i, s in enumerate(u.src) if s.src[0] in (a, b)}))
     while len(parts) > 1:
       (x, xs), (y, ys) = parts[0], parts[1]
