@@ -59,6 +59,28 @@ def test_cumsum_template_keeps_gradients():
     (t.cumsum(1) * torch.tensor(a)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4)
 
+@pytest.mark.parametrize("shape,axis", [((6, 1000), 1), ((1000, 5), 0), ((3, 70, 9), 1), ((4, 40), -1), ((2, 4097), 1),
+                                        ((1,), 0)])
+def test_cumsum_gradient_against_torch(shape, axis):
+  """The declared gradient (the gradient's scan run backwards) through one cumsum and through two in a row."""
+  a, w = RNG.standard_normal(shape).astype(np.float32), RNG.standard_normal(shape).astype(np.float32)
+  x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  (x.cumsum(axis).cumsum(axis) * Tensor(w) + x.cumsum(axis)).sum().backward()
+  (t.cumsum(axis).cumsum(axis) * torch.tensor(w) + t.cumsum(axis)).sum().backward()
+  scale = max(1.0, float(np.abs(t.grad.numpy()).max(initial=0)))
+  np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=2e-5 * scale)
+
+def test_cumsum_gradient_is_the_blocked_scan():
+  """A long cumsum's gradient runs in the forward's blocked kernels: every reduction has blocks, none an output axis
+  as long as the row (through the ops that built the scan it was a triangle over the merged row, 4x slower)."""
+  x = Tensor.empty(8, 1024, device="CPU", requires_grad=True)
+  (x.cumsum(1) * x).sum().backward()
+  schedule._templates.clear()
+  items = [it for it in create_schedule([x.grad.uop])[0] if it.ast.op is Ops.SINK]
+  reducing = [it.ast for it in items if any(u.op is Ops.REDUCE for u in it.ast.toposort())]
+  assert len(reducing) == 6
+  for ast in reducing: assert max(r.src[0].arg for r in ast.toposort() if r.op is Ops.RANGE) < 1024
+
 def _kernels(t: Tensor) -> list:
   schedule._templates.clear()
   return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
