@@ -9,6 +9,14 @@ from tinyplug.tensor_ops.template import graph_template
 
 _LANES = 16   # rows enough to fill a vector: sort with the sorted axis first
 
+def _to_reached(g, out, x, idx, axis: int):
+  # each output's gradient goes to the one place its extreme was reported reached (torch's rule, ties included): a
+  # one-hot sum over the outputs, as the triangle's max would have split it among ties
+  gt, it = g.transpose(axis, -1), idx.transpose(axis, -1)
+  n = gt.shape[-1]
+  hit = it.unsqueeze(-2).eq(type(g).arange(n, device=g.device, dtype=idx.dtype).reshape(n, 1))   # [..., j, i]
+  return (hit.where(gt.unsqueeze(-2), 0).sum(-1).cast(g.dtype).transpose(axis, -1), None)
+
 class SortingMixin:
   __slots__ = ()
   def _key_gt(self, a, ai, b, bi, descending: bool):
@@ -167,8 +175,11 @@ class SortingMixin:
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     n = self.shape[ax]
     if n == 0: return self, self.cast(dtypes.int32)
-    if self.requires_grad or self.dtype == dtypes.bool or not isinstance(n, int):
-      return self._cum_extreme_triangle(ax, largest)
+    if self.dtype == dtypes.bool or not isinstance(n, int): return self._cum_extreme_triangle(ax, largest)
+    if self.requires_grad:
+      from tinyplug.gradient import custom_gradient
+      vals, idx = self.detach()._cum_extreme(ax, largest)
+      return custom_gradient(vals, (self, idx), _to_reached, axis=ax), idx
     fill = dtypes.min(self.dtype) if largest else dtypes.max(self.dtype)
     vals = self._scan(ax, fill, "max" if largest else "min")
     reached = self.eq(vals)
