@@ -1,6 +1,7 @@
 """argmax, argmin, cumsum and cumprod as graph templates (their graph built once per signature and rebuilt over each
 call's inputs), and the heuristic's independent add chains for a scan's triangle along the row (SCAN_CHAINS). Values
 against numpy and torch on every call, so a template that baked an input's values or a wrong tile would show."""
+import math
 import numpy as np
 import pytest
 import torch
@@ -167,6 +168,15 @@ def test_cummax_cummin_gradient_with_ties_against_torch(shape, axis):
     (getattr(x, name)(axis)[0] * Tensor(w)).sum().backward()
     (getattr(torch, name)(t, axis)[0] * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+
+def test_cummax_gradient_is_linear_on_the_cpu():
+  """On a device with a real scatter-add the gradient is one (no kernel walks rows x n x n as a one-hot sum would)."""
+  x = Tensor.empty(64, 1024, device="CPU", requires_grad=True)
+  (x.cummax(1)[0] * x).sum().backward()
+  schedule._templates.clear()
+  items = [it for it in create_schedule([x.grad.uop])[0] if it.ast.op is Ops.SINK]
+  work = [math.prod(r.src[0].arg for r in it.ast.toposort() if r.op is Ops.RANGE) for it in items]
+  assert max(work) <= 64 * 1024 * 16, work   # the blocked scans: a triangle of 16 per element
 
 # ---- logcumsumexp in blocks ----
 @pytest.mark.parametrize("shape,axis", [((64, 1000), 1), ((1000, 8), 0), ((3, 65), 1), ((2, 4097), -1), ((5, 40), 1)])
