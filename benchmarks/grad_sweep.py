@@ -62,6 +62,8 @@ def workloads(Tensor, torch, F) -> dict[str, tuple[list[tuple[int, ...]], Callab
     "sdpa 8x12x128x64": ([(8, 12, 128, 64)] * 3, lambda q, k, v: q.scaled_dot_product_attention(k, v).square().sum(),
                          lambda q, k, v: F.scaled_dot_product_attention(q, k, v).square().sum()),
     "cumsum(1) 1024x1024": ([(1024, 1024)], lambda x: (x.cumsum(1) * x).sum(), lambda x: (x.cumsum(1) * x).sum()),
+    "cumprod(1) 1024x1024": ([(1024, 1024)], lambda x: (x.cumprod(1) * x).sum(), lambda x: (x.cumprod(1) * x).sum()),
+    "cummax(1) 1024x1024": ([(1024, 1024)], lambda x: (x.cummax(1)[0] * x).sum(), lambda x: (x.cummax(1)[0] * x).sum()),
     "bilinear resize 8x64x56x56 -> 112": ([(8, 64, 56, 56)],
                                           lambda x: x.interpolate((112, 112), mode="linear").square().sum(),
                                           lambda x: F.interpolate(x, (112, 112), mode="bilinear").square().sum()),
