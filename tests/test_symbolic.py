@@ -298,3 +298,32 @@ class TestDivisionOfRemainder:
     x = UOp.variable("x", -20, 20)
     got = simp((x % 12) // 4)
     assert all(evaluate(got, {"x": v}) == int(math.fmod(v, 12) / 4) for v in range(-20, 21))
+
+class TestLanesOfAReshapedAxis:
+  """An upcast lane of an axis viewed in blocks: (4*i + k) % 16 beside (i // 4) * 16 is one index again, 4*i + k."""
+  def _same_everywhere(self, e: UOp, s: UOp, var: UOp):
+    lo, hi = var.vmin, var.vmax
+    for v in range(lo, hi + 1): assert evaluate(s, {var.arg[0]: v}) == evaluate(e, {var.arg[0]: v}), (v, s.render())
+  @pytest.mark.parametrize("k", [0, 1, 2, 3])
+  def test_block_and_lane_join(self, k):
+    i = UOp.variable("i", 0, 255)
+    e = (i // 4) * 16 + (i * 4 + k) % 16
+    s = simp(e)
+    assert s.render() == ("(i*4)" if k == 0 else f"((i*4)+{k})")
+    self._same_everywhere(e, s, i)
+  @pytest.mark.parametrize("lo,k,c", [(0, 3, 16), (-9, 1, 16), (0, 4, 16), (0, 2, 6), (-3, 0, 8)])
+  def test_mod_of_a_multiple_and_a_small_rest(self, lo, k, c):
+    """Folded only where a >= 0 and 0 <= rest < g (a negative i, or a rest of 4 past multiples of 4, keeps the mod)."""
+    i = UOp.variable("i", lo, lo + 40)
+    e = (i * 4 + k) % c
+    s = simp(e)
+    self._same_everywhere(e, s, i)
+    if lo >= 0 and k < math.gcd(4, c): assert s.render() == f"(((i%{c // 4})*4)+{k})", s.render()
+  @pytest.mark.parametrize("lo", [-30, 0])
+  def test_scaled_quotient_and_rest_join_in_a_longer_sum(self, lo):
+    i, j = UOp.variable("i", lo, lo + 60), UOp.variable("j", 0, 9)
+    e = (i // 8) * 24 + j * 100 + (i % 8) * 3
+    s = simp(e)
+    assert "//" not in s.render() and "%" not in s.render(), s.render()
+    for v in range(lo, lo + 61):
+      for w in (0, 9): assert evaluate(s, {"i": v, "j": w}) == evaluate(e, {"i": v, "j": w})

@@ -37,6 +37,10 @@ CASES = {
   # a stride-2 convolution: its channels vectorize, each lane stored on its own or by one scatter (LLVM)
   "strided_conv": ((_f32(2, 4, 9, 9), _f32(16, 4, 3, 3)), lambda x, w: x.conv2d(w, stride=2),
                    lambda x, w: np.einsum("bcyxij,ocij->boyx", np.lib.stride_tricks.sliding_window_view(x, (3, 3), (2, 3))[:, :, ::2, ::2], w)),
+  # lanes at descending addresses: one vector load reversed where the renderer shuffles lanes (LLVM)
+  "flipped": ((_f32(8, 64), _f32(8, 64)), lambda a, b: a.flip(1) * 2 + b, lambda a, b: a[:, ::-1] * 2 + b),
+  "flipped_padded": ((_f32(6, 37),), lambda a: a.flip(1).pad(((0, 0), (2, 3))) + 1,
+                     lambda a: np.pad(a[:, ::-1], ((0, 0), (2, 3))) + 1),
   "int_math": ((RNG.integers(-50, 50, (16, 32)).astype(np.int32),), lambda a: (a * 3 + 1) // 2 + a.sum(1, keepdim=True),
                lambda a: (a * 3 + 1) // 2 + a.sum(1, keepdims=True)),
 }
@@ -112,6 +116,14 @@ def test_llvm_per_lane_gates_are_one_masked_load():
   (spec,) = _kernels(prog(Tensor(inputs[0], device="PYTHON")), LLVMRenderer(), opts=[Opt(OptOps.UPCAST, 1, 16)])
   assert "@llvm.masked.load.v16f32.p0(" in spec.src and "bitcast i16 " in spec.src
   assert "insertelement <16 x i1>" not in spec.src
+
+def test_llvm_flipped_lanes_are_one_load_reversed():
+  pytest.importorskip("tinyplug_cpu_llvm")
+  from tinyplug_cpu_llvm.renderer import LLVMRenderer
+  inputs, prog, _ = CASES["flipped"]
+  (spec,) = _kernels(prog(*(Tensor(x, device="PYTHON") for x in inputs)), LLVMRenderer(), opts=[Opt(OptOps.UPCAST, 1, 8)])
+  assert "shufflevector <8 x float> %" in spec.src and "<8 x i32> <i32 7, i32 6, i32 5, i32 4, i32 3, i32 2, i32 1, i32 0>" in spec.src
+  assert "load float" not in spec.src and spec.src.count("load <8 x float>") == 2
 
 def test_llvm_strided_stores_vectorize_along_channels():
   # a stride-2 convolution's tile of 4 row positions by 16 output channels: the stores run along the row, whose lanes

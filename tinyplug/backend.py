@@ -256,6 +256,9 @@ class Renderer:
   # a STORE of a vector to an INDEX with a vector of offsets is one scatter; False: the vectorizer stores such lanes
   # (a tile's output channels, a plane apart) one STORE each
   scatter_stores: bool = False
+  # a GEP may pick several lanes of a vector in any order (a shuffle): a load of lanes at descending addresses (a
+  # flipped axis) is then one vector load, its lanes reversed; False: each such lane loaded on its own
+  lane_shuffles: bool = False
   # a sum of one-hot matches (`x[idx]`'s gradient, scatter_reduce's sum) tests this many indices at once, their matches
   # OR-ed into one branch, and only a group with a match is run index by index (linearize's `scan_matches`: a few
   # compares per group where the target vectorizes the OR); 0: one branch per index (GPUs, where it is unmeasured)

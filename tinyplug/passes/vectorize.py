@@ -100,6 +100,7 @@ class Vectorizer:
     self.native = renderer.native_ops
     self.vector_alu = renderer.vector_alu
     self.scatter = renderer.scatter_stores
+    self.lane_shuffles = renderer.lane_shuffles
     self.memo: dict[tuple[UOp, ...], UOp] = {}
     self.lane_memo: dict[tuple[tuple[UOp, ...], int], UOp] = {}
 
@@ -202,6 +203,13 @@ class Vectorizer:
   def load(self, lanes: tuple[UOp, ...]) -> UOp:
     index, n = lanes[0].src[0], len(lanes)
     indexes = tuple(x.src[0] for x in lanes)
+    if self.lane_shuffles and n > 1 and _descending(indexes):
+      # lanes at descending addresses (a flipped axis): one load the right way round, its lanes reversed
+      low = lanes[-1]
+      alt = (self.vec(tuple(x.src[1] if len(x.src) > 1 else UOp.const(x.dtype, 0) for x in lanes[::-1])),) \
+        if any(len(x.src) > 1 for x in lanes) else ()
+      v = UOp(Ops.LOAD, low.dtype.vec(n), (UOp(Ops.INDEX, low.src[0].dtype.vec(n), low.src[0].src), *alt), low.arg)
+      return UOp(Ops.GEP, v.dtype, (v,), tuple(range(n - 1, -1, -1)))
     if not self.contiguous(indexes):
       # gates that differ per lane (a padded row's edges) make a masked vector load where the renderer holds bools in
       # vectors; the gates themselves vectorize like any other value
@@ -398,6 +406,14 @@ def gep(v: UOp, k: int) -> UOp:
   if v.op is Ops.CONST: return UOp.const(v.dtype.scalar(), v.arg)
   if v.op is Ops.VCONST: return UOp.const(v.dtype.scalar(), v.arg[k])
   return UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,))
+
+def _descending(indexes: tuple[UOp, ...]) -> bool:
+  """INDEXes of one buffer under one gate (or none) at addresses one apart, going down in lane order."""
+  first = indexes[0]
+  if any(i.op is not Ops.INDEX or i.src[0] is not first.src[0] or i.src[2:] != first.src[2:] for i in indexes):
+    return False
+  key, start = affine_offset(first.src[1])
+  return bool(key) and all(affine_offset(i.src[1]) == (key, start - k) for k, i in enumerate(indexes[1:], 1))
 
 def _alike(lanes: tuple[UOp, ...]) -> bool:
   first = lanes[0]

@@ -180,9 +180,22 @@ def fold_mod_of_sum(m: UOp, x: UOp, c: UOp) -> UOp | None:
   if g > 1 and all(k // g == 1 for b, k in terms if b is not None):  # exact for every sign: (g*s) % (g*c') == g*(s % c')
     return (_build_sum(x, [(b, k // g) for b, k in terms]) % c.const_like(c.arg // g)) * c.const_like(g)
   reduced = [(b, k % c.arg) for b, k in terms if k % c.arg != 0]
-  if reduced == terms: return None
+  if reduced == terms: return _mod_of_multiple_and_rest(x, terms, c)
   rest = _build_sum(x, reduced)
   return rest % c if _same_sign(x, rest) else None
+
+def _mod_of_multiple_and_rest(x: UOp, terms: list[tuple[UOp | None, int]], c: UOp) -> UOp | None:
+  """(a + r) % c is a % c + r when a >= 0 is a multiple of some g dividing c and 0 <= r < g: r never carries past
+  the next multiple of g. An upcast lane of a reshaped axis, (4*i + 1) % 16, is then 4*(i % 4) + 1 (and with the
+  quotient's part, 4*i + 1: lanes at consecutive addresses, one vector load instead of four)."""
+  for g in sorted({math.gcd(c.arg, k) for b, k in terms if b is not None}, reverse=True):
+    if g <= 1: break
+    multiple = [(b, k) for b, k in terms if b is not None and k % g == 0]
+    rest = [(b, k) for b, k in terms if b is None or k % g != 0]
+    if not rest: continue
+    a, r = _build_sum(x, multiple), _build_sum(x, rest)
+    if a.vmin >= 0 and r.vmin >= 0 and r.vmax < g: return a % c + r
+  return None
 
 def mod_in_range(x: UOp, c: UOp) -> UOp | None:
   """x%c is x when |x| < c (C keeps the dividend's sign)."""
@@ -208,6 +221,31 @@ def recombine_div_mod_sum(x: UOp, y: UOp, c: UOp, c2: UOp) -> UOp | None:
   """(x + y//c)*c + y%c is x*c + y, for either sign of y: a flattened view's index (a 4096x4096 tensor summed as
   256 rows of 65536 reads row*16 + col//4096 and col%4096), which then walks memory with stride 1 again."""
   return x * c + y if c.arg == c2.arg and c.arg != 0 else None
+
+def _div_mod_term(t: UOp) -> tuple[UOp, Ops, int, int] | None:
+  """t as (x, IDIV or MOD, c, k) when t is (x // c) * k or (x % c) * k (k = 1 without the product)."""
+  k = 1
+  if t.op is Ops.MUL and t.src[1].op is Ops.CONST: t, k = t.src[0], t.src[1].arg
+  if t.op in (Ops.IDIV, Ops.MOD) and t.src[1].op is Ops.CONST and t.src[1].arg > 0: return t.src[0], t.op, t.src[1].arg, k
+  return None
+
+def recombine_scaled_div_mod(s: UOp) -> UOp | None:
+  """... + (x//c)*(c*k) + ... + (x%c)*k is ... + x*k, for either sign of x (x//c*c + x%c is x): a reshaped axis's
+  index split into quotient and rest, each scaled by its stride, joined again so loads see one index."""
+  if not _scalar_int(s) or (last := _div_mod_term(s.src[1])) is None: return None
+  x, op, c, k = last
+  terms = _split_sum(s.src[0])
+  for i, t in enumerate(terms):
+    if (other := _div_mod_term(t)) is None or other[0] is not x or other[1] is op or other[2] != c: continue
+    k_div, k_mod = (k, other[3]) if op is Ops.IDIV else (other[3], k)
+    if k_div != c * k_mod: continue
+    merged = x if k_mod == 1 else x * x.const_like(k_mod)
+    rest = terms[:i] + terms[i + 1:]
+    if not rest: return merged
+    out = rest[0]
+    for r in rest[1:]: out = out + r
+    return out + merged
+  return None
 
 def _lt_const(x: UOp, bound: int) -> UOp | None:
   """x < bound, when bound fits x's dtype (else the rule would wrap the constant)."""
@@ -373,6 +411,7 @@ symbolic = PatternMatcher([
                         UPat(Ops.MOD, src=(x_var, c_scalar))]), recombine_div_mod),
   (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.ADD, src=[x_var, UPat(Ops.IDIV, src=(y_var, c_scalar))]), c2_scalar)),
                         UPat(Ops.MOD, src=(y_var, c_scalar))]), recombine_div_mod_sum),
+  (UPat(Ops.ADD, INTS, name="s"), recombine_scaled_div_mod),
   # comparisons
   (UPat((Ops.CMPLT, Ops.CMPNE), src=(x_int, x_int)), lambda x: UOp.const(dtypes.bool, False)),
   (UPat(Ops.CMPLT, src=(x_int + c1_scalar, c2_scalar)), lt_of_add),
