@@ -101,7 +101,6 @@ class LLVMIRRenderer(Renderer):
   launch = LAUNCH_LOOPS
   vector_widths = LLVM_VECTOR_WIDTHS
   scatter_stores = True              # llvm.masked.scatter
-  lane_shuffles = True               # shufflevector
   split_threads: bool = False        # add (core_id, n_cores) and share out the shareable loop
   function_attrs: str = 'nounwind "no-trapping-math"="true"'
   calling_convention: str = ""       # written after `define`: a GPU kernel's (ptx_kernel, amdgpu_kernel)

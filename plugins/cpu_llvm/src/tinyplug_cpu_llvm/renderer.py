@@ -132,6 +132,9 @@ class LLVMRenderer(LLVMIRRenderer):
   match_scan_lanes = 16
   # ...and is a real scatter-add (Ops.SCATTER_ADD) instead: O(indices x width), not O(rows x indices / 16)
   row_scatter_add = True
+  # a load of lanes at descending addresses (a flipped axis) is one vector load and a shufflevector (unmeasured on
+  # the GPU targets that also render through LLVM, so theirs stay lane by lane)
+  lane_shuffles = True
   def __init__(self, vector_isas: tuple[str, ...] = (), cache_bytes: tuple[int, ...] = (),
                vector_regs: tuple[int, int] = (0, 0)):
     """vector_isas: libmvec ISA letters the target supports ("b" SSE4, "d" AVX2, "e" AVX-512); with them, exp2, log2
