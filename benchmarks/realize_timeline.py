@@ -52,7 +52,8 @@ def main() -> None:
   t = np.array(rows) * 1e6
   print(f"{args.expr}: {args.reps} realizes, load {' '.join(open('/proc/loadavg').read().split()[:3])}")
   for k, n in enumerate(names):
-    print(f"  {n:28s} p10 {np.percentile(t[:, k], 10):8.1f}  median {np.median(t[:, k]):8.1f}  min {t[:, k].min():8.1f} us")
+    col = t[:, k]
+    print(f"  {n:28s} p10 {np.percentile(col, 10):8.1f}  median {np.median(col):8.1f}  min {col.min():8.1f} us")
   n = np.array(npt) * 1e6
   print(f"  {'numpy v @ W':28s} p10 {np.percentile(n, 10):8.1f}  median {np.median(n):8.1f}  min {n.min():8.1f} us")
 
