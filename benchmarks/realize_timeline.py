@@ -1,4 +1,4 @@
-"""Where one realize's time goes: the Python before the first kernel, each kernel (or chained pair) as called, the gaps
+"""Where one realize's time goes: the Python before the first kernel, each kernel as called, the gaps
 between them, the Python after the last one; numpy's `v @ W` timed in the same process after each realize.
 
   CPU_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/realize_timeline.py --reps 200            # v @ W 4096x4096
@@ -27,14 +27,12 @@ def main() -> None:
       events.append((name, st, time.perf_counter()))
       return out
     return run
-  call, one, chain = rt.CPUProgram.__call__, rt.CPUProgram.launcher, getattr(rt.CPUProgram, "then_launcher", None)
+  call, one = rt.CPUProgram.__call__, rt.CPUProgram.launcher
   rt.CPUProgram.__call__ = lambda self, *a, **k: timed(self.name, call)(self, *a, **k)
   def launcher(self, *a, **k):
     fn = one(self, *a, **k)
     return None if fn is None else timed(self.name, fn)
   rt.CPUProgram.launcher = launcher
-  if chain is not None:   # (a checkout from before chained launches has none)
-    rt.CPUProgram.then_launcher = lambda self, nxt: timed(f"{self.name}+{nxt.name}", chain(self, nxt))
   run = eval(f"lambda v, W: ({args.expr}).realize()")
   for _ in range(5): run(v, W)
   rows, names, npt = [], None, []
