@@ -279,7 +279,7 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   loops, reduces = k.loop_axes, k.reduce_axes
   if not reduces or len(loops) < 2: return None
   sizes, inner = [r.src[0].arg for r in loops], len(loops) - 1
-  if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)): return None
+  if (sizes[inner] > 32 or _divisor(sizes[inner], (16, 8))) and not _long_gather_row(k): return None
   amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
   padded = amt is None
   if padded:
@@ -358,6 +358,20 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   last = len(reduces) - 1
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
   return k.applied_opts
+
+def _long_gather_row(k: Kernel) -> bool:
+  """A strided convolution's output row (read every 2nd to 8th input element) over a long reduction (512 or more
+  products per output) that the long strided row's tile (`_small_window_tile`: up to GATHER_ROW_POSITIONS positions by
+  a vector of output channels) fits with at least 8 positions, however wide the row or whatever divides it. Elsewhere
+  such a row (8, 16, 24, 32 or over 32 wide) took the generic tile, a whole vector of gathered positions by a few
+  channels: b8 64->128 k3 s2 p1, one Zen 4 thread, input 16 / 32 / 48 / 64 / 84 / 112 wide: 0.74 / 4.7 / 8.7 / 18.2 /
+  80 / 44 ms, with this tile 0.66 / 3.0 / 6.8 / 13.0 / 23 / 25 ms."""
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if len(reduces) < 2 or math.prod(r.src[0].arg for r in reduces) < LONG_GATHER_REDUCE: return False
+  row = loops[-1].src[0].arg
+  along = [s for s in _load_strides(k, loops[-1]) if s != 0]
+  if not along or not all(s is not None and 1 < abs(s) <= 8 for s in along): return False
+  return max(d for d in range(1, GATHER_ROW_POSITIONS + 1) if row % d == 0) >= 8
 
 # the most positions of a row that `_channel_vector_tile` upcasts (and the fewest: 4): each a broadcast feeding the
 # vectors of channels
