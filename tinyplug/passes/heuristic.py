@@ -417,6 +417,9 @@ def _positions_by_channels(k: Kernel, row_axis: int, row: int, chan_axis: int, t
      not _try_tile(k, Opt(OptOps.UPCAST, chan_axis, tile_w)): return None
   return k.applied_opts
 
+# the longest row `_channels_inner_tile` takes (nn.PHASE_ROW_MAX: the phase rows stored channel-innermost)
+CHANNELS_INNER_ROW_MAX = 64
+
 def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   """`_channel_vector_tile` for a convolution stored channel-innermost (a strided convolution's input-gradient phases,
   nn._strided_input_grad): the innermost output axis is the channels, read contiguously by one input (the weight
@@ -434,7 +437,7 @@ def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   inner = len(loops) - 1
   chans, row = loops[inner].src[0].arg, loops[inner - 1].src[0].arg
   tile_w, lanes = cpu_tile(k.renderer)[0], k.renderer.vector_bytes // _acc_itemsize(k)
-  if lanes < 4 or chans % tile_w or row > 32 or row % lanes == 0: return None
+  if lanes < 4 or chans % tile_w or row > CHANNELS_INNER_ROW_MAX or row % lanes == 0: return None
   along_ch, along_row = _load_strides(k, loops[inner]), _load_strides(k, loops[inner - 1])
   if 1 not in along_ch or 1 not in along_row or any(a not in (0, 1) or b not in (0, 1) or (a and b)
                                                    for a, b in zip(along_ch, along_row)): return None
@@ -807,16 +810,17 @@ def _phase_opts(k: Kernel) -> bool:
   if m is None or size % m != 0: return False
   q = size // m
   lanes = 4 if q % 4 == 0 else q if 4 < q <= 16 else None
-  if lanes is None or not _try(k, Opt(OptOps.UPCAST, inner, m)): return False
-  if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
-    _try(k, Opt(OptOps.UPCAST, inner - 1, above))
   # phases stored channel-innermost (nn._strided_input_grad): a transposing interleave, 16 channels at once, each
   # phase read as channel vectors (conv 64->128 s2's E_8_64_56_56 in a step's flow, one thread: 2 x 2 x 4 along the
-  # row 1.8 ms, 16 channels x 2 x 2 1.0-1.1; E_8_64_28_28 0.34-0.44, 0.20)
+  # row 1.8 ms, 16 channels x 2 x 2 1.0-1.1; E_8_64_28_28 0.34-0.44, 0.20), whatever the phase row (42: 5.8 ms as a
+  # loop, 2.9 so)
   chans = next((a for a in range(inner - 1) if a not in mods and k.loop_axes[a].src[0].arg % 16 == 0 and
                 (along := _load_strides(k, k.loop_axes[a])) and all(st == 1 for st in along)), None)
+  if (lanes is None and chans is None) or not _try(k, Opt(OptOps.UPCAST, inner, m)): return False
+  if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
+    _try(k, Opt(OptOps.UPCAST, inner - 1, above))
   if chans is not None and _try(k, Opt(OptOps.UPCAST, chans, 16)): return True
-  _try(k, Opt(OptOps.UPCAST, inner, lanes))
+  if lanes is not None: _try(k, Opt(OptOps.UPCAST, inner, lanes))
   return True
 
 # the most lanes a one-hot row upcasts: the kernel's limit (its accumulators may spill: only the rare matches touch them)
