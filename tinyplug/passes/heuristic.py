@@ -423,12 +423,12 @@ CHANNELS_INNER_ROW_MAX = 64
 def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   """`_channel_vector_tile` for a convolution stored channel-innermost (a strided convolution's input-gradient phases,
   nn._strided_input_grad): the innermost output axis is the channels, read contiguously by one input (the weight
-  copy) and not at all by the other, the axis before it a short row (at most 32, not a whole number of vectors) read
-  contiguously by that other input alone. The tile is the same as there, turned: a few positions of the row (each a
-  broadcast) by cpu_tile's width of channels, whose stores are then whole vectors instead of one scalar per channel
-  (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4 rows x 64
-  channels 0.98-1.12 ms, 7 x 32 0.90-0.92, 14 x 16 0.90; stored channels-outermost, 7 x 32, 1.30-1.48). None where it
-  does not apply."""
+  copy) and not at all by the other, the axis before it a row (at most CHANNELS_INNER_ROW_MAX, not a whole number of
+  vectors) read contiguously by that other input alone. The tile is the same as there, turned: a few positions of the
+  row (each a broadcast) by cpu_tile's width of channels, whose stores are then whole vectors instead of one scalar
+  per channel (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4
+  rows x 64 channels 0.98-1.12 ms, 7 x 32 0.90-0.92, 14 x 16 0.90; stored channels-outermost, 7 x 32, 1.30-1.48).
+  None where it does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces = k.loop_axes, k.reduce_axes
   # (batch, rows, row, channels): a plane's rows beside the row, not a matrix's (a linear layer's weight gradient,
