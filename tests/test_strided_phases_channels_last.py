@@ -36,16 +36,21 @@ def test_the_rule_picks_short_rows_of_whole_channel_tiles():
   assert not _phase_channels_last(64, 16, 1)    # a whole vector: the row tile stores vectors already
   assert not _phase_channels_last(48, 14, 1)    # no whole tile of 32 channels
   assert not _phase_channels_last(64, 14, 2)    # groups
+  # longer rows up to 64 too (36, 40, 42, 56: channels-outermost they took the generic tile, 25-65% of the roof)
+  assert _phase_channels_last(64, 42, 1) and _phase_channels_last(64, 56, 1) and _phase_channels_last(32, 36, 1)
+  assert not _phase_channels_last(64, 48, 1)    # whole vectors
+  assert not _phase_channels_last(64, 70, 1)    # past PHASE_ROW_MAX
+  assert not _phase_channels_last(64, 41, 1)    # no divisor from 4 to 8
 
-@pytest.mark.parametrize("side,row", [(28, 14), (56, 28)])
-def test_phases_are_tiled_positions_by_two_channel_vectors(vector_machine, side, row):
+@pytest.mark.parametrize("side,row,positions", [(28, 14, 7), (56, 28, 7), (84, 42, 7), (80, 40, 8)])
+def test_phases_are_tiled_positions_by_two_channel_vectors(vector_machine, side, row, positions):
   vector_machine(64, 32)
   ks = step_kernels(8, 64, 128, side, 2, 1)
   ph = phases(ks, 64)
   assert len(ph) == 4, [k.loop_axes for k in ks]
   for k in ph:
     assert [r.src[0].arg for r in k.loop_axes] == [8, row, row, 64]   # (b, q, q, channels): stored channel-innermost
-    assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 3, 32)]
+    assert heuristic_opts(k) == [Opt(OptOps.UPCAST, 2, positions), Opt(OptOps.UPCAST, 3, 32)]
   opts = heuristic_opts(interleave(ks))
   assert Opt(OptOps.UPCAST, 1, 16) in opts and opts[-1] == Opt(OptOps.UPCAST, 1, 16), opts   # 16 channels at once
 
@@ -72,10 +77,11 @@ def check(b: int, cin: int, cout: int, side: int, stride: int, pad: int, bias: b
   np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=1e-3, rtol=1e-4, err_msg="weight gradient")
   if bias: np.testing.assert_allclose(bs.grad.numpy(), bt.grad.numpy(), atol=1e-3, rtol=1e-4, err_msg="bias gradient")
 
-# phase rows of 14 (even and odd inputs, padding 1 and 0), 15 and 10; 64 and 32 input channels
+# phase rows of 14 (even and odd inputs, padding 1 and 0), 15, 10, 42 and 36 (odd input); 64 and 32 input channels
 @pytest.mark.parametrize("b,cin,cout,side,pad,bias", [(2, 64, 32, 28, 1, False), (2, 32, 16, 27, 1, True),
                                                       (1, 32, 32, 29, 0, False), (2, 32, 8, 28, 0, True),
-                                                      (1, 64, 16, 20, 1, False)])
+                                                      (1, 64, 16, 20, 1, False), (1, 32, 64, 84, 1, False),
+                                                      (1, 32, 64, 71, 0, True)])
 def test_values_and_gradients_match_torch(b, cin, cout, side, pad, bias):
   check(b, cin, cout, side, 2, pad, bias)
 
@@ -91,5 +97,20 @@ def test_conv_transpose2d_by_phases_matches_torch():
   np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), atol=1e-4, rtol=1e-4)
   ref.square().sum().backward()
   out.square().sum().backward()
+  np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-3, rtol=1e-4)
+  np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=1e-3, rtol=1e-4)
+
+def test_conv_transpose_with_long_phase_rows_matches_torch():
+  # conv_transpose2d k3 s2 runs as phases (a 40-wide input: 40-wide phase rows, now stored channel-innermost)
+  rng = np.random.default_rng(7)
+  x, w = rng.uniform(-1, 1, (1, 64, 40, 40)).astype(np.float32), rng.uniform(-1, 1, (64, 32, 3, 3)).astype(np.float32)
+  xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  ref = F.conv_transpose2d(xt, wt, stride=2, padding=1, output_padding=1)
+  xs, ws = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  out = xs.conv_transpose2d(ws, stride=2, padding=1, output_padding=1)
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), atol=1e-4, rtol=1e-4)
+  up = rng.uniform(-1, 1, tuple(ref.shape)).astype(np.float32)
+  (ref * torch.tensor(up)).sum().backward()
+  (out * Tensor(up)).sum().backward()
   np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), atol=1e-3, rtol=1e-4)
   np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=1e-3, rtol=1e-4)

@@ -279,7 +279,7 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   loops, reduces = k.loop_axes, k.reduce_axes
   if not reduces or len(loops) < 2: return None
   sizes, inner = [r.src[0].arg for r in loops], len(loops) - 1
-  if sizes[inner] > 32 or _divisor(sizes[inner], (16, 8)): return None
+  if (sizes[inner] > 32 or _divisor(sizes[inner], (16, 8))) and not _long_gather_row(k): return None
   amt = max((d for d in range(2, 17) if sizes[inner] % d == 0), default=None)
   padded = amt is None
   if padded:
@@ -359,6 +359,20 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
   return k.applied_opts
 
+def _long_gather_row(k: Kernel) -> bool:
+  """A strided convolution's output row (read every 2nd to 8th input element) over a long reduction (512 or more
+  products per output) that the long strided row's tile (`_small_window_tile`: up to GATHER_ROW_POSITIONS positions by
+  a vector of output channels) fits with at least 8 positions, however wide the row or whatever divides it. Elsewhere
+  such a row (8, 16, 24, 32 or over 32 wide) took the generic tile, a whole vector of gathered positions by a few
+  channels: b8 64->128 k3 s2 p1, one Zen 4 thread, input 16 / 32 / 48 / 64 / 84 / 112 wide: 0.74 / 4.7 / 8.7 / 18.2 /
+  80 / 44 ms, with this tile 0.66 / 3.0 / 6.8 / 13.0 / 23 / 25 ms."""
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if len(reduces) < 2 or math.prod(r.src[0].arg for r in reduces) < LONG_GATHER_REDUCE: return False
+  row = loops[-1].src[0].arg
+  along = [s for s in _load_strides(k, loops[-1]) if s != 0]
+  if not along or not all(s is not None and 1 < abs(s) <= 8 for s in along): return False
+  return max(d for d in range(1, GATHER_ROW_POSITIONS + 1) if row % d == 0) >= 8
+
 # the most positions of a row that `_channel_vector_tile` upcasts (and the fewest: 4): each a broadcast feeding the
 # vectors of channels
 CHANNEL_TILE_POSITIONS = 8
@@ -403,15 +417,18 @@ def _positions_by_channels(k: Kernel, row_axis: int, row: int, chan_axis: int, t
      not _try_tile(k, Opt(OptOps.UPCAST, chan_axis, tile_w)): return None
   return k.applied_opts
 
+# the longest row `_channels_inner_tile` takes (nn.PHASE_ROW_MAX: the phase rows stored channel-innermost)
+CHANNELS_INNER_ROW_MAX = 64
+
 def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   """`_channel_vector_tile` for a convolution stored channel-innermost (a strided convolution's input-gradient phases,
   nn._strided_input_grad): the innermost output axis is the channels, read contiguously by one input (the weight
-  copy) and not at all by the other, the axis before it a short row (at most 32, not a whole number of vectors) read
-  contiguously by that other input alone. The tile is the same as there, turned: a few positions of the row (each a
-  broadcast) by cpu_tile's width of channels, whose stores are then whole vectors instead of one scalar per channel
-  (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4 rows x 64
-  channels 0.98-1.12 ms, 7 x 32 0.90-0.92, 14 x 16 0.90; stored channels-outermost, 7 x 32, 1.30-1.48). None where it
-  does not apply."""
+  copy) and not at all by the other, the axis before it a row (at most CHANNELS_INNER_ROW_MAX, not a whole number of
+  vectors) read contiguously by that other input alone. The tile is the same as there, turned: a few positions of the
+  row (each a broadcast) by cpu_tile's width of channels, whose stores are then whole vectors instead of one scalar
+  per channel (conv 64->128 56x56 s2's phases, one Zen 4 thread: the 1x1 phase r_8_28_28_64_128 as the generic 4
+  rows x 64 channels 0.98-1.12 ms, 7 x 32 0.90-0.92, 14 x 16 0.90; stored channels-outermost, 7 x 32, 1.30-1.48).
+  None where it does not apply."""
   if k.renderer is None or not k.renderer.vector_bytes or not k.renderer.runs_loops: return None
   loops, reduces = k.loop_axes, k.reduce_axes
   # (batch, rows, row, channels): a plane's rows beside the row, not a matrix's (a linear layer's weight gradient,
@@ -420,7 +437,7 @@ def _channels_inner_tile(k: Kernel) -> list[Opt] | None:
   inner = len(loops) - 1
   chans, row = loops[inner].src[0].arg, loops[inner - 1].src[0].arg
   tile_w, lanes = cpu_tile(k.renderer)[0], k.renderer.vector_bytes // _acc_itemsize(k)
-  if lanes < 4 or chans % tile_w or row > 32 or row % lanes == 0: return None
+  if lanes < 4 or chans % tile_w or row > CHANNELS_INNER_ROW_MAX or row % lanes == 0: return None
   along_ch, along_row = _load_strides(k, loops[inner]), _load_strides(k, loops[inner - 1])
   if 1 not in along_ch or 1 not in along_row or any(a not in (0, 1) or b not in (0, 1) or (a and b)
                                                    for a, b in zip(along_ch, along_row)): return None
@@ -793,16 +810,17 @@ def _phase_opts(k: Kernel) -> bool:
   if m is None or size % m != 0: return False
   q = size // m
   lanes = 4 if q % 4 == 0 else q if 4 < q <= 16 else None
-  if lanes is None or not _try(k, Opt(OptOps.UPCAST, inner, m)): return False
-  if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
-    _try(k, Opt(OptOps.UPCAST, inner - 1, above))
   # phases stored channel-innermost (nn._strided_input_grad): a transposing interleave, 16 channels at once, each
   # phase read as channel vectors (conv 64->128 s2's E_8_64_56_56 in a step's flow, one thread: 2 x 2 x 4 along the
-  # row 1.8 ms, 16 channels x 2 x 2 1.0-1.1; E_8_64_28_28 0.34-0.44, 0.20)
+  # row 1.8 ms, 16 channels x 2 x 2 1.0-1.1; E_8_64_28_28 0.34-0.44, 0.20), whatever the phase row (42: 5.8 ms as a
+  # loop, 2.9 so)
   chans = next((a for a in range(inner - 1) if a not in mods and k.loop_axes[a].src[0].arg % 16 == 0 and
                 (along := _load_strides(k, k.loop_axes[a])) and all(st == 1 for st in along)), None)
+  if (lanes is None and chans is None) or not _try(k, Opt(OptOps.UPCAST, inner, m)): return False
+  if (above := mods.get(inner - 1)) is not None and k.loop_axes[inner - 1].src[0].arg % above == 0:
+    _try(k, Opt(OptOps.UPCAST, inner - 1, above))
   if chans is not None and _try(k, Opt(OptOps.UPCAST, chans, 16)): return True
-  _try(k, Opt(OptOps.UPCAST, inner, lanes))
+  if lanes is not None: _try(k, Opt(OptOps.UPCAST, inner, lanes))
   return True
 
 # the most lanes a one-hot row upcasts: the kernel's limit (its accumulators may spill: only the rare matches touch them)

@@ -578,13 +578,17 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation, window=No
 
 # the channels of a phase tile stored channel-innermost (AVX-512's cpu_tile width: two vectors)
 PHASE_TILE_CHANNELS = 32
+# the longest phase row stored so (longer rows that are not whole vectors are rare; untried)
+PHASE_ROW_MAX = 64
 
 def _phase_channels_last(chans: int, row: int, groups: int) -> bool:
   """Whether a strided convolution's input-gradient phases are stored channel-innermost: one group, whole tiles of
-  channels, and a short phase row (at most 32, not a multiple of 16) that 4-8 positions divide, the rows the channel
-  tile takes. Conv 64->128 s2 p1 b8, one Zen 4 thread, the four phases in a step's flow: 28x28 2.37 -> 2.08 ms (the
-  interleave 0.13 -> 0.20), 56x56 9.5 -> 8.6 ms (0.5 -> 1.0)."""
-  return groups == 1 and chans % PHASE_TILE_CHANNELS == 0 and row <= 32 and row % 16 != 0 and \
+  channels, and a phase row (at most PHASE_ROW_MAX, not a multiple of 16) that 4-8 positions divide, the rows the
+  channel tile takes. Conv 64->128 s2 p1 b8, one Zen 4 thread, the four phases in a step's flow: 28x28 2.37 -> 2.08 ms
+  (the interleave 0.13 -> 0.20), 56x56 9.5 -> 8.6 ms (0.5 -> 1.0); rows of 36, 42 and 56, which channels-outermost
+  took the generic tile: 72x72 37.6 -> 14.9 ms (0.9 -> 1.8), 84x84 71.5 -> 24.2 (2.6 -> 3.0), 112x112 56.0 -> 38.4
+  (2.1 -> 4.2)."""
+  return groups == 1 and chans % PHASE_TILE_CHANNELS == 0 and row <= PHASE_ROW_MAX and row % 16 != 0 and \
     any(row % d == 0 for d in range(4, 9))
 
 def _phased_conv_transpose(x, weight, groups: int, s, d, p, op):
