@@ -15,7 +15,8 @@ def test_reset_empties_every_cache_and_work_goes_on(device):
   x = np.arange(64, dtype=np.float32)
   assert ((Tensor(x) + 1) * 2).tolist() == ((x + 1) * 2).tolist()
   sizes = cache_sizes()
-  assert sizes["engine.runners"] > 0 and sizes["tensor.constants"] > 0
+  # (a constant used once waits in tensor.new_constants; a second use keeps it in tensor.constants)
+  assert sizes["engine.runners"] > 0 and sizes["tensor.constants"] + sizes["tensor.new_constants"] > 0
   tinyplug.reset()
   assert all(n == 0 for n in cache_sizes().values())
   assert ((Tensor(x) + 1) * 2).tolist() == ((x + 1) * 2).tolist()   # compiles again
