@@ -8,7 +8,7 @@ import math
 from typing import Any
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType, dtypes, _FLOAT_IDS
-from tinyplug.uop.ops import Ops, UOp, canonical_dtype, device_node, known_node, shaped_node
+from tinyplug.uop.ops import Ops, UOp, canonical_dtype, device_node, float_const_node, known_node, shaped_node
 from tinyplug.uop.sint import (is_symbolic_shape, max_shape, render_shape, resolve, seq, shape_eq, sle, smin_of, sprod,
                                ssimplify)
 
@@ -46,9 +46,10 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     key = (t, value.hex() if t is float else value, id(dtype), device, tuple(shape))
     if (hit := _consts.get(key)) is not None: return hit[1]
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
+  dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
-  arg = value if t is float and id(dtype.scalar()) in _FLOAT_IDS else dtypes.as_const(value, dtype)
-  c = UOp(Ops.CONST, dtype, (device_node(device) if type(device) is str else device_uop(device),), arg)
+  if t is float and id(dtype.scalar()) in _FLOAT_IDS: c = float_const_node(dtype, dev, value, key[1])
+  else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
   if shape and all([type(s) is int for s in shape]):   # the nodes reshape() and expand() make, without their checks
     ones = (1,) * len(shape)
     ret = shaped_node(Ops.RESHAPE, c, ones)

@@ -168,7 +168,7 @@ def _make_unique(n: int) -> UOp:
   # UOp(Ops.UNIQUE, dtypes.void, arg=n) without the generic constructor's checks (a fresh int arg, no sources)
   return _intern((_UNIQUE_V, _VOID_ID, (), n), Ops.UNIQUE, _VOID, (), n)
 _VOID = _canonical_dtype(dtypes.void)
-_UNIQUE_V, _VOID_ID, _BUFFER_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_
+_UNIQUE_V, _VOID_ID, _BUFFER_V, _CONST_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_, Ops.CONST._value_
 _device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
 
 def device_node(device: str) -> UOp:
@@ -182,6 +182,13 @@ def known_node(op: Ops, dtype: DType, src: tuple, shape: Any, device: Any) -> UO
   """UOp(op, dtype, src) (arg None) for a maker that knows the node's shape and device and passes a canonical dtype
   (a node's own): a new node is made with them (no second store into its cache)."""
   return _intern((op._value_, id(dtype), src, None), op, dtype, src, None, {"shape": shape, "device": device})
+
+def float_const_node(dtype: DType, device: UOp, value: float, bits: str) -> UOp:
+  """UOp(Ops.CONST, dtype, (device,), value) for a float `value` of a float dtype, `bits` its value.hex() (the caller
+  has it already): the generic constructor's cache key, without its look at the arg."""
+  dtype = _canonical_dtype(dtype)
+  argkey = (float, bits) if value == value else (float, "nan")   # (_arg_key's)
+  return _intern((_CONST_V, id(dtype), (device,), argkey), Ops.CONST, dtype, (device,), value)
 
 def shaped_node(op: Ops, src: UOp, shape: tuple[int, ...]) -> UOp:
   """UOp(op, src.dtype, (src,), shape).with_known_shape(shape) for a movement op whose arg is its shape, a tuple of
