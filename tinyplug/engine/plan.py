@@ -99,13 +99,16 @@ def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
   """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs
   (None for an intermediate that shared another's memory: nothing reads it after the plan).
   A step of a parameter plan also names where its kernel's values come from (`vals_of` of that)."""
-  made = [make() if make is not None else _NOTHING for make in plan.outs]
+  # (one output, the usual plan: no comprehension for it, each is a call of its own)
+  made = [make()] if len(outs := plan.outs) == 1 and (make := outs[0]) is not None else \
+    [make() if make is not None else _NOTHING for make in outs]
   for launch, refs, vals, _, _ in plan.steps:
     launch([handle_of(r) if r >= 0 else made[-r - 1][1] for r in refs], () if vals is None else vals_of(vals))
-  GlobalCounters.kernel_count += plan.kernels
-  GlobalCounters.global_ops += plan.ops
-  GlobalCounters.global_mem += plan.mem
-  return [u for u, _ in made]
+  counters = GlobalCounters
+  counters.kernel_count += plan.kernels
+  counters.global_ops += plan.ops
+  counters.global_mem += plan.mem
+  return [made[0][0]] if len(made) == 1 else [u for u, _ in made]
 
 # set by tinyplug.tensor (a layer above) when it loads this module: its registry of deferred outputs not built yet
 # (tensor id -> weak reference), its function pointing live tensors at realized buffers, and its function telling
