@@ -56,7 +56,9 @@ def test_a_kernel_per_step_stays_bounded_and_reset_clears_the_compiled_objects(m
       np.testing.assert_allclose((x * k).numpy(), np.arange(16, dtype=np.float32) * np.float32(k))
       assert len(R._runners) <= limit and len(compiler._memory) <= limit
     np.testing.assert_allclose((x * 1.0).numpy(), np.arange(16))
-  assert cache_sizes()["cpu_llvm.objects"] > 0
+  # (this device's own cache: another CPU device opened earlier in the process, `CPU:LLVM:x86-64`, has one of the
+  # same name, and cache_sizes() reports one of them)
+  assert len(compiler._memory) > 0
   tinyplug.reset()
-  assert cache_sizes()["cpu_llvm.objects"] == 0 and cache_sizes()["engine.runners"] == 0
+  assert len(compiler._memory) == 0 and cache_sizes()["engine.runners"] == 0
   np.testing.assert_allclose((x * 3.0).numpy(), np.arange(16) * 3)
