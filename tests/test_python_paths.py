@@ -1,6 +1,6 @@
 """The Python fast paths of a small realize (issue 20): UOp interning, constants, the one-op graph plan's becomes map,
-shallow keys over computed operands, the structure walk, parameter plans. Values against numpy; a changed input
-dtype, shape or constant never reuses another graph's plan."""
+shallow keys over computed operands, the structure walk, parameter plans, one-op runners, constants kept on their second
+use. Values against numpy; a changed input dtype, shape, constant or device never reuses another graph's plan."""
 import dataclasses, gc
 import numpy as np
 import pytest

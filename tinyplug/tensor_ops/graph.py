@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 from tinyplug.caches import BoundedCache
-from tinyplug.uop.dtype import DType, dtypes, _FLOAT_IDS
+from tinyplug.uop.dtype import DType, dtypes
 from tinyplug.uop.ops import Ops, UOp, canonical_dtype, device_node, float_const_node, known_node, shaped_node
 from tinyplug.uop.sint import (is_symbolic_shape, max_shape, render_shape, resolve, seq, shape_eq, sle, smin_of, sprod,
                                ssimplify)
@@ -48,7 +48,7 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
-  if t is float and id(dtype.scalar()) in _FLOAT_IDS: c = float_const_node(dtype, dev, value, key[1])
+  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value, key[1])
   else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
   if shape and all([type(s) is int for s in shape]):   # the nodes reshape() and expand() make, without their checks
     ones = (1,) * len(shape)
@@ -157,7 +157,8 @@ def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
   """alu(op, a, b), for the two sources of a binary op without collecting their shapes."""
   if (shape := a.shape) != b.shape: return alu(op, a, b)   # (raises, naming both)
   # its device as shapes.device_of would work it out later (the first source's that has one), known now
-  return known_node(op, _BOOL if op in _COMPARISONS else b.dtype, (a, b), shape, b.device if (d := a.device) is None else d)
+  return known_node(op, _BOOL if op in _COMPARISONS else b.dtype, (a, b), shape,
+                    b.device if (d := a.device) is None else d)
 
 def alu1(op: Ops, u: UOp) -> UOp:
   """alu(op, u) for a unary op: its shape and device are its source's."""
