@@ -35,7 +35,7 @@ def tiny_op(n: int) -> None:
     u = x.uop
     a = pc(); eng.plans_apply(); tok = P._settings_token(); b = pc(); rec("plans apply?, settings number", b - a)
     a = pc(); sk = C.shallow_key(u); b = pc(); rec("shallow key", b - a)
-    a = pc(); tpl, plan, recipe, _ = P._one_op_plans.get((sk, tok)); nodes = C.nodes_of(recipe, u); b = pc()
+    a = pc(); tpl, plan, recipe, _, _ = P._one_op_plans.get((sk, tok)); nodes = C.nodes_of(recipe, u); b = pc()
     rec("plan lookup, nodes", b - a)
     a = pc(); made = [m() for m in plan.outs]; b = pc(); rec("output: UOp, Buffer, memory", b - a)
     launch, refs, _, _, _ = plan.steps[0]

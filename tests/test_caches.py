@@ -15,7 +15,8 @@ def test_reset_empties_every_cache_and_work_goes_on(device):
   x = np.arange(64, dtype=np.float32)
   assert ((Tensor(x) + 1) * 2).tolist() == ((x + 1) * 2).tolist()
   sizes = cache_sizes()
-  assert sizes["engine.runners"] > 0 and sizes["tensor.constants"] > 0
+  # (a constant used once waits in tensor.new_constants; a second use keeps it in tensor.constants)
+  assert sizes["engine.runners"] > 0 and sizes["tensor.constants"] + sizes["tensor.new_constants"] > 0
   tinyplug.reset()
   assert all(n == 0 for n in cache_sizes().values())
   assert ((Tensor(x) + 1) * 2).tolist() == ((x + 1) * 2).tolist()   # compiles again
@@ -55,7 +56,9 @@ def test_a_kernel_per_step_stays_bounded_and_reset_clears_the_compiled_objects(m
       np.testing.assert_allclose((x * k).numpy(), np.arange(16, dtype=np.float32) * np.float32(k))
       assert len(R._runners) <= limit and len(compiler._memory) <= limit
     np.testing.assert_allclose((x * 1.0).numpy(), np.arange(16))
-  assert cache_sizes()["cpu_llvm.objects"] > 0
+  # (this device's own cache: another CPU device opened earlier in the process, `CPU:LLVM:x86-64`, has one of the
+  # same name, and cache_sizes() reports one of them)
+  assert len(compiler._memory) > 0
   tinyplug.reset()
-  assert cache_sizes()["cpu_llvm.objects"] == 0 and cache_sizes()["engine.runners"] == 0
+  assert len(compiler._memory) == 0 and cache_sizes()["engine.runners"] == 0
   np.testing.assert_allclose((x * 3.0).numpy(), np.arange(16) * 3)

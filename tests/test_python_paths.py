@@ -1,7 +1,7 @@
 """The Python fast paths of a small realize (issue 20): UOp interning, constants, the one-op graph plan's becomes map,
-shallow keys over computed operands, the structure walk, parameter plans. Values against numpy; a changed input
-dtype, shape or constant never reuses another graph's plan."""
-import dataclasses
+shallow keys over computed operands, the structure walk, parameter plans, one-op runners, constants kept on their second
+use. Values against numpy; a changed input dtype, shape, constant or device never reuses another graph's plan."""
+import dataclasses, gc
 import numpy as np
 import pytest
 from tinyplug.tensor import Tensor
@@ -96,3 +96,77 @@ def test_new_constants_each_call_run_from_a_parameter_plan_with_their_own_values
   h = a.astype(np.float16)
   np.testing.assert_allclose(((Tensor(h) * 1.7) + 1.0).exp().numpy(), np.exp(h * np.float16(1.7) + np.float16(1)),
                              rtol=2e-3)
+
+def _one_op_runners() -> int:
+  return sum(1 for v in P._one_op_plans.values() if v[4] is not None)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_one_op_runners_over_each_kind_of_operand_are_right_and_never_take_another_graphs_plan(device):
+  rng = np.random.default_rng(7)
+  f32, i32 = np.float32, np.int32
+  # (name, input shapes, dtype, the op on tensors, the op on numpy): views, two buffers, one buffer twice, a constant on
+  # the left, a comparison (a bool output), other dtypes, shapes and constants, taking turns so all their plans exist
+  cases = [
+    ("add", [(1,)], f32, lambda t: t[0] + 1.0, lambda a: a[0] + f32(1.0)),
+    ("add another constant", [(1,)], f32, lambda t: t[0] + 2.5, lambda a: a[0] + f32(2.5)),
+    ("add -0.0", [(1,)], f32, lambda t: t[0] + -0.0, lambda a: a[0] + f32(-0.0)),
+    ("another shape", [(7,)], f32, lambda t: t[0] + 1.0, lambda a: a[0] + f32(1.0)),
+    ("int32", [(1,)], i32, lambda t: t[0] + 1, lambda a: a[0] + i32(1)),
+    ("view", [(6,)], f32, lambda t: t[0].reshape(2, 3) * 3.0, lambda a: a[0].reshape(2, 3) * f32(3.0)),
+    ("two buffers", [(5,), (5,)], f32, lambda t: t[0] * t[1], lambda a: a[0] * a[1]),
+    ("one buffer twice", [(5,)], f32, lambda t: t[0] + t[0], lambda a: a[0] + a[0]),
+    ("constant on the left", [(3,)], f32, lambda t: 1.0 + t[0], lambda a: f32(1.0) + a[0]),
+    ("comparison", [(4,)], f32, lambda t: t[0] < 0.5, lambda a: a[0] < f32(0.5)),
+  ]
+  for rnd in range(4):
+    for name, shapes, dtype, op, ref in cases:
+      arrays = [(rng.random(s) * 100 - 50).astype(dtype) for s in shapes]
+      got = op([Tensor(a, device=device).realize() for a in arrays]).realize()
+      want = ref(arrays)
+      assert got.shape == want.shape and got.device == device and got.dtype == from_np_dtype(want.dtype), name
+      np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{name}, round {rnd}")
+  if engine.plans_apply(): assert _one_op_runners() > 0
+
+def test_a_one_op_runner_replays_a_chain_with_the_right_values_and_counts_its_kernels():
+  from tinyplug.helpers import GlobalCounters
+  t = Tensor(np.zeros(1, np.float32)).realize()
+  for _ in range(4): t = (t + 1.0).realize()   # the plan and its runner exist
+  gc.collect()   # (garbage of earlier tests in this process frees its buffers now, not in the middle)
+  kernels, mem = GlobalCounters.kernel_count, GlobalCounters.mem_used
+  for _ in range(50): t = (t + 1.0).realize()
+  assert GlobalCounters.kernel_count - kernels == 50
+  gc.collect()
+  assert GlobalCounters.mem_used == mem   # each output's memory given back when the tensor let go of it
+  np.testing.assert_array_equal(t.numpy(), np.array([54.0], np.float32))
+  GlobalCounters.reset()
+  assert GlobalCounters.kernel_count == 0 and GlobalCounters.mem_used == mem
+
+def test_a_constant_asked_for_once_waits_and_its_second_use_keeps_it():
+  value = 0.123456789012345   # a constant no other test uses
+  first = graph.const(value, dtypes.float32, "CPU", (3,))
+  keys = lambda cache: [k for k in cache if k[1] == value.hex()]
+  assert keys(graph._new_consts) and not keys(graph._consts)
+  assert graph.const(value, dtypes.float32, "CPU", (3,)) is first   # the second use: the same nodes, now kept
+  assert keys(graph._consts) and not keys(graph._new_consts)
+  c = UOp(Ops.CONST, dtypes.float32, (graph.device_uop("CPU"),), value)
+  assert first is graph.expand(graph.reshape(c, (1, )), (3,)) and first.src[0].src[0].arg == value
+  # constants used once, many of them: each right, and one pushed out of the waiting room is built again (the same
+  # node while anything holds it)
+  a = np.arange(3, dtype=np.float32)
+  x = Tensor(a).realize()
+  ks = [1.0 + i / 64 for i in range(80)]
+  held = x * ks[0]
+  for k in ks: np.testing.assert_array_equal((x * k).numpy(), a * np.float32(k))
+  assert (x * ks[0]).uop is held.uop
+  # the kinds stay apart: -0.0 and 0.0, nan, an int and a float of the same value, a float into an int tensor
+  assert graph.const(-0.0, dtypes.float32, "CPU", ()) is not graph.const(0.0, dtypes.float32, "CPU", ())
+  assert graph.const(1, dtypes.float32, "CPU", (2,)) is graph.const(1.0, dtypes.float32, "CPU", (2,))   # 1.0 either way
+  assert graph.const(1, dtypes.int32, "CPU", (2,)) is not graph.const(1.0, dtypes.float32, "CPU", (2,))
+  np.testing.assert_array_equal((x + float("nan")).numpy(), a + np.float32("nan"))
+  with np.errstate(divide="ignore"):   # 1/+0 and 1/-0: the zeros' signs kept apart
+    for zero in (0.0, -0.0, 0.0):
+      np.testing.assert_array_equal((1.0 / (x * zero)).numpy(), np.float32(1.0) / (a * np.float32(zero)))
+  xi = Tensor(np.arange(3, dtype=np.int32)).realize()
+  got = xi * 1.5
+  assert got.dtype == dtypes.float32
+  np.testing.assert_array_equal(got.numpy(), np.arange(3, dtype=np.int32) * np.float32(1.5))

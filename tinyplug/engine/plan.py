@@ -99,13 +99,16 @@ def _run(plan: Plan, handle_of: Any, vals_of: Any = None) -> list[UOp]:
   """Run the plan's kernels on new output buffers and what `handle_of(k)` gives for reference k >= 0; the outputs
   (None for an intermediate that shared another's memory: nothing reads it after the plan).
   A step of a parameter plan also names where its kernel's values come from (`vals_of` of that)."""
-  made = [make() if make is not None else _NOTHING for make in plan.outs]
+  # (one output, the usual plan: no comprehension for it, each is a call of its own)
+  made = [make()] if len(outs := plan.outs) == 1 and (make := outs[0]) is not None else \
+    [make() if make is not None else _NOTHING for make in outs]
   for launch, refs, vals, _, _ in plan.steps:
     launch([handle_of(r) if r >= 0 else made[-r - 1][1] for r in refs], () if vals is None else vals_of(vals))
-  GlobalCounters.kernel_count += plan.kernels
-  GlobalCounters.global_ops += plan.ops
-  GlobalCounters.global_mem += plan.mem
-  return [u for u, _ in made]
+  counters = GlobalCounters
+  counters.kernel_count += plan.kernels
+  counters.global_ops += plan.ops
+  counters.global_mem += plan.mem
+  return [made[0][0]] if len(made) == 1 else [u for u, _ in made]
 
 # set by tinyplug.tensor (a layer above) when it loads this module: its registry of deferred outputs not built yet
 # (tensor id -> weak reference), its function pointing live tensors at realized buffers, and its function telling
@@ -176,7 +179,10 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   token = _settings_token()
   if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
-      template, plan, recipe, out = hit
+      template, plan, recipe, out, run_one = hit
+      if run_one is not None:
+        counters["graph_hits"] += 1
+        return {uops[0]: run_one(uops[0])}, None
       nodes = cache.nodes_of(recipe, uops[0])
       outs = _run(plan, lambda r: handle_of(nodes[r]))
       counters["graph_hits"] += 1
@@ -191,14 +197,46 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
     counters["graph_recorded" if entry[1] is not None else "graph_refused"] += 1
   if (plan := entry[1]) is None: return None, found
   if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
-    _one_op_plans.put((shallow, token), (template, plan, recipe, _sole_output(template, len(recipe))))
+    out = _sole_output(template, len(recipe))
+    _one_op_plans.put((shallow, token), (template, plan, recipe, out, _one_op_runner(plan, recipe, out)))
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
 
 # (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come
-# from, the output the op becomes as it is or None)
+# from, the output the op becomes as it is or None, its _one_op_runner or None)
 _one_op_plans: BoundedCache = BoundedCache("engine.one_op_plans", 4096)
+
+def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
+  """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
+  one new output that the op becomes as it is (`t + 1` on a buffer): _run without the node list, the reference lookups
+  and the lists (the shallow key that found the plan fixed which operand is which buffer). None for any other plan."""
+  if out != 0 or len(plan.steps) != 1 or len(plan.outs) != 1 or (make := plan.outs[0]) is None: return None
+  launch, refs, vals, _, _ = plan.steps[0]
+  if vals is not None or refs[0] != -1 or -1 in refs[1:]: return None
+  operands = []
+  for r in refs[1:]:
+    if not (0 <= r < len(recipe)) or type(step := recipe[r]) is not tuple or step[1] != 1: return None
+    operands.append(step[0])   # the BUFFER of operand step[0] (the operand itself, or the RESHAPE over it)
+  kernels, ops, mem, counters, BUFFER = plan.kernels, plan.ops, plan.mem, GlobalCounters, Ops.BUFFER
+  if len(operands) == 1:
+    (i,) = operands
+    def run(x: UOp) -> UOp:
+      u, h = make()
+      launch([h, handle_of(s if (s := x.src[i]).op is BUFFER else s.src[0])], ())
+      counters.kernel_count += kernels; counters.global_ops += ops; counters.global_mem += mem
+      return u
+  elif len(operands) == 2:
+    i, j = operands
+    def run(x: UOp) -> UOp:
+      src = x.src
+      u, h = make()
+      launch([h, handle_of(a if (a := src[i]).op is BUFFER else a.src[0]),
+              handle_of(b if (b := src[j]).op is BUFFER else b.src[0])], ())
+      counters.kernel_count += kernels; counters.global_ops += ops; counters.global_mem += mem
+      return u
+  else: return None
+  return run
 
 def _sole_output(template: Any, op_pos: int) -> int | None:
   """k when the one-op graph's op (at `op_pos`) is all that is realized and it becomes new output k as it is

@@ -93,16 +93,23 @@ def _buffer_free(u: UOp) -> bool:
   u._cached("buffer_free", lambda: free)
   return free
 
+RESHAPE, BUFFER, UNIQUE = Ops.RESHAPE, Ops.BUFFER, Ops.UNIQUE
+
 def _shallow_key(x: UOp) -> tuple | None:
   if x.op._value_ not in _CACHEABLE_VALUES or not x.src: return None
   parts: list = []
   bufs: list[UOp] = []
   for s in x.src:
-    if (b := _buffer_of_view(s)) is not None:
+    # (_buffer_of_view, inline: this runs on every small realize)
+    b = s.src[0] if (op := s.op) is RESHAPE else s
+    if b.op is BUFFER and len(b.src) == 2 and b.src[0].op is UNIQUE:
       same = bufs.index(b) if b in bufs else -1
       bufs.append(b)
       parts.append((id(b.dtype), b.arg, b.src[1], s.arg if s is not b else None, same))
-    elif s.op._value_ in _ALU_VALUES and ((c := s._cache) is None or not c.get("buffer_free")):
+    elif (c := s._cache) is not None and c.get("buffer_free") is True:   # (a constant asked for before)
+      bufs.append(None)
+      parts.append(s)
+    elif op._value_ in _ALU_VALUES and (c is None or not c.get("buffer_free")):
       # an operand that computes something holds a buffer below (constants are CONST/RESHAPE/EXPAND chains): finding
       # out would walk down to it under every op of a new graph, so only a known answer is taken
       return None

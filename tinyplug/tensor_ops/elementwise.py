@@ -86,10 +86,15 @@ class ElementwiseMixin:
     return x._broadcast_to(shape), y._broadcast_to(shape)
 
   def _binop(self, op: Ops, y: Any, reverse: bool = False):
-    if type(y) in (int, float, bool) and (sdt := self._scalar_dtype(y)) == self.dtype:
+    if (ty := type(y)) is float or ty is int or ty is bool:
+      if (u := self._uop) is None: u = self.uop
+      # _scalar_dtype, inline: the constant takes our dtype where that loses nothing (int into float)
+      dt = u.dtype
+      sdt = dt if dtypes.is_float(dt) or (ty is not float and dtypes.is_int(dt)) else dtypes.from_py(y)
+    else: sdt = None
+    if sdt is not None and (sdt is dt or sdt == dt):
       # `x + 1.0`: the constant goes into the graph as it is, without a Tensor of its own (it would require no grad,
       # which leaves x's gradient flag as it is)
-      if (u := self._uop) is None: u = self.uop
       c = graph.const(y, sdt, u.device, () if (s := u.shape) is None else s)
       # _apply_uop's work for one input, inline: the busiest op of a small loop (`t + 1.0`)
       rg = False if self.no_grad else self.requires_grad
@@ -101,7 +106,11 @@ class ElementwiseMixin:
   def _const_like(self, value: Any, dtype: DType | None = None):
     """`value` broadcast to our shape, as a foldable constant (unlike full_like, which makes a buffer of its own)."""
     return self.from_uop(graph.const(value, dtype or self.dtype, self.device, self.shape), requires_grad=False)
-  def _unop(self, op: Ops): return self._apply_uop(lambda u: graph.alu1(op, u))
+  def _unop(self, op: Ops):
+    # _apply_uop's work for one input, inline (no closure): exp2 and friends in every small graph
+    if (u := self._uop) is None: u = self.uop
+    rg = False if self.no_grad else self.requires_grad
+    return self.from_uop(graph.alu1(op, u), rg if rg is None or rg is True or rg is False else True in (rg,))
   def _floats(self): return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
 
   # ---- arithmetic ----

@@ -100,6 +100,10 @@ def _canonical_dtype(dt: DType) -> DType:
   _dtype_by_id[id(dt)] = (dt, canon)
   return canon
 
+def canonical_dtype(dt: DType) -> DType:
+  """The one object every node of a dtype equal to `dt` holds as its dtype."""
+  return _canonical_dtype(dt)
+
 class _CacheRef(weakref.ref):
   __slots__ = ("key",)
 
@@ -164,8 +168,33 @@ def _make_unique(n: int) -> UOp:
   # UOp(Ops.UNIQUE, dtypes.void, arg=n) without the generic constructor's checks (a fresh int arg, no sources)
   return _intern((_UNIQUE_V, _VOID_ID, (), n), Ops.UNIQUE, _VOID, (), n)
 _VOID = _canonical_dtype(dtypes.void)
-_UNIQUE_V, _VOID_ID, _BUFFER_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_
+_UNIQUE_V, _VOID_ID, _BUFFER_V, _CONST_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_, Ops.CONST._value_
 _device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
+
+def device_node(device: str) -> UOp:
+  """UOp(Ops.DEVICE, dtypes.void, arg=device), found by name while it lives (no cache key to build)."""
+  if (ref := _device_nodes.get(device)) is not None and (dev := ref()) is not None: return dev
+  dev = UOp(Ops.DEVICE, dtypes.void, arg=device)
+  if type(device) is str: _device_nodes[device] = weakref.ref(dev)
+  return dev
+
+def known_node(op: Ops, dtype: DType, src: tuple, shape: Any, device: Any) -> UOp:
+  """UOp(op, dtype, src) (arg None) for a maker that knows the node's shape and device and passes a canonical dtype
+  (a node's own): a new node is made with them (no second store into its cache)."""
+  return _intern((op._value_, id(dtype), src, None), op, dtype, src, None, {"shape": shape, "device": device})
+
+def float_const_node(dtype: DType, device: UOp, value: float, bits: str) -> UOp:
+  """UOp(Ops.CONST, dtype, (device,), value) for a float `value` of a float dtype, `bits` its value.hex() (the caller
+  has it already): the generic constructor's cache key, without its look at the arg."""
+  dtype = _canonical_dtype(dtype)
+  argkey = (float, bits) if value == value else (float, "nan")   # (_arg_key's)
+  return _intern((_CONST_V, id(dtype), (device,), argkey), Ops.CONST, dtype, (device,), value)
+
+def shaped_node(op: Ops, src: UOp, shape: tuple[int, ...]) -> UOp:
+  """UOp(op, src.dtype, (src,), shape).with_known_shape(shape) for a movement op whose arg is its shape, a tuple of
+  ints (RESHAPE, EXPAND): the cache key needs no look at the arg, the dtype is the source's canonical one."""
+  dtype = src.dtype
+  return _intern((op._value_, id(dtype), (src,), shape), op, dtype, (src,), shape, {"shape": shape})
 
 # set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer; BUFFER uop ->
 # its Buffer when memory holds its values (else None); and (BUFFER uop, Buffer) -> None, to attach an unpickled Buffer
@@ -302,11 +331,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     """A tensor-level BUFFER of `size` elements on `device`, distinct from every other buffer."""
     check_buffer_size(size, dtype)
     # every realize makes its output buffers here: the UNIQUE and DEVICE nodes skip the generic constructor
-    if (dev := _device_nodes.get(device)) is None or dev() is None:
-      dev = UOp(Ops.DEVICE, dtypes.void, arg=device)
-      if type(device) is str: _device_nodes[device] = weakref.ref(dev)
-    else: dev = dev()
-    src = (_make_unique(next(_unique_ids)), dev)
+    src = (_make_unique(next(_unique_ids)), dev := device_node(device))
     # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
     if type(size) is int:   # the generic constructor's work, for the one kind of node made here
       dtype = _canonical_dtype(dtype)
