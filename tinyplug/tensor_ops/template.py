@@ -172,9 +172,13 @@ def _op_over_templates(u: UOp) -> tuple[tuple, list[UOp]] | None:
     which.append(len(distinct))
     distinct.append(s)
     keys.append(walk[0])
+    if not nodes:   # the first source's nodes are distinct already (`x * x`, `x.square()`: the only one)
+      pos = dict.fromkeys(walk[1])
+      nodes = list(walk[1])
+      continue
     for n in walk[1]:
       if n not in pos:
-        pos[n] = len(nodes)
+        pos[n] = None
         nodes.append(n)
       elif not buffer_free(n): return None
   nodes.append(u)
