@@ -15,10 +15,11 @@ from typing import Any, Callable
 from tinyplug.caches import BoundedCache
 from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import dtypes
-from tinyplug.uop.ops import Ops, UOp, uop_finder, uop_maker
+from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_finder, uop_maker
 
 MAX_TEMPLATES = 1024
 _MISSING = object()
+_ELEMENTWISE = frozenset(GroupOp.Elementwise)
 
 @dataclass(frozen=True)
 class Built:
@@ -130,9 +131,11 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
   keys: list[tuple] = []
   parts: list[list[UOp]] = []
   for u in inputs:
-    if (found := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
+    if (found := _op_over_templates(u)) is None:
+      if (walked := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
+      found = walked[0], walked[1][:-1]
     keys.append(found[0])
-    parts.append(found[1][:-1])
+    parts.append(found[1])
   pos: dict[UOp, int] = {}
   nodes: list[UOp] = []
   for n in itertools.chain(*parts, own, (out,)):
@@ -143,6 +146,44 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
   return ((_COMPOSITE, token), *keys), nodes, pos
 
 _COMPOSITE = "graph template"   # (a structure key's parts are 4-tuples: a composite key never equals one)
+_OP_OVER = "op over graph templates"
+
+def _known_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
+  """(key, nodes ending with u) of a graph template's output that knows its structure, without a walk; else None."""
+  if (c := u._cache) is None: return None
+  if (hint := c.get("sink_structure")) is not None: return hint[0], [*hint[1], u]
+  if (known := c.get("gradient_walk")) is not None: return known[0], [*known[1], u]
+  if (make := c.get("gradient_walk_of")) is not None and (walk := make(u)) is not None: return walk[0], walk[1]
+  return None
+
+def _op_over_templates(u: UOp) -> tuple[tuple, list[UOp]] | None:
+  """(key, nodes ending with u) of one elementwise op whose sources are all graph-template outputs that know their
+  structure (`w[idx].square()` under a sum: the gather's one-hot graph, ~120 nodes, is not walked again every step);
+  None for any other node. As in composite_walk, the parts may share only nodes without a buffer."""
+  if u.op not in _ELEMENTWISE or not u.src: return None
+  from tinyplug.schedule.cache import buffer_free
+  distinct: list[UOp] = []
+  which, keys, pos, nodes = [], [], {}, []
+  for s in u.src:
+    if s in distinct:   # `x * x`: the same source twice is part of the key
+      which.append(distinct.index(s))
+      continue
+    if (walk := _known_walk(s)) is None: return None
+    which.append(len(distinct))
+    distinct.append(s)
+    keys.append(walk[0])
+    if not nodes:   # the first source's nodes are distinct already (`x * x`, `x.square()`: the only one)
+      pos = dict.fromkeys(walk[1])
+      nodes = list(walk[1])
+      continue
+    for n in walk[1]:
+      if n not in pos:
+        pos[n] = None
+        nodes.append(n)
+      elif not buffer_free(n): return None
+  nodes.append(u)
+  arg = u.arg if type(u.arg) not in (float, bool) else (type(u.arg).__name__, repr(u.arg))
+  return ((_OP_OVER, u.op._value_, id(u.dtype), arg, tuple(which)), *keys), nodes
 
 rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
 
