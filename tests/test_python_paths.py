@@ -170,3 +170,17 @@ def test_a_constant_asked_for_once_waits_and_its_second_use_keeps_it():
   got = xi * 1.5
   assert got.dtype == dtypes.float32
   np.testing.assert_array_equal(got.numpy(), np.arange(3, dtype=np.int32) * np.float32(1.5))
+
+@pytest.mark.parametrize("shape,np_dtype", [((256, 1024), np.float32), ((3,), np.int32), ((2, 3, 4), np.float16),
+                                            ((), np.float64), ((5, 7), np.bool_), ((4, 1, 3), np.uint8)], ids=str)
+def test_a_tensor_from_data_is_one_copy_and_no_kernel(shape, np_dtype):
+  """The host buffer is shaped before its copy, so the copy's output is the tensor's buffer (a reshape after the copy
+  took a kernel copying it again); the values arrive as they were, later changes to the array do not."""
+  from tinyplug.schedule import create_schedule
+  a = np.asarray(np.random.default_rng(3).standard_normal(shape) * 50).astype(np_dtype)
+  t = Tensor(a)
+  assert [it.ast.op for it in create_schedule([t.uop])[0]] == [Ops.COPY]
+  keep = a.copy()
+  if a.ndim: a[...] = 0
+  for _ in range(3): np.testing.assert_array_equal(Tensor(keep).numpy(), keep)
+  np.testing.assert_array_equal(t.numpy(), keep)

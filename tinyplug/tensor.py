@@ -558,5 +558,5 @@ def _uop_from_numpy(arr: np.ndarray, dtype: DType | None, device: str) -> UOp:
   buffer_of(buf).copyin(arr.reshape(-1))
   # a copy on every device, PYTHON too: a tensor made from data is a graph until realized wherever it lives (so
   # setitem on it is functional and gradients reach the value, as on the other devices)
-  uop = graph.copy_to(buf, device)
-  return graph.cast(graph.reshape(uop, shape), dtype)
+  # shaped before the copy: the copy's output is then the tensor's buffer (a reshape after it took a kernel)
+  return graph.cast(graph.copy_to(graph.reshape(buf, shape), device), dtype)

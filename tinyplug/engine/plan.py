@@ -23,7 +23,7 @@ from typing import Any
 import numpy as _np
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
-from tinyplug.backend import launcher
+from tinyplug.backend import HostAllocator, launcher
 from tinyplug.device import Device, handle_of, output_maker
 from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
@@ -275,6 +275,12 @@ def _copy_step(dest: str, src: str, refs: tuple, outs: tuple, nodes: list[UOp]) 
   if type(size) is not int or not size: return None
   nbytes = size * dtype.itemsize
   dest_alloc, src_dev = Device[dest].allocator, Device[src]
+  if isinstance(src_dev.allocator.raw, HostAllocator):
+    # host memory (a tensor just made from data) is written to the device as it is: no copy of it on the way
+    def copy_from_host(handles: list, vals: tuple) -> None:
+      src_dev.synchronize()
+      dest_alloc.copyin(handles[0], memoryview(handles[1][:nbytes]))
+    return (copy_from_host, tuple(refs), None, 0, nbytes)
   def copy(handles: list, vals: tuple) -> None:
     out = _np.empty(nbytes, _np.uint8)
     src_dev.synchronize()
