@@ -206,9 +206,8 @@ class Vectorizer:
     if self.lane_shuffles and n > 1 and _descending(indexes):
       # lanes at descending addresses (a flipped axis): one load the right way round, its lanes reversed
       low = lanes[-1]
-      alt = (self.vec(tuple(x.src[1] if len(x.src) > 1 else UOp.const(x.dtype, 0) for x in lanes[::-1])),) \
-        if any(len(x.src) > 1 for x in lanes) else ()
-      v = UOp(Ops.LOAD, low.dtype.vec(n), (UOp(Ops.INDEX, low.src[0].dtype.vec(n), low.src[0].src), *alt), low.arg)
+      v = UOp(Ops.LOAD, low.dtype.vec(n), (UOp(Ops.INDEX, low.src[0].dtype.vec(n), low.src[0].src),
+                                           *self._alternatives(lanes[::-1])), low.arg)
       return UOp(Ops.GEP, v.dtype, (v,), tuple(range(n - 1, -1, -1)))
     if not self.contiguous(indexes):
       # gates that differ per lane (a padded row's edges) make a masked vector load where the renderer holds bools in
@@ -218,9 +217,12 @@ class Vectorizer:
       gate = self.vec(tuple(i.src[2] if len(i.src) > 2 else true for i in indexes))
       vindex = UOp(Ops.INDEX, index.dtype.vec(n), (index.src[0], index.src[1], gate))
     else: vindex = UOp(Ops.INDEX, index.dtype.vec(n), index.src)
-    alt = (self.vec(tuple(x.src[1] if len(x.src) > 1 else UOp.const(x.dtype, 0) for x in lanes)),) \
-      if any(len(x.src) > 1 for x in lanes) else ()
-    return UOp(Ops.LOAD, lanes[0].dtype.vec(n), (vindex, *alt), lanes[0].arg)
+    return UOp(Ops.LOAD, lanes[0].dtype.vec(n), (vindex, *self._alternatives(lanes)), lanes[0].arg)
+
+  def _alternatives(self, lanes: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """The vector a gated load of these lanes gives where its gate is off (0 for a lane without one); () if none has."""
+    if not any(len(x.src) > 1 for x in lanes): return ()
+    return (self.vec(tuple(x.src[1] if len(x.src) > 1 else UOp.const(x.dtype, 0) for x in lanes)),)
 
   def reduce(self, lanes: tuple[UOp, ...]) -> UOp:
     first = lanes[0]

@@ -251,13 +251,16 @@ def rows_gradient(picked: Any, table: Any, idx: Any, wrap: bool) -> Any:
   from tinyplug.gradient import custom_gradient
   return custom_gradient(picked, (table, idx), _scatter_rows, wrap=wrap)
 
+def scatter_add(src: Any, idx: Any, rows: int) -> Any:
+  """A (rows, w) table of zeros with row i of `src` (n, w) added to row idx[i] (idx[i, j] per element), i in order:
+  Ops.SCATTER_ADD, for devices where `scatters_rows`; in src's dtype."""
+  return type(src).from_uop(UOp(Ops.SCATTER_ADD, src.dtype, (src.uop, idx.uop), rows))
+
 def _scatter_rows(g: Any, value: Any, table: Any, idx: Any, wrap: bool) -> tuple:
   rows, n, width = table.shape[0], math.prod(idx.shape), math.prod(table.shape[1:])
   flat = idx.reshape(n)
   if wrap: flat = (flat < 0).where(flat + rows, flat)
-  acc = sum_acc_dtype(g.dtype)
-  src = g.cast(acc).reshape(n, width)
-  out = type(g).from_uop(UOp(Ops.SCATTER_ADD, acc, (src.uop, flat.uop), rows))
+  out = scatter_add(g.cast(sum_acc_dtype(g.dtype)).reshape(n, width), flat, rows)
   return (out.cast(table.dtype).reshape(table.shape), None)
 
 def _place_first(n_others: int, n_b: int, at: int) -> list[int]:

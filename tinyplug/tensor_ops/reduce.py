@@ -19,10 +19,14 @@ SCAN_BLOCK = 16
 # how a blocked scan adds the blocks before each block to the scan inside it
 _SCAN_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
 
+def _reverse_cumsum(t, axis: int):
+  """t[i] + t[i+1] + ... along `axis`: the forward's blocked kernels over the flipped axis."""
+  return t.flip(axis).cumsum(axis).flip(axis)
+
 def _cumsum_grad(g, out, x, axis: int):
-  # each element reaches every output from it on: the scan of the gradient run backwards, in the same blocked
-  # kernels as the forward (through the ops that built it, it was one triangle over the merged axis, 4x slower)
-  return (g.flip(axis).cumsum(axis).flip(axis),)
+  # each element reaches every output from it on (through the ops that built the scan, this gradient was one
+  # triangle over the merged axis, 4x slower)
+  return (_reverse_cumsum(g, axis),)
 
 def _cumprod_grad(g, out, x, axis: int):
   # d out[i] / d x[j] = prod(x[k], k <= i, k != j) for j <= i. Before the first zero z of a row that is out[i] / x[j]
@@ -32,9 +36,9 @@ def _cumprod_grad(g, out, x, axis: int):
   zeros = x.eq(0).cast(dtypes.int32).cumsum(axis)
   before, first = zeros.eq(0), zeros.eq(1) & x.eq(0)
   safe = before.where(x, 1)
-  grad_before = (g * out).flip(axis).cumsum(axis).flip(axis) / safe
-  from_z = zeros.eq(0).where(1, first.where(1, x)).cumprod(axis)     # 1 up to z, then the product of x after z
-  at_z = safe.prod(axis, keepdim=True) * zeros.ne(0).where(g * from_z, 0).sum(axis, keepdim=True)
+  grad_before = _reverse_cumsum(g * out, axis) / safe
+  from_z = before.where(1, first.where(1, x)).cumprod(axis)     # 1 up to z, then the product of x after z
+  at_z = safe.prod(axis, keepdim=True) * before.where(0, g * from_z).sum(axis, keepdim=True)
   return (before.where(grad_before, first.where(at_z, 0)).cast(x.dtype),)
 
 def _keyed_argmax(device) -> bool:

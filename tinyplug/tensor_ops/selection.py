@@ -3,7 +3,6 @@ given), scatter and scatter_reduce (one-hot matches of the index against every t
 from __future__ import annotations
 import math
 from tinyplug.uop.dtype import dtypes, sum_acc_dtype
-from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
 
 _SCATTER_REDUCE = ("sum", "prod", "mean", "amax", "amin")
@@ -70,14 +69,13 @@ class SelectionMixin:
     """For dim 0 of a 2-D tensor on a device with `row_scatter_add`: (the sums of src added at index, per column, in
     self's dtype; whether any index hit), both transposed as _scatter_parts lays them out; two SCATTER_ADDs,
     O(index elements) where the one-hot sum is O(rows x index elements). None elsewhere."""
-    from tinyplug.tensor_ops.indexing import scatters_rows
+    from tinyplug.tensor_ops.indexing import scatter_add, scatters_rows
     if ax != 0 or self.ndim != 2 or self.dtype == dtypes.bool or index.numel() == 0: return None
     if not scatters_rows(self, index, need_grad=False): return None
     rows, (m, k) = self.shape[0], index.shape
     s = src.transpose(0, 1).cast(sum_acc_dtype(self.dtype))   # src comes transposed: (k, m) -> (m, k)
-    sums = type(self).from_uop(UOp(Ops.SCATTER_ADD, s.dtype, (s.uop, index.uop), rows)).cast(self.dtype)
-    ones = type(self).ones(m, k, dtype=dtypes.int32, device=self.device)
-    hits = type(self).from_uop(UOp(Ops.SCATTER_ADD, dtypes.int32, (ones.uop, index.uop), rows))
+    sums = scatter_add(s, index, rows).cast(self.dtype)
+    hits = scatter_add(type(self).ones(m, k, dtype=dtypes.int32, device=self.device), index, rows)
     return sums.transpose(0, 1), (hits > 0).transpose(0, 1)
 
   def _scatter_back(self, ax: int, region, touched):

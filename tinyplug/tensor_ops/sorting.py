@@ -3,9 +3,8 @@ running extrema cummax / cummin with the index where each was reached."""
 from __future__ import annotations
 import math
 from tinyplug.uop.dtype import dtypes, sum_acc_dtype
-from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import bitonic, graph
-from tinyplug.tensor_ops.indexing import scatters_rows
+from tinyplug.tensor_ops.indexing import scatter_add, scatters_rows
 from tinyplug.tensor_ops.reduce import SCAN_BLOCK, SCAN_DIRECT
 from tinyplug.tensor_ops.template import graph_template
 
@@ -20,9 +19,7 @@ def _to_reached(g, out, x, idx, axis: int):
   rows = math.prod(gt.shape[:-1])
   if scatters_rows(x, idx) and rows * n < 2**31:
     at = it + type(g).arange(rows, device=g.device, dtype=idx.dtype).reshape(gt.shape[:-1] + (1,)) * n
-    acc = sum_acc_dtype(g.dtype)
-    src = gt.cast(acc).reshape(rows * n, 1)
-    sums = type(g).from_uop(UOp(Ops.SCATTER_ADD, acc, (src.uop, at.reshape(rows * n).uop), rows * n))
+    sums = scatter_add(gt.cast(sum_acc_dtype(g.dtype)).reshape(rows * n, 1), at.reshape(rows * n), rows * n)
     return (sums.reshape(gt.shape).cast(g.dtype).transpose(axis, -1), None)
   hit = it.unsqueeze(-2).eq(type(g).arange(n, device=g.device, dtype=idx.dtype).reshape(n, 1))   # [..., j, i]
   return (hit.where(gt.unsqueeze(-2), 0).sum(-1).cast(g.dtype).transpose(axis, -1), None)

@@ -9,7 +9,7 @@ so every such rule checks that with vmin/vmax first. Index arithmetic is assumed
 for the div/mod/compare rules (ADD/MUL/SUB reassociation is exact even with wrap-around).
 """
 from __future__ import annotations
-import math
+import functools, math, operator
 from tinyplug.uop.dtype import dtypes, _INTS
 from tinyplug.uop.ops import Ops, GroupOp, UOp, exec_alu
 from tinyplug.uop.upat import UPat, PatternMatcher
@@ -213,10 +213,6 @@ def div_of_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
   return (x // c2) % x.const_like(c1.arg // c2.arg) if c1.arg > 0 and c2.arg > 0 and c1.arg % c2.arg == 0 and \
     x.vmin >= 0 else None
 
-def recombine_div_mod(x: UOp, c: UOp, c2: UOp) -> UOp | None:
-  """(x//c)*c + x%c is x, for either sign of x."""
-  return x if c.arg == c2.arg and c.arg != 0 else None
-
 def recombine_div_mod_sum(x: UOp, y: UOp, c: UOp, c2: UOp) -> UOp | None:
   """(x + y//c)*c + y%c is x*c + y, for either sign of y: a flattened view's index (a 4096x4096 tensor summed as
   256 rows of 65536 reads row*16 + col//4096 and col%4096), which then walks memory with stride 1 again."""
@@ -230,8 +226,9 @@ def _div_mod_term(t: UOp) -> tuple[UOp, Ops, int, int] | None:
   return None
 
 def recombine_scaled_div_mod(s: UOp) -> UOp | None:
-  """... + (x//c)*(c*k) + ... + (x%c)*k is ... + x*k, for either sign of x (x//c*c + x%c is x): a reshaped axis's
-  index split into quotient and rest, each scaled by its stride, joined again so loads see one index."""
+  """... + (x//c)*(c*k) + ... + (x%c)*k is ... + x*k, for either sign of x (x//c*c + x%c is x; k = 1 and no other
+  terms: the plain recombination): a reshaped axis's index split into quotient and rest, each scaled by its stride,
+  joined again so loads see one index."""
   if not _scalar_int(s) or (last := _div_mod_term(s.src[1])) is None: return None
   x, op, c, k = last
   terms = _split_sum(s.src[0])
@@ -240,11 +237,7 @@ def recombine_scaled_div_mod(s: UOp) -> UOp | None:
     k_div, k_mod = (k, other[3]) if op is Ops.IDIV else (other[3], k)
     if k_div != c * k_mod: continue
     merged = x if k_mod == 1 else x * x.const_like(k_mod)
-    rest = terms[:i] + terms[i + 1:]
-    if not rest: return merged
-    out = rest[0]
-    for r in rest[1:]: out = out + r
-    return out + merged
+    return functools.reduce(operator.add, [*terms[:i], *terms[i + 1:], merged])
   return None
 
 def _lt_const(x: UOp, bound: int) -> UOp | None:
@@ -407,8 +400,6 @@ symbolic = PatternMatcher([
   (UPat(Ops.MOD, src=(x_var, c_scalar)), mod_in_range),
   (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(x_var, c1_scalar)), c2_scalar)), fold_mod_mod),
   (UPat(Ops.MOD, INTS, (x_var, c_scalar), name="m"), fold_mod_of_sum),
-  (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(x_var, c_scalar)), c2_scalar)),
-                        UPat(Ops.MOD, src=(x_var, c_scalar))]), recombine_div_mod),
   (UPat(Ops.ADD, INTS, [UPat(Ops.MUL, src=(UPat(Ops.ADD, src=[x_var, UPat(Ops.IDIV, src=(y_var, c_scalar))]), c2_scalar)),
                         UPat(Ops.MOD, src=(y_var, c_scalar))]), recombine_div_mod_sum),
   (UPat(Ops.ADD, INTS, name="s"), recombine_scaled_div_mod),
