@@ -152,3 +152,25 @@ def test_prod_gradient_with_zeros(device):
     x = Tensor(vals, requires_grad=True)
     reduce(x).backward()
     np.testing.assert_allclose(x.grad.numpy(), ref.grad.numpy())
+
+@pytest.mark.parametrize("shape,step", [
+  ((0, 3), lambda t: (t * 2).sum()),
+  ((2, 0), lambda t: t.exp().sum(1).sum()),
+  ((2, 0), lambda t: t.mean(1).sum()),
+  ((4, 0), lambda t: (t.sum(1) + 1).square().sum()),
+])
+def test_empty_input_gets_an_empty_gradient_like_torch(shape, step):
+  # reductions of zero elements fold to their identity; backward() must still reach the input
+  x, xt = Tensor.zeros(*shape, requires_grad=True), torch.zeros(*shape, requires_grad=True)
+  loss, loss_t = step(x), step(xt)
+  loss.backward(); loss_t.backward()
+  assert loss.item() == pytest.approx(loss_t.item(), nan_ok=True)
+  assert x.grad is not None and x.grad.shape == tuple(xt.grad.shape)
+  np.testing.assert_array_equal(x.grad.numpy(), xt.grad.numpy())
+
+def test_empty_matmul_gives_both_empty_gradients():
+  a, b = Tensor.ones(2, 0, requires_grad=True), Tensor.ones(0, 3, requires_grad=True)
+  out = a @ b
+  out.sum().backward()
+  np.testing.assert_array_equal(out.numpy(), np.zeros((2, 3), np.float32))
+  assert a.grad.shape == (2, 0) and b.grad.shape == (0, 3)

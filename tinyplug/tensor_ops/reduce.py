@@ -23,6 +23,9 @@ def _reverse_cumsum(t, axis: int):
   """t[i] + t[i+1] + ... along `axis`: the forward's blocked kernels over the flipped axis."""
   return t.flip(axis).cumsum(axis).flip(axis)
 
+def _empty_input_grad(g, out, x):
+  return (x.zeros_like(),)
+
 def _cumsum_grad(g, out, x, axis: int):
   # each element reaches every output from it on (through the ops that built the scan, this gradient was one
   # triangle over the merged axis, 4x slower)
@@ -63,6 +66,9 @@ class ReduceMixin:
     if self.numel() == 0:
       identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
       ret = self.from_uop(graph.const(identity, self.dtype, self.device, kept), self.requires_grad)
+      if dtypes.is_float(self.dtype):   # no kernel, but backward() still reaches the input (its gradient is empty)
+        from tinyplug.gradient import custom_gradient
+        ret = custom_gradient(ret, (self,), _empty_input_grad)
     else: ret = self._apply_uop(graph.reduce, op=op, axes=axes)
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
