@@ -70,9 +70,11 @@ def test_cache_sizes_default_where_the_renderer_does_not_say(machine):
 
 def test_matmul_block_and_threads_follow_the_machine(machine):
   machine((32 * KB, 1 * MB, 32 * MB), 2)
-  assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (64, 2)   # B packed: by the L3
-  assert split_and_thread(heuristic_opts(matmul_kernel(512, 512, 512))) == (16, 2)      # B strided: by the L2
-  assert split_and_thread(heuristic_opts(matmul_kernel(1000, 1000, 1000))) == (16, 2)   # no whole panels: strided
+  # the THREAD axis (the blocks) in up to 4 parts per thread where the blocks divide: 2048 has 4 blocks of 64 tile rows
+  assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (64, 4)   # B packed: by the L3
+  assert split_and_thread(heuristic_opts(matmul_kernel(512, 512, 512))) == (16, 4)      # B strided: by the L2
+  assert split_and_thread(heuristic_opts(matmul_kernel(1000, 1000, 1000))) == (16, 8)   # no whole panels: strided
+  assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024))) == (64, 2)   # 2 blocks: one per thread
   machine((48 * KB, 2 * MB, 105 * MB), 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (16, 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024))) == (8, 16)
@@ -221,3 +223,46 @@ def test_copy_of_short_runs_reads_several_runs_at_once(case):
   if case == "panels": assert opts == [Opt(OptOps.UPCAST, 2, 32), Opt(OptOps.UPCAST, 0, 4)], opts
   else: assert Opt(OptOps.UPCAST, 0, 4) not in opts, opts   # the runs continue in the output too: a plain copy
   np.testing.assert_array_equal(t.numpy(), want)
+
+def conv_kernel(side: int, channels: int = 64) -> Kernel:
+  """The 3x3 convolution's kernel (the one with a reduction) of a b8 conv2d, padding 1."""
+  schedule._templates.clear()
+  x, w = Tensor.empty(8, channels, side, side, device="CPU"), Tensor.empty(channels, channels, 3, 3, device="CPU")
+  items, _ = create_schedule([x.conv2d(w, padding=1).uop])
+  return next(Kernel(it.ast, Device["CPU"].renderer) for it in items if len(Kernel(it.ast, Device["CPU"].renderer).reduce_axes))
+
+def test_thread_axis_in_parts_per_thread(machine):
+  """A large kernel's THREAD axis has up to THREAD_PARTS contiguous parts per thread where the axis divides (the b8
+  56x56 conv's batch: 8 parts for 2 threads, one image each), so a thread that loses its core leaves the parts it has not
+  started to the others; one thread: no THREAD axis; 16 threads: the batch of 8 is too short, another axis takes it."""
+  from tinyplug.passes.heuristic import THREAD_PARTS
+  assert THREAD_PARTS[-1] == 1   # where no more parts divide the axis, one part per thread as before
+  caches = (32 * KB, 1 * MB, 32 * MB)
+  machine(caches, 2)
+  opts = heuristic_opts(conv_kernel(56))
+  assert Opt(OptOps.THREAD, 0, 8) in opts, opts
+  machine(caches, 1)
+  assert not any(o.op is OptOps.THREAD for o in heuristic_opts(conv_kernel(56)))
+  machine(caches, 16)
+  thread = [o for o in heuristic_opts(conv_kernel(56)) if o.op is OptOps.THREAD]
+  assert thread and thread[0].axis != 0 and thread[0].arg % 16 == 0, thread
+
+def test_conv_in_thread_parts_matches_torch(machine):
+  """The 56x56 conv's forward and both gradients with the batch in 8 THREAD parts on 2 threads, against torch: the
+  runtime runs them as shares (one to four per thread by the kernels' last runs)."""
+  import torch
+  from tinyplug.helpers import Context
+  machine((32 * KB, 1 * MB, 32 * MB), 2)
+  xn, wn = RNG.standard_normal((8, 64, 56, 56), dtype=np.float32), RNG.standard_normal((64, 64, 3, 3), dtype=np.float32)
+  with Context(CPU_THREADS=2, CACHELEVEL=0):
+    for _ in range(2):   # the second run from the kernels' recorded times: several shares per thread
+      x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+      y = x.conv2d(w, padding=1)
+      y.square().sum().backward()
+      out, gx, gw = y.numpy(), x.grad.numpy(), w.grad.numpy()
+  xt, wt = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+  yt = torch.nn.functional.conv2d(xt, wt, padding=1)
+  yt.square().sum().backward()
+  np.testing.assert_allclose(out, yt.detach().numpy(), rtol=1e-3, atol=1e-3)
+  np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-3, atol=1e-2)
+  np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-3, atol=5e-1)

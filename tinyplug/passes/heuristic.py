@@ -234,12 +234,19 @@ def strided_block_rows(rows: int, row_bytes: int, panel_bytes: int, l2: int, thr
   if not fits: return None
   return _pick(rows, [s for s in fits if s * row_bytes + panel_bytes <= l2] or fits[-1:], threads)
 
+# a THREAD axis in this many contiguous parts per thread where the axis divides: on an idle machine each thread runs its
+# parts one after the other, the rows and order of one part per thread; a thread that loses its core for a while
+# leaves its parts not yet started to the others (the runtime's shares), where one part per thread left them waiting
+# for the rest of its half (a 56x56 conv's halves are ~8 ms each)
+THREAD_PARTS = (4, 2, 1)
+
 def _block_for_cache(k: Kernel) -> None:
   """Large matmul-like kernels: the outer tile axis is split into blocks, and inside a block the loop over the
   innermost output axis runs outside the block's rows, so each column panel of the other input that loop brings in
   is reused from the L2 by every tile of the block. The block size follows the renderer's caches
   (`Renderer.cache_bytes`) and thread count: by the last-level cache where the panel is contiguous (`block_rows`),
-  by the L2 where it is strided (`strided_block_rows`). Then one contiguous share of the outermost loop per thread."""
+  by the L2 where it is strided (`strided_block_rows`). Then a contiguous share of the outermost loop per thread, in
+  THREAD_PARTS parts where the axis allows."""
   sizes = [r.src[0].arg for r in k.loop_axes]
   threads = _threads(k)
   if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
@@ -251,7 +258,7 @@ def _block_for_cache(k: Kernel) -> None:
     if amt is not None: _try(k, Opt(OptOps.SPLIT, outer, amt))
   if threads > 1:
     for axis in range(len(k.loop_axes)):
-      if _try(k, Opt(OptOps.THREAD, axis, threads)): break
+      if any(_try(k, Opt(OptOps.THREAD, axis, threads * parts)) for parts in THREAD_PARTS): break
 
 def _load_ranges(k: Kernel) -> list[set[UOp]]:
   """For each load from global memory: the RANGEs its address depends on."""

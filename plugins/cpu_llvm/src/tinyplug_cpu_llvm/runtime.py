@@ -100,7 +100,7 @@ class CPUProgram:
   def shares_per_thread(self, threads: int) -> int:
     """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
     SHARES_PER_THREAD, no more than the shared loop has rows (and MAX_SHARES in all). A THREAD axis has its parts and no
-    more (a matmul's: one per thread)."""
+    more (the heuristic's: 1, 2 or 4 per thread)."""
     per = min(SHARES_PER_THREAD if self.thread_opt is None else self.thread_opt // threads,
               int(self.last_s / SHARE_MIN_S), MAX_SHARES // threads)
     return max(1, min(per, self.shared_rows() // threads)) if per > 1 else 1
