@@ -11,6 +11,7 @@ from tinyplug.codegen.kernel import Kernel
 from tinyplug.device import Device
 from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.schedule import create_schedule
+from tinyplug.tensor_ops import template
 from tinyplug.tensor_ops.run_sums import run_prefix_sum, run_suffix_sum
 from tinyplug.uop.ops import Ops
 
@@ -109,3 +110,20 @@ def test_run_sum_triangles_accumulate_in_vectors(vector_machine):
     k = Kernel(ast, r)
     src = get_program(k.sink, r, opts=heuristic_opts(k)).src
     assert "fadd" in src and "alloca [1 x float]" not in src, src[:3000]
+
+def test_cummax_templates_give_each_call_its_own_values():
+  """The running extreme and its index are graph templates (built on a signature's second call, rebuilt over each
+  later call's inputs; the gradient is the backward's template): new values every call, each against torch."""
+  template._templates.clear()
+  for _ in range(4):
+    a, w = np.round(RNG.standard_normal((16, 300)) * 2).astype(np.float32), RNG.standard_normal((16, 300)).astype(np.float32)
+    x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    v, i = x.cummax(1)
+    tv, ti = torch.cummax(t, 1)
+    (v * Tensor(w)).sum().backward()
+    (tv * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(v.numpy(), tv.detach().numpy())
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5)
+  names = {key[0].__name__ for key, _ in template._templates.items()}
+  assert {"_running_extreme", "_reached_index"} <= names
