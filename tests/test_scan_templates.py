@@ -196,8 +196,8 @@ def test_cummax_cummin_gradient_with_ties_against_torch(shape, axis):
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
 
 def test_cummax_gradient_is_linear_on_the_cpu():
-  """On a device with a real scatter-add the gradient is one: at most 64 operations per element in any kernel (a
-  one-hot sum over the outputs is n per element)."""
+  """The gradient is run sums in blocks: at most 64 operations per element in any kernel (a one-hot sum over the
+  outputs is n per element)."""
   assert _most_work_of_a_gradient_kernel("cummax") <= 64 * 1024 * 64
 
 # ---- logcumsumexp in blocks ----
