@@ -51,20 +51,22 @@ def reuse_reduce_values(uops: list[UOp], ctx: Any = None) -> list[UOp]:
     if found is not None: return _rewrite(uops, where, store, loop, red, ends[red], *found)
   return uops
 
+# (both walk a node's toposort, sources first: no recursion, however deep the kernel's math)
 def _depends_on(u: UOp, r: UOp, memo: dict[UOp, bool]) -> bool:
-  if (k := memo.get(u)) is not None: return k
-  memo[u] = k = u is r or any(_depends_on(s, r, memo) for s in u.src)
-  return k
+  for n in u.toposort():
+    if n not in memo: memo[n] = n is r or any([memo[s] for s in n.src])
+  return memo[u]
 
 def _over(u: UOp, old: UOp, new: UOp, memo: dict[UOp, UOp]) -> UOp:
   """u with range `old` replaced by `new` (a node that does not exist yet is made)."""
-  if (k := memo.get(u)) is not None: return k
-  if u is old: k = new
-  else:
-    src = tuple(_over(s, old, new, memo) for s in u.src)
-    k = u if all(a is b for a, b in zip(src, u.src)) else u.replace(src=src)
-  memo[u] = k
-  return k
+  for n in u.toposort():
+    if n in memo: continue
+    if n is old:
+      memo[n] = new
+      continue
+    src = tuple([memo[s] for s in n.src])
+    memo[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+  return memo[u]
 
 _PURE = frozenset({*GroupOp.ALU, Ops.CONST, Ops.CAST, Ops.BITCAST, Ops.INDEX, Ops.LOAD})
 
