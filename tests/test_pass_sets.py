@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 PASS_SETS = {"heuristic": ["heuristic.actions"], "simplify": ["simplify.initial", "simplify.postopt", "simplify.final"],
              "vectorize": ["vectorize.lanes"]}
 # every first-party pass set, the scheduler's (fuse_rows, split_reduce, heuristic.pack: test_schedule_passes.py) included
-LISTED = {**PASS_SETS, "heuristic": ["heuristic.actions", "heuristic.pack", "heuristic.thread_rows"], "fuse_rows": ["fuse_rows.rows"], "split_reduce": ["split_reduce.partials"],
+LISTED = {**PASS_SETS, "heuristic": ["heuristic.actions", "heuristic.pack", "heuristic.thread_rows"], "fuse_rows": ["fuse_rows.rows", "fuse_rows.reuse"], "split_reduce": ["split_reduce.partials"],
           "materialize": ["materialize.broadcasts"]}
 RNG = np.random.default_rng(0)
 
@@ -53,7 +53,8 @@ def test_each_pass_set_is_placed_by_its_stage(plugin_site):
   assert names.index("simplify.postopt") == names.index("symbolic_postopt") + 1
   assert names.index("vectorize.lanes") == names.index("devectorize") + 1
   assert names.index("simplify.final") == names.index("symbolic_final") + 1
-  _off(plugin_site, *PASS_SETS)
+  assert names.index("fuse_rows.reuse") > names.index("linearize")
+  _off(plugin_site, *PASS_SETS, "fuse_rows")
   assert [s.name for s in pipeline_steps()] == list(CORE_STAGES)   # the core alone: lowering, no optimisation
 
 @pytest.mark.parametrize("pass_set", sorted(PASS_SETS))

@@ -47,8 +47,11 @@ IMPL = """
 
 def test_stage_list_is_the_public_one():
   assert tuple(name for name, _ in STAGES) == CORE_STAGES
-  steps = [s.name for s in pipeline_steps()]
-  assert steps[-1] == "linearize" and [s for s in steps if s in CORE_STAGES] == list(CORE_STAGES)
+  steps = pipeline_steps()
+  assert [s.name for s in steps if s.name in CORE_STAGES] == list(CORE_STAGES)
+  # linearize is the last core stage: only plugin passes (fuse_rows.reuse, on the linear program) follow it
+  late = steps[[s.name for s in steps].index("linearize") + 1:]
+  assert all(not s.is_core for s in late) and "fuse_rows.reuse" in [s.name for s in late]
 
 def test_pass_after_linearize_runs_on_the_linear_program_and_function_passes_get_the_context(plugin_site):
   plugin_site.add("tp-late", {"late": PASSES}, extra_files={"impl.py": IMPL})

@@ -7,3 +7,8 @@ TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
 @hookimpl
 def tinyplug_register_passes(register) -> None:
   register(PassSpec(name="fuse_rows.rows", stage="fusion", rewrite="tinyplug.passes.fuse_rows:make_pass"))
+  # a row kernel's output pass loads what its reduce pass computed (softmax's exp) instead of computing it again
+  register(PassSpec(name="fuse_rows.reuse", after=("linearize",), rewrite="tinyplug.passes.row_reuse:make_pass",
+                    when=_runs_loops))
+
+def _runs_loops(renderer) -> bool: return renderer.runs_loops
