@@ -202,6 +202,32 @@ def test_sparse_categorical_crossentropy_ignore_index(device):
              lambda x, y: torch.nn.functional.cross_entropy(x, y, ignore_index=-1),
              LOGITS, (Tensor(labels),), (torch.tensor(labels, dtype=torch.long),))
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_tensor_method_ignores_labels_outside_the_classes(device, smoothing):
+  # an ignored label of -1 (or torch's -100) is no class: the pick must not read it
+  labels = LABELS.copy(); labels[1] = -1
+  _loss_pair(lambda x, y: x.sparse_categorical_crossentropy(y, label_smoothing=smoothing),
+             lambda x, y: torch.nn.functional.cross_entropy(x, y, ignore_index=-1, label_smoothing=smoothing),
+             LOGITS, (Tensor(labels),), (torch.tensor(labels, dtype=torch.long),))
+  labels = LABELS.copy(); labels[3] = -100   # cross_entropy's default ignore_index, as torch's
+  _loss_pair(lambda x, y: x.cross_entropy(y, label_smoothing=smoothing),
+             lambda x, y: torch.nn.functional.cross_entropy(x, y, label_smoothing=smoothing),
+             LOGITS, (Tensor(labels),), (torch.tensor(labels, dtype=torch.long),))
+
+@pytest.mark.parametrize("loss", [
+  lambda x, y: x.sparse_categorical_crossentropy(y),
+  lambda x, y: x.cross_entropy(y),
+  lambda x, y: x.log_softmax().nll_loss(y),
+  lambda x, y: losses.sparse_categorical_crossentropy(x, y),
+])
+def test_a_label_outside_the_classes_raises_on_every_call(device, loss):
+  # the first call builds the loss's graph template, later ones replay it: each must check its own labels
+  x = Tensor(LOGITS)
+  for good in (LABELS, LABELS[::-1].copy()): assert np.isfinite(loss(x, Tensor(good)).item())
+  for bad in (5, 7):
+    labels = LABELS.copy(); labels[2] = bad
+    with pytest.raises(IndexError, match="class label: index .* out of range for size 5"): loss(x, Tensor(labels))
+
 def test_tensor_method_matches_ours(device):
   x, y = Tensor(LOGITS), Tensor(LABELS)
   np.testing.assert_allclose(x.sparse_categorical_crossentropy(y).numpy(),

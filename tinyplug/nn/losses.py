@@ -7,6 +7,7 @@ from __future__ import annotations
 from tinyplug.tensor import Tensor
 from tinyplug.uop.dtype import dtypes
 from tinyplug.tensor_ops.losses import _REDUCTIONS, _check_labels, _check_reduction, _one_hot, _reduce, nll_loss  # noqa: F401
+from tinyplug.tensor_ops.indexing import check_index_range
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
   shifted = x - x.max(axis=axis, keepdim=True).detach()
@@ -21,6 +22,8 @@ def sparse_categorical_crossentropy(x: Tensor, Y: Tensor, ignore_index: int = -1
   """Cross-entropy of logits `x` (..., C) against integer labels `Y` (...); labels equal to ignore_index count 0."""
   _check_reduction(reduction)
   _check_labels(x, Y, "sparse_categorical_crossentropy", x.ndim - 1)
+  check_index_range(Y, x.shape[-1], "sparse_categorical_crossentropy: class label", allow_negative=False,
+                    ignored=ignore_index)
   logp = log_softmax(x, -1)
   keep = (Y != ignore_index).cast(x.dtype)
   nll = -(logp * _one_hot(Y, x.shape[-1], x.dtype)).sum(axis=-1)

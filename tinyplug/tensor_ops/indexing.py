@@ -36,12 +36,13 @@ def _plain_nested(x: Any) -> Any:
   if isinstance(x, (list, tuple)): return [_plain_nested(v) for v in x]
   return x.tolist() if hasattr(x, "tolist") and not isinstance(x, np.ndarray) else x
 
-def check_index_range(idx: Any, size: int, what: str, allow_negative: bool) -> None:
-  """IndexError (as torch raises) when an index tensor whose values are known holds one outside the valid range."""
+def check_index_range(idx: Any, size: int, what: str, allow_negative: bool, ignored: int | None = None) -> None:
+  """IndexError (as torch raises) when an index tensor whose values are known holds one outside the valid range
+  (other than `ignored`, a loss's ignore_index)."""
   values = _host_values(idx)
   if values is None or values.size == 0: return
   low = -size if allow_negative else 0
-  bad = values[(values < low) | (values >= size)]
+  bad = values[((values < low) | (values >= size)) & (values != ignored if ignored is not None else True)]
   if bad.size: raise IndexError(f"{what}: index {int(bad.flat[0])} is out of range for size {size} "
                                 f"(valid: {low} to {size - 1})")
 

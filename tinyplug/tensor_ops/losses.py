@@ -1,6 +1,7 @@
 """The loss helpers that Tensor methods need (layer tensor_ops); `tinyplug.nn.losses` builds the rest on them."""
 from __future__ import annotations
 from tinyplug.uop.dtype import dtypes
+from tinyplug.tensor_ops.indexing import check_index_range
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -29,6 +30,7 @@ def nll_loss(x, Y, weight=None, ignore_index: int | None = None,
   _check_reduction(reduction)
   axis = 1 if x.ndim >= 2 else 0
   _check_labels(x, Y, "nll_loss", axis)
+  check_index_range(Y, x.shape[axis], "nll_loss: class label", allow_negative=False, ignored=ignore_index)
   target = _one_hot(Y, x.shape[axis], x.dtype)
   if axis == 1 and x.ndim > 2: target = target.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
   w = target if weight is None else target * weight.reshape(-1, *([1] * (x.ndim - axis - 1)))

@@ -5,6 +5,7 @@ import functools, itertools, math
 from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
+from tinyplug.tensor_ops.indexing import check_index_range
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
@@ -276,25 +277,31 @@ class NNMixin:
     softplus_neg = (1 + self.abs().neg().exp()).log() + (-self).maximum(0)     # log(1 + e^-x), stable
     if pos_weight is None: return _reduce_loss((1 - y) * self + softplus_neg, reduction)
     return _reduce_loss((1 - y) * self + (1 + (pos_weight - 1) * y) * softplus_neg, reduction)
-  @graph_template   # every classifier's loss: ~40 Tensor ops a call otherwise
   def sparse_categorical_crossentropy(self, y, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean"):
+    # checked on every call: a graph template's later calls do not run the method's body
+    check_index_range(y, self.shape[-1], "sparse_categorical_crossentropy: class label", allow_negative=False,
+                      ignored=ignore_index)
+    return self._sparse_categorical_crossentropy(y, ignore_index, label_smoothing, reduction)
+  @graph_template   # every classifier's loss: ~40 Tensor ops a call otherwise
+  def _sparse_categorical_crossentropy(self, y, ignore_index: int, label_smoothing: float, reduction: str):
     log_probs = self.log_softmax()
     mask = y.ne(ignore_index)
-    picked = log_probs.gather(-1, y.unsqueeze(-1).cast(dtypes.int32)).squeeze(-1)
+    # an ignored label may lie outside the classes (-1, torch's -100): it picks class 0, masked out below
+    picked = log_probs.gather(-1, mask.where(y, 0).unsqueeze(-1).cast(dtypes.int32)).squeeze(-1)
     smooth = log_probs.mean(-1)
     loss = -((1 - label_smoothing) * picked + label_smoothing * smooth) * mask
     if reduction == "mean": return loss.sum() / mask.sum()
     return _reduce_loss(loss, reduction)
-  def cross_entropy(self, y, reduction: str = "mean", label_smoothing: float = 0.0):
+  def cross_entropy(self, y, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int = -100):
     """Cross entropy of logits against class indices (int y) or probabilities (float y of the same shape). The classes
-    are dim 1 (dim 0 of a 1-d input), as torch's."""
+    are dim 1 (dim 0 of a 1-d input), as torch's; class index `ignore_index` adds nothing and is not counted."""
     axis = 1 if self.ndim >= 2 else 0
     if dtypes.is_int(y.dtype):
       x = self.unsqueeze(0) if self.ndim == 1 else self
       if x.ndim > 2: x = x.permute(0, *range(2, x.ndim), 1)   # the class dim last
-      loss = x.sparse_categorical_crossentropy(y if self.ndim > 1 else y.reshape(1), label_smoothing=label_smoothing,
-                                               reduction=reduction)
+      loss = x.sparse_categorical_crossentropy(y if self.ndim > 1 else y.reshape(1), ignore_index=ignore_index,
+                                               label_smoothing=label_smoothing, reduction=reduction)
       return loss.reshape(()) if self.ndim == 1 and reduction == "none" else loss
     if y.shape != self.shape: raise ShapeError(f"cross_entropy: probabilities {y.shape} do not match logits {self.shape}")
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[axis]
