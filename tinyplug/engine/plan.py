@@ -25,10 +25,11 @@ from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.backend import HostAllocator, launcher
 from tinyplug.device import Device, handle_of, output_maker
-from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
+from tinyplug.helpers import DEBUG, REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
+from tinyplug.schedule import cache as _schedule_cache
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
 # replayed, recorded, refused
@@ -179,14 +180,7 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   token = _settings_token()
   if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
-      template, plan, recipe, out, run_one = hit
-      if run_one is not None:
-        counters["graph_hits"] += 1
-        return {uops[0]: run_one(uops[0])}, None
-      nodes = cache.nodes_of(recipe, uops[0])
-      outs = _run(plan, lambda r: handle_of(nodes[r]))
-      counters["graph_hits"] += 1
-      return ({uops[0]: outs[out]} if out is not None else template.becomes_over(nodes, outs)), None
+      return _run_one_op(hit, uops[0]), None
     template, found = _sched().cached_template(uops, shallow)
   else: shallow, (template, found) = None, _sched().cached_template(uops)
   if template is None: return (None if found is None else _realize_params(found)), found
@@ -206,6 +200,27 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
 # (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come
 # from, the output the op becomes as it is or None, its _one_op_runner or None)
 _one_op_plans: BoundedCache = BoundedCache("engine.one_op_plans", 4096)
+
+def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
+  """What the one-op graph `x` becomes, run from its _one_op_plans entry `hit`."""
+  template, plan, recipe, out, run_one = hit
+  counters["graph_hits"] += 1
+  if run_one is not None: return {x: run_one(x)}
+  nodes = _cache().nodes_of(recipe, x)
+  outs = _run(plan, lambda r: handle_of(nodes[r]))
+  return {x: outs[out]} if out is not None else template.becomes_over(nodes, outs)
+
+def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
+  """What realizing the one-op graph `x` (`t + 1` over realized buffers and constants) makes of it, run from the plan
+  its shallow key finds; None: no such plan (yet), or plans do not apply now (realize it the usual way, which records
+  the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide nothing more
+  (realize_graph's first branch, reached in one call)."""
+  if engine._pending or engine.capturing is not None or events._subscribers or DEBUG.value or not REALIZE_PLANS.value:
+    return None
+  if (shallow := _schedule_cache.shallow_key(x)) is None: return None
+  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()   # (_settings_token)
+  if (hit := _one_op_plans.get((shallow, _Settings.token))) is None: return None
+  return _run_one_op(hit, x)
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
