@@ -32,9 +32,9 @@ from tinyplug.engine import realize as engine
 from tinyplug.schedule import cache as _schedule_cache
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
-# replayed, recorded, refused
+# replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused
 counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
-            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0}
+            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0}
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
@@ -181,9 +181,11 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
       return _run_one_op(hit, uops[0]), None
+    if (skel := _skeleton_of(uops[0], token)) is not None:
+      if (becomes := _realize_skeleton(uops[0], *skel)) is not None: return becomes, None
     template, found = _sched().cached_template(uops, shallow)
-  else: shallow, (template, found) = None, _sched().cached_template(uops)
-  if template is None: return (None if found is None else _realize_params(found)), found
+  else: shallow, skel, (template, found) = None, None, _sched().cached_template(uops)
+  if template is None: return (None if found is None else _realize_params(found, skel)), found
   nodes = found[1]
   key = (id(template), token)
   if (entry := _graph_plans.get(key)) is None:
@@ -193,6 +195,7 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
     out = _sole_output(template, len(recipe))
     _one_op_plans.put((shallow, token), (template, plan, recipe, out, _one_op_runner(plan, recipe, out)))
+  if skel is not None: _remember_skeleton(skel, nodes, _graph_plans, key, entry)
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
@@ -401,8 +404,75 @@ def _bits(value: float) -> int:
   try: return _I32_STRUCT.unpack(_F32_STRUCT.pack(value))[0]
   except (OverflowError, TypeError): return _scalars().float32_bits(value)
 
-def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
-  """What realizing the graph `found` (structure key, nodes) makes, run from a parameter plan; None: no plan (yet)."""
+# A graph seen before and made anew (a new constant's `((x * k) + 1).exp()`, or the same graph again over new nodes)
+# finds its graph or parameter plan by its skeleton (schedule/cache.py), without the structure walk and its key: the
+# plan's shortcut knows where in the walk's node list each node it reads would be, all of them leaves of the skeleton
+# (buffers, float32 constants) or the target itself. (skeleton number, how its leaves repeat, settings number) -> the
+# shortcuts recorded for it, newest first (a graph plan for some constants, a parameter plan for any value of those the
+# kernels take as arguments).
+_skeleton_plans: BoundedCache = BoundedCache("engine.skeleton_plans", 4096)
+
+class _Shortcut:
+  __slots__ = ("cache", "key", "entry", "n_nodes", "fills", "held", "param")
+  def __init__(self, cache: BoundedCache, key: tuple, entry: Any, n_nodes: int, fills: tuple, held: tuple, param: bool):
+    # entry: what cache[key] held when this was made (it stands only while it still does); fills: (position, leaf
+    # number) of each node the plan reads; held: (position, CONST node) of each constant the kernels hold as it is,
+    # checked by identity (nodes are hash-consed: while this holds the node, the same value is the same node)
+    self.cache, self.key, self.entry, self.n_nodes, self.fills, self.held, self.param = \
+      cache, key, entry, n_nodes, fills, held, param
+
+def _skeleton_of(x: UOp, token: int) -> tuple | None:
+  """(x's skeleton leaves, its _skeleton_plans key), or None when x's graph has no skeleton."""
+  if (skel := _schedule_cache.skeleton(x)) is None: return None
+  sid, leaves = skel
+  return leaves, (sid, _schedule_cache.repeats(leaves), token)
+
+def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> dict[UOp, UOp] | None:
+  """What realizing x makes, run from a plan its skeleton finds; None: the walk's way."""
+  if (shortcuts := _skeleton_plans.get(skey)) is None: return None
+  for sc in shortcuts:
+    if sc.cache.get(sc.key) is not sc.entry: continue   # (made again since: the walk's way records it anew)
+    nodes: list[Any] = [None] * sc.n_nodes
+    for p, i in sc.fills: nodes[p] = leaves[i]
+    for p, c in sc.held:
+      if nodes[p] is not c: break   # another value in a constant the kernels hold
+    else:
+      nodes[-2] = x   # (structure(): the target, then its SINK)
+      counters["skeleton_hits"] += 1
+      if sc.param: return _run_params(sc.entry, nodes)
+      template, plan = sc.entry
+      counters["graph_hits"] += 1
+      return template.becomes_over(nodes, _run(plan, lambda r: handle_of(nodes[r])))
+  return None
+
+def _remember_skeleton(skel: tuple, nodes: list[UOp], cache: BoundedCache, key: tuple, entry: Any) -> None:
+  """Keep a shortcut to the plan `entry` (`cache[key]`: a _ParamPlan, or a graph plan's (template, Plan)) for the
+  walked graph `nodes`, when every node the plan reads is a leaf of its skeleton."""
+  leaves, skey = skel
+  where: dict[int, int] = {}
+  for i, n in enumerate(leaves): where.setdefault(id(n), i)
+  if param := type(entry) is _ParamPlan:
+    plan, becomes = entry.plan, entry.becomes.becomes
+    held = tuple(i for i, _ in entry.baked)
+  else:
+    (template, plan), becomes = entry, entry[0].becomes
+    # every float32 constant is held as it is: the leaves that are constants
+    held = tuple(p for p, n in enumerate(nodes) if n.op is Ops.CONST and id(n) in where)
+  needed = {r for step in plan.steps for r in step[1] if r >= 0} | {i for step in plan.steps for i in step[2] or ()} | \
+    set(held)
+  for p, recipe in becomes:
+    needed.add(p)
+    needed.update(r for r in recipe if type(r) is int and r >= 0)
+  needed.discard(len(nodes) - 2)
+  if any(id(nodes[p]) not in where for p in needed): return
+  sc = _Shortcut(cache, key, entry, len(nodes), tuple((p, where[id(nodes[p])]) for p in sorted(needed)),
+                 tuple((p, nodes[p]) for p in held), param)
+  # the newest first; one of each kind (a later graph plan for other constants replaces the earlier one)
+  _skeleton_plans.put(skey, (sc,) + tuple(o for o in _skeleton_plans.get(skey, ()) if o.param != param)[:1])
+
+def _realize_params(found: tuple, skel: tuple | None = None) -> dict[UOp, UOp] | None:
+  """What realizing the graph `found` (structure key, nodes) makes, run from a parameter plan; None: no plan (yet).
+  `skel`: the single target's (leaves, _skeleton_plans key), to remember the plan by."""
   key, nodes = found
   if (masked := _masked(key)) is None: return None
   pkey = (masked, _settings_token())
@@ -419,8 +489,12 @@ def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
          any(key[j][2] != v for j, v in entry.baked): return None
       _param_plans.put(pkey, entry)
       break
-  plan = entry.plan
-  outs = _run(plan, lambda r: handle_of(nodes[r]),
+  if skel is not None: _remember_skeleton(skel, nodes, _param_plans, pkey, entry)
+  return _run_params(entry, nodes)
+
+def _run_params(entry: _ParamPlan, nodes: list) -> dict[UOp, UOp]:
+  """Run a parameter plan over `nodes` (where the plan reads them), its values read from their constants."""
+  outs = _run(entry.plan, lambda r: handle_of(nodes[r]),
               lambda positions: tuple([_bits(nodes[i].arg) for i in positions]))
   counters["param_hits"] += 1
   return entry.becomes.becomes_over(nodes, outs)
