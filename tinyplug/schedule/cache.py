@@ -210,7 +210,9 @@ _F32_ID, _CONST_V, _BUFFER_V, _UNIQUE_V = id(_canonical_dtype(dtypes.float32)), 
   Ops.UNIQUE._value_
 
 def skeleton(x: UOp) -> tuple[int, tuple[UOp, ...]] | None:
-  """(x's skeleton number, its leaves), or None when x's graph is no small one of the ops templates cover."""
+  """(x's skeleton number, its leaves), or None when x's graph is no small one of the ops templates cover (or a graph
+  template's output, which brings its structure key along: structure() has no walk to do for it)."""
+  if (c := x._cache) is not None and c.get("sink_structure") is not None: return None
   budget = [_SKELETON_NEW_NODES]
   got = _skeleton(x, budget)
   return got or None
