@@ -289,3 +289,22 @@ def test_a_skeleton_is_the_graphs_structure_up_to_its_leaves():
   xi = Tensor.empty(16, dtype=dtypes.int32).realize()
   assert C.skeleton((xi * 3 + 1).uop)[0] != C.skeleton((xi * 3 + 2).uop)[0]   # int constants are structure
   assert C.repeats(C.skeleton((x * 1.5 + x).uop)[1]) == (0, 1, 2, 0, 1) and C.repeats(lx1) is None
+
+def test_a_buffer_with_a_skeleton_is_freed_when_let_go_without_the_collector():
+  import weakref
+  from tinyplug.helpers import GlobalCounters
+  a = np.arange(50, dtype=np.float32)
+  for k in (1.5, 2.5, 3.5): (Tensor(a).realize() * k + 1.0).exp2().realize()
+  x = Tensor(a).realize()
+  mem = GlobalCounters.mem_used
+  y = (x * 4.5 + 1.0).exp2().realize()
+  assert C.skeleton((y * 1.5 + 1.0).uop) is not None and C.skeleton((x * 0.5 + 1.0).uop)[1][0] is x.uop
+  leaves = C.skeleton((y * 1.5 + 1.0).uop)[1]
+  assert [n.op for n in leaves] == [Ops.BUFFER, Ops.UNIQUE, Ops.CONST, Ops.CONST]
+  assert all(n not in n._cache["skeleton"][1] for n in leaves)   # no node's kept skeleton refers to the node itself
+  buf = weakref.ref(y.uop)
+  gc.disable()
+  try:
+    del y, leaves
+    assert buf() is None and GlobalCounters.mem_used == mem   # freed by its count alone, its memory given back
+  finally: gc.enable()

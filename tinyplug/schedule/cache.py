@@ -213,10 +213,12 @@ def skeleton(x: UOp) -> tuple[int, tuple[UOp, ...]] | None:
   """(x's skeleton number, its leaves), or None when x's graph is no small one of the ops templates cover (or a graph
   template's output, which brings its structure key along: structure() has no walk to do for it)."""
   if (c := x._cache) is not None and c.get("sink_structure") is not None: return None
-  budget = [_SKELETON_NEW_NODES]
-  got = _skeleton(x, budget)
-  return got or None
+  if not (got := _skeleton(x, [_SKELETON_NEW_NODES])): return None
+  sid, below, leaf = got
+  return sid, ((x,) + below if leaf else below)
 
+# what a node keeps: (its number, its leaves below it, whether it is a leaf itself). Never itself among its leaves: a
+# node whose cache refers to it would live until the cyclic collector runs, and a BUFFER node's memory with it
 def _skeleton(n: UOp, budget: list[int]) -> Any:
   if (c := n._cache) is not None and (known := c.get("skeleton")) is not None: return known
   if budget[0] <= 0: return False   # (not remembered: with more budget it may have one)
@@ -224,29 +226,28 @@ def _skeleton(n: UOp, budget: list[int]) -> Any:
   op = n.op._value_
   if op not in _CACHEABLE_VALUES: got = False
   else:
-    leaves: tuple = ()
-    if op == _UNIQUE_V: part, leaves = (op, None), (n,)   # (which buffer it is: by its leaf)
-    elif op == _CONST_V and id(n.dtype) == _F32_ID: part, leaves = (op, None), (n,)   # (its value: by its leaf)
+    leaf = True
+    if op == _UNIQUE_V: part = (op, None)   # (which buffer it is: by its leaf)
+    elif op == _CONST_V and id(n.dtype) == _F32_ID: part = (op, None)   # (its value: by its leaf)
     else:
       arg = n.arg
       if (t := type(arg)) is float: arg = ("f", arg.hex())
       elif t is bool: arg = ("b", arg)
-      part = (op, id(n.dtype), arg)
-      if op == _BUFFER_V: leaves = (n,)
-    srcs = []
+      part, leaf = (op, id(n.dtype), arg), op == _BUFFER_V
+    srcs, below = [], ()
     for s in n.src:   # (a source known already, the usual one, without a call)
       if (sc := s._cache) is None or (got := sc.get("skeleton")) is None: got = _skeleton(s, budget)
       if not got: break
       srcs.append(got[0])
-      leaves += got[1]
+      below += (s,) + got[1] if got[2] else got[1]
     else: got = None
-    if got is False or len(leaves) > _SKELETON_LEAVES: got = False
+    if got is False or len(below) >= _SKELETON_LEAVES: got = False
     else:
       key = (part, tuple(srcs))
       if (sid := _skeleton_ids.get(key)) is None:
         if len(_skeleton_ids) > 65536: _skeleton_ids.clear()
         sid = _skeleton_ids[key] = _next_skeleton_id()
-      got = (sid, leaves)
+      got = (sid, below, leaf)
   if got is False and budget[0] <= 0: return False   # (out of budget somewhere below: not known for good)
   if c is None: object.__setattr__(n, "_cache", {"skeleton": got})   # (UOp._cached's store, without its closure)
   else: c["skeleton"] = got
