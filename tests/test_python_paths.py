@@ -144,7 +144,7 @@ def test_a_one_op_runner_replays_a_chain_with_the_right_values_and_counts_its_ke
 def test_a_constant_asked_for_once_waits_and_its_second_use_keeps_it():
   value = 0.123456789012345   # a constant no other test uses
   first = graph.const(value, dtypes.float32, "CPU", (3,))
-  keys = lambda cache: [k for k in cache if k[1] == value.hex()]
+  keys = lambda cache: [k for k in cache if k[0] is float and k[1] == value]
   assert keys(graph._new_consts) and not keys(graph._consts)
   assert graph.const(value, dtypes.float32, "CPU", (3,)) is first   # the second use: the same nodes, now kept
   assert keys(graph._consts) and not keys(graph._new_consts)
@@ -184,3 +184,127 @@ def test_a_tensor_from_data_is_one_copy_and_no_kernel(shape, np_dtype):
   if a.ndim: a[...] = 0
   for _ in range(3): np.testing.assert_array_equal(Tensor(keep).numpy(), keep)
   np.testing.assert_array_equal(t.numpy(), keep)
+
+def _counting_compiles(monkeypatch) -> list:
+  """A list that gets an entry for every kernel codegen builds from now on (a new kernel to compile)."""
+  import tinyplug.codegen as codegen
+  built, real = [], codegen.get_program
+  def counting(*args, **kwargs):
+    built.append(1)
+    return real(*args, **kwargs)
+  monkeypatch.setattr(codegen, "get_program", counting)
+  return built
+
+def test_a_new_constant_runs_from_its_skeleton_compiling_nothing_with_its_own_value(monkeypatch):
+  from tinyplug.helpers import GlobalCounters
+  rng = np.random.default_rng(5)
+  a = rng.random(257, dtype=np.float32)
+  x = Tensor(a).realize()
+  f = lambda t, k: ((t * k) + 1.0).exp()
+  for k in (1.25, 1.5, 1.75): f(x, k).realize()   # the usual way: the constant becomes a kernel argument
+  built = _counting_compiles(monkeypatch)
+  hits, kernels = P.counters["skeleton_hits"], GlobalCounters.kernel_count
+  for _ in range(20):
+    k = float(rng.random()) + 0.5
+    np.testing.assert_allclose(f(x, k).realize().numpy(), np.exp(a * np.float32(k) + np.float32(1.0)), rtol=2e-6)
+  assert not built and P.counters["skeleton_hits"] - hits == 20 and GlobalCounters.kernel_count - kernels == 20
+  # another buffer of the same shape: the same plan over its memory; a write into a buffer is read by the next run
+  b = rng.random(257, dtype=np.float32)
+  y = Tensor(b).realize()
+  np.testing.assert_allclose(f(y, 0.3).realize().numpy(), np.exp(b * np.float32(0.3) + np.float32(1.0)), rtol=2e-6)
+  y.assign(Tensor(a)).realize()
+  np.testing.assert_allclose(f(y, 0.7).realize().numpy(), np.exp(a * np.float32(0.7) + np.float32(1.0)), rtol=2e-6)
+  # a constant the kernels hold as it is (the + 1.0) with another value: not this plan (the walk's way), right values
+  np.testing.assert_allclose((((x * 0.9) + 2.5).exp()).realize().numpy(), np.exp(a * np.float32(0.9) + np.float32(2.5)),
+                             rtol=2e-6)
+
+@pytest.mark.parametrize("k", [2.0, -0.0, 0.0, float("nan"), float("inf"), 1e-30], ids=str)
+def test_a_skeleton_plan_takes_any_float_value(k):
+  a = np.linspace(-2, 2, 33, dtype=np.float32)
+  x = Tensor(a).realize()
+  for warm in (0.5, 0.25, 0.125): (x * warm + 3.0).sqrt().realize()
+  with np.errstate(invalid="ignore"):
+    np.testing.assert_array_equal((x * k + 3.0).sqrt().realize().numpy(), np.sqrt(a * np.float32(k) + np.float32(3.0)))
+
+def test_repeated_leaves_and_other_graphs_never_take_each_others_skeleton_plan():
+  rng = np.random.default_rng(6)
+  a, b = rng.random(64, dtype=np.float32), rng.random(64, dtype=np.float32)
+  x, y = Tensor(a).realize(), Tensor(b).realize()
+  two = lambda p, q, k: ((p * k) + q).exp2()
+  for i in range(6):   # one buffer twice and two buffers: the same skeleton number, leaves repeating otherwise
+    k = 0.5 + i / 8
+    np.testing.assert_allclose(two(x, y, k).realize().numpy(), np.exp2(a * np.float32(k) + b), rtol=2e-6)
+    np.testing.assert_allclose(two(x, x, k).realize().numpy(), np.exp2(a * np.float32(k) + a), rtol=2e-6)
+    np.testing.assert_allclose(two(y, x, k).realize().numpy(), np.exp2(b * np.float32(k) + a), rtol=2e-6)
+  # other shapes, dtypes and ops over the same kinds of leaves
+  for i in range(4):
+    k = 1.5 + i
+    xs = Tensor(a.reshape(8, 8)).realize()
+    np.testing.assert_allclose(((xs * k) + 1.0).exp2().realize().numpy(), np.exp2(a.reshape(8, 8) * np.float32(k) + 1),
+                               rtol=2e-6)
+    np.testing.assert_allclose(((x * k) + 1.0).log2().realize().numpy(), np.log2(a * np.float32(k) + 1), rtol=2e-6)
+    xi = Tensor(np.arange(64, dtype=np.int32)).realize()
+    np.testing.assert_array_equal(((xi * (i + 2)) + 1).realize().numpy(), np.arange(64, dtype=np.int32) * (i + 2) + 1)
+
+def test_a_graph_seen_before_over_new_nodes_runs_its_graph_plan_from_its_skeleton(monkeypatch):
+  rng = np.random.default_rng(7)
+  a = rng.random(100, dtype=np.float32)
+  x = Tensor(a).realize()
+  y = Tensor(rng.random(100, dtype=np.float32)).realize()
+  for _ in range(3): ((x * y) + 0.5).sqrt().realize(), (y + 1.0).realize()
+  built = _counting_compiles(monkeypatch)
+  hits, graph_hits = P.counters["skeleton_hits"], P.counters["graph_hits"]
+  for _ in range(5):
+    y = (y + 1.0).realize()   # a new buffer each time: the graph over it is made anew
+    np.testing.assert_allclose(((x * y) + 0.5).sqrt().realize().numpy(), np.sqrt(a * y.numpy() + np.float32(0.5)),
+                               rtol=2e-6)
+  assert not built and P.counters["skeleton_hits"] - hits == 5 and P.counters["graph_hits"] - graph_hits >= 10
+  # the constant the graph plan's kernel holds, changed: not that plan
+  np.testing.assert_allclose(((x * y) + 0.75).sqrt().realize().numpy(), np.sqrt(a * y.numpy() + np.float32(0.75)),
+                             rtol=2e-6)
+
+def test_skeleton_plans_follow_the_settings_and_a_reset():
+  import tinyplug
+  from tinyplug.helpers import Context
+  a = np.linspace(0.5, 4, 40, dtype=np.float32)
+  x = Tensor(a).realize()
+  for k in (1.1, 1.2, 1.3, 1.4): (x * k + 1.0).exp2().realize()
+  with Context(NOOPT=1):   # other settings: their own plans, the same values
+    for k in (2.1, 2.2, 2.3, 2.4):
+      np.testing.assert_allclose((x * k + 1.0).exp2().realize().numpy(), np.exp2(a * np.float32(k) + 1), rtol=2e-6)
+  tinyplug.reset()   # the plans and compiled programs are gone: a shortcut to them must not run
+  for k in (3.1, 3.2, 3.3, 3.4):
+    np.testing.assert_allclose((x * k + 1.0).exp2().realize().numpy(), np.exp2(a * np.float32(k) + 1), rtol=2e-6)
+
+def test_a_skeleton_is_the_graphs_structure_up_to_its_leaves():
+  x, y = Tensor.empty(16).realize(), Tensor.empty(16).realize()
+  sx1, lx1 = C.skeleton((x * 1.5 + 2.0).uop)
+  sx2, lx2 = C.skeleton((x * 2.5 + 3.0).uop)
+  sy, ly = C.skeleton((y * 2.5 + 3.0).uop)
+  assert sx1 == sx2 == sy and len(lx1) == len(ly) == 4   # (BUFFER, UNIQUE, CONST, CONST)
+  assert lx1[0] is x.uop and ly[0] is y.uop and lx1[2].arg == 1.5 and lx2[2].arg == 2.5
+  assert C.skeleton((x * 1.5 + 2).uop)[0] == sx1   # (an int constant into a float tensor: a float constant)
+  assert C.skeleton((x * 1.5 - 2.0).uop)[0] == sx1   # (x - c is x + (-c))
+  assert C.skeleton((x * 1.5 + y).uop)[0] != sx1 and C.skeleton((x + 1.5 * 2.0).uop)[0] != sx1
+  xi = Tensor.empty(16, dtype=dtypes.int32).realize()
+  assert C.skeleton((xi * 3 + 1).uop)[0] != C.skeleton((xi * 3 + 2).uop)[0]   # int constants are structure
+  assert C.repeats(C.skeleton((x * 1.5 + x).uop)[1]) == (0, 1, 2, 0, 1) and C.repeats(lx1) is None
+
+def test_a_buffer_with_a_skeleton_is_freed_when_let_go_without_the_collector():
+  import weakref
+  from tinyplug.helpers import GlobalCounters
+  a = np.arange(50, dtype=np.float32)
+  for k in (1.5, 2.5, 3.5): (Tensor(a).realize() * k + 1.0).exp2().realize()
+  x = Tensor(a).realize()
+  mem = GlobalCounters.mem_used
+  y = (x * 4.5 + 1.0).exp2().realize()
+  assert C.skeleton((y * 1.5 + 1.0).uop) is not None and C.skeleton((x * 0.5 + 1.0).uop)[1][0] is x.uop
+  leaves = C.skeleton((y * 1.5 + 1.0).uop)[1]
+  assert [n.op for n in leaves] == [Ops.BUFFER, Ops.UNIQUE, Ops.CONST, Ops.CONST]
+  assert all(n not in n._cache["skeleton"][1] for n in leaves)   # no node's kept skeleton refers to the node itself
+  buf = weakref.ref(y.uop)
+  gc.disable()
+  try:
+    del y, leaves
+    assert buf() is None and GlobalCounters.mem_used == mem   # freed by its count alone, its memory given back
+  finally: gc.enable()

@@ -9,7 +9,7 @@ from tinyplug.helpers import GlobalCounters, getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
 from tinyplug.uop import ops as _uop_ops
 from tinyplug.uop.ops import Ops, UOp, check_buffer_size
-from tinyplug.uop.sidetable import UOpMap
+from tinyplug.uop.sidetable import UOpMap, _KeyRef
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
                               Renderer, ReuseAllocator)
 
@@ -20,6 +20,8 @@ __all__ = ["Buffer", "Device", "buffer_of", "has_buffer", "Allocator", "Compiled
 
 class Buffer:
   """`size` elements of `dtype` on a device; memory is allocated on first use."""
+  # slots: a realize plan makes (and frees) one per output, a tiny op's every time (a __dict__ cost ~0.1 us more)
+  __slots__ = ("device", "size", "dtype", "_handle", "owned", "_allocator", "__weakref__")
   def __init__(self, device: str, size: int, dtype: DType):
     check_buffer_size(size, dtype)
     self.device, self.size, self.dtype = device, size, dtype
@@ -75,10 +77,12 @@ class Buffer:
       self.__del__()
       self._handle = None
   def __del__(self):
-    d = self.__dict__   # (a half-made buffer may lack any attribute; every tiny op's output comes here)
-    if (handle := d.get("_handle")) is not None and d.get("owned", True):
+    try: handle, owned = self._handle, self.owned
+    except AttributeError: return   # (a half-made buffer: check_buffer_size raised)
+    if handle is not None and owned:
       try:
-        allocator = d.get("_allocator") or Device[self.device].allocator
+        try: allocator = self._allocator
+        except AttributeError: allocator = Device[self.device].allocator
         nbytes = self.size * self.dtype.itemsize
         if events.enabled("profile"):
           with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=nbytes, buf=id(self)):
@@ -140,6 +144,7 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
   make_uop = UOp.buffer_maker(device, size, dtype)
   if type(size) is not int: return lambda: (u := make_uop(), buffer_of(u).handle)
   nbytes, new, counters = size * dtype.itemsize, object.__new__, GlobalCounters
+  entries, gone, KeyRef = _BUFFERS._entries, _BUFFERS._gone, _KeyRef
   def make() -> tuple[UOp, Any]:
     u = make_uop()
     b = new(Buffer)
@@ -147,7 +152,10 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
     b._allocator = allocator = Device[device].allocator   # (a registry lookup: a reset device gets a new allocator)
     b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
-    _BUFFERS[u] = b
+    # (_BUFFERS[u] = b for a node just made: no entry to look for)
+    ref = KeyRef(u, gone)
+    ref.key = key = id(u)
+    entries[key] = (ref, b)
     return u, h
   return make
 

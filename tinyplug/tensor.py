@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import DType, dtypes, to_dtype, to_np_dtype, from_np_dtype
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.uop.sint import max_shape, render_shape, sprod
 from tinyplug.tensor_ops.create import CreationMixin
 from tinyplug.tensor_ops.random import RandomMixin
@@ -287,7 +287,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
     if self._defer is not None and not others and _plan().realize_deferred(self): return self
     if not others:   # (the usual call: no lists)
-      if not graph.is_realized(u := self.uop) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
+      if (u := self._uop) is None: u = self._build()
+      # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
+      if u.op in GroupOp.ALU and (becomes := _plan().realize_one_op(u)) is not None: _apply_becomes_map(becomes)
+      elif not graph.is_realized(u) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
       return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
     pending = [u for t in (self, *others) if not graph.is_realized(u := t.uop) and u.device is not None]

@@ -25,15 +25,16 @@ from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.backend import HostAllocator, launcher
 from tinyplug.device import Device, handle_of, output_maker
-from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
+from tinyplug.helpers import DEBUG, REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
+from tinyplug.schedule import cache as _schedule_cache
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
-# replayed, recorded, refused
+# replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused
 counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
-            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0}
+            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0}
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
@@ -179,17 +180,12 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   token = _settings_token()
   if len(uops) == 1:   # a one-op graph over buffers and constants (`t + 1`): its plan found by its shallow key
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
-      template, plan, recipe, out, run_one = hit
-      if run_one is not None:
-        counters["graph_hits"] += 1
-        return {uops[0]: run_one(uops[0])}, None
-      nodes = cache.nodes_of(recipe, uops[0])
-      outs = _run(plan, lambda r: handle_of(nodes[r]))
-      counters["graph_hits"] += 1
-      return ({uops[0]: outs[out]} if out is not None else template.becomes_over(nodes, outs)), None
+      return _run_one_op(hit, uops[0]), None
+    if (skel := _skeleton_of(uops[0], token)) is not None:
+      if (becomes := _realize_skeleton(uops[0], *skel)) is not None: return becomes, None
     template, found = _sched().cached_template(uops, shallow)
-  else: shallow, (template, found) = None, _sched().cached_template(uops)
-  if template is None: return (None if found is None else _realize_params(found)), found
+  else: shallow, skel, (template, found) = None, None, _sched().cached_template(uops)
+  if template is None: return (None if found is None else _realize_params(found, skel)), found
   nodes = found[1]
   key = (id(template), token)
   if (entry := _graph_plans.get(key)) is None:
@@ -199,6 +195,7 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
     out = _sole_output(template, len(recipe))
     _one_op_plans.put((shallow, token), (template, plan, recipe, out, _one_op_runner(plan, recipe, out)))
+  if skel is not None: _remember_skeleton(skel, nodes, _graph_plans, key, entry)
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
   return template.becomes_over(nodes, outs), found
@@ -206,6 +203,27 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
 # (shallow key of a one-op graph, settings number) -> (its schedule template, its graph plan, where its nodes come
 # from, the output the op becomes as it is or None, its _one_op_runner or None)
 _one_op_plans: BoundedCache = BoundedCache("engine.one_op_plans", 4096)
+
+def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
+  """What the one-op graph `x` becomes, run from its _one_op_plans entry `hit`."""
+  template, plan, recipe, out, run_one = hit
+  counters["graph_hits"] += 1
+  if run_one is not None: return {x: run_one(x)}
+  nodes = _cache().nodes_of(recipe, x)
+  outs = _run(plan, lambda r: handle_of(nodes[r]))
+  return {x: outs[out]} if out is not None else template.becomes_over(nodes, outs)
+
+def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
+  """What realizing the one-op graph `x` (`t + 1` over realized buffers and constants) makes of it, run from the plan
+  its shallow key finds; None: no such plan (yet), or plans do not apply now (realize it the usual way, which records
+  the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide nothing more
+  (realize_graph's first branch, reached in one call)."""
+  if engine._pending or engine.capturing is not None or events._subscribers or DEBUG.value or not REALIZE_PLANS.value:
+    return None
+  if (shallow := _schedule_cache.shallow_key(x)) is None: return None
+  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()   # (_settings_token)
+  if (hit := _one_op_plans.get((shallow, _Settings.token))) is None: return None
+  return _run_one_op(hit, x)
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
@@ -386,8 +404,75 @@ def _bits(value: float) -> int:
   try: return _I32_STRUCT.unpack(_F32_STRUCT.pack(value))[0]
   except (OverflowError, TypeError): return _scalars().float32_bits(value)
 
-def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
-  """What realizing the graph `found` (structure key, nodes) makes, run from a parameter plan; None: no plan (yet)."""
+# A graph seen before and made anew (a new constant's `((x * k) + 1).exp()`, or the same graph again over new nodes)
+# finds its graph or parameter plan by its skeleton (schedule/cache.py), without the structure walk and its key: the
+# plan's shortcut knows where in the walk's node list each node it reads would be, all of them leaves of the skeleton
+# (buffers, float32 constants) or the target itself. (skeleton number, how its leaves repeat, settings number) -> the
+# shortcuts recorded for it, newest first (a graph plan for some constants, a parameter plan for any value of those the
+# kernels take as arguments).
+_skeleton_plans: BoundedCache = BoundedCache("engine.skeleton_plans", 4096)
+
+class _Shortcut:
+  __slots__ = ("cache", "key", "entry", "n_nodes", "fills", "held", "param")
+  def __init__(self, cache: BoundedCache, key: tuple, entry: Any, n_nodes: int, fills: tuple, held: tuple, param: bool):
+    # entry: what cache[key] held when this was made (it stands only while it still does); fills: (position, leaf
+    # number) of each node the plan reads; held: (position, CONST node) of each constant the kernels hold as it is,
+    # checked by identity (nodes are hash-consed: while this holds the node, the same value is the same node)
+    self.cache, self.key, self.entry, self.n_nodes, self.fills, self.held, self.param = \
+      cache, key, entry, n_nodes, fills, held, param
+
+def _skeleton_of(x: UOp, token: int) -> tuple | None:
+  """(x's skeleton leaves, its _skeleton_plans key), or None when x's graph has no skeleton."""
+  if (skel := _schedule_cache.skeleton(x)) is None: return None
+  sid, leaves = skel
+  return leaves, (sid, _schedule_cache.repeats(leaves), token)
+
+def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> dict[UOp, UOp] | None:
+  """What realizing x makes, run from a plan its skeleton finds; None: the walk's way."""
+  if (shortcuts := _skeleton_plans.get(skey)) is None: return None
+  for sc in shortcuts:
+    if sc.cache.get(sc.key) is not sc.entry: continue   # (made again since: the walk's way records it anew)
+    nodes: list[Any] = [None] * sc.n_nodes
+    for p, i in sc.fills: nodes[p] = leaves[i]
+    for p, c in sc.held:
+      if nodes[p] is not c: break   # another value in a constant the kernels hold
+    else:
+      nodes[-2] = x   # (structure(): the target, then its SINK)
+      counters["skeleton_hits"] += 1
+      if sc.param: return _run_params(sc.entry, nodes)
+      template, plan = sc.entry
+      counters["graph_hits"] += 1
+      return template.becomes_over(nodes, _run(plan, lambda r: handle_of(nodes[r])))
+  return None
+
+def _remember_skeleton(skel: tuple, nodes: list[UOp], cache: BoundedCache, key: tuple, entry: Any) -> None:
+  """Keep a shortcut to the plan `entry` (`cache[key]`: a _ParamPlan, or a graph plan's (template, Plan)) for the
+  walked graph `nodes`, when every node the plan reads is a leaf of its skeleton."""
+  leaves, skey = skel
+  where: dict[int, int] = {}
+  for i, n in enumerate(leaves): where.setdefault(id(n), i)
+  if param := type(entry) is _ParamPlan:
+    plan, becomes = entry.plan, entry.becomes.becomes
+    held = tuple(i for i, _ in entry.baked)
+  else:
+    (template, plan), becomes = entry, entry[0].becomes
+    # every float32 constant is held as it is: the leaves that are constants
+    held = tuple(p for p, n in enumerate(nodes) if n.op is Ops.CONST and id(n) in where)
+  needed = {r for step in plan.steps for r in step[1] if r >= 0} | {i for step in plan.steps for i in step[2] or ()} | \
+    set(held)
+  for p, recipe in becomes:
+    needed.add(p)
+    needed.update(r for r in recipe if type(r) is int and r >= 0)
+  needed.discard(len(nodes) - 2)
+  if any(id(nodes[p]) not in where for p in needed): return
+  sc = _Shortcut(cache, key, entry, len(nodes), tuple((p, where[id(nodes[p])]) for p in sorted(needed)),
+                 tuple((p, nodes[p]) for p in held), param)
+  # the newest first; one of each kind (a later graph plan for other constants replaces the earlier one)
+  _skeleton_plans.put(skey, (sc,) + tuple(o for o in _skeleton_plans.get(skey, ()) if o.param != param)[:1])
+
+def _realize_params(found: tuple, skel: tuple | None = None) -> dict[UOp, UOp] | None:
+  """What realizing the graph `found` (structure key, nodes) makes, run from a parameter plan; None: no plan (yet).
+  `skel`: the single target's (leaves, _skeleton_plans key), to remember the plan by."""
   key, nodes = found
   if (masked := _masked(key)) is None: return None
   pkey = (masked, _settings_token())
@@ -404,8 +489,12 @@ def _realize_params(found: tuple) -> dict[UOp, UOp] | None:
          any(key[j][2] != v for j, v in entry.baked): return None
       _param_plans.put(pkey, entry)
       break
-  plan = entry.plan
-  outs = _run(plan, lambda r: handle_of(nodes[r]),
+  if skel is not None: _remember_skeleton(skel, nodes, _param_plans, pkey, entry)
+  return _run_params(entry, nodes)
+
+def _run_params(entry: _ParamPlan, nodes: list) -> dict[UOp, UOp]:
+  """Run a parameter plan over `nodes` (where the plan reads them), its values read from their constants."""
+  outs = _run(entry.plan, lambda r: handle_of(nodes[r]),
               lambda positions: tuple([_bits(nodes[i].arg) for i in positions]))
   counters["param_hits"] += 1
   return entry.becomes.becomes_over(nodes, outs)

@@ -6,11 +6,12 @@ known by its position in the graph), and a template records the schedule in term
 (which name buffers only as DEFINE_GLOBAL parameters) are shared, the output buffers are made fresh each time.
 So `t = (t + 1).realize()` in a loop schedules once. Templates hold no buffers, so they keep no memory alive."""
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass
 from typing import Any
 from tinyplug.caches import BoundedCache
-from tinyplug.uop.dtype import DType
-from tinyplug.uop.ops import GroupOp, Ops, UOp, uop_maker
+from tinyplug.uop.dtype import DType, dtypes
+from tinyplug.uop.ops import GroupOp, Ops, UOp, _canonical_dtype, uop_maker
 
 # graphs with other ops (AFTER/KERNEL from kernelize(), ...) are scheduled every time
 _CACHEABLE = GroupOp.Elementwise | GroupOp.Movement | {Ops.SINK, Ops.BUFFER, Ops.UNIQUE, Ops.DEVICE, Ops.CONST,
@@ -193,6 +194,70 @@ def _walk(sink: UOp) -> tuple[tuple, list[UOp]] | None:
       nodes.append(n)
       key.append((op, id(n.dtype), arg, (at(src[0]),) if len(src) == 1 else tuple(map(at, src))))
   return tuple(key), nodes
+
+# A graph's skeleton: its structure with each buffer (BUFFER and UNIQUE node) and float32 constant (CONST node) left
+# out as a leaf, worked out bottom-up and kept on each node, so a graph made anew over old nodes (a new constant's
+# `((x * k) + 1).exp()`) is known from its new nodes alone, without a walk. A node's skeleton is a number for (op,
+# dtype, arg, its sources' numbers) and its leaves below it, left to right with repeats (the tree's order). Two graphs
+# whose targets have the same number and whose leaves repeat alike are the same graph up to those leaves (nodes are
+# hash-consed: equal parts over the same leaves are one node), so structure() of either gives one masked key and
+# lists the leaves at the same positions. Small graphs only: a skeleton with more leaves or new nodes than below has
+# none (the walk does it).
+_SKELETON_LEAVES, _SKELETON_NEW_NODES = 16, 32
+_skeleton_ids: dict[tuple, int] = {}
+_next_skeleton_id = itertools.count().__next__   # (numbers are never reused: a forgotten one cannot alias)
+_F32_ID, _CONST_V, _BUFFER_V, _UNIQUE_V = id(_canonical_dtype(dtypes.float32)), Ops.CONST._value_, Ops.BUFFER._value_, \
+  Ops.UNIQUE._value_
+
+def skeleton(x: UOp) -> tuple[int, tuple[UOp, ...]] | None:
+  """(x's skeleton number, its leaves), or None when x's graph is no small one of the ops templates cover (or a graph
+  template's output, which brings its structure key along: structure() has no walk to do for it)."""
+  if (c := x._cache) is not None and c.get("sink_structure") is not None: return None
+  if not (got := _skeleton(x, [_SKELETON_NEW_NODES])): return None
+  sid, below, leaf = got
+  return sid, ((x,) + below if leaf else below)
+
+# what a node keeps: (its number, its leaves below it, whether it is a leaf itself). Never itself among its leaves: a
+# node whose cache refers to it would live until the cyclic collector runs, and a BUFFER node's memory with it
+def _skeleton(n: UOp, budget: list[int]) -> Any:
+  if (c := n._cache) is not None and (known := c.get("skeleton")) is not None: return known
+  if budget[0] <= 0: return False   # (not remembered: with more budget it may have one)
+  budget[0] -= 1
+  op = n.op._value_
+  if op not in _CACHEABLE_VALUES: got = False
+  else:
+    leaf = True
+    if op == _UNIQUE_V: part = (op, None)   # (which buffer it is: by its leaf)
+    elif op == _CONST_V and id(n.dtype) == _F32_ID: part = (op, None)   # (its value: by its leaf)
+    else:
+      arg = n.arg
+      if (t := type(arg)) is float: arg = ("f", arg.hex())
+      elif t is bool: arg = ("b", arg)
+      part, leaf = (op, id(n.dtype), arg), op == _BUFFER_V
+    srcs, below = [], ()
+    for s in n.src:   # (a source known already, the usual one, without a call)
+      if (sc := s._cache) is None or (got := sc.get("skeleton")) is None: got = _skeleton(s, budget)
+      if not got: break
+      srcs.append(got[0])
+      below += (s,) + got[1] if got[2] else got[1]
+    else: got = None
+    if got is False or len(below) >= _SKELETON_LEAVES: got = False
+    else:
+      key = (part, tuple(srcs))
+      if (sid := _skeleton_ids.get(key)) is None:
+        if len(_skeleton_ids) > 65536: _skeleton_ids.clear()
+        sid = _skeleton_ids[key] = _next_skeleton_id()
+      got = (sid, below, leaf)
+  if got is False and budget[0] <= 0: return False   # (out of budget somewhere below: not known for good)
+  if c is None: object.__setattr__(n, "_cache", {"skeleton": got})   # (UOp._cached's store, without its closure)
+  else: c["skeleton"] = got
+  return got
+
+def repeats(leaves: tuple) -> tuple | None:
+  """Which leaves are the same node: None when all differ, else each leaf's first position."""
+  if len(set(leaves)) == len(leaves): return None   # (a UOp hashes and compares by identity)
+  first: dict[int, int] = {}
+  return tuple([first.setdefault(id(n), i) for i, n in enumerate(leaves)])
 
 # A reference to a buffer or node: r >= 0 is the node at position r of the graph, r < 0 the new buffer number -r-1.
 # A recipe rebuilds a UOp from references: each step is a reference (int) or (maker of the node, indices of earlier steps).

@@ -112,6 +112,17 @@ class ElementwiseMixin:
     rg = False if self.no_grad else self.requires_grad
     return self.from_uop(graph.alu1(op, u), rg if rg is None or rg is True or rg is False else True in (rg,))
   def _floats(self): return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+  def _scaled_unop(self, op: Ops, before: float | None, after: float | None = None):
+    """`op(x * before) * after` of x = self._floats() (either scale may be None: left out) as one tensor: the same
+    graph as the ops one by one, without a Tensor for each step (exp is exp2 of x / ln 2: every softmax builds it)."""
+    x = self._floats()
+    if (u := x._uop) is None: u = x.uop
+    shape = () if (s := u.shape) is None else s
+    if before is not None: u = graph.alu2(Ops.MUL, u, graph.const(before, u.dtype, u.device, shape))
+    u = graph.alu1(op, u)
+    if after is not None: u = graph.alu2(Ops.MUL, u, graph.const(after, u.dtype, u.device, shape))
+    rg = False if self.no_grad else x.requires_grad
+    return self.from_uop(u, rg if rg is None or rg is True or rg is False else True in (rg,))
 
   # ---- arithmetic ----
   def add(self, y, reverse: bool = False): return self._binop(Ops.ADD, y, reverse)
@@ -259,9 +270,9 @@ class ElementwiseMixin:
   def rsqrt(self): return self.sqrt().reciprocal()
   def exp2(self): return self._floats()._unop(Ops.EXP2)
   def log2(self): return self._floats()._unop(Ops.LOG2)
-  def exp(self): return (self._floats() * (1 / LN2)).exp2()
-  def log(self): return self.log2() * LN2
-  def log10(self): return self.log2() * (LN2 / math.log(10))
+  def exp(self): return self._scaled_unop(Ops.EXP2, 1 / LN2)
+  def log(self): return self._scaled_unop(Ops.LOG2, None, LN2)
+  def log10(self): return self._scaled_unop(Ops.LOG2, None, LN2 / math.log(10))
   def sin(self): return self._floats()._unop(Ops.SIN)
   def cos(self): return ((math.pi / 2) - self._floats()).sin()
   def tan(self): return self.sin() / self.cos()

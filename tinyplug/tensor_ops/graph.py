@@ -42,18 +42,22 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
   key = None
   if isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
   if (t := type(value)) is float or t is int or t is bool:   # 0.0 and -0.0, 1 and True are different constants
-    # the dtype by id (a DType hashes in Python): the entry holds it, so its id is not reused while the entry lives
-    key = (t, value.hex() if t is float else value, id(dtype), device, tuple(shape))
+    # the dtype by id (a DType hashes in Python): the entry holds it, so its id is not reused while the entry lives.
+    # A float is its own key but for the zeros and nan (0.0 == -0.0, nan != nan), which go by their bits (hex(), 0.25
+    # us, once per realize of `t + 1.0` otherwise)
+    key = (t, value if t is not float or (value and value == value) else value.hex(), id(dtype), device, tuple(shape))
     if (hit := _consts.get(key)) is not None: return hit[1]
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
-  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value, key[1])
+  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value, value.hex())
   else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
-  if shape and all([type(s) is int for s in shape]):   # the nodes reshape() and expand() make, without their checks
-    ones = (1,) * len(shape)
+  if (ones := _ones.get(shape := tuple(shape))) is None and shape and all([type(s) is int for s in shape]):
+    if len(_ones) > 1024: _ones.clear()
+    ones = _ones[shape] = (1,) * len(shape)
+  if ones is not None:   # the nodes reshape() and expand() make, without their checks
     ret = shaped_node(Ops.RESHAPE, c, ones)
-    if (shape := tuple(shape)) != ones: ret = shaped_node(Ops.EXPAND, ret, shape)
+    if shape != ones: ret = shaped_node(Ops.EXPAND, ret, shape)
   else: ret = expand(reshape(c, (1,) * len(shape)), shape)
   if key is not None: _new_consts.put(key, (dtype, ret))
   return ret
@@ -74,6 +78,10 @@ def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
     else: raise ValueError(f"cannot make a tensor from {x.op} in a symbolic expression")
   ret = cast(memo[value], dtype)
   return expand(reshape(ret, (1,) * len(shape)), shape)
+
+# a concrete shape (all ints, at least one dim) -> its rank's (1, ..., 1): a new constant's reshape, without looking at
+# each dim again
+_ones: dict[tuple, tuple] = {}
 
 _consts: BoundedCache = BoundedCache("tensor.constants", 4096)
 # a constant asked for once waits here and moves into _consts on its second use: one used once (a new float each step,
