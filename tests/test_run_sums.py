@@ -72,7 +72,7 @@ def _special(shape: tuple, kind: str) -> np.ndarray:
   return a
 
 @pytest.mark.parametrize("shape,axis", [((64, 1024), 1), ((1024, 48), 0), ((3, 2000), 1), ((5, 70, 3), 1),
-                                        ((9, 16), 1)])
+                                        ((9, 16), 1), ((70,), 0), ((300, 7), 0)])
 @pytest.mark.parametrize("kind", ["ties", "zeros", "negative", "inf", "nan", "sorted"])
 def test_cummax_cummin_gradients_against_torch(shape, axis, kind):
   """Every output's gradient wholly to the index torch reports (the last tie; a NaN's own index)."""
