@@ -93,6 +93,8 @@ def _rewrite(uops: list[UOp], where: dict[UOp, int], store: UOp, loop: UOp, red:
   if where[index] > where[value]: return uops   # the load would come before its address
   # in the reduce loop: the value stored where the output loop will write (new index math made before it)
   red_index = _over(index, loop, red, {})
+  # index math of the program's own that comes after the reduce loop (an output view's offset) is not there yet
+  if any(where[n] >= red_end for n in red_index.toposort() if n in where): return uops
   made = [n for n in red_index.toposort() if n not in where]
   keep = UOp(Ops.STORE, store.dtype, (red_index, twin))
   new = uops[:red_end] + made + [keep] + uops[red_end:]

@@ -249,9 +249,7 @@ def _skeleton(n: UOp, budget: list[int]) -> Any:
         sid = _skeleton_ids[key] = _next_skeleton_id()
       got = (sid, below, leaf)
   if got is False and budget[0] <= 0: return False   # (out of budget somewhere below: not known for good)
-  if c is None: object.__setattr__(n, "_cache", {"skeleton": got})   # (UOp._cached's store, without its closure)
-  else: c["skeleton"] = got
-  return got
+  return n._remember("skeleton", got)
 
 def repeats(leaves: tuple) -> tuple | None:
   """Which leaves are the same node: None when all differ, else each leaf's first position."""

@@ -258,6 +258,11 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     if c is None: object.__setattr__(self, "_cache", c := {})
     if name not in c: c[name] = fn()
     return c[name]
+  def _remember(self, name: str, value: Any) -> Any:
+    """Store an IR fact worked out elsewhere (without `_cached`'s closure, for a hot path) and return it."""
+    if (c := self._cache) is None: object.__setattr__(self, "_cache", {name: value})
+    else: c[name] = value
+    return value
 
   # ---- printing ----
   def __repr__(self) -> str: return pretty_print(self)
