@@ -9,7 +9,7 @@ from tinyplug.helpers import GlobalCounters, getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
 from tinyplug.uop import ops as _uop_ops
 from tinyplug.uop.ops import Ops, UOp, check_buffer_size
-from tinyplug.uop.sidetable import UOpMap, _KeyRef
+from tinyplug.uop.sidetable import UOpMap
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
                               Renderer, ReuseAllocator)
 
@@ -144,7 +144,7 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
   make_uop = UOp.buffer_maker(device, size, dtype)
   if type(size) is not int: return lambda: (u := make_uop(), buffer_of(u).handle)
   nbytes, new, counters = size * dtype.itemsize, object.__new__, GlobalCounters
-  entries, gone, KeyRef = _BUFFERS._entries, _BUFFERS._gone, _KeyRef
+  add_buffer = _BUFFERS.adder()
   def make() -> tuple[UOp, Any]:
     u = make_uop()
     b = new(Buffer)
@@ -152,10 +152,7 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
     b._allocator = allocator = Device[device].allocator   # (a registry lookup: a reset device gets a new allocator)
     b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
-    # (_BUFFERS[u] = b for a node just made: no entry to look for)
-    ref = KeyRef(u, gone)
-    ref.key = key = id(u)
-    entries[key] = (ref, b)
+    add_buffer(u, b)
     return u, h
   return make
 

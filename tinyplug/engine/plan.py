@@ -25,7 +25,7 @@ from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.backend import HostAllocator, launcher
 from tinyplug.device import Device, handle_of, output_maker
-from tinyplug.helpers import DEBUG, REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
+from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
@@ -218,11 +218,8 @@ def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
   its shallow key finds; None: no such plan (yet), or plans do not apply now (realize it the usual way, which records
   the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide nothing more
   (realize_graph's first branch, reached in one call)."""
-  if engine._pending or engine.capturing is not None or events._subscribers or DEBUG.value or not REALIZE_PLANS.value:
-    return None
-  if (shallow := _schedule_cache.shallow_key(x)) is None: return None
-  if ContextVar.generation != _Settings.gen or plugins._manager is not _Settings.manager: _refresh()   # (_settings_token)
-  if (hit := _one_op_plans.get((shallow, _Settings.token))) is None: return None
+  if not engine.plans_apply() or (shallow := _schedule_cache.shallow_key(x)) is None: return None
+  if (hit := _one_op_plans.get((shallow, _settings_token()))) is None: return None
   return _run_one_op(hit, x)
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:

@@ -42,6 +42,12 @@ def _pow_grad(g, out, a, b):
 def _alu(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, u, c)
 def _alu_rev(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, c, u)
 
+def _grad_over(t) -> bool | None:
+  """requires_grad of an op's output over the one tensor `t` (False under no_grad)."""
+  if t.no_grad: return False
+  rg = t.requires_grad
+  return rg if rg is None or rg is True or rg is False else True in (rg,)
+
 class ElementwiseMixin:
   __slots__ = ()
   # ---- broadcasting and promotion ----
@@ -97,9 +103,7 @@ class ElementwiseMixin:
       # which leaves x's gradient flag as it is)
       c = graph.const(y, sdt, u.device, () if (s := u.shape) is None else s)
       # _apply_uop's work for one input, inline: the busiest op of a small loop (`t + 1.0`)
-      rg = False if self.no_grad else self.requires_grad
-      return self.from_uop(graph.alu2(op, c, u) if reverse else graph.alu2(op, u, c),
-                           rg if rg is None or rg is True or rg is False else True in (rg,))
+      return self.from_uop(graph.alu2(op, c, u) if reverse else graph.alu2(op, u, c), _grad_over(self))
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda u, v: graph.alu(op, u, v), b)
 
@@ -109,8 +113,7 @@ class ElementwiseMixin:
   def _unop(self, op: Ops):
     # _apply_uop's work for one input, inline (no closure): exp2 and friends in every small graph
     if (u := self._uop) is None: u = self.uop
-    rg = False if self.no_grad else self.requires_grad
-    return self.from_uop(graph.alu1(op, u), rg if rg is None or rg is True or rg is False else True in (rg,))
+    return self.from_uop(graph.alu1(op, u), _grad_over(self))
   def _floats(self): return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
   def _scaled_unop(self, op: Ops, before: float | None, after: float | None = None):
     """`op(x * before) * after` of x = self._floats() (either scale may be None: left out) as one tensor: the same
@@ -121,8 +124,7 @@ class ElementwiseMixin:
     if before is not None: u = graph.alu2(Ops.MUL, u, graph.const(before, u.dtype, u.device, shape))
     u = graph.alu1(op, u)
     if after is not None: u = graph.alu2(Ops.MUL, u, graph.const(after, u.dtype, u.device, shape))
-    rg = False if self.no_grad else x.requires_grad
-    return self.from_uop(u, rg if rg is None or rg is True or rg is False else True in (rg,))
+    return self.from_uop(u, _grad_over(x))
 
   # ---- arithmetic ----
   def add(self, y, reverse: bool = False): return self._binop(Ops.ADD, y, reverse)

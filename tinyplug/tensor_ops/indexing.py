@@ -42,7 +42,9 @@ def check_index_range(idx: Any, size: int, what: str, allow_negative: bool, igno
   values = _host_values(idx)
   if values is None or values.size == 0: return
   low = -size if allow_negative else 0
-  bad = values[((values < low) | (values >= size)) & (values != ignored if ignored is not None else True)]
+  outside = (values < low) | (values >= size)
+  if ignored is not None: outside &= values != ignored
+  bad = values[outside]
   if bad.size: raise IndexError(f"{what}: index {int(bad.flat[0])} is out of range for size {size} "
                                 f"(valid: {low} to {size - 1})")
 

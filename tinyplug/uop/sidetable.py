@@ -43,6 +43,16 @@ class UOpMap(Generic[V]):
     else: ref = e[0]
     self._entries[key] = (ref, value)
 
+  def adder(self) -> Any:
+    """fn(node, value): self[node] = value for a node just made (it has no entry yet), without the lookup or the
+    method call (a realize plan's output buffers, one per tiny op)."""
+    entries, gone = self._entries, self._gone
+    def add(node: Any, value: V) -> None:
+      ref = _KeyRef(node, gone)
+      ref.key = key = id(node)
+      entries[key] = (ref, value)
+    return add
+
   def setdefault(self, node: Any, value: V) -> V:
     if (e := self._entries.get(id(node))) is not None: return e[1]
     self[node] = value
