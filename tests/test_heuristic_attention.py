@@ -153,3 +153,40 @@ def test_packed_input_gradients_match_torch():
   ((xt @ wt) * torch.tensor(g_np)).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+@pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"mask": True}, {"float_mask": True}])
+def test_sdpa_repeated_calls_use_each_calls_inputs(kw):
+  # from the second call with a signature, the graph is a template's (rebuilt over the call's own inputs, never run
+  # through the method's body): every call on new values still gives torch's result
+  shape = (2, 3, 64, 32)
+  for _ in range(4):
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for _ in range(3))
+    mask = None
+    if kw.get("mask"): mask = RNG.random((64, 64)) < 0.6; mask[:, 0] = True
+    if kw.get("float_mask"): mask = RNG.standard_normal((64, 64)).astype(np.float32)
+    got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), None if mask is None else Tensor(mask),
+                                                 is_causal=kw.get("is_causal", False)).numpy()
+    want = _torch_sdpa(q, k, v, attn_mask=None if mask is None else torch.from_numpy(mask),
+                       is_causal=kw.get("is_causal", False))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+def test_sdpa_template_holds_the_gradient():
+  shape = (1, 2, 37, 29)
+  for _ in range(3):   # the third call runs from the template
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for _ in range(3))
+    tq, tk, tv = (Tensor(a, requires_grad=True) for a in (q, k, v))
+    tq.scaled_dot_product_attention(tk, tv).square().sum().backward()
+    pq, pk, pv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(pq, pk, pv).square().sum().backward()
+    for mine, ref in ((tq, pq), (tk, pk), (tv, pv)):
+      np.testing.assert_allclose(mine.grad.numpy(), ref.grad.numpy(), rtol=1e-3, atol=1e-3)
+
+def test_sdpa_dropout_draws_new_numbers_every_call():
+  q, k, v = (Tensor(RNG.standard_normal((1, 2, 32, 16)).astype(np.float32)) for _ in range(3))
+  plain = q.scaled_dot_product_attention(k, v).numpy()
+  with Tensor.train():
+    outs = [q.scaled_dot_product_attention(k, v, dropout_p=0.5).numpy() for _ in range(4)]
+  for a, b in zip(outs, outs[1:]): assert not np.allclose(a, b)   # a template would repeat one mask
+  assert all(not np.allclose(o, plain) for o in outs)
+  # out of training, dropout is off: the plain result
+  np.testing.assert_allclose(q.scaled_dot_product_attention(k, v, dropout_p=0.5).numpy(), plain, rtol=1e-6)

@@ -216,11 +216,18 @@ class NNMixin:
                          f"{key.shape[-3]} key and {value.shape[-3]} value heads")
       group = self.shape[-3] // key.shape[-3]
       key, value = key.repeat_interleave(group, -3), value.repeat_interleave(group, -3)
+    if dropout_p and type(self).training:   # new random numbers every call: the graph cannot be a template's
+      return self._attention_weights(key, attn_mask, is_causal).dropout(dropout_p) @ value
+    return self._attention(key, value, attn_mask, is_causal)
+  @graph_template   # the scheduler would walk the graph of three templates' outputs (~150 us) on every realize
+  def _attention(self, key, value, attn_mask, is_causal: bool):
+    return self._attention_weights(key, attn_mask, is_causal) @ value
+  def _attention_weights(self, key, attn_mask, is_causal: bool):
     scores = (self @ key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
     if is_causal: attn_mask = scores._const_like(True, dtypes.bool).tril()
     if attn_mask is not None:
       scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
-    return scores.softmax(-1).dropout(dropout_p) @ value
+    return scores.softmax(-1)
 
   # ---- normalisation, dropout, losses ----
   @graph_template
