@@ -145,16 +145,18 @@ class NNMixin:
     """Max of each window; with return_indices also where it was (int64 positions in the flattened spatial input, the
     first on ties, as torch), which max_unpool2d takes. A kernel_size of n ints pools the last n dims (1d, 3d too)."""
     if return_indices: return self._max_pool_with_indices(kernel_size, stride, dilation, padding, ceil_mode)
-    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
     # the gradient marks where the input equals the max; computed inline in two kernels, the input could round
     # differently in each (LLVM may contract a*b+c into an FMA in one and not the other), match nowhere and leave a
     # window with no gradient. Read from one buffer, both see the same bits (free when it is a buffer already).
+    return self.contiguous()._max_pool(kernel_size, stride, dilation, padding, ceil_mode)
+  @graph_template   # (outside it, contiguous() looks at whether the input is a buffer)
+  def _max_pool(self, kernel_size, stride, dilation, padding, ceil_mode: bool):
+    k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
     pads = [(b, a + e) for (b, a), (_, e) in zip(pads, extra)]
-    x = self.contiguous()
-    out = x.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
+    out = self.pad(tuple(pads), value=dtypes.min(self.dtype))._pool(k, s, dilation).max(tuple(range(-len(k), 0)))
     if _disjoint_windows(k, s, make_tuple(dilation, len(k))): return out
     from tinyplug.gradient import custom_gradient   # overlapping windows: _taps_gathered says why
-    return custom_gradient(out, (x,), _max_pool_backward, kernel=tuple(k), stride=tuple(s),
+    return custom_gradient(out, (self,), _max_pool_backward, kernel=tuple(k), stride=tuple(s),
                            dilation=make_tuple(dilation, len(k)), pads=tuple(pads))
   def _max_pool_with_indices(self, kernel_size, stride, dilation, padding, ceil_mode: bool):
     k, s, pads, extra = self._pool_prepare(kernel_size, stride, padding, dilation, ceil_mode, _pool_dims(kernel_size))
@@ -184,6 +186,7 @@ class NNMixin:
     flat, idx = self.reshape(*lead, -1), indices.reshape(*lead, -1)
     return type(self).zeros(*lead, math.prod(out), dtype=self.dtype, device=self.device).scatter(-1, idx, flat) \
       .reshape(*lead, *out)
+  @graph_template   # the windows, the divisor and the gradient's parts: ~20 Tensor ops a call otherwise
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride=None, dilation: int | Sequence[int] = 1,
                  padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
     """Mean of each window. With count_include_pad the padding counts in the divisor; the part of a ceil_mode window

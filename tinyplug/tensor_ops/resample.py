@@ -6,6 +6,7 @@ import functools, math
 import numpy as np
 from tinyplug.uop.dtype import dtypes
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.template import graph_template
 
 _MODES = ("linear", "nearest", "nearest-exact")
 
@@ -57,6 +58,7 @@ def _weight_bits(max_weight: float) -> int:
 
 class ResampleMixin:
   __slots__ = ()
+  @graph_template   # its weights are new tensors every call otherwise: new buffers, and the scheduler's walk (~1 ms)
   def interpolate(self, size, mode: str = "linear", align_corners: bool = False):
     """Resize the trailing len(size) dims to `size`: 'linear' (bi-/trilinear over several dims), 'nearest' or
     'nearest-exact', with torch's coordinate rules (align_corners for linear)."""

@@ -1,0 +1,64 @@
+"""Pools and interpolate are graph templates (tensor_ops/template.py): from the second call with a signature, the
+graph is rebuilt over the call's own inputs without running the method. Every call on new values, the input lazy or a
+buffer, must still give torch's values and gradients."""
+import numpy as np
+import pytest
+from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops import template
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+RNG = np.random.default_rng(19)
+
+POOLS = [
+  ("max_pool2d", dict(kernel_size=2), dict(kernel_size=2)),
+  ("max_pool2d", dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=2, padding=1)),
+  ("max_pool2d", dict(kernel_size=(3, 2), stride=1, ceil_mode=True), dict(kernel_size=(3, 2), stride=1, ceil_mode=True)),
+  ("avg_pool2d", dict(kernel_size=2), dict(kernel_size=2)),
+  ("avg_pool2d", dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=2, padding=1)),
+  ("avg_pool2d", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
+   dict(kernel_size=3, stride=2, padding=1, count_include_pad=False, ceil_mode=True)),
+]
+
+def _calls(build_ours, build_torch, shape, rounds=4, lazy=False):
+  for _ in range(rounds):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    g = None
+    x = Tensor(a, requires_grad=True)
+    src = x * 1.5 + 0.25 if lazy else x   # a lazy input: the template's input is an expression, not a buffer
+    out = build_ours(src)
+    g = RNG.standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(g)).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    tout = build_torch(tx * 1.5 + 0.25 if lazy else tx)
+    (tout * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("name,ours,theirs", POOLS)
+def test_pool_template_calls_match_torch(name, ours, theirs, lazy):
+  _calls(lambda x: getattr(x, name)(**ours), lambda x: getattr(F, name)(x, **theirs), (2, 3, 11, 10), lazy=lazy)
+
+def test_pool_calls_come_from_one_template():
+  x = Tensor(RNG.standard_normal((2, 3, 8, 8)).astype(np.float32))
+  template._templates.clear()   # (a long test run may have filled it: its oldest entries would make room)
+  for _ in range(3): x.max_pool2d(3, 2, padding=1).realize(); x.avg_pool2d(3, 2, padding=1).realize()
+  assert len(template._templates) == 2   # one each, their insides built inline
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("size,mode,align", [((16, 20), "linear", False), ((16, 20), "linear", True),
+                                             ((5, 7), "linear", False), ((16, 20), "nearest", False),
+                                             ((13, 9), "nearest-exact", False)])
+def test_interpolate_template_calls_match_torch(size, mode, align, lazy):
+  tmode = {"linear": "bilinear"}.get(mode, mode)
+  kw = {"align_corners": align} if mode == "linear" else {}
+  _calls(lambda x: x.interpolate(size, mode=mode, **kw), lambda x: F.interpolate(x, size, mode=tmode, **kw),
+         (2, 3, 8, 10), lazy=lazy)
+
+def test_uint8_interpolate_template_calls_match_torch():
+  for _ in range(4):
+    a = RNG.integers(0, 256, (1, 3, 9, 12), dtype=np.uint8)
+    got = Tensor(a).interpolate((17, 5), mode="linear").numpy()
+    want = F.interpolate(torch.from_numpy(a), (17, 5), mode="bilinear", antialias=False).numpy()
+    np.testing.assert_array_equal(got, want)
