@@ -62,3 +62,30 @@ def test_uint8_interpolate_template_calls_match_torch():
     got = Tensor(a).interpolate((17, 5), mode="linear").numpy()
     want = F.interpolate(torch.from_numpy(a), (17, 5), mode="bilinear", antialias=False).numpy()
     np.testing.assert_array_equal(got, want)
+
+@pytest.mark.parametrize("op", ["cat", "stack"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat_and_stack_template_calls_match_torch(op, dim):
+  for i in range(4):
+    arrays = [RNG.standard_normal((3, 4, 5)).astype(np.float32) for _ in range(3)]
+    xs = [Tensor(a, requires_grad=True) for a in arrays]
+    ins = [x * 2.0 if i % 2 else x for x in xs]   # lazy inputs every other call
+    out = getattr(ins[0], op)(*ins[1:], dim=dim) if i < 2 else getattr(Tensor, op)(ins, dim=dim)
+    g = RNG.standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(g)).sum().backward()
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    tout = getattr(torch, op)([t * 2.0 if i % 2 else t for t in ts], dim=dim)
+    (tout * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-6)
+    for x, t in zip(xs, ts): np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+
+def test_cat_template_keeps_dtypes_and_checks_shapes():
+  for _ in range(3):
+    a, b = RNG.integers(-5, 5, (2, 3)).astype(np.int32), RNG.standard_normal((2, 2)).astype(np.float32)
+    out = Tensor(a).cat(Tensor(b), dim=1)
+    assert out.dtype == Tensor(b).dtype
+    np.testing.assert_allclose(out.numpy(), np.concatenate([a.astype(np.float32), b], 1))
+    m = RNG.random((2, 3)) < 0.5
+    np.testing.assert_array_equal(Tensor(m).cat(Tensor(m), dim=0).numpy(), np.concatenate([m, m], 0))
+  for _ in range(3):
+    with pytest.raises(Exception, match="differ outside that dim"): Tensor.cat(Tensor.ones(2, 3), Tensor.ones(3, 3), dim=1)

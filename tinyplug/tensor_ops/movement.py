@@ -6,6 +6,7 @@ from typing import Any, Sequence
 from tinyplug.uop.dtype import dtypes, least_upper_dtype
 from tinyplug.tensor_ops import graph
 from tinyplug.tensor_ops.graph import ShapeError
+from tinyplug.tensor_ops.template import graph_template
 from tinyplug.uop.ops import UOp
 from tinyplug.uop.sint import sadd, ssub, smin_of, as_uop, is_symbolic_shape, render_shape, seq, smul, sprod, ssimplify
 
@@ -173,7 +174,10 @@ class MovementMixin:
   def cat(*tensors, dim: int = 0):   # type: ignore[misc]
     """Join tensors along `dim` (`a.cat(b, c)` or `Tensor.cat(a, b, c)`); every other dim must match."""
     tensors = _tensor_args(tensors, "cat")
-    self, tensors = tensors[0], list(tensors)
+    return tensors[0]._cat(*tensors[1:], dim=dim)
+  @graph_template   # a cast, a pad and an add per input a call otherwise, and the scheduler's walk over them
+  def _cat(self, *others, dim: int):
+    tensors = [self, *others]
     d = graph.normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
@@ -192,7 +196,9 @@ class MovementMixin:
     return out.cast(out_dtype)
   def stack(*tensors, dim: int = 0):   # type: ignore[misc]
     tensors = _tensor_args(tensors, "stack")
-    self, others = tensors[0], tensors[1:]
+    return tensors[0]._stack(*tensors[1:], dim=dim)
+  @graph_template
+  def _stack(self, *others, dim: int):
     d = graph.normalize_axis(dim, self.ndim + 1)
     return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
   def repeat(self, repeats, *args):
