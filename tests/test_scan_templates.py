@@ -85,6 +85,27 @@ def test_cumprod_gradient_against_float64_torch(shape, axis, zeros):
   want = t.grad.numpy()
   np.testing.assert_allclose(x.grad.numpy(), want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max())) * 1e-3)
 
+def test_cumprod_gradient_where_the_product_underflows():
+  """A product that underflows to 0 reads as past a zero (its gradient comes from out != 0): the gradients torch's
+  float32 gives, including a zero after the underflow and a zero after a product of tiny values that still holds."""
+  a = np.array([[1e-20, 1e-20, 1e-20, 5, 2, 0.5], [1e-20, 1e-20, 1e-20, 0, 2, 3], [1e-19, 1e-19, 0, 2, 0, 3],
+                [3, 1e-30, 2, 0, 4, 0]], np.float32)
+  w = RNG.standard_normal(a.shape).astype(np.float32)
+  x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+  (x.cumprod(1) * Tensor(w)).sum().backward()
+  (t.cumprod(1) * torch.tensor(w)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-30)
+
+def test_cumprod_gradient_scans():
+  """A long cumprod's gradient runs two blocked scans (the gradient's sum backwards, the product with the first zero
+  taken as 1), three kernels each, and one last kernel: no scan of zero counts (it was three more kernels)."""
+  x = Tensor.empty(8, 1024, device="CPU", requires_grad=True)
+  (x.cumprod(1) * x).sum().backward()
+  schedule._templates.clear()
+  items = [it for it in create_schedule([x.grad.uop])[0] if it.ast.op is Ops.SINK]
+  reducing = [it.ast for it in items if any(u.op is Ops.REDUCE for u in it.ast.toposort())]
+  assert len(reducing) == 3 * 3 + 1   # the forward's scan, the two of the gradient, the last kernel
+
 def _most_work_of_a_gradient_kernel(op: str) -> int:
   """The ALU work (codegen.estimate) of the busiest kernel in the gradient of (x.op(1) * x).sum(), x 64x1024."""
   x = Tensor.empty(64, 1024, device="CPU", requires_grad=True)

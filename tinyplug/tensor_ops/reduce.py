@@ -32,16 +32,18 @@ def _cumsum_grad(g, out, x, axis: int):
   return (_reverse_cumsum(g, axis),)
 
 def _cumprod_grad(g, out, x, axis: int):
-  # d out[i] / d x[j] = prod(x[k], k <= i, k != j) for j <= i. Before the first zero z of a row that is out[i] / x[j]
-  # (the backward scan of g * out, divided); after z every such product has x[z] in it; at z it is the product before
-  # z times the running product from z on with x[z] taken as 1. Scans only, where the products' gradients through the
-  # blocked scan had an n^3 kernel over the blocks (256x1024: 16 ms, torch 1.8)
-  zeros = x.eq(0).cast(dtypes.int32).cumsum(axis)
-  before, first = zeros.eq(0), zeros.eq(1) & x.eq(0)
-  safe = before.where(x, 1)
-  grad_before = _reverse_cumsum(g * out, axis) / safe
-  from_z = before.where(1, first.where(1, x)).cumprod(axis)     # 1 up to z, then the product of x after z
-  at_z = safe.prod(axis, keepdim=True) * before.where(0, g * from_z).sum(axis, keepdim=True)
+  # d out[i] / d x[j] = prod(x[k], k <= i, k != j) for j <= i. Where out[j] != 0 that is out[i] / x[j] (the backward
+  # scan of g * out, divided); at a row's first zero z (x[z] == 0, out[z - 1] != 0) it is the sum of g[i] times the
+  # running product with x[z] taken as 1, for i >= z; after z every such product has x[z] in it. A product that
+  # underflowed to 0 reads as past a zero: its gradients are 0 either way, as torch's; one that met inf * 0 is NaN
+  # from there on, and so is its gradient. Scans only, where the products' gradients through the blocked scan had an
+  # n^3 kernel over the blocks (256x1024: 16 ms, torch 1.8); before and the first zero read from out, not from a
+  # scan of zero counts (a scan less, 1024x1024: benchmarks/README.md)
+  before = out.ne(0)
+  first = x.eq(0) & before.pad(tuple((1, -1) if i == axis else (0, 0) for i in range(x.ndim)), value=True)
+  grad_before = _reverse_cumsum(g * out, axis) / before.where(x, 1)
+  past_z = first.where(1, x).cumprod(axis)     # out up to z, then the product with x[z] taken as 1
+  at_z = before.where(0, g * past_z).sum(axis, keepdim=True)
   return (before.where(grad_before, first.where(at_z, 0)).cast(x.dtype),)
 
 def _keyed_argmax(device) -> bool:
