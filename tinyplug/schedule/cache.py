@@ -141,10 +141,9 @@ def buffer_free(u: UOp) -> bool:
   """Whether `u` is a small graph with no buffer in it (a constant: the same node every time it is made)."""
   return _buffer_free(u)
 
-def shallow_key(x: UOp) -> tuple | None:
-  """The key of a one-op graph over buffers and constants (`t + 1`) that stands for its walked structure, without a
-  walk; None for any other graph."""
-  return _shallow_key(x)
+# shallow_key(x): the key of a one-op graph over buffers and constants (`t + 1`) that stands for its walked structure,
+# without a walk; None for any other graph (the function itself: every tiny op asks)
+shallow_key = _shallow_key
 
 def shallow_recipe(shallow: tuple) -> tuple | None:
   """Where each node of a known one-op graph comes from (for nodes_of), None if that graph was not walked yet."""

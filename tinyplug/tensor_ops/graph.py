@@ -50,7 +50,7 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
-  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value, value.hex())
+  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value)
   else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
   if (ones := _ones.get(shape := tuple(shape))) is None and shape and all([type(s) is int for s in shape]):
     if len(_ones) > 1024: _ones.clear()
@@ -167,6 +167,11 @@ def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
   # its device as shapes.device_of would work it out later (the first source's that has one), known now
   return known_node(op, _BOOL if op in _COMPARISONS else b.dtype, (a, b), shape,
                     b.device if (d := a.device) is None else d)
+
+def alu2_known(op: Ops, a: UOp, b: UOp, shape: tuple | None, device: Any) -> UOp:
+  """alu2(op, a, b) for sources the caller knows are both of `shape` and on `device` (a node and a constant made at
+  its shape and device)."""
+  return known_node(op, _BOOL if op in _COMPARISONS else b.dtype, (a, b), shape, device)
 
 def alu1(op: Ops, u: UOp) -> UOp:
   """alu(op, u) for a unary op: its shape and device are its source's."""
