@@ -214,12 +214,18 @@ def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
   return {x: outs[out]} if out is not None else template.becomes_over(nodes, outs)
 
 def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
-  """What realizing the one-op graph `x` (`t + 1` over realized buffers and constants) makes of it, run from the plan
-  its shallow key finds; None: no such plan (yet), or plans do not apply now (realize it the usual way, which records
-  the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide nothing more
-  (realize_graph's first branch, reached in one call)."""
-  if not engine.plans_apply() or (shallow := _schedule_cache.shallow_key(x)) is None: return None
-  if (hit := _one_op_plans.get((shallow, _settings_token()))) is None: return None
+  """What realizing the graph of the ALU op `x` makes of it, run from a plan found without the engine's layers: a
+  one-op graph (`t + 1` over realized buffers and constants) by its shallow key, another small graph by its skeleton
+  (a new constant's `((x * k) + 1).exp()`); None: no such plan (yet), or plans do not apply now (realize it the usual
+  way, which records the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide
+  nothing more (realize_graph's first branch, reached in one call)."""
+  if not engine.plans_apply(): return None
+  token = _settings_token()
+  if (shallow := _schedule_cache.shallow_key(x)) is None:
+    # (a miss here costs the usual way nothing: the skeleton stays on the nodes, the shortcuts are looked up again)
+    if (skel := _skeleton_of(x, token)) is not None: return _realize_skeleton(x, *skel)
+    return None
+  if (hit := _one_op_plans.get((shallow, token))) is None: return None
   if (run_one := hit[4]) is None: return _run_one_op(hit, x)
   counters["graph_hits"] += 1   # (_run_one_op's usual way, without its call)
   return {x: run_one(x)}

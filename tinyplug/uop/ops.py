@@ -130,19 +130,6 @@ class UOpMeta(type):
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
-def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict | None = None) -> UOp:
-  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one (its
-  derived facts `cache`, when the caller knows them)."""
-  if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
-  # what UOp.__init__ does, without its Python frame: filled as a _FreshUOp with plain stores, then made a UOp
-  obj = _FreshUOp()
-  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, cache, _next_seq()
-  obj.__class__ = UOp
-  ref = _CacheRef(obj, _drop_key)
-  ref.key = key
-  UOpMeta.ucache[key] = ref
-  return obj
-
 def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
   """A function src -> UOp(op, dtype, src, arg) that works out the rest of the cache key once (for code that builds
   the same kind of node over and over, like graph templates)."""
@@ -219,8 +206,10 @@ def _operand_ok(x: Any) -> bool:
 _MISSING = object()
 
 def _drop_key(ref: _CacheRef, cache: dict = UOpMeta.ucache) -> None:
-  # the cache dict is bound as a default so this still works while the interpreter shuts down
-  if cache.get(ref.key) is ref: del cache[ref.key]
+  # the cache dict is bound as a default so this still works while the interpreter shuts down. One lookup of the key
+  # (a tuple's hash is worked out anew each time): the entry is taken out, and put back in the rare case that it is
+  # a newer node's (made while this one's callback was pending, in a collection)
+  if (got := cache.pop(ref.key, None)) is not ref and got is not None: cache[ref.key] = got
 
 class _UOpFields:
   # a UOp's storage. UOp adds only behaviour (and the guard against mutation); _FreshUOp has the same layout without
@@ -534,6 +523,22 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return self.dtype
 
 # ---------------- printing ----------------
+
+# (after UOp: its defaults bind the cache, the classes and the counter, so a node made costs no global lookups)
+def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict | None = None, *,
+            _ucache: dict = UOpMeta.ucache, _fresh: type = _FreshUOp, _uop: type = UOp, _ref: type = _CacheRef,
+            _drop: Callable = _drop_key, _seq: Callable = _next_seq) -> UOp:
+  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one (its
+  derived facts `cache`, when the caller knows them)."""
+  if (ref := _ucache.get(key)) is not None and (hit := ref()) is not None: return hit
+  # what UOp.__init__ does, without its Python frame: filled as a _FreshUOp with plain stores, then made a UOp
+  obj = _fresh()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, cache, _seq()
+  obj.__class__ = _uop
+  ref = _ref(obj, _drop)
+  ref.key = key
+  _ucache[key] = ref
+  return obj
 
 def pretty_print(root: UOp) -> str:
   """Nested `UOp(...)` text; a node reached more than once is named `xN:=` once and referred to by name after."""
