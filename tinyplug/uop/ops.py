@@ -343,8 +343,10 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     if type(size) is not int: return lambda: UOp.new_buffer(device, size, dtype)
     dev, dtype = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype)
     dtid, shape = id(dtype), (size,)
+    unique, uniques, void = Ops.UNIQUE, _unique_ids, _VOID
     def make() -> UOp:
-      src = (_make_unique(next(_unique_ids)), dev)
+      n = next(uniques)
+      src = (_intern((_UNIQUE_V, _VOID_ID, (), n), unique, void, (), n), dev)   # (_make_unique's node, without its call)
       return _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size, {"shape": shape, "device": device})
     return make
   def reshape(self, shape: tuple[int, ...]) -> UOp:
