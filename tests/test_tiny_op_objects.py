@@ -122,3 +122,27 @@ def test_x_plus_a_constant_builds_the_node_alu2_builds():
   np.testing.assert_array_equal((x < 2.5).numpy(), np.arange(6).reshape(2, 3) < 2.5)
   np.testing.assert_allclose(x.exp().numpy(), np.exp(np.arange(6, dtype=np.float32).reshape(2, 3)), rtol=1e-6)
   assert x.exp().uop is Tensor(x.uop).exp().uop   # the same nodes however it is reached
+
+def test_a_new_constants_graph_runs_from_the_direct_shortcut_with_the_right_values():
+  from tinyplug.engine import plan as P
+  rng = np.random.default_rng(11)
+  xs, ys = rng.random(256, dtype=np.float32), rng.random(256, dtype=np.float32)
+  x, y = Tensor(xs).realize(), Tensor(ys).realize()
+  for k in (1.5, 2.5, 3.5): ((x * k) + 1.0).exp().realize()
+  u = ((x * 4.5) + 1.0).exp().uop
+  skel = P._skeleton_of(u, P._settings_token())
+  if skel is None or (shortcuts := P._skeleton_plans.get(skel[1])) is None: pytest.skip("plans do not apply here")
+  assert any(sc.direct is not None for sc in shortcuts)
+  hits = P.counters["skeleton_hits"]
+  for k in [float(v) for v in rng.random(10) + 0.5]:
+    got = ((x * k) + 1.0).exp().realize()
+    np.testing.assert_allclose(got.numpy(), np.exp(xs * np.float32(k) + np.float32(1.0)), rtol=2e-6)
+  assert P.counters["skeleton_hits"] >= hits + 10
+  # a constant the kernel holds as it is (the 1.0) changed, another buffer: not the shortcut's plan, still right
+  np.testing.assert_allclose(((x * 2.0) + 3.0).exp().realize().numpy(), np.exp(xs * 2 + 3), rtol=2e-6)
+  np.testing.assert_allclose(((y * 2.0) + 1.0).exp().realize().numpy(), np.exp(ys * 2 + 1), rtol=2e-6)
+  # two buffers, no value: a graph plan's direct shortcut over new buffers
+  for _ in range(4):
+    z = rng.random(256, dtype=np.float32)
+    np.testing.assert_allclose(((Tensor(z).realize() * y) + 0.5).sqrt().realize().numpy(), np.sqrt(z * ys + 0.5),
+                               rtol=2e-6)
