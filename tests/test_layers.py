@@ -53,8 +53,8 @@ def test_every_core_module_has_a_layer():
     assert layer_of(parts) in RANK, path
 
 def test_only_ir_facts_live_in_a_uops_own_cache():
-  # a layer's own state about nodes (buffers, a trace's node ids) lives in a UOpMap; a UOp's cache is for IR facts,
-  # written only by the uop package; plugins never touch it
+  # a layer's own state about nodes (buffers, a trace's node ids) lives in a UOpMap or a NodeField; a UOp's cache is for
+  # IR facts and NodeField values, written only by the uop package; plugins never touch it
   writes = re.compile(r"\b_cache\s*\[[^]]*\]\s*=(?!=)|__setattr__\([^)]*[\"']_cache[\"']")
   bad = [str(p) for p in CORE.rglob("*.py") if "uop" not in p.relative_to(CORE).parts[:1] and writes.search(p.read_text())]
   plugins = CORE.parent / "plugins"

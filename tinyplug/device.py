@@ -9,7 +9,7 @@ from tinyplug.helpers import GlobalCounters, getenv
 from tinyplug.uop.dtype import DType, to_np_dtype
 from tinyplug.uop import ops as _uop_ops
 from tinyplug.uop.ops import Ops, UOp, check_buffer_size
-from tinyplug.uop.sidetable import UOpMap
+from tinyplug.uop.sidetable import NodeField
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
                               Renderer, ReuseAllocator)
 
@@ -76,7 +76,7 @@ class Buffer:
     if self._handle is not None and self.owned:
       self.__del__()
       self._handle = None
-  def __del__(self):
+  def __del__(self, subscribers: dict = events._subscribers):
     try: handle, owned = self._handle, self.owned
     except AttributeError: return   # (a half-made buffer: check_buffer_size raised)
     if handle is not None and owned:
@@ -84,7 +84,7 @@ class Buffer:
         try: allocator = self._allocator
         except AttributeError: allocator = Device[self.device].allocator
         nbytes = self.size * self.dtype.itemsize
-        if events.enabled("profile"):
+        if "profile" in subscribers:   # (events.enabled, without its call: every tiny op frees a buffer)
           with events.profile_span("free", f"{self.dtype.name}[{self.size}]", self.device, nbytes=nbytes, buf=id(self)):
             allocator.free(handle, nbytes)
         else: allocator.free(handle, nbytes)
@@ -115,8 +115,10 @@ def _unpickle_device_buffer(device: str, size: int, dtype: DType, contents: Any)
     if isinstance(contents, pickle.PickleBuffer): contents.release()
   return buf
 
-# the device memory behind a BUFFER uop lives as long as the uop does
-_BUFFERS: UOpMap[Buffer] = UOpMap()
+# the device memory behind a BUFFER uop lives as long as the uop does: the Buffer rides along in the node's cache (a
+# NodeField: no weak reference and no callback per buffer; every realized output, one per tiny op, has one)
+_BUFFERS: NodeField[Buffer] = NodeField("buffer")
+_BUFFER_KEY = _BUFFERS.key
 
 def buffer_of(u: UOp) -> Buffer:
   """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
@@ -129,12 +131,10 @@ def buffer_of(u: UOp) -> Buffer:
 
 def has_buffer(u: UOp) -> bool: return u in _BUFFERS
 
-_entries = _BUFFERS._entries
-
 def handle_of(u: UOp) -> Any:
   """The memory handle behind the BUFFER uop `u` (allocated on first use): buffer_of(u).handle, in one lookup when
   the buffer exists and holds memory (every input of a realize plan)."""
-  if (e := _entries.get(id(u))) is not None and (h := e[1]._handle) is not None: return h
+  if (c := u._cache) is not None and (b := c.get(_BUFFER_KEY)) is not None and (h := b._handle) is not None: return h
   return buffer_of(u).handle
 
 def output_maker(device: str, size: int, dtype: DType) -> Any:
@@ -143,13 +143,14 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
   plan's kernel writes all of it."""
   make_uop = UOp.buffer_maker(device, size, dtype)
   if type(size) is not int: return lambda: (u := make_uop(), buffer_of(u).handle)
-  nbytes, new, counters = size * dtype.itemsize, object.__new__, GlobalCounters
-  add_buffer = _BUFFERS.adder()
+  nbytes, new, counters, add_buffer = size * dtype.itemsize, object.__new__, GlobalCounters, _BUFFERS.adder()
+  opened = Device._opened
   def make() -> tuple[UOp, Any]:
     u = make_uop()
     b = new(Buffer)
-    b.device, b.size, b.dtype, b._handle, b.owned = device, size, dtype, None, True
-    b._allocator = allocator = Device[device].allocator   # (a registry lookup: a reset device gets a new allocator)
+    b.device, b.size, b.dtype, b.owned = device, size, dtype, True
+    # (the registry's dict: a reset device gets a new allocator)
+    b._allocator = allocator = dev.allocator if (dev := opened.get(device)) is not None else Device[device].allocator
     b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
     add_buffer(u, b)

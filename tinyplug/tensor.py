@@ -68,6 +68,7 @@ def live_tensors() -> list[Tensor]:
   return [t for r in list(_live_refs.values()) if (t := r()) is not None]
 
 _tensor_ids = itertools.count()
+_ALU = GroupOp.ALU
 
 def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
   """The canonical name of `device` (None means Device.DEFAULT; a tuple of names, several devices: a tensor there is
@@ -188,8 +189,13 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
-    t._uop, t._defer, t.requires_grad, t.grad, t._tid = uop, None, requires_grad, None, next(_tensor_ids)
-    _track(t)
+    t._uop, t._defer, t.requires_grad, t.grad, t._tid = uop, None, requires_grad, None, (tid := next(_tensor_ids))
+    # _track(t), inline: every op's output comes here
+    ref = _TensorRef(t, _forget)
+    ref.tid = tid
+    _live_refs[tid] = ref
+    _unlinked.append(ref)
+    if len(_unlinked) > 8192: _link_pending()
     return t
 
   @classmethod
@@ -289,7 +295,14 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()
       # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
-      if u.op in GroupOp.ALU and (becomes := _plan().realize_one_op(u)) is not None: _apply_becomes_map(becomes)
+      if u.op in _ALU and (becomes := (_plan_mod or _plan()).realize_one_op(u)) is not None:
+        if len(_unlinked) == 1 and _unlinked[0]() is self and len(becomes) == 1 and not _deferred_refs and \
+           (v := becomes.get(u)) is not None and not users.holders(becomes):
+          # _apply_becomes_map's usual case, known here: this tensor, the only one made since the last realize, holds
+          # the realized node and no graph is over it (`t = (t + 1).realize()`)
+          _unlinked.clear()
+          self._uop = v
+        else: _apply_becomes_map(becomes)
       elif not graph.is_realized(u) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
       return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved

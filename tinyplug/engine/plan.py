@@ -214,13 +214,21 @@ def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
   return {x: outs[out]} if out is not None else template.becomes_over(nodes, outs)
 
 def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
-  """What realizing the one-op graph `x` (`t + 1` over realized buffers and constants) makes of it, run from the plan
-  its shallow key finds; None: no such plan (yet), or plans do not apply now (realize it the usual way, which records
-  the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide nothing more
-  (realize_graph's first branch, reached in one call)."""
-  if not engine.plans_apply() or (shallow := _schedule_cache.shallow_key(x)) is None: return None
-  if (hit := _one_op_plans.get((shallow, _settings_token()))) is None: return None
-  return _run_one_op(hit, x)
+  """What realizing the graph of the ALU op `x` makes of it, run from a plan found without the engine's layers: a
+  one-op graph (`t + 1` over realized buffers and constants) by its shallow key, another small graph by its skeleton
+  (a new constant's `((x * k) + 1).exp()`); None: no such plan (yet), or plans do not apply now (realize it the usual
+  way, which records the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide
+  nothing more (realize_graph's first branch, reached in one call)."""
+  if not engine.plans_apply(): return None
+  token = _settings_token()
+  if (shallow := _schedule_cache.shallow_key(x)) is None:
+    # (a miss here costs the usual way nothing: the skeleton stays on the nodes, the shortcuts are looked up again)
+    if (skel := _skeleton_of(x, token)) is not None: return _realize_skeleton(x, *skel)
+    return None
+  if (hit := _one_op_plans.get((shallow, token))) is None: return None
+  if (run_one := hit[4]) is None: return _run_one_op(hit, x)
+  counters["graph_hits"] += 1   # (_run_one_op's usual way, without its call)
+  return {x: run_one(x)}
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
@@ -410,13 +418,36 @@ def _bits(value: float) -> int:
 _skeleton_plans: BoundedCache = BoundedCache("engine.skeleton_plans", 4096)
 
 class _Shortcut:
-  __slots__ = ("cache", "key", "entry", "n_nodes", "fills", "held", "param")
+  __slots__ = ("cache", "key", "entry", "n_nodes", "fills", "held", "param", "direct")
   def __init__(self, cache: BoundedCache, key: tuple, entry: Any, n_nodes: int, fills: tuple, held: tuple, param: bool):
     # entry: what cache[key] held when this was made (it stands only while it still does); fills: (position, leaf
     # number) of each node the plan reads; held: (position, CONST node) of each constant the kernels hold as it is,
-    # checked by identity (nodes are hash-consed: while this holds the node, the same value is the same node)
+    # checked by identity (nodes are hash-consed: while this holds the node, the same value is the same node);
+    # direct: (fn(x, leaves) -> becomes, held as (leaf number, CONST node)) for a plan _direct_runner serves, else None
     self.cache, self.key, self.entry, self.n_nodes, self.fills, self.held, self.param = \
       cache, key, entry, n_nodes, fills, held, param
+    self.direct = None
+
+def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int]) -> Any:
+  """fn(x, leaves) -> what x becomes, for a plan of one kernel with one new output that the target (at position
+  `target`) becomes as it is (a new constant's `((x * k) + 1).exp()`): _run and becomes_over over the skeleton's
+  leaves, without the node list, the reference lambdas and the recipes. `where`: a position's leaf number. None for
+  any other plan."""
+  if len(plan.steps) != 1 or len(plan.outs) != 1 or (make := plan.outs[0]) is None: return None
+  if len(becomes) != 1 or becomes[0][0] != target or tuple(becomes[0][1]) != (-1,): return None
+  launch, refs, vals, _, _ = plan.steps[0]
+  if refs[0] != -1 or any(r not in where for r in refs[1:]) or any(p not in where for p in vals or ()): return None
+  ins = tuple([where[r] for r in refs[1:]])
+  values = None if vals is None else tuple([where[p] for p in vals])
+  kernels, ops, mem, gcounters = plan.kernels, plan.ops, plan.mem, GlobalCounters
+  def run(x: UOp, leaves: tuple) -> dict[UOp, UOp]:
+    u, h = make()
+    handles = [h]
+    for i in ins: handles.append(handle_of(leaves[i]))
+    launch(handles, () if values is None else tuple([_bits(leaves[i].arg) for i in values]))
+    gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
+    return {x: u}
+  return run
 
 def _skeleton_of(x: UOp, token: int) -> tuple | None:
   """(x's skeleton leaves, its _skeleton_plans key), or None when x's graph has no skeleton."""
@@ -429,6 +460,15 @@ def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> dict[UOp, UOp] | No
   if (shortcuts := _skeleton_plans.get(skey)) is None: return None
   for sc in shortcuts:
     if sc.cache.get(sc.key) is not sc.entry: continue   # (made again since: the walk's way records it anew)
+    if (direct := sc.direct) is not None:   # (the same checks and counts, over the leaves themselves)
+      run, held = direct
+      for i, c in held:
+        if leaves[i] is not c: break
+      else:
+        counters["skeleton_hits"] += 1
+        counters["param_hits" if sc.param else "graph_hits"] += 1
+        return run(x, leaves)
+      continue
     nodes: list[Any] = [None] * sc.n_nodes
     for p, i in sc.fills: nodes[p] = leaves[i]
     for p, c in sc.held:
@@ -464,6 +504,9 @@ def _remember_skeleton(skel: tuple, nodes: list[UOp], cache: BoundedCache, key: 
   if any(id(nodes[p]) not in where for p in needed): return
   sc = _Shortcut(cache, key, entry, len(nodes), tuple((p, where[id(nodes[p])]) for p in sorted(needed)),
                  tuple((p, nodes[p]) for p in held), param)
+  leaf_of = dict(sc.fills)
+  if (run := _direct_runner(plan, tuple(becomes), len(nodes) - 2, leaf_of)) is not None:
+    sc.direct = (run, tuple((leaf_of[p], c) for p, c in sc.held))
   # the newest first; one of each kind (a later graph plan for other constants replaces the earlier one)
   _skeleton_plans.put(skey, (sc,) + tuple(o for o in _skeleton_plans.get(skey, ()) if o.param != param)[:1])
 

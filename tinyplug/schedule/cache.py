@@ -141,10 +141,9 @@ def buffer_free(u: UOp) -> bool:
   """Whether `u` is a small graph with no buffer in it (a constant: the same node every time it is made)."""
   return _buffer_free(u)
 
-def shallow_key(x: UOp) -> tuple | None:
-  """The key of a one-op graph over buffers and constants (`t + 1`) that stands for its walked structure, without a
-  walk; None for any other graph."""
-  return _shallow_key(x)
+# shallow_key(x): the key of a one-op graph over buffers and constants (`t + 1`) that stands for its walked structure,
+# without a walk; None for any other graph (the function itself: every tiny op asks)
+shallow_key = _shallow_key
 
 def shallow_recipe(shallow: tuple) -> tuple | None:
   """Where each node of a known one-op graph comes from (for nodes_of), None if that graph was not walked yet."""
@@ -226,24 +225,24 @@ def _skeleton(n: UOp, budget: list[int]) -> Any:
   op = n.op._value_
   if op not in _CACHEABLE_VALUES: got = False
   else:
-    leaf = True
-    if op == _UNIQUE_V: part = (op, None)   # (which buffer it is: by its leaf)
-    elif op == _CONST_V and id(n.dtype) == _F32_ID: part = (op, None)   # (its value: by its leaf)
+    # the key: [op] for a leaf that is a buffer's UNIQUE or a float32 constant (which one: by its leaf), else [op,
+    # dtype, arg]; then the sources' numbers (the two forms differ in length for each op: no key stands for both)
+    if op == _UNIQUE_V or (op == _CONST_V and id(n.dtype) == _F32_ID): key, leaf = [op], True
     else:
       arg = n.arg
       if (t := type(arg)) is float: arg = ("f", arg.hex())
       elif t is bool: arg = ("b", arg)
-      part, leaf = (op, id(n.dtype), arg), op == _BUFFER_V
-    srcs, below = [], ()
+      key, leaf = [op, id(n.dtype), arg], op == _BUFFER_V
+    below = ()
     for s in n.src:   # (a source known already, the usual one, without a call)
       if (sc := s._cache) is None or (got := sc.get("skeleton")) is None: got = _skeleton(s, budget)
       if not got: break
-      srcs.append(got[0])
+      key.append(got[0])
       below += (s,) + got[1] if got[2] else got[1]
     else: got = None
     if got is False or len(below) >= _SKELETON_LEAVES: got = False
     else:
-      key = (part, tuple(srcs))
+      key = tuple(key)
       if (sid := _skeleton_ids.get(key)) is None:
         if len(_skeleton_ids) > 65536: _skeleton_ids.clear()
         sid = _skeleton_ids[key] = _next_skeleton_id()

@@ -101,9 +101,14 @@ class ElementwiseMixin:
     if sdt is not None and (sdt is dt or sdt == dt):
       # `x + 1.0`: the constant goes into the graph as it is, without a Tensor of its own (it would require no grad,
       # which leaves x's gradient flag as it is)
-      c = graph.const(y, sdt, u.device, () if (s := u.shape) is None else s)
-      # _apply_uop's work for one input, inline: the busiest op of a small loop (`t + 1.0`)
-      return self.from_uop(graph.alu2(op, c, u) if reverse else graph.alu2(op, u, c), _grad_over(self))
+      if (shape := u.shape) is None or type(dev := u.device) is not str:   # (a deviceless constant's, a multi-device
+        c = graph.const(y, sdt, u.device, () if shape is None else shape)   # graph: alu2 looks at both sources)
+        return self.from_uop(graph.alu2(op, c, u) if reverse else graph.alu2(op, u, c), _grad_over(self))
+      c = graph.const(y, sdt, dev, shape)
+      # _apply_uop's work for one input, inline: the busiest op of a small loop (`t + 1.0`). The constant is made at
+      # u's shape and on its device: the node is alu2's, without its look at both sources
+      return self.from_uop(graph.alu2_known(op, c, u, shape, dev) if reverse else graph.alu2_known(op, u, c, shape, dev),
+                           _grad_over(self))
     a, b = self._broadcasted(y, reverse)
     return a._apply_uop(lambda u, v: graph.alu(op, u, v), b)
 
@@ -120,7 +125,14 @@ class ElementwiseMixin:
     graph as the ops one by one, without a Tensor for each step (exp is exp2 of x / ln 2: every softmax builds it)."""
     x = self._floats()
     if (u := x._uop) is None: u = x.uop
-    shape = () if (s := u.shape) is None else s
+    if (shape := u.shape) is not None and type(dev := u.device) is str:
+      # the constants made at u's shape and on its device: alu2_known's nodes
+      dt = u.dtype
+      if before is not None: u = graph.alu2_known(Ops.MUL, u, graph.const(before, dt, dev, shape), shape, dev)
+      u = graph.alu1(op, u)
+      if after is not None: u = graph.alu2_known(Ops.MUL, u, graph.const(after, dt, dev, shape), shape, dev)
+      return self.from_uop(u, _grad_over(x))
+    shape = () if shape is None else shape   # (a deviceless constant's or a multi-device graph: alu2's checks)
     if before is not None: u = graph.alu2(Ops.MUL, u, graph.const(before, u.dtype, u.device, shape))
     u = graph.alu1(op, u)
     if after is not None: u = graph.alu2(Ops.MUL, u, graph.const(after, u.dtype, u.device, shape))

@@ -37,20 +37,23 @@ def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=devi
 
 def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
   """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
-  if isinstance(device, tuple): return multi([const(value, dtype, d, shape) for d in device], None)
+  # (the usual call first: a Python number on one device, asked for again and again by `x + 1.0` in a loop)
+  if ((t := type(value)) is float or t is int or t is bool) and type(device) is str: pass
+  elif isinstance(device, tuple): return multi([const(value, dtype, d, shape) for d in device], None)
+  elif isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
   # `x + 1.0` in a loop asks for the same constant each time: the three nodes are built once (they hold no buffer)
   key = None
-  if isinstance(value, UOp): return _sym_value(value, dtype, device, shape)
-  if (t := type(value)) is float or t is int or t is bool:   # 0.0 and -0.0, 1 and True are different constants
+  if t is float or t is int or t is bool:   # 0.0 and -0.0, 1 and True are different constants
     # the dtype by id (a DType hashes in Python): the entry holds it, so its id is not reused while the entry lives.
     # A float is its own key but for the zeros and nan (0.0 == -0.0, nan != nan), which go by their bits (hex(), 0.25
     # us, once per realize of `t + 1.0` otherwise)
-    key = (t, value if t is not float or (value and value == value) else value.hex(), id(dtype), device, tuple(shape))
+    key = (t, value if t is not float or (value and value == value) else value.hex(), id(dtype), device,
+           shape if type(shape) is tuple else tuple(shape))
     if (hit := _consts.get(key)) is not None: return hit[1]
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
-  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value, value.hex())
+  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value)
   else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
   if (ones := _ones.get(shape := tuple(shape))) is None and shape and all([type(s) is int for s in shape]):
     if len(_ones) > 1024: _ones.clear()
@@ -167,6 +170,11 @@ def alu2(op: Ops, a: UOp, b: UOp) -> UOp:
   # its device as shapes.device_of would work it out later (the first source's that has one), known now
   return known_node(op, _BOOL if op in _COMPARISONS else b.dtype, (a, b), shape,
                     b.device if (d := a.device) is None else d)
+
+def alu2_known(op: Ops, a: UOp, b: UOp, shape: tuple | None, device: Any) -> UOp:
+  """alu2(op, a, b) for sources the caller knows are both of `shape` and on `device` (a node and a constant made at
+  its shape and device)."""
+  return known_node(op, _BOOL if op in _COMPARISONS else b.dtype, (a, b), shape, device)
 
 def alu1(op: Ops, u: UOp) -> UOp:
   """alu(op, u) for a unary op: its shape and device are its source's."""

@@ -79,8 +79,9 @@ class GroupOp:
   All = frozenset(Ops)
 
 def _arg_key(arg: Any) -> Any:
-  # floats need their sign and NaN-ness in the cache key: 0.0 == -0.0 and nan != nan would merge or split wrongly
-  if type(arg) is float: return (float, arg.hex()) if arg == arg else (float, "nan")
+  # floats need their sign and NaN-ness in the cache key: 0.0 == -0.0 and nan != nan would merge or split wrongly.
+  # Any other float is equal only to itself: it is its own key (hex() cost ~0.15 us per new constant)
+  if type(arg) is float: return (float, arg if arg else arg.hex()) if arg == arg else (float, "nan")
   if type(arg) is tuple and float in map(type, arg): return tuple(_arg_key(a) for a in arg)
   return arg
 
@@ -129,19 +130,6 @@ class UOpMeta(type):
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
-def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict | None = None) -> UOp:
-  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one (its
-  derived facts `cache`, when the caller knows them)."""
-  if (ref := UOpMeta.ucache.get(key)) is not None and (hit := ref()) is not None: return hit
-  # what UOp.__init__ does, without its Python frame: filled as a _FreshUOp with plain stores, then made a UOp
-  obj = _FreshUOp()
-  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, cache, _next_seq()
-  obj.__class__ = UOp
-  ref = _CacheRef(obj, _drop_key)
-  ref.key = key
-  UOpMeta.ucache[key] = ref
-  return obj
-
 def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
   """A function src -> UOp(op, dtype, src, arg) that works out the rest of the cache key once (for code that builds
   the same kind of node over and over, like graph templates)."""
@@ -183,11 +171,12 @@ def known_node(op: Ops, dtype: DType, src: tuple, shape: Any, device: Any) -> UO
   (a node's own): a new node is made with them (no second store into its cache)."""
   return _intern((op._value_, id(dtype), src, None), op, dtype, src, None, {"shape": shape, "device": device})
 
-def float_const_node(dtype: DType, device: UOp, value: float, bits: str) -> UOp:
-  """UOp(Ops.CONST, dtype, (device,), value) for a float `value` of a float dtype, `bits` its value.hex() (the caller
-  has it already): the generic constructor's cache key, without its look at the arg."""
-  dtype = _canonical_dtype(dtype)
-  argkey = (float, bits) if value == value else (float, "nan")   # (_arg_key's)
+def float_const_node(dtype: DType, device: UOp, value: float) -> UOp:
+  """UOp(Ops.CONST, dtype, (device,), value) for a float `value` of a float dtype: the generic constructor's cache
+  key, without its look at the arg."""
+  if (hit := _dtype_by_id.get(id(dtype))) is not None and hit[0] is dtype: dtype = hit[1]
+  else: dtype = _canonical_dtype(dtype)
+  argkey = (float, value if value else value.hex()) if value == value else (float, "nan")   # (_arg_key's)
   return _intern((_CONST_V, id(dtype), (device,), argkey), Ops.CONST, dtype, (device,), value)
 
 def shaped_node(op: Ops, src: UOp, shape: tuple[int, ...]) -> UOp:
@@ -217,8 +206,10 @@ def _operand_ok(x: Any) -> bool:
 _MISSING = object()
 
 def _drop_key(ref: _CacheRef, cache: dict = UOpMeta.ucache) -> None:
-  # the cache dict is bound as a default so this still works while the interpreter shuts down
-  if cache.get(ref.key) is ref: del cache[ref.key]
+  # the cache dict is bound as a default so this still works while the interpreter shuts down. One lookup of the key
+  # (a tuple's hash is worked out anew each time): the entry is taken out, and put back in the rare case that it is
+  # a newer node's (made while this one's callback was pending, in a collection)
+  if (got := cache.pop(ref.key, None)) is not ref and got is not None: cache[ref.key] = got
 
 class _UOpFields:
   # a UOp's storage. UOp adds only behaviour (and the guard against mutation); _FreshUOp has the same layout without
@@ -352,8 +343,10 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     if type(size) is not int: return lambda: UOp.new_buffer(device, size, dtype)
     dev, dtype = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype)
     dtid, shape = id(dtype), (size,)
+    unique, uniques, void = Ops.UNIQUE, _unique_ids, _VOID
     def make() -> UOp:
-      src = (_make_unique(next(_unique_ids)), dev)
+      n = next(uniques)
+      src = (_intern((_UNIQUE_V, _VOID_ID, (), n), unique, void, (), n), dev)   # (_make_unique's node, without its call)
       return _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size, {"shape": shape, "device": device})
     return make
   def reshape(self, shape: tuple[int, ...]) -> UOp:
@@ -532,6 +525,22 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return self.dtype
 
 # ---------------- printing ----------------
+
+# (after UOp: its defaults bind the cache, the classes and the counter, so a node made costs no global lookups)
+def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict | None = None, *,
+            _ucache: dict = UOpMeta.ucache, _fresh: type = _FreshUOp, _uop: type = UOp, _ref: type = _CacheRef,
+            _drop: Callable = _drop_key, _seq: Callable = _next_seq) -> UOp:
+  """The node for a cache key (op._value_, id(canonical dtype), src, arg key): the live one, or a new one (its
+  derived facts `cache`, when the caller knows them)."""
+  if (ref := _ucache.get(key)) is not None and (hit := ref()) is not None: return hit
+  # what UOp.__init__ does, without its Python frame: filled as a _FreshUOp with plain stores, then made a UOp
+  obj = _fresh()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = op, dtype, src, arg, cache, _seq()
+  obj.__class__ = _uop
+  ref = _ref(obj, _drop)
+  ref.key = key
+  _ucache[key] = ref
+  return obj
 
 def pretty_print(root: UOp) -> str:
   """Nested `UOp(...)` text; a node reached more than once is named `xN:=` once and referred to by name after."""

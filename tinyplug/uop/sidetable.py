@@ -1,7 +1,11 @@
-"""UOpMap: facts a layer keeps about UOps that are not facts of the IR (a node's device buffer, a recorder's node id).
+"""UOpMap and NodeField: facts a layer keeps about UOps that are not facts of the IR (a node's device buffer, a
+recorder's node id).
 
-A UOp's own cache holds only what follows from the node itself (its shape, toposort, bounds). State that belongs to
-a layer lives in that layer's UOpMap instead: an entry goes away with its node, and the map keeps no node alive."""
+A UOp's own cache holds what follows from the node itself (its shape, toposort, bounds) under names (str). State that
+belongs to a layer lives in that layer's UOpMap instead (an entry goes away with its node, and the map keeps no node
+alive), or, for state read on every op and never listed, in a NodeField: the value rides along in the node's cache
+under the field's own key (never a str, so never an IR fact's name) and dies with the node, with no weak reference
+and no callback to make and run per node (the Buffer behind each realized output: one per tiny op)."""
 from __future__ import annotations
 import weakref
 from typing import Any, Generic, Iterator, TypeVar
@@ -72,3 +76,37 @@ class UOpMap(Generic[V]):
   def items(self) -> Iterator[tuple[Any, V]]:
     for ref, value in list(self._entries.values()):
       if (node := ref()) is not None: yield node, value
+
+class NodeField(Generic[V]):
+  """A layer's value kept with each node it is set on, gone when the node is (the node's cache dies with it). Unlike
+  a UOpMap it cannot list or count its entries; setting one costs a dict store, dropping one nothing."""
+  __slots__ = ("key",)
+
+  def __init__(self, name: str) -> None:
+    self.key = ("node field", name)   # (a tuple: IR facts are named by str)
+
+  def get(self, node: Any, default: Any = None) -> V | Any:
+    c = node._cache
+    return default if c is None else c.get(self.key, default)
+
+  def __getitem__(self, node: Any) -> V:
+    if (c := node._cache) is None or (v := c.get(self.key, _MISSING)) is _MISSING: raise KeyError(node)
+    return v
+
+  def __setitem__(self, node: Any, value: V) -> None: node._remember(self.key, value)
+
+  def adder(self) -> Any:
+    """fn(node, value): self[node] = value, without the method call's lookups (a realize plan's outputs)."""
+    key = self.key
+    def add(node: Any, value: V) -> None:
+      if (c := node._cache) is None: node._remember(key, value)
+      else: c[key] = value
+    return add
+
+  def __contains__(self, node: Any) -> bool: return (c := node._cache) is not None and self.key in c
+
+  def pop(self, node: Any, default: Any = _MISSING) -> V | Any:
+    if (c := node._cache) is None or (v := c.pop(self.key, _MISSING)) is _MISSING:
+      if default is _MISSING: raise KeyError(node)
+      return default
+    return v

@@ -120,6 +120,7 @@ class CPUProgram:
     if self.splittable and (self.thread_opt is not None or self.work >= PARALLEL_MIN_WORK_AWAKE or self.byte_shares > 1):
       return None
     fn, n_bufs, n_vars, name = self.fn, self.n_bufs, self.n_vars, self.name
+    if (unpacked := _UNPACKED_LAUNCHERS.get((n_bufs, n_vars))) is not None: return unpacked(fn, name)
     def launch(handles: list, vals: tuple) -> None:
       if len(handles) != n_bufs or len(vals) != n_vars:
         raise ValueError(f"kernel {name} takes {n_bufs} buffers and {n_vars} values, got {len(handles)} and {len(vals)}")
@@ -142,6 +143,44 @@ class CPUProgram:
       self.device.pool.run(self.fn, args, n * per, per)
     self.last_s = took = time.perf_counter() - st
     return took
+
+def _wrong_arguments(name: str, n_bufs: int, handles: list, vals: tuple, n_vars: int = 0) -> None:
+  raise ValueError(f"kernel {name} takes {n_bufs} buffers and {n_vars} values, got {len(handles)} and {len(vals)}")
+
+# launchers of the usual small kernels (one to three buffers, no values; two buffers and a value): the addresses passed as they are, without
+# building an argument list (~0.3 us of a ~0.9 us tiny op's call)
+def _launch1(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+  def launch(handles: list, vals: tuple) -> None:
+    if vals or len(handles) != 1: _wrong_arguments(name, 1, handles, vals)
+    (a,) = handles
+    fn(a.addr if type(a) is CPUMemory else _address(a), 0, 1)
+  return launch
+
+def _launch2(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+  def launch(handles: list, vals: tuple) -> None:
+    if vals or len(handles) != 2: _wrong_arguments(name, 2, handles, vals)
+    a, b = handles
+    fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b), 0, 1)
+  return launch
+
+def _launch3(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+  def launch(handles: list, vals: tuple) -> None:
+    if vals or len(handles) != 3: _wrong_arguments(name, 3, handles, vals)
+    a, b, c = handles
+    fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b),
+       c.addr if type(c) is CPUMemory else _address(c), 0, 1)
+  return launch
+
+def _launch2v1(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+  def launch(handles: list, vals: tuple) -> None:   # (a parameter plan's `x * k`: one value)
+    if len(vals) != 1 or len(handles) != 2: _wrong_arguments(name, 2, handles, vals, 1)
+    a, b = handles
+    fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b), int(vals[0]),
+       0, 1)
+  return launch
+
+# (buffers, values) -> its launcher maker
+_UNPACKED_LAUNCHERS = {(1, 0): _launch1, (2, 0): _launch2, (3, 0): _launch3, (2, 1): _launch2v1}
 
 # ---------------- the device ----------------
 
