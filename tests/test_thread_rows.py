@@ -128,6 +128,7 @@ def test_innermost_loop_merges_where_each_step_is_a_tile():
   assert _loops(share_rows(_two_loop_kernel(8, 4, reduce=64), 16)) == [32, 64]
   assert _loops(share_rows(_two_loop_kernel(8, 12, tile=4), 16)) == [96]
   assert _loops(share_rows(_two_loop_kernel(8, 64, tile=1), 16)) == [8, 64]   # a row: left to LLVM's vectoriser
+  assert _loops(share_rows(_two_loop_kernel(8, 64, reduce=4), 16)) == [8, 64, 4]   # a short reduction: a row too
   assert _loops(share_rows(_two_loop_kernel(8, 4, reduce=64), 2)) == [8, 4, 64]   # two threads: 8 rows are enough
 
 def _compiled(name: str, sink: UOp):

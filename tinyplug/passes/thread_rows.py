@@ -13,6 +13,7 @@ half of them had no share (16-core Xeon: a stride-2 conv 2.3 ms against PyTorch'
 0.17 ms); merged with the next loop (8 x 16 channel blocks, 8 x 12 heads) every thread gets rows and the loop order,
 so what each thread reads, stays the same. Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
+import math
 from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import replace_nodes
@@ -56,10 +57,14 @@ def share_rows(sink: UOp, threads: int) -> UOp:
     nodes, loops = sink.toposort(), [merged] + loops[2:]
   return sink
 
+# a reduction this long inside the innermost loop makes each of its steps a tile (a shorter one LLVM may unroll into a
+# row it vectorises)
+TILE_REDUCE_STEPS = 16
+
 def _tile_body(nodes: list[UOp], ranges: list[UOp], innermost: UOp | None) -> bool:
   """Whether each step of the innermost output loop is a tile rather than an element of a row: it runs a reduction
-  loop, or every store moves by a known stride other than one element per step."""
-  if any(r.arg[1] == "reduce" for r in ranges): return True
+  of TILE_REDUCE_STEPS or more, or every store moves by a known stride other than one element per step."""
+  if math.prod(r.src[0].arg for r in ranges if r.arg[1] == "reduce") >= TILE_REDUCE_STEPS: return True
   if innermost is None: return False
   memo: dict[UOp, int | None] = {}
   strides = [_stride(u.src[0].src[1], innermost, memo) for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
