@@ -61,11 +61,15 @@ def share_rows(sink: UOp, threads: int) -> UOp:
 # row it vectorises)
 TILE_REDUCE_STEPS = 16
 
-def _tile_body(nodes: list[UOp], ranges: list[UOp], innermost: UOp | None) -> bool:
+def _tile_body(nodes: list[UOp], ranges: list[UOp], innermost: UOp) -> bool:
   """Whether each step of the innermost output loop is a tile rather than an element of a row: it runs a reduction
-  of TILE_REDUCE_STEPS or more, or every store moves by a known stride other than one element per step."""
-  if math.prod(r.src[0].arg for r in ranges if r.arg[1] == "reduce") >= TILE_REDUCE_STEPS: return True
-  if innermost is None: return False
+  of TILE_REDUCE_STEPS or more steps, or (in a kernel without reductions) every store moves by a known stride other than one element per step."""
+  # a reduction whose values vary along the innermost loop (a softmax row's max and sum do not: merged, they would be
+  # worked out again for every element)
+  deps = _range_deps(nodes)
+  if any(u.op is Ops.REDUCE and innermost in deps[u.src[0]] and
+         math.prod(r.src[0].arg for r in u.src[1:] if r.op is Ops.RANGE) >= TILE_REDUCE_STEPS for u in nodes): return True
+  if any(r.arg[1] == "reduce" for r in ranges): return False
   memo: dict[UOp, int | None] = {}
   strides = [_stride(u.src[0].src[1], innermost, memo) for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
   return bool(strides) and all(s is not None and abs(s) > 1 for s in strides)
