@@ -2,17 +2,22 @@
 threads share out (the outermost output loop, `tinyplug.backend.shareable_loop`) gets enough iterations for all of
 the renderer's threads. Where it has fewer than the threads, or splits unevenly among them and is short, it is merged
 with the output loop inside it: one loop over both, each old index recovered by // and %. The innermost output loop
-is never merged: it is the row LLVM vectorises (topk's 8 rows of 1024 on 16 threads merged into one loop of 8192
-elements ran slower).
+is merged only where its body is already more than a row of scalars: a reduction loop runs in each iteration (a tile
+of dot products: a skinny matmul's 8 x 4 tiles, a conv weight gradient's 8 x 64; the merge costs a division per
+reduction) or no store is contiguous along it (each step writes a tile the heuristic upcast: a matmul's packing of
+B, 8 x 1024 steps of 4 x 32 floats, 32 apart). Elsewhere it is the row LLVM's loop vectoriser works on (topk's 8 rows
+of 1024 on 16 threads merged into one loop of 8192 elements ran slower).
 
 Why: a convolution's outermost loop is its batch (8), a batched matmul's too (8 of 8 x 12 heads), so on 16 threads
 half of them had no share (16-core Xeon: a stride-2 conv 2.3 ms against PyTorch's 0.93 ms, q @ k^T 0.54 against
 0.17 ms); merged with the next loop (8 x 16 channel blocks, 8 x 12 heads) every thread gets rows and the loop order,
 so what each thread reads, stays the same. Off with the heuristic (`TINY_PLUGINS=-heuristic`)."""
 from __future__ import annotations
+import math
 from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import replace_nodes
+from tinyplug.passes.heuristic import _stride
 
 # a shared loop of at least this many rows per thread is left as it is even when its rows split unevenly (its shortest
 # share is at most a quarter shorter than the others)
@@ -37,7 +42,8 @@ def share_rows(sink: UOp, threads: int) -> UOp:
   ranges = [u for u in nodes if u.op is Ops.RANGE]
   if any(r.arg[1] not in ("loop", "reduce") or r.src[0].op is not Ops.CONST for r in ranges): return sink
   loops = sorted((r for r in ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0])
-  while len(loops) >= 3 and short_for(loops[0].src[0].arg, threads):
+  least = 2 if loops and _tile_body(nodes, ranges, loops[-1]) else 3   # the innermost loop too (the module's docstring)
+  while len(loops) >= least and short_for(loops[0].src[0].arg, threads):
     outer, inner = loops[0], loops[1]
     deps = _range_deps(nodes)
     stores = [u for u in nodes if u.op is Ops.STORE]
@@ -50,6 +56,23 @@ def share_rows(sink: UOp, threads: int) -> UOp:
     sink = replace_nodes(sink, {outer: merged // n_inner, inner: merged % n_inner})
     nodes, loops = sink.toposort(), [merged] + loops[2:]
   return sink
+
+# a reduction this long inside the innermost loop makes each of its steps a tile (a shorter one LLVM may unroll into a
+# row it vectorises)
+TILE_REDUCE_STEPS = 16
+
+def _tile_body(nodes: list[UOp], ranges: list[UOp], innermost: UOp) -> bool:
+  """Whether each step of the innermost output loop is a tile rather than an element of a row: it runs a reduction
+  of TILE_REDUCE_STEPS or more steps, or (in a kernel without reductions) every store moves by a known stride other than one element per step."""
+  # a reduction whose values vary along the innermost loop (a softmax row's max and sum do not: merged, they would be
+  # worked out again for every element)
+  deps = _range_deps(nodes)
+  if any(u.op is Ops.REDUCE and innermost in deps[u.src[0]] and
+         math.prod(r.src[0].arg for r in u.src[1:] if r.op is Ops.RANGE) >= TILE_REDUCE_STEPS for u in nodes): return True
+  if any(r.arg[1] == "reduce" for r in ranges): return False
+  memo: dict[UOp, int | None] = {}
+  strides = [_stride(u.src[0].src[1], innermost, memo) for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+  return bool(strides) and all(s is not None and abs(s) > 1 for s in strides)
 
 def _range_deps(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
   """For each node (in toposort order): the RANGEs it depends on."""

@@ -295,6 +295,26 @@ def test_few_wide_bodies_over_big_buffers_share_out():
   with Context(CPU_THREADS=16): assert pack.threads() == 16 and one_row.threads() == 1
   with Context(CPU_THREADS=2): assert pack.threads() == 2
 
+def test_tiled_kernel_gets_a_thread_per_million_operations(monkeypatch):
+  """A skinny matmul (64x9216 @ 9216x128): 295K loop bodies, each an 8 x 32 tile of products, 150M operations; by bodies
+  it took 13 of 16 threads, by its operations all 16. A kernel of few bodies stays on one thread whatever its
+  operations, and two threads stay two."""
+  from tinyplug import Tensor
+  from tinyplug.backend import ProgramSpec
+  from tinyplug.device import Device
+  from tinyplug.helpers import Context
+  from tinyplug.schedule import create_schedule
+  (item,), _ = create_schedule([(Tensor.empty(64, 9216, device="CPU") @ Tensor.empty(9216, 128, device="CPU")).uop])
+  with Context(CPU_THREADS=16, CACHELEVEL=0): spec, prg = _cpu_program(item.ast)
+  assert spec.estimates["ops"] >= 16 << 20 and spec.work // (1 << 15) < 16   # by bodies alone: fewer than 16
+  monkeypatch.setattr(prg.device.pool, "awake", lambda: False)   # workers asleep: the stricter rule by bodies
+  with Context(CPU_THREADS=16): assert prg.threads() == 16
+  with Context(CPU_THREADS=2): assert prg.threads() == 2
+  dev, uops = Device["CPU"], _matvec_like(64, 64)   # 4K bodies
+  src = dev.renderer.render("k", uops)
+  small = dev.make_program(ProgramSpec("k", tuple(uops), src, estimates={"ops": 64 << 20}), dev.compiler.compile_cached(src))
+  with Context(CPU_THREADS=16): assert small.threads() == 1
+
 def test_packed_matmul_with_its_pack_shared_out_matches_numpy():
   from tinyplug import Tensor
   from tinyplug.helpers import Context

@@ -27,6 +27,10 @@ PARALLEL_MIN_WORK_AWAKE = 1 << 14
 # bodies or more (a slice of a big tensor is not worth waking anyone for): a few wide bodies can move a lot (packing B
 # for a 2048 matmul: 16 x 2048 bodies of 128 floats, 32 MB, ran on 1-4 of 16 cores in 0.9-2.8 ms)
 PARALLEL_MIN_BYTES, BYTES_SHARE_MIN_WORK = 1 << 20, 256
+# ... and a kernel that splits by work or bytes gets at least one thread per this many ALU operations (the kernel's
+# estimate): loop bodies undercount a tiled kernel, each body a tile of 8 x 32 products (linear 64x9216 -> 128, 150M
+# operations in 295K bodies, 1.6 ms on one Zen 4 core: 13 of 16 threads by bodies, so 32 rows split 3 to 2)
+PARALLEL_OPS_PER_THREAD = 1 << 20
 # a parallel kernel is cut into up to this many shares per thread, each taking about SHARE_MIN_S or more by its last
 # run: a thread done with its own shares takes the others' that are still open, so a worker that starts late or loses
 # its core to another process for a while leaves most of its part to the rest (a share costs 0.5-1 us more, its call
@@ -85,6 +89,7 @@ class CPUProgram:
     nbytes = int((spec.estimates or {}).get("mem", 0))   # shares by bytes: fixed per program, worked out once
     self.byte_shares = min(nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
       if nbytes >= PARALLEL_MIN_BYTES else 1
+    self.ops_shares = int((spec.estimates or {}).get("ops", 0)) // PARALLEL_OPS_PER_THREAD
     self.last_s = 0.0   # the last run's wall time
     self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the UOps when first needed
 
@@ -95,7 +100,8 @@ class CPUProgram:
     if self.work < PARALLEL_MIN_WORK_AWAKE: return max(1, min(n_threads(), self.byte_shares))
     least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
     by_work = self.work // (least // 2) if self.work >= least else 1
-    return max(1, min(n_threads(), max(by_work, self.byte_shares)))
+    split = max(by_work, self.byte_shares)
+    return max(1, min(n_threads(), max(split, self.ops_shares) if split > 1 else 1))
 
   def shares_per_thread(self, threads: int) -> int:
     """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
