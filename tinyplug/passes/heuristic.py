@@ -193,7 +193,7 @@ def _panel_contiguous(k: Kernel) -> bool:
     if u.op is not Ops.LOAD or u.src[0].src[0].op is not Ops.DEFINE_GLOBAL: continue
     deps = set(x for x in u.toposort() if x.op is Ops.RANGE)
     if inner not in deps: continue
-    step = _stride(u.src[0].src[1], red, memo)
+    step = index_stride(u.src[0].src[1], red, memo)
     reads = math.prod(r.src[0].arg for r in deps if r.arg[1] in ("upcast", "unroll"))
     if step is None or abs(step) > reads: return False
   return True
@@ -505,26 +505,26 @@ def _phase_row_tile(k: Kernel) -> list[Opt] | None:
   _try_tile(k, Opt(OptOps.UPCAST, axis, max(PHASE_TILE_VECTORS // phase, 1)))
   return k.applied_opts
 
-def _stride(idx: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
+def index_stride(idx: UOp, r: UOp, memo: dict[UOp, int | None]) -> int | None:
   """How far index `idx` moves per step of RANGE r: 0 when it does not depend on r, None when not affine in r."""
   if (got := memo.get(idx, -1)) != -1: return got
   if idx is r: out: int | None = 1
   elif idx.op is Ops.ADD:
-    parts = [_stride(x, r, memo) for x in idx.src]
+    parts = [index_stride(x, r, memo) for x in idx.src]
     out = None if None in parts else sum(p for p in parts if p is not None)
   elif idx.op is Ops.MUL and any(x.op is Ops.CONST for x in idx.src):
     const, other = (idx.src[0], idx.src[1]) if idx.src[0].op is Ops.CONST else (idx.src[1], idx.src[0])
-    inner = _stride(other, r, memo)
+    inner = index_stride(other, r, memo)
     out = None if inner is None else inner * const.arg
   elif not idx.src: out = 0
-  else: out = 0 if all(_stride(x, r, memo) == 0 for x in idx.src) else None
+  else: out = 0 if all(index_stride(x, r, memo) == 0 for x in idx.src) else None
   memo[idx] = out
   return out
 
 def _load_strides(k: Kernel, r: UOp) -> list[int | None]:
   """For each load from global memory: its stride along RANGE r."""
   memo: dict[UOp, int | None] = {}
-  return [_stride(u.src[0].src[1], r, memo) for u in k.sink.toposort()
+  return [index_stride(u.src[0].src[1], r, memo) for u in k.sink.toposort()
           if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
 
 def _is_product_of_loads(u: UOp) -> bool:
@@ -712,7 +712,7 @@ def _run_axis(k: Kernel) -> int | None:
   memo: dict[UOp, int | None] = {}
   for a in reversed(range(len(loops) - 1)):
     if all(st == width for st in _load_strides(k, loops[a])) and \
-       all(_stride(u.src[0].src[1], loops[a], memo) != width for u in stores): return a
+       all(index_stride(u.src[0].src[1], loops[a], memo) != width for u in stores): return a
   return None
 
 def _row_io(k: Kernel) -> tuple[int, list[tuple[UOp, int | None]]] | None:
@@ -723,10 +723,10 @@ def _row_io(k: Kernel) -> tuple[int, list[tuple[UOp, int | None]]] | None:
   inner, memo, store_bytes, loads = k.loop_axes[-1], {}, 0, []
   for u in k.sink.toposort():
     if u.op is Ops.STORE and u.src[0].op is Ops.INDEX:
-      if _stride(u.src[0].src[1], inner, memo) != 1: return None
+      if index_stride(u.src[0].src[1], inner, memo) != 1: return None
       store_bytes = max(store_bytes, u.src[1].dtype.itemsize)
     elif u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
-      loads.append((u.src[0], _stride(u.src[0].src[1], inner, memo)))
+      loads.append((u.src[0], index_stride(u.src[0].src[1], inner, memo)))
   return store_bytes, loads
 
 def _spread_lanes(k: Kernel) -> int | None:
@@ -742,7 +742,7 @@ def _spread_lanes(k: Kernel) -> int | None:
     if st in (0, 1): continue
     divs = [x for x in index.src[1].toposort()
             if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and inner in x.src[0].toposort()]
-    if st is not None or not divs or any(_stride(x.src[0], inner, memo) != 1 for x in divs): return None
+    if st is not None or not divs or any(index_stride(x.src[0], inner, memo) != 1 for x in divs): return None
     spread = True
   return max(k.renderer.vector_bytes // (store_bytes or 4), 1) if spread else None
 

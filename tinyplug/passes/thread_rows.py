@@ -17,7 +17,7 @@ import math
 from typing import Any, Callable
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.codegen.kernel import replace_nodes
-from tinyplug.passes.heuristic import _stride
+from tinyplug.passes.heuristic import index_stride
 
 # a shared loop of at least this many rows per thread is left as it is even when its rows split unevenly (its shortest
 # share is at most a quarter shorter than the others)
@@ -71,7 +71,7 @@ def _tile_body(nodes: list[UOp], ranges: list[UOp], innermost: UOp) -> bool:
          math.prod(r.src[0].arg for r in u.src[1:] if r.op is Ops.RANGE) >= TILE_REDUCE_STEPS for u in nodes): return True
   if any(r.arg[1] == "reduce" for r in ranges): return False
   memo: dict[UOp, int | None] = {}
-  strides = [_stride(u.src[0].src[1], innermost, memo) for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
+  strides = [index_stride(u.src[0].src[1], innermost, memo) for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
   return bool(strides) and all(s is not None and abs(s) > 1 for s in strides)
 
 def _range_deps(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
