@@ -90,6 +90,13 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   out of the graphs (so gradients keep flowing through them). The tensors are found from the realized nodes upwards
   (tensor_ops/users.py): tensors unrelated to them are not looked at."""
   if not becomes: return
+  if len(_unlinked) == 1 == len(becomes) and not _deferred_refs and (t := _unlinked[0]()) is not None and \
+     (v := becomes.get(t._uop)) is not None and not users.holders(becomes):
+    # the usual `t = (t + 1).realize()`, seen before any linking: the one tensor made since the last realize holds
+    # the realized node and no graph is over it (its graph needs no links: it becomes a buffer view)
+    _unlinked.clear()
+    t._uop = v
+    return
   if _deferred_refs:   # a deferred template output is built here: its graph may hold one
     for r in list(_deferred_refs.values()):
       if (t := r()) is not None and t._defer is not None: t._build()
@@ -189,13 +196,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
-    t._uop, t._defer, t.requires_grad, t.grad, t._tid = uop, None, requires_grad, None, (tid := next(_tensor_ids))
-    # _track(t), inline: every op's output comes here
-    ref = _TensorRef(t, _forget)
-    ref.tid = tid
-    _live_refs[tid] = ref
-    _unlinked.append(ref)
-    if len(_unlinked) > 8192: _link_pending()
+    t._uop, t._defer, t.requires_grad, t.grad, t._tid = uop, None, requires_grad, None, next(_tensor_ids)
+    _track(t)
     return t
 
   @classmethod
@@ -295,14 +297,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()
       # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
-      if u.op in _ALU and (becomes := (_plan_mod or _plan()).realize_one_op(u)) is not None:
-        if len(_unlinked) == 1 and _unlinked[0]() is self and len(becomes) == 1 and not _deferred_refs and \
-           (v := becomes.get(u)) is not None and not users.holders(becomes):
-          # _apply_becomes_map's usual case, known here: this tensor, the only one made since the last realize, holds
-          # the realized node and no graph is over it (`t = (t + 1).realize()`)
-          _unlinked.clear()
-          self._uop = v
-        else: _apply_becomes_map(becomes)
+      if u.op in _ALU and (becomes := (_plan_mod or _plan()).realize_one_op(u)) is not None: _apply_becomes_map(becomes)
       elif not graph.is_realized(u) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
       return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved

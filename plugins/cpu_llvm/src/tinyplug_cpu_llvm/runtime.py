@@ -128,8 +128,7 @@ class CPUProgram:
     fn, n_bufs, n_vars, name = self.fn, self.n_bufs, self.n_vars, self.name
     if (unpacked := _UNPACKED_LAUNCHERS.get((n_bufs, n_vars))) is not None: return unpacked(fn, name)
     def launch(handles: list, vals: tuple) -> None:
-      if len(handles) != n_bufs or len(vals) != n_vars:
-        raise ValueError(f"kernel {name} takes {n_bufs} buffers and {n_vars} values, got {len(handles)} and {len(vals)}")
+      if len(handles) != n_bufs or len(vals) != n_vars: _wrong_arguments(name, n_bufs, handles, vals, n_vars)
       args = [b.addr if type(b) is CPUMemory else _address(b) for b in handles]
       if vals: args += [int(v) for v in vals]
       fn(*args, 0, 1)
@@ -137,8 +136,7 @@ class CPUProgram:
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
     if len(bufs) != self.n_bufs or len(vals) != self.n_vars:   # extra arguments would land in the thread slots
-      raise ValueError(f"kernel {self.name} takes {self.n_bufs} buffers and {self.n_vars} values, "
-                       f"got {len(bufs)} and {len(vals)}")
+      _wrong_arguments(self.name, self.n_bufs, bufs, vals, self.n_vars)
     args = [b.addr if type(b) is CPUMemory else _address(b) for b in bufs]   # (CPUMemory: no call per buffer)
     if vals: args += [int(v) for v in vals]
     n = self.threads()
