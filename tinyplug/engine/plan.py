@@ -37,16 +37,17 @@ counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits"
             "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0}
 
 class Plan:
-  __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem")
-  def __init__(self, steps: list, outs: tuple, result: int | None = None, make_view: Any = None):
+  __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem", "held")
+  def __init__(self, steps: list, outs: tuple, result: int | None = None, make_view: Any = None,
+               held: tuple = ()):
     # steps: (launch, buffer references, where its values come from, ops, mem) of each kernel that runs at all
     # (backend.launcher); a reference k >= 0 is input k's buffer (a template's) or node k of the graph (a graph
     # plan's), k < 0 new output -k-1; values: None, or the positions of a parameter plan's constants; outs: a maker of
     # each new output buffer with its memory (device.output_maker); a template's result is output `result`, seen
-    # through `make_view`
+    # through `make_view`; held: buffers the template itself holds (a resize's weights), references k >= the inputs
     self.kernels, self.ops, self.mem = len(steps), sum(s[3] for s in steps), sum(s[4] for s in steps)
     self.steps = tuple(s for s in steps if s[0] is not None)
-    self.outs, self.result, self.make_view = outs, result, make_view
+    self.outs, self.result, self.make_view, self.held = outs, result, make_view, held
 
 def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | None:
   """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which only a parameter plan
@@ -162,7 +163,8 @@ def realize_deferred(t: Any) -> bool:
   if (plan := entry[1]) is None or _may_share(t, built, inputs):
     counters["fallbacks"] += 1
     return False
-  out = _run(plan, lambda r: handle_of(inputs[r].base))[plan.result]
+  ins = inputs if not plan.held else [*inputs, *plan.held]
+  out = _run(plan, lambda r: handle_of(ins[r].base))[plan.result]
   t._uop = out if plan.make_view is None else plan.make_view((out,))
   t._undefer()
   counters["hits"] += 1
@@ -338,12 +340,12 @@ def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
   uop = t.uop   # builds the graph
   schedule, becomes = engine.realize_schedule([uop], plans=False)
-  plan = _plan_of(uop, inputs, schedule, becomes) if built.probes else None   # (an output over no input: refused)
+  plan = _plan_of(uop, inputs, schedule, becomes, built.order) if built.probes else None   # (no input: refused)
   _plans.put(key, (built, plan))
   counters["recorded" if plan is not None else "refused"] += 1
   _apply_becomes_map(becomes)
 
-def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp]) -> Plan | None:
+def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp], own: tuple) -> Plan | None:
   if uop not in becomes or any(k.op in (Ops.ASSIGN, Ops.COPY) for k in becomes): return None
   # a realized node that depends on no input (a constant computed into a buffer) may be held by anything: the probes
   # over the inputs cannot tell
@@ -351,6 +353,7 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
   where = {u.base: k for k, u in enumerate(inputs)}
   graph = uop.toposort()
   outs: dict[UOp, int] = {}
+  held: dict[UOp, int] = {}   # buffers of the template's own graph (not over any input): the same every call
   steps = []
   for item in schedule:
     if item.ast.op is not Ops.SINK or item.var_vals: return None
@@ -359,6 +362,8 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
       if b in where: refs.append(where[b])
       elif b.op is Ops.BUFFER and b not in graph and b.src[0].op is Ops.UNIQUE and type(b.arg) is int:
         refs.append(-outs.setdefault(b, len(outs)) - 1)
+      elif b.op is Ops.BUFFER and b in graph and b not in becomes and b in own:
+        refs.append(len(inputs) + held.setdefault(b, len(held)))
       else: return None
     if refs[0] >= 0: return None   # it writes an input's buffer
     if (step := _step(engine.get_runner(item.buf_uops[0].device, item.ast), refs)) is None: return None
@@ -369,7 +374,7 @@ def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp
     result, make_view = outs[value.src[0]], uop_maker(Ops.RESHAPE, value.dtype, value.arg)
   else: return None
   steps, made = _shared(steps, [(b.device, b.arg, b.dtype) for b in outs], {result})
-  return Plan(steps, _outs(made), result, make_view)
+  return Plan(steps, _outs(made), result, make_view, tuple(held))
 
 
 # ---------------- parameter plans: a graph seen before with other float constants ----------------

@@ -76,7 +76,7 @@ class ResampleMixin:
     if stencils: x = x._resize_stencils({d: (n_out, stencils[d]) for d, n_out in dims if d in stencils})
     for d, n_out in dims:
       if d in stencils: continue
-      w = type(self)(mats[d].astype(np.float32), device=self.device, dtype=x.dtype)
+      w = type(self)(mats[d].astype(np.float32), device=self.device, dtype=x.dtype).realize()
       x = x.transpose(d, -1).matmul(w.transpose()).transpose(d, -1)
     return x if x.dtype == self.dtype else x.round().cast(self.dtype) if dtypes.is_int(self.dtype) else x.cast(self.dtype)
 
@@ -96,7 +96,7 @@ class ResampleMixin:
       (left, _), rows = pads[d], -(-n_out // P)
       pre, post = x.shape[:d], x.shape[d + 1:]
       wts = type(self)(weights.reshape(len(taps), rows, P, *[1] * len(post)).astype(np.float32), device=self.device,
-                       dtype=self.dtype) if np.any(weights != 1) else None
+                       dtype=self.dtype).realize() if np.any(weights != 1) else None
       out = None
       for k, t in enumerate(taps):
         v = x.shrink(tuple((left + t, left + t + Q * rows) if i == d else None for i in range(x.ndim)))
@@ -120,7 +120,7 @@ class ResampleMixin:
     for d, n_out in reversed(list(zip(range(self.ndim - len(size), self.ndim), size))):
       w = _interp_matrix(x.shape[d], n_out, "linear", align_corners)
       bits = _weight_bits(float(w.max()))
-      wi = cls(np.floor(w * (1 << bits) + 0.5).astype(np.int32), device=self.device, dtype=dtypes.int32)
+      wi = cls(np.floor(w * (1 << bits) + 0.5).astype(np.int32), device=self.device, dtype=dtypes.int32).realize()
       acc = x.cast(dtypes.int32).transpose(d, -1).matmul(wi.transpose()).transpose(d, -1)
       x = ((acc + (1 << (bits - 1))) >> bits).clip(0, 255).cast(dtypes.uint8)
     return x
