@@ -580,15 +580,17 @@ def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
   if big: _block_for_cache(k)
   return k.applied_opts
 
-# a long contiguous reduction into several outputs on a CPU reads this many of them at once: independent streams
-# and accumulator chains in flight. A sum of 16M floats' 256 partials on Zen 4, one thread (best of 30, loaded
-# machine): one 8-wide stream 2.95-3.77 ms, 2 streams 2.81-3.21, 4 streams 2.33-2.68, 8 streams 2.38-2.50; two
-# threads (best of 40, three runs): one stream 1.55-2.89 ms, 4 streams 1.32-2.31, 8 streams 1.25-2.12
-STREAMS, STREAM_MIN_REDUCE = 8, 1024
+# a long contiguous reduction into many outputs (at least STREAMS per thread) on a CPU reads one output's stream at a
+# time, unrolled by one of STREAM_UNROLLS (a vector accumulator per output, summed across its lanes once). Side by side
+# rows were slower: Zen 4, 64 MB of float32 summed by rows of 1K-16K, the kernels alone, p10 of 30; one thread
+# 2.14-2.52 ms with 8 rows side by side unrolled by 8 against 1.92-2.10 ms one row unrolled by 16; two threads at
+# real-time priority 0.96-1.34 -> 0.73-1.19 ms; rows of 256 level (0.84 ms); a 16M-float sum's 256 partials 0.89-0.97 ->
+# 0.66-0.71 ms. (Before the reductions' lanes were reassociated, one row was one chain of adds and lost.)
+STREAMS, STREAM_MIN_REDUCE, STREAM_UNROLLS = 8, 1024, (16, 8, 4, 2)
 
 def _streams(k: Kernel) -> bool:
   """A reduction with one output loop whose loads all walk memory contiguously along the reduction (a huge sum's
-  partials, a row sum): one output at a time is a single load stream feeding one dependent chain of adds."""
+  partials, a row sum) and many outputs: each is one load stream."""
   loops, reduces = k.loop_axes, k.reduce_axes
   if len(loops) != 1 or len(reduces) != 1 or loops[0].src[0].arg % STREAMS: return False
   if reduces[0].src[0].arg < STREAM_MIN_REDUCE or loops[0].src[0].arg < STREAMS * _threads(k): return False
@@ -1207,10 +1209,10 @@ def _recipe(k: Kernel) -> list[Opt]:
     unrolls = (8, 4, 2)
     streams = not gpu and _streams(k)
     # a stream of maxima (a row's max; argmax's int64 keys, one max per row) keeps plain loops, which LLVM vectorises
-    # and interleaves: the STREAMS rows side by side, unrolled, were slower (4096x4096, one Zen 4 thread, the two
+    # and interleaves: 8 rows side by side, unrolled, were slower (4096x4096, one Zen 4 thread, the two
     # builds alternated, p10: argmax(1) 3.35-4.07 -> 2.89-3.46 ms, max(1) 3.10-3.80 -> 2.63-3.39 ms)
     if streams and all(u.arg is Ops.MAX for u in k.sink.toposort() if u.op is Ops.REDUCE): return k.applied_opts
-    if streams: _try(k, Opt(OptOps.UPCAST, 0, STREAMS))
+    if streams: unrolls = STREAM_UNROLLS
     # a sum down the columns (a bias gradient: the batch reduced, the outputs contiguous): one vector of outputs, so
     # each step of the reduction is one vector load and add, unrolled by 4 (r_64_128 of the mlp step, one thread:
     # 7.1 us unrolled by 8 as scalars, 3.3 us so)
