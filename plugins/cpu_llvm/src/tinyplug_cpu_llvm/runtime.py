@@ -113,7 +113,8 @@ class CPUProgram:
       split = max(self.work // (least // 2) if self.work >= least else 1, self.byte_shares)
       if split > 1: split = max(split, self.ops_shares)
     if split <= 1: return 1
-    return min(n_threads(), max(split, threads_for_time(self.last_s * self.last_threads, self.shared_rows())))
+    if split >= (n := n_threads()): return n
+    return min(n, max(split, threads_for_time(self.last_s * self.last_threads, self.shared_rows())))
 
   def shares_per_thread(self, threads: int) -> int:
     """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
