@@ -315,6 +315,48 @@ def test_tiled_kernel_gets_a_thread_per_million_operations(monkeypatch):
   small = dev.make_program(ProgramSpec("k", tuple(uops), src, estimates={"ops": 64 << 20}), dev.compiler.compile_cached(src))
   with Context(CPU_THREADS=16): assert small.threads() == 1
 
+def test_a_kernel_whose_last_run_was_long_gets_a_thread_per_share_of_it():
+  """q @ k^T 8x12x128x64 packs k in a kernel of 14K loop bodies over 6 MB with strided loads (0.6 ms on one Zen 4 core):
+  by its bytes 12 of 16 threads. Once a run took that long it gets one thread per PARALLEL_SHARE_S of it, no more than
+  its shared loop has rows; a short run changes nothing, two threads stay two, a one-thread kernel stays one; run as
+  its 16 shares one after the other, every share has rows and the values are numpy's."""
+  from tinyplug import Tensor
+  from tinyplug.helpers import Context
+  from tinyplug.schedule import create_schedule
+  from tinyplug_cpu_llvm import runtime as rt
+  q, k = Tensor.empty(8, 12, 128, 64, device="CPU"), Tensor.empty(8, 12, 128, 64, device="CPU")
+  with Context(CPU_THREADS=16, CACHELEVEL=0):
+    items, _ = create_schedule([(q @ k.transpose(-2, -1)).uop])
+    assert len(items) == 2, "q @ k^T no longer packs k: pick another kernel of few bodies and many bytes"
+    spec, pack = _cpu_program(items[0].ast)
+  assert spec.work < rt.PARALLEL_MIN_WORK_AWAKE and 1 < pack.byte_shares < 16 and pack.shared_rows() >= 16
+  with Context(CPU_THREADS=16):
+    assert pack.threads() == pack.byte_shares                     # never run
+    pack.last_s, pack.last_threads = 2 * rt.PARALLEL_SHARE_S, 8   # 8 threads ran two shares' time each: 16
+    assert pack.threads() == 16
+    pack.last_s = 0.5 * rt.PARALLEL_SHARE_S                       # each of 8 threads ran half a share: nothing changes
+    assert pack.threads() == pack.byte_shares
+    pack.last_s, pack.last_threads = 605e-6, 1
+    assert pack.threads() == 16
+  with Context(CPU_THREADS=2): assert pack.threads() == 2
+  with Context(CPU_THREADS=64): assert pack.threads() == min(60, pack.shared_rows())
+  (row,), _ = create_schedule([Tensor.empty(4096, 1024, device="CPU")[7:8].contiguous().uop])
+  _, one_row = _cpu_program(row.ast)
+  one_row.last_s = 1.0
+  with Context(CPU_THREADS=16): assert one_row.threads() == 1
+  # the pack's 16 shares in turn: each writes its own rows, together k^T packed as the matmul reads it
+  kv = np.random.default_rng(0).random((8, 12, 128, 64), dtype=np.float32)
+  out, seen = np.full(8 * 12 * 128 * 64, np.nan, np.float32), []
+  for c in range(16):
+    before = np.isnan(out).sum()
+    pack.fn(out.ctypes.data, kv.ctypes.data, c, 16)
+    seen.append(before - np.isnan(out).sum())
+  assert all(n > 0 for n in seen) and not np.isnan(out).any()
+  whole = np.zeros_like(out)
+  pack.fn(whole.ctypes.data, kv.ctypes.data, 0, 1)
+  np.testing.assert_array_equal(out, whole)
+  np.testing.assert_array_equal(np.sort(out), np.sort(kv.ravel()))   # a permutation of k's values
+
 def test_packed_matmul_with_its_pack_shared_out_matches_numpy():
   from tinyplug import Tensor
   from tinyplug.helpers import Context

@@ -31,11 +31,21 @@ PARALLEL_MIN_BYTES, BYTES_SHARE_MIN_WORK = 1 << 20, 256
 # estimate): loop bodies undercount a tiled kernel, each body a tile of 8 x 32 products (linear 64x9216 -> 128, 150M
 # operations in 295K bodies, 1.6 ms on one Zen 4 core: 13 of 16 threads by bodies, so 32 rows split 3 to 2)
 PARALLEL_OPS_PER_THREAD = 1 << 20
+# ... and at least one thread per this much of its last run's time on all its threads (wall time x threads), no more
+# than its shared loop has rows: bodies, bytes and operations undercount kernels of strided loads or long dependency
+# chains (q @ k^T's packing of k: 14K bodies, 6 MB, 0.6 ms on one Zen 4 core, 12 of 16 threads; cumsum(1)'s scan of
+# block totals: 34K bodies, 0.13 ms, 8 of 16)
+PARALLEL_SHARE_S = 10e-6
 # a parallel kernel is cut into up to this many shares per thread, each taking about SHARE_MIN_S or more by its last
 # run: a thread done with its own shares takes the others' that are still open, so a worker that starts late or loses
 # its core to another process for a while leaves most of its part to the rest (a share costs 0.5-1 us more, its call
 # and loop set-up: under 0.5% of a share this long)
 SHARES_PER_THREAD, SHARE_MIN_S = 8, 200e-6
+
+def threads_for_time(cpu_s: float, rows: int) -> int:
+  """The threads a parallel kernel that took `cpu_s` seconds on all its threads gets at least (one per
+  PARALLEL_SHARE_S), no more than its shared loop's `rows`."""
+  return min(int(cpu_s / PARALLEL_SHARE_S), rows)
 
 # ---------------- memory ----------------
 
@@ -90,18 +100,21 @@ class CPUProgram:
     self.byte_shares = min(nbytes // (PARALLEL_MIN_BYTES // 2), self.work // BYTES_SHARE_MIN_WORK) \
       if nbytes >= PARALLEL_MIN_BYTES else 1
     self.ops_shares = int((spec.estimates or {}).get("ops", 0)) // PARALLEL_OPS_PER_THREAD
-    self.last_s = 0.0   # the last run's wall time
+    self.last_s, self.last_threads = 0.0, 1   # the last run's wall time and the threads it ran on
     self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the UOps when first needed
 
   def threads(self) -> int:
     if not self.splittable: return 1
     # an explicit THREAD action: its axis (the outermost loop) has that many shares, at most one per thread
     if self.thread_opt is not None: return max(1, min(n_threads(), self.thread_opt))
-    if self.work < PARALLEL_MIN_WORK_AWAKE: return max(1, min(n_threads(), self.byte_shares))
-    least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
-    by_work = self.work // (least // 2) if self.work >= least else 1
-    split = max(by_work, self.byte_shares)
-    return max(1, min(n_threads(), max(split, self.ops_shares) if split > 1 else 1))
+    if self.work < PARALLEL_MIN_WORK_AWAKE: split = self.byte_shares
+    else:
+      least = PARALLEL_MIN_WORK_AWAKE if self.device.pool.awake() else PARALLEL_MIN_WORK
+      split = max(self.work // (least // 2) if self.work >= least else 1, self.byte_shares)
+      if split > 1: split = max(split, self.ops_shares)
+    if split <= 1: return 1
+    if split >= (n := n_threads()): return n
+    return min(n, max(split, threads_for_time(self.last_s * self.last_threads, self.shared_rows())))
 
   def shares_per_thread(self, threads: int) -> int:
     """How many shares each of `threads` threads gets: as many of SHARE_MIN_S as the last run took, 1 to
@@ -146,6 +159,7 @@ class CPUProgram:
       per = self.shares_per_thread(n)
       self.device.pool.run(self.fn, args, n * per, per)
     self.last_s = took = time.perf_counter() - st
+    self.last_threads = n
     return took
 
 def _wrong_arguments(name: str, n_bufs: int, handles: list, vals: tuple, n_vars: int = 0) -> None:
