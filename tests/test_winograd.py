@@ -69,6 +69,16 @@ def test_wino_switch_picks_the_form():
 def test_wino_leaves_other_convolutions_direct(kwargs):
   assert len(_conv_reductions(1, **kwargs)) == len(_conv_reductions(0, **kwargs)) == 1
 
+@pytest.mark.parametrize("shape,expected", [
+  ((8, 256, 256, 7), 16), ((8, 256, 256, 14), 16), ((8, 512, 512, 7), 16),
+  ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
+def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected):
+  bs, cin, cout, hw = shape
+  for wino, reductions in ((-1, expected), (0, 1), (1, 16)):
+    with Context(WINO=wino):
+      out = Tensor.empty(bs, cin, hw, hw).conv2d(Tensor.empty(cout, cin, 3, 3), padding=1)
+      assert len(_reductions(out)) == reductions, (wino, shape)
+
 def test_winograd_input_gradient_is_winograd_too():
   x = Tensor(RNG.standard_normal((2, 8, 10, 10)).astype(np.float32), requires_grad=True)
   w = Tensor(RNG.standard_normal((8, 8, 3, 3)).astype(np.float32), requires_grad=True)

@@ -324,7 +324,7 @@ class NNMixin:
 
 def _wants_winograd(x, weight, groups, stride, dilation, padding, dtype) -> bool:
   """Whether this conv2d call is Winograd's (WINO=1 and a convolution winograd.use_winograd takes)."""
-  if not WINO.value: return False
+  if not WINO.value or weight.shape[2:] != (3, 3): return False
   nd = weight.ndim - 2
   if nd != 2 or x.ndim != 4 or not all(isinstance(v, int) for v in x.shape + weight.shape): return False
   if not (dtypes.is_float(x.dtype) and x.dtype == weight.dtype) or x.shape[1] != weight.shape[1]: return False

@@ -7,8 +7,8 @@ from __future__ import annotations
 from fractions import Fraction as Fr
 from tinyplug.helpers import ContextVar
 
-WINO = ContextVar("WINO", 0, "1: every stride-1, dilation-1, one-group 3x3 float convolution as Winograd F(2x2,3x3); "
-                  "0 (default): direct convolution (it measured faster here: benchmarks/README.md)")
+WINO = ContextVar("WINO", -1, "stride-1 3x3 convolutions as Winograd F(2x2,3x3): 1 every one it can take, 0 none, "
+                  "-1 (default) those of the shapes where it measured faster (winograd.wino_wins)")
 
 # (B^T, G, A^T) per output tile size m; interpolation points 0, 1, -1 (and 2, -2 for m=4) and infinity
 _MATRICES: dict[int, tuple[list[list], list[list], list[list]]] = {
@@ -65,9 +65,23 @@ def winograd_conv3x3(x, weight, m: int = TILE):
   y = y.reshape(bs, cout, ty * m, tx * m)
   return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
 
+# where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
+# channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
+# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward
+WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 14, 128
+
+def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
+  """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes."""
+  tiles = bs * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
+  return min(cin, cout) >= WINO_MIN_CHANNELS and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
+
 def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype) -> bool:
-  """Whether conv2d of these shapes (the input's padded) and arguments takes the Winograd form: under WINO=1, a
-  one-group stride-1 dilation-1 3x3 convolution with no accumulation dtype of its own."""
-  if not WINO.value or groups != 1 or dtype is not None or len(w_shape) != 4 or len(x_shape) != 4: return False
+  """Whether conv2d of these shapes (the input's padded) and arguments takes the Winograd form: a one-group stride-1
+  dilation-1 3x3 convolution with no accumulation dtype of its own, under WINO=1 always, by default where
+  `wino_wins`."""
+  if not (mode := WINO.value) or groups != 1 or dtype is not None or len(w_shape) != 4 or len(x_shape) != 4:
+    return False
   if tuple(w_shape[2:]) != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation): return False
-  return min(x_shape[2:]) >= 3
+  out_hw = tuple(i - 2 for i in x_shape[2:])
+  if min(out_hw) < 1: return False
+  return mode == 1 or wino_wins(x_shape[0], w_shape[1], w_shape[0], out_hw)
