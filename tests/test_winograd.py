@@ -79,6 +79,11 @@ def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected)
       out = Tensor.empty(bs, cin, hw, hw).conv2d(Tensor.empty(cout, cin, 3, 3), padding=1)
       assert len(_reductions(out)) == reductions, (wino, shape)
 
+def test_wino_leaves_half_precision_direct():
+  with Context(WINO=1):
+    out = Tensor.empty(2, 16, 12, 12, dtype="half").conv2d(Tensor.empty(16, 16, 3, 3, dtype="half"), padding=1)
+    assert len(_reductions(out)) == 1
+
 def test_winograd_input_gradient_is_winograd_too():
   x = Tensor(RNG.standard_normal((2, 8, 10, 10)).astype(np.float32), requires_grad=True)
   w = Tensor(RNG.standard_normal((8, 8, 3, 3)).astype(np.float32), requires_grad=True)
@@ -90,3 +95,11 @@ def test_winograd_input_gradient_is_winograd_too():
       counts[wino] = len(_reductions(x.grad))
   # the forward product (square's gradient reads it) and the input gradient's: one reduction each, or 16 each
   assert counts[0] == 2 and counts[1] == 32
+
+def test_winograd_4x4_tiles_match_torch_more_loosely():
+  """F(4x4,3x3), kept for experiments (conv2d uses F(2x2)): the same values, with its larger rounding."""
+  from tinyplug.tensor_ops.winograd import winograd_conv3x3
+  x = RNG.standard_normal((2, 5, 11, 14)).astype(np.float32)
+  w = (RNG.standard_normal((6, 5, 3, 3)) / np.sqrt(45)).astype(np.float32)
+  out = winograd_conv3x3(Tensor(x), Tensor(w), m=4)
+  np.testing.assert_allclose(out.numpy(), F.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-3, atol=1e-4)

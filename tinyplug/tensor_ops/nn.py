@@ -102,7 +102,7 @@ class NNMixin:
     Its gradient is declared (gradient.custom_gradient): the input's is a transposed convolution of the output
     gradient, the weight's a convolution over the batch. Differentiating the window view instead would build a
     (batch, cin, out.., kernel..) window gradient and fold it back: two large kernels. A stride-1 3x3 convolution
-    may instead be Winograd's F(2x2,3x3) (tensor_ops/winograd.py, WINO), differentiated as the graph it is."""
+    may compute its output and input gradient as Winograd's F(2x2,3x3) instead (tensor_ops/winograd.py, WINO)."""
     return self._conv2d(weight, bias, groups, stride, dilation, padding, dtype,
                         wino=_wants_winograd(self, weight, groups, stride, dilation, padding, dtype))
   @graph_template   # (the Winograd choice is an argument: it reads WINO, which the template's key does not hold)
@@ -323,11 +323,13 @@ class NNMixin:
     return _reduce_loss(-(self.log_softmax(axis) * y).sum(axis), reduction)
 
 def _wants_winograd(x, weight, groups, stride, dilation, padding, dtype) -> bool:
-  """Whether this conv2d call is Winograd's (WINO=1 and a convolution winograd.use_winograd takes)."""
+  """Whether this conv2d call is Winograd's (WINO not 0, float32/float64 operands of one dtype, and a convolution
+  winograd.use_winograd takes; half precision would round the transforms too coarsely)."""
   if not WINO.value or weight.shape[2:] != (3, 3): return False
   nd = weight.ndim - 2
   if nd != 2 or x.ndim != 4 or not all(isinstance(v, int) for v in x.shape + weight.shape): return False
-  if not (dtypes.is_float(x.dtype) and x.dtype == weight.dtype) or x.shape[1] != weight.shape[1]: return False
+  if x.dtype not in (dtypes.float32, dtypes.float64) or x.dtype != weight.dtype or x.shape[1] != weight.shape[1]:
+    return False
   pads = _spatial_padding(padding, nd)
   if any(b < 0 or a < 0 for b, a in pads): return False
   padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))

@@ -1,8 +1,9 @@
 """Winograd's minimal filtering for stride-1 3x3 convolutions, F(m x m, 3 x 3), as ordinary tensor ops: the weight
-becomes G g G^T, each (m+2) x (m+2) input tile B^T d B, the (m+2)^2 tile positions are a batched matmul over the
-input channels, and A^T M A turns each product tile back into m x m outputs. Autograd differentiates the graph, so
-both gradients come without a rule of their own. The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's
-multiplies (m=2: 1/2.25, m=4: 1/4), at the price of the transforms and, for larger m, more rounding."""
+becomes G g G^T, each (m+2) x (m+2) input tile B^T d B, each of the (m+2)^2 tile positions is a matmul over the
+input channels, and A^T M A turns each product tile back into m x m outputs. conv2d (tensor_ops/nn.py) uses it for
+the output and for the input gradient (itself a stride-1 3x3 convolution) with m=2; its weight gradient stays direct.
+The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's multiplies (m=2: 1/2.25, m=4: 1/4), at the price
+of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x)."""
 from __future__ import annotations
 from fractions import Fraction as Fr
 from tinyplug.helpers import ContextVar
@@ -59,7 +60,7 @@ def winograd_conv3x3(x, weight, m: int = TILE):
           .dot(ut.reshape(cout, cin).transpose(0, 1).contiguous()).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2)
           for vt, ut in zip(v, u)]
   prod = [prod[i * a:(i + 1) * a] for i in range(a)]
-  rows = [[sum_terms for sum_terms in _combos([prod[i][j] for i in range(a)], at)] for j in range(a)]   # [j][p]
+  rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
   y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
   y = y[0][0].cat(*y[0][1:], dim=5).cat(*[yp[0].cat(*yp[1:], dim=5) for yp in y[1:]], dim=3)
   y = y.reshape(bs, cout, ty * m, tx * m)
