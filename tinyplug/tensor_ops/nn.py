@@ -333,7 +333,8 @@ def _wants_winograd(x, weight, groups, stride, dilation, padding, dtype) -> bool
   pads = _spatial_padding(padding, nd)
   if any(b < 0 or a < 0 for b, a in pads): return False
   padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))
-  return use_winograd(x.shape[:2] + padded, weight.shape, groups, make_tuple(stride, nd), make_tuple(dilation, nd), dtype)
+  return use_winograd(x.shape[:2] + padded, weight.shape, groups, make_tuple(stride, nd), make_tuple(dilation, nd),
+                      dtype)
 
 def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, channels_last: bool | None = None,
           wino: bool = False):
