@@ -44,6 +44,12 @@ def workloads(Tensor, torch, F) -> dict[str, tuple[list[tuple[int, ...]], Callab
         lambda x, w, s=s: x.conv2d(w, stride=s, padding=1).square().sum(),
         lambda x, w, s=s: F.conv2d(x, w, stride=s, padding=1).square().sum())
        for hw in (28, 56) for cout, s in ((64, 1), (128, 2))},
+    # a later stage of a residual network: many channels on a short output (Winograd's shapes, WINO)
+    **{f"conv2d b8 {c}->{c} {hw}x{hw} k3 p1": (
+        [(8, c, hw, hw), (c, c, 3, 3)],
+        lambda x, w: x.conv2d(w, padding=1).square().sum(),
+        lambda x, w: F.conv2d(x, w, padding=1).square().sum())
+       for c, hw in ((256, 14), (512, 7))},
     "conv_transpose2d b8 64->32 28x28 k4 s2 p1": ([(8, 64, 28, 28), (64, 32, 4, 4)],
                                                   lambda x, w: x.conv_transpose2d(w, stride=2, padding=1).square().sum(),
                                                   lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1).square().sum()),

@@ -7,6 +7,7 @@ from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.indexing import check_index_range
 from tinyplug.tensor_ops.template import graph_template
+from tinyplug.tensor_ops.winograd import WINO, use_winograd, winograd_conv3x3
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
 def _tuple(x, n: int) -> tuple[int, ...]: return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n
@@ -94,15 +95,19 @@ class NNMixin:
     x = x.shrink(nil + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k))))
     return x.permute(tuple(range(lead)) + tuple(lead + 2 * j for j in range(nd)) + tuple(lead + 2 * j + 1 for j in range(nd)))
 
-  @graph_template
   def conv2d(self, weight, bias=None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dtype: DType | str | None = None):
     """Convolution (really cross-correlation, like torch) over as many spatial dims as the weight has after 2.
 
     Its gradient is declared (gradient.custom_gradient): the input's is a transposed convolution of the output
     gradient, the weight's a convolution over the batch. Differentiating the window view instead would build a
-    (batch, cin, out.., kernel..) window gradient and fold it back: two large kernels."""
-    return _conv(self, weight, bias, groups, stride, dilation, padding, dtype)
+    (batch, cin, out.., kernel..) window gradient and fold it back: two large kernels. A stride-1 3x3 convolution
+    may compute its output and input gradient as Winograd's F(2x2,3x3) instead (tensor_ops/winograd.py, WINO)."""
+    return self._conv2d(weight, bias, groups, stride, dilation, padding, dtype,
+                        wino=_wants_winograd(self, weight, groups, stride, dilation, padding, dtype))
+  @graph_template   # (the Winograd choice is an argument: it reads WINO, which the template's key does not hold)
+  def _conv2d(self, weight, bias, groups: int, stride, dilation, padding, dtype, wino: bool = False):
+    return _conv(self, weight, bias, groups, stride, dilation, padding, dtype, wino=wino)
 
   def _conv_valid(self, weight, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...], dtype):
     """The unpadded convolution as a window view times the weight, summed over (cin, kernel..)."""
@@ -317,9 +322,25 @@ class NNMixin:
     y = y * (1 - label_smoothing) + label_smoothing / self.shape[axis]
     return _reduce_loss(-(self.log_softmax(axis) * y).sum(axis), reduction)
 
-def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, channels_last: bool | None = None):
+def _wants_winograd(x, weight, groups, stride, dilation, padding, dtype) -> bool:
+  """Whether this conv2d call is Winograd's (WINO not 0, float32/float64 operands of one dtype, and a convolution
+  winograd.use_winograd takes; half precision would round the transforms too coarsely)."""
+  if not WINO.value or weight.shape[2:] != (3, 3): return False
+  nd = weight.ndim - 2
+  if nd != 2 or x.ndim != 4 or not all(isinstance(v, int) for v in x.shape + weight.shape): return False
+  if x.dtype not in (dtypes.float32, dtypes.float64) or x.dtype != weight.dtype or x.shape[1] != weight.shape[1]:
+    return False
+  pads = _spatial_padding(padding, nd)
+  if any(b < 0 or a < 0 for b, a in pads): return False
+  padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))
+  return use_winograd(x.shape[:2] + padded, weight.shape, groups, make_tuple(stride, nd), make_tuple(dilation, nd),
+                      dtype)
+
+def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, channels_last: bool | None = None,
+          wino: bool = False):
   """Tensor.conv2d's graph; `channels_last`: whether the convolution reads a channel-innermost copy of the weight
-  (None: decided here; False: the weight is one already, a view of `_channels_last`'s copy)."""
+  (None: decided here; False: the weight is one already, a view of `_channels_last`'s copy); `wino`: the product
+  and the input gradient as Winograd F(2x2,3x3) (a stride-1 3x3 convolution, `_wants_winograd`)."""
   cin_total, (cout, cin) = self.shape[1], weight.shape[:2]
   nd = weight.ndim - 2
   if self.ndim != nd + 2:
@@ -339,8 +360,8 @@ def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, cha
   if channels_last is None:
     channels_last = cout // groups > 1 and (any(v > 1 for v in strides + dilations) or
                                             _short_row(row, cout // groups, cin * math.prod(weight.shape[2:])))
-  w = _channels_last(weight) if channels_last else weight
-  out = x._conv_valid(w, groups, strides, dilations, dtype)
+  if wino: out = winograd_conv3x3(x, weight)
+  else: out = x._conv_valid(_channels_last(weight) if channels_last else weight, groups, strides, dilations, dtype)
   out = out.cast(least_upper_dtype(self.dtype, weight.dtype) if dtype is None else to_dtype(dtype))
   if bias is not None: out = out + bias.reshape((1, -1) + (1,) * nd)
   # the bias is an input too, so that its gradient reads the one materialized output gradient
@@ -351,10 +372,10 @@ def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, cha
     all(0 <= b <= d * (k - 1) and 0 <= a <= d * (k - 1) for (b, a), k, d in zip(pads, weight.shape[2:], dilations))
   if unpadded: inputs = (x, self, *inputs[1:])
   return custom_gradient(out, inputs, _conv_backward, groups=groups, stride=strides, dilation=dilations,
-                         pads=tuple(pads) if unpadded else None)
+                         pads=tuple(pads) if unpadded else None, wino=wino)
 
 def _conv_backward(g, out, x, *rest, groups: int, stride: tuple[int, ...], dilation: tuple[int, ...],
-                   pads: tuple[tuple[int, int], ...] | None = None):
+                   pads: tuple[tuple[int, int], ...] | None = None, wino: bool = False):
   """Gradients of the convolution out = conv(x, w) (+ bias) of the padded input x: (d x, d w[, d bias]), each again a
   convolution; with `pads`, the inputs are (x, the unpadded input, w[, bias]) and the gradients (None, d unpadded, d w
   [, d bias])."""
@@ -362,7 +383,7 @@ def _conv_backward(g, out, x, *rest, groups: int, stride: tuple[int, ...], dilat
   nd = w.ndim - 2
   g = g.contiguous()  # read many times by both convolutions below: compute whatever produced it once
   at = src if src is not None else x
-  gx = _conv_input_grad(g, w, tuple(x.shape[2:]), groups, tuple(stride), tuple(dilation), pads)
+  gx = _conv_input_grad(g, w, tuple(x.shape[2:]), groups, tuple(stride), tuple(dilation), pads, wino)
   gw = _conv_weight_grad(g, x, tuple(w.shape[2:]), groups, tuple(stride), tuple(dilation))
   gb = tuple(g.sum((0, *range(2, 2 + nd))).cast(b.dtype) for b in bias)
   return (*((None,) if src is not None else ()), gx.cast(at.dtype), gw.cast(w.dtype), *gb)
@@ -371,16 +392,17 @@ def _conv_backward(g, out, x, *rest, groups: int, stride: tuple[int, ...], dilat
 # (conv 64->128 28x28 s2 b8: ~2 ms of Python for a ~9 ms backward)
 @graph_template
 def _conv_input_grad(g, w, spatial: tuple[int, ...], groups: int, stride: tuple[int, ...], dilation: tuple[int, ...],
-                     pads: tuple[tuple[int, int], ...] | None = None):
+                     pads: tuple[tuple[int, int], ...] | None = None, wino: bool = False):
   """d x: the transposed convolution of g with the flipped, transposed weight, over the padded input of size
-  `spatial`, or with `pads` over its unpadded part only (each pad within the kernel's reach)."""
+  `spatial`, or with `pads` over its unpadded part only (each pad within the kernel's reach); `wino`: as Winograd's
+  (a stride-1 3x3 convolution's is one too)."""
   nd, kernel, (cout, cin) = w.ndim - 2, w.shape[2:], w.shape[:2]
   pads = pads or ((0, 0),) * nd
   wt = w.reshape(groups, cout // groups, cin, *kernel).transpose(1, 2).reshape(groups * cin, cout // groups, *kernel)
   if all(s == 1 for s in stride):
     edge = [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)]
-    return g.conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation,
-                    padding=[v for e in reversed(edge) for v in e])
+    return g._conv2d(wt.flip(tuple(range(2, 2 + nd))), None, groups, 1, dilation,
+                     [v for e in reversed(edge) for v in e], None, wino=wino)
   window = [(b, n - a) for n, (b, a) in zip(spatial, pads)]
   if all((hi - lo) % s == 0 for (lo, hi), s in zip(window, stride)):
     return _strided_input_grad(g, wt, spatial, groups, stride, dilation, window)

@@ -1,0 +1,105 @@
+"""Winograd F(2x2,3x3) convolutions (tensor_ops/winograd.py, WINO=1): values and the input, weight and bias gradients
+against torch for shapes that do not tile evenly, every padding the gradient treats differently, batch 1 and channel
+counts that fill no vector; WINO switches the form (the schedule's reductions tell which one ran), and convolutions
+outside its reach stay direct."""
+import numpy as np
+import pytest
+import torch
+from tinyplug.helpers import Context
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.uop.ops import Ops
+
+F = torch.nn.functional
+RNG = np.random.default_rng(20)
+RTOL, ATOL = 1e-4, 1e-5   # tests/test_nn.py's
+
+def _conv_against_torch(bs: int, cin: int, cout: int, h: int, w: int, padding, bias: bool, wino: int) -> None:
+  x = RNG.standard_normal((bs, cin, h, w)).astype(np.float32)
+  wt = (RNG.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype(np.float32)
+  b = RNG.standard_normal(cout).astype(np.float32) if bias else None
+  with Context(WINO=wino):
+    xs, ws = Tensor(x, requires_grad=True), Tensor(wt, requires_grad=True)
+    bs_ = Tensor(b, requires_grad=True) if bias else None
+    out = xs.conv2d(ws, bs_, padding=padding)
+    g = RNG.standard_normal(out.shape).astype(np.float32)
+    (out * Tensor(g)).sum().backward()
+  tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(wt, requires_grad=True)
+  tb = torch.tensor(b, requires_grad=True) if bias else None
+  tout = F.conv2d(tx, tw, tb, padding=padding)
+  (tout * torch.from_numpy(g)).sum().backward()
+  np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(xs.grad.numpy(), tx.grad.numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(ws.grad.numpy(), tw.grad.numpy(), rtol=RTOL, atol=4 * ATOL)
+  if bias: np.testing.assert_allclose(bs_.grad.numpy(), tb.grad.numpy(), rtol=RTOL, atol=4 * ATOL)
+
+@pytest.mark.parametrize("bs,cin,cout,h,w,padding,bias", [
+  (2, 3, 5, 7, 9, 1, True),      # odd sizes: a part tile on both edges
+  (1, 5, 7, 6, 7, 0, False),     # no padding, batch 1
+  (2, 6, 4, 9, 8, 2, True),      # padding beyond the 3x3 kernel's reach on every side
+  (1, 4, 3, 3, 3, 0, True),      # one output: a single part tile
+  (2, 17, 33, 12, 10, 1, False),
+  (1, 4, 6, 8, 11, (1, 0), True),   # a padding per dim
+])
+def test_winograd_matches_torch(bs, cin, cout, h, w, padding, bias):
+  for _ in range(3):   # the first calls build the graph, later ones come from its template
+    _conv_against_torch(bs, cin, cout, h, w, padding, bias, wino=1)
+
+def test_winograd_switch_both_ways_in_one_process():
+  for wino in (1, 0, 1, 0, 1):
+    _conv_against_torch(2, 6, 5, 10, 9, 1, True, wino=wino)
+
+def _reductions(out: Tensor) -> list:
+  """The kernels of the schedule of `out` that reduce."""
+  return [it.ast for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK
+          and any(u.op is Ops.REDUCE for u in it.ast.toposort())]
+
+def _conv_reductions(wino: int, **kwargs) -> list:
+  with Context(WINO=wino):
+    x, w = Tensor.empty(2, 16, 12, 12), Tensor.empty(16, 16 // kwargs.get("groups", 1), kwargs.pop("k", 3), 3)
+    return _reductions(x.conv2d(w, **kwargs))
+
+def test_wino_switch_picks_the_form():
+  # direct: one reduction over (cin, 3, 3) per output; Winograd: one matmul over cin per 4x4 tile position
+  assert len(_conv_reductions(0, padding=1)) == 1
+  assert len(_conv_reductions(1, padding=1)) == 16
+
+@pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1), dict(dilation=2, padding=2), dict(groups=2, padding=1),
+                                    dict(k=5, padding=2)])
+def test_wino_leaves_other_convolutions_direct(kwargs):
+  assert len(_conv_reductions(1, **kwargs)) == len(_conv_reductions(0, **kwargs)) == 1
+
+@pytest.mark.parametrize("shape,expected", [
+  ((8, 256, 256, 7), 16), ((8, 256, 256, 14), 16), ((8, 512, 512, 7), 16),
+  ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
+def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected):
+  bs, cin, cout, hw = shape
+  for wino, reductions in ((-1, expected), (0, 1), (1, 16)):
+    with Context(WINO=wino):
+      out = Tensor.empty(bs, cin, hw, hw).conv2d(Tensor.empty(cout, cin, 3, 3), padding=1)
+      assert len(_reductions(out)) == reductions, (wino, shape)
+
+def test_wino_leaves_half_precision_direct():
+  with Context(WINO=1):
+    out = Tensor.empty(2, 16, 12, 12, dtype="half").conv2d(Tensor.empty(16, 16, 3, 3, dtype="half"), padding=1)
+    assert len(_reductions(out)) == 1
+
+def test_winograd_input_gradient_is_winograd_too():
+  x = Tensor(RNG.standard_normal((2, 8, 10, 10)).astype(np.float32), requires_grad=True)
+  w = Tensor(RNG.standard_normal((8, 8, 3, 3)).astype(np.float32), requires_grad=True)
+  counts = {}
+  for wino in (0, 1):
+    with Context(WINO=wino):
+      x.grad = None
+      x.conv2d(w, padding=1).square().sum().backward()
+      counts[wino] = len(_reductions(x.grad))
+  # the forward product (square's gradient reads it) and the input gradient's: one reduction each, or 16 each
+  assert counts[0] == 2 and counts[1] == 32
+
+def test_winograd_4x4_tiles_match_torch_more_loosely():
+  """F(4x4,3x3), kept for experiments (conv2d uses F(2x2)): the same values, with its larger rounding."""
+  from tinyplug.tensor_ops.winograd import winograd_conv3x3
+  x = RNG.standard_normal((2, 5, 11, 14)).astype(np.float32)
+  w = (RNG.standard_normal((6, 5, 3, 3)) / np.sqrt(45)).astype(np.float32)
+  out = winograd_conv3x3(Tensor(x), Tensor(w), m=4)
+  np.testing.assert_allclose(out.numpy(), F.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-3, atol=1e-4)

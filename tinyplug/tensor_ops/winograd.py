@@ -1,0 +1,88 @@
+"""Winograd's minimal filtering for stride-1 3x3 convolutions, F(m x m, 3 x 3), as ordinary tensor ops: the weight
+becomes G g G^T, each (m+2) x (m+2) input tile B^T d B, each of the (m+2)^2 tile positions is a matmul over the
+input channels, and A^T M A turns each product tile back into m x m outputs. conv2d (tensor_ops/nn.py) uses it for
+the output and for the input gradient (itself a stride-1 3x3 convolution) with m=2; its weight gradient stays direct.
+The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's multiplies (m=2: 1/2.25, m=4: 1/4), at the price
+of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x)."""
+from __future__ import annotations
+from fractions import Fraction as Fr
+from tinyplug.helpers import ContextVar
+
+WINO = ContextVar("WINO", -1, "stride-1 3x3 convolutions as Winograd F(2x2,3x3): 1 every one it can take, 0 none, "
+                  "-1 (default) those of the shapes where it measured faster (winograd.wino_wins)")
+
+# (B^T, G, A^T) per output tile size m; interpolation points 0, 1, -1 (and 2, -2 for m=4) and infinity
+_MATRICES: dict[int, tuple[list[list], list[list], list[list]]] = {
+  2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+      [[1, 0, 0], [Fr(1, 2), Fr(1, 2), Fr(1, 2)], [Fr(1, 2), Fr(-1, 2), Fr(1, 2)], [0, 0, 1]],
+      [[1, 1, 1, 0], [0, 1, -1, -1]]),
+  4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0],
+       [0, 4, 0, -5, 0, 1]],
+      [[Fr(1, 4), 0, 0], [Fr(-1, 6), Fr(-1, 6), Fr(-1, 6)], [Fr(-1, 6), Fr(1, 6), Fr(-1, 6)],
+       [Fr(1, 24), Fr(1, 12), Fr(1, 6)], [Fr(1, 24), Fr(-1, 12), Fr(1, 6)], [0, 0, 1]],
+      [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+}
+TILE = 2   # F(4x4,3x3) was tried too: see benchmarks/README.md (session 20, helper wino)
+
+def _combos(pieces: list, mat: list[list]) -> list:
+  """[sum_k mat[i][k] * pieces[k] for each row i], the zero terms left out."""
+  out = []
+  for coeffs in mat:
+    acc = None
+    for c, p in zip(coeffs, pieces):
+      if c == 0: continue
+      v = p if c == 1 else -p if c == -1 else p * float(c)
+      acc = v if acc is None else acc + v
+    out.append(acc)
+  return out
+
+def _taps(x, axis: int, a: int, m: int, n: int) -> list:
+  """The a rows of every tile along `axis`, which x holds as (n+1, m) blocks at axis, axis+1: row k of tile t is
+  block t + k // m, element k % m (shrinks of the blocks: affine index math, no window view)."""
+  nil, rest = (None,) * axis, (None,) * (x.ndim - axis - 2)
+  return [x.shrink(nil + ((k // m, k // m + n), (k % m, k % m + 1)) + rest) for k in range(a)]
+
+def winograd_conv3x3(x, weight, m: int = TILE):
+  """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3)."""
+  bt, g, at = _MATRICES[m]
+  a = m + 2
+  (bs, cin, h, w), cout = x.shape, weight.shape[0]
+  oh, ow = h - 2, w - 2
+  ty, tx = -(-oh // m), -(-ow // m)
+  # the input as (ty+1, m) x (tx+1, m) blocks: every tile's a x a rows are shrinks of it
+  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w))).reshape(bs, cin, ty + 1, m, tx + 1, m)
+  v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
+  wr = [weight.shrink((None, None, (k, k + 1), None)) for k in range(3)]
+  u = [uj for ui in _combos(wr, g) for uj in _combos([ui.shrink((None, None, None, (k, k + 1))) for k in range(3)], g)]
+  # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
+  # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
+  prod = [vt.reshape(bs, cin, ty, tx).contiguous().reshape(bs, cin, ty * tx).transpose(1, 2)
+          .dot(ut.reshape(cout, cin).transpose(0, 1).contiguous()).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2)
+          for vt, ut in zip(v, u)]
+  prod = [prod[i * a:(i + 1) * a] for i in range(a)]
+  rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
+  y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
+  y = y[0][0].cat(*y[0][1:], dim=5).cat(*[yp[0].cat(*yp[1:], dim=5) for yp in y[1:]], dim=3)
+  y = y.reshape(bs, cout, ty * m, tx * m)
+  return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+
+# where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
+# channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
+# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward
+WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 14, 128
+
+def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
+  """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes."""
+  tiles = bs * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
+  return min(cin, cout) >= WINO_MIN_CHANNELS and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
+
+def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype) -> bool:
+  """Whether conv2d of these shapes (the input's padded) and arguments takes the Winograd form: a one-group stride-1
+  dilation-1 3x3 convolution with no accumulation dtype of its own, under WINO=1 always, by default where
+  `wino_wins`."""
+  if not (mode := WINO.value) or groups != 1 or dtype is not None or len(w_shape) != 4 or len(x_shape) != 4:
+    return False
+  if tuple(w_shape[2:]) != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation): return False
+  out_hw = tuple(i - 2 for i in x_shape[2:])
+  if min(out_hw) < 1: return False
+  return mode == 1 or wino_wins(x_shape[0], w_shape[1], w_shape[0], out_hw)
