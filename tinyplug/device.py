@@ -118,7 +118,7 @@ def _unpickle_device_buffer(device: str, size: int, dtype: DType, contents: Any)
 # the device memory behind a BUFFER uop lives as long as the uop does: the Buffer rides along in the node's cache (a
 # NodeField: no weak reference and no callback per buffer; every realized output, one per tiny op, has one)
 _BUFFERS: NodeField[Buffer] = NodeField("buffer")
-_BUFFER_KEY = _BUFFERS.key
+_BUFFER_KEY = BUFFER_KEY = _BUFFERS.key   # (where the Buffer sits in a BUFFER node's cache: handle_of's hit, inline)
 
 def buffer_of(u: UOp) -> Buffer:
   """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""

@@ -127,6 +127,9 @@ class UOpMeta(type):
     # _canonical_dtype's usual hit, inline (every node made or looked up comes here)
     if (hit := _dtype_by_id.get(id(dtype))) is not None and hit[0] is dtype: dtype = hit[1]
     else: dtype = _canonical_dtype(dtype)
+    # UNIQUE nodes and the BUFFER nodes over them are interned by their UNIQUE (_own_nodes), not in ucache
+    if op is Ops.UNIQUE and not src and dtype is _VOID and type(arg) is int: return _unique_node(arg)
+    if op is Ops.BUFFER and len(src) == 2 and src[0].op is Ops.UNIQUE: return _buffer_over(dtype, src, arg)
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
@@ -138,6 +141,7 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
   def make(src: tuple) -> UOp:
     if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
     return _intern((opv, dtid, src, argkey), op, dtype, src, arg)
+  if op is Ops.UNIQUE or op is Ops.BUFFER: return lambda src: UOp(op, dtype, src, arg)   # (interned apart)
   return make
 
 def uop_finder(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp | None]:
@@ -148,15 +152,19 @@ def uop_finder(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp | None]
   get = UOpMeta.ucache.get
   def find(src: tuple) -> UOp | None:
     return None if (ref := get((opv, dtid, src, argkey))) is None else ref()
+  if op is Ops.UNIQUE and dtype is _VOID and type(arg) is int:
+    return lambda src: None if src or (ref := _unique_nodes.get(arg)) is None else ref()
+  if op is Ops.BUFFER:
+    def find_buffer(src: tuple) -> UOp | None:
+      if len(src) == 2 and src[0].op is Ops.UNIQUE: return _find_buffer_over(dtype, src, arg)
+      return find(src)
+    return find_buffer
   return find
 
 _PLAIN_ARGS = (type(None), int, str, bool)
 
-def _make_unique(n: int) -> UOp:
-  # UOp(Ops.UNIQUE, dtypes.void, arg=n) without the generic constructor's checks (a fresh int arg, no sources)
-  return _intern((_UNIQUE_V, _VOID_ID, (), n), Ops.UNIQUE, _VOID, (), n)
 _VOID = _canonical_dtype(dtypes.void)
-_UNIQUE_V, _VOID_ID, _BUFFER_V, _CONST_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_, Ops.CONST._value_
+_CONST_V = Ops.CONST._value_
 _device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
 
 def device_node(device: str) -> UOp:
@@ -321,18 +329,16 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return self.arg[0]
   def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
   @staticmethod
-  def unique() -> UOp: return _make_unique(next(_unique_ids))
+  def unique() -> UOp: return _fresh_unique()
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A tensor-level BUFFER of `size` elements on `device`, distinct from every other buffer."""
     check_buffer_size(size, dtype)
     # every realize makes its output buffers here: the UNIQUE and DEVICE nodes skip the generic constructor
-    src = (_make_unique(next(_unique_ids)), dev := device_node(device))
+    dev = device_node(device)
     # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
-    if type(size) is int:   # the generic constructor's work, for the one kind of node made here
-      dtype = _canonical_dtype(dtype)
-      return _intern((_BUFFER_V, id(dtype), src, size), Ops.BUFFER, dtype, src, size, {"shape": (size,), "device": dev.arg})
-    buf = UOp(Ops.BUFFER, dtype, src, size)
+    if type(size) is int: return _new_buffer_node(_canonical_dtype(dtype), dev, size, {"shape": (size,), "device": dev.arg})
+    buf = UOp(Ops.BUFFER, dtype, (_fresh_unique(), dev), size)
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
   @staticmethod
@@ -341,14 +347,8 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     that makes the same kind of output every time: engine/plan.py). It holds the DEVICE node."""
     check_buffer_size(size, dtype)
     if type(size) is not int: return lambda: UOp.new_buffer(device, size, dtype)
-    dev, dtype = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype)
-    dtid, shape = id(dtype), (size,)
-    unique, uniques, void = Ops.UNIQUE, _unique_ids, _VOID
-    def make() -> UOp:
-      n = next(uniques)
-      src = (_intern((_UNIQUE_V, _VOID_ID, (), n), unique, void, (), n), dev)   # (_make_unique's node, without its call)
-      return _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size, {"shape": shape, "device": device})
-    return make
+    dev, dtype, shape, new_node = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype), (size,), _new_buffer_node
+    return lambda: new_node(dtype, dev, size, {"shape": shape, "device": device})
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
@@ -540,6 +540,77 @@ def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict
   ref = _ref(obj, _drop)
   ref.key = key
   _ucache[key] = ref
+  return obj
+
+# UNIQUE nodes by number, and each BUFFER node over a UNIQUE in a list kept in that UNIQUE's own cache: plain weak
+# references, no ucache entry, no key tuple, no callback when the node dies (every realized output, one per tiny op,
+# is a new UNIQUE and a new BUFFER). A UNIQUE has no sources, so its dead entry holds nothing alive: the table drops
+# dead entries when it has grown to twice what its last sweep kept. A BUFFER's entry dies with its UNIQUE's cache
+_unique_nodes: dict[int, weakref.ReferenceType] = {}
+_unique_sweep_at = [4096]
+_BUFFERS_OVER = ("interned", "buffers over this unique")   # (a tuple: IR facts are named by str)
+
+def _sweep_uniques() -> None:
+  live = {n: r for n, r in _unique_nodes.items() if r() is not None}
+  _unique_nodes.clear(); _unique_nodes.update(live)
+  _unique_sweep_at[0] = max(4096, 2 * len(live))
+
+def _unique_node(n: int, cache: dict | None = None, *, _table: dict = _unique_nodes, _fresh: type = _FreshUOp,
+                 _uop: type = UOp, _ref: type = weakref.ref, _seq: Callable = _next_seq) -> UOp:
+  """UOp(Ops.UNIQUE, dtypes.void, arg=n): the live one, or a new one (with `cache`)."""
+  if (r := _table.get(n)) is not None and (hit := r()) is not None: return hit
+  obj = _fresh()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = Ops.UNIQUE, _VOID, (), n, cache, _seq()
+  obj.__class__ = _uop
+  _table[n] = _ref(obj)
+  if len(_table) > _unique_sweep_at[0]: _sweep_uniques()
+  return obj
+
+def _fresh_unique(cache: dict | None = None, *, _table: dict = _unique_nodes, _next: Callable = _unique_ids.__next__) -> UOp:
+  """A UNIQUE node no live node has: the next number (one taken by a live node, rebuilt from a pickle of another
+  process, is skipped)."""
+  while (r := _table.get(n := _next())) is not None and r() is not None: pass
+  return _unique_node(n, cache)
+
+def _same_buffer(b: UOp | None, dtype: DType, dev: UOp, arg: Any) -> bool:
+  return b is not None and b.dtype is dtype and b.src[1] is dev and type(b.arg) is type(arg) and \
+         _arg_key(b.arg) == _arg_key(arg)
+
+def _find_buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp | None:
+  dtype = _canonical_dtype(dtype)
+  if (c := src[0]._cache) is not None and (refs := c.get(_BUFFERS_OVER)) is not None:
+    for r in refs:
+      if _same_buffer(b := r(), dtype, src[1], arg): return b
+  return None
+
+def _buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp:
+  """UOp(Ops.BUFFER, dtype, src, arg) over src[0], a UNIQUE (canonical `dtype`): the live one, or a new one."""
+  if (b := _find_buffer_over(dtype, src, arg)) is not None: return b
+  unique = src[0]
+  obj = _FreshUOp()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = Ops.BUFFER, dtype, src, arg, None, _next_seq()
+  obj.__class__ = UOp
+  if (c := unique._cache) is None: object.__setattr__(unique, "_cache", c := {})
+  refs = [r for r in c.get(_BUFFERS_OVER, ()) if r() is not None]
+  refs.append(weakref.ref(obj))
+  c[_BUFFERS_OVER] = refs
+  return obj
+
+def _new_buffer_node(dtype: DType, dev: UOp, size: int, cache: dict, *, _table: dict = _unique_nodes,
+                     _next: Callable = _unique_ids.__next__, _fresh: type = _FreshUOp, _uop: type = UOp,
+                     _ref: type = weakref.ref, _seq: Callable = _next_seq, _key: tuple = _BUFFERS_OVER,
+                     _UNIQUE: Ops = Ops.UNIQUE, _BUFFER: Ops = Ops.BUFFER, _void: DType = _VOID) -> UOp:
+  """A new BUFFER node (canonical `dtype`, int `size`) over a new UNIQUE, its derived facts `cache`: nothing to look
+  up (the UNIQUE is new, so no BUFFER over it exists). _fresh_unique's and _unique_node's work, inline (every
+  realized output comes here)."""
+  while (r := _table.get(n := _next())) is not None and r() is not None: pass
+  unique, obj = _fresh(), _fresh()
+  unique.op, unique.dtype, unique.src, unique.arg, unique._cache, unique.seq = _UNIQUE, _void, (), n, {_key: [_ref(obj)]}, _seq()
+  unique.__class__ = _uop
+  _table[n] = _ref(unique)
+  if len(_table) > _unique_sweep_at[0]: _sweep_uniques()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = _BUFFER, dtype, (unique, dev), size, cache, _seq()
+  obj.__class__ = _uop
   return obj
 
 def pretty_print(root: UOp) -> str:
