@@ -45,6 +45,8 @@ def _sweep_live() -> None:
   _live_refs[:] = [r for r in _live_refs if r() is not None]
   _sweep_at = max(4096, 2 * len(_live_refs))
 
+_weakref = weakref.ref
+
 def _track(t: Tensor, _ref: type = weakref.ref) -> None:
   ref = _ref(t)
   _live_refs.append(ref)
@@ -70,7 +72,8 @@ def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, U
 
 def live_tensors() -> list[Tensor]:
   """Every Tensor alive now."""
-  return [t for r in list(_live_refs) if (t := r()) is not None]
+  _sweep_live()   # (the walk drops the dead references too: the next call walks only what lives or is new)
+  return [t for r in _live_refs if (t := r()) is not None]
 
 _ALU = GroupOp.ALU
 
@@ -202,7 +205,11 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
     t._uop, t._defer, t.requires_grad, t.grad = uop, None, requires_grad, None
-    _track(t)
+    # (_track, inline: every op's result comes here)
+    _live_refs.append(ref := _weakref(t))
+    _unlinked.append(ref)
+    if len(_live_refs) > _sweep_at: _sweep_live()
+    if len(_unlinked) > 8192: _link_pending()
     return t
 
   @classmethod

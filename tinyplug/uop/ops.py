@@ -342,13 +342,21 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
   @staticmethod
-  def buffer_maker(device: str, size: int, dtype: DType) -> Callable[[], UOp]:
+  def buffer_maker(device: str, size: int, dtype: DType, field: Any = None) -> Callable[..., UOp]:
     """A function making new_buffer(device, size, dtype) again and again, its checks and lookups done once (for code
-    that makes the same kind of output every time: engine/plan.py). It holds the DEVICE node."""
+    that makes the same kind of output every time: engine/plan.py). It holds the DEVICE node. With `field` (a
+    NodeField) the function takes the value the new node gets in that field (a realized output's Buffer)."""
     check_buffer_size(size, dtype)
-    if type(size) is not int: return lambda: UOp.new_buffer(device, size, dtype)
+    if type(size) is not int:
+      if field is None: return lambda: UOp.new_buffer(device, size, dtype)
+      def make_with(value: Any) -> UOp:
+        field[u := UOp.new_buffer(device, size, dtype)] = value
+        return u
+      return make_with
     dev, dtype, shape, new_node = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype), (size,), _new_buffer_node
-    return lambda: new_node(dtype, dev, size, {"shape": shape, "device": device})
+    if field is None: return lambda: new_node(dtype, dev, size, {"shape": shape, "device": device})
+    key = field.key   # (the field's value goes into the new node's cache with its shape and device)
+    return lambda value: new_node(dtype, dev, size, {"shape": shape, "device": device, key: value})
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
