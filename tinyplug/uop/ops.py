@@ -128,8 +128,9 @@ class UOpMeta(type):
     if (hit := _dtype_by_id.get(id(dtype))) is not None and hit[0] is dtype: dtype = hit[1]
     else: dtype = _canonical_dtype(dtype)
     # UNIQUE nodes and the BUFFER nodes over them are interned by their UNIQUE (_own_nodes), not in ucache
-    if op is Ops.UNIQUE and not src and dtype is _VOID and type(arg) is int: return _unique_node(arg)
-    if op is Ops.BUFFER and len(src) == 2 and src[0].op is Ops.UNIQUE: return _buffer_over(dtype, src, arg)
+    # (the members bound once: an attribute of an Enum class costs ~80 ns, EnumType has a __getattr__)
+    if op is _UNIQUE_OP and not src and dtype is _VOID and type(arg) is int: return _unique_node(arg)
+    if op is _BUFFER_OP and len(src) == 2 and src[0].op is _UNIQUE_OP: return _buffer_over(dtype, src, arg)
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
@@ -164,7 +165,7 @@ def uop_finder(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp | None]
 _PLAIN_ARGS = (type(None), int, str, bool)
 
 _VOID = _canonical_dtype(dtypes.void)
-_CONST_V = Ops.CONST._value_
+_CONST_V, _UNIQUE_OP, _BUFFER_OP = Ops.CONST._value_, Ops.UNIQUE, Ops.BUFFER
 _device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
 
 def device_node(device: str) -> UOp:
@@ -337,7 +338,7 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     # every realize makes its output buffers here: the UNIQUE and DEVICE nodes skip the generic constructor
     dev = device_node(device)
     # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
-    if type(size) is int: return _new_buffer_node(_canonical_dtype(dtype), dev, size, {"shape": (size,), "device": dev.arg})
+    if type(size) is int: return _new_buffer_node(_canonical_dtype(dtype), dev, size, (size,), dev.arg)
     buf = UOp(Ops.BUFFER, dtype, (_fresh_unique(), dev), size)
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
@@ -354,9 +355,9 @@ class UOp(_UOpFields, metaclass=UOpMeta):
         return u
       return make_with
     dev, dtype, shape, new_node = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype), (size,), _new_buffer_node
-    if field is None: return lambda: new_node(dtype, dev, size, {"shape": shape, "device": device})
-    key = field.key   # (the field's value goes into the new node's cache with its shape and device)
-    return lambda value: new_node(dtype, dev, size, {"shape": shape, "device": device, key: value})
+    if field is None: return functools.partial(new_node, dtype, dev, size, shape, device)
+    # (the field's value goes into the new node's cache with its shape and device; a partial: no Python frame)
+    return functools.partial(new_node, dtype, dev, size, shape, device, field.key)
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
@@ -604,13 +605,16 @@ def _buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp:
   c[_BUFFERS_OVER] = refs
   return obj
 
-def _new_buffer_node(dtype: DType, dev: UOp, size: int, cache: dict, *, _table: dict = _unique_nodes,
+def _new_buffer_node(dtype: DType, dev: UOp, size: int, shape: tuple, device: str, key: Any = None, value: Any = None, *,
+                     _table: dict = _unique_nodes,
                      _next: Callable = _unique_ids.__next__, _fresh: type = _FreshUOp, _uop: type = UOp,
                      _ref: type = weakref.ref, _seq: Callable = _next_seq, _key: tuple = _BUFFERS_OVER,
                      _UNIQUE: Ops = Ops.UNIQUE, _BUFFER: Ops = Ops.BUFFER, _void: DType = _VOID) -> UOp:
-  """A new BUFFER node (canonical `dtype`, int `size`) over a new UNIQUE, its derived facts `cache`: nothing to look
-  up (the UNIQUE is new, so no BUFFER over it exists). _fresh_unique's and _unique_node's work, inline (every
-  realized output comes here)."""
+  """A new BUFFER node (canonical `dtype`, int `size`) over a new UNIQUE, its shape and device known (and a field's
+  `value` under its `key`, when given): nothing to look up (the UNIQUE is new, so no BUFFER over it exists).
+  _fresh_unique's and _unique_node's work, inline (every realized output comes here)."""
+  cache = {"shape": shape, "device": device}
+  if key is not None: cache[key] = value
   while (r := _table.get(n := _next())) is not None and r() is not None: pass
   unique, obj = _fresh(), _fresh()
   unique.op, unique.dtype, unique.src, unique.arg, unique._cache, unique.seq = _UNIQUE, _void, (), n, {_key: [_ref(obj)]}, _seq()
