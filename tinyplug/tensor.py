@@ -6,7 +6,7 @@ this module holds the Tensor object, its bookkeeping (the weak registry
 of live tensors that realize() updates), realization, data access, devices and autograd entry points.
 """
 from __future__ import annotations
-import itertools, math, pathlib, weakref
+import itertools, math, pathlib, threading, weakref
 from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
@@ -40,12 +40,14 @@ _deferred_refs: dict[int, _TensorRef] = {}
 
 def _forget_deferred(ref: _TensorRef, deferred: dict = _deferred_refs) -> None: deferred.pop(ref.tid, None)
 
+_sweep_lock = threading.Lock()
+
 def _sweep_live() -> None:
   global _sweep_at
-  _live_refs[:] = [r for r in _live_refs if r() is not None]
-  _sweep_at = max(4096, 2 * len(_live_refs))
-
-_weakref = weakref.ref
+  with _sweep_lock:   # (the slices are single steps: references another thread appends meanwhile stay)
+    n = len(_live_refs)
+    _live_refs[:n] = [r for r in _live_refs[:n] if r() is not None]
+    _sweep_at = max(4096, 2 * len(_live_refs))
 
 def _track(t: Tensor, _ref: type = weakref.ref) -> None:
   ref = _ref(t)
@@ -73,7 +75,7 @@ def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, U
 def live_tensors() -> list[Tensor]:
   """Every Tensor alive now."""
   _sweep_live()   # (the walk drops the dead references too: the next call walks only what lives or is new)
-  return [t for r in _live_refs if (t := r()) is not None]
+  return [t for r in _live_refs[:] if (t := r()) is not None]
 
 _ALU = GroupOp.ALU
 
@@ -205,11 +207,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
     t._uop, t._defer, t.requires_grad, t.grad = uop, None, requires_grad, None
-    # (_track, inline: every op's result comes here)
-    _live_refs.append(ref := _weakref(t))
-    _unlinked.append(ref)
-    if len(_live_refs) > _sweep_at: _sweep_live()
-    if len(_unlinked) > 8192: _link_pending()
+    _track(t)
     return t
 
   @classmethod

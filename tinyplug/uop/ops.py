@@ -560,9 +560,10 @@ _unique_sweep_at = [4096]
 _BUFFERS_OVER = ("interned", "buffers over this unique")   # (a tuple: IR facts are named by str)
 
 def _sweep_uniques() -> None:
-  live = {n: r for n, r in _unique_nodes.items() if r() is not None}
-  _unique_nodes.clear(); _unique_nodes.update(live)
-  _unique_sweep_at[0] = max(4096, 2 * len(live))
+  # (one entry at a time, each a single step: an entry another thread adds meanwhile stays)
+  for n, r in list(_unique_nodes.items()):
+    if r() is None and _unique_nodes.get(n) is r: _unique_nodes.pop(n, None)
+  _unique_sweep_at[0] = max(4096, 2 * len(_unique_nodes))
 
 def _unique_node(n: int, cache: dict | None = None, *, _table: dict = _unique_nodes, _fresh: type = _FreshUOp,
                  _uop: type = UOp, _ref: type = weakref.ref, _seq: Callable = _next_seq) -> UOp:
