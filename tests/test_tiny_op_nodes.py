@@ -68,9 +68,12 @@ def test_a_new_unique_skips_a_number_a_live_node_holds():
 
 def test_the_unique_table_is_swept_and_keeps_the_live_ones():
   keep = [UOp.unique() for _ in range(10)]
-  for _ in range(3 * max(4096, uop_ops._unique_sweep_at[0])): UOp.new_buffer("CPU", 1, dtypes.float32)
-  assert len(uop_ops._unique_nodes) <= 2 * uop_ops._unique_sweep_at[0]
+  held = [UOp.new_buffer("CPU", 1, dtypes.float32) for _ in range(300)]
+  for _ in range(5000): UOp.new_buffer("CPU", 1, dtypes.float32)
+  # the dead ones do not wait long (each entry is an object the collector counts)
+  assert len(uop_ops._unique_nodes) <= len(held) + len(keep) + 2 * uop_ops._YOUNG_UNIQUES + 1024
   assert all(UOp(Ops.UNIQUE, dtypes.void, arg=k.arg) is k for k in keep)
+  assert all(UOp(Ops.BUFFER, dtypes.float32, b.src, 1) is b for b in held)
 
 def test_pickled_buffer_and_unique_in_this_process():
   x = Tensor(np.arange(6, dtype=np.float32)).realize()
@@ -84,14 +87,30 @@ def test_live_tensors_after_many_temporaries_and_their_frees():
   a = Tensor(np.ones(3, np.float32)).realize()
   gc.disable()
   try:
-    for _ in range(3 * max(4096, tensor_mod._sweep_at)): a + 1.0
+    for _ in range(5000): a + 1.0
     gone = weakref.ref(t := a * 2.0)
     del t
     assert gone() is None   # a temporary goes by its count alone: the registry holds no strong reference
   finally: gc.enable()
+  assert len(tensor_mod._live_refs) <= 2 * tensor_mod._YOUNG_TENSORS + tensor_mod._full_sweep_at
   live = live_tensors()
   assert any(t is a for t in live) and len(tensor_mod._live_refs) <= len(live) + 1
-  assert len(tensor_mod._live_refs) < 2 * max(4096, tensor_mod._sweep_at) + 1
+
+def test_tiny_ops_leave_the_collector_idle():
+  # every object a tiny op makes is freed by its count, and the dead references that wait for a sweep are few: the
+  # collector's young count never reaches its threshold (on main before this change, as now; the registries swept
+  # every 4096 set off a collection every few hundred ops)
+  t = Tensor(np.zeros(1, np.float32)).realize()
+  for _ in range(300): t = (t + 1.0).realize()
+  gc.collect()
+  started = []
+  def count(phase, info): started.append(phase == "start")
+  gc.callbacks.append(count)
+  try:
+    for _ in range(5000): t = (t + 1.0).realize()
+  finally: gc.callbacks.remove(count)
+  assert sum(started) <= 2, f"{sum(started)} collections in 5000 tiny ops"
+  np.testing.assert_array_equal(t.numpy(), np.array([5300.0], np.float32))
 
 def test_backward_finds_its_targets_among_many_dead_tensors():
   rng = np.random.default_rng(1)

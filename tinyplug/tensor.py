@@ -6,7 +6,7 @@ this module holds the Tensor object, its bookkeeping (the weak registry
 of live tensors that realize() updates), realization, data access, devices and autograd entry points.
 """
 from __future__ import annotations
-import itertools, math, pathlib, threading, weakref
+import itertools, math, operator, pathlib, threading, weakref
 from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
@@ -28,10 +28,15 @@ from tinyplug.tensor_ops.resample import ResampleMixin
 from tinyplug.tensor_ops import disk, graph, template, users
 
 # every live Tensor (live_tensors(), backward's targets): a list of plain weak references, one per tensor made. No
-# callback runs when a tensor dies and no dict entry is made per tensor (a tiny op makes one tensor and frees one); the
-# dead references are swept out when the list has grown to twice what the last sweep kept
+# callback runs when a tensor dies and no dict entry is made per tensor (a tiny op makes one tensor and frees one).
+# Each waiting dead reference is an object the cyclic collector counts (hundreds would set off collections), so the
+# references added since the last sweep (the list's tail, most of them dead by then: temporaries) are swept every
+# _YOUNG_TENSORS tensors made, and the whole list when it has doubled
 _live_refs: list[weakref.ReferenceType] = []
-_sweep_at = 4096
+_YOUNG_TENSORS = 128
+_swept = 0          # the list's length after the last sweep (what lies before it was swept)
+_sweep_at = _YOUNG_TENSORS
+_full_sweep_at = 1024
 # the deferred template outputs whose graph is not built yet (engine/plan.py looks at them, not at every tensor), by
 # id(tensor): their references (a callback each, the rare case) drop the entry before the id can be reused
 class _TensorRef(weakref.ref):
@@ -42,12 +47,19 @@ def _forget_deferred(ref: _TensorRef, deferred: dict = _deferred_refs) -> None: 
 
 _sweep_lock = threading.Lock()
 
-def _sweep_live() -> None:
-  global _sweep_at
+def _survivors(refs: list) -> Iterator[weakref.ReferenceType]:
+  return itertools.compress(refs, map(operator.is_not, map(operator.call, refs), itertools.repeat(None)))
+
+def _sweep_live(full: bool = False) -> None:
+  global _swept, _sweep_at, _full_sweep_at
   with _sweep_lock:   # (the slices are single steps: references another thread appends meanwhile stay)
     n = len(_live_refs)
-    _live_refs[:n] = [r for r in _live_refs[:n] if r() is not None]
-    _sweep_at = max(4096, 2 * len(_live_refs))
+    full = full or n > _full_sweep_at
+    start = 0 if full or _swept > n else _swept
+    _live_refs[start:n] = _survivors(_live_refs[start:n])
+    _swept = len(_live_refs)
+    _sweep_at = _swept + _YOUNG_TENSORS
+    if full: _full_sweep_at = max(1024, 2 * _swept)
 
 def _track(t: Tensor, _ref: type = weakref.ref) -> None:
   ref = _ref(t)
@@ -58,7 +70,7 @@ def _track(t: Tensor, _ref: type = weakref.ref) -> None:
 
 # tensors made or given another uop since the last realize: their graphs are linked (tensor_ops/users.py) when the next
 # realize needs the links, so a temporary that dies before then costs one append
-_unlinked: list[_TensorRef] = []
+_unlinked: list[weakref.ReferenceType] = []
 
 def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, UOp]]:
   """Link the graphs of the tensors in `_unlinked`; those holding a node of `becomes` itself are returned instead
@@ -74,7 +86,7 @@ def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, U
 
 def live_tensors() -> list[Tensor]:
   """Every Tensor alive now."""
-  _sweep_live()   # (the walk drops the dead references too: the next call walks only what lives or is new)
+  _sweep_live(full=True)   # (the walk drops the dead references too: the next call walks only what lives or is new)
   return [t for r in _live_refs[:] if (t := r()) is not None]
 
 _ALU = GroupOp.ALU

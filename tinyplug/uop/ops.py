@@ -1,6 +1,6 @@
 """UOp: the one immutable, hash-consed IR node used from the Tensor graph down to the linear program."""
 from __future__ import annotations
-import functools, itertools, math, weakref
+import collections, functools, itertools, math, operator, weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
@@ -551,19 +551,28 @@ def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict
   _ucache[key] = ref
   return obj
 
-# UNIQUE nodes by number, and each BUFFER node over a UNIQUE in a list kept in that UNIQUE's own cache: plain weak
+# UNIQUE nodes by number, and each BUFFER node over a UNIQUE by a reference kept in that UNIQUE's own cache: plain weak
 # references, no ucache entry, no key tuple, no callback when the node dies (every realized output, one per tiny op,
-# is a new UNIQUE and a new BUFFER). A UNIQUE has no sources, so its dead entry holds nothing alive: the table drops
-# dead entries when it has grown to twice what its last sweep kept. A BUFFER's entry dies with its UNIQUE's cache
+# is a new UNIQUE and a new BUFFER). A BUFFER's entry dies with its UNIQUE's cache. A UNIQUE has no sources, so its
+# dead entry holds nothing alive; but each waiting reference is an object the cyclic collector counts (hundreds of
+# them would set off collections), so the entries added since the last sweep (the table's last ones: a dict keeps its
+# order) are swept every _YOUNG_UNIQUES additions, most of them dead by then, and the whole table when it has doubled
 _unique_nodes: dict[int, weakref.ReferenceType] = {}
-_unique_sweep_at = [4096]
+_YOUNG_UNIQUES = 128
+_unique_sweep_at = [_YOUNG_UNIQUES, 1024]   # (the table's size that sets off the next sweep, and the next full one)
 _BUFFERS_OVER = ("interned", "buffers over this unique")   # (a tuple: IR facts are named by str)
 
 def _sweep_uniques() -> None:
-  # (one entry at a time, each a single step: an entry another thread adds meanwhile stays)
-  for n, r in list(_unique_nodes.items()):
-    if r() is None and _unique_nodes.get(n) is r: _unique_nodes.pop(n, None)
-  _unique_sweep_at[0] = max(4096, 2 * len(_unique_nodes))
+  # the dead entries' numbers, then each popped: loops in C, and an entry another thread adds meanwhile stays
+  at = _unique_sweep_at
+  if full := len(_unique_nodes) > at[1]: pairs = list(_unique_nodes.items())
+  else: pairs = list(itertools.islice(reversed(_unique_nodes.items()), max(0, len(_unique_nodes) - at[0] + _YOUNG_UNIQUES)))
+  if pairs:
+    numbers, refs = zip(*pairs)
+    dead = itertools.compress(numbers, map(operator.is_, map(operator.call, refs), itertools.repeat(None)))
+    collections.deque(map(_unique_nodes.pop, dead, itertools.repeat(None)), 0)
+  at[0] = len(_unique_nodes) + _YOUNG_UNIQUES
+  if full: at[1] = max(1024, 2 * len(_unique_nodes))
 
 def _unique_node(n: int, cache: dict | None = None, *, _table: dict = _unique_nodes, _fresh: type = _FreshUOp,
                  _uop: type = UOp, _ref: type = weakref.ref, _seq: Callable = _next_seq) -> UOp:
@@ -589,7 +598,7 @@ def _same_buffer(b: UOp | None, dtype: DType, dev: UOp, arg: Any) -> bool:
 def _find_buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp | None:
   dtype = _canonical_dtype(dtype)
   if (c := src[0]._cache) is not None and (refs := c.get(_BUFFERS_OVER)) is not None:
-    for r in refs:
+    for r in (refs if type(refs) is list else (refs,)):
       if _same_buffer(b := r(), dtype, src[1], arg): return b
   return None
 
@@ -601,9 +610,9 @@ def _buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp:
   obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = Ops.BUFFER, dtype, src, arg, None, _next_seq()
   obj.__class__ = UOp
   if (c := unique._cache) is None: object.__setattr__(unique, "_cache", c := {})
-  refs = [r for r in c.get(_BUFFERS_OVER, ()) if r() is not None]
-  refs.append(weakref.ref(obj))
-  c[_BUFFERS_OVER] = refs
+  # one weak reference (the usual: a UNIQUE has one BUFFER), or a list of them for several
+  if (had := c.get(_BUFFERS_OVER)) is None: c[_BUFFERS_OVER] = weakref.ref(obj)
+  else: c[_BUFFERS_OVER] = [r for r in (had if type(had) is list else (had,)) if r() is not None] + [weakref.ref(obj)]
   return obj
 
 def _new_buffer_node(dtype: DType, dev: UOp, size: int, shape: tuple, device: str, key: Any = None, value: Any = None, *,
@@ -618,7 +627,7 @@ def _new_buffer_node(dtype: DType, dev: UOp, size: int, shape: tuple, device: st
   if key is not None: cache[key] = value
   while (r := _table.get(n := _next())) is not None and r() is not None: pass
   unique, obj = _fresh(), _fresh()
-  unique.op, unique.dtype, unique.src, unique.arg, unique._cache, unique.seq = _UNIQUE, _void, (), n, {_key: [_ref(obj)]}, _seq()
+  unique.op, unique.dtype, unique.src, unique.arg, unique._cache, unique.seq = _UNIQUE, _void, (), n, {_key: _ref(obj)}, _seq()
   unique.__class__ = _uop
   _table[n] = _ref(unique)
   if len(_table) > _unique_sweep_at[0]: _sweep_uniques()
