@@ -127,7 +127,7 @@ class UOpMeta(type):
     # _canonical_dtype's usual hit, inline (every node made or looked up comes here)
     if (hit := _dtype_by_id.get(id(dtype))) is not None and hit[0] is dtype: dtype = hit[1]
     else: dtype = _canonical_dtype(dtype)
-    # UNIQUE nodes and the BUFFER nodes over them are interned by their UNIQUE (_own_nodes), not in ucache
+    # UNIQUE nodes and the BUFFER nodes over them are interned apart from ucache (see _unique_nodes)
     # (the members bound once: an attribute of an Enum class costs ~80 ns, EnumType has a __getattr__)
     if op is _UNIQUE_OP and not src and dtype is _VOID and type(arg) is int: return _unique_node(arg)
     if op is _BUFFER_OP and len(src) == 2 and src[0].op is _UNIQUE_OP: return _buffer_over(dtype, src, arg)
