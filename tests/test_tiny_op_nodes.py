@@ -150,3 +150,15 @@ def test_tiny_ops_free_outputs_and_memory_by_count():
     assert GlobalCounters.mem_used == mem
   finally: gc.enable()
   np.testing.assert_array_equal(t.numpy(), np.full(2, 305.0, np.float32))
+
+def test_a_tensor_pickled_with_its_old_number_loads():
+  x = Tensor(np.arange(4, dtype=np.float32), requires_grad=True).realize()
+  state = x.__getstate__()
+  slots = dict(state[1] if type(state) is tuple else state)
+  slots["_tid"] = 12345   # (what a pickle made before session 20 holds)
+  y = Tensor.__new__(Tensor)
+  y.__setstate__((None, slots))
+  assert y.requires_grad is True and not hasattr(y, "_tid")
+  np.testing.assert_array_equal(y.numpy(), np.arange(4, dtype=np.float32))
+  z = pickle.loads(pickle.dumps(x))
+  np.testing.assert_array_equal(z.numpy(), np.arange(4, dtype=np.float32))

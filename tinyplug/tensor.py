@@ -255,6 +255,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def __getstate__(self) -> Any:
     if self._defer is not None: self.uop   # a deferred output is pickled as its graph (a template holds functions)
     return object.__getstate__(self)
+  def __setstate__(self, state: Any) -> None:
+    # (a pickle from before session 20 also holds the tensor's number, `_tid`, which tensors no longer have)
+    for name, value in (state[1] if type(state) is tuple else state).items():
+      if name != "_tid": object.__setattr__(self, name, value)
 
   def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
     """A new tensor whose uop is `fn(self.uop, *other uops, **kwargs)`; it requires grad if any input does."""
