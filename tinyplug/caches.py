@@ -21,11 +21,12 @@ class BoundedCache(dict):
     _ALL.append(self)
   def put(self, key: Any, value: Any) -> Any:
     """Store `value` under `key` (evicting the oldest entries when full) and return it."""
-    if key not in self and len(self) >= self.maxsize:
-      n = max(1, self.maxsize // 8, len(self) - self.maxsize + 1)
-      for old in list(itertools.islice(iter(self), n)): self._drop(old)
-    old = dict.pop(self, key, _MISSING)   # a replaced entry becomes the newest
-    if old is not _MISSING and old is not value and self.on_evict is not None: self.on_evict(old)
+    # (one lookup of the key before the store: a new constant's key is hashed on each)
+    if (old := dict.pop(self, key, _MISSING)) is _MISSING:
+      if len(self) >= self.maxsize:
+        n = max(1, self.maxsize // 8, len(self) - self.maxsize + 1)
+        for gone in list(itertools.islice(iter(self), n)): self._drop(gone)
+    elif old is not value and self.on_evict is not None: self.on_evict(old)   # (a replaced entry becomes the newest)
     self[key] = value
     return value
   def get_lru(self, key: Any, default: Any = None) -> Any:

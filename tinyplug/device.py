@@ -118,7 +118,7 @@ def _unpickle_device_buffer(device: str, size: int, dtype: DType, contents: Any)
 # the device memory behind a BUFFER uop lives as long as the uop does: the Buffer rides along in the node's cache (a
 # NodeField: no weak reference and no callback per buffer; every realized output, one per tiny op, has one)
 _BUFFERS: NodeField[Buffer] = NodeField("buffer")
-_BUFFER_KEY = _BUFFERS.key
+_BUFFER_KEY = BUFFER_KEY = _BUFFERS.key   # (where the Buffer sits in a BUFFER node's cache: handle_of's hit, inline)
 
 def buffer_of(u: UOp) -> Buffer:
   """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
@@ -141,20 +141,19 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
   """A function making a new BUFFER uop with its Buffer and memory, returning (uop, handle): a realize plan's output,
   made the same way every time (the checks and the device lookup done once here). The memory is not zeroed: the
   plan's kernel writes all of it."""
-  make_uop = UOp.buffer_maker(device, size, dtype)
-  if type(size) is not int: return lambda: (u := make_uop(), buffer_of(u).handle)
-  nbytes, new, counters, add_buffer = size * dtype.itemsize, object.__new__, GlobalCounters, _BUFFERS.adder()
-  opened = Device._opened
+  if type(size) is not int:
+    make_uop = UOp.buffer_maker(device, size, dtype)
+    return lambda: (u := make_uop(), buffer_of(u).handle)
+  make_uop = UOp.buffer_maker(device, size, dtype, _BUFFERS)   # (the node is made holding its Buffer)
+  nbytes, new, counters, opened = size * dtype.itemsize, object.__new__, GlobalCounters, Device._opened
   def make() -> tuple[UOp, Any]:
-    u = make_uop()
     b = new(Buffer)
     b.device, b.size, b.dtype, b.owned = device, size, dtype, True
     # (the registry's dict: a reset device gets a new allocator)
     b._allocator = allocator = dev.allocator if (dev := opened.get(device)) is not None else Device[device].allocator
     b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
-    add_buffer(u, b)
-    return u, h
+    return make_uop(b), h
   return make
 
 def realized_buffer(u: UOp) -> Buffer | None:

@@ -6,7 +6,7 @@ this module holds the Tensor object, its bookkeeping (the weak registry
 of live tensors that realize() updates), realization, data access, devices and autograd entry points.
 """
 from __future__ import annotations
-import itertools, math, pathlib, weakref
+import itertools, math, operator, pathlib, threading, weakref
 from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
@@ -27,29 +27,50 @@ from tinyplug.tensor_ops.selection import SelectionMixin
 from tinyplug.tensor_ops.resample import ResampleMixin
 from tinyplug.tensor_ops import disk, graph, template, users
 
-# every live Tensor (live_tensors(); realize() finds the ones to point at new buffers through tensor_ops/users.py):
-# weak references by tensor id (a plain dict: a WeakValueDictionary adds and lists its entries in Python code)
+# every live Tensor (live_tensors(), backward's targets): a list of plain weak references, one per tensor made. No
+# callback runs when a tensor dies and no dict entry is made per tensor (a tiny op makes one tensor and frees one).
+# Each waiting dead reference is an object the cyclic collector counts (hundreds would set off collections), so the
+# references added since the last sweep (the list's tail, most of them dead by then: temporaries) are swept every
+# _YOUNG_TENSORS tensors made, and the whole list when it has doubled
+_live_refs: list[weakref.ReferenceType] = []
+_YOUNG_TENSORS = 128
+_swept = 0          # the list's length after the last sweep (what lies before it was swept)
+_sweep_at = _YOUNG_TENSORS
+_full_sweep_at = 1024
+# the deferred template outputs whose graph is not built yet (engine/plan.py looks at them, not at every tensor), by
+# id(tensor): their references (a callback each, the rare case) drop the entry before the id can be reused
 class _TensorRef(weakref.ref):
   __slots__ = ("tid",)
-
-_live_refs: dict[int, _TensorRef] = {}
-# the deferred template outputs whose graph is not built yet (engine/plan.py looks at them, not at every tensor)
 _deferred_refs: dict[int, _TensorRef] = {}
 
-def _forget(ref: _TensorRef, refs: dict = _live_refs, deferred: dict = _deferred_refs) -> None:
-  refs.pop(ref.tid, None)
-  if deferred: deferred.pop(ref.tid, None)
+def _forget_deferred(ref: _TensorRef, deferred: dict = _deferred_refs) -> None: deferred.pop(ref.tid, None)
 
-def _track(t: Tensor) -> None:
-  ref = _TensorRef(t, _forget)
-  ref.tid = t._tid
-  _live_refs[t._tid] = ref
+_sweep_lock = threading.Lock()
+
+def _survivors(refs: list) -> Iterator[weakref.ReferenceType]:
+  return itertools.compress(refs, map(operator.is_not, map(operator.call, refs), itertools.repeat(None)))
+
+def _sweep_live(full: bool = False) -> None:
+  global _swept, _sweep_at, _full_sweep_at
+  with _sweep_lock:   # (the slices are single steps: references another thread appends meanwhile stay)
+    n = len(_live_refs)
+    full = full or n > _full_sweep_at
+    start = 0 if full or _swept > n else _swept
+    _live_refs[start:n] = _survivors(_live_refs[start:n])
+    _swept = len(_live_refs)
+    _sweep_at = _swept + _YOUNG_TENSORS
+    if full: _full_sweep_at = max(1024, 2 * _swept)
+
+def _track(t: Tensor, _ref: type = weakref.ref) -> None:
+  ref = _ref(t)
+  _live_refs.append(ref)
   _unlinked.append(ref)
+  if len(_live_refs) > _sweep_at: _sweep_live()
   if len(_unlinked) > 8192: _link_pending()
 
 # tensors made or given another uop since the last realize: their graphs are linked (tensor_ops/users.py) when the next
 # realize needs the links, so a temporary that dies before then costs one append
-_unlinked: list[_TensorRef] = []
+_unlinked: list[weakref.ReferenceType] = []
 
 def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, UOp]]:
   """Link the graphs of the tensors in `_unlinked`; those holding a node of `becomes` itself are returned instead
@@ -65,9 +86,9 @@ def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, U
 
 def live_tensors() -> list[Tensor]:
   """Every Tensor alive now."""
-  return [t for r in list(_live_refs.values()) if (t := r()) is not None]
+  _sweep_live(full=True)   # (the walk drops the dead references too: the next call walks only what lives or is new)
+  return [t for r in _live_refs[:] if (t := r()) is not None]
 
-_tensor_ids = itertools.count()
 _ALU = GroupOp.ALU
 
 def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
@@ -82,6 +103,8 @@ def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | 
   if not isinstance(device, str):
     raise TypeError(f"a device must be given by name (a str), not {type(device).__name__}")
   return Device.canonicalize(device)
+
+_linked_nodes = users._linked   # (id(node) -> its entry: a node with none has no graph over it)
 
 def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   """Point live tensors at what their uops became, substituting inside every graph that uses them.
@@ -162,7 +185,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   # when something reads `uop` (its realize may run from a plan without one, engine/plan.py). A property, not a
   # __getattr__ for an unset slot: a class with __getattr__ makes every attribute access slower (CPython then
   # specializes none of them); the busiest readers below take the slot directly
-  __slots__ = ("_uop", "_defer", "requires_grad", "grad", "_tid", "__weakref__")
+  __slots__ = ("_uop", "_defer", "requires_grad", "grad", "__weakref__")
   no_grad: ClassVar[bool] = False
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
@@ -188,7 +211,6 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     self._defer = None
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
-    self._tid = next(_tensor_ids)
     _track(self)
 
   # ---- building blocks used by every mixin ----
@@ -196,7 +218,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
     """A tensor holding `uop` as it is (on the uop's own device)."""
     t = cls.__new__(cls)
-    t._uop, t._defer, t.requires_grad, t.grad, t._tid = uop, None, requires_grad, None, next(_tensor_ids)
+    t._uop, t._defer, t.requires_grad, t.grad = uop, None, requires_grad, None
     _track(t)
     return t
 
@@ -204,9 +226,11 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def _deferred(cls, built: Any, inputs: list[UOp], requires_grad: bool | None) -> Tensor:
     """A template's output over `inputs` (plain buffer views) whose graph is built on first use of `uop`."""
     t = cls.__new__(cls)
-    t._uop, t._defer, t.requires_grad, t.grad, t._tid = None, (built, inputs), requires_grad, None, next(_tensor_ids)
+    t._uop, t._defer, t.requires_grad, t.grad = None, (built, inputs), requires_grad, None
     _track(t)
-    _deferred_refs[t._tid] = _live_refs[t._tid]
+    ref = _TensorRef(t, _forget_deferred)
+    ref.tid = id(t)
+    _deferred_refs[ref.tid] = ref
     return t
 
   @property
@@ -218,19 +242,23 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def uop(self, u: UOp) -> None:
     if self._defer is not None: self._undefer()
     self._uop = u
-    if (r := _live_refs.get(self._tid)) is not None: _unlinked.append(r)   # (an unpickled tensor is not tracked)
+    _unlinked.append(weakref.ref(self))   # (the tensor's one plain reference, made again only if it died)
   def _build(self) -> UOp:
     """A deferred output's graph, built now (once)."""
     self._uop = u = template.rebuild(*self._defer)
     self._undefer()
-    if (r := _live_refs.get(self._tid)) is not None: _unlinked.append(r)
+    _unlinked.append(weakref.ref(self))
     return u
   def _undefer(self) -> None:
     self._defer = None
-    _deferred_refs.pop(self._tid, None)
+    _deferred_refs.pop(id(self), None)
   def __getstate__(self) -> Any:
     if self._defer is not None: self.uop   # a deferred output is pickled as its graph (a template holds functions)
     return object.__getstate__(self)
+  def __setstate__(self, state: Any) -> None:
+    # (a pickle from before session 20 also holds the tensor's number, `_tid`, which tensors no longer have)
+    for name, value in (state[1] if type(state) is tuple else state).items():
+      if name != "_tid": object.__setattr__(self, name, value)
 
   def _apply_uop(self, fn, *others: Tensor, **kwargs) -> Tensor:
     """A new tensor whose uop is `fn(self.uop, *other uops, **kwargs)`; it requires grad if any input does."""
@@ -297,7 +325,14 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()
       # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
-      if u.op in _ALU and (becomes := (_plan_mod or _plan()).realize_one_op(u)) is not None: _apply_becomes_map(becomes)
+      if u.op in _ALU and (got := (_plan_mod or _plan()).realize_one_op(u)) is not None:
+        if type(got) is dict: _apply_becomes_map(got)
+        elif len(_unlinked) == 1 and _unlinked[0]() is self and not _deferred_refs and id(u) not in _linked_nodes:
+          # the usual `t = (t + 1).realize()`: this tensor is the only one made since the last realize and no graph
+          # is over its node (_apply_becomes_map's first case, without the map)
+          _unlinked.clear()
+          self._uop = got
+        else: _apply_becomes_map({u: got})
       elif not graph.is_realized(u) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
       return self
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved

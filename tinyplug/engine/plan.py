@@ -24,7 +24,7 @@ import numpy as _np
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
 from tinyplug.backend import HostAllocator, launcher
-from tinyplug.device import Device, handle_of, output_maker
+from tinyplug.device import BUFFER_KEY, Device, handle_of, output_maker
 from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCounters
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
@@ -215,8 +215,9 @@ def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   return {x: outs[out]} if out is not None else template.becomes_over(nodes, outs)
 
-def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
-  """What realizing the graph of the ALU op `x` makes of it, run from a plan found without the engine's layers: a
+def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
+  """What realizing the graph of the ALU op `x` makes of it (a UOp: the buffer x becomes as it is, from a one-op
+  runner, with no map made; else the becomes map), run from a plan found without the engine's layers: a
   one-op graph (`t + 1` over realized buffers and constants) by its shallow key, another small graph by its skeleton
   (a new constant's `((x * k) + 1).exp()`); None: no such plan (yet), or plans do not apply now (realize it the usual
   way, which records the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide
@@ -230,7 +231,7 @@ def realize_one_op(x: UOp) -> dict[UOp, UOp] | None:
   if (hit := _one_op_plans.get((shallow, token))) is None: return None
   if (run_one := hit[4]) is None: return _run_one_op(hit, x)
   counters["graph_hits"] += 1   # (_run_one_op's usual way, without its call)
-  return {x: run_one(x)}
+  return run_one(x)
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
@@ -248,7 +249,10 @@ def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
     (i,) = operands
     def run(x: UOp) -> UOp:
       u, h = make()
-      launch([h, handle_of(s if (s := x.src[i]).op is BUFFER else s.src[0])], ())
+      b = s if (s := x.src[i]).op is BUFFER else s.src[0]
+      # (handle_of's usual hit, inline: a realized operand's Buffer holds memory)
+      if (c := b._cache) is None or (buf := c.get(BUFFER_KEY)) is None or (hb := buf._handle) is None: hb = handle_of(b)
+      launch([h, hb], ())
       counters.kernel_count += kernels; counters.global_ops += ops; counters.global_mem += mem
       return u
   elif len(operands) == 2:

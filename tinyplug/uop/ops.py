@@ -1,6 +1,6 @@
 """UOp: the one immutable, hash-consed IR node used from the Tensor graph down to the linear program."""
 from __future__ import annotations
-import functools, itertools, math, weakref
+import collections, functools, itertools, math, operator, weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
 from tinyplug.uop.dtype import DType, PtrDType, dtypes, ConstType, truncate
@@ -127,6 +127,10 @@ class UOpMeta(type):
     # _canonical_dtype's usual hit, inline (every node made or looked up comes here)
     if (hit := _dtype_by_id.get(id(dtype))) is not None and hit[0] is dtype: dtype = hit[1]
     else: dtype = _canonical_dtype(dtype)
+    # UNIQUE nodes and the BUFFER nodes over them are interned apart from ucache (see _unique_nodes)
+    # (the members bound once: an attribute of an Enum class costs ~80 ns, EnumType has a __getattr__)
+    if op is _UNIQUE_OP and not src and dtype is _VOID and type(arg) is int: return _unique_node(arg)
+    if op is _BUFFER_OP and len(src) == 2 and src[0].op is _UNIQUE_OP: return _buffer_over(dtype, src, arg)
     # op._value_ stands for op: an int hashes faster than an object
     return _intern((op._value_, id(dtype), src, arg if type(arg) in _PLAIN_ARGS else _arg_key(arg)), op, dtype, src, arg)
 
@@ -138,6 +142,7 @@ def uop_maker(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp]:
   def make(src: tuple) -> UOp:
     if type(src) is not tuple: raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
     return _intern((opv, dtid, src, argkey), op, dtype, src, arg)
+  if op is Ops.UNIQUE or op is Ops.BUFFER: return lambda src: UOp(op, dtype, src, arg)   # (interned apart)
   return make
 
 def uop_finder(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp | None]:
@@ -148,15 +153,19 @@ def uop_finder(op: Ops, dtype: DType, arg: Any) -> Callable[[tuple], UOp | None]
   get = UOpMeta.ucache.get
   def find(src: tuple) -> UOp | None:
     return None if (ref := get((opv, dtid, src, argkey))) is None else ref()
+  if op is Ops.UNIQUE and dtype is _VOID and type(arg) is int:
+    return lambda src: None if src or (ref := _unique_nodes.get(arg)) is None else ref()
+  if op is Ops.BUFFER:
+    def find_buffer(src: tuple) -> UOp | None:
+      if len(src) == 2 and src[0].op is Ops.UNIQUE: return _find_buffer_over(dtype, src, arg)
+      return find(src)
+    return find_buffer
   return find
 
 _PLAIN_ARGS = (type(None), int, str, bool)
 
-def _make_unique(n: int) -> UOp:
-  # UOp(Ops.UNIQUE, dtypes.void, arg=n) without the generic constructor's checks (a fresh int arg, no sources)
-  return _intern((_UNIQUE_V, _VOID_ID, (), n), Ops.UNIQUE, _VOID, (), n)
 _VOID = _canonical_dtype(dtypes.void)
-_UNIQUE_V, _VOID_ID, _BUFFER_V, _CONST_V = Ops.UNIQUE._value_, id(_VOID), Ops.BUFFER._value_, Ops.CONST._value_
+_CONST_V, _UNIQUE_OP, _BUFFER_OP = Ops.CONST._value_, Ops.UNIQUE, Ops.BUFFER
 _device_nodes: dict[str, weakref.ReferenceType] = {}   # device name -> its DEVICE node (weak: interning decides)
 
 def device_node(device: str) -> UOp:
@@ -321,34 +330,34 @@ class UOp(_UOpFields, metaclass=UOpMeta):
     return self.arg[0]
   def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
   @staticmethod
-  def unique() -> UOp: return _make_unique(next(_unique_ids))
+  def unique() -> UOp: return _fresh_unique()
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A tensor-level BUFFER of `size` elements on `device`, distinct from every other buffer."""
     check_buffer_size(size, dtype)
     # every realize makes its output buffers here: the UNIQUE and DEVICE nodes skip the generic constructor
-    src = (_make_unique(next(_unique_ids)), dev := device_node(device))
+    dev = device_node(device)
     # a new node (its UNIQUE is new): its shape and device as shapes.py would work them out, known here already
-    if type(size) is int:   # the generic constructor's work, for the one kind of node made here
-      dtype = _canonical_dtype(dtype)
-      return _intern((_BUFFER_V, id(dtype), src, size), Ops.BUFFER, dtype, src, size, {"shape": (size,), "device": dev.arg})
-    buf = UOp(Ops.BUFFER, dtype, src, size)
+    if type(size) is int: return _new_buffer_node(_canonical_dtype(dtype), dev, size, (size,), dev.arg)
+    buf = UOp(Ops.BUFFER, dtype, (_fresh_unique(), dev), size)
     object.__setattr__(buf, "_cache", {"shape": (size,), "device": dev.arg})
     return buf
   @staticmethod
-  def buffer_maker(device: str, size: int, dtype: DType) -> Callable[[], UOp]:
+  def buffer_maker(device: str, size: int, dtype: DType, field: Any = None) -> Callable[..., UOp]:
     """A function making new_buffer(device, size, dtype) again and again, its checks and lookups done once (for code
-    that makes the same kind of output every time: engine/plan.py). It holds the DEVICE node."""
+    that makes the same kind of output every time: engine/plan.py). It holds the DEVICE node. With `field` (a
+    NodeField) the function takes the value the new node gets in that field (a realized output's Buffer)."""
     check_buffer_size(size, dtype)
-    if type(size) is not int: return lambda: UOp.new_buffer(device, size, dtype)
-    dev, dtype = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype)
-    dtid, shape = id(dtype), (size,)
-    unique, uniques, void = Ops.UNIQUE, _unique_ids, _VOID
-    def make() -> UOp:
-      n = next(uniques)
-      src = (_intern((_UNIQUE_V, _VOID_ID, (), n), unique, void, (), n), dev)   # (_make_unique's node, without its call)
-      return _intern((_BUFFER_V, dtid, src, size), Ops.BUFFER, dtype, src, size, {"shape": shape, "device": device})
-    return make
+    if type(size) is not int:
+      if field is None: return lambda: UOp.new_buffer(device, size, dtype)
+      def make_with(value: Any) -> UOp:
+        field[u := UOp.new_buffer(device, size, dtype)] = value
+        return u
+      return make_with
+    dev, dtype, shape, new_node = UOp(Ops.DEVICE, dtypes.void, arg=device), _canonical_dtype(dtype), (size,), _new_buffer_node
+    if field is None: return functools.partial(new_node, dtype, dev, size, shape, device)
+    # (the field's value goes into the new node's cache with its shape and device; a partial: no Python frame)
+    return functools.partial(new_node, dtype, dev, size, shape, device, field.key)
   def reshape(self, shape: tuple[int, ...]) -> UOp:
     return self if self.shape == tuple(shape) else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
 
@@ -540,6 +549,90 @@ def _intern(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any, cache: dict
   ref = _ref(obj, _drop)
   ref.key = key
   _ucache[key] = ref
+  return obj
+
+# UNIQUE nodes by number, and each BUFFER node over a UNIQUE by a reference kept in that UNIQUE's own cache: plain weak
+# references, no ucache entry, no key tuple, no callback when the node dies (every realized output, one per tiny op,
+# is a new UNIQUE and a new BUFFER). A BUFFER's entry dies with its UNIQUE's cache. A UNIQUE has no sources, so its
+# dead entry holds nothing alive; but each waiting reference is an object the cyclic collector counts (hundreds of
+# them would set off collections), so the entries added since the last sweep (the table's last ones: a dict keeps its
+# order) are swept every _YOUNG_UNIQUES additions, most of them dead by then, and the whole table when it has doubled
+_unique_nodes: dict[int, weakref.ReferenceType] = {}
+_YOUNG_UNIQUES = 128
+_unique_sweep_at = [_YOUNG_UNIQUES, 1024]   # (the table's size that sets off the next sweep, and the next full one)
+_BUFFERS_OVER = ("interned", "buffers over this unique")   # (a tuple: IR facts are named by str)
+
+def _sweep_uniques() -> None:
+  # the dead entries' numbers, then each popped: loops in C, and an entry another thread adds meanwhile stays
+  at = _unique_sweep_at
+  if full := len(_unique_nodes) > at[1]: pairs = list(_unique_nodes.items())
+  else: pairs = list(itertools.islice(reversed(_unique_nodes.items()), max(0, len(_unique_nodes) - at[0] + _YOUNG_UNIQUES)))
+  if pairs:
+    numbers, refs = zip(*pairs)
+    dead = itertools.compress(numbers, map(operator.is_, map(operator.call, refs), itertools.repeat(None)))
+    collections.deque(map(_unique_nodes.pop, dead, itertools.repeat(None)), 0)
+  at[0] = len(_unique_nodes) + _YOUNG_UNIQUES
+  if full: at[1] = max(1024, 2 * len(_unique_nodes))
+
+def _unique_node(n: int, cache: dict | None = None, *, _table: dict = _unique_nodes, _fresh: type = _FreshUOp,
+                 _uop: type = UOp, _ref: type = weakref.ref, _seq: Callable = _next_seq) -> UOp:
+  """UOp(Ops.UNIQUE, dtypes.void, arg=n): the live one, or a new one (with `cache`)."""
+  if (r := _table.get(n)) is not None and (hit := r()) is not None: return hit
+  obj = _fresh()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = Ops.UNIQUE, _VOID, (), n, cache, _seq()
+  obj.__class__ = _uop
+  _table[n] = _ref(obj)
+  if len(_table) > _unique_sweep_at[0]: _sweep_uniques()
+  return obj
+
+def _fresh_unique(cache: dict | None = None, *, _table: dict = _unique_nodes, _next: Callable = _unique_ids.__next__) -> UOp:
+  """A UNIQUE node no live node has: the next number (one taken by a live node, rebuilt from a pickle of another
+  process, is skipped)."""
+  while (r := _table.get(n := _next())) is not None and r() is not None: pass
+  return _unique_node(n, cache)
+
+def _same_buffer(b: UOp | None, dtype: DType, dev: UOp, arg: Any) -> bool:
+  return b is not None and b.dtype is dtype and b.src[1] is dev and type(b.arg) is type(arg) and \
+         _arg_key(b.arg) == _arg_key(arg)
+
+def _find_buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp | None:
+  dtype = _canonical_dtype(dtype)
+  if (c := src[0]._cache) is not None and (refs := c.get(_BUFFERS_OVER)) is not None:
+    for r in (refs if type(refs) is list else (refs,)):
+      if _same_buffer(b := r(), dtype, src[1], arg): return b
+  return None
+
+def _buffer_over(dtype: DType, src: tuple, arg: Any) -> UOp:
+  """UOp(Ops.BUFFER, dtype, src, arg) over src[0], a UNIQUE (canonical `dtype`): the live one, or a new one."""
+  if (b := _find_buffer_over(dtype, src, arg)) is not None: return b
+  unique = src[0]
+  obj = _FreshUOp()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = Ops.BUFFER, dtype, src, arg, None, _next_seq()
+  obj.__class__ = UOp
+  if (c := unique._cache) is None: object.__setattr__(unique, "_cache", c := {})
+  # one weak reference (the usual: a UNIQUE has one BUFFER), or a list of them for several
+  if (had := c.get(_BUFFERS_OVER)) is None: c[_BUFFERS_OVER] = weakref.ref(obj)
+  else: c[_BUFFERS_OVER] = [r for r in (had if type(had) is list else (had,)) if r() is not None] + [weakref.ref(obj)]
+  return obj
+
+def _new_buffer_node(dtype: DType, dev: UOp, size: int, shape: tuple, device: str, key: Any = None, value: Any = None, *,
+                     _table: dict = _unique_nodes,
+                     _next: Callable = _unique_ids.__next__, _fresh: type = _FreshUOp, _uop: type = UOp,
+                     _ref: type = weakref.ref, _seq: Callable = _next_seq, _key: tuple = _BUFFERS_OVER,
+                     _UNIQUE: Ops = Ops.UNIQUE, _BUFFER: Ops = Ops.BUFFER, _void: DType = _VOID) -> UOp:
+  """A new BUFFER node (canonical `dtype`, int `size`) over a new UNIQUE, its shape and device known (and a field's
+  `value` under its `key`, when given): nothing to look up (the UNIQUE is new, so no BUFFER over it exists).
+  _fresh_unique's and _unique_node's work, inline (every realized output comes here)."""
+  cache = {"shape": shape, "device": device}
+  if key is not None: cache[key] = value
+  while (r := _table.get(n := _next())) is not None and r() is not None: pass
+  unique, obj = _fresh(), _fresh()
+  unique.op, unique.dtype, unique.src, unique.arg, unique._cache, unique.seq = _UNIQUE, _void, (), n, {_key: _ref(obj)}, _seq()
+  unique.__class__ = _uop
+  _table[n] = _ref(unique)
+  if len(_table) > _unique_sweep_at[0]: _sweep_uniques()
+  obj.op, obj.dtype, obj.src, obj.arg, obj._cache, obj.seq = _BUFFER, dtype, (unique, dev), size, cache, _seq()
+  obj.__class__ = _uop
   return obj
 
 def pretty_print(root: UOp) -> str:
