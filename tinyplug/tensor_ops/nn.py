@@ -549,18 +549,19 @@ def _channels_last(w):
   if math.prod(rest[1:]) >= 16: return w.permute(*range(1, w.ndim), 0).contiguous().permute(w.ndim - 1, *range(w.ndim - 1))
   return w.reshape(cout, -1).transpose(0, 1).contiguous().reshape(*rest, cout).permute(w.ndim - 1, *range(w.ndim - 1))
 
-# a short output row: wider than one AVX-512 vector, narrower than two, and positions the channel tile takes (4 to 8
-# of them: heuristic `_channel_vector_tile`)
+# a short output row: narrower than two AVX-512 vectors, and positions the channel tile takes (4 to 8 of them:
+# heuristic `_channel_vector_tile`)
 SHORT_ROW, SHORT_ROW_POSITIONS = 16, range(4, 9)
 
 def _short_row(row: int, cout: int, products: int) -> bool:
   """Whether an unstrided convolution's output row runs faster with its tile turned around, a few positions by a
   vector of output channels, each position a broadcast, than as whole rows whose last vector is partly filled (28 =
-  16 + 8 + 4 lanes): a 17-31-wide row not a multiple of 8 (24 is 8 x 8 tiles: 3.9 against 4.4 ms turned around) that
-  4-8 positions divide, enough channels for a vector and a long reduction. Conv 64->64 3x3 p1 b8, one Zen 4 thread,
-  forward (input gradient the same): 28x28 4.76 -> 4.35 ms, 20x20 2.56 -> 2.27, 30x30 8.47 -> 5.12, against a copy of
-  the weight (36k floats, ~0.03 ms)."""
-  return SHORT_ROW < row < 2 * SHORT_ROW and row % 8 != 0 and any(row % d == 0 for d in SHORT_ROW_POSITIONS) and \
+  16 + 8 + 4 lanes; 7 or 14 a lane mask over most of a vector): a row under 32 wide, not a multiple of 8 (24 is 8 x 8
+  tiles: 3.9 against 4.4 ms turned around; 8 level), that 4-8 positions divide, enough channels for a vector and a
+  long reduction. Conv 3x3 p1 b8, one Zen 4 thread, forward (input gradient the same), against a copy of the weight:
+  64->64 28x28 4.76 -> 4.35 ms, 20x20 2.56 -> 2.27, 30x30 8.47 -> 5.12; 64->64 7x7 0.76 -> 0.25 ms, 14x14 1.72 ->
+  1.00, 256->256 14x14 28.5 -> 16.7, 512->512 7x7 49.5 -> 21.8 (37 -> 85 GFLOP/s)."""
+  return row < 2 * SHORT_ROW and row % 8 != 0 and any(row % d == 0 for d in SHORT_ROW_POSITIONS) and \
     cout >= SHORT_ROW and products >= 64
 
 def _phase_taps(n: int, k: int, s: int, d: int, p: int) -> tuple[slice, int, int] | None:
