@@ -118,7 +118,7 @@ def _unpickle_device_buffer(device: str, size: int, dtype: DType, contents: Any)
 # the device memory behind a BUFFER uop lives as long as the uop does: the Buffer rides along in the node's cache (a
 # NodeField: no weak reference and no callback per buffer; every realized output, one per tiny op, has one)
 _BUFFERS: NodeField[Buffer] = NodeField("buffer")
-_BUFFER_KEY = BUFFER_KEY = _BUFFERS.key   # (where the Buffer sits in a BUFFER node's cache: handle_of's hit, inline)
+BUFFER_KEY = _BUFFERS.key   # (where the Buffer sits in a BUFFER node's cache: handle_of's hit, inline)
 
 def buffer_of(u: UOp) -> Buffer:
   """The Buffer behind a BUFFER uop (created on first use; memory is allocated when first touched)."""
@@ -134,7 +134,7 @@ def has_buffer(u: UOp) -> bool: return u in _BUFFERS
 def handle_of(u: UOp) -> Any:
   """The memory handle behind the BUFFER uop `u` (allocated on first use): buffer_of(u).handle, in one lookup when
   the buffer exists and holds memory (every input of a realize plan)."""
-  if (c := u._cache) is not None and (b := c.get(_BUFFER_KEY)) is not None and (h := b._handle) is not None: return h
+  if (c := u._cache) is not None and (b := c.get(BUFFER_KEY)) is not None and (h := b._handle) is not None: return h
   return buffer_of(u).handle
 
 def output_maker(device: str, size: int, dtype: DType) -> Any:

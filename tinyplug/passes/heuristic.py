@@ -1048,7 +1048,7 @@ def _row_reduce_vector(k: Kernel) -> int | None:
   attention scores, 8x12x128 rows of 128): the vector width to unroll the reduction by (`_reduce_vector`), so each
   step reads vectors and keeps a vector accumulator, summed across its lanes once per row. None: not such a kernel."""
   loops, reduces = k.loop_axes, k.reduce_axes
-  if not loops or len(reduces) != 1 or any(_reuse(k)) or _streams(k): return None   # a long one: several streams
+  if not loops or len(reduces) != 1 or any(_reuse(k)) or _streams(k): return None   # a long one: `_streams`' rule
   along = [s for s in _load_strides(k, reduces[0]) if s != 0]
   if not along or any(s != 1 for s in along): return None
   return _reduce_vector(k)
