@@ -67,11 +67,12 @@ def test_a_new_unique_skips_a_number_a_live_node_holds():
   assert b.src[0].arg not in {t.arg for t in taken}
 
 def test_the_unique_table_is_swept_and_keeps_the_live_ones():
+  before = len(uop_ops._unique_nodes)   # (earlier tests' nodes: in a suite worker, hundreds may still live)
   keep = [UOp.unique() for _ in range(10)]
   held = [UOp.new_buffer("CPU", 1, dtypes.float32) for _ in range(300)]
   for _ in range(5000): UOp.new_buffer("CPU", 1, dtypes.float32)
   # the dead ones do not wait long (each entry is an object the collector counts)
-  assert len(uop_ops._unique_nodes) <= len(held) + len(keep) + 2 * uop_ops._YOUNG_UNIQUES + 1024
+  assert len(uop_ops._unique_nodes) <= before + len(held) + len(keep) + 2 * uop_ops._YOUNG_UNIQUES + 1024
   assert all(UOp(Ops.UNIQUE, dtypes.void, arg=k.arg) is k for k in keep)
   assert all(UOp(Ops.BUFFER, dtypes.float32, b.src, 1) is b for b in held)
 
