@@ -10,6 +10,10 @@ Models (the same in each framework):
   cnn  examples/mnist.py's model: uint8 28x28 input normalised, Conv2d(1,16,3) relu maxpool2 Conv2d(16,32,3) relu
        maxpool2 Linear(800,10), batch 64, cross-entropy, Adam
   strided  issue 20's CNN: the same input, Conv2d(1,32,3) relu Conv2d(32,64,3,stride=2) relu Linear(9216,10), batch 64
+  gpt  a small transformer language model: Embedding(1000,256) + learned positions, 2 pre-norm blocks (LayerNorm,
+       Linear(256,768) to q/k/v, 4-head causal scaled_dot_product_attention, Linear(256,256); LayerNorm,
+       Linear(256,1024) gelu (tanh) Linear(1024,256)), LayerNorm, Linear(256,1000); batch 8 x 128 tokens,
+       cross-entropy over every token, Adam
 tinyplug and tinygrad run a TinyJit-ed `zero_grad; loss.backward(); opt.step()` (tinygrad with DEV=CPU); PyTorch
 runs eagerly with 2 threads. Every run is a fresh process (import and model creation are timed apart from the
 steps; setup is creating the model and the optimiser, as a user's script does: no manual_seed, no explicit realize).
@@ -29,11 +33,16 @@ def _batches(model: str, n: int):
   rng = np.random.default_rng(0)
   if model == "mlp": return [(rng.standard_normal((128, 32), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32))
                              for _ in range(n)]
+  if model == "gpt": return [(rng.integers(0, GPT_VOCAB, (8, GPT_CONTEXT)).astype(np.int32),
+                              rng.integers(0, GPT_VOCAB, 8 * GPT_CONTEXT).astype(np.int32)) for _ in range(n)]
   return [(rng.integers(0, 256, (64, 1, 28, 28)).astype(np.uint8), rng.integers(0, 10, 64).astype(np.int32))
           for _ in range(n)]
 
+GPT_VOCAB, GPT_CONTEXT, GPT_WIDTH, GPT_HEADS, GPT_LAYERS = 1000, 128, 256, 4, 2
+
 def _make_model(model: str, nn):
   """The benchmark's model from tinyplug's or tinygrad's `nn` (they share the API)."""
+  if model == "gpt": return _make_gpt(nn)
   if model == "mlp":
     class MLP:
       def __init__(self): self.l1, self.l2, self.l3 = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
@@ -53,6 +62,55 @@ def _make_model(model: str, nn):
       x = self.c2(self.c1(x).relu().max_pool2d(2)).relu().max_pool2d(2)
       return self.l1(x.flatten(1))
   return CNN()
+
+def _make_gpt(nn):
+  from importlib import import_module
+  Tensor = import_module(nn.__name__.split(".")[0]).Tensor
+  d, heads = GPT_WIDTH, GPT_HEADS
+  class Block:
+    def __init__(self):
+      self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+      self.qkv, self.proj, self.fc1, self.fc2 = nn.Linear(d, 3 * d), nn.Linear(d, d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+    def __call__(self, x):
+      b, t, _ = x.shape
+      q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+      x = x + self.proj(q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
+      return x + self.fc2(self.fc1(self.ln2(x)).gelu())
+  class GPT:
+    def __init__(self):
+      self.tok, self.pos = nn.Embedding(GPT_VOCAB, d), Tensor.randn(GPT_CONTEXT, d) * 0.02
+      self.blocks = [Block() for _ in range(GPT_LAYERS)]
+      self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, GPT_VOCAB)
+    def __call__(self, idx):
+      x = self.tok(idx) + self.pos
+      for blk in self.blocks: x = blk(x)
+      return self.head(self.ln(x)).reshape(-1, GPT_VOCAB)
+  return GPT()
+
+def _torch_gpt(torch):
+  d, heads, F = GPT_WIDTH, GPT_HEADS, torch.nn.functional
+  class Block(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+      self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+      self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+    def forward(self, x):
+      b, t, _ = x.shape
+      q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+      x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
+      return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+  class GPT(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.tok, self.pos = torch.nn.Embedding(GPT_VOCAB, d), torch.nn.Parameter(torch.randn(GPT_CONTEXT, d) * 0.02)
+      self.blocks = torch.nn.ModuleList([Block() for _ in range(GPT_LAYERS)])
+      self.ln, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, GPT_VOCAB)
+    def forward(self, idx):
+      x = self.tok(idx) + self.pos
+      for blk in self.blocks: x = blk(x)
+      return self.head(self.ln(x)).reshape(-1, GPT_VOCAB)
+  return GPT()
 
 CPU_STEPS: list[float] = []   # process CPU time (all threads) of each step of the last _time_steps
 
@@ -129,6 +187,8 @@ def worker_torch(model: str, steps: int) -> dict:
     m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
                             torch.nn.Linear(64, 10))
     prep = lambda x: torch.from_numpy(x)
+  elif model == "gpt":
+    m, prep = _torch_gpt(torch), lambda x: torch.from_numpy(x).long()
   elif model == "strided":
     m = torch.nn.Sequential(torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 3, stride=2),
                             torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(9216, 10))

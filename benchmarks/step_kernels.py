@@ -15,7 +15,7 @@ import first_step
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--model", default="strided", choices=("mlp", "cnn", "strided"))
+  ap.add_argument("--model", default="strided", choices=("mlp", "cnn", "strided", "gpt"))
   ap.add_argument("--rounds", type=int, default=7)
   ap.add_argument("--top", type=int, default=12, help="how many of the slowest kernels to list")
   ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of the wall clock")

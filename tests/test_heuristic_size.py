@@ -75,6 +75,47 @@ def test_matmul_with_a_transposed_weight_unrolls_the_reduction():
   plain = heuristic_opts(Kernel(item(cpu(x2) @ cpu(w.T.copy())).ast, Device["CPU"].renderer))
   assert Opt(OptOps.UPCAST, 1, 32) in plain and not any(o.op is OptOps.UNROLL for o in plain)
 
+def test_linear_with_bias_and_an_odd_width_unrolls_the_reduction():
+  # a bias added after `x @ w.T` is read along the row; only the loads that walk the reduction decide the tile, so a
+  # 1000-wide layer keeps the unrolled reduction (it had taken a padded tile of gathers: 4x slower)
+  x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((64, 256), (1000, 256), (1000,)))
+  got, spec, _ = lower_and_run(cpu(x).linear(cpu(w).T, cpu(b)))
+  np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-4, atol=1e-3)
+  assert Opt(OptOps.UNROLL, 0, 16) in spec.applied_opts and not any(o.op is OptOps.PADTO for o in spec.applied_opts)
+
+def test_heavy_epilogue_keeps_the_row_tile():
+  # gelu's gradient fused after `g @ W` (a transformer MLP's backward): its code runs once per output, outside the
+  # reduction's loop, and takes up to EPILOGUE_BUDGET_TIMES the budget, so the tile keeps several rows (one row,
+  # which the whole-kernel budget had left, was 4.5x slower); the loop's part stays within EXPAND_BUDGET
+  import torch
+  from tinyplug.passes.heuristic import EPILOGUE_BUDGET_TIMES, expanded_sizes
+  pre, g, w = (RNG.standard_normal(s).astype(np.float32) for s in ((64, 512), (64, 128), (128, 512)))
+  p = Tensor(pre, device="CPU", requires_grad=True)
+  (p.gelu() @ cpu(w).T).backward(cpu(g))
+  items, _ = create_schedule([p.grad.uop])
+  (ast,) = [it.ast for it in items if Kernel(it.ast, Device["CPU"].renderer).reduce_axes]
+  opts = heuristic_opts(Kernel(ast, Device["CPU"].renderer))
+  rows = [o.arg for o in opts if o.op is OptOps.UPCAST and o.axis == 0]
+  assert rows and rows[0] >= 4, opts
+  k = Kernel(ast, Device["CPU"].renderer)
+  for o in opts: k.apply_opt(o)
+  total, in_loop = expanded_sizes(k.sink)
+  assert in_loop <= EXPAND_BUDGET.value < total <= EPILOGUE_BUDGET_TIMES * EXPAND_BUDGET.value
+  tp = torch.tensor(pre, requires_grad=True)
+  (torch.nn.functional.gelu(tp, approximate="tanh") @ torch.tensor(w).T).backward(torch.tensor(g))
+  np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+def test_loop_part_of_the_estimate():
+  # a matmul's loads and multiply-adds are in its loop, its output's addresses and store are not; an elementwise
+  # kernel has no loop
+  from tinyplug.passes.heuristic import expanded_sizes
+  a, b = cpu(RNG.random((128, 64), dtype=np.float32)), cpu(RNG.random((64, 96), dtype=np.float32))
+  k = Kernel(item(a @ b).ast, Device["CPU"].renderer)
+  for o in (Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)): k.apply_opt(o)
+  total, in_loop = expanded_sizes(k.sink)
+  assert 0 < in_loop < total and in_loop >= 4 * 16   # at least the tile's products
+  assert expanded_sizes(Kernel(item(a.exp()).ast, Device["CPU"].renderer).sink)[1] == 0
+
 def test_short_second_axis_is_upcast_whole():
   # a 9216->10 linear layer's weight gradient: all 10 rows in the tile, so the 9216-wide input is read once
   g, x = RNG.standard_normal((64, 10)).astype(np.float32), RNG.standard_normal((64, 9216)).astype(np.float32)

@@ -34,32 +34,53 @@ def _try_tile(k: Kernel, opt: Opt) -> bool:
   faster than by 2.)"""
   sink, applied = k.sink, list(k.applied_opts)
   if not _try(k, opt): return False
-  if 0 < EXPAND_BUDGET.value < expanded_size(k.sink):
-    k.sink, k.applied_opts = sink, applied
-    return False
+  if 0 < (budget := EXPAND_BUDGET.value):
+    total, in_loop = expanded_sizes(k.sink)
+    if in_loop > budget or total > budget * EPILOGUE_BUDGET_TIMES:
+      k.sink, k.applied_opts = sink, applied
+      return False
   return True
 
+# the code outside the reduction's loop (its epilogue: a fused activation's gradient, a bias) may take this many times
+# EXPAND_BUDGET: it runs once per output rather than once per step of the reduction, and capping it had cut the tile to
+# one row (gelu's gradient fused into `g @ W`, 8x128x1024 by 256, one thread: 37.8 ms at 1 row, 19.2 at 2, 9.9 at 4,
+# 8.3 at 8 rows; codegen + LLVM 0.11 / 0.16 / 0.25 / 0.49 s, once)
+EPILOGUE_BUDGET_TIMES = 8
+
 def expanded_size(sink: UOp) -> int:
+  """`expanded_sizes`' total."""
+  return expanded_sizes(sink)[0]
+
+def expanded_sizes(sink: UOp) -> tuple[int, int]:
   """Estimated UOps of the kernel after the expand stage: each node once per lane of the upcast and unroll axes it
   depends on (a REDUCE folds the lanes of the axes it reduces). Codegen's cost grows with it, and so does LLVM's
-  where the lanes do not become vectors, so it is what bounds the register tiles and unrolls."""
+  where the lanes do not become vectors, so it is what bounds the register tiles and unrolls. Returns that total and
+  the part inside a reduction's loop (nodes that depend on a reduce or unroll axis their REDUCE has not folded yet)."""
   bits: dict[UOp, int] = {}
+  open_loops: dict[UOp, int] = {}   # per node: a bit per reduce or unroll axis it depends on and no REDUCE folded
+  loop_bit: dict[UOp, int] = {}
   sizes: list[int] = []
   lanes: dict[int, int] = {0: 1}
-  total = 0
+  total = in_loop = 0
   for u in sink.toposort():
-    mask = 0
-    for s in u.src: mask |= bits[s]
+    mask = looping = 0
+    for s in u.src:
+      mask |= bits[s]
+      looping |= open_loops[s]
     if u.op is Ops.RANGE and u.arg[1] in ("upcast", "unroll"):
       mask |= 1 << len(sizes)
       sizes.append(u.src[0].arg)
+    if u.op is Ops.RANGE and u.arg[1] in ("reduce", "unroll"): looping |= loop_bit.setdefault(u, 1 << len(loop_bit))
     elif u.op is Ops.REDUCE:
-      for r in u.src[1:]: mask &= ~bits[r]
-    bits[u] = mask
+      for r in u.src[1:]:
+        mask &= ~bits[r]
+        looping &= ~loop_bit.get(r, 0)
+    bits[u], open_loops[u] = mask, looping
     if (n := lanes.get(mask)) is None:
       n = lanes[mask] = math.prod(sz for i, sz in enumerate(sizes) if mask >> i & 1)
     total += n
-  return total
+    if looping: in_loop += n
+  return total, in_loop
 
 def _divisor(n: int, choices: tuple[int, ...]) -> int | None:
   return next((c for c in choices if n % c == 0 and n >= c), None)
@@ -547,8 +568,10 @@ def _contiguous_reduce(k: Kernel) -> bool:
   # a product of two inputs, each read (or computed: a fused ReLU) without one of the output axes; a heavier body (a
   # pow per pair) is compute-bound, and its lanes are better as the tile's
   if not all(_is_separable_product(u.src[0], k.loop_axes) for u in k.sink.toposort() if u.op is Ops.REDUCE): return False
-  on_red = [s for s in _load_strides(k, red) if s != 0]
-  return len(on_red) >= 2 and all(s == 1 for s in on_red) and 1 not in _load_strides(k, inner)
+  # only the loads that walk the reduction count: a bias added after it (`x.linear(w.T, b)`) is read along the row,
+  # and took a 1000-wide layer to a tile of gathers (1024x1000x256, one thread: 30 ms, 6.9 without the bias)
+  walking = [(s, i) for s, i in zip(_load_strides(k, red), _load_strides(k, inner)) if s != 0]
+  return len(walking) >= 2 and all(s == 1 for s, _ in walking) and all(i != 1 for _, i in walking)
 
 REDUCE_VECTOR_STEPS = 8
 
