@@ -183,3 +183,21 @@ def test_strides_of_views():
   assert _reshaped_strides((1, 4096, 4096), (0, 1, 4096), (4096, 4096)) == (1, 4096)
   assert _reshaped_strides((4, 6), (1, 4), (24,)) is None      # a transposed view merged: needs a copy
   assert _reshaped_strides((2, 3), (0, 1), (6,)) is None       # a broadcast merged with a real axis
+
+@pytest.mark.parametrize("shape,want", [
+  ((8, 128, 1000), [Opt(OptOps.UPCAST, 0, 40), Opt(OptOps.UNROLL, 1, 2)]),   # 8-lane vectors, 5 of them
+  ((256, 100), [Opt(OptOps.UPCAST, 0, 20), Opt(OptOps.UNROLL, 0, 2)]),       # 4-lane vectors
+  ((512, 10), [Opt(OptOps.UPCAST, 0, 10)])])                                 # a short row whole
+def test_a_row_no_whole_vector_divides_reads_narrower_vectors(vector_machine, shape, want):
+  # a layer's bias gradient summed over its batch: 1000, 100 or 10 outputs (each output had been a scalar walk down
+  # its column, 11x slower at 1000); values match numpy on the CPU machine
+  vector_machine(64, 32)
+  t = Tensor.empty(*shape, device="CPU").sum(tuple(range(len(shape) - 1)))
+  k = _kernels(t)[-1]
+  assert _column_reduce(k) and heuristic_opts(k) == want
+
+@pytest.mark.parametrize("shape", [(8, 128, 1000), (256, 100), (512, 10), (96, 36), (7, 3, 200)])
+def test_odd_width_column_sums_match_numpy(shape):
+  a = RNG.standard_normal(shape).astype(np.float32)
+  axes = tuple(range(len(shape) - 1))
+  np.testing.assert_allclose(Tensor(a, device="CPU").sum(axes).numpy(), a.sum(axes), rtol=1e-4, atol=1e-4)
