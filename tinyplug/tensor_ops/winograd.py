@@ -5,7 +5,9 @@ the output and for the input gradient (itself a stride-1 3x3 convolution) with m
 The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's multiplies (m=2: 1/2.25, m=4: 1/4), at the price
 of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x)."""
 from __future__ import annotations
+import functools
 from fractions import Fraction as Fr
+import numpy as np
 from tinyplug.helpers import ContextVar
 
 WINO = ContextVar("WINO", -1, "stride-1 3x3 convolutions as Winograd F(2x2,3x3): 1 every one it can take, 0 none, "
@@ -24,47 +26,74 @@ _MATRICES: dict[int, tuple[list[list], list[list], list[list]]] = {
 }
 TILE = 2   # F(4x4,3x3) was tried too: see benchmarks/README.md (session 20, helper wino)
 
-def _combos(pieces: list, mat: list[list]) -> list:
-  """[sum_k mat[i][k] * pieces[k] for each row i], the zero terms left out."""
-  out = []
-  for coeffs in mat:
-    acc = None
-    for c, p in zip(coeffs, pieces):
-      if c == 0: continue
-      v = p if c == 1 else -p if c == -1 else p * float(c)
-      acc = v if acc is None else acc + v
-    out.append(acc)
-  return out
+def _kron(left: list[list], right: list[list]) -> np.ndarray:
+  """The Kronecker product of two small matrices: the 2-D transform X -> L X R^T as one matrix on flattened X."""
+  return np.kron(np.array(left, dtype=np.float64), np.array(right, dtype=np.float64))
 
-def _taps(x, axis: int, a: int, m: int, n: int) -> list:
-  """The a rows of every tile along `axis`, which x holds as (n+1, m) blocks at axis, axis+1: row k of tile t is
-  block t + k // m, element k % m (shrinks of the blocks: affine index math, no window view)."""
-  nil, rest = (None,) * axis, (None,) * (x.ndim - axis - 2)
-  return [x.shrink(nil + ((k // m, k // m + n), (k % m, k % m + 1)) + rest) for k in range(a)]
+@functools.lru_cache(maxsize=64)
+def _realized(cls, values: tuple, shape: tuple[int, ...], device: str, dtype):
+  return cls(np.array(values, dtype=np.float64).reshape(shape), device=device, dtype=dtype).realize()
 
-def winograd_conv3x3(x, weight, m: int = TILE):
-  """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3)."""
+def _constant(like, mat: np.ndarray):
+  """mat as a realized tensor of like's device and dtype, one buffer per matrix: the input gradient's weight transform
+  is then the forward's own node, computed once."""
+  return _realized(type(like), tuple(mat.ravel().tolist()), mat.shape, like.device, like.dtype)
+
+def _contract(t, mat: np.ndarray, pos: int):
+  """t (..., n) times the constant mat (k, n) over its last axis, the k results a new axis at `pos`: one reduction
+  kernel that writes every plane of a transform into one buffer (a kernel per plane re-read the operand for each;
+  planes joined by a cat evaluated every plane's branch per element)."""
+  (k, n), lead = mat.shape, t.shape[:-1]
+  c = _constant(t, mat).reshape((1,) * pos + (k,) + (1,) * (len(lead) - pos) + (n,))
+  return (t.reshape(*lead[:pos], 1, *lead[pos:], n) * c).sum(-1)
+
+def _flip_planes(m: int) -> list[int] | None:
+  """The tile positions' order that turns the transform of a weight into that of its flipped transpose: G
+  flip(g) = P (G g) for a row permutation P (m=2's points 0, 1, -1, infinity: the first and last rows trade
+  places), so plane (r, c) of the flipped weight's transform is plane (P r, P c) of the weight's, transposed.
+  None where no row permutation does it."""
+  g = np.array(_MATRICES[m][1], dtype=np.float64)
+  rows = [next((j for j in range(len(g)) if np.array_equal(g[j], r)), None) for r in g[:, ::-1]]
+  if None in rows: return None
+  return [rows[r] * len(g) + rows[c] for r in range(len(g)) for c in range(len(g))]
+
+def _weight_transform(weight, m: int):
+  """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position: a matmul with k=9 over
+  the taps as rows (reduced in place, 9 floats apart, every vector was a gather: 6.4 ms at 512->512, one thread)."""
+  (cout, cin), a = weight.shape[:2], m + 2
+  taps = weight.reshape(cout * cin, 9).transpose(0, 1).contiguous()
+  return _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).dot(taps).reshape(a * a, cout, cin)
+
+def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
+  """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
+  `flipped_transpose`, with the weight (cin, cout, 3, 3) flipped and its channels swapped (an input gradient's),
+  from the same transform of it as the forward's (`can_flip_transpose`)."""
   bt, g, at = _MATRICES[m]
   a = m + 2
-  (bs, cin, h, w), cout = x.shape, weight.shape[0]
+  (bs, cin, h, w) = x.shape
+  cout = weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
-  # the input as (ty+1, m) x (tx+1, m) blocks: every tile's a x a rows are shrinks of it
-  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w))).reshape(bs, cin, ty + 1, m, tx + 1, m)
-  v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
-  wr = [weight.shrink((None, None, (k, k + 1), None)) for k in range(3)]
-  u = [uj for ui in _combos(wr, g) for uj in _combos([ui.shrink((None, None, None, (k, k + 1))) for k in range(3)], g)]
-  # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
-  # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
-  prod = [vt.reshape(bs, cin, ty, tx).contiguous().reshape(bs, cin, ty * tx).transpose(1, 2)
-          .dot(ut.reshape(cout, cin).transpose(0, 1).contiguous()).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2)
-          for vt, ut in zip(v, u)]
-  prod = [prod[i * a:(i + 1) * a] for i in range(a)]
-  rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
-  y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
-  y = y[0][0].cat(*y[0][1:], dim=5).cat(*[yp[0].cat(*yp[1:], dim=5) for yp in y[1:]], dim=3)
-  y = y.reshape(bs, cout, ty * m, tx * m)
+  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
+  kv, ky = _kron(bt, bt), _kron(at, at)
+  u = _weight_transform(weight, m)                                                 # (a*a, cout, cin)
+  if flipped_transpose:
+    # the planes in the forward transform's order, the input's and output's transforms reordered to match
+    order = _flip_planes(m)
+    u, kv, ky = u.transpose(1, 2), kv[order], ky[:, order]
+  # V (a*a, cin, bs*tiles): every tile's a x a window (a view), one reduction kernel
+  win = x._pool((a, a), m)                                                         # (bs, cin, ty, tx, a, a)
+  v = _contract(win.permute(1, 0, 2, 3, 4, 5).reshape(cin, bs * ty * tx, a * a), kv, 0)
+  # the channel mixing: a matmul per tile position, (cout, cin) @ (cin, bs * tiles), both operands row-major (tiles
+  # by channels made both transforms transposing copies: 512->512 7x7, one thread, the output's 6.6 ms), then the
+  # products back to m x m outputs per tile
+  prod = u.dot(v).reshape(a * a, cout, bs, ty, tx).permute(2, 1, 3, 4, 0)        # (bs, cout, ty, tx, a*a)
+  y = _contract(prod, ky, 4).reshape(bs, cout, ty, tx, m, m).permute(0, 1, 2, 4, 3, 5).reshape(bs, cout, ty * m, tx * m)
   return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+
+def can_flip_transpose(m: int = TILE) -> bool:
+  """Whether an input gradient's Winograd form can reuse the forward's weight transform (`winograd_conv3x3`)."""
+  return _flip_planes(m) is not None
 
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
 # channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
