@@ -47,6 +47,48 @@ def _contract(t, mat: np.ndarray, pos: int):
   c = _constant(t, mat).reshape((1,) * pos + (k,) + (1,) * (len(lead) - pos) + (n,))
   return (t.reshape(*lead[:pos], 1, *lead[pos:], n) * c).sum(-1)
 
+def _combos(pieces: list, mat: list[list]) -> list:
+  """[sum_k mat[i][k] * pieces[k] for each row i], the zero terms left out."""
+  out = []
+  for coeffs in mat:
+    acc = None
+    for c, p in zip(coeffs, pieces):
+      if c == 0: continue
+      v = p if c == 1 else -p if c == -1 else p * float(c)
+      acc = v if acc is None else acc + v
+    out.append(acc)
+  return out
+
+def _taps(x, axis: int, a: int, m: int, n: int) -> list:
+  """The a rows of every tile along `axis`, which x holds as (n+1, m) blocks at axis, axis+1: row k of tile t is
+  block t + k // m, element k % m (shrinks of the blocks: affine index math, no window view)."""
+  nil, rest = (None,) * axis, (None,) * (x.ndim - axis - 2)
+  return [x.shrink(nil + ((k // m, k // m + n), (k % m, k % m + 1)) + rest) for k in range(a)]
+
+def _winograd_per_plane(x, weight, m: int):
+  """winograd_conv3x3 as a kernel per tile position and transform plane, the tiles as the matmuls' rows."""
+  bt, g, at = _MATRICES[m]
+  a = m + 2
+  (bs, cin, h, w), cout = x.shape, weight.shape[0]
+  oh, ow = h - 2, w - 2
+  ty, tx = -(-oh // m), -(-ow // m)
+  # the input as (ty+1, m) x (tx+1, m) blocks: every tile's a x a rows are shrinks of it
+  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w))).reshape(bs, cin, ty + 1, m, tx + 1, m)
+  v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
+  wr = [weight.shrink((None, None, (k, k + 1), None)) for k in range(3)]
+  u = [uj for ui in _combos(wr, g) for uj in _combos([ui.shrink((None, None, None, (k, k + 1))) for k in range(3)], g)]
+  # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
+  # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
+  prod = [vt.reshape(bs, cin, ty, tx).contiguous().reshape(bs, cin, ty * tx).transpose(1, 2)
+          .dot(ut.reshape(cout, cin).transpose(0, 1).contiguous()).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2)
+          for vt, ut in zip(v, u)]
+  prod = [prod[i * a:(i + 1) * a] for i in range(a)]
+  rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
+  y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
+  y = y[0][0].cat(*y[0][1:], dim=5).cat(*[yp[0].cat(*yp[1:], dim=5) for yp in y[1:]], dim=3)
+  y = y.reshape(bs, cout, ty * m, tx * m)
+  return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+
 def _flip_planes(m: int) -> list[int] | None:
   """The tile positions' order that turns the transform of a weight into that of its flipped transpose: G
   flip(g) = P (G g) for a row permutation P (m=2's points 0, 1, -1, infinity: the first and last rows trade
@@ -74,6 +116,8 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   cout = weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
+  if not tiles_inner(ty, tx):
+    return _winograd_per_plane(x, weight.transpose(0, 1).flip((2, 3)) if flipped_transpose else weight, m)
   x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
   kv, ky = _kron(bt, bt), _kron(at, at)
   u = _weight_transform(weight, m)                                                 # (a*a, cout, cin)
@@ -90,6 +134,16 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   prod = u.dot(v).reshape(a * a, cout, bs, ty, tx).permute(2, 1, 3, 4, 0)        # (bs, cout, ty, tx, a*a)
   y = _contract(prod, ky, 4).reshape(bs, cout, ty, tx, m, m).permute(0, 1, 2, 4, 3, 5).reshape(bs, cout, ty * m, tx * m)
   return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+
+# the one-kernel transforms and (cout, cin) @ (cin, tiles) matmul where a vector of tiles is whole images' tiles:
+# 16 per image (a 7x7 or 8x8 output). Conv b8 fwd+bwd, one Zen 4 thread: 512->512 7x7 70.6 -> 55.0 ms; at 256->256
+# 14x14 (49 tiles an image) a vector's windows each took a division by 7 and 49 and the tiles padded to 416: 41.7 ->
+# 55 ms, so such shapes keep the kernel per tile position, the tiles as rows
+TILES_PER_VECTOR = 16
+
+def tiles_inner(ty: int, tx: int) -> bool:
+  """Whether winograd_conv3x3 runs with the tiles innermost (one kernel per transform) for ty x tx tiles an image."""
+  return (ty * tx) % TILES_PER_VECTOR == 0
 
 def can_flip_transpose(m: int = TILE) -> bool:
   """Whether an input gradient's Winograd form can reuse the forward's weight transform (`winograd_conv3x3`)."""
