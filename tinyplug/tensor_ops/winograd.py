@@ -151,13 +151,17 @@ def can_flip_transpose(m: int = TILE) -> bool:
 
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
 # channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
-# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward
+# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward. Outputs of
+# at most 8x8 want 512 channels: since short rows take the turned-around direct tile, 256->256 7x7 b8 fwd+bwd runs
+# 15.0-15.7 ms direct against 17.5-17.7 as Winograd per thread (torch 16.0-16.4); 512->512 7x7 74 against 56
 WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 14, 128
+WINO_SHORT_OUT, WINO_SHORT_MIN_CHANNELS = 8, 512
 
 def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
   """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes."""
   tiles = bs * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
-  return min(cin, cout) >= WINO_MIN_CHANNELS and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
+  least = WINO_SHORT_MIN_CHANNELS if max(out_hw) <= WINO_SHORT_OUT else WINO_MIN_CHANNELS
+  return min(cin, cout) >= least and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
 
 def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype) -> bool:
   """Whether conv2d of these shapes (the input's padded) and arguments takes the Winograd form: a one-group stride-1
