@@ -3,7 +3,10 @@ becomes G g G^T, each (m+2) x (m+2) input tile B^T d B, each of the (m+2)^2 tile
 input channels, and A^T M A turns each product tile back into m x m outputs. conv2d (tensor_ops/nn.py) uses it for
 the output and for the input gradient (itself a stride-1 3x3 convolution) with m=2; its weight gradient stays direct.
 The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's multiplies (m=2: 1/2.25, m=4: 1/4), at the price
-of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x)."""
+of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x). Where an
+image has 16 tiles (`tiles_inner`) each transform is one kernel (a constant matrix contracted), the 16 matmuls one
+kernel with the tiles innermost, and the input gradient reuses the forward's weight transform; other shapes run a
+kernel per tile position."""
 from __future__ import annotations
 import functools
 from fractions import Fraction as Fr
