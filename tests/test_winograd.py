@@ -62,8 +62,8 @@ def _conv_reductions(wino: int, **kwargs) -> list:
     return _reductions(x.conv2d(w, **kwargs))
 
 # Winograd's reductions: with the tiles innermost (16 tiles an image), the weight's transform, the input's, the 16
-# tile positions' matmuls as one, the output's; otherwise a matmul per tile position
-TILES_INNER, PER_PLANE = 4, 16
+# tile positions' matmuls as one, the output's; otherwise the weight's transform and a matmul per tile position
+TILES_INNER, PER_PLANE = 4, 17
 
 def _wino_reductions(out_hw: int) -> int: return TILES_INNER if -(-out_hw // 2) ** 2 % 16 == 0 else PER_PLANE
 

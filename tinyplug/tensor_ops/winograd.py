@@ -62,23 +62,26 @@ def _taps(x, axis: int, a: int, m: int, n: int) -> list:
   nil, rest = (None,) * axis, (None,) * (x.ndim - axis - 2)
   return [x.shrink(nil + ((k // m, k // m + n), (k % m, k % m + 1)) + rest) for k in range(a)]
 
-def _winograd_per_plane(x, weight, m: int):
-  """winograd_conv3x3 as a kernel per tile position and transform plane, the tiles as the matmuls' rows."""
+def _winograd_per_plane(x, weight, m: int, flipped_transpose: bool):
+  """winograd_conv3x3 as a kernel per tile position and input transform plane, the tiles as the matmuls' rows."""
   bt, g, at = _MATRICES[m]
   a = m + 2
-  (bs, cin, h, w), cout = x.shape, weight.shape[0]
+  order = _flip_planes(m) if flipped_transpose else None
+  if flipped_transpose and order is None: weight, flipped_transpose = weight.transpose(0, 1).flip((2, 3)), False
+  (bs, cin, h, w), cout = x.shape, weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
   # the input as (ty+1, m) x (tx+1, m) blocks: every tile's a x a rows are shrinks of it
   x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w))).reshape(bs, cin, ty + 1, m, tx + 1, m)
   v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
-  wr = [weight.shrink((None, None, (k, k + 1), None)) for k in range(3)]
-  u = [uj for ui in _combos(wr, g) for uj in _combos([ui.shrink((None, None, None, (k, k + 1))) for k in range(3)], g)]
+  # every plane's (cin, cout) weight from one transform (a kernel per plane was 32 of this form's ~105 kernels): of
+  # the weight's transpose, or for the flipped transpose, the weight's own planes in the flipped order
+  u = _weight_transform(weight if flipped_transpose else weight.transpose(0, 1), m)        # (a*a, cin, cout)
+  u = [u[k] for k in (order or range(a * a))]
   # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
   # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
   prod = [vt.reshape(bs, cin, ty, tx).contiguous().reshape(bs, cin, ty * tx).transpose(1, 2)
-          .dot(ut.reshape(cout, cin).transpose(0, 1).contiguous()).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2)
-          for vt, ut in zip(v, u)]
+          .dot(ut).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2) for vt, ut in zip(v, u)]
   prod = [prod[i * a:(i + 1) * a] for i in range(a)]
   rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
   y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
@@ -113,8 +116,7 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   cout = weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
-  if not tiles_inner(ty, tx):
-    return _winograd_per_plane(x, weight.transpose(0, 1).flip((2, 3)) if flipped_transpose else weight, m)
+  if not tiles_inner(ty, tx): return _winograd_per_plane(x, weight, m, flipped_transpose)
   x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
   kv, ky = _kron(bt, bt), _kron(at, at)
   u = _weight_transform(weight, m)                                                 # (a*a, cout, cin)
