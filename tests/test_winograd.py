@@ -118,3 +118,16 @@ def test_winograd_4x4_tiles_match_torch_more_loosely():
   w = (RNG.standard_normal((6, 5, 3, 3)) / np.sqrt(45)).astype(np.float32)
   out = winograd_conv3x3(Tensor(x), Tensor(w), m=4)
   np.testing.assert_allclose(out.numpy(), F.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-3, atol=1e-4)
+
+@pytest.mark.parametrize("m,hw", [(2, 10), (2, 12), (4, 10)])
+def test_winograd_flipped_transpose_matches_torch(m, hw):
+  """An input gradient's convolution, with the weight (cin, cout, 3, 3) flipped and its channels swapped: from the
+  weight's own transform with its planes reordered (m=2, both forms: 8x8 and 10x10 outputs), or from the flipped view
+  where no reordering exists (m=4)."""
+  from tinyplug.tensor_ops.winograd import winograd_conv3x3
+  x = RNG.standard_normal((2, 6, hw, hw)).astype(np.float32)
+  w = (RNG.standard_normal((6, 5, 3, 3)) / np.sqrt(54)).astype(np.float32)    # (cout of the forward, cin, 3, 3)
+  out = winograd_conv3x3(Tensor(x), Tensor(w), m=m, flipped_transpose=True)
+  ref = F.conv2d(torch.tensor(x), torch.tensor(w).transpose(0, 1).flip((2, 3))).numpy()
+  tol = (RTOL, ATOL) if m == 2 else (1e-3, 1e-4)
+  np.testing.assert_allclose(out.numpy(), ref, rtol=tol[0], atol=tol[1])

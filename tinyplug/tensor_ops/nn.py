@@ -7,7 +7,7 @@ from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.indexing import check_index_range
 from tinyplug.tensor_ops.template import graph_template
-from tinyplug.tensor_ops.winograd import WINO, can_flip_transpose, use_winograd, winograd_conv3x3
+from tinyplug.tensor_ops.winograd import WINO, use_winograd, winograd_conv3x3
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
 
 def _tuple(x, n: int) -> tuple[int, ...]: return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n
@@ -401,7 +401,7 @@ def _conv_input_grad(g, w, spatial: tuple[int, ...], groups: int, stride: tuple[
   wt = w.reshape(groups, cout // groups, cin, *kernel).transpose(1, 2).reshape(groups * cin, cout // groups, *kernel)
   if all(s == 1 for s in stride):
     edge = [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)]
-    if wino and groups == 1 and can_flip_transpose():
+    if wino and groups == 1:
       # from the forward's transform of w itself (the flipped transpose's is a reordering of its planes)
       return winograd_conv3x3(g.pad(((0, 0), (0, 0), *edge)).contiguous(), w, flipped_transpose=True)
     return g._conv2d(wt.flip(tuple(range(2, 2 + nd))), None, groups, 1, dilation,

@@ -67,7 +67,6 @@ def _winograd_per_plane(x, weight, m: int, flipped_transpose: bool):
   bt, g, at = _MATRICES[m]
   a = m + 2
   order = _flip_planes(m) if flipped_transpose else None
-  if flipped_transpose and order is None: weight, flipped_transpose = weight.transpose(0, 1).flip((2, 3)), False
   (bs, cin, h, w), cout = x.shape, weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
@@ -109,9 +108,10 @@ def _weight_transform(weight, m: int):
 def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
   `flipped_transpose`, with the weight (cin, cout, 3, 3) flipped and its channels swapped (an input gradient's),
-  from the same transform of it as the forward's (`can_flip_transpose`)."""
+  from the same transform of it as the forward's where the tile size allows (`_flip_planes`)."""
   bt, g, at = _MATRICES[m]
   a = m + 2
+  if flipped_transpose and _flip_planes(m) is None: weight, flipped_transpose = weight.transpose(0, 1).flip((2, 3)), False
   (bs, cin, h, w) = x.shape
   cout = weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
@@ -148,10 +148,6 @@ TILES_PER_VECTOR = 16
 def tiles_inner(ty: int, tx: int) -> bool:
   """Whether winograd_conv3x3 runs with the tiles innermost (one kernel per transform) for ty x tx tiles an image."""
   return (ty * tx) % TILES_PER_VECTOR == 0
-
-def can_flip_transpose(m: int = TILE) -> bool:
-  """Whether an input gradient's Winograd form can reuse the forward's weight transform (`winograd_conv3x3`)."""
-  return _flip_planes(m) is not None
 
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
 # channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
