@@ -40,6 +40,8 @@ def _conv_against_torch(bs: int, cin: int, cout: int, h: int, w: int, padding, b
   (1, 4, 3, 3, 3, 0, True),      # one output: a single part tile
   (2, 17, 33, 12, 10, 1, False),
   (1, 4, 6, 8, 11, (1, 0), True),   # a padding per dim
+  (3, 16, 24, 7, 7, 1, True),      # 16 tiles an image: the one-kernel transforms, a 7x7 output's part tiles
+  (2, 9, 5, 10, 10, 0, False),     # the same unpadded (an 8x8 output), channel counts that fill no vector
 ])
 def test_winograd_matches_torch(bs, cin, cout, h, w, padding, bias):
   for _ in range(3):   # the first calls build the graph, later ones come from its template
@@ -59,10 +61,20 @@ def _conv_reductions(wino: int, **kwargs) -> list:
     x, w = Tensor.empty(2, 16, 12, 12), Tensor.empty(16, 16 // kwargs.get("groups", 1), kwargs.pop("k", 3), 3)
     return _reductions(x.conv2d(w, **kwargs))
 
+# Winograd's reductions: with the tiles innermost (16 tiles an image), the weight's transform, the input's, the 16
+# tile positions' matmuls as one, the output's; otherwise the weight's transform and a matmul per tile position
+TILES_INNER, PER_PLANE = 4, 17
+
+def _wino_reductions(out_hw: int) -> int: return TILES_INNER if -(-out_hw // 2) ** 2 % 16 == 0 else PER_PLANE
+
 def test_wino_switch_picks_the_form():
-  # direct: one reduction over (cin, 3, 3) per output; Winograd: one matmul over cin per 4x4 tile position
+  # direct: one reduction over (cin, 3, 3) per output
   assert len(_conv_reductions(0, padding=1)) == 1
-  assert len(_conv_reductions(1, padding=1)) == 16
+  assert len(_conv_reductions(1, padding=1)) == PER_PLANE                       # 12x12: 36 tiles an image
+  for hw in (7, 8):                                                             # 16 tiles an image
+    with Context(WINO=1):
+      out = Tensor.empty(2, 16, hw, hw).conv2d(Tensor.empty(24, 16, 3, 3), padding=1)
+      assert len(_reductions(out)) == TILES_INNER
 
 @pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1), dict(dilation=2, padding=2), dict(groups=2, padding=1),
                                     dict(k=5, padding=2)])
@@ -70,11 +82,11 @@ def test_wino_leaves_other_convolutions_direct(kwargs):
   assert len(_conv_reductions(1, **kwargs)) == len(_conv_reductions(0, **kwargs)) == 1
 
 @pytest.mark.parametrize("shape,expected", [
-  ((8, 256, 256, 7), 16), ((8, 256, 256, 14), 16), ((8, 512, 512, 7), 16),
+  ((8, 256, 256, 7), 1), ((8, 256, 256, 14), PER_PLANE), ((8, 512, 512, 7), TILES_INNER),
   ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
 def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected):
   bs, cin, cout, hw = shape
-  for wino, reductions in ((-1, expected), (0, 1), (1, 16)):
+  for wino, reductions in ((-1, expected), (0, 1), (1, _wino_reductions(hw))):
     with Context(WINO=wino):
       out = Tensor.empty(bs, cin, hw, hw).conv2d(Tensor.empty(cout, cin, 3, 3), padding=1)
       assert len(_reductions(out)) == reductions, (wino, shape)
@@ -84,8 +96,9 @@ def test_wino_leaves_half_precision_direct():
     out = Tensor.empty(2, 16, 12, 12, dtype="half").conv2d(Tensor.empty(16, 16, 3, 3, dtype="half"), padding=1)
     assert len(_reductions(out)) == 1
 
-def test_winograd_input_gradient_is_winograd_too():
-  x = Tensor(RNG.standard_normal((2, 8, 10, 10)).astype(np.float32), requires_grad=True)
+@pytest.mark.parametrize("hw", [10, 8])
+def test_winograd_input_gradient_is_winograd_too(hw):
+  x = Tensor(RNG.standard_normal((2, 8, hw, hw)).astype(np.float32), requires_grad=True)
   w = Tensor(RNG.standard_normal((8, 8, 3, 3)).astype(np.float32), requires_grad=True)
   counts = {}
   for wino in (0, 1):
@@ -93,8 +106,10 @@ def test_winograd_input_gradient_is_winograd_too():
       x.grad = None
       x.conv2d(w, padding=1).square().sum().backward()
       counts[wino] = len(_reductions(x.grad))
-  # the forward product (square's gradient reads it) and the input gradient's: one reduction each, or 16 each
-  assert counts[0] == 2 and counts[1] == 32
+  # the forward product (square's gradient reads it) and the input gradient's: one reduction each, or Winograd's
+  # each; with the tiles innermost the input gradient reuses the forward's weight transform (the transform of the
+  # flipped, transposed weight is a reordering of its planes)
+  assert counts[0] == 2 and counts[1] == (2 * TILES_INNER - 1 if hw == 8 else 2 * PER_PLANE)
 
 def test_winograd_4x4_tiles_match_torch_more_loosely():
   """F(4x4,3x3), kept for experiments (conv2d uses F(2x2)): the same values, with its larger rounding."""
@@ -103,3 +118,16 @@ def test_winograd_4x4_tiles_match_torch_more_loosely():
   w = (RNG.standard_normal((6, 5, 3, 3)) / np.sqrt(45)).astype(np.float32)
   out = winograd_conv3x3(Tensor(x), Tensor(w), m=4)
   np.testing.assert_allclose(out.numpy(), F.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-3, atol=1e-4)
+
+@pytest.mark.parametrize("m,hw", [(2, 10), (2, 12), (4, 10)])
+def test_winograd_flipped_transpose_matches_torch(m, hw):
+  """An input gradient's convolution, with the weight (cin, cout, 3, 3) flipped and its channels swapped: from the
+  weight's own transform with its planes reordered (m=2, both forms: 8x8 and 10x10 outputs), or from the flipped view
+  where no reordering exists (m=4)."""
+  from tinyplug.tensor_ops.winograd import winograd_conv3x3
+  x = RNG.standard_normal((2, 6, hw, hw)).astype(np.float32)
+  w = (RNG.standard_normal((6, 5, 3, 3)) / np.sqrt(54)).astype(np.float32)    # (cout of the forward, cin, 3, 3)
+  out = winograd_conv3x3(Tensor(x), Tensor(w), m=m, flipped_transpose=True)
+  ref = F.conv2d(torch.tensor(x), torch.tensor(w).transpose(0, 1).flip((2, 3))).numpy()
+  tol = (RTOL, ATOL) if m == 2 else (1e-3, 1e-4)
+  np.testing.assert_allclose(out.numpy(), ref, rtol=tol[0], atol=tol[1])

@@ -3,9 +3,14 @@ becomes G g G^T, each (m+2) x (m+2) input tile B^T d B, each of the (m+2)^2 tile
 input channels, and A^T M A turns each product tile back into m x m outputs. conv2d (tensor_ops/nn.py) uses it for
 the output and for the input gradient (itself a stride-1 3x3 convolution) with m=2; its weight gradient stays direct.
 The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's multiplies (m=2: 1/2.25, m=4: 1/4), at the price
-of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x)."""
+of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x). Where an
+image has 16 tiles (`tiles_inner`) each transform is one kernel (a constant matrix contracted), the 16 matmuls one
+kernel with the tiles innermost, and the input gradient reuses the forward's weight transform; other shapes run a
+kernel per tile position."""
 from __future__ import annotations
+import functools
 from fractions import Fraction as Fr
+import numpy as np
 from tinyplug.helpers import ContextVar
 
 WINO = ContextVar("WINO", -1, "stride-1 3x3 convolutions as Winograd F(2x2,3x3): 1 every one it can take, 0 none, "
@@ -23,6 +28,21 @@ _MATRICES: dict[int, tuple[list[list], list[list], list[list]]] = {
       [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
 }
 TILE = 2   # F(4x4,3x3) was tried too: see benchmarks/README.md (session 20, helper wino)
+
+def _kron(left: list[list], right: list[list]) -> np.ndarray:
+  """The Kronecker product of two small matrices: the 2-D transform X -> L X R^T as one matrix on flattened X."""
+  return np.kron(np.array(left, dtype=np.float64), np.array(right, dtype=np.float64))
+
+@functools.lru_cache(maxsize=64)
+def _realized(cls, values: tuple, shape: tuple[int, ...], device: str, dtype):
+  return cls(np.array(values, dtype=np.float64).reshape(shape), device=device, dtype=dtype).realize()
+
+def _constant(like, mat: np.ndarray):
+  """mat as a realized tensor of like's device and dtype, one buffer per matrix: the input gradient's weight transform
+  is then the forward's own node, computed once. Each transform is a matmul with such a matrix, one kernel that
+  writes every plane into one buffer (a kernel per plane re-read the operand for each; planes joined by a cat
+  evaluated every plane's branch per element)."""
+  return _realized(type(like), tuple(mat.ravel().tolist()), mat.shape, like.device, like.dtype)
 
 def _combos(pieces: list, mat: list[list]) -> list:
   """[sum_k mat[i][k] * pieces[k] for each row i], the zero terms left out."""
@@ -42,23 +62,25 @@ def _taps(x, axis: int, a: int, m: int, n: int) -> list:
   nil, rest = (None,) * axis, (None,) * (x.ndim - axis - 2)
   return [x.shrink(nil + ((k // m, k // m + n), (k % m, k % m + 1)) + rest) for k in range(a)]
 
-def winograd_conv3x3(x, weight, m: int = TILE):
-  """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3)."""
+def _winograd_per_plane(x, weight, m: int, flipped_transpose: bool):
+  """winograd_conv3x3 as a kernel per tile position and input transform plane, the tiles as the matmuls' rows."""
   bt, g, at = _MATRICES[m]
   a = m + 2
-  (bs, cin, h, w), cout = x.shape, weight.shape[0]
+  order = _flip_planes(m) if flipped_transpose else None
+  (bs, cin, h, w), cout = x.shape, weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
   # the input as (ty+1, m) x (tx+1, m) blocks: every tile's a x a rows are shrinks of it
   x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w))).reshape(bs, cin, ty + 1, m, tx + 1, m)
   v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
-  wr = [weight.shrink((None, None, (k, k + 1), None)) for k in range(3)]
-  u = [uj for ui in _combos(wr, g) for uj in _combos([ui.shrink((None, None, None, (k, k + 1))) for k in range(3)], g)]
+  # every plane's (cin, cout) weight from one transform (a kernel per plane was 32 of this form's ~105 kernels): of
+  # the weight's transpose, or for the flipped transpose, the weight's own planes in the flipped order
+  u = _weight_transform(weight if flipped_transpose else weight.transpose(0, 1), m)        # (a*a, cin, cout)
+  u = [u[k] for k in (order or range(a * a))]
   # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
   # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
   prod = [vt.reshape(bs, cin, ty, tx).contiguous().reshape(bs, cin, ty * tx).transpose(1, 2)
-          .dot(ut.reshape(cout, cin).transpose(0, 1).contiguous()).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2)
-          for vt, ut in zip(v, u)]
+          .dot(ut).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2) for vt, ut in zip(v, u)]
   prod = [prod[i * a:(i + 1) * a] for i in range(a)]
   rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
   y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
@@ -66,15 +88,80 @@ def winograd_conv3x3(x, weight, m: int = TILE):
   y = y.reshape(bs, cout, ty * m, tx * m)
   return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
 
+def _flip_planes(m: int) -> list[int] | None:
+  """The tile positions' order that turns the transform of a weight into that of its flipped transpose: G
+  flip(g) = P (G g) for a row permutation P (m=2's points 0, 1, -1, infinity: the first and last rows trade
+  places), so plane (r, c) of the flipped weight's transform is plane (P r, P c) of the weight's, transposed.
+  None where no row permutation does it."""
+  g = np.array(_MATRICES[m][1], dtype=np.float64)
+  rows = [next((j for j in range(len(g)) if np.array_equal(g[j], r)), None) for r in g[:, ::-1]]
+  if None in rows: return None
+  return [rows[r] * len(g) + rows[c] for r in range(len(g)) for c in range(len(g))]
+
+def _weight_transform(weight, m: int):
+  """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position: a matmul with k=9 over
+  the taps as rows (reduced in place, 9 floats apart, every vector was a gather: 6.4 ms at 512->512, one thread)."""
+  (cout, cin), a = weight.shape[:2], m + 2
+  taps = weight.reshape(cout * cin, 9).transpose(0, 1).contiguous()
+  return _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).dot(taps).reshape(a * a, cout, cin)
+
+def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
+  """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
+  `flipped_transpose`, with the weight (cin, cout, 3, 3) flipped and its channels swapped (an input gradient's),
+  from the same transform of it as the forward's where the tile size allows (`_flip_planes`)."""
+  bt, g, at = _MATRICES[m]
+  a = m + 2
+  if flipped_transpose and _flip_planes(m) is None: weight, flipped_transpose = weight.transpose(0, 1).flip((2, 3)), False
+  (bs, cin, h, w) = x.shape
+  cout = weight.shape[1] if flipped_transpose else weight.shape[0]
+  oh, ow = h - 2, w - 2
+  ty, tx = -(-oh // m), -(-ow // m)
+  if not tiles_inner(ty, tx): return _winograd_per_plane(x, weight, m, flipped_transpose)
+  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
+  kv, ky = _kron(bt, bt), _kron(at, at)
+  u = _weight_transform(weight, m)                                                 # (a*a, cout, cin)
+  if flipped_transpose:
+    # the planes in the forward transform's order, the input's and output's transforms reordered to match
+    order = _flip_planes(m)
+    u, kv, ky = u.transpose(1, 2), kv[order], ky[:, order]
+  # V (a*a, cin, bs*tiles): every tile's a x a window copied out as (a*a, cin * bs * tiles) rows, then B^T d B of them
+  # as one (a*a, a*a) @ (a*a, cin * bs * tiles) matmul (reduced in place from the window view, every vector of tiles
+  # was a gather: 1.9 ms; as a batch of (a*a, a*a) @ (a*a, tiles) over the channels, V a strided view, 1.3 ms; now 0.7)
+  win = x._pool((a, a), m)                                                         # (bs, cin, ty, tx, a, a)
+  xw = win.permute(4, 5, 1, 0, 2, 3).reshape(a * a, cin * bs * ty * tx).contiguous()
+  v = _constant(x, kv).dot(xw).reshape(a * a, cin, bs * ty * tx)
+  # the channel mixing: a matmul per tile position, (cout, cin) @ (cin, bs * tiles), both operands row-major (tiles
+  # by channels made both transforms transposing copies: 512->512 7x7, one thread, the output's 6.6 ms), then the
+  # products back to m x m outputs per tile, a matmul into (cout, m*m, tiles) and a view of it (reduced in the
+  # output's order, 16 gathered planes: 1.7 against 0.5 ms)
+  prod = u.dot(v).permute(1, 0, 2)                                               # (cout, a*a, bs*tiles), a view
+  y = _constant(x, ky).reshape(1, m * m, a * a).dot(prod).contiguous().reshape(cout, m, m, bs, ty, tx)
+  y = y.permute(3, 0, 4, 1, 5, 2).reshape(bs, cout, ty * m, tx * m)
+  return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+
+# the one-kernel transforms and (cout, cin) @ (cin, tiles) matmul where a vector of tiles is whole images' tiles:
+# 16 per image (a 7x7 or 8x8 output). Conv b8 fwd+bwd, one Zen 4 thread: 512->512 7x7 70.6 -> 55.0 ms; at 256->256
+# 14x14 (49 tiles an image) a vector's windows each took a division by 7 and 49 and the tiles padded to 416: 41.7 ->
+# 55 ms, so such shapes keep the kernel per tile position, the tiles as rows
+TILES_PER_VECTOR = 16
+
+def tiles_inner(ty: int, tx: int) -> bool:
+  """Whether winograd_conv3x3 runs with the tiles innermost (one kernel per transform) for ty x tx tiles an image."""
+  return (ty * tx) % TILES_PER_VECTOR == 0
+
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
 # channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
-# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward
+# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward. Outputs of
+# at most 8x8 want 512 channels: since short rows take the turned-around direct tile, 256->256 7x7 b8 fwd+bwd runs
+# 15.0-15.7 ms direct against 17.5-17.7 as Winograd per thread (torch 16.0-16.4); 512->512 7x7 74 against 56
 WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 14, 128
+WINO_SHORT_OUT, WINO_SHORT_MIN_CHANNELS = 8, 512
 
 def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
   """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes."""
   tiles = bs * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
-  return min(cin, cout) >= WINO_MIN_CHANNELS and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
+  least = WINO_SHORT_MIN_CHANNELS if max(out_hw) <= WINO_SHORT_OUT else WINO_MIN_CHANNELS
+  return min(cin, cout) >= least and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
 
 def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype) -> bool:
   """Whether conv2d of these shapes (the input's padded) and arguments takes the Winograd form: a one-group stride-1
