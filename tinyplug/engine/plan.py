@@ -184,7 +184,8 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
       return _run_one_op(hit, uops[0]), None
     if (skel := _skeleton_of(uops[0], token)) is not None:
-      if (becomes := _realize_skeleton(uops[0], *skel)) is not None: return becomes, None
+      if (becomes := _realize_skeleton(uops[0], *skel)) is not None:
+        return (becomes if type(becomes) is dict else {uops[0]: becomes}), None
     template, found = _sched().cached_template(uops, shallow)
   else: shallow, skel, (template, found) = None, None, _sched().cached_template(uops)
   if template is None: return (None if found is None else _realize_params(found, skel)), found
@@ -217,7 +218,7 @@ def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
 
 def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
   """What realizing the graph of the ALU op `x` makes of it (a UOp: the buffer x becomes as it is, from a one-op
-  runner, with no map made; else the becomes map), run from a plan found without the engine's layers: a
+  or direct skeleton runner, with no map made; else the becomes map), run from a plan found without the engine's layers: a
   one-op graph (`t + 1` over realized buffers and constants) by its shallow key, another small graph by its skeleton
   (a new constant's `((x * k) + 1).exp()`); None: no such plan (yet), or plans do not apply now (realize it the usual
   way, which records the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide
@@ -438,7 +439,7 @@ class _Shortcut:
     self.direct = None
 
 def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int]) -> Any:
-  """fn(x, leaves) -> what x becomes, for a plan of one kernel with one new output that the target (at position
+  """fn(x, leaves) -> the buffer x becomes as it is (no map: Tensor.realize points the tensor at it), for a plan of one kernel with one new output that the target (at position
   `target`) becomes as it is (a new constant's `((x * k) + 1).exp()`): _run and becomes_over over the skeleton's
   leaves, without the node list, the reference lambdas and the recipes. `where`: a position's leaf number. None for
   any other plan."""
@@ -449,13 +450,13 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
   ins = tuple([where[r] for r in refs[1:]])
   values = None if vals is None else tuple([where[p] for p in vals])
   kernels, ops, mem, gcounters = plan.kernels, plan.ops, plan.mem, GlobalCounters
-  def run(x: UOp, leaves: tuple) -> dict[UOp, UOp]:
+  def run(x: UOp, leaves: tuple) -> UOp:
     u, h = make()
     handles = [h]
     for i in ins: handles.append(handle_of(leaves[i]))
     launch(handles, () if values is None else tuple([_bits(leaves[i].arg) for i in values]))
     gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
-    return {x: u}
+    return u
   return run
 
 def _skeleton_of(x: UOp, token: int) -> tuple | None:
@@ -464,8 +465,9 @@ def _skeleton_of(x: UOp, token: int) -> tuple | None:
   sid, leaves = skel
   return leaves, (sid, _schedule_cache.repeats(leaves), token)
 
-def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> dict[UOp, UOp] | None:
-  """What realizing x makes, run from a plan its skeleton finds; None: the walk's way."""
+def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> UOp | dict[UOp, UOp] | None:
+  """What realizing x makes, run from a plan its skeleton finds (a UOp: the buffer x becomes as it is, from a direct
+  runner; else the becomes map); None: the walk's way."""
   if (shortcuts := _skeleton_plans.get(skey)) is None: return None
   for sc in shortcuts:
     if sc.cache.get(sc.key) is not sc.entry: continue   # (made again since: the walk's way records it anew)
@@ -524,7 +526,8 @@ def _realize_params(found: tuple, skel: tuple | None = None) -> dict[UOp, UOp] |
   `skel`: the single target's (leaves, _skeleton_plans key), to remember the plan by."""
   key, nodes = found
   if (masked := _masked(key)) is None: return None
-  pkey = (masked, _settings_token())
+  # (its hash kept: a skeleton's shortcut looks this key up on every run to check its plan still stands)
+  pkey = _schedule_cache.kept_key((masked, _settings_token()))
   if (entry := _param_plans.get(pkey)) is None or type(entry) is int:
     if (got := _record_params(key, nodes, masked)) is None: return None
     if got is _NO_TEMPLATE:   # the rewritten graph has no template (yet: the usual path makes it; never: give up)

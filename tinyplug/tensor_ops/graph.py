@@ -55,12 +55,16 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
   if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value)
   else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
+  f32 = c.dtype is _F32 and key is not None
   if (ones := _ones.get(shape := tuple(shape))) is None and shape and all([type(s) is int for s in shape]):
     if len(_ones) > 1024: _ones.clear()
     ones = _ones[shape] = (1,) * len(shape)
   if ones is not None:   # the nodes reshape() and expand() make, without their checks
     ret = shaped_node(Ops.RESHAPE, c, ones)
-    if shape != ones: ret = shaped_node(Ops.EXPAND, ret, shape)
+    if shape != ones:
+      ret = shaped_node(Ops.EXPAND, reshaped := ret, shape)
+      if f32: (_const_skeleton or _bind_const_skeleton())(c, reshaped, ret)
+    elif f32: (_const_skeleton or _bind_const_skeleton())(c, ret, None)
   else: ret = expand(reshape(c, (1,) * len(shape)), shape)
   if key is not None: _new_consts.put(key, (dtype, ret))
   return ret
@@ -85,6 +89,18 @@ def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
 # a concrete shape (all ints, at least one dim) -> its rank's (1, ..., 1): a new constant's reshape, without looking at
 # each dim again
 _ones: dict[tuple, tuple] = {}
+
+_F32 = canonical_dtype(dtypes.float32)
+
+# a new float32 constant's chain gets its skeleton as it is made (schedule/cache.py: a new k's graph is then known from
+# its ops alone on its first realize); the scheduler is loaded by the first such constant, not on import
+_const_skeleton: Any = None
+
+def _bind_const_skeleton() -> Any:
+  global _const_skeleton
+  from tinyplug.schedule.cache import remember_const_skeleton
+  _const_skeleton = remember_const_skeleton
+  return _const_skeleton
 
 _consts: BoundedCache = BoundedCache("tensor.constants", 4096)
 # a constant asked for once waits here and moves into _consts on its second use: one used once (a new float each step,
