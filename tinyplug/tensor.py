@@ -74,7 +74,6 @@ _unlinked: list[weakref.ReferenceType] = []
 
 def _only_dead(refs: list, n: int) -> bool:
   """Whether the first `n` of the weak references `refs` are all dead."""
-  if n == 0: return True
   if n == 1: return refs[0]() is None
   return all([r() is None for r in refs[:n]])
 
@@ -334,7 +333,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       if u.op in _ALU and (got := (_plan_mod or _plan()).realize_one_op(u)) is not None:
         if type(got) is dict: _apply_becomes_map(got)
         elif _unlinked and _unlinked[-1]() is self and not _deferred_refs and id(u) not in _linked_nodes and \
-             _only_dead(_unlinked, len(_unlinked) - 1):
+             (len(_unlinked) == 1 or _only_dead(_unlinked, len(_unlinked) - 1)):
           # the usual `t = (t + 1).realize()` or `((x * k) + 1).exp().realize()`: this tensor is the only live one
           # made since the last realize (the others were temporaries of its expression) and no graph is over its
           # node (_apply_becomes_map's first case, without the map)
