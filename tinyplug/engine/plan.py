@@ -225,14 +225,30 @@ def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
   nothing more (realize_graph's first branch, reached in one call)."""
   if not engine.plans_apply(): return None
   token = _settings_token()
+  # the usual tiny op, `t + 1.0` on a buffer: its plan by a flat key first (no shallow key to build, no nested tuple
+  # to hash)
+  if len(src := x.src) == 2 and (a := src[0]).op is _BUFFER and len(a.src) == 2 and a.src[0].op is _UNIQUE and \
+     (cc := (c := src[1])._cache) is not None and cc.get("buffer_free") is True:
+    flat = (x.op, id(x.dtype), x.arg, id(a.dtype), a.arg, a.src[1], c, token)
+    if (hit := _flat_one_op_plans.get(flat)) is not None and (run_one := hit[4]) is not None:
+      counters["graph_hits"] += 1
+      return run_one(x)
+  else: flat = None
   if (shallow := _schedule_cache.shallow_key(x)) is None:
     # (a miss here costs the usual way nothing: the skeleton stays on the nodes, the shortcuts are looked up again)
     if (skel := _skeleton_of(x, token)) is not None: return _realize_skeleton(x, *skel)
     return None
   if (hit := _one_op_plans.get((shallow, token))) is None: return None
+  if flat is not None: _flat_one_op_plans.put(flat, hit)
   if (run_one := hit[4]) is None: return _run_one_op(hit, x)
   counters["graph_hits"] += 1   # (_run_one_op's usual way, without its call)
   return run_one(x)
+
+# A one-op graph of an op over a plain buffer (first) and a constant (second), `t + 1.0`: (op, id of its dtype, arg,
+# id of the buffer's dtype, its size, its DEVICE node, the constant's node, settings number) -> its _one_op_plans
+# entry. The same facts as its shallow key (a buffer by dtype, size, device and no view; a constant by its node), flat
+_flat_one_op_plans: BoundedCache = BoundedCache("engine.flat_one_op_plans", 4096)
+_BUFFER, _UNIQUE = Ops.BUFFER, Ops.UNIQUE
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
