@@ -124,3 +124,43 @@ def test_a_parameter_plans_shortcut_keeps_its_keys_hash():
   if skel is None or not (shortcuts := [sc for sc in P._skeleton_plans.get(skel[1], ()) if sc.param]):
     pytest.skip("plans do not apply here")
   assert all(type(sc.key) is cache.KeptKey and sc.cache.get(sc.key) is sc.entry for sc in shortcuts)
+
+@pytest.fixture
+def shallow_calls(monkeypatch):
+  """How many times realize_one_op built a shallow key."""
+  calls = []
+  real = P._schedule_cache.shallow_key
+  monkeypatch.setattr(P._schedule_cache, "shallow_key", lambda x: (calls.append(x), real(x))[1])
+  return calls
+
+def test_the_tiny_op_finds_its_plan_by_the_flat_key(shallow_calls):
+  t = Tensor(np.zeros(3, np.float32)).realize()
+  for _ in range(3): t = (t + 1.0).realize()
+  if not P._flat_one_op_plans: pytest.skip("plans do not apply here")
+  shallow_calls.clear()
+  hits = P.counters["graph_hits"]
+  for _ in range(50): t = (t + 1.0).realize()
+  assert shallow_calls == [] and P.counters["graph_hits"] == hits + 50   # no shallow key built: the flat key found it
+  np.testing.assert_array_equal(t.numpy(), np.full(3, 53.0, np.float32))
+  t = (t * 0.5).realize()   # another op, another constant: its own entry, values right
+  np.testing.assert_array_equal(t.numpy(), np.full(3, 26.5, np.float32))
+
+@pytest.mark.parametrize("case", ["reversed", "int", "broadcast", "unrealized", "view", "two buffers"])
+def test_other_one_op_graphs_take_the_shallow_key_and_give_numpys_values(case, shallow_calls):
+  xs = np.arange(6, dtype=np.float32)
+  x = Tensor(xs).realize()
+  for _ in range(5):   # recorded the usual way, then asked again
+    if case == "reversed": got, want = (2.0 - x), 2.0 - xs   # the constant first
+    elif case == "int":
+      xi = Tensor(np.arange(6, dtype=np.int32)).realize()
+      got, want = xi + 3, np.arange(6, dtype=np.int32) + 3   # an int constant into an int buffer: flat, its own dtypes
+    elif case == "broadcast":
+      row = Tensor(np.float32([10.0])).realize()
+      got, want = x + row, xs + 10   # a broadcast buffer: no constant
+    elif case == "unrealized": got, want = (x * 2.0) + 1.0, xs * 2 + 1   # the operand computes something
+    elif case == "view": got, want = x.reshape(2, 3) + 1.0, (xs + 1).reshape(2, 3)   # a reshaped buffer
+    else: got, want = x + x, xs + xs
+    shallow_calls.clear()
+    np.testing.assert_array_equal(got.realize().numpy(), want)
+  flat = case == "int"
+  assert (shallow_calls == []) == flat, case

@@ -230,7 +230,8 @@ def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
   if len(src := x.src) == 2 and (a := src[0]).op is _BUFFER and len(a.src) == 2 and a.src[0].op is _UNIQUE and \
      (cc := (c := src[1])._cache) is not None and cc.get("buffer_free") is True:
     flat = (x.op, id(x.dtype), x.arg, id(a.dtype), a.arg, a.src[1], c, token)
-    if (hit := _flat_one_op_plans.get(flat)) is not None and (run_one := hit[4]) is not None:
+    if (hit := _flat_one_op_plans.get(flat)) is not None:
+      if (run_one := hit[4]) is None: return _run_one_op(hit, x)
       counters["graph_hits"] += 1
       return run_one(x)
   else: flat = None
