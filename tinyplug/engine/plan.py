@@ -467,6 +467,14 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
   ins = tuple([where[r] for r in refs[1:]])
   values = None if vals is None else tuple([where[p] for p in vals])
   kernels, ops, mem, gcounters = plan.kernels, plan.ops, plan.mem, GlobalCounters
+  if len(ins) == 1 and values is not None and len(values) == 1:   # (`x * k` and the like: no loop, no comprehension)
+    (i,), (v,) = ins, values
+    def run_one_value(x: UOp, leaves: tuple) -> UOp:
+      u, h = make()
+      launch([h, handle_of(leaves[i])], (_bits(leaves[v].arg),))
+      gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
+      return u
+    return run_one_value
   def run(x: UOp, leaves: tuple) -> UOp:
     u, h = make()
     handles = [h]
