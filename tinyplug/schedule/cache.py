@@ -222,26 +222,27 @@ def _skeleton(n: UOp, budget: list[int]) -> Any:
   if (c := n._cache) is not None and (known := c.get("skeleton")) is not None: return known
   if budget[0] <= 0: return False   # (not remembered: with more budget it may have one)
   budget[0] -= 1
-  if (op := n.op._value_) not in _CACHEABLE_VALUES: got = False
+  op = n.op._value_
+  if op not in _CACHEABLE_VALUES: got = False
   else:
-    # the key: (op,) for a leaf that is a buffer's UNIQUE or a float32 constant (which one: by its leaf), else (op,
-    # dtype, arg); then the sources' numbers (the two forms differ in length for each op: no key stands for both)
-    if op == _UNIQUE_V or (op == _CONST_V and id(n.dtype) == _F32_ID): key, leaf = (op,), True
+    # the key: [op] for a leaf that is a buffer's UNIQUE or a float32 constant (which one: by its leaf), else [op,
+    # dtype, arg]; then the sources' numbers (the two forms differ in length for each op: no key stands for both)
+    if op == _UNIQUE_V or (op == _CONST_V and id(n.dtype) == _F32_ID): key, leaf = [op], True
     else:
       arg = n.arg
       if (t := type(arg)) is float: arg = ("f", arg.hex())
       elif t is bool: arg = ("b", arg)
-      key, leaf = (op, id(n.dtype), arg), op == _BUFFER_V
-    below, got = (), None
+      key, leaf = [op, id(n.dtype), arg], op == _BUFFER_V
+    below = ()
     for s in n.src:   # (a source known already, the usual one, without a call)
-      if (sc := s._cache) is None or (g := sc.get("skeleton")) is None: g = _skeleton(s, budget)
-      if not g:
-        got = False
-        break
-      key += (g[0],)
-      below += ((s,) + g[1]) if g[2] else g[1]
+      if (sc := s._cache) is None or (got := sc.get("skeleton")) is None: got = _skeleton(s, budget)
+      if not got: break
+      key.append(got[0])
+      below += (s,) + got[1] if got[2] else got[1]
+    else: got = None
     if got is False or len(below) >= _SKELETON_LEAVES: got = False
     else:
+      key = tuple(key)
       if (sid := _skeleton_ids.get(key)) is None:
         if len(_skeleton_ids) > 65536: _skeleton_ids.clear(); _f32_chains.clear()
         sid = _skeleton_ids[key] = _next_skeleton_id()
