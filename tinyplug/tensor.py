@@ -72,6 +72,11 @@ def _track(t: Tensor, _ref: type = weakref.ref) -> None:
 # realize needs the links, so a temporary that dies before then costs one append
 _unlinked: list[weakref.ReferenceType] = []
 
+def _only_dead(refs: list, n: int) -> bool:
+  """Whether the first `n` of the weak references `refs` are all dead."""
+  if n == 1: return refs[0]() is None
+  return all([r() is None for r in refs[:n]])
+
 def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, UOp]]:
   """Link the graphs of the tensors in `_unlinked`; those holding a node of `becomes` itself are returned instead
   (they are about to hold a buffer: nothing to link)."""
@@ -327,9 +332,11 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
       if u.op in _ALU and (got := (_plan_mod or _plan()).realize_one_op(u)) is not None:
         if type(got) is dict: _apply_becomes_map(got)
-        elif len(_unlinked) == 1 and _unlinked[0]() is self and not _deferred_refs and id(u) not in _linked_nodes:
-          # the usual `t = (t + 1).realize()`: this tensor is the only one made since the last realize and no graph
-          # is over its node (_apply_becomes_map's first case, without the map)
+        elif _unlinked and _unlinked[-1]() is self and not _deferred_refs and id(u) not in _linked_nodes and \
+             (len(_unlinked) == 1 or _only_dead(_unlinked, len(_unlinked) - 1)):
+          # the usual `t = (t + 1).realize()` or `((x * k) + 1).exp().realize()`: this tensor is the only live one
+          # made since the last realize (the others were temporaries of its expression) and no graph is over its
+          # node (_apply_becomes_map's first case, without the map)
           _unlinked.clear()
           self._uop = got
         else: _apply_becomes_map({u: got})

@@ -184,7 +184,8 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
     if (shallow := cache.shallow_key(uops[0])) is not None and (hit := _one_op_plans.get((shallow, token))) is not None:
       return _run_one_op(hit, uops[0]), None
     if (skel := _skeleton_of(uops[0], token)) is not None:
-      if (becomes := _realize_skeleton(uops[0], *skel)) is not None: return becomes, None
+      if (becomes := _realize_skeleton(uops[0], *skel)) is not None:
+        return (becomes if type(becomes) is dict else {uops[0]: becomes}), None
     template, found = _sched().cached_template(uops, shallow)
   else: shallow, skel, (template, found) = None, None, _sched().cached_template(uops)
   if template is None: return (None if found is None else _realize_params(found, skel)), found
@@ -217,21 +218,38 @@ def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
 
 def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
   """What realizing the graph of the ALU op `x` makes of it (a UOp: the buffer x becomes as it is, from a one-op
-  runner, with no map made; else the becomes map), run from a plan found without the engine's layers: a
+  or direct skeleton runner, with no map made; else the becomes map), run from a plan found without the engine's layers: a
   one-op graph (`t + 1` over realized buffers and constants) by its shallow key, another small graph by its skeleton
   (a new constant's `((x * k) + 1).exp()`); None: no such plan (yet), or plans do not apply now (realize it the usual
   way, which records the plan). Tensor.realize asks this first: for such a graph the engine's layers in between decide
   nothing more (realize_graph's first branch, reached in one call)."""
   if not engine.plans_apply(): return None
   token = _settings_token()
+  # the usual tiny op, `t + 1.0` on a buffer: its plan by a flat key first (no shallow key to build, no nested tuple
+  # to hash)
+  if len(src := x.src) == 2 and (a := src[0]).op is _BUFFER and len(a.src) == 2 and a.src[0].op is _UNIQUE and \
+     (cc := (c := src[1])._cache) is not None and cc.get("buffer_free") is True:
+    flat = (x.op, id(x.dtype), x.arg, id(a.dtype), a.arg, a.src[1], c, token)
+    if (hit := _flat_one_op_plans.get(flat)) is not None:
+      if (run_one := hit[4]) is None: return _run_one_op(hit, x)
+      counters["graph_hits"] += 1
+      return run_one(x)
+  else: flat = None
   if (shallow := _schedule_cache.shallow_key(x)) is None:
     # (a miss here costs the usual way nothing: the skeleton stays on the nodes, the shortcuts are looked up again)
     if (skel := _skeleton_of(x, token)) is not None: return _realize_skeleton(x, *skel)
     return None
   if (hit := _one_op_plans.get((shallow, token))) is None: return None
+  if flat is not None: _flat_one_op_plans.put(flat, hit)
   if (run_one := hit[4]) is None: return _run_one_op(hit, x)
   counters["graph_hits"] += 1   # (_run_one_op's usual way, without its call)
   return run_one(x)
+
+# A one-op graph of an op over a plain buffer (first) and a constant (second), `t + 1.0`: (op, id of its dtype, arg,
+# id of the buffer's dtype, its size, its DEVICE node, the constant's node, settings number) -> its _one_op_plans
+# entry. The same facts as its shallow key (a buffer by dtype, size, device and no view; a constant by its node), flat
+_flat_one_op_plans: BoundedCache = BoundedCache("engine.flat_one_op_plans", 4096)
+_BUFFER, _UNIQUE = Ops.BUFFER, Ops.UNIQUE
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
@@ -438,7 +456,7 @@ class _Shortcut:
     self.direct = None
 
 def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int]) -> Any:
-  """fn(x, leaves) -> what x becomes, for a plan of one kernel with one new output that the target (at position
+  """fn(x, leaves) -> the buffer x becomes as it is (no map: Tensor.realize points the tensor at it), for a plan of one kernel with one new output that the target (at position
   `target`) becomes as it is (a new constant's `((x * k) + 1).exp()`): _run and becomes_over over the skeleton's
   leaves, without the node list, the reference lambdas and the recipes. `where`: a position's leaf number. None for
   any other plan."""
@@ -449,13 +467,21 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
   ins = tuple([where[r] for r in refs[1:]])
   values = None if vals is None else tuple([where[p] for p in vals])
   kernels, ops, mem, gcounters = plan.kernels, plan.ops, plan.mem, GlobalCounters
-  def run(x: UOp, leaves: tuple) -> dict[UOp, UOp]:
+  if len(ins) == 1 and values is not None and len(values) == 1:   # (`x * k` and the like: no loop, no comprehension)
+    (i,), (v,) = ins, values
+    def run_one_value(x: UOp, leaves: tuple) -> UOp:
+      u, h = make()
+      launch([h, handle_of(leaves[i])], (_bits(leaves[v].arg),))
+      gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
+      return u
+    return run_one_value
+  def run(x: UOp, leaves: tuple) -> UOp:
     u, h = make()
     handles = [h]
     for i in ins: handles.append(handle_of(leaves[i]))
     launch(handles, () if values is None else tuple([_bits(leaves[i].arg) for i in values]))
     gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
-    return {x: u}
+    return u
   return run
 
 def _skeleton_of(x: UOp, token: int) -> tuple | None:
@@ -464,8 +490,9 @@ def _skeleton_of(x: UOp, token: int) -> tuple | None:
   sid, leaves = skel
   return leaves, (sid, _schedule_cache.repeats(leaves), token)
 
-def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> dict[UOp, UOp] | None:
-  """What realizing x makes, run from a plan its skeleton finds; None: the walk's way."""
+def _realize_skeleton(x: UOp, leaves: tuple, skey: tuple) -> UOp | dict[UOp, UOp] | None:
+  """What realizing x makes, run from a plan its skeleton finds (a UOp: the buffer x becomes as it is, from a direct
+  runner; else the becomes map); None: the walk's way."""
   if (shortcuts := _skeleton_plans.get(skey)) is None: return None
   for sc in shortcuts:
     if sc.cache.get(sc.key) is not sc.entry: continue   # (made again since: the walk's way records it anew)
@@ -524,7 +551,8 @@ def _realize_params(found: tuple, skel: tuple | None = None) -> dict[UOp, UOp] |
   `skel`: the single target's (leaves, _skeleton_plans key), to remember the plan by."""
   key, nodes = found
   if (masked := _masked(key)) is None: return None
-  pkey = (masked, _settings_token())
+  # (its hash kept: a skeleton's shortcut looks this key up on every run to check its plan still stands)
+  pkey = _schedule_cache.kept_key((masked, _settings_token()))
   if (entry := _param_plans.get(pkey)) is None or type(entry) is int:
     if (got := _record_params(key, nodes, masked)) is None: return None
     if got is _NO_TEMPLATE:   # the rewritten graph has no template (yet: the usual path makes it; never: give up)

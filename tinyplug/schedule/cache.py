@@ -244,11 +244,31 @@ def _skeleton(n: UOp, budget: list[int]) -> Any:
     else:
       key = tuple(key)
       if (sid := _skeleton_ids.get(key)) is None:
-        if len(_skeleton_ids) > 65536: _skeleton_ids.clear()
+        if len(_skeleton_ids) > 65536: _skeleton_ids.clear(); _f32_chains.clear()
         sid = _skeleton_ids[key] = _next_skeleton_id()
       got = (sid, below, leaf)
   if got is False and budget[0] <= 0: return False   # (out of budget somewhere below: not known for good)
   return n._remember("skeleton", got)
+
+# A float32 constant's chain (graph.const's CONST -> RESHAPE [-> EXPAND]) has the same skeleton numbers for every value
+# at one shape on one device (the CONST is a leaf): worked out once per chain kind, then given to each new chain as it is
+# made (a new k's `x * k` would otherwise walk its three new nodes on the first realize). (DEVICE node, shape) -> the
+# CONST's, the RESHAPE's and the EXPAND's number (None: no EXPAND); dropped with _skeleton_ids
+_f32_chains: dict[tuple, tuple] = {}
+
+def remember_const_skeleton(c: UOp, reshaped: UOp, expanded: UOp | None) -> None:
+  """Give a new float32 constant's chain (c a CONST over a DEVICE node, `reshaped` its RESHAPE to ones, `expanded` the
+  EXPAND over that or None) the skeletons _skeleton would work out for it."""
+  kind = (c.src[0], reshaped.arg if expanded is None else expanded.arg)
+  if (sids := _f32_chains.get(kind)) is None:
+    if not (top := _skeleton(reshaped if expanded is None else expanded, [8])): return
+    if len(_f32_chains) > 1024: _f32_chains.clear()
+    _f32_chains[kind] = (c._cache["skeleton"][0], reshaped._cache["skeleton"][0], None if expanded is None else top[0])
+    return
+  c._remember("skeleton", (sids[0], (), True))
+  leaves = (c,)
+  reshaped._remember("skeleton", (sids[1], leaves, False))
+  if expanded is not None: expanded._remember("skeleton", (sids[2], leaves, False))
 
 def repeats(leaves: tuple) -> tuple | None:
   """Which leaves are the same node: None when all differ, else each leaf's first position."""

@@ -53,16 +53,22 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
-  if t is float and dtypes.is_float(dtype): c = float_const_node(dtype, dev, value)
+  if t is float and (dtype is _F32 or dtypes.is_float(dtype)): c = float_const_node(dtype, dev, value)
   else: c = UOp(Ops.CONST, dtype, (dev,), dtypes.as_const(value, dtype))
+  f32 = c.dtype is _F32 and key is not None
   if (ones := _ones.get(shape := tuple(shape))) is None and shape and all([type(s) is int for s in shape]):
     if len(_ones) > 1024: _ones.clear()
     ones = _ones[shape] = (1,) * len(shape)
   if ones is not None:   # the nodes reshape() and expand() make, without their checks
-    ret = shaped_node(Ops.RESHAPE, c, ones)
-    if shape != ones: ret = shaped_node(Ops.EXPAND, ret, shape)
+    ret = shaped_node(_RESHAPE, c, ones)
+    if shape != ones:
+      ret = shaped_node(_EXPAND, reshaped := ret, shape)
+      if f32: (_const_skeleton or _bind_const_skeleton())(c, reshaped, ret)
+    elif f32: (_const_skeleton or _bind_const_skeleton())(c, ret, None)
   else: ret = expand(reshape(c, (1,) * len(shape)), shape)
-  if key is not None: _new_consts.put(key, (dtype, ret))
+  if key is not None:   # (BoundedCache.put's work for this small first-in first-out table, without its call)
+    if len(_new_consts) >= _NEW_CONSTS: del _new_consts[next(iter(_new_consts))]
+    _new_consts[key] = (dtype, ret)
   return ret
 
 def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
@@ -86,12 +92,26 @@ def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
 # each dim again
 _ones: dict[tuple, tuple] = {}
 
+_F32 = canonical_dtype(dtypes.float32)
+_RESHAPE, _EXPAND = Ops.RESHAPE, Ops.EXPAND   # (an attribute of the Ops enum costs ~80 ns: every new constant reads two)
+
+# a new float32 constant's chain gets its skeleton as it is made (schedule/cache.py: a new k's graph is then known from
+# its ops alone on its first realize); the scheduler is loaded by the first such constant, not on import
+_const_skeleton: Any = None
+
+def _bind_const_skeleton() -> Any:
+  global _const_skeleton
+  from tinyplug.schedule.cache import remember_const_skeleton
+  _const_skeleton = remember_const_skeleton
+  return _const_skeleton
+
 _consts: BoundedCache = BoundedCache("tensor.constants", 4096)
 # a constant asked for once waits here and moves into _consts on its second use: one used once (a new float each step,
 # `x * k` for a k never seen before) would otherwise be held in _consts until evicted, long enough for its nodes, key
 # and entry to age into the garbage collector's oldest generation, which then runs full collections over the whole
 # heap (a new `((x * k) + 1).exp()` each time: ~15 us of collections per realize, 94 -> 62 us, one thread)
-_new_consts: BoundedCache = BoundedCache("tensor.new_constants", 32)
+_NEW_CONSTS = 32
+_new_consts: BoundedCache = BoundedCache("tensor.new_constants", _NEW_CONSTS)
 
 def const_like(u: UOp, value: Any, dtype: DType | None = None) -> UOp:
   return const(value, dtype or u.dtype, u.device, u.shape)
