@@ -127,13 +127,11 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
   input's graph in turn, then the template's own nodes, then `out`. None where the key would not tell the graph's
   shape: two inputs' graphs, or an input's and the template's nodes, share a node that holds a buffer (a node without
   one is the same object wherever its structure is the same, by hash-consing, so sharing it is part of the key)."""
-  from tinyplug.schedule.cache import buffer_free, structure
+  from tinyplug.schedule.cache import buffer_free
   keys: list[tuple] = []
   parts: list[list[UOp]] = []
   for u in inputs:
-    if (found := _op_over_templates(u)) is None:
-      if (walked := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
-      found = walked[0], walked[1][:-1]
+    if (found := _op_over_templates(u)) is None and (found := _input_walk(u)) is None: return None
     keys.append(found[0])
     parts.append(found[1])
   pos: dict[UOp, int] = {}
@@ -144,6 +142,17 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
       nodes.append(n)
     elif not buffer_free(n): return None
   return ((_COMPOSITE, token), *keys), nodes, pos
+
+def _input_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
+  """(structure key, nodes ending with u) of an input's graph; kept on a buffer view (a long-lived input, a model's
+  parameter: the same walk every step), without u itself (a node whose cache refers to it lives until the cyclic
+  collector runs)."""
+  from tinyplug.schedule.cache import structure
+  if (c := u._cache) is not None and (known := c.get("input_walk")) is not None: return known[0], [*known[1], u]
+  if (walked := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
+  key, nodes = walked[0], walked[1][:-1]
+  if u.op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER): u._remember("input_walk", (key, nodes[:-1]))
+  return key, nodes
 
 _COMPOSITE = "graph template"   # (a structure key's parts are 4-tuples: a composite key never equals one)
 _OP_OVER = "op over graph templates"
