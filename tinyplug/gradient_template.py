@@ -11,6 +11,7 @@ derivation would give. A recipe keeps no forward node, so a template holds no bu
 its own (a custom gradient drawing random numbers) is derived every time. Custom gradient functions must depend only
 on their arguments, as the built-in rules do."""
 from __future__ import annotations
+import operator
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
 from tinyplug.helpers import DEFAULT_FLOAT, DEFAULT_INT, GRADIENT_TEMPLATES, TRAINING
@@ -87,8 +88,8 @@ _Device: Any = None
 # device.
 # hint: the scheduler's structure of the new gradients realized together (a single parameter's on its own, or every
 # parameter's, `Tensor.realize(*[p.grad for p in params])`, in the targets' forward order or its reverse), one per order:
-# (steps of the gradients, their key, where each node of the walk is: step i as i, forward position p as -p-1), so
-# realize need not walk them (as a graph template's output brings its key; conv 64->128 28x28 s2 fwd + bwd: a 0.17 ms
+# (steps of the gradients, their key, a function picking the walk's nodes out of the steps' values followed by the
+# forward nodes: one C call, not a comprehension over ~140 positions), so realize need not walk them (as a graph template's output brings its key; conv 64->128 28x28 s2 fwd + bwd: a 0.17 ms
 # walk per step). None where some gradient is not a new node (the realize's graph then has others).
 Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int, tuple, Any], ...], tuple | None]
 
@@ -109,9 +110,15 @@ def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
     index[u] = len(steps) - 1
   # each gradient's shape and device too: known at once on a replay (backward() and realize ask), not node by node
   outs = tuple((pos[t], index[g], g.shape, g.device) for t, g in grads.items())
-  return tuple(steps), outs, _hint_of(grads, dependent, index, pos)
+  return tuple(steps), outs, _hint_of(grads, dependent, index, pos, len(steps))
 
-def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int]) -> tuple | None:
+def _picker(where: list[int]) -> Callable[[list], tuple]:
+  """seq -> tuple(seq[i] for i in where), in C."""
+  if len(where) > 1: return operator.itemgetter(*where)
+  return (lambda seq: (seq[where[0]],)) if where else (lambda seq: ())
+
+def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int],
+             n_steps: int) -> tuple | None:
   # (the gradient the loss itself starts from is a constant: it does not count)
   made = [g for g in dict.fromkeys(grads[t] for t in sorted(grads, key=lambda t: pos[t])) if not buffer_free(g)]
   new = [g for g in made if g in dependent]
@@ -125,9 +132,9 @@ def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], 
     # (one gradient: it and the SINK are not kept, structure() adds them; several: only the SINK)
     for n in nodes[:-2] if len(order) == 1 else nodes[:-1]:
       if (i := index.get(n)) is not None: where.append(i)
-      elif (p := pos.get(n)) is not None: where.append(-p - 1)
+      elif (p := pos.get(n)) is not None: where.append(n_steps + p)   # (step values first, then the forward nodes)
       else: return None
-    hints.append((tuple(index[g] for g in order), kept_key(key), tuple(where)))
+    hints.append((tuple(index[g] for g in order), kept_key(key), _picker(where)))
   return tuple(hints)
 
 def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
@@ -138,11 +145,11 @@ def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
     if type(s) is int: add(nodes[s])
     elif type(s) is tuple: add(s[0](tuple([vals[i] for i in s[1]])))
     else: add(s)
-  for roots, key, where in hint or ():
+  for roots, key, pick in hint or ():
     g = vals[roots[0]]
     name = "sink_structure" if len(roots) == 1 else "sinks_structure"
     if (c := g._cache) is None or name not in c:
-      below = tuple([vals[i] if i >= 0 else nodes[-i - 1] for i in where])
+      below = pick(vals + nodes)
       if len(roots) == 1: g._cached(name, lambda: (key, below))
       else:
         gs = tuple([vals[i] for i in roots])
