@@ -134,7 +134,7 @@ def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], 
       if (i := index.get(n)) is not None: where.append(i)
       elif (p := pos.get(n)) is not None: where.append(n_steps + p)   # (step values first, then the forward nodes)
       else: return None
-    hints.append((tuple(index[g] for g in order), kept_key(key), _picker(where)))
+    hints.append((tuple(index[g] for g in order), kept_key(key), _picker(where), tuple(where)))
   return tuple(hints)
 
 def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
@@ -145,7 +145,7 @@ def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
     if type(s) is int: add(nodes[s])
     elif type(s) is tuple: add(s[0](tuple([vals[i] for i in s[1]])))
     else: add(s)
-  for roots, key, pick in hint or ():
+  for roots, key, pick, _ in hint or ():
     g = vals[roots[0]]
     name = "sink_structure" if len(roots) == 1 else "sinks_structure"
     if (c := g._cache) is None or name not in c:
@@ -155,3 +155,40 @@ def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
         gs = tuple([vals[i] for i in roots])
         g._cached(name, lambda: (gs, key, below))
   return {nodes[p]: vals[i].with_known_shape_and_device(shape, device) for p, i, shape, device in outs}
+
+# ---------------- lazy gradients: backward() of a graph seen before, its gradients not built until used ----------------
+# A replayed gradient realized as it is (`loss.backward(); x.grad.realize()`) needs none of its new nodes: its kernels
+# run from the graph plan of its schedule (engine/plan.py) over forward nodes. So backward() may hand out each
+# gradient as a deferred tensor holding the recipe and the forward nodes; reading its `uop` replays the recipe then
+# (once for all of one backward's gradients), as backward() would have.
+
+class LazyReplay:
+  """One backward()'s recipe over its forward nodes (the walk's, the loss last), replayed on first use."""
+  __slots__ = ("recipe", "nodes", "grads")
+  def __init__(self, recipe: Recipe, nodes: list[UOp]):
+    self.recipe, self.nodes, self.grads = recipe, nodes, None
+  def replayed(self) -> dict[UOp, UOp]:
+    if self.grads is None: self.grads = _replay(self.recipe, self.nodes)
+    return self.grads
+
+class LazyGradient:
+  """A deferred tensor's builder (Tensor._defer = (this, the forward nodes)): the gradient of forward node `target`,
+  step `step` of the recipe."""
+  __slots__ = ("replay", "target", "step")
+  def __init__(self, replay: LazyReplay, target: UOp, step: int):
+    self.replay, self.target, self.step = replay, target, step
+  def build(self) -> UOp: return self.replay.replayed()[self.target]
+
+def lazy_gradients(root: UOp, root_grad: UOp, targets: list[UOp]) -> list[tuple[LazyGradient, tuple]] | None:
+  """(builder, shape) of each target's gradient when backward() of `root` from the seed `root_grad` replays a recipe
+  (a graph of this structure, these targets and settings differentiated twice before); None: derive or replay now."""
+  if not GRADIENT_TEMPLATES.value or not buffer_free(root_grad): return None
+  key, nodes, pos = _walk(root)
+  if key is None or any(t not in pos for t in targets): return None
+  where = tuple(sorted({pos[t] for t in targets}))
+  full = (key, root_grad, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
+  if (recipe := _templates.get(full)) is None or recipe is _REFUSED: return None
+  steps_of = {p: (i, shape) for p, i, shape, _ in recipe[1]}
+  if any(pos[t] not in steps_of for t in targets): return None   # (a target without a gradient gets zeros)
+  replay = LazyReplay(recipe, nodes)
+  return [(LazyGradient(replay, t, steps_of[pos[t]][0]), steps_of[pos[t]][1]) for t in targets]

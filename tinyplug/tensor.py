@@ -245,7 +245,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     _unlinked.append(weakref.ref(self))   # (the tensor's one plain reference, made again only if it died)
   def _build(self) -> UOp:
     """A deferred output's graph, built now (once)."""
-    self._uop = u = template.rebuild(*self._defer)
+    built, inputs = self._defer
+    self._uop = u = template.rebuild(built, inputs) if type(built) is template.Built else built.build()
     self._undefer()
     _unlinked.append(weakref.ref(self))
     return u
@@ -517,10 +518,18 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     (requires_grad=False, detach(), made under no_grad), as tinygrad does: `requires_grad=True` is not needed."""
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
-    from tinyplug.gradient_template import graph_of
+    from tinyplug.gradient_template import graph_of, lazy_gradients
     nodes = graph_of(self.uop)
     targets = [t for t in live_tensors() if t.requires_grad is not False and t.uop in nodes and dtypes.is_float(t.dtype)]
     if not targets: return self
+    # a graph differentiated before: each gradient deferred (built when used; realized as it is, from a plan)
+    if gradient is None and _plan().may_defer() and all(type(t.device) is str for t in targets) and \
+       (lazy := lazy_gradients(self.uop, graph.const(1.0, self.dtype, self.device, ()), [t.uop for t in targets])):
+      for t, (built, shape) in zip(targets, lazy):
+        if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
+        g = Tensor._deferred(built, built.replay.nodes, False)
+        t.grad = g if t.grad is None else (t.grad + g)
+      return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
       t.grad = g if t.grad is None else (t.grad + g)
