@@ -160,3 +160,40 @@ def test_not_while_a_listener_or_debug_or_jit():
   for i in range(4):
     out = jitted(Tensor(LABELS.astype(np.int32)).realize())
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-7)
+
+def test_a_deferred_loss_is_not_built():
+  xn = np.random.default_rng(6).standard_normal((64, 10)).astype(np.float32)
+  x = Tensor(xn, requires_grad=True).realize()
+  _warm(lambda: _ce_step(x))
+  xt = torch.tensor(xn, requires_grad=True)
+  want = F.cross_entropy(xt, torch.tensor(LABELS))
+  want.backward()
+  for keep_loss in (False, True):
+    x.grad = None
+    loss = x.sparse_categorical_crossentropy(Tensor(LABELS.astype(np.int32)))   # over data just made: deferred
+    assert loss._defer is not None
+    loss.backward()
+    assert loss._uop is None and _lazy(x.grad)   # its graph never built
+    assert loss.grad.item() == 1.0               # d(loss)/d(loss), as backward() gives every target
+    if keep_loss: np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)   # read first: built then
+    x.grad.realize()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+
+def test_a_loss_sharing_its_inputs_with_another_deferred_output_is_built():
+  xn = np.random.default_rng(7).standard_normal((64, 10)).astype(np.float32)
+  x = Tensor(xn, requires_grad=True).realize()
+  _warm(lambda: _ce_step(x))
+  x.grad = None
+  labels = Tensor(LABELS.astype(np.int32))
+  first, second = x.sparse_categorical_crossentropy(labels), x.sparse_categorical_crossentropy(labels)
+  assert first._defer is not None and second._defer is not None
+  # the second one's graph, once built, would hold the nodes the first one's gradient realizes: the usual way
+  first.backward()
+  assert first._uop is not None
+  want = _torch_ce_grad(xn)
+  np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-7)
+  second.backward()   # (built by then: the first one's realize built every deferred output before pointing them)
+  np.testing.assert_allclose(x.grad.numpy(), 2 * want, rtol=1e-5, atol=1e-7)
+  xt = torch.tensor(xn)
+  np.testing.assert_allclose(second.item(), F.cross_entropy(xt, torch.tensor(LABELS)).item(), rtol=1e-5)

@@ -163,17 +163,26 @@ def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
 # (once for all of one backward's gradients), as backward() would have.
 
 class LazyReplay:
-  """One backward()'s recipe over its forward nodes (the walk's, the loss last), replayed on first use."""
-  __slots__ = ("recipe", "nodes", "grads")
-  def __init__(self, recipe: Recipe, nodes: list[UOp]):
+  """One backward()'s recipe over its forward nodes (the walk's, the loss last), replayed on first use. For a loss
+  that is a deferred graph template output (`source`: its template and inputs, `build` making its graph), `nodes` are
+  the walk's first ones only (the inputs' graphs) and the first use builds the loss and differentiates it as
+  backward() would have (the same recipe, found by the same key)."""
+  __slots__ = ("recipe", "nodes", "grads", "source", "build", "seed", "targets")
+  def __init__(self, recipe: Recipe, nodes: list[UOp], source: tuple | None = None, build: Callable[[], UOp] | None = None,
+               seed: UOp | None = None, targets: set[UOp] | None = None):
     self.recipe, self.nodes, self.grads = recipe, nodes, None
+    self.source, self.build, self.seed, self.targets = source, build, seed, targets
   def replayed(self) -> dict[UOp, UOp]:
-    if self.grads is None: self.grads = _replay(self.recipe, self.nodes)
+    if self.grads is None:
+      if self.build is None: self.grads = _replay(self.recipe, self.nodes)
+      else:
+        from tinyplug.gradient import derive_gradient
+        self.grads = gradient(self.build(), self.seed, self.targets, derive_gradient)
     return self.grads
 
 class LazyGradient:
-  """A deferred tensor's builder (Tensor._defer = (this, the forward nodes)): the gradient of forward node `target`,
-  step `step` of the recipe."""
+  """A deferred tensor's builder (Tensor._defer = (this, the forward nodes or the loss's inputs)): the gradient of
+  forward node `target`, step `step` of the recipe."""
   __slots__ = ("replay", "target", "step")
   def __init__(self, replay: LazyReplay, target: UOp, step: int):
     self.replay, self.target, self.step = replay, target, step
@@ -184,11 +193,25 @@ def lazy_gradients(root: UOp, root_grad: UOp, targets: list[UOp]) -> list[tuple[
   (a graph of this structure, these targets and settings differentiated twice before); None: derive or replay now."""
   if not GRADIENT_TEMPLATES.value or not buffer_free(root_grad): return None
   key, nodes, pos = _walk(root)
-  if key is None or any(t not in pos for t in targets): return None
-  where = tuple(sorted({pos[t] for t in targets}))
+  if key is None: return None
+  return _lazy(key, nodes, pos, root_grad, targets)
+
+def lazy_gradients_of(walk: tuple, source: tuple, build: Callable[[], UOp], root_grad: UOp, targets: list[UOp],
+                      root_too: bool) -> list[tuple[LazyGradient, tuple]] | None:
+  """lazy_gradients of a deferred graph template output, its graph not built: `walk` is (key, nodes, places, the
+  output's place) of its inputs' part of the walk (template.deferred_walk), `source` (template, inputs), `build`
+  makes the graph; `root_too`: the output is a target as well (its gradient is the seed: the caller's to set)."""
+  if not GRADIENT_TEMPLATES.value or not buffer_free(root_grad): return None
+  key, nodes, pos, out_pos = walk
+  return _lazy(key, nodes, pos, root_grad, targets, source, build, out_pos if root_too else None)
+
+def _lazy(key: tuple, nodes: list[UOp], pos: dict[UOp, int], root_grad: UOp, targets: list[UOp], source: tuple | None = None,
+          build: Callable[[], UOp] | None = None, root_pos: int | None = None) -> list[tuple[LazyGradient, tuple]] | None:
+  if any(t not in pos for t in targets): return None
+  where = tuple(sorted({pos[t] for t in targets} | ({root_pos} if root_pos is not None else set())))
   full = (key, root_grad, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
   if (recipe := _templates.get(full)) is None or recipe is _REFUSED: return None
   steps_of = {p: (i, shape) for p, i, shape, _ in recipe[1]}
   if any(pos[t] not in steps_of for t in targets): return None   # (a target without a gradient gets zeros)
-  replay = LazyReplay(recipe, nodes)
+  replay = LazyReplay(recipe, nodes, source, build, root_grad, set(targets))
   return [(LazyGradient(replay, t, steps_of[pos[t]][0]), steps_of[pos[t]][1]) for t in targets]

@@ -516,6 +516,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in the graph that did not opt out
     (requires_grad=False, detach(), made under no_grad), as tinygrad does: `requires_grad=True` is not needed."""
+    if gradient is None and self._defer is not None and type(self._defer[0]) is template.Built and \
+       self._lazy_backward():
+      return self
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
     from tinyplug.gradient_template import graph_of, lazy_gradients
@@ -534,6 +537,36 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
       t.grad = g if t.grad is None else (t.grad + g)
     return self
+
+  def _lazy_backward(self) -> bool:
+    """backward() of a deferred graph template output whose gradient recipe is recorded, without building its graph:
+    the targets are among its inputs' graphs (a live graph holding any node above them sends it the usual way),
+    each gradient deferred. False: the usual way."""
+    from tinyplug.gradient_template import lazy_gradients_of
+    built, inputs = self._defer
+    out = built.order[-1]   # (the placeholders' output: this one's shape, dtype and device)
+    if out.shape != () or type(out.device) is not str or not _plan().may_defer() or \
+       (walk := template.deferred_walk(built, inputs)) is None or _plan()._may_share(self, built, inputs):
+      return False
+    pos = walk[2]
+    targets = [t for t in live_tensors() if t.requires_grad is not False and (u := t._uop) is not None and u in pos and
+               dtypes.is_float(u.dtype) and type(u.device) is str]
+    if not targets: return False   # (the usual way says what it says about that)
+    seed = graph.const(1.0, out.dtype, out.device, ())
+    # this tensor is a target too unless it opted out; its gradient is the seed itself
+    root_too = self.requires_grad is not False and dtypes.is_float(out.dtype)
+    # (the gradients build the graph over the inputs themselves: holding this tensor would keep it deferred)
+    if (lazy := lazy_gradients_of(walk, (built, inputs), lambda: template.rebuild(built, inputs), seed,
+                                  [t._uop for t in targets], root_too)) is None:
+      return False
+    for t, (b, shape) in zip(targets, lazy):
+      if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
+      g = Tensor._deferred(b, inputs, False)
+      t.grad = g if t.grad is None else (t.grad + g)
+    if root_too:
+      g = Tensor.from_uop(seed, requires_grad=False)
+      self.grad = g if self.grad is None else (self.grad + g)
+    return True
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     self.requires_grad = requires_grad

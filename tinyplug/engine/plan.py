@@ -159,6 +159,9 @@ def realize_deferred(t: Any) -> bool:
     counters["fallbacks"] += 1
     return False
   if type(built) is LazyGradient: return _realize_lazy_gradient(t, built)
+  if not _views_of_distinct_buffers(inputs):   # (a copy of data just made: the usual way)
+    counters["fallbacks"] += 1
+    return False
   key = (id(built), _settings_token())
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
@@ -184,6 +187,9 @@ def _realize_lazy_gradient(t: Any, lazy: LazyGradient) -> bool:
   live graph may hold the nodes the plan would realize)."""
   replay = lazy.replay
   if replay.grads is not None: return False
+  # a deferred loss (replay.source): its graph is not built, so the plan's realized nodes beyond its inputs' graphs
+  # are nodes nothing holds, unless a live graph holds part of it after all (then the usual way points it at them)
+  if (source := replay.source) is not None and _may_share(t, *source): return False
   recipe = replay.recipe
   hint = next((h for h in recipe[2] or () if h[0] == (lazy.step,)), None)
   if hint is None: return False
@@ -196,10 +202,12 @@ def _realize_lazy_gradient(t: Any, lazy: LazyGradient) -> bool:
     run = _lazy_runs.put(rkey, (recipe, template, plan, *(_lazy_reads(template, plan, where, len(recipe[0])) or (None,))))
   if (reads := run[3]) is None: return False
   fwd = replay.nodes
+  if max(reads.values(), default=-1) >= len(fwd): return False   # (a deferred loss's own node: not built)
   outs = _run(plan, lambda r: handle_of(fwd[reads[r]]))
   ref = lambda r: fwd[reads[r]] if r >= 0 else outs[-r - 1]
   value, becomes = None, {}
   for p, steps in run[4]:
+    if p is not None and p >= len(fwd): continue   # (a deferred loss's own node: nothing holds it)
     v = _cache()._replay(steps, ref)
     if p is None: value = v
     else: becomes[fwd[p]] = v
@@ -209,6 +217,10 @@ def _realize_lazy_gradient(t: Any, lazy: LazyGradient) -> bool:
   counters["lazy_gradient_hits"] += 1
   if becomes: _apply_becomes_map(becomes)
   return True
+
+def _views_of_distinct_buffers(inputs: list[UOp]) -> bool:
+  bases = [u.base for u in inputs]
+  return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
 def _lazy_reads(template: Any, plan: Plan, where: tuple, n_steps: int) -> tuple | None:
   """(walk position -> forward node index for each node the plan and the becomes recipes read; (forward node index,
