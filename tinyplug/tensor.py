@@ -322,7 +322,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   # ---- realization ----
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
-    if self._defer is not None and not others and _plan().realize_deferred(self): return self
+    if (d := self._defer) is not None and not others and \
+       (_plan().realize_deferred(self) if type(d[0]) is template.Built else _plan().realize_lazy_gradient(self, d[0])):
+      return self
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()
       # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)

@@ -29,7 +29,6 @@ from tinyplug.helpers import REALIZE_PLANS, SCALAR_ARGS, ContextVar, GlobalCount
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
 from tinyplug.engine import realize as engine
-from tinyplug.gradient_template import LazyGradient
 from tinyplug.schedule import cache as _schedule_cache
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
@@ -158,7 +157,6 @@ def realize_deferred(t: Any) -> bool:
   if not engine.plans_apply():
     counters["fallbacks"] += 1
     return False
-  if type(built) is LazyGradient: return _realize_lazy_gradient(t, built)
   if not _views_of_distinct_buffers(inputs):   # (a copy of data just made: the usual way)
     counters["fallbacks"] += 1
     return False
@@ -181,10 +179,13 @@ def realize_deferred(t: Any) -> bool:
 # what the realized nodes become) or None: the graph plan reads a node the recipe would make (the usual way then)
 _lazy_runs: BoundedCache = BoundedCache("engine.lazy_gradient_runs", 4096)
 
-def _realize_lazy_gradient(t: Any, lazy: LazyGradient) -> bool:
-  """Realize the deferred gradient `t` from the graph plan of its schedule, over the forward nodes alone; False: the
-  caller builds its graph and realizes it the usual way (no plan yet, or this backward's gradients were built: a
-  live graph may hold the nodes the plan would realize)."""
+def realize_lazy_gradient(t: Any, lazy: Any) -> bool:
+  """Realize the deferred gradient `t` (`lazy`: its gradient_template.LazyGradient) from the graph plan of its
+  schedule, over the forward nodes alone; False: the caller builds its graph and realizes it the usual way (no plan
+  yet, or this backward's gradients were built: a live graph may hold the nodes the plan would realize)."""
+  if not engine.plans_apply():
+    counters["fallbacks"] += 1
+    return False
   replay = lazy.replay
   if replay.grads is not None: return False
   # a deferred loss (replay.source): its graph is not built, so the plan's realized nodes beyond its inputs' graphs
