@@ -211,6 +211,9 @@ def _lazy(key: tuple, nodes: list[UOp], pos: dict[UOp, int], root_grad: UOp, tar
   where = tuple(sorted({pos[t] for t in targets} | ({root_pos} if root_pos is not None else set())))
   full = (key, root_grad, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
   if (recipe := _templates.get(full)) is None or recipe is _REFUSED: return None
+  # only one new gradient (a single parameter's) can run from a plan on its own: several are built when realized
+  # together, so handing them out deferred would only add to their build
+  if not any(len(h[0]) == 1 for h in recipe[2] or ()): return None
   steps_of = {p: (i, shape) for p, i, shape, _ in recipe[1]}
   if any(pos[t] not in steps_of for t in targets): return None   # (a target without a gradient gets zeros)
   replay = LazyReplay(recipe, nodes, source, build, root_grad, set(targets))
