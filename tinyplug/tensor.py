@@ -552,8 +552,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       return False
     pos = walk[2]
     targets = [t for t in live_tensors() if t.requires_grad is not False and (u := t._uop) is not None and u in pos and
-               dtypes.is_float(u.dtype) and type(u.device) is str]
-    if not targets: return False   # (the usual way says what it says about that)
+               dtypes.is_float(u.dtype)]
+    # (none: the usual way says what it says about that; a multi-device target's gradient is split as it is)
+    if not targets or any(type(t._uop.device) is not str for t in targets): return False
     seed = graph.const(1.0, out.dtype, out.device, ())
     # this tensor is a target too unless it opted out; its gradient is the seed itself
     root_too = self.requires_grad is not False and dtypes.is_float(out.dtype)
