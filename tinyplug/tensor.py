@@ -527,8 +527,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     nodes = graph_of(self.uop)
     targets = [t for t in live_tensors() if t.requires_grad is not False and t.uop in nodes and dtypes.is_float(t.dtype)]
     if not targets: return self
-    # a graph differentiated before: each gradient deferred (built when used; realized as it is, from a plan)
-    if gradient is None and _plan().may_defer() and all(type(t.device) is str for t in targets) and \
+    # a graph differentiated before: each gradient deferred (built when used; realized as it is, from a plan). Only
+    # for one parameter besides this tensor: several new gradients are built when realized together (not deferred)
+    if gradient is None and sum([t is not self for t in targets]) == 1 and _plan().may_defer() and \
+       all(type(t.device) is str for t in targets) and \
        (lazy := lazy_gradients(self.uop, graph.const(1.0, self.dtype, self.device, ()), [t.uop for t in targets])):
       for t, (built, shape) in zip(targets, lazy):
         if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
@@ -553,8 +555,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     pos = walk[2]
     targets = [t for t in live_tensors() if t.requires_grad is not False and (u := t._uop) is not None and u in pos and
                dtypes.is_float(u.dtype)]
-    # (none: the usual way says what it says about that; a multi-device target's gradient is split as it is)
-    if not targets or any(type(t._uop.device) is not str for t in targets): return False
+    # (none: the usual way says what it says about that; a multi-device target's gradient is split as it is; several
+    # new gradients are built when realized together, so not deferred)
+    if len(targets) != 1 or type(targets[0]._uop.device) is not str: return False   # (several: as above)
     seed = graph.const(1.0, out.dtype, out.device, ())
     # this tensor is a target too unless it opted out; its gradient is the seed itself
     root_too = self.requires_grad is not False and dtypes.is_float(out.dtype)
