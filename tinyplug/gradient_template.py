@@ -11,6 +11,7 @@ derivation would give. A recipe keeps no forward node, so a template holds no bu
 its own (a custom gradient drawing random numbers) is derived every time. Custom gradient functions must depend only
 on their arguments, as the built-in rules do."""
 from __future__ import annotations
+import operator
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
 from tinyplug.helpers import DEFAULT_FLOAT, DEFAULT_INT, GRADIENT_TEMPLATES, TRAINING
@@ -43,16 +44,17 @@ def _walk(root: UOp) -> tuple[tuple | None, list[UOp], dict[UOp, int]]:
   if (found := structure(UOp(Ops.SINK, dtypes.void, (root,)), shallow=None)) is None:
     key, nodes = None, list(root.toposort())
   else: key, nodes = found[0], found[1][:-1]
-  return _keep(root, (key, nodes, {n: i for i, n in enumerate(nodes)}))
+  return _keep(root, (key, nodes, dict(zip(nodes, range(len(nodes))))))
 
 def _keep(root: UOp, walk: tuple) -> tuple:
   # kept on root without root itself: a node whose cache refers to it lives until the cyclic GC runs, and with it its
   # graph's buffers (every training step's loss graph and label buffers; the collections took ~40 us a step)
   key, nodes, pos = walk
-  # every walk lists root last and each node at its place (pos): the others' places built in C (a comprehension over
-  # ~130 nodes took ~5 us a step)
-  below = dict(zip(nodes[:-1], range(len(nodes) - 1)))
-  root._cached("gradient_walk", lambda: (key, nodes[:-1], below))
+  # every walk lists root last and each node at its place (pos): the others' places are pos less root (a copy of a
+  # dict is a block copy, no hashing: ~7 us less than building it again over ~135 nodes)
+  below = pos.copy()
+  del below[root]
+  root._remember("gradient_walk", (key, nodes[:-1], below))
   return walk
 
 def gradient(root: UOp, root_grad: UOp, targets: set[UOp], derive: Derive) -> dict[UOp, UOp]:
@@ -86,8 +88,8 @@ _Device: Any = None
 # device.
 # hint: the scheduler's structure of the new gradients realized together (a single parameter's on its own, or every
 # parameter's, `Tensor.realize(*[p.grad for p in params])`, in the targets' forward order or its reverse), one per order:
-# (steps of the gradients, their key, where each node of the walk is: step i as i, forward position p as -p-1), so
-# realize need not walk them (as a graph template's output brings its key; conv 64->128 28x28 s2 fwd + bwd: a 0.17 ms
+# (steps of the gradients, their key, a function picking the walk's nodes out of the steps' values followed by the
+# forward nodes: one C call, not a comprehension over ~140 positions), so realize need not walk them (as a graph template's output brings its key; conv 64->128 28x28 s2 fwd + bwd: a 0.17 ms
 # walk per step). None where some gradient is not a new node (the realize's graph then has others).
 Recipe = tuple[tuple[Any, ...], tuple[tuple[int, int, tuple, Any], ...], tuple | None]
 
@@ -108,9 +110,15 @@ def _record(grads: dict[UOp, UOp], pos: dict[UOp, int]) -> Recipe | None:
     index[u] = len(steps) - 1
   # each gradient's shape and device too: known at once on a replay (backward() and realize ask), not node by node
   outs = tuple((pos[t], index[g], g.shape, g.device) for t, g in grads.items())
-  return tuple(steps), outs, _hint_of(grads, dependent, index, pos)
+  return tuple(steps), outs, _hint_of(grads, dependent, index, pos, len(steps))
 
-def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int]) -> tuple | None:
+def _picker(where: list[int]) -> Callable[[list], tuple]:
+  """seq -> tuple(seq[i] for i in where), in C."""
+  if len(where) > 1: return operator.itemgetter(*where)
+  return (lambda seq: (seq[where[0]],)) if where else (lambda seq: ())
+
+def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], pos: dict[UOp, int],
+             n_steps: int) -> tuple | None:
   # (the gradient the loss itself starts from is a constant: it does not count)
   made = [g for g in dict.fromkeys(grads[t] for t in sorted(grads, key=lambda t: pos[t])) if not buffer_free(g)]
   new = [g for g in made if g in dependent]
@@ -124,9 +132,9 @@ def _hint_of(grads: dict[UOp, UOp], dependent: set[UOp], index: dict[UOp, int], 
     # (one gradient: it and the SINK are not kept, structure() adds them; several: only the SINK)
     for n in nodes[:-2] if len(order) == 1 else nodes[:-1]:
       if (i := index.get(n)) is not None: where.append(i)
-      elif (p := pos.get(n)) is not None: where.append(-p - 1)
+      elif (p := pos.get(n)) is not None: where.append(n_steps + p)   # (step values first, then the forward nodes)
       else: return None
-    hints.append((tuple(index[g] for g in order), kept_key(key), tuple(where)))
+    hints.append((tuple(index[g] for g in order), kept_key(key), _picker(where), tuple(where)))
   return tuple(hints)
 
 def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
@@ -137,13 +145,76 @@ def _replay(recipe: Recipe, nodes: list[UOp]) -> dict[UOp, UOp]:
     if type(s) is int: add(nodes[s])
     elif type(s) is tuple: add(s[0](tuple([vals[i] for i in s[1]])))
     else: add(s)
-  for roots, key, where in hint or ():
+  for roots, key, pick, _ in hint or ():
     g = vals[roots[0]]
     name = "sink_structure" if len(roots) == 1 else "sinks_structure"
     if (c := g._cache) is None or name not in c:
-      below = tuple([vals[i] if i >= 0 else nodes[-i - 1] for i in where])
+      below = pick(vals + nodes)
       if len(roots) == 1: g._cached(name, lambda: (key, below))
       else:
         gs = tuple([vals[i] for i in roots])
         g._cached(name, lambda: (gs, key, below))
   return {nodes[p]: vals[i].with_known_shape_and_device(shape, device) for p, i, shape, device in outs}
+
+# ---------------- lazy gradients: backward() of a graph seen before, its gradients not built until used ----------------
+# A replayed gradient realized as it is (`loss.backward(); x.grad.realize()`) needs none of its new nodes: its kernels
+# run from the graph plan of its schedule (engine/plan.py) over forward nodes. So backward() may hand out each
+# gradient as a deferred tensor holding the recipe and the forward nodes; reading its `uop` replays the recipe then
+# (once for all of one backward's gradients), as backward() would have.
+
+class LazyReplay:
+  """One backward()'s recipe over its forward nodes (the walk's, the loss last), replayed on first use. For a loss
+  that is a deferred graph template output (`source`: its template and inputs, `build` making its graph), `nodes` are
+  the walk's first ones only (the inputs' graphs) and the first use builds the loss and differentiates it as
+  backward() would have (the same recipe, found by the same key)."""
+  __slots__ = ("recipe", "nodes", "grads", "source", "build", "seed", "targets")
+  def __init__(self, recipe: Recipe, nodes: list[UOp], source: tuple | None = None, build: Callable[[], UOp] | None = None,
+               seed: UOp | None = None, targets: set[UOp] | None = None):
+    self.recipe, self.nodes, self.grads = recipe, nodes, None
+    self.source, self.build, self.seed, self.targets = source, build, seed, targets
+  def replayed(self) -> dict[UOp, UOp]:
+    if self.grads is None:
+      if self.build is None: self.grads = _replay(self.recipe, self.nodes)
+      else:
+        from tinyplug.gradient import derive_gradient
+        self.grads = gradient(self.build(), self.seed, self.targets, derive_gradient)
+    return self.grads
+
+class LazyGradient:
+  """A deferred tensor's builder (Tensor._defer = (this, the forward nodes or the loss's inputs)): the gradient of
+  forward node `target`, step `step` of the recipe."""
+  __slots__ = ("replay", "target", "step")
+  def __init__(self, replay: LazyReplay, target: UOp, step: int):
+    self.replay, self.target, self.step = replay, target, step
+  def build(self) -> UOp: return self.replay.replayed()[self.target]
+
+def lazy_gradients(root: UOp, root_grad: UOp, targets: list[UOp]) -> list[tuple[LazyGradient, tuple]] | None:
+  """(builder, shape) of each target's gradient when backward() of `root` from the seed `root_grad` replays a recipe
+  (a graph of this structure, these targets and settings differentiated twice before); None: derive or replay now."""
+  if not GRADIENT_TEMPLATES.value or not buffer_free(root_grad): return None
+  key, nodes, pos = _walk(root)
+  if key is None: return None
+  return _lazy(key, nodes, pos, root_grad, targets)
+
+def lazy_gradients_of(walk: tuple, source: tuple, build: Callable[[], UOp], root_grad: UOp, targets: list[UOp],
+                      root_too: bool) -> list[tuple[LazyGradient, tuple]] | None:
+  """lazy_gradients of a deferred graph template output, its graph not built: `walk` is (key, nodes, places, the
+  output's place) of its inputs' part of the walk (template.deferred_walk), `source` (template, inputs), `build`
+  makes the graph; `root_too`: the output is a target as well (its gradient is the seed: the caller's to set)."""
+  if not GRADIENT_TEMPLATES.value or not buffer_free(root_grad): return None
+  key, nodes, pos, out_pos = walk
+  return _lazy(key, nodes, pos, root_grad, targets, source, build, out_pos if root_too else None)
+
+def _lazy(key: tuple, nodes: list[UOp], pos: dict[UOp, int], root_grad: UOp, targets: list[UOp], source: tuple | None = None,
+          build: Callable[[], UOp] | None = None, root_pos: int | None = None) -> list[tuple[LazyGradient, tuple]] | None:
+  if any(t not in pos for t in targets): return None
+  where = tuple(sorted({pos[t] for t in targets} | ({root_pos} if root_pos is not None else set())))
+  full = (key, root_grad, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
+  if (recipe := _templates.get(full)) is None or recipe is _REFUSED: return None
+  # only one new gradient (a single parameter's) can run from a plan on its own: several are built when realized
+  # together, so handing them out deferred would only add to their build
+  if not any(len(h[0]) == 1 for h in recipe[2] or ()): return None
+  steps_of = {p: (i, shape) for p, i, shape, _ in recipe[1]}
+  if any(pos[t] not in steps_of for t in targets): return None   # (a target without a gradient gets zeros)
+  replay = LazyReplay(recipe, nodes, source, build, root_grad, set(targets))
+  return [(LazyGradient(replay, t, steps_of[pos[t]][0]), steps_of[pos[t]][1]) for t in targets]

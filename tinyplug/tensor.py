@@ -250,7 +250,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     _unlinked.append(weakref.ref(self))   # (the tensor's one plain reference, made again only if it died)
   def _build(self) -> UOp:
     """A deferred output's graph, built now (once)."""
-    self._uop = u = template.rebuild(*self._defer)
+    built, inputs = self._defer
+    self._uop = u = template.rebuild(built, inputs) if type(built) is template.Built else built.build()
     self._undefer()
     _unlinked.append(weakref.ref(self))
     return u
@@ -326,7 +327,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   # ---- realization ----
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
-    if self._defer is not None and not others and _plan().realize_deferred(self): return self
+    if (d := self._defer) is not None and not others and \
+       (_plan().realize_deferred(self) if type(d[0]) is template.Built else _plan().realize_lazy_gradient(self, d[0])):
+      return self
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()
       # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
@@ -522,16 +525,61 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `t.grad` for every live floating-point tensor t in the graph that did not opt out
     (requires_grad=False, detach(), made under no_grad), as tinygrad does: `requires_grad=True` is not needed."""
+    if gradient is None and self._defer is not None and type(self._defer[0]) is template.Built and \
+       self._lazy_backward():
+      return self
     if gradient is None and self.shape != ():
       raise RuntimeError(f"backward() can only be called on a scalar tensor, this one has shape {self.shape}")
-    from tinyplug.gradient_template import graph_of
+    from tinyplug.gradient_template import graph_of, lazy_gradients
     nodes = graph_of(self.uop)
     targets = [t for t in live_tensors() if t.requires_grad is not False and t.uop in nodes and dtypes.is_float(t.dtype)]
     if not targets: return self
+    # a graph differentiated before: each gradient deferred (built when used; realized as it is, from a plan). Only
+    # for one parameter besides this tensor: several new gradients are built when realized together (not deferred)
+    if gradient is None and sum([t is not self for t in targets]) == 1 and _plan().may_defer() and \
+       all(type(t.device) is str for t in targets) and \
+       (lazy := lazy_gradients(self.uop, graph.const(1.0, self.dtype, self.device, ()), [t.uop for t in targets])):
+      for t, (built, shape) in zip(targets, lazy):
+        if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
+        g = Tensor._deferred(built, built.replay.nodes, False)
+        t.grad = g if t.grad is None else (t.grad + g)
+      return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
       if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
       t.grad = g if t.grad is None else (t.grad + g)
     return self
+
+  def _lazy_backward(self) -> bool:
+    """backward() of a deferred graph template output whose gradient recipe is recorded, without building its graph:
+    the targets are among its inputs' graphs (a live graph holding any node above them sends it the usual way),
+    each gradient deferred. False: the usual way."""
+    from tinyplug.gradient_template import lazy_gradients_of
+    built, inputs = self._defer
+    out = built.order[-1]   # (the placeholders' output: this one's shape, dtype and device)
+    if out.shape != () or type(out.device) is not str or not _plan().may_defer() or \
+       (walk := template.deferred_walk(built, inputs)) is None or _plan()._may_share(self, built, inputs):
+      return False
+    pos = walk[2]
+    targets = [t for t in live_tensors() if t.requires_grad is not False and (u := t._uop) is not None and u in pos and
+               dtypes.is_float(u.dtype)]
+    # (none: the usual way says what it says about that; a multi-device target's gradient is split as it is; several
+    # new gradients are built when realized together, so not deferred)
+    if len(targets) != 1 or type(targets[0]._uop.device) is not str: return False   # (several: as above)
+    seed = graph.const(1.0, out.dtype, out.device, ())
+    # this tensor is a target too unless it opted out; its gradient is the seed itself
+    root_too = self.requires_grad is not False and dtypes.is_float(out.dtype)
+    # (the gradients build the graph over the inputs themselves: holding this tensor would keep it deferred)
+    if (lazy := lazy_gradients_of(walk, (built, inputs), lambda: template.rebuild(built, inputs), seed,
+                                  [t._uop for t in targets], root_too)) is None:
+      return False
+    for t, (b, shape) in zip(targets, lazy):
+      if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
+      g = Tensor._deferred(b, inputs, False)
+      t.grad = g if t.grad is None else (t.grad + g)
+    if root_too:
+      g = Tensor.from_uop(seed, requires_grad=False)
+      self.grad = g if self.grad is None else (self.grad + g)
+    return True
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     self.requires_grad = requires_grad

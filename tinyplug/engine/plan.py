@@ -34,7 +34,8 @@ from tinyplug.schedule import cache as _schedule_cache
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
 # replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused
 counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
-            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0}
+            "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0,
+            "lazy_gradient_hits": 0}
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem", "held")
@@ -156,6 +157,9 @@ def realize_deferred(t: Any) -> bool:
   if not engine.plans_apply():
     counters["fallbacks"] += 1
     return False
+  if not _views_of_distinct_buffers(inputs):   # (a copy of data just made: the usual way)
+    counters["fallbacks"] += 1
+    return False
   key = (id(built), _settings_token())
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
@@ -169,6 +173,78 @@ def realize_deferred(t: Any) -> bool:
   t._undefer()
   counters["hits"] += 1
   return True
+
+# ---------------- lazy gradients (gradient_template.py): a gradient realized as it is, its graph never built ----------------
+# (id of the recipe, id of its schedule template, settings number) -> (recipe, template, plan, what the plan reads,
+# what the realized nodes become) or None: the graph plan reads a node the recipe would make (the usual way then)
+_lazy_runs: BoundedCache = BoundedCache("engine.lazy_gradient_runs", 4096)
+
+def realize_lazy_gradient(t: Any, lazy: Any) -> bool:
+  """Realize the deferred gradient `t` (`lazy`: its gradient_template.LazyGradient) from the graph plan of its
+  schedule, over the forward nodes alone; False: the caller builds its graph and realizes it the usual way (no plan
+  yet, or this backward's gradients were built: a live graph may hold the nodes the plan would realize)."""
+  if not engine.plans_apply():
+    counters["fallbacks"] += 1
+    return False
+  replay = lazy.replay
+  if replay.grads is not None: return False
+  # a deferred loss (replay.source): its graph is not built, so the plan's realized nodes beyond its inputs' graphs
+  # are nodes nothing holds, unless a live graph holds part of it after all (then the usual way points it at them)
+  if (source := replay.source) is not None and _may_share(t, *source): return False
+  recipe = replay.recipe
+  hint = next((h for h in recipe[2] or () if h[0] == (lazy.step,)), None)
+  if hint is None: return False
+  _, key, _, where = hint
+  token = _settings_token()
+  if (template := _sched()._templates.get((key, _sched().schedule_key()))) is None: return False
+  if (entry := _graph_plans.get((id(template), token))) is None or (plan := entry[1]) is None: return False
+  rkey = (id(recipe), id(template), token)
+  if (run := _lazy_runs.get(rkey)) is None or run[0] is not recipe or run[1] is not template or run[2] is not plan:
+    run = _lazy_runs.put(rkey, (recipe, template, plan, *(_lazy_reads(template, plan, where, len(recipe[0])) or (None,))))
+  if (reads := run[3]) is None: return False
+  fwd = replay.nodes
+  if max(reads.values(), default=-1) >= len(fwd): return False   # (a deferred loss's own node: not built)
+  outs = _run(plan, lambda r: handle_of(fwd[reads[r]]))
+  ref = lambda r: fwd[reads[r]] if r >= 0 else outs[-r - 1]
+  value, becomes = None, {}
+  for p, steps in run[4]:
+    if p is not None and p >= len(fwd): continue   # (a deferred loss's own node: nothing holds it)
+    v = _cache()._replay(steps, ref)
+    if p is None: value = v
+    else: becomes[fwd[p]] = v
+  t._uop = value
+  t._undefer()
+  counters["graph_hits"] += 1
+  counters["lazy_gradient_hits"] += 1
+  if becomes: _apply_becomes_map(becomes)
+  return True
+
+def _views_of_distinct_buffers(inputs: list[UOp]) -> bool:
+  bases = [u.base for u in inputs]
+  return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
+
+def _lazy_reads(template: Any, plan: Plan, where: tuple, n_steps: int) -> tuple | None:
+  """(walk position -> forward node index for each node the plan and the becomes recipes read; (forward node index,
+  or None for the gradient itself, recipe) of each realized node that is a forward node or the gradient), or None
+  when something read is a node only the recipe makes. `where`: each position of the gradient's walk below it, as
+  the recipe's hint has it (a step's index, or n_steps + a forward node's index)."""
+  root = len(where)
+  def forward(r: int) -> int | None:
+    return where[r] - n_steps if 0 <= r < root and where[r] >= n_steps else None
+  reads: dict[int, int] = {}
+  def need(r: int) -> bool:
+    if (f := forward(r)) is None: return False
+    reads[r] = f
+    return True
+  for step in plan.steps:
+    if not all(need(r) for r in step[1] if r >= 0): return None
+  becomes = []
+  for p, steps in template.becomes:
+    if p != root and forward(p) is None: continue   # a node the recipe makes: nothing holds it, as it is not made
+    if not all(need(r) for r in steps if type(r) is int and r >= 0): return None
+    becomes.append((None if p == root else forward(p), steps))
+  if sum(p is None for p, _ in becomes) != 1: return None
+  return reads, tuple(becomes)
 
 # (id of a schedule template, settings number) -> (the template, its Plan or None: refused)
 _graph_plans: BoundedCache = BoundedCache("engine.graph_plans", 4096)

@@ -14,7 +14,7 @@ from tinyplug.helpers import SCALAR_ARGS
 from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
-from tinyplug.schedule.cache import _UNSET, MAX_TEMPLATES, Template, make_template, structure
+from tinyplug.schedule.cache import _UNSET, MAX_TEMPLATES, Template, kept_key, make_template, structure
 from tinyplug.schedule.scalars import parameterize
 from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
@@ -389,7 +389,8 @@ def create_schedule(targets: list[UOp], found: tuple | None = UNKNOWN_STRUCTURE)
   becomes = {a: a.src[0] for a in afters} | {old: s.becomes[new] for old, new in renamed.items() if new in s.becomes}
   items = pre + s.items
   if found is not None and (template := make_template(found[1], items, becomes)) is not None:
-    _templates.put(tkey, template)
+    # under the kept key: a gradient's or a graph template's hint brings the same object
+    _templates.put((kept_key(tkey[0]), tkey[1]), template)
   return items, becomes
 
 _templates: BoundedCache = BoundedCache("schedule.templates", MAX_TEMPLATES)   # graph structure -> its schedule (cache.py)

@@ -42,9 +42,16 @@ class KeptKey(tuple):
   def __reduce__(self):   # a plain tuple elsewhere: a string's hash differs between processes
     return tuple, (tuple(self),)
 
+# one KeptKey per key: a graph template's, a gradient recipe's hint and the schedule template's entry hold the same
+# object, so a lookup's key compares by identity (two equal keys of a ~140-node graph compared part by part: ~6 us)
+_kept: BoundedCache = BoundedCache("schedule.kept_keys", MAX_TEMPLATES)
+
 def kept_key(key: tuple) -> tuple:
-  """`key` with its hash worked out once (for a key kept and looked up on every call)."""
-  return key if type(key) is KeptKey else KeptKey(key)
+  """`key` with its hash worked out once (for a key kept and looked up on every call): the one object for all equal
+  keys kept (while the table holds it)."""
+  if type(key) is KeptKey: return key
+  if (hit := _kept.get(key)) is not None: return hit
+  return _kept.put(key, KeptKey(key))
 
 def structure(sink: UOp, shallow: Any = _UNSET) -> tuple[tuple, list[UOp]] | None:
   """(key, the graph's nodes in toposort order), or None when the graph holds an op templates do not cover.

@@ -42,6 +42,7 @@ def check_index_range(idx: Any, size: int, what: str, allow_negative: bool, igno
   values = _host_values(idx)
   if values is None or values.size == 0: return
   low = -size if allow_negative else 0
+  if values.min() >= low and values.max() < size: return   # (the usual labels: two reductions, no masks)
   outside = (values < low) | (values >= size)
   if ignored is not None: outside &= values != ignored
   bad = values[outside]

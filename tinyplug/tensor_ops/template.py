@@ -127,13 +127,11 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
   input's graph in turn, then the template's own nodes, then `out`. None where the key would not tell the graph's
   shape: two inputs' graphs, or an input's and the template's nodes, share a node that holds a buffer (a node without
   one is the same object wherever its structure is the same, by hash-consing, so sharing it is part of the key)."""
-  from tinyplug.schedule.cache import buffer_free, structure
+  from tinyplug.schedule.cache import buffer_free
   keys: list[tuple] = []
   parts: list[list[UOp]] = []
   for u in inputs:
-    if (found := _op_over_templates(u)) is None:
-      if (walked := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
-      found = walked[0], walked[1][:-1]
+    if (found := _op_over_templates(u)) is None and (found := _input_walk(u)) is None: return None
     keys.append(found[0])
     parts.append(found[1])
   pos: dict[UOp, int] = {}
@@ -144,6 +142,67 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
       nodes.append(n)
     elif not buffer_free(n): return None
   return ((_COMPOSITE, token), *keys), nodes, pos
+
+def _input_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
+  """(structure key, nodes ending with u) of an input's graph; kept on a buffer view (a long-lived input, a model's
+  parameter: the same walk every step), without u itself (a node whose cache refers to it lives until the cyclic
+  collector runs)."""
+  from tinyplug.schedule.cache import structure
+  if (c := u._cache) is not None and (known := c.get("input_walk")) is not None: return known[0], [*known[1], u]
+  if (walked := structure(UOp(Ops.SINK, dtypes.void, (u,)))) is None: return None
+  key, nodes = walked[0], walked[1][:-1]
+  if u.op is _BUFFER or (u.op is _RESHAPE and u.src[0].op is _BUFFER): u._remember("input_walk", (key, nodes[:-1]))
+  return key, nodes
+
+def deferred_walk(built: Built, inputs: list[UOp]) -> tuple[tuple, list[UOp], dict[UOp, int], int] | None:
+  """(key, nodes, places, the output's place) of the walk composite_walk gives the graph of a deferred output of
+  `built` over `inputs`, without building that graph: its first nodes only (the inputs' graphs; the template's own
+  nodes and the output come after them). None where the output's graph has no composite key: it brings its structure
+  key along (inputs all views shaped like the placeholders), two inputs' graphs share a node holding a buffer, or the
+  template holds buffers of its own (an input may be a view of one)."""
+  if built.structure is not None and _buffer_views(inputs) and _views_match(inputs, built.view_keys): return None
+  holds_buffers, constants = _own_info(built)
+  if holds_buffers: return None
+  from tinyplug.schedule.cache import buffer_free
+  keys: list[tuple] = []
+  parts: list[list[UOp]] = []
+  for u in inputs:
+    if (found := _op_over_templates(u)) is None and (found := _input_walk(u)) is None: return None
+    keys.append(found[0])
+    parts.append(found[1])
+  pos: dict[UOp, int] = {}
+  nodes: list[UOp] = []
+  for n in itertools.chain(*parts):
+    if n not in pos:
+      pos[n] = len(nodes)
+      nodes.append(n)
+    elif not buffer_free(n): return None
+  # the own nodes follow, less those the inputs' graphs hold already: only input-free ones (a DEVICE) can be, as a
+  # node over an input shared with another input's graph would share that input's buffer (refused above)
+  out_pos = len(nodes) + len(built.own) - sum([n in pos for n in constants])
+  return ((_COMPOSITE, built.token), *keys), nodes, pos, out_pos
+
+_own_info_of: BoundedCache = BoundedCache("tensor.graph_template_own_info", MAX_TEMPLATES)
+
+def _own_info(built: Built) -> tuple[bool, tuple[UOp, ...]]:
+  """(whether the template's graph holds a buffer besides its placeholders' (a resize's weights), its own nodes that
+  depend on no input: the same objects over any inputs)."""
+  if (hit := _own_info_of.get(id(built))) is None or hit[0] is not built:
+    dependent = {p for p, _, _ in built.steps}
+    info = (sum(u.op is _BUFFER for u in built.order) != len(built.holders),
+            tuple(built.order[i] for i in built.own if i not in dependent))
+    hit = _own_info_of.put(id(built), (built, info))
+  return hit[1]
+
+def _copies_and_views(inputs: list[UOp]) -> bool:
+  """Whether some input is a copy of a buffer (a tensor just made from data) and every other one a view of a buffer,
+  no buffer twice."""
+  bufs, copies = [], False
+  for u in inputs:
+    if u.op is _COPY: u, copies = u.src[0], True
+    if (b := u.src[0] if u.op is _RESHAPE else u).op is not _BUFFER or b in bufs: return False
+    bufs.append(b)
+  return copies
 
 _COMPOSITE = "graph template"   # (a structure key's parts are 4-tuples: a composite key never equals one)
 _OP_OVER = "op over graph templates"
@@ -201,7 +260,7 @@ def _buffer_views(inputs: list[UOp]) -> bool:
   bases = [u.base for u in inputs]
   return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
-_BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE
+_BUFFER, _RESHAPE, _COPY = Ops.BUFFER, Ops.RESHAPE, Ops.COPY
 
 def _args_key(args: tuple, tt: type) -> tuple:
   """The positional arguments as key parts, tensors as None."""
@@ -272,5 +331,8 @@ def graph_template(fn: Callable) -> Callable:
     if (views := _buffer_views(inputs)) and None not in hit.view_keys and _views_match(inputs, hit.view_keys) and \
        _may_defer():
       return tt._deferred(hit, inputs, hit.requires_grad)
+    # over data just made (a loss's labels: a copy of a host buffer), deferred too: backward() may then find the
+    # gradient's recipe by the composite key without the graph (its realize is the usual way: a plan takes views only)
+    if not views and _copies_and_views(inputs) and _may_defer(): return tt._deferred(hit, inputs, hit.requires_grad)
     return tt.from_uop(_rebuild(hit, inputs, views), hit.requires_grad)
   return wrapper
