@@ -146,3 +146,24 @@ def test_training_step_matches_cpu(emu):
         out.append(loss.item())
     losses[dev] = out
   np.testing.assert_allclose(losses["MOCK+CL"], losses["CPU"], rtol=1e-5)
+
+EVICTED = """
+import glob, os, numpy as np
+from tinyplug import Tensor
+from tinyplug.device import Device
+from tinyplug_emulator.toolchain import emulator_dir
+a = np.arange(6, dtype=np.float32)
+print((Tensor(a, device="MOCK+CL") * 2).numpy().tolist())
+for p in glob.glob(os.path.join(emulator_dir(), "*")): os.remove(p)   # another process's trim evicts everything
+print((Tensor(a, device="MOCK+CL") + 5).exp2().numpy().tolist())   # a new kernel links against the runtime again
+"""
+
+def test_support_libraries_evicted_from_the_cache_are_written_back(emu, tmp_path):
+  # the cache's size limit may evict the runtime and builtins while a process still links kernels against them
+  env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+  r = subprocess.run([sys.executable, "-c", EVICTED], env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  first, second = (json.loads(line) for line in r.stdout.split("\n")[:2])
+  a = np.arange(6, dtype=np.float32)
+  assert first == (a * 2).tolist()
+  np.testing.assert_allclose(second, np.exp2(a + 5), rtol=1e-6)

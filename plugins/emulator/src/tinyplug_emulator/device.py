@@ -14,7 +14,7 @@ from tinyplug_emulator import native
 from tinyplug_emulator.dialects import C_TYPE_SIZES, Dialect, dialect_for
 from tinyplug_emulator.native import EmulatorError, LaunchOptions
 from tinyplug_emulator.settings import EMU_BOUNDS, EMU_ORDER, EMU_SEED, EMU_STACK_KB, EMU_THREADS
-from tinyplug_emulator.toolchain import build_shared, clang, digest, run_clang, store, verified_path
+from tinyplug_emulator.toolchain import build_shared, clang, digest, keep, present, run_clang, store, verified_path
 
 # ---------------- memory ----------------
 
@@ -71,8 +71,8 @@ class EmulatorCompiler(Compiler):
   def support_libraries(self) -> list[str]:
     """Paths of the runtime and the dialect's builtins, loaded with global symbols (kernels link against them)."""
     _, runtime_path = native.runtime_library()
-    if self.dialect.builtins is None: return [runtime_path]
-    return [runtime_path, _builtins_library(self.dialect, runtime_path)]
+    libs = [runtime_path] if self.dialect.builtins is None else [runtime_path, _builtins_library(self.dialect, runtime_path)]
+    return [present(p) for p in libs]   # (evicted from the cache since they were built: written back)
 
   def key(self, src: str) -> str:
     """Hashes what clang is given (the source with its thunk, flags, headers), its version and the libraries."""
@@ -123,7 +123,7 @@ def _builtins_library(dialect: Dialect, runtime_path: str) -> str:
   def build(out: str) -> None:
     run_clang([*flags, "-shared", src_path, "-x", "none", runtime_path, "-lm", "-o", out,
                f"-Wl,-soname,{name}.so"], f"the {dialect.name} builtins")
-  path = build_shared(name, build)
+  path = keep(build_shared(name, build))
   native.load_global(path)
   return path
 

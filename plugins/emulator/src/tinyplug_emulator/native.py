@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes, functools, os, threading
 from dataclasses import dataclass
 from typing import Sequence
-from tinyplug_emulator.toolchain import build_shared, clang, digest, run_clang
+from tinyplug_emulator.toolchain import build_shared, clang, digest, keep, run_clang
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 RUNTIME_FLAGS = ["-O2", "-fPIC", "-shared", "-U_FORTIFY_SOURCE", "-fno-stack-protector", "-Wall"]
@@ -51,7 +51,7 @@ def runtime_library() -> tuple[ctypes.CDLL, str]:
     run_clang([*RUNTIME_FLAGS, os.path.join(_HERE, "runtime.c"), "-o", out, "-lpthread", f"-Wl,-soname,{name}.so"],
               "the emulator runtime")
   with _load_lock:
-    path = build_shared(name, build)
+    path = keep(build_shared(name, build))
     lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
   lib.tp_launch_kernel.restype = ctypes.c_int32
   lib.tp_launch_kernel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,

@@ -107,6 +107,24 @@ def store(name: str, data: bytes) -> str:
 @functools.cache
 def _private_dir() -> str: return tempfile.mkdtemp(prefix="tinyplug-emulator-")
 
+# the bytes of the libraries every kernel links against, by path: the cache's size limit (another process's trim) may
+# evict them while this process still links new kernels against them
+_kept: dict[str, bytes] = {}
+
+def keep(path: str) -> str:
+  """Remember the bytes of the shared object at `path` (a support library), so `present` can put it back."""
+  with open(path, "rb") as f: _kept[path] = f.read()
+  return path
+
+def present(path: str) -> str:
+  """`path`, written back from the bytes `keep` remembered when the file is gone (evicted from the cache)."""
+  if os.path.exists(path) or (data := _kept.get(path)) is None: return path
+  name = os.path.basename(path)[:-len(".so")]
+  if os.path.dirname(path) == emulator_dir(): return store(name, data)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "wb") as f: f.write(data)
+  return path
+
 def build_shared(name: str, build) -> str:
   """The path of a verified `<name>.so`, building it with `build(out_path)` (into a temporary directory) when the
   cache has no good copy. With CACHELEVEL=0 the result goes to a private temporary directory only."""
