@@ -127,21 +127,31 @@ def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -
   input's graph in turn, then the template's own nodes, then `out`. None where the key would not tell the graph's
   shape: two inputs' graphs, or an input's and the template's nodes, share a node that holds a buffer (a node without
   one is the same object wherever its structure is the same, by hash-consing, so sharing it is part of the key)."""
-  from tinyplug.schedule.cache import buffer_free
+  if (walked := _inputs_walk(inputs)) is None or (placed := _placed(itertools.chain(*walked[1], own, (out,)))) is None:
+    return None
+  return ((_COMPOSITE, token), *walked[0]), *placed
+
+def _inputs_walk(inputs: list[UOp]) -> tuple[list[tuple], list[list[UOp]]] | None:
+  """(each input's structure key, each input's graph's nodes); None where one has none."""
   keys: list[tuple] = []
   parts: list[list[UOp]] = []
   for u in inputs:
     if (found := _op_over_templates(u)) is None and (found := _input_walk(u)) is None: return None
     keys.append(found[0])
     parts.append(found[1])
+  return keys, parts
+
+def _placed(walk) -> tuple[list[UOp], dict[UOp, int]] | None:
+  """(the nodes of `walk` without repeats, where each is); None where a node holding a buffer repeats."""
+  from tinyplug.schedule.cache import buffer_free
   pos: dict[UOp, int] = {}
   nodes: list[UOp] = []
-  for n in itertools.chain(*parts, own, (out,)):
+  for n in walk:
     if n not in pos:
       pos[n] = len(nodes)
       nodes.append(n)
     elif not buffer_free(n): return None
-  return ((_COMPOSITE, token), *keys), nodes, pos
+  return nodes, pos
 
 def _input_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
   """(structure key, nodes ending with u) of an input's graph; kept on a buffer view (a long-lived input, a model's
@@ -162,21 +172,9 @@ def deferred_walk(built: Built, inputs: list[UOp]) -> tuple[tuple, list[UOp], di
   template holds buffers of its own (an input may be a view of one)."""
   if built.structure is not None and _buffer_views(inputs) and _views_match(inputs, built.view_keys): return None
   holds_buffers, constants = _own_info(built)
-  if holds_buffers: return None
-  from tinyplug.schedule.cache import buffer_free
-  keys: list[tuple] = []
-  parts: list[list[UOp]] = []
-  for u in inputs:
-    if (found := _op_over_templates(u)) is None and (found := _input_walk(u)) is None: return None
-    keys.append(found[0])
-    parts.append(found[1])
-  pos: dict[UOp, int] = {}
-  nodes: list[UOp] = []
-  for n in itertools.chain(*parts):
-    if n not in pos:
-      pos[n] = len(nodes)
-      nodes.append(n)
-    elif not buffer_free(n): return None
+  if holds_buffers or (walked := _inputs_walk(inputs)) is None or (placed := _placed(itertools.chain(*walked[1]))) is None:
+    return None
+  keys, (nodes, pos) = walked[0], placed
   # the own nodes follow, less those the inputs' graphs hold already: only input-free ones (a DEVICE) can be, as a
   # node over an input shared with another input's graph would share that input's buffer (refused above)
   out_pos = len(nodes) + len(built.own) - sum([n in pos for n in constants])
