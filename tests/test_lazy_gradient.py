@@ -143,7 +143,7 @@ def test_a_sibling_built_first():
     loss.backward()
     return loss
   for _ in range(3): step(); a.grad.realize()
-  loss = step()   # kept: a target too, its gradient (the seed) comes from the same replay
+  loss = step()   # kept: a target too, its gradient (the ones the backward starts from) comes from the same replay
   assert _lazy(a.grad) and _lazy(loss.grad)
   assert loss.grad.item() == 1.0   # replays the recipe: a's realize then builds its graph from it, the usual way
   hits = plan.counters["lazy_gradient_hits"]

@@ -566,7 +566,7 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     # new gradients are built when realized together, so not deferred)
     if len(targets) != 1 or type(targets[0]._uop.device) is not str: return False   # (several: as above)
     seed = graph.const(1.0, out.dtype, out.device, ())
-    # this tensor is a target too unless it opted out; its gradient is the seed itself
+    # this tensor is a target too unless it opted out; its gradient is the ones the backward starts from
     root_too = self.requires_grad is not False and dtypes.is_float(out.dtype)
     # (the gradients build the graph over the inputs themselves: holding this tensor would keep it deferred)
     if (lazy := lazy_gradients_of(walk, (built, inputs), lambda: template.rebuild(built, inputs), seed,
