@@ -131,3 +131,25 @@ def test_wmma_is_lowered_to_the_wave_builtin_through_memory():
   assert "call <8 x float> @tp.llvm.amdgcn.wmma.f32.16x16x16.f16(" in out and "declare <8 x float> @llvm.amdgcn" not in out
   assert "declare void @tp_wmma_f32_16x16x16_f16(ptr, ptr, ptr, ptr) convergent nounwind" in out
   assert LLVM_IR.uses_barrier(WMMA_CALL)   # its lanes exchange data at barriers: the work-items run as fibers
+
+FOREIGN_HANDLER = """
+import os, signal, sys
+import numpy as np
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+from conftest import _run_dialect_kernel
+from test_llvm_ir_dialect import NVPTX
+from tinyplug_emulator.dialects import LLVM_IR
+x = np.arange(-8, 8, dtype=np.int32) * 3
+print(_run_dialect_kernel(LLVM_IR, NVPTX, [np.zeros(16, np.int32), x], (4, 1, 1), (4, 1, 1), vals=(3,))[0].tolist())
+signal.signal(signal.SIGFPE, lambda *a: None)   # another library's handler, put in place after the emulator's
+print(_run_dialect_kernel(LLVM_IR, NVPTX, [np.zeros(16, np.int32), x], (4, 1, 1), (4, 1, 1), vals=(0,))[0].tolist())
+"""
+
+def test_division_by_zero_after_another_library_took_the_signal(run_dialect_kernel):
+  # an OpenCL runtime loaded later (PoCL) installs its own SIGFPE handler, which left the dividend as the quotient;
+  # a handler that returns (Python's) re-runs the division forever. Each launch puts the emulator's back first.
+  import json, subprocess, sys
+  r = subprocess.run([sys.executable, "-c", FOREIGN_HANDLER, __file__], capture_output=True, text=True, timeout=60)
+  assert r.returncode == 0, r.stderr[-2000:]
+  first, second = (json.loads(line) for line in r.stdout.split("\n")[:2])
+  assert first == (np.arange(-8, 8) * 3 // 3).tolist() and second == [-1] * 16

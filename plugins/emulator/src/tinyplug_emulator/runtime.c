@@ -260,16 +260,21 @@ static void on_fault(int sig, siginfo_t *info, void *ctx) {
   siglongjmp(T.recover, 1);
 }
 
-static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
-static void install_handlers(void) {
-  struct sigaction sa;
+// Ours at every launch: a library loaded after the first one (an OpenCL runtime) may have put its own in place, and
+// PoCL's SIGFPE handler skips a trapping division leaving the dividend as the quotient. The one found is chained to
+// for faults outside kernels.
+static void ensure_handlers(void) {
+  static const int sigs[3] = {SIGSEGV, SIGBUS, SIGFPE};
+  struct sigaction *olds[3] = {&old_segv, &old_bus, &old_fpe};
+  struct sigaction sa, cur;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, &old_segv);
-  sigaction(SIGBUS, &sa, &old_bus);
-  sigaction(SIGFPE, &sa, &old_fpe);
+  for (int i = 0; i < 3; i++) {
+    if (sigaction(sigs[i], NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_fault) continue;
+    sigaction(sigs[i], &sa, olds[i]);
+  }
 }
 
 static void ensure_altstack(void) {
@@ -423,7 +428,7 @@ static void *worker(void *arg) {
 int tp_launch_kernel(tp_entry_fn entry, void **args, int32_t *vars, const uint32_t *groups, const uint32_t *local,
                      int32_t order, uint64_t seed, int32_t fibers, int32_t threads, int32_t serial_groups,
                      const tp_buffer *buffers, int32_t nbuffers, uint64_t stack_bytes, tp_error *error) {
-  pthread_once(&handlers_once, install_handlers);
+  ensure_handlers();
   tp_launch L;
   memset(&L, 0, sizeof L);
   L.entry = entry; L.args = args; L.vars = vars; L.order = order; L.seed = seed; L.fibers = fibers;
