@@ -69,13 +69,18 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp], derive: Derive) -> di
     key, nodes, seed = found[0], found[1][:-1], None
     pos = {n: i for i, n in enumerate(nodes)}
   where = tuple(sorted({pos[t] for t in targets if t in pos}))
-  full = (key, seed, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
+  full = _recipe_key(key, seed, where)
   if (hit := _templates.get(full)) is not None:
     return derive(root, root_grad, targets) if hit is _REFUSED else _replay(hit, nodes)
   grads = derive(root, root_grad, targets)
   if full not in _seen: _seen.put(full, True)   # recorded the second time: a graph made once would only pay for it
   else: _templates.put(full, _record(grads, pos) or _REFUSED)
   return grads
+
+def _recipe_key(key: tuple, seed: UOp | None, where: tuple) -> tuple:
+  """A recipe's key in _templates: the graph's structure, the starting gradient (None: walked with the graph), the
+  targets' places, and the settings a derivation depends on."""
+  return (key, seed, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
 
 def _device() -> Any:
   global _Device
@@ -209,7 +214,7 @@ def _lazy(key: tuple, nodes: list[UOp], pos: dict[UOp, int], root_grad: UOp, tar
           build: Callable[[], UOp] | None = None, root_pos: int | None = None) -> list[tuple[LazyGradient, tuple]] | None:
   if any(t not in pos for t in targets): return None
   where = tuple(sorted({pos[t] for t in targets} | ({root_pos} if root_pos is not None else set())))
-  full = (key, root_grad, where, DEFAULT_FLOAT.value, DEFAULT_INT.value, TRAINING.value, _device().DEFAULT)
+  full = _recipe_key(key, root_grad, where)
   if (recipe := _templates.get(full)) is None or recipe is _REFUSED: return None
   # only one new gradient (a single parameter's) can run from a plan on its own: several are built when realized
   # together, so handing them out deferred would only add to their build

@@ -77,6 +77,11 @@ def _only_dead(refs: list, n: int) -> bool:
   if n == 1: return refs[0]() is None
   return all([r() is None for r in refs[:n]])
 
+def _accumulate_grad(t: Tensor, g: Tensor, shape: tuple) -> None:
+  """Add gradient `g` (of shape `shape`) into t.grad."""
+  if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
+  t.grad = g if t.grad is None else (t.grad + g)
+
 def _link_pending(becomes: dict[UOp, UOp] | None = None) -> list[tuple[Tensor, UOp]]:
   """Link the graphs of the tensors in `_unlinked`; those holding a node of `becomes` itself are returned instead
   (they are about to hold a buffer: nothing to link)."""
@@ -540,13 +545,10 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
        all(type(t.device) is str for t in targets) and \
        (lazy := lazy_gradients(self.uop, graph.const(1.0, self.dtype, self.device, ()), [t.uop for t in targets])):
       for t, (built, shape) in zip(targets, lazy):
-        if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
-        g = Tensor._deferred(built, built.replay.nodes, False)
-        t.grad = g if t.grad is None else (t.grad + g)
+        _accumulate_grad(t, Tensor._deferred(built, built.replay.nodes, False), shape)
       return self
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient, materialize_grads=True)):
-      if g.shape != t.shape: raise RuntimeError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
-      t.grad = g if t.grad is None else (t.grad + g)
+      _accumulate_grad(t, g, g.shape)
     return self
 
   def _lazy_backward(self) -> bool:
@@ -573,10 +575,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
                                   [t._uop for t in targets], root_too)) is None:
       return False
     for t, (b, shape) in zip(targets, lazy):
-      if shape != t.shape: raise RuntimeError(f"gradient shape {shape} does not match tensor shape {t.shape}")
-      g = Tensor._deferred(b, inputs, False)
-      t.grad = g if t.grad is None else (t.grad + g)
-    if root_too:
+      _accumulate_grad(t, Tensor._deferred(b, inputs, False), shape)
+    if root_too:   # (no shape check: this tensor's shape would build its graph; its gradient is a scalar as it is)
       g = Tensor.from_uop(seed, requires_grad=False)
       self.grad = g if self.grad is None else (self.grad + g)
     return True

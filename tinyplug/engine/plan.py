@@ -157,7 +157,7 @@ def realize_deferred(t: Any) -> bool:
   if not engine.plans_apply():
     counters["fallbacks"] += 1
     return False
-  if not _views_of_distinct_buffers(inputs):   # (a copy of data just made: the usual way)
+  if any([u.op is _COPY for u in inputs]):   # (over a copy of data just made: the usual way)
     counters["fallbacks"] += 1
     return False
   key = (id(built), _settings_token())
@@ -218,10 +218,6 @@ def realize_lazy_gradient(t: Any, lazy: Any) -> bool:
   counters["lazy_gradient_hits"] += 1
   if becomes: _apply_becomes_map(becomes)
   return True
-
-def _views_of_distinct_buffers(inputs: list[UOp]) -> bool:
-  bases = [u.base for u in inputs]
-  return all(b.op is Ops.BUFFER for b in bases) and len(set(bases)) == len(bases)
 
 def _lazy_reads(template: Any, plan: Plan, where: tuple, n_steps: int) -> tuple | None:
   """(walk position -> forward node index for each node the plan and the becomes recipes read; (forward node index,
@@ -325,7 +321,7 @@ def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
 # id of the buffer's dtype, its size, its DEVICE node, the constant's node, settings number) -> its _one_op_plans
 # entry. The same facts as its shallow key (a buffer by dtype, size, device and no view; a constant by its node), flat
 _flat_one_op_plans: BoundedCache = BoundedCache("engine.flat_one_op_plans", 4096)
-_BUFFER, _UNIQUE = Ops.BUFFER, Ops.UNIQUE
+_BUFFER, _UNIQUE, _COPY = Ops.BUFFER, Ops.UNIQUE, Ops.COPY
 
 def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and

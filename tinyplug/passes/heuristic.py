@@ -685,7 +685,7 @@ def _column_opts(k: Kernel) -> list[Opt] | None:
     # walk down its column)
     narrow = next((n for n in (lanes // 2, lanes // 4) if n >= 4 and size % n == 0), None)
     if narrow is None:
-      whole_row = size * k.sink.src[0].src[1].dtype.itemsize <= COLUMN_ROW_BYTES
+      whole_row = size * (k.renderer.vector_bytes // lanes) <= COLUMN_ROW_BYTES   # (as `whole` below)
       return k.applied_opts if whole_row and _try_tile(k, Opt(OptOps.UPCAST, inner, size)) else None
     vectors = next((v for v in range(min(most, size // narrow), 0, -1) if size % (v * narrow) == 0), 1)
     if not _try_tile(k, Opt(OptOps.UPCAST, inner, vectors * narrow)): return None
