@@ -14,7 +14,8 @@ TINYPLUG_PLUGIN = {"api": "1.0", "activation": "default",
 def tinyplug_register_passes(register) -> None:
   register(PassSpec(name="heuristic.actions", stage="opt", rewrite="tinyplug.passes.heuristic:make_pass"))
   # large matmuls on a machine with caches read B from contiguous column panels (a copy first): passes/pack.py
-  register(PassSpec(name="heuristic.pack", stage="tensor_graph", rewrite="tinyplug.passes.pack:make_pass"))
+  register(PassSpec(name="heuristic.pack", stage="tensor_graph", rewrite="tinyplug.passes.pack:make_pass",
+                    bottom_up=True, version="2"))
   # a CPU kernel's shared (outermost) loop with rows for every thread: passes/thread_rows.py
   register(PassSpec(name="heuristic.thread_rows", stage="gpudims", rewrite="tinyplug.passes.thread_rows:make_pass",
                     when=_shares_loops))
