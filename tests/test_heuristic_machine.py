@@ -73,7 +73,7 @@ def test_matmul_block_and_threads_follow_the_machine(machine):
   # the THREAD axis (the blocks) in up to 4 parts per thread where the blocks divide: 2048 has 4 blocks of 64 tile rows
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (64, 4)   # B packed: by the L3
   assert split_and_thread(heuristic_opts(matmul_kernel(512, 512, 512))) == (16, 4)      # B strided: by the L2
-  assert split_and_thread(heuristic_opts(matmul_kernel(1000, 1000, 1000))) == (16, 8)   # no whole panels: strided
+  assert split_and_thread(heuristic_opts(matmul_kernel(1000, 1000, 1000))) == (64, 2)   # padded panels: by the L3
   assert split_and_thread(heuristic_opts(matmul_kernel(1024, 1024, 1024))) == (64, 2)   # 2 blocks: one per thread
   machine((48 * KB, 2 * MB, 105 * MB), 16)
   assert split_and_thread(heuristic_opts(matmul_kernel(2048, 2048, 2048))) == (16, 16)
@@ -146,7 +146,9 @@ def test_should_pack_follows_the_l2(machine):
   assert not should_pack(2048, w, 16384, 4, r)               # one panel: B is laid out as its panel already
   assert not should_pack(128, 2048, 2048, 4, r)              # too few rows of A to pay for the copy
   assert not should_pack(2048, 2048, 128, 4, r)              # a short reduction: no cache blocking either
-  assert not should_pack(2048, 2040, 2048, 4, r)             # no whole panels
+  assert should_pack(2048, 2040, 2048, 4, r)                 # the last panel padded
+  assert should_pack(2048, 8 * w + 1, 2048, 4, r) and not should_pack(2048, 8 * w - 1, 2048, 4, r)   # ... from 8 panels
+  assert not should_pack(2048, 3 * w + 8, 2048, 4, r)        # fewer: no whole panels
   # a B of 2 MB: packed where it is at least twice the L2 only
   assert should_pack(2048, 2048, 256, 4, machine((32 * KB, 256 * KB, 8 * MB), 2))
   assert not should_pack(2048, 2048, 256, 4, machine((48 * KB, 2 * MB, 8 * MB), 2))
