@@ -155,11 +155,19 @@ def _pack(r: UOp) -> UOp | None:
   split = UOp(Ops.RESHAPE, y0.dtype, (padded,), (*y0.shape[:lead], wide // w, w, k))
   panels = UOp(Ops.CONTIGUOUS, y0.dtype, (UOp(Ops.PERMUTE, y0.dtype, (split,), swap),))
   back = UOp(Ops.RESHAPE, y0.dtype, (UOp(Ops.PERMUTE, y0.dtype, (panels,), swap),), padded.shape)
-  if wide != n: back = UOp(Ops.SHRINK, y0.dtype, (back,), tuple((0, s) for s in y0.shape))
   srcs = list(x.src)
-  srcs[at] = y.replace(src=(back,))
   if (rows := _rows_along_reduction(x.src[1 - at], m, k, renderer)) is not None: srcs[1 - at] = rows
-  return r.replace(src=(x.replace(src=tuple(srcs)),))
+  if wide == n:
+    srcs[at] = y.replace(src=(back,))
+    return r.replace(src=(x.replace(src=tuple(srcs)),))
+  # the product over the padded width, its result cut back: the panels' loads need no bounds check in the loop
+  full = (*shape[:-2], wide, k)
+  a = srcs[1 - at]
+  if a.op is not Ops.EXPAND or a.src[0].shape is None or a.src[0].shape[-2] != 1: return None
+  srcs[at] = UOp(Ops.EXPAND, y.dtype, (back,), full)
+  srcs[1 - at] = UOp(Ops.EXPAND, a.dtype, (a.src[0],), full)
+  wide_r = r.replace(src=(x.replace(src=tuple(srcs)),))
+  return UOp(Ops.SHRINK, r.dtype, (wide_r,), tuple((0, s) for s in r.shape))
 
 def _rows_along_reduction(y: UOp, m: int, k: int, renderer: Any) -> UOp | None:
   """A, when it is stored K x M (`x.T @ g`, the weight gradient) and large: a copy with its rows along the reduction.
