@@ -75,7 +75,7 @@ def _winograd_per_plane(x, weight, m: int, flipped_transpose: bool):
   v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
   # every plane's (cin, cout) weight from one transform (a kernel per plane was 32 of this form's ~105 kernels): of
   # the weight's transpose, or for the flipped transpose, the weight's own planes in the flipped order
-  u = _weight_transform(weight if flipped_transpose else weight.transpose(0, 1), m)        # (a*a, cin, cout)
+  u = _weight_transform(weight, m, transposed=not flipped_transpose)                      # (a*a, cin, cout)
   u = [u[k] for k in (order or range(a * a))]
   # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
   # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
@@ -98,12 +98,21 @@ def _flip_planes(m: int) -> list[int] | None:
   if None in rows: return None
   return [rows[r] * len(g) + rows[c] for r in range(len(g)) for c in range(len(g))]
 
-def _weight_transform(weight, m: int):
-  """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position: a matmul with k=9 over
-  the taps as rows (reduced in place, 9 floats apart, every vector was a gather: 6.4 ms at 512->512, one thread)."""
+def _weight_transform(weight, m: int, transposed: bool = False):
+  """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position, as a view of a (cout, a*a,
+  cin) buffer; `transposed`: U^T (a*a, cin, cout), of a (cin, a*a, cout) buffer, the matmul operand an input
+  gradient wants (reading U's planes transposed made its matmuls 40% slower). Per output channel (the loop the
+  threads share: a*a rows of planes-outer output left 16 threads 2 rows), a (a*a, 9) @ (9, cin) matmul over the taps
+  copied out as rows (reduced in place, 9 floats apart, every vector was a gather: 6.4 ms at 512->512, one
+  thread)."""
   (cout, cin), a = weight.shape[:2], m + 2
-  taps = weight.reshape(cout * cin, 9).transpose(0, 1).contiguous()
-  return _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).dot(taps).reshape(a * a, cout, cin)
+  # the taps as rows: (cout, 9, cin), for the transposed (cin, 9, cout) a transpose of that copy (the forward's own
+  # where both run in one step): straight from the weight, whose index as 3-d or 2-d views kept divisions by 9 and
+  # 3, the heuristic saw no transpose and tiled none (6 against 2-3 ms)
+  taps = weight.permute(0, 2, 3, 1).contiguous().reshape(cout, 9, cin)
+  if transposed: taps = taps.permute(2, 1, 0).contiguous()
+  kron = _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1]))
+  return kron.reshape(1, a * a, 9).dot(taps).permute(1, 0, 2)
 
 def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
@@ -119,11 +128,11 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   if not tiles_inner(ty, tx): return _winograd_per_plane(x, weight, m, flipped_transpose)
   x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
   kv, ky = _kron(bt, bt), _kron(at, at)
-  u = _weight_transform(weight, m)                                                 # (a*a, cout, cin)
+  u = _weight_transform(weight, m, transposed=flipped_transpose)                  # (a*a, cout, cin)
   if flipped_transpose:
     # the planes in the forward transform's order, the input's and output's transforms reordered to match
     order = _flip_planes(m)
-    u, kv, ky = u.transpose(1, 2), kv[order], ky[:, order]
+    kv, ky = kv[order], ky[:, order]
   # V (a*a, cin, bs*tiles): every tile's a x a window copied out as (a*a, cin * bs * tiles) rows, then B^T d B of them
   # as one (a*a, a*a) @ (a*a, cin * bs * tiles) matmul (reduced in place from the window view, every vector of tiles
   # was a gather: 1.9 ms; as a batch of (a*a, a*a) @ (a*a, tiles) over the channels, V a strided view, 1.3 ms; now 0.7)
