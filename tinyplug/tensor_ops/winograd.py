@@ -100,19 +100,18 @@ def _flip_planes(m: int) -> list[int] | None:
 
 def _weight_transform(weight, m: int, transposed: bool = False):
   """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position, as a view of a (cout, a*a,
-  cin) buffer; `transposed`: U^T (a*a, cin, cout), of a (cin, a*a, cout) buffer, the matmul operand an input
-  gradient wants (reading U's planes transposed made its matmuls 40% slower). Per output channel (the loop the
-  threads share: a*a rows of planes-outer output left 16 threads 2 rows), a (a*a, 9) @ (9, cin) matmul over the taps
-  copied out as rows (reduced in place, 9 floats apart, every vector was a gather: 6.4 ms at 512->512, one
-  thread)."""
+  cin) buffer: per output channel (the loop the threads share; planes outermost left 16 threads 2 rows), a (a*a, 9)
+  @ (9, cin) matmul over the taps copied out as rows (reduced in place, 9 floats apart, every vector was a gather:
+  6.4 ms at 512->512, one thread). `transposed`: U^T (a*a, cin, cout), a view of that buffer transposed into (cin,
+  a*a, cout), the matmul operand an input gradient wants (reading U's planes transposed made its matmuls 40% slower);
+  where the forward runs in the same step, from its own U."""
   (cout, cin), a = weight.shape[:2], m + 2
-  # the taps as rows: (cout, 9, cin), for the transposed (cin, 9, cout) a transpose of that copy (the forward's own
-  # where both run in one step): straight from the weight, whose index as 3-d or 2-d views kept divisions by 9 and
-  # 3, the heuristic saw no transpose and tiled none (6 against 2-3 ms)
+  # the taps from the weight's own 4-d index (a view of it as 2-d or 3-d kept divisions by 9 and 3 that hid a
+  # transpose from the heuristic: 6 against 2 ms)
   taps = weight.permute(0, 2, 3, 1).contiguous().reshape(cout, 9, cin)
-  if transposed: taps = taps.permute(2, 1, 0).contiguous()
-  kron = _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1]))
-  return kron.reshape(1, a * a, 9).dot(taps).permute(1, 0, 2)
+  u = _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).reshape(1, a * a, 9).dot(taps)   # (cout, a*a, cin)
+  if transposed: u = u.permute(2, 1, 0).contiguous()                                             # (cin, a*a, cout)
+  return u.permute(1, 0, 2)
 
 def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
