@@ -405,7 +405,7 @@ def _conv_input_grad(g, w, spatial: tuple[int, ...], groups: int, stride: tuple[
   if all(s == 1 for s in stride):
     edge = [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)]
     if wino and groups == 1:
-      # from the forward's transform of w, transposed (the flipped transpose's is a reordering of its planes)
+      # from the forward's transform of w (the flipped transpose's is a reordering of its planes)
       return winograd_conv3x3(g.pad(((0, 0), (0, 0), *edge)), w, flipped_transpose=True)
     return g._conv2d(wt.flip(tuple(range(2, 2 + nd))), None, groups, 1, dilation,
                      [v for e in reversed(edge) for v in e], None, wino=wino)

@@ -59,11 +59,13 @@ def _winograd_tile_rows(x, weight, m: int, flipped_transpose: bool):
   kv, ky = _kron(bt, bt), _kron(at, at)
   u = _weight_transform(weight, m, transposed=not flipped_transpose)             # (a*a, cin, cout)
   if flipped_transpose:
+    # U's planes are the flipped transpose's reordered: the input's and output's transforms reordered to match
     order = _flip_planes(m)
     kv, ky = kv[order], ky[:, order]
   tiles = bs * ty * tx
   xc = x.permute(0, 2, 3, 1).contiguous()                                         # (bs, h, w, cin)
-  if (ty + 1) * m != h or (tx + 1) * m != w: xc = xc.pad(((0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w), (0, 0)))
+  if (ty + 1) * m != h or (tx + 1) * m != w:
+    xc = xc.pad(((0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w), (0, 0)))
   win = xc.permute(0, 3, 1, 2)._pool((a, a), m)                                    # (bs, cin, ty, tx, a, a)
   xw = win.permute(4, 5, 0, 2, 3, 1).reshape(a * a, tiles * cin)
   v = _constant(x, kv).dot(xw).reshape(a * a, tiles, cin)
