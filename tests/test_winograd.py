@@ -90,7 +90,8 @@ def test_wino_leaves_other_convolutions_direct(kwargs):
 
 @pytest.mark.parametrize("shape,expected", [
   ((8, 256, 256, 7), 1), ((8, 256, 256, 14), WINO_REDUCTIONS), ((8, 512, 512, 7), WINO_REDUCTIONS),
-  ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
+  ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), WINO_REDUCTIONS),
+  ((8, 256, 256, 56), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
 def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected):
   bs, cin, cout, hw = shape
   for wino, reductions in ((-1, expected), (0, 1), (1, _wino_reductions(hw))):
@@ -118,7 +119,7 @@ def test_winograd_input_gradient_is_winograd_too(hw):
   assert counts[0] == 2 and counts[1] == 2 * WINO_REDUCTIONS - 1
 
 @pytest.mark.parametrize("hw", [8, 12])
-def test_winograd_weight_transform_per_channel_and_transposed_for_the_input_gradient(hw):
+def test_winograd_weight_transform_per_channel_and_transposed_for_one_matmul(hw):
   """U is a kernel over the rows of a (cout, 16 planes, cin) buffer, the output channels the loop the threads share
   (planes outermost gave 16 threads two rows), and one of the two matmuls reads it transposed into (cin, 16, cout):
   with the tiles innermost (8x8) the input gradient's, with the tiles as rows (12x12) the forward's, each matmul's

@@ -145,10 +145,12 @@ def tiles_inner(ty: int, tx: int) -> bool:
 
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
 # channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
-# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward. Outputs of
-# at most 8x8 want 512 channels: since short rows take the turned-around direct tile, 256->256 7x7 b8 fwd+bwd runs
-# 15.0-15.7 ms direct against 17.5-17.7 as Winograd per thread (torch 16.0-16.4); 512->512 7x7 74 against 56
-WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 14, 128
+# position's matmul (b1/b2 lost); 64-128 channels were even or slower with the backward. Outputs of at most 8x8 want
+# 512 channels: since short rows take the turned-around direct tile, 256->256 7x7 b8 fwd+bwd runs 15.0-15.7 ms direct
+# against 17.5-17.7 as Winograd per thread (torch 16.0-16.4); 512->512 7x7 74 against 56. Up to 28x28 since the
+# tiles became the matmul's rows: 256->256 28x28 b8 direct 222.8 against 167.5 ms per thread, 109.5 against 84.3 on
+# two threads (a kernel per tile position was even or slower there)
+WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 28, 128
 WINO_SHORT_OUT, WINO_SHORT_MIN_CHANNELS = 8, 512
 
 def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
