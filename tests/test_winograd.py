@@ -61,20 +61,27 @@ def _conv_reductions(wino: int, **kwargs) -> list:
     x, w = Tensor.empty(2, 16, 12, 12), Tensor.empty(16, 16 // kwargs.get("groups", 1), kwargs.pop("k", 3), 3)
     return _reductions(x.conv2d(w, **kwargs))
 
-# Winograd's reductions: with the tiles innermost (16 tiles an image), the weight's transform, the input's, the 16
-# tile positions' matmuls as one, the output's; otherwise the weight's transform and a matmul per tile position
-TILES_INNER, PER_PLANE = 4, 17
+# Winograd's reductions in either form: the weight's transform, the input's, the 16 tile positions' matmuls as one
+# kernel, the output's
+WINO_REDUCTIONS = 4
 
-def _wino_reductions(out_hw: int) -> int: return TILES_INNER if -(-out_hw // 2) ** 2 % 16 == 0 else PER_PLANE
+def _wino_reductions(out_hw: int) -> int: return WINO_REDUCTIONS
+
+def _matmul_names(out: Tensor) -> set[str]:
+  from tinyplug.schedule.naming import kernel_name
+  return {kernel_name(ast) for ast in _reductions(out)}
 
 def test_wino_switch_picks_the_form():
   # direct: one reduction over (cin, 3, 3) per output
   assert len(_conv_reductions(0, padding=1)) == 1
-  assert len(_conv_reductions(1, padding=1)) == PER_PLANE                       # 12x12: 36 tiles an image
-  for hw in (7, 8):                                                             # 16 tiles an image
-    with Context(WINO=1):
-      out = Tensor.empty(2, 16, hw, hw).conv2d(Tensor.empty(24, 16, 3, 3), padding=1)
-      assert len(_reductions(out)) == TILES_INNER
+  with Context(WINO=1):
+    # 12x12: 36 tiles an image, the tiles the matmul's rows: (16 planes, 2 * 36 tiles, 24) over 16 input channels (a
+    # kernel per tile position was 17 reductions, 72 kernels a step at 256->256 14x14)
+    names = _matmul_names(Tensor.empty(2, 16, 12, 12).conv2d(Tensor.empty(24, 16, 3, 3), padding=1))
+    assert len(names) == WINO_REDUCTIONS and "r_16_72_24_16" in names, names
+    for hw in (7, 8):                                                             # 16 tiles an image: innermost
+      names = _matmul_names(Tensor.empty(2, 16, hw, hw).conv2d(Tensor.empty(24, 16, 3, 3), padding=1))
+      assert len(names) == WINO_REDUCTIONS and "r_16_24_32_16" in names, names
 
 @pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1), dict(dilation=2, padding=2), dict(groups=2, padding=1),
                                     dict(k=5, padding=2)])
@@ -82,8 +89,9 @@ def test_wino_leaves_other_convolutions_direct(kwargs):
   assert len(_conv_reductions(1, **kwargs)) == len(_conv_reductions(0, **kwargs)) == 1
 
 @pytest.mark.parametrize("shape,expected", [
-  ((8, 256, 256, 7), 1), ((8, 256, 256, 14), PER_PLANE), ((8, 512, 512, 7), TILES_INNER),
-  ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
+  ((8, 256, 256, 7), 1), ((8, 256, 256, 14), WINO_REDUCTIONS), ((8, 512, 512, 7), WINO_REDUCTIONS),
+  ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), WINO_REDUCTIONS),
+  ((8, 256, 256, 56), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
 def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected):
   bs, cin, cout, hw = shape
   for wino, reductions in ((-1, expected), (0, 1), (1, _wino_reductions(hw))):
@@ -107,9 +115,23 @@ def test_winograd_input_gradient_is_winograd_too(hw):
       x.conv2d(w, padding=1).square().sum().backward()
       counts[wino] = len(_reductions(x.grad))
   # the forward product (square's gradient reads it) and the input gradient's: one reduction each, or Winograd's
-  # each; with the tiles innermost the input gradient reuses the forward's weight transform (the transform of the
-  # flipped, transposed weight is a reordering of its planes)
-  assert counts[0] == 2 and counts[1] == (2 * TILES_INNER - 1 if hw == 8 else 2 * PER_PLANE)
+  # each, the input gradient's weight transform the forward's (transposed)
+  assert counts[0] == 2 and counts[1] == 2 * WINO_REDUCTIONS - 1
+
+@pytest.mark.parametrize("hw", [8, 12])
+def test_winograd_weight_transform_per_channel_and_transposed_for_one_matmul(hw):
+  """U is a kernel over the rows of a (cout, 16 planes, cin) buffer, the output channels the loop the threads share
+  (planes outermost gave 16 threads two rows), and one of the two matmuls reads it transposed into (cin, 16, cout):
+  with the tiles innermost (8x8) the input gradient's, with the tiles as rows (12x12) the forward's, each matmul's
+  weight operand then with its own axis contiguous (U's planes read transposed: 40% slower)."""
+  from tinyplug.schedule.naming import kernel_name
+  cin, cout = 16, 24
+  x = Tensor(RNG.standard_normal((2, cin, hw, hw)).astype(np.float32), requires_grad=True)
+  w = Tensor(RNG.standard_normal((cout, cin, 3, 3)).astype(np.float32), requires_grad=True)
+  with Context(WINO=1):
+    x.conv2d(w, padding=1).square().sum().backward()
+    names = {kernel_name(it.ast).split("n")[0] for it in create_schedule([x.grad.uop])[0] if it.ast.op is Ops.SINK}
+  assert {f"r_{cout}_16_{cin}_9", f"E_{cin}_16_{cout}"} <= names, names
 
 def test_winograd_4x4_tiles_match_torch_more_loosely():
   """F(4x4,3x3), kept for experiments (conv2d uses F(2x2)): the same values, with its larger rounding."""

@@ -350,8 +350,11 @@ def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, cha
   from tinyplug.gradient import custom_gradient
   pads = _spatial_padding(padding, nd)
   x = self.pad(((0, 0), (0, 0), *pads))
-  # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read
-  if any(b or a for b, a in pads): x = x.contiguous()
+  # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read, except
+  # where Winograd's window copy and the channels-last weight gradient's copy are its only readers (each pads as it
+  # copies: a kernel less per step)
+  if any(b or a for b, a in pads) and not (wino and _wants_channels_last_wgrad(cin, groups, make_tuple(stride, nd))):
+    x = x.contiguous()
   strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
   # a strided or dilated window's row is read every s-th element, and a short row is no whole number of vectors:
   # their math vectorizes along the output channels instead, which wants them contiguous in the weight (a copy of
@@ -402,8 +405,8 @@ def _conv_input_grad(g, w, spatial: tuple[int, ...], groups: int, stride: tuple[
   if all(s == 1 for s in stride):
     edge = [(d * (k - 1) - b, d * (k - 1) - a) for k, d, (b, a) in zip(kernel, dilation, pads)]
     if wino and groups == 1:
-      # from the forward's transform of w itself (the flipped transpose's is a reordering of its planes)
-      return winograd_conv3x3(g.pad(((0, 0), (0, 0), *edge)).contiguous(), w, flipped_transpose=True)
+      # from the forward's transform of w (the flipped transpose's is a reordering of its planes)
+      return winograd_conv3x3(g.pad(((0, 0), (0, 0), *edge)), w, flipped_transpose=True)
     return g._conv2d(wt.flip(tuple(range(2, 2 + nd))), None, groups, 1, dilation,
                      [v for e in reversed(edge) for v in e], None, wino=wino)
   window = [(b, n - a) for n, (b, a) in zip(spatial, pads)]

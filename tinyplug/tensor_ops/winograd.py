@@ -3,10 +3,11 @@ becomes G g G^T, each (m+2) x (m+2) input tile B^T d B, each of the (m+2)^2 tile
 input channels, and A^T M A turns each product tile back into m x m outputs. conv2d (tensor_ops/nn.py) uses it for
 the output and for the input gradient (itself a stride-1 3x3 convolution) with m=2; its weight gradient stays direct.
 The channel mixing does (m+2)^2 / (9 m^2) of direct convolution's multiplies (m=2: 1/2.25, m=4: 1/4), at the price
-of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x). Where an
-image has 16 tiles (`tiles_inner`) each transform is one kernel (a constant matrix contracted), the 16 matmuls one
-kernel with the tiles innermost, and the input gradient reuses the forward's weight transform; other shapes run a
-kernel per tile position."""
+of the transforms and, for larger m, more rounding (m=4 misses the conv tests' float32 tolerances by 2x). Each
+transform is one kernel (a constant matrix contracted) and the 16 matmuls one kernel, in one of two layouts: where an
+image has 16 tiles (`tiles_inner`) the tiles innermost, otherwise the tiles as the matmul's rows and the channels
+innermost (`_winograd_tile_rows`). The weight is transformed once a step, per output channel; the input gradient reads
+that transform (its flipped transpose is a reordering of its planes), one of the two matmuls from a transposed copy."""
 from __future__ import annotations
 import functools
 from fractions import Fraction as Fr
@@ -44,48 +45,33 @@ def _constant(like, mat: np.ndarray):
   evaluated every plane's branch per element)."""
   return _realized(type(like), tuple(mat.ravel().tolist()), mat.shape, like.device, like.dtype)
 
-def _combos(pieces: list, mat: list[list]) -> list:
-  """[sum_k mat[i][k] * pieces[k] for each row i], the zero terms left out."""
-  out = []
-  for coeffs in mat:
-    acc = None
-    for c, p in zip(coeffs, pieces):
-      if c == 0: continue
-      v = p if c == 1 else -p if c == -1 else p * float(c)
-      acc = v if acc is None else acc + v
-    out.append(acc)
-  return out
-
-def _taps(x, axis: int, a: int, m: int, n: int) -> list:
-  """The a rows of every tile along `axis`, which x holds as (n+1, m) blocks at axis, axis+1: row k of tile t is
-  block t + k // m, element k % m (shrinks of the blocks: affine index math, no window view)."""
-  nil, rest = (None,) * axis, (None,) * (x.ndim - axis - 2)
-  return [x.shrink(nil + ((k // m, k // m + n), (k % m, k % m + 1)) + rest) for k in range(a)]
-
-def _winograd_per_plane(x, weight, m: int, flipped_transpose: bool):
-  """winograd_conv3x3 as a kernel per tile position and input transform plane, the tiles as the matmuls' rows."""
+def _winograd_tile_rows(x, weight, m: int, flipped_transpose: bool):
+  """winograd_conv3x3 with the tiles as the matmul's rows: V (a*a, tiles, cin) @ U^T (a*a, cin, cout) as one kernel,
+  each transform one kernel with the channels innermost, V reduced in place from the windows of a channels-last copy
+  of x (the forward's is the weight gradient's own copy). 256->256 14x14 b8 fwd+bwd, one Zen 4 thread: the same time
+  as a kernel per tile position (41.6 against 41.9 ms), in 15 kernels a step instead of 72, each with rows for 16
+  threads (the per-position matmuls' batch of 8 had 8)."""
   bt, g, at = _MATRICES[m]
   a = m + 2
-  order = _flip_planes(m) if flipped_transpose else None
   (bs, cin, h, w), cout = x.shape, weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
-  # the input as (ty+1, m) x (tx+1, m) blocks: every tile's a x a rows are shrinks of it
-  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w))).reshape(bs, cin, ty + 1, m, tx + 1, m)
-  v = [vj for ti in _combos(_taps(x, 2, a, m, ty), bt) for vj in _combos(_taps(ti, 4, a, m, tx), bt)]
-  # every plane's (cin, cout) weight from one transform (a kernel per plane was 32 of this form's ~105 kernels): of
-  # the weight's transpose, or for the flipped transpose, the weight's own planes in the flipped order
-  u = _weight_transform(weight if flipped_transpose else weight.transpose(0, 1), m)        # (a*a, cin, cout)
-  u = [u[k] for k in (order or range(a * a))]
-  # the channel mixing: one matmul per tile position, (tiles, cin) @ (cin, cout), each operand contiguous (a stack of
-  # the a*a planes would be one kernel that evaluates every plane's masked branch per element)
-  prod = [vt.reshape(bs, cin, ty, tx).contiguous().reshape(bs, cin, ty * tx).transpose(1, 2)
-          .dot(ut).reshape(bs, ty, tx, cout).permute(0, 3, 1, 2) for vt, ut in zip(v, u)]
-  prod = [prod[i * a:(i + 1) * a] for i in range(a)]
-  rows = [_combos([prod[i][j] for i in range(a)], at) for j in range(a)]             # rows[j][p]
-  y = [_combos([rows[j][p].reshape(bs, cout, ty, 1, tx, 1) for j in range(a)], at) for p in range(m)]   # [p][q]
-  y = y[0][0].cat(*y[0][1:], dim=5).cat(*[yp[0].cat(*yp[1:], dim=5) for yp in y[1:]], dim=3)
-  y = y.reshape(bs, cout, ty * m, tx * m)
+  kv, ky = _kron(bt, bt), _kron(at, at)
+  u = _weight_transform(weight, m, transposed=not flipped_transpose)             # (a*a, cin, cout)
+  if flipped_transpose:
+    # U's planes are the flipped transpose's reordered: the input's and output's transforms reordered to match
+    order = _flip_planes(m)
+    kv, ky = kv[order], ky[:, order]
+  tiles = bs * ty * tx
+  xc = x.permute(0, 2, 3, 1).contiguous()                                         # (bs, h, w, cin)
+  if (ty + 1) * m != h or (tx + 1) * m != w:
+    xc = xc.pad(((0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w), (0, 0)))
+  win = xc.permute(0, 3, 1, 2)._pool((a, a), m)                                    # (bs, cin, ty, tx, a, a)
+  xw = win.permute(4, 5, 0, 2, 3, 1).reshape(a * a, tiles * cin)
+  v = _constant(x, kv).dot(xw).reshape(a * a, tiles, cin)
+  prod = v.dot(u)                                                                   # (a*a, tiles, cout)
+  y = _constant(x, ky).dot(prod.reshape(a * a, tiles * cout)).contiguous().reshape(m, m, bs, ty, tx, cout)
+  y = y.permute(2, 5, 3, 0, 4, 1).reshape(bs, cout, ty * m, tx * m)
   return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
 
 def _flip_planes(m: int) -> list[int] | None:
@@ -98,12 +84,20 @@ def _flip_planes(m: int) -> list[int] | None:
   if None in rows: return None
   return [rows[r] * len(g) + rows[c] for r in range(len(g)) for c in range(len(g))]
 
-def _weight_transform(weight, m: int):
-  """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position: a matmul with k=9 over
-  the taps as rows (reduced in place, 9 floats apart, every vector was a gather: 6.4 ms at 512->512, one thread)."""
+def _weight_transform(weight, m: int, transposed: bool = False):
+  """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position, as a view of a (cout, a*a,
+  cin) buffer: per output channel (the loop the threads share; planes outermost left 16 threads 2 rows), a (a*a, 9)
+  @ (9, cin) matmul over the taps copied out as rows (reduced in place, 9 floats apart, every vector was a gather:
+  6.4 ms at 512->512, one thread). `transposed`: U^T (a*a, cin, cout), a view of U's buffer copied transposed into
+  (cin, a*a, cout), for a matmul whose weight operand wants cout contiguous (reading U's planes transposed: the
+  tiles-inner input gradient's matmuls were 40% slower); the forward and its input gradient share U."""
   (cout, cin), a = weight.shape[:2], m + 2
-  taps = weight.reshape(cout * cin, 9).transpose(0, 1).contiguous()
-  return _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).dot(taps).reshape(a * a, cout, cin)
+  # the taps from the weight's own 4-d index (a view of it as 2-d or 3-d kept divisions by 9 and 3 that hid a
+  # transpose from the heuristic: 6 against 2 ms)
+  taps = weight.permute(0, 2, 3, 1).contiguous().reshape(cout, 9, cin)
+  u = _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).reshape(1, a * a, 9).dot(taps)   # (cout, a*a, cin)
+  if transposed: u = u.permute(2, 1, 0).contiguous()                                             # (cin, a*a, cout)
+  return u.permute(1, 0, 2)
 
 def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
@@ -116,14 +110,14 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   cout = weight.shape[1] if flipped_transpose else weight.shape[0]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
-  if not tiles_inner(ty, tx): return _winograd_per_plane(x, weight, m, flipped_transpose)
+  if not tiles_inner(ty, tx): return _winograd_tile_rows(x, weight, m, flipped_transpose)
   x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
   kv, ky = _kron(bt, bt), _kron(at, at)
-  u = _weight_transform(weight, m)                                                 # (a*a, cout, cin)
+  u = _weight_transform(weight, m, transposed=flipped_transpose)                  # (a*a, cout, cin)
   if flipped_transpose:
     # the planes in the forward transform's order, the input's and output's transforms reordered to match
     order = _flip_planes(m)
-    u, kv, ky = u.transpose(1, 2), kv[order], ky[:, order]
+    kv, ky = kv[order], ky[:, order]
   # V (a*a, cin, bs*tiles): every tile's a x a window copied out as (a*a, cin * bs * tiles) rows, then B^T d B of them
   # as one (a*a, a*a) @ (a*a, cin * bs * tiles) matmul (reduced in place from the window view, every vector of tiles
   # was a gather: 1.9 ms; as a batch of (a*a, a*a) @ (a*a, tiles) over the channels, V a strided view, 1.3 ms; now 0.7)
@@ -139,22 +133,24 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   y = y.permute(3, 0, 4, 1, 5, 2).reshape(bs, cout, ty * m, tx * m)
   return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
 
-# the one-kernel transforms and (cout, cin) @ (cin, tiles) matmul where a vector of tiles is whole images' tiles:
-# 16 per image (a 7x7 or 8x8 output). Conv b8 fwd+bwd, one Zen 4 thread: 512->512 7x7 70.6 -> 55.0 ms; at 256->256
-# 14x14 (49 tiles an image) a vector's windows each took a division by 7 and 49 and the tiles padded to 416: 41.7 ->
-# 55 ms, so such shapes keep the kernel per tile position, the tiles as rows
+# the tiles innermost where a vector of tiles is whole images' tiles: 16 per image (a 7x7 or 8x8 output). Conv b8
+# fwd+bwd, one Zen 4 thread: 512->512 7x7 70.6 -> 55.0 ms; at 256->256 14x14 (49 tiles an image) a vector's windows
+# each took a division by 7 and 49 and the tiles padded to 416: 41.7 -> 55 ms. The tiles as rows at 512->512 7x7:
+# its (16, 128, 512) @ (16, 512, 512) matmul 14.0 against 9.9 ms
 TILES_PER_VECTOR = 16
 
 def tiles_inner(ty: int, tx: int) -> bool:
-  """Whether winograd_conv3x3 runs with the tiles innermost (one kernel per transform) for ty x tx tiles an image."""
+  """Whether winograd_conv3x3 runs with the tiles innermost (else as the matmul's rows) for ty x tx tiles an image."""
   return (ty * tx) % TILES_PER_VECTOR == 0
 
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
 # channels on a short output (the direct convolution's rows are short there) and enough tiles for each tile
-# position's matmul (b1/b2 lost); 64-128 channels or a 28x28 output were even or slower with the backward. Outputs of
-# at most 8x8 want 512 channels: since short rows take the turned-around direct tile, 256->256 7x7 b8 fwd+bwd runs
-# 15.0-15.7 ms direct against 17.5-17.7 as Winograd per thread (torch 16.0-16.4); 512->512 7x7 74 against 56
-WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 14, 128
+# position's matmul (b1/b2 lost); 64-128 channels were even or slower with the backward. Outputs of at most 8x8 want
+# 512 channels: since short rows take the turned-around direct tile, 256->256 7x7 b8 fwd+bwd runs 15.0-15.7 ms direct
+# against 17.5-17.7 as Winograd per thread (torch 16.0-16.4); 512->512 7x7 74 against 56. Up to 28x28 since the
+# tiles became the matmul's rows: 256->256 28x28 b8 direct 222.8 against 167.5 ms per thread, 109.5 against 84.3 on
+# two threads (a kernel per tile position was even or slower there)
+WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 28, 128
 WINO_SHORT_OUT, WINO_SHORT_MIN_CHANNELS = 8, 512
 
 def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
