@@ -260,11 +260,14 @@ def _buffer_views(inputs: list[UOp]) -> bool:
 
 _BUFFER, _RESHAPE, _COPY = Ops.BUFFER, Ops.RESHAPE, Ops.COPY
 
+# a tensor argument's place in a key: not None, so `batchnorm(w, None, ...)` and `batchnorm(None, w, ...)` differ
+_TENSOR_ARG = object()
+
 def _args_key(args: tuple, tt: type) -> tuple:
-  """The positional arguments as key parts, tensors as None."""
+  """The positional arguments as key parts, tensors as _TENSOR_ARG."""
   if not args: return ()
   if len(args) == 1 and type(args[0]) is int: return args   # the usual axis
-  return tuple([None if isinstance(a, tt) else _frozen(a) for a in args])
+  return tuple([_TENSOR_ARG if isinstance(a, tt) else _frozen(a) for a in args])
 
 def _views_match(inputs: list[UOp], keys: tuple) -> bool:
   """Whether each input looks like its placeholder (the same view over a buffer)."""
@@ -302,7 +305,7 @@ def graph_template(fn: Callable) -> Callable:
       inputs.append(u)
     try:
       key = (fn, tuple(sig), _args_key(args, tt),
-             tuple([(k, None if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
+             tuple([(k, _TENSOR_ARG if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
              tt.no_grad, bool(TRAINING.value))   # (TRAINING is what Tensor.training reads)
     except TypeError: return fn(self, *args, **kwargs)
     if (hit := _templates.get(key)) is None:
