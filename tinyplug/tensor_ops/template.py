@@ -151,13 +151,16 @@ def _placed(walk, repeats: list[tuple[int, int]] | None = None) -> Any:
   from tinyplug.schedule.cache import buffer_free
   pos: dict[UOp, int] = {}
   nodes: list[UOp] = []
-  for i, n in enumerate(walk):
-    if (p := pos.get(n)) is None:
+  met_again = 0   # (where in `walk` n is: len(nodes) + met_again, with no count kept in the usual loop)
+  for n in walk:
+    if n not in pos:
       pos[n] = len(nodes)
       nodes.append(n)
-    elif not buffer_free(n):
+      continue
+    if not buffer_free(n):
       if repeats is None: return None
-      repeats.append((i, p))
+      repeats.append((len(nodes) + met_again, pos[n]))
+    met_again += 1
   return nodes, pos
 
 def _input_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
