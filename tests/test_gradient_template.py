@@ -324,7 +324,7 @@ def test_backward_over_new_labels_matches_torch_and_follows_requires_grad():
     else: assert x.grad is None
 
 def test_inputs_sharing_a_buffer_are_walked_as_one_graph():
-  # two template inputs over one buffer: the composite key could not say they share it, so the graph is walked
+  # two template inputs over one buffer: gradients right, and the composite key says which nodes they share
   rng = np.random.default_rng(14)
   for _ in range(4):
     xd = rng.uniform(0.5, 1.5, (4, 4)).astype(np.float32)
@@ -337,8 +337,13 @@ def test_inputs_sharing_a_buffer_are_walked_as_one_graph():
     ty = tx.exp()
     (ty @ (ty.T * 2)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
-  y = Tensor(np.ones((4, 4), np.float32)).exp()
-  assert template.composite_walk(object(), [y.uop, y.T.uop], [], y.uop) is None
+  y, z = (Tensor(np.ones((4, 4), np.float32)).exp() for _ in range(2))
+  token = object()
+  shared = template.composite_walk(token, [y.uop, y.T.uop], [], y.uop)
+  apart = template.composite_walk(token, [y.uop, z.T.uop], [], y.uop)
+  # the same parts' keys (buffers left out), but where the walk meets a node holding a buffer again is part of the key
+  assert shared[0][:-1] == apart[0][:-1] and shared[0][-1][0] == template._REPEATS and shared[0] != apart[0]
+  assert len(shared[1]) < len(apart[1])
 
 def test_a_loss_graph_is_freed_without_the_cyclic_gc():
   # the walk kept on the loss's node must not refer to the node: its graph (the label buffers) would wait for a

@@ -261,6 +261,75 @@ def test_linear_and_layernorm_templates(device):
     np.testing.assert_allclose(tx.linear(tw).numpy(), x @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tx.linear(Tensor(x[0])).numpy(), x * x[0], rtol=1e-6)
 
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_and_batchnorm_templates(device, correction):
+  """var and batchnorm are graph templates: repeated steps on new inputs match torch, gradients included; another
+  shape, correction or gradient flag gets a graph of its own."""
+  import torch.nn.functional as TF
+  before = len(template._templates)
+  for seed in range(5):   # the templates built on the second call; the gradient's recipe recorded, then replayed
+    x = np.random.default_rng(seed).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    tx = Tensor(x, requires_grad=True).realize()
+    var = tx.var((0, 2, 3), correction=correction)
+    out = tx.batchnorm(None, None, tx.mean((0, 2, 3)), var.add(1e-5).rsqrt())
+    (out * out).sum().backward()
+    px = torch.tensor(x, requires_grad=True)
+    pvar = px.var((0, 2, 3), correction=correction)
+    ref = (px - px.mean((0, 2, 3)).reshape(1, 3, 1, 1)) * (pvar + 1e-5).rsqrt().reshape(1, 3, 1, 1)
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(var.numpy(), pvar.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-3, atol=1e-4)
+  assert len(template._templates) > before
+  x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+  for rg in (False, True, True):   # another shape and gradient flag: not the template above
+    tx = Tensor(x, requires_grad=rg).realize()
+    np.testing.assert_allclose(tx.var(0, correction=correction).numpy(), x.var(0, ddof=correction), rtol=1e-5)
+    np.testing.assert_allclose(tx.std(1, keepdim=True).numpy(), x.std(1, ddof=1, keepdims=True), rtol=1e-5)
+  tx = Tensor(x, requires_grad=True).realize()
+  tx.var(0, correction=correction).sum().backward()
+  px = torch.tensor(x, requires_grad=True)
+  px.var(0, correction=correction).sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(TF.batch_norm(px, None, None, training=True).detach().numpy(),
+                             tx.batchnorm(None, None, tx.mean(0), tx.var(0, correction=0).add(1e-5).rsqrt()).numpy(),
+                             rtol=1e-4, atol=1e-5)
+
+def test_a_tensor_argument_and_none_are_apart_in_the_key(device):
+  """batchnorm(w, None, ...) and batchnorm(None, w, ...) are different graphs (a weight or a bias) over inputs of the
+  same shapes: each call, repeated past the template's build, gives its own values."""
+  rng = np.random.default_rng(0)
+  x, m, s, w = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 3, 4), (3,), (3,), (3,)))
+  tx, tm, ts, tw = (Tensor(a).realize() for a in (x, m, s, w))
+  c = lambda a: a.reshape(1, 3, 1)
+  for _ in range(3):
+    np.testing.assert_allclose(tx.batchnorm(tw, None, tm, ts).numpy(), (x - c(m)) * c(w) * c(s), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tx.batchnorm(None, tw, tm, ts).numpy(), (x - c(m)) * c(s) + c(w), rtol=1e-5, atol=1e-6)
+
+def test_gradient_key_tells_inputs_sharing_a_buffer_apart(device):
+  """batchnorm over its own input's statistics (x's buffer under x, the mean and the variance) and over another
+  tensor's (the same shapes and flags: the inputs' structure keys are equal, only which buffers repeat differs): the
+  gradient walk's keys differ (equal keys would replay one's gradient recipe over the other's nodes), and in turns
+  each step's gradients match torch."""
+  from tinyplug import gradient_template
+  rng = np.random.default_rng(0)
+  keys = {}
+  for step in range(8):
+    x, y = (rng.standard_normal((2, 3, 4, 5)).astype(np.float32) for _ in range(2))
+    tx, ty = (Tensor(a, requires_grad=True).realize() for a in (x, y))
+    px, py = (torch.tensor(a, requires_grad=True) for a in (x, y))
+    ts, ps = (tx, px) if step % 2 else (ty, py)   # whose statistics
+    out = tx.batchnorm(None, None, ts.mean((0, 2, 3)), ts.var((0, 2, 3), correction=0).add(1e-5).rsqrt())
+    ref = (px - ps.mean((0, 2, 3)).reshape(1, 3, 1, 1)) * \
+      (ps.var((0, 2, 3), correction=0) + 1e-5).rsqrt().reshape(1, 3, 1, 1)
+    key, nodes, _ = gradient_template._walk(out.uop)
+    if key is not None: keys.setdefault(step % 2, set()).add((key, len(nodes)))
+    (out * out).sum().backward()
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-3, atol=1e-4)
+    if ts is ty: np.testing.assert_allclose(ty.grad.numpy(), py.grad.numpy(), rtol=1e-3, atol=1e-4)
+  assert keys[0] and keys[1] and not {k for k, _ in keys[0]} & {k for k, _ in keys[1]}
+
 def test_no_template_is_built_while_tinyjit_captures(device):
   """A jitted function's graphs are built twice (the plain run, the capture) and then replayed: a template built in
   the capture would never be used. Values stay right through the replays."""

@@ -242,6 +242,7 @@ class NNMixin:
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5):
     y = self - self.mean(axis, keepdim=True)
     return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+  @graph_template   # a reshape and a broadcast op per argument: ~10 Tensor calls per call otherwise
   def batchnorm(self, weight, bias, mean, invstd, axis: int | Sequence[int] = 1):
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))

@@ -96,6 +96,7 @@ class ReduceMixin:
     out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
     total = self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim)
     return total.div(self._reduced_count(axis)).cast(out_dtype)
+  @graph_template   # a mean, a subtract, a square, a sum and a divide: ~15 Tensor calls per call otherwise
   def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1):
     # summed and divided in the accumulation dtype: the count may not fit a half (70000 > 65504)
     squares = (self - self.mean(axis, keepdim=True)).square()

@@ -124,12 +124,16 @@ def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
 def composite_walk(token: object, inputs: list[UOp], own: list[UOp], out: UOp) -> tuple | None:
   """(key, nodes, where each node is) of the graph of `out`, a template's output over `inputs` (`own`: its other
   nodes), for gradient templates: the key is the template's identity and each input's structure key, the nodes each
-  input's graph in turn, then the template's own nodes, then `out`. None where the key would not tell the graph's
-  shape: two inputs' graphs, or an input's and the template's nodes, share a node that holds a buffer (a node without
-  one is the same object wherever its structure is the same, by hash-consing, so sharing it is part of the key)."""
-  if (walked := _inputs_walk(inputs)) is None or (placed := _placed(itertools.chain(*walked[1], own, (out,)))) is None:
-    return None
-  return ((_COMPOSITE, token), *walked[0]), *placed
+  input's graph in turn, then the template's own nodes, then `out`. Where two inputs' graphs, or an input's and the
+  template's nodes, share a node that holds a buffer (batchnorm's x, its mean and its variance: x's buffer in each),
+  the key also lists each such repeat (where in the walk, the place of the node it repeats): equal keys then tell
+  equal graphs. A node without a buffer is the same object wherever its structure is the same, by hash-consing, so
+  sharing it is part of the parts' keys. None where an input's graph has no key."""
+  if (walked := _inputs_walk(inputs)) is None: return None
+  repeats: list[tuple[int, int]] = []
+  nodes, pos = _placed(itertools.chain(*walked[1], own, (out,)), repeats)
+  key = ((_COMPOSITE, token), *walked[0])
+  return (key + ((_REPEATS, tuple(repeats)),) if repeats else key), nodes, pos
 
 def _inputs_walk(inputs: list[UOp]) -> tuple[list[tuple], list[list[UOp]]] | None:
   """(each input's structure key, each input's graph's nodes); None where one has none."""
@@ -141,16 +145,22 @@ def _inputs_walk(inputs: list[UOp]) -> tuple[list[tuple], list[list[UOp]]] | Non
     parts.append(found[1])
   return keys, parts
 
-def _placed(walk) -> tuple[list[UOp], dict[UOp, int]] | None:
-  """(the nodes of `walk` without repeats, where each is); None where a node holding a buffer repeats."""
+def _placed(walk, repeats: list[tuple[int, int]] | None = None) -> Any:
+  """(the nodes of `walk` without repeats, where each is). A node holding a buffer met again: None, or with `repeats`
+  given, (where in `walk`, its place) appended to it."""
   from tinyplug.schedule.cache import buffer_free
   pos: dict[UOp, int] = {}
   nodes: list[UOp] = []
+  met_again = 0   # (where in `walk` n is: len(nodes) + met_again, with no count kept in the usual loop)
   for n in walk:
     if n not in pos:
       pos[n] = len(nodes)
       nodes.append(n)
-    elif not buffer_free(n): return None
+      continue
+    if not buffer_free(n):
+      if repeats is None: return None
+      repeats.append((len(nodes) + met_again, pos[n]))
+    met_again += 1
   return nodes, pos
 
 def _input_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
@@ -204,6 +214,7 @@ def _copies_and_views(inputs: list[UOp]) -> bool:
 
 _COMPOSITE = "graph template"   # (a structure key's parts are 4-tuples: a composite key never equals one)
 _OP_OVER = "op over graph templates"
+_REPEATS = "nodes holding a buffer met again"
 
 def _known_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
   """(key, nodes ending with u) of a graph template's output that knows its structure, without a walk; else None."""
@@ -213,19 +224,27 @@ def _known_walk(u: UOp) -> tuple[tuple, list[UOp]] | None:
   if (make := c.get("gradient_walk_of")) is not None and (walk := make(u)) is not None: return walk[0], walk[1]
   return None
 
-def _op_over_templates(u: UOp) -> tuple[tuple, list[UOp]] | None:
-  """(key, nodes ending with u) of one elementwise op whose sources are all graph-template outputs that know their
-  structure (`w[idx].square()` under a sum: the gather's one-hot graph, ~120 nodes, is not walked again every step);
-  None for any other node. As in composite_walk, the parts may share only nodes without a buffer."""
+_CONSTANT = "constant under an op over graph templates"
+_OP_OVER_DEPTH = 3   # elementwise ops over ops over ... graph-template outputs: `var.add(eps).rsqrt()`
+
+def _op_over_templates(u: UOp, depth: int = _OP_OVER_DEPTH) -> tuple[tuple, list[UOp]] | None:
+  """(key, nodes ending with u) of one elementwise op whose sources are graph-template outputs that know their
+  structure, constants, or (up to `depth` ops deep) such ops themselves, one source at least not a constant
+  (`w[idx].square()` under a sum: the gather's one-hot graph, ~120 nodes, is not walked again every step; batchnorm's
+  `var.add(1e-5).rsqrt()`); None for any other node. A constant (a graph without buffers) is its own key part: the same
+  node every time, by hash-consing. As in composite_walk, the parts may share only nodes without a buffer."""
   if u.op not in _ELEMENTWISE or not u.src: return None
   from tinyplug.schedule.cache import buffer_free
   distinct: list[UOp] = []
-  which, keys, pos, nodes = [], [], {}, []
+  which, keys, pos, nodes, computed = [], [], {}, [], False
   for s in u.src:
     if s in distinct:   # `x * x`: the same source twice is part of the key
       which.append(distinct.index(s))
       continue
-    if (walk := _known_walk(s)) is None: return None
+    if (walk := _known_walk(s)) is not None or \
+       (depth > 1 and s.op in _ELEMENTWISE and (walk := _op_over_templates(s, depth - 1)) is not None): computed = True
+    elif buffer_free(s): walk = (_CONSTANT, s), list(s.toposort())
+    else: return None
     which.append(len(distinct))
     distinct.append(s)
     keys.append(walk[0])
@@ -238,6 +257,7 @@ def _op_over_templates(u: UOp) -> tuple[tuple, list[UOp]] | None:
         pos[n] = None
         nodes.append(n)
       elif not buffer_free(n): return None
+  if not computed: return None
   nodes.append(u)
   arg = u.arg if type(u.arg) not in (float, bool) else (type(u.arg).__name__, repr(u.arg))
   return ((_OP_OVER, u.op._value_, id(u.dtype), arg, tuple(which)), *keys), nodes
@@ -260,11 +280,14 @@ def _buffer_views(inputs: list[UOp]) -> bool:
 
 _BUFFER, _RESHAPE, _COPY = Ops.BUFFER, Ops.RESHAPE, Ops.COPY
 
+# a tensor argument's place in a key: not None, so `batchnorm(w, None, ...)` and `batchnorm(None, w, ...)` differ
+_TENSOR_ARG = object()
+
 def _args_key(args: tuple, tt: type) -> tuple:
-  """The positional arguments as key parts, tensors as None."""
+  """The positional arguments as key parts, tensors as _TENSOR_ARG."""
   if not args: return ()
   if len(args) == 1 and type(args[0]) is int: return args   # the usual axis
-  return tuple([None if isinstance(a, tt) else _frozen(a) for a in args])
+  return tuple([_TENSOR_ARG if isinstance(a, tt) else _frozen(a) for a in args])
 
 def _views_match(inputs: list[UOp], keys: tuple) -> bool:
   """Whether each input looks like its placeholder (the same view over a buffer)."""
@@ -302,7 +325,7 @@ def graph_template(fn: Callable) -> Callable:
       inputs.append(u)
     try:
       key = (fn, tuple(sig), _args_key(args, tt),
-             tuple([(k, None if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
+             tuple([(k, _TENSOR_ARG if isinstance(v, tt) else _frozen(v)) for k, v in sorted(kwargs.items())]) if kwargs else (),
              tt.no_grad, bool(TRAINING.value))   # (TRAINING is what Tensor.training reads)
     except TypeError: return fn(self, *args, **kwargs)
     if (hit := _templates.get(key)) is None:
