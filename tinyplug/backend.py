@@ -314,12 +314,8 @@ class Renderer:
 # ---------------- compilers ----------------
 
 class Compiler:
-  """Turns source into a binary. `cachekey` names the compiler and its settings for on-disk caches (None: no cache).
-  `compiles_in_background`: `compile_program` may run on a background thread while the caller's thread renders the
-  next kernels and other compilers run (it must guard its own state and share none with other plugins); the engine
-  then builds a schedule's kernels that way."""
+  """Turns source into a binary. `cachekey` names the compiler and its settings for on-disk caches (None: no cache)."""
   cachekey: str | None = None
-  compiles_in_background: bool = False
   def compile(self, src: str) -> bytes:
     """A binary for `src`; raise an error naming the problem when the source does not compile."""
     return src.encode()

@@ -1,7 +1,6 @@
 """Realize: schedule tensor-level UOps, compile each kernel once, run them, and report with DEBUG."""
 from __future__ import annotations
 import gc, time, weakref
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
@@ -17,10 +16,10 @@ from tinyplug.device import buffer_of, has_buffer  # noqa: F401  (they live with
 # ---------------- compiled programs, cached by (device, ast) ----------------
 
 class CompiledRunner:
-  def __init__(self, device: str, spec: ProgramSpec, compile_s: float, lib: bytes | None = None):
+  def __init__(self, device: str, spec: ProgramSpec, compile_s: float):
     self.device, self.spec, self.compile_s = device, spec, compile_s
     dev = Device[device]
-    if lib is None: lib = dev.compiler.compile_program(spec)
+    lib = dev.compiler.compile_program(spec)
     self.prg = dev.make_program(spec, lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
     if self.spec.vars and (missing := [v.arg[0] for v in self.spec.vars if v.arg[0] not in var_vals]):
@@ -35,15 +34,10 @@ class CompiledRunner:
 # recently used go first, so a kernel made per distinct constant does not pile up forever
 _runners: BoundedCache = BoundedCache("engine.runners", KERNEL_CACHE_SIZE.value)
 
-def _runner_key(device: str, ast: UOp) -> tuple:
-  # the settings and the ordered passes of the loaded plugin set (ids, versions) change the code of the same kernel
-  return (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, TC.value, EMULATED_DTYPES.value, pipeline_key())
-
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-  key = _runner_key(device, ast)
-  if (r := _runners.get_lru(key)) is None and (built := _building.pop(key, None)) is not None:
-    return _runners.put(key, _finish(device, *built))
-  if r is None:
+  # the settings and the ordered passes of the loaded plugin set (ids, versions) change the code of the same kernel
+  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, TC.value, EMULATED_DTYPES.value, pipeline_key())
+  if (r := _runners.get_lru(key)) is None:
     from tinyplug.codegen import get_program
     st = time.perf_counter()
     renderer = Device[device].renderer
@@ -56,73 +50,15 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     st_compile = time.perf_counter()
     with events.profile_span("compile", spec.name, device):
       r = CompiledRunner(device, spec, st_compile - st)
-    _report(device, spec, st_codegen - st if opts is not None else None, st_compile - st_codegen,
-            time.perf_counter() - st_compile)
+    if DEBUG >= 2:   # what a first step waits for: building each kernel (compile includes a disk-cache hit)
+      print(f"*** {device:7s} built {colored(f'{spec.name:26s}', 'yellow')} "
+            + (f"search {(st_codegen - st) * 1e3:8.2f} ms " if opts is not None else "")
+            + f"codegen {(st_compile - st_codegen) * 1e3:8.2f} ms compile {(time.perf_counter() - st_compile) * 1e3:8.2f} ms"
+            + f" ({len(spec.uops)} uops)" + _tensor_cores_note(spec))
+    if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")
+    if DEBUG >= 4: print(spec.src)
     _runners.put(key, r)
   return r
-
-def _report(device: str, spec: ProgramSpec, search_s: float | None, codegen_s: float, compile_s: float) -> None:
-  if DEBUG >= 2:   # what a first step waits for: building each kernel (compile includes a disk-cache hit)
-    print(f"*** {device:7s} built {colored(f'{spec.name:26s}', 'yellow')} "
-          + (f"search {search_s * 1e3:8.2f} ms " if search_s is not None else "")
-          + f"codegen {codegen_s * 1e3:8.2f} ms compile {compile_s * 1e3:8.2f} ms"
-          + f" ({len(spec.uops)} uops)" + _tensor_cores_note(spec))
-  if DEBUG >= 3 and spec.applied_opts: print(f"{spec.name}: applied opts {spec.applied_opts}")
-  if DEBUG >= 4: print(spec.src)
-
-# ---------------- building a schedule's kernels: codegen here, compiles on a background thread ----------------
-
-# runner key -> (spec, codegen seconds, future of (binary, compile seconds)) for kernels being built ahead of their run
-_building: dict[tuple, tuple[ProgramSpec, float, Future]] = {}
-_compiler_thread: ThreadPoolExecutor | None = None
-
-def prebuild(schedule: list[ScheduleItem]) -> list[tuple]:
-  """Render each kernel of `schedule` not built yet, on this thread, while a background thread compiles the ones
-  rendered before it, where the device's compiler says it may run there (`Compiler.compiles_in_background`): the
-  compilers run outside the GIL, so a cold schedule's build costs about the larger of its codegen and its compiles
-  instead of their sum. Returns the keys it started; `get_runner` finishes each as its kernel runs. A kernel whose
-  codegen fails stops it here: the run reaches that kernel and raises where it always did. Not with BEAM (the search
-  builds its candidates in its own workers)."""
-  global _compiler_thread
-  kernels = [item for item in schedule if item.ast.op is not Ops.COPY and item.bufs]
-  # (a warm schedule pays two lookups: its first and last kernels are built)
-  if BEAM.value >= 1 or len(kernels) < 2 or all(_runner_key(it.bufs[0].device, it.ast) in _runners
-                                                 for it in (kernels[0], kernels[-1])): return []
-  from tinyplug.codegen import get_program
-  started: list[tuple] = []
-  for item in kernels:
-    device = item.bufs[0].device
-    dev = Device[device]
-    if not dev.compiler.compiles_in_background: continue
-    key = _runner_key(device, item.ast)
-    if key in _runners or key in _building: continue
-    st = time.perf_counter()
-    try: spec = get_program(item.ast, dev.renderer)
-    except Exception: break
-    if _compiler_thread is None: _compiler_thread = ThreadPoolExecutor(1, thread_name_prefix="tinyplug-compile")
-    _building[key] = (spec, time.perf_counter() - st, _compiler_thread.submit(_timed_compile, dev.compiler, spec))
-    started.append(key)
-  return started
-
-def _timed_compile(compiler: Any, spec: ProgramSpec) -> tuple[bytes, float]:
-  st = time.perf_counter()
-  return compiler.compile_program(spec), time.perf_counter() - st
-
-def _finish(device: str, spec: ProgramSpec, codegen_s: float, compiling: Future) -> CompiledRunner:
-  st = time.perf_counter()
-  lib, compile_s = compiling.result()   # a compile error is raised here, as the kernel is about to run
-  with events.profile_span("compile", spec.name, device):
-    r = CompiledRunner(device, spec, codegen_s + compile_s, lib)
-  _report(device, spec, None, codegen_s, max(compile_s, time.perf_counter() - st))
-  return r
-
-def _drop_unfinished(keys: list[tuple]) -> None:
-  """After a run that stopped early: wait for the compiles it started (nothing runs on the background thread once
-  realize returns) and forget their kernels; a later run builds them again."""
-  for key in keys:
-    if (built := _building.pop(key, None)) is not None:
-      try: built[2].result()
-      except Exception: pass
 
 # ---------------- running a schedule ----------------
 
@@ -195,11 +131,7 @@ def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None
               runner.spec.estimates.get("mem", 0), runner.spec.global_size)
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
-  started = prebuild(schedule) if len(schedule) > 1 else None
-  try:
-    for item in schedule: run_item(item, var_vals)
-  finally:
-    if started: _drop_unfinished(started)
+  for item in schedule: run_item(item, var_vals)
 
 class gc_paused:
   """Python's cyclic garbage collector off inside the block, back on after it (unless it was off already: nested

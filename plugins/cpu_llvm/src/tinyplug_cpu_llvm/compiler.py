@@ -53,9 +53,6 @@ QUICK_WORK = 1024
 class LLVMCompiler(Compiler):
   """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
   compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
-  # every LLVM call and cache access holds LLVM_LOCK, and each module is parsed into a context of its own (other
-  # plugins' LLVM work uses the global one): the engine may compile on a background thread
-  compiles_in_background = True
 
   def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
     llvm = init_llvm()
@@ -90,7 +87,7 @@ class LLVMCompiler(Compiler):
     llvm = init_llvm()
     with self._lock:   # a TargetMachine is not safe to share between threads
       st = time.perf_counter()
-      mod = llvm.parse_assembly(src, context=llvm.create_context())
+      mod = llvm.parse_assembly(src)
       mod.verify()
       fns = [f for f in mod.functions if not f.is_declaration]
       if len(fns) != 1: raise ValueError(f"expected one function in the module, found {len(fns)}")
@@ -134,10 +131,9 @@ class LLVMCompiler(Compiler):
 
   def compile_cached(self, src: str, quick: bool = False) -> bytes:
     key = self.key(src, quick)
-    with self._lock:   # the memory cache too: another thread may be compiling
-      if (obj := self._memory.get_lru(key)) is not None: return obj
-      use_disk = CACHELEVEL >= 1
-      if use_disk and (obj := DISK_CACHE.get(key)) is not None: return self._memory.put(key, obj)
-      obj = self._memory.put(key, self.compile(src, quick))
-      if use_disk: DISK_CACHE.put(key, obj)
-      return obj
+    if (obj := self._memory.get_lru(key)) is not None: return obj
+    use_disk = CACHELEVEL >= 1
+    if use_disk and (obj := DISK_CACHE.get(key)) is not None: return self._memory.put(key, obj)
+    obj = self._memory.put(key, self.compile(src, quick))
+    if use_disk: DISK_CACHE.put(key, obj)
+    return obj
