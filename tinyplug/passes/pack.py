@@ -41,9 +41,9 @@ PACK_MIN_L2_RATIO = 2
 # benchmarks/README.md, session 12). The copy moves each B value once; the matmul reads it M times.
 PACK_T_MIN_ROWS = 64
 # a B whose width is no whole number of panels (1000 classes, an odd vocabulary) is padded with zero columns to the next
-# panel when it is at least this many panels wide (the padding costs at most 1/8 more work); unpacked such a B is read
-# with rows that straddle cache lines (x @ W, 1000 wide: 50 GFLOP/s one thread on Zen 4 against 94 at 1008) or with
-# the dot-product tile (x @ W.T: 71 against 95)
+# panel when it is at least this many panels wide (the padding costs at most 1/8 more work); unpacked such a B stored N x
+# K ran the dot-product tile (x @ W.T, 1024x256 -> 1000: 71 GFLOP/s one thread on Zen 4 against 95 at 992 or 1024) and
+# one stored K x N was read with rows that straddle cache lines
 PACK_PAD_MIN_PANELS = 8
 PACK_T_MIN_WORK = TILE_BUDGETS[0][0]
 
@@ -99,12 +99,16 @@ def _reduction_last(r: UOp) -> UOp | None:
   if op is not Ops.ADD or x.op is not Ops.MUL or len(axes) != 1 or x.shape is None or len(x.shape) < 3: return None
   a, nd = axes[0], len(x.shape)
   if a == nd - 1 or any(y.op is not Ops.EXPAND or y.src[0].shape is None for y in x.src): return None
-  order = tuple(i for i in range(nd) if i != a) + (a,)
+  if (packed := _pack(_reduced_last(r, tuple(i for i in range(nd) if i != a)))) is None: return None
+  return UOp(Ops.RESHAPE, r.dtype, (packed,), r.shape)
+
+def _reduced_last(r: UOp, kept: tuple[int, ...]) -> UOp:
+  """The product `r` sums over one axis, with its kept axes in the order `kept` and the summed one last: both operands'
+  views permuted under their broadcasts."""
+  x, order = r.src[0], (*kept, r.arg[1][0])
   srcs = tuple(UOp(Ops.EXPAND, y.dtype, (UOp(Ops.PERMUTE, y.dtype, (y.src[0],), order),), tuple(y.shape[i] for i in order))
                for y in x.src)
-  moved = UOp(Ops.REDUCE_AXIS, r.dtype, (x.replace(src=srcs),), (op, (nd - 1,)))
-  if (packed := _pack(moved)) is None: return None
-  return UOp(Ops.RESHAPE, r.dtype, (packed,), r.shape)
+  return UOp(Ops.REDUCE_AXIS, r.dtype, (x.replace(src=srcs),), (r.arg[0], (len(order) - 1,)))
 
 def _stored_permuted(p: UOp, rs: UOp, r: UOp) -> UOp | None:
   """A matmul whose result is stored with its kept axes permuted (the weight gradient of `x @ W`, W stored in x out:
@@ -120,11 +124,7 @@ def _stored_permuted(p: UOp, rs: UOp, r: UOp) -> UOp | None:
   if rs.shape != tuple(x.shape[i] for i in kept) or len(p.arg) != len(kept): return None
   stored = [kept[j] for j in p.arg]
   if stored == kept or any(y.op is not Ops.EXPAND or y.src[0].shape is None for y in x.src): return None
-  order = (*stored, a)
-  srcs = tuple(UOp(Ops.EXPAND, y.dtype, (UOp(Ops.PERMUTE, y.dtype, (y.src[0],), order),), tuple(y.shape[i] for i in order))
-               for y in x.src)
-  moved = UOp(Ops.REDUCE_AXIS, r.dtype, (x.replace(src=srcs),), (op, (nd - 1,)))
-  if (packed := _pack(moved)) is None: return None
+  if (packed := _pack(_reduced_last(r, tuple(stored)))) is None: return None
   return UOp(Ops.RESHAPE, r.dtype, (packed,), p.shape)
 
 def _pack(r: UOp) -> UOp | None:
