@@ -350,13 +350,13 @@ def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, cha
     raise ShapeError(f"conv: input channels {cin_total} and weight {weight.shape} do not fit groups={groups}")
   from tinyplug.gradient import custom_gradient
   pads = _spatial_padding(padding, nd)
+  strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
   x = self.pad(((0, 0), (0, 0), *pads))
   # every padded input element is read by prod(kernel) windows: padding it once beats a bounds check per read, except
   # where Winograd's window copy and the channels-last weight gradient's copy are its only readers (each pads as it
   # copies: a kernel less per step)
-  if any(b or a for b, a in pads) and not (wino and _wants_channels_last_wgrad(cin, groups, make_tuple(stride, nd))):
+  if any(b or a for b, a in pads) and not (wino and _wants_channels_last_wgrad(cin, groups, strides)):
     x = x.contiguous()
-  strides, dilations = make_tuple(stride, nd), make_tuple(dilation, nd)
   # a strided or dilated window's row is read every s-th element, and a short row is no whole number of vectors:
   # their math vectorizes along the output channels instead, which wants them contiguous in the weight (a copy of
   # weight size; the gradient is still the weight's)

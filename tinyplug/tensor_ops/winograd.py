@@ -45,23 +45,13 @@ def _constant(like, mat: np.ndarray):
   evaluated every plane's branch per element)."""
   return _realized(type(like), tuple(mat.ravel().tolist()), mat.shape, like.device, like.dtype)
 
-def _winograd_tile_rows(x, weight, m: int, flipped_transpose: bool):
-  """winograd_conv3x3 with the tiles as the matmul's rows: V (a*a, tiles, cin) @ U^T (a*a, cin, cout) as one kernel,
-  each transform one kernel with the channels innermost, V reduced in place from the windows of a channels-last copy
-  of x (the forward's is the weight gradient's own copy). 256->256 14x14 b8 fwd+bwd, one Zen 4 thread: the same time
-  as a kernel per tile position (41.6 against 41.9 ms), in 15 kernels a step instead of 72, each with rows for 16
-  threads (the per-position matmuls' batch of 8 had 8)."""
-  bt, g, at = _MATRICES[m]
-  a = m + 2
-  (bs, cin, h, w), cout = x.shape, weight.shape[1] if flipped_transpose else weight.shape[0]
-  oh, ow = h - 2, w - 2
-  ty, tx = -(-oh // m), -(-ow // m)
-  kv, ky = _kron(bt, bt), _kron(at, at)
-  u = _weight_transform(weight, m, transposed=not flipped_transpose)             # (a*a, cin, cout)
-  if flipped_transpose:
-    # U's planes are the flipped transpose's reordered: the input's and output's transforms reordered to match
-    order = _flip_planes(m)
-    kv, ky = kv[order], ky[:, order]
+def _winograd_tile_rows(x, u, kv, ky, m: int, ty: int, tx: int):
+  """winograd_conv3x3's (bs, cout, ty*m, tx*m) output with the tiles as the matmul's rows: V (a*a, tiles, cin) @ U^T
+  (a*a, cin, cout) as one kernel, each transform one kernel with the channels innermost, V reduced in place from the
+  windows of a channels-last copy of x (the forward's is the weight gradient's own copy). 256->256 14x14 b8 fwd+bwd,
+  one Zen 4 thread: the same time as a kernel per tile position (41.6 against 41.9 ms), in 15 kernels a step instead
+  of 72, each with rows for 16 threads (the per-position matmuls' batch of 8 had 8)."""
+  a, (bs, cin, h, w), cout = m + 2, x.shape, u.shape[2]
   tiles = bs * ty * tx
   xc = x.permute(0, 2, 3, 1).contiguous()                                         # (bs, h, w, cin)
   if (ty + 1) * m != h or (tx + 1) * m != w:
@@ -71,8 +61,7 @@ def _winograd_tile_rows(x, weight, m: int, flipped_transpose: bool):
   v = _constant(x, kv).dot(xw).reshape(a * a, tiles, cin)
   prod = v.dot(u)                                                                   # (a*a, tiles, cout)
   y = _constant(x, ky).dot(prod.reshape(a * a, tiles * cout)).contiguous().reshape(m, m, bs, ty, tx, cout)
-  y = y.permute(2, 5, 3, 0, 4, 1).reshape(bs, cout, ty * m, tx * m)
-  return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+  return y.permute(2, 5, 3, 0, 4, 1).reshape(bs, cout, ty * m, tx * m)
 
 def _flip_planes(m: int) -> list[int] | None:
   """The tile positions' order that turns the transform of a weight into that of its flipped transpose: G
@@ -103,21 +92,28 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   """The valid (unpadded) stride-1 convolution of x (bs, cin, h, w) with weight (cout, cin, 3, 3); with
   `flipped_transpose`, with the weight (cin, cout, 3, 3) flipped and its channels swapped (an input gradient's),
   from the same transform of it as the forward's where the tile size allows (`_flip_planes`)."""
-  bt, g, at = _MATRICES[m]
-  a = m + 2
+  bt, _, at = _MATRICES[m]
   if flipped_transpose and _flip_planes(m) is None: weight, flipped_transpose = weight.transpose(0, 1).flip((2, 3)), False
-  (bs, cin, h, w) = x.shape
-  cout = weight.shape[1] if flipped_transpose else weight.shape[0]
+  h, w = x.shape[2:]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
-  if not tiles_inner(ty, tx): return _winograd_tile_rows(x, weight, m, flipped_transpose)
-  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
+  inner = tiles_inner(ty, tx)
   kv, ky = _kron(bt, bt), _kron(at, at)
-  u = _weight_transform(weight, m, transposed=flipped_transpose)                  # (a*a, cout, cin)
+  # U (a*a, cout, cin) for the tiles-inner matmul, U^T (a*a, cin, cout) for the tile rows'; the input gradient's is
+  # the other one of the forward's transform
+  u = _weight_transform(weight, m, transposed=flipped_transpose if inner else not flipped_transpose)
   if flipped_transpose:
     # the planes in the forward transform's order, the input's and output's transforms reordered to match
     order = _flip_planes(m)
     kv, ky = kv[order], ky[:, order]
+  y = (_winograd_tiles_inner if inner else _winograd_tile_rows)(x, u, kv, ky, m, ty, tx)
+  return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+
+def _winograd_tiles_inner(x, u, kv, ky, m: int, ty: int, tx: int):
+  """winograd_conv3x3's (bs, cout, ty*m, tx*m) output with the tiles innermost: U (a*a, cout, cin) @ V (a*a, cin,
+  bs*tiles)."""
+  a, (bs, cin, h, w), cout = m + 2, x.shape, u.shape[1]
+  x = x.pad(((0, 0), (0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w)))
   # V (a*a, cin, bs*tiles): every tile's a x a window copied out as (a*a, cin * bs * tiles) rows, then B^T d B of them
   # as one (a*a, a*a) @ (a*a, cin * bs * tiles) matmul (reduced in place from the window view, every vector of tiles
   # was a gather: 1.9 ms; as a batch of (a*a, a*a) @ (a*a, tiles) over the channels, V a strided view, 1.3 ms; now 0.7)
@@ -130,8 +126,7 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   # output's order, 16 gathered planes: 1.7 against 0.5 ms)
   prod = u.dot(v).permute(1, 0, 2)                                               # (cout, a*a, bs*tiles), a view
   y = _constant(x, ky).reshape(1, m * m, a * a).dot(prod).contiguous().reshape(cout, m, m, bs, ty, tx)
-  y = y.permute(3, 0, 4, 1, 5, 2).reshape(bs, cout, ty * m, tx * m)
-  return y.shrink((None, None, (0, oh), (0, ow))) if (ty * m, tx * m) != (oh, ow) else y
+  return y.permute(3, 0, 4, 1, 5, 2).reshape(bs, cout, ty * m, tx * m)
 
 # the tiles innermost where a vector of tiles is whole images' tiles: 16 per image (a 7x7 or 8x8 output). Conv b8
 # fwd+bwd, one Zen 4 thread: 512->512 7x7 70.6 -> 55.0 ms; at 256->256 14x14 (49 tiles an image) a vector's windows
