@@ -2,6 +2,7 @@
 EXPAND_BUDGET, `x @ w.T` unrolls its contiguous reduction instead of a tile of gathers, a short second axis is upcast
 whole; the values stay those of numpy, and the size estimate agrees with what the expand stage builds."""
 import numpy as np
+import pytest
 from tinyplug.codegen import KernelContext, get_program, run_pipeline
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
@@ -11,6 +12,15 @@ from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
 
 RNG = np.random.default_rng(1)
+
+@pytest.fixture(autouse=True)
+def avx512(vector_machine):
+  """Every decision below is AVX-512's (32 vector registers of 64 bytes), whatever the host: an AVX2 host's 16 x 4
+  tile unrolls and upcasts by other widths."""
+  from tinyplug import schedule
+  schedule._templates.clear()
+  yield vector_machine(64, 32)
+  schedule._templates.clear()
 
 def item(t: Tensor):
   items, _ = create_schedule([t.uop])

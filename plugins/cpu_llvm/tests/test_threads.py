@@ -279,7 +279,20 @@ def _cpu_program(ast):
   spec = get_program(ast, dev.renderer)
   return spec, dev.make_program(spec, dev.compiler.compile_cached(spec.src))
 
-def test_few_wide_bodies_over_big_buffers_share_out():
+@pytest.fixture
+def avx512_machine(monkeypatch):
+  """The CPU renderer describes a Zen 4 (AVX-512's 32 vector registers of 64 bytes, 1 MB L2): the loop-body counts
+  below are that tile's, whatever the host (an AVX2 host's 16 x 4 tile makes four times the bodies)."""
+  from tinyplug import schedule
+  from tinyplug.device import Device
+  r = Device["CPU"].renderer
+  for name, value in (("vector_bytes", 64), ("vector_registers", 32), ("cache_bytes", (32 << 10, 1 << 20, 32 << 20))):
+    monkeypatch.setattr(r, name, value)
+  schedule._templates.clear()   # no schedule made for the host's machine
+  yield r
+  schedule._templates.clear()
+
+def test_few_wide_bodies_over_big_buffers_share_out(avx512_machine):
   """Packing B for a 1024 matmul: ~8k loop bodies of 128 floats each (8 MB), under the loop-body count that splits a
   kernel, shares out by its bytes; a one-row slice of a big tensor (as many bytes, a few bodies) stays on one thread."""
   from tinyplug import Tensor
@@ -295,7 +308,7 @@ def test_few_wide_bodies_over_big_buffers_share_out():
   with Context(CPU_THREADS=16): assert pack.threads() == 16 and one_row.threads() == 1
   with Context(CPU_THREADS=2): assert pack.threads() == 2
 
-def test_tiled_kernel_gets_a_thread_per_million_operations(monkeypatch):
+def test_tiled_kernel_gets_a_thread_per_million_operations(monkeypatch, avx512_machine):
   """A skinny matmul (64x9216 @ 9216x128): 295K loop bodies, each an 8 x 32 tile of products, 150M operations; by bodies
   it took 13 of 16 threads, by its operations all 16. A kernel of few bodies stays on one thread whatever its
   operations, and two threads stay two."""
