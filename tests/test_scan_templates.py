@@ -1,6 +1,7 @@
 """argmax, argmin, cumsum and cumprod as graph templates (their graph built once per signature and rebuilt over each
 call's inputs), and the heuristic's independent add chains for a scan's triangle along the row (SCAN_CHAINS). Values
 against numpy and torch on every call, so a template that baked an input's values or a wrong tile would show."""
+import math
 import numpy as np
 import pytest
 import torch
@@ -148,6 +149,30 @@ def test_a_scan_triangle_along_the_row_runs_independent_chains():
     assert any(o.op is OptOps.UPCAST and o.axis == inner for o in opts), opts
     assert any(o.op is OptOps.UPCAST and o.axis == inner - 1 and o.arg in SCAN_CHAINS for o in opts), opts
     assert not any(o.op is OptOps.UNROLL for o in opts), opts
+
+@pytest.mark.parametrize("regs,lanes", [((64, 32), 128), ((32, 16), 64)], ids=["avx512", "avx2"])
+def test_scan_chains_keep_half_the_vector_registers(vector_machine, regs, lanes):
+  """The chains' accumulators fit half the vector registers: 128 lanes on AVX-512 (of 512 floats), 64 on AVX2 (of
+  its 128: 8 chains of a 16-lane row had taken every register); cumsum / cummax / cumprod gradients match torch."""
+  renderer = vector_machine(*regs)
+  asts = _kernels(Tensor.empty(1024, 1024, device="CPU").cumsum(1))
+  by_shape = {tuple(_loop_sizes(Kernel(a, renderer))): a for a in asts}
+  for loops in ((1024, 64, 16), (1024, 64)):
+    opts = heuristic_opts(Kernel(by_shape[loops], renderer))
+    assert math.prod(o.arg for o in opts if o.op is OptOps.UPCAST) == lanes, opts
+    assert any(o.op is OptOps.UPCAST and o.axis == len(loops) - 2 for o in opts), opts
+  a = RNG.uniform(0.5, 1.5, (64, 1024)).astype(np.float32)
+  schedule._templates.clear()
+  for name in ("cumsum", "cummax", "cumprod"):
+    x, tx = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    y = getattr(x, name)(1)
+    ty = getattr(torch, name)(tx, 1)
+    y, ty = (y[0], ty.values) if name == "cummax" else (y, ty)
+    (y * x).sum().backward()
+    (ty * tx).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-3, err_msg=name)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-3, atol=1e-3, err_msg=name)
+  schedule._templates.clear()
 
 @pytest.mark.parametrize("shape", [(1024, 1024), (300, 64), (4, 4096), (24, 1000), (9, 129)])
 def test_scans_along_the_row_with_chains_match_numpy(shape):

@@ -640,6 +640,15 @@ SCAN_ROWS = 4
 # (within the tile budget or SCAN_CHAIN_LANES upcast elements: a triangle's body is a compare, a select and an add)
 SCAN_CHAINS, SCAN_CHAIN_LANES = (8, 4), 128
 
+def _scan_chain_lanes(k: Kernel, budget: int) -> int:
+  """A scan triangle's upcast lanes: the tile budget or SCAN_CHAIN_LANES, its accumulators at most half the vector
+  registers where the renderer says (AVX2's 16 ymm hold 128 floats: 8 chains of a 16-lane row took every register,
+  4 do not; one Zen 3 thread, kernels in turns: cummax(1)'s gradient triangle 1.96 -> 0.76 ms, its forward's 1.97 ->
+  1.39; AVX-512's half is 256 floats, more than any budget)."""
+  lanes, r = max(budget, SCAN_CHAIN_LANES), k.renderer
+  if r is None or not r.vector_bytes or not r.vector_registers: return lanes
+  return min(lanes, r.vector_bytes * r.vector_registers // 2 // _acc_itemsize(k))
+
 def _column_reduce(k: Kernel) -> bool:
   """A reduction down the columns: every load that walks a reduced axis does so across rows (not contiguously) and is
   contiguous along the innermost output axis (`sum(0)`, a middle axis of a 3D tensor, `var(0)`'s squares), or does not
@@ -1233,7 +1242,7 @@ def _recipe(k: Kernel) -> list[Opt]:
     # (cumsum(1) 1024x1024, kernels timed interleaved, loaded machine, p10: the blocks' triangle 490 -> 285-310 us
     # with 8 or 4 blocks, the totals' scan 113 -> 81 us with 4 rows)
     chains = cpu and not others and inner in reread and k.upcasted > 1 and inner > 0 and \
-      any(k.loop_axes[inner - 1].src[0].arg % c == 0 and k.upcasted * c <= max(budget, SCAN_CHAIN_LANES) and
+      any(k.loop_axes[inner - 1].src[0].arg % c == 0 and k.upcasted * c <= _scan_chain_lanes(k, budget) and
           _try_tile(k, Opt(OptOps.UPCAST, inner - 1, c)) for c in SCAN_CHAINS)
     if k.upcasted <= 16 and not chains:
       for amt in (4, 2):
