@@ -261,6 +261,18 @@ def strided_block_rows(rows: int, row_bytes: int, panel_bytes: int, l2: int, thr
 # for the rest of its half (a 56x56 conv's halves are ~8 ms each)
 THREAD_PARTS = (4, 2, 1)
 
+# fewer vector registers than this (AVX2's 16: a tile of 4 rows) and a cache block's rows are not padded to whole blocks
+PAD_BLOCK_MIN_REGISTERS = 32
+
+def _masked_rows_cost_more(k: Kernel) -> bool:
+  """Whether padding the outer tile axis to whole cache blocks costs more than the blocks save: on a renderer with
+  fewer than PAD_BLOCK_MIN_REGISTERS vector registers. Each padded row's broadcast load is masked, which x86 code
+  generation makes a branch per row on every step of the reduction; a 4-row tile's loop then runs at half speed
+  (Winograd's (16, 392, 256) @ (16, 256, 256) matmul on a Zen 3 core, rows 98 tiles of 4: padded to 112 in blocks of
+  16 19.9-21.8 ms, unpadded 10.7-12.0, in blocks of 2 11.5). AVX-512's 8-row tile was not measured: unchanged."""
+  return bool(k.renderer is not None and k.renderer.vector_registers and
+              k.renderer.vector_registers < PAD_BLOCK_MIN_REGISTERS)
+
 def _block_for_cache(k: Kernel) -> None:
   """Large matmul-like kernels: the outer tile axis is split into blocks, and inside a block the loop over the
   innermost output axis runs outside the block's rows, so each column panel of the other input that loop brings in
@@ -271,7 +283,7 @@ def _block_for_cache(k: Kernel) -> None:
   sizes = [r.src[0].arg for r in k.loop_axes]
   threads = _threads(k)
   if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
-    if not _divisor(sizes[outer], (16, 8, 4)): _pad_for_tile(k, outer, 16)
+    if not _divisor(sizes[outer], (16, 8, 4)) and not _masked_rows_cost_more(k): _pad_for_tile(k, outer, 16)
     rows, caches = k.loop_axes[outer].src[0].arg, cache_sizes(k.renderer)
     row_bytes = _step_bytes(k, k.loop_axes[outer])
     amt = block_rows(rows, row_bytes, caches[-1], threads) if _panel_contiguous(k) else \

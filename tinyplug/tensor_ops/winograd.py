@@ -73,7 +73,7 @@ def _flip_planes(m: int) -> list[int] | None:
   if None in rows: return None
   return [rows[r] * len(g) + rows[c] for r in range(len(g)) for c in range(len(g))]
 
-def _weight_transform(weight, m: int, transposed: bool = False):
+def _weight_transform(weight, m: int, transposed: bool = False, planes_outer: bool = False):
   """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position, as a view of a (cout, a*a,
   cin) buffer: per output channel (the loop the threads share; planes outermost left 16 threads 2 rows), a (a*a, 9)
   @ (9, cin) matmul over the taps copied out as rows (reduced in place, 9 floats apart, every vector was a gather:
@@ -85,6 +85,7 @@ def _weight_transform(weight, m: int, transposed: bool = False):
   # transpose from the heuristic: 6 against 2 ms)
   taps = weight.permute(0, 2, 3, 1).contiguous().reshape(cout, 9, cin)
   u = _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).reshape(1, a * a, 9).dot(taps)   # (cout, a*a, cin)
+  if planes_outer: return (u.permute(1, 2, 0) if transposed else u.permute(1, 0, 2)).contiguous()
   if transposed: u = u.permute(2, 1, 0).contiguous()                                             # (cin, a*a, cout)
   return u.permute(1, 0, 2)
 
@@ -101,7 +102,8 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   kv, ky = _kron(bt, bt), _kron(at, at)
   # U (a*a, cout, cin) for the tiles-inner matmul, U^T (a*a, cin, cout) for the tile rows'; the input gradient's is
   # the other one of the forward's transform
-  u = _weight_transform(weight, m, transposed=flipped_transpose if inner else not flipped_transpose)
+  u = _weight_transform(weight, m, transposed=flipped_transpose if inner else not flipped_transpose,
+                        planes_outer=not inner)
   if flipped_transpose:
     # the planes in the forward transform's order, the input's and output's transforms reordered to match
     order = _flip_planes(m)
