@@ -53,7 +53,8 @@ def _winograd_tile_rows(x, u, kv, ky, m: int, ty: int, tx: int):
   of 72, each with rows for 16 threads (the per-position matmuls' batch of 8 had 8)."""
   a, (bs, cin, h, w), cout = m + 2, x.shape, u.shape[2]
   tiles = bs * ty * tx
-  xc = x.permute(0, 2, 3, 1).contiguous()                                         # (bs, h, w, cin)
+  from tinyplug.tensor_ops.nn import _channels_last_copy
+  xc = _channels_last_copy(x).permute(0, 2, 3, 1)                                 # (bs, h, w, cin)
   if (ty + 1) * m != h or (tx + 1) * m != w:
     xc = xc.pad(((0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w), (0, 0)))
   win = xc.permute(0, 3, 1, 2)._pool((a, a), m)                                    # (bs, cin, ty, tx, a, a)
