@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.indexing import check_index_range
+from tinyplug.tensor_ops.layout import channels_last_copy
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.tensor_ops.winograd import WINO, use_winograd, winograd_conv3x3
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
@@ -449,7 +450,7 @@ def _weight_grad_channels_last(g, x, kernel: Sequence[int], stride: Sequence[int
   then viewed as (cout, cin, k..); a large input sums per image first (`_per_image_wgrad`)."""
   nd, (bs, cin), spatial = len(kernel), x.shape[:2], x.shape[2:]
   cout, outs = g.shape[1], g.shape[2:]
-  xc = _channels_last_copy(x)                                               # (b, ci, i..) view
+  xc = channels_last_copy(x)                                                # (b, ci, i..) view
   win = xc._pool(kernel, stride, dilation)                                  # (b, ci, o.., k..)
   if _per_image_wgrad(math.prod(x.shape), bs, cout * cin * math.prod(kernel)):
     # product axes (b, k.., co, ci, o..): one partial sum per image, whose input stays in the L2 over the passes of
@@ -465,13 +466,6 @@ def _weight_grad_channels_last(g, x, kernel: Sequence[int], stride: Sequence[int
     gw = (xw * gg).sum(tuple(range(nd + 2, 2 * nd + 3)))                    # (co, k.., ci)
     return gw.contiguous().permute(0, nd + 1, *range(1, nd + 1))
   return gw.contiguous().permute(nd, nd + 1, *range(nd))
-
-def _channels_last_copy(x, block: int | None = 16):
-  nd, (bs, cin), spatial = x.ndim - 2, x.shape[:2], x.shape[2:]
-  if block is None or cin % block or cin <= block:
-    return x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))
-  xb = x.reshape(bs, cin // block, block, *spatial).permute(1, 0, *range(3, 3 + nd), 2).contiguous()
-  return xb.permute(1, 0, nd + 2, *range(2, 2 + nd)).reshape(bs, cin, *spatial)
 
 # inputs of at least this many elements (4 MB of floats: several times a core's L2) get the weight gradient as one
 # partial sum per image (conv 64->64 56x56 b8, one thread: 19.5 -> 16.9 + 0.1 ms; 28x28 and smaller: even)

@@ -13,6 +13,7 @@ import functools
 from fractions import Fraction as Fr
 import numpy as np
 from tinyplug.helpers import ContextVar
+from tinyplug.tensor_ops.layout import channel_block, channels_last_copy
 
 WINO = ContextVar("WINO", -1, "stride-1 3x3 convolutions as Winograd F(2x2,3x3): 1 every one it can take, 0 none, "
                   "-1 (default) those of the shapes where it measured faster (winograd.wino_wins)")
@@ -53,8 +54,7 @@ def _winograd_tile_rows(x, u, kv, ky, m: int, ty: int, tx: int):
   of 72, each with rows for 16 threads (the per-position matmuls' batch of 8 had 8)."""
   a, (bs, cin, h, w), cout = m + 2, x.shape, u.shape[2]
   tiles = bs * ty * tx
-  from tinyplug.tensor_ops.nn import _channels_last_copy
-  xc = _channels_last_copy(x).permute(0, 2, 3, 1)                                 # (bs, h, w, cin)
+  xc = channels_last_copy(x).permute(0, 2, 3, 1)                                  # (bs, h, w, cin)
   if (ty + 1) * m != h or (tx + 1) * m != w:
     xc = xc.pad(((0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w), (0, 0)))
   win = xc.permute(0, 3, 1, 2)._pool((a, a), m)                                    # (bs, cin, ty, tx, a, a)
@@ -80,7 +80,11 @@ def _weight_transform(weight, m: int, transposed: bool = False, planes_outer: bo
   @ (9, cin) matmul over the taps copied out as rows (reduced in place, 9 floats apart, every vector was a gather:
   6.4 ms at 512->512, one thread). `transposed`: U^T (a*a, cin, cout), a view of U's buffer copied transposed into
   (cin, a*a, cout), for a matmul whose weight operand wants cout contiguous (reading U's planes transposed: the
-  tiles-inner input gradient's matmuls were 40% slower); the forward and its input gradient share U."""
+  tiles-inner input gradient's matmuls were 40% slower); the forward and its input gradient share U. `planes_outer`
+  (tiles as rows on a machine with `layout.channel_block`): U or U^T copied planes outermost instead, (a*a, cout, cin)
+  or (a*a, cin, cout), each plane's rows contiguous (planes inner, a plane's rows are a*a*c floats apart and its
+  column panel falls into a few cache sets: 256->256 14x14 b8, (16, 392, 256) @ (16, 256, 256) on a Zen 3 core
+  18.5 -> 10.7 ms); the input gradient's then costs a copy of its own."""
   (cout, cin), a = weight.shape[:2], m + 2
   # the taps from the weight's own 4-d index (a view of it as 2-d or 3-d kept divisions by 9 and 3 that hid a
   # transpose from the heuristic: 6 against 2 ms)
@@ -104,7 +108,7 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   # U (a*a, cout, cin) for the tiles-inner matmul, U^T (a*a, cin, cout) for the tile rows'; the input gradient's is
   # the other one of the forward's transform
   u = _weight_transform(weight, m, transposed=flipped_transpose if inner else not flipped_transpose,
-                        planes_outer=not inner)
+                        planes_outer=not inner and channel_block(x.device) is not None)
   if flipped_transpose:
     # the planes in the forward transform's order, the input's and output's transforms reordered to match
     order = _flip_planes(m)

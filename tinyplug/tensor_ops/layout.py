@@ -1,0 +1,35 @@
+"""Layouts of the copies a convolution makes of its operands, chosen for the machine's caches where it runs.
+
+A channels-last copy (b, h, w, c) has one row of c values per position, c * 4 bytes apart: a register tile reading W
+channels of each position (the weight gradient's column panel, one per tap and block of W channels) takes W * 4 bytes
+of every row, rows that map to a few of the caches' sets (256 channels: 1 KB apart, 1/16 of them), so the panel does
+not stay in the L2 for the next tile. Blocked, (c / W, b, h, w, W), each block of W channels is one contiguous stretch:
+every set, one prefetch stream, and all 9 taps' panels in the same few hundred KB. Conv b8 fwd+bwd on a Zen 3 core
+(AVX2, 512 KB L2), one thread: the weight gradient 256->256 14x14 48 -> 21.5 ms, 512->512 7x7 31.9 -> 21.7.
+Winograd's weight transforms, for the matmuls with the tiles as rows, are stored planes outermost for the same reason
+(`winograd._weight_transform`)."""
+from __future__ import annotations
+from typing import Any
+
+# renderers with more vector registers than this (AVX-512's 32) keep the plain layouts they were tuned with
+BLOCKED_MAX_REGISTERS = 16
+
+def channel_block(device: Any) -> int | None:
+  """Channels per block of `channels_last_copy` on this device: the CPU register tile's width (`cpu_tile`: 16 on
+  AVX2) on a loop-running renderer with at most BLOCKED_MAX_REGISTERS vector registers; None (the plain channels-last
+  layout, Winograd's planes inner) elsewhere."""
+  from tinyplug.device import renderer_of
+  from tinyplug.passes.heuristic import cpu_tile
+  r = renderer_of(device)
+  if r is None or not r.runs_loops or not r.vector_bytes or not r.vector_registers: return None
+  return cpu_tile(r)[0] if r.vector_registers <= BLOCKED_MAX_REGISTERS else None
+
+def channels_last_copy(x):
+  """A copy of x (b, c, spatial..) with the channels innermost, viewed as x's shape: plain (b, spatial.., c), or in
+  blocks of `channel_block` channels (c / W, b, spatial.., W) where the device has one and c is two blocks or more."""
+  nd, (bs, cin), spatial = x.ndim - 2, x.shape[:2], x.shape[2:]
+  w = channel_block(x.device)
+  if w is None or cin % w or cin < 2 * w:
+    return x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))
+  xb = x.reshape(bs, cin // w, w, *spatial).permute(1, 0, *range(3, 3 + nd), 2).contiguous()
+  return xb.permute(1, 0, nd + 2, *range(2, 2 + nd)).reshape(bs, cin, *spatial)
