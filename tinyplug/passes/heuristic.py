@@ -305,6 +305,10 @@ SMALL_TILE_BUDGET = 72
 # strided convolution's input-gradient phase, 13x16: 8.2 -> 5.7 ms over its four phases, one thread)
 VECTOR_TILE_BUDGET = 256
 
+# a window with more taps than this many registers hold twice over (a broadcast and an accumulator each) is tiled as
+# one row of taps by vectors (below); at most this many vector accumulators then
+WIDE_WINDOW_REGISTERS, WIDE_WINDOW_VECTORS = 32, 16
+
 # a strided window's row over a reduction this long (products per output) is tiled up to this many positions wide
 LONG_GATHER_REDUCE, GATHER_ROW_POSITIONS = 512, 16
 
@@ -364,8 +368,11 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # a window whose taps' broadcasts and accumulators (one each per tap) outnumber AVX-512's vector registers (4x4:
     # 16 + 16 + the loaded vector) spills: one row of taps by up to 4 vectors of the vector axis instead (conv_transpose2d
     # b8 64->32 28x28 k4 s2's weight gradient r_64_32_4_4_8_28_28, one Zen 4 thread: 4x4x16 5.8-5.9 ms, 4x64 4.35)
+    # (fewer registers than AVX-512's, the same 16 taps: AVX2's 4x4x16 spilled too, 24.4 ms against 9.3 as 4x16 and
+    # 8.2 as 4x32 on a Zen 3 core; a 3x3 window stays tiled there, its 18 accumulators measured faster than one row:
+    # conv 64->128 56x56 s2's weight gradient 3x3x16 15.4 ms, 3x32 22.7)
     regs = (k.renderer.vector_registers if k.renderer is not None else None) or 0
-    if regs >= 32 and 2 * sizes[inner] * sizes[inner - 1] + 1 > regs: wide = True
+    if regs and 2 * sizes[inner] * sizes[inner - 1] + 1 > max(regs, WIDE_WINDOW_REGISTERS): wide = True
     else: tiled.append(inner - 1)
   if len(tiled) > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
   # the long whole row takes two rows (an unstrided 3x3 convolution's output rows: each weight broadcast feeds both),
@@ -383,6 +390,10 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # vectors, and the budget counts them as such (r_32_64_3_3_64_12_12, one thread: 3x3x8 4.5 ms, 3x3x16 3.1)
     vec = all(s in (0, 1) for s in _load_strides(k, loops[axis])) and any(s == 1 for s in _load_strides(k, loops[axis]))
     cap = VECTOR_TILE_BUDGET if vec else budget
+    # a window's row of taps by vectors: as many as the registers hold (AVX-512: 16 of 16 lanes, the budget; AVX2 16
+    # of 8)
+    if wide and vec and k.renderer is not None and k.renderer.vector_bytes:
+      cap = min(cap, WIDE_WINDOW_VECTORS * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
     # the long strided row's channels: one vector (its accumulators are the row's positions)
     if long_row and vec and k.renderer is not None and k.renderer.vector_bytes:
       cap = min(cap, k.upcasted * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
