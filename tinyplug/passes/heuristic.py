@@ -389,6 +389,7 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # loads contiguous along the axis (a strided convolution's weight copy, output channel innermost): its lanes are
     # vectors, and the budget counts them as such (r_32_64_3_3_64_12_12, one thread: 3x3x8 4.5 ms, 3x3x16 3.1)
     vec = all(s in (0, 1) for s in _load_strides(k, loops[axis])) and any(s == 1 for s in _load_strides(k, loops[axis]))
+    if wide and not vec: vec = _blocked_vector_axis(k, axis)
     cap = VECTOR_TILE_BUDGET if vec else budget
     # a window's row of taps by vectors: as many as the registers hold (AVX-512: 16 of 16 lanes, the budget; AVX2 16
     # of 8)
@@ -409,6 +410,23 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   last = len(reduces) - 1
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
   return k.applied_opts
+
+def _blocked_vector_axis(k: Kernel, axis: int) -> bool:
+  """Whether the loads along loop axis `axis` are contiguous within each vector of it though not along the whole
+  axis: read from a copy blocked by channels (layout.output_channel_blocks, (c // W) * S + c % W), on a renderer with
+  at most layout.BLOCKED_MAX_REGISTERS vector registers (the only ones that make such copies). Tried as an upcast by
+  the vector's lanes, the index simplified."""
+  from tinyplug.tensor_ops.layout import BLOCKED_MAX_REGISTERS
+  from tinyplug.uop.rewrite import graph_rewrite
+  from tinyplug.uop.symbolic import symbolic
+  r = k.renderer
+  if r is None or not r.vector_bytes or not r.vector_registers or r.vector_registers > BLOCKED_MAX_REGISTERS: return False
+  trial = k.copy()
+  if not _try(trial, Opt(OptOps.UPCAST, axis, max(r.vector_bytes // _acc_itemsize(k), 1))): return False
+  trial.sink = graph_rewrite(trial.sink, symbolic)
+  lanes = max((x for x in trial.ranges if x.arg[1] == "upcast"), key=lambda x: x.arg[0])
+  strides = _load_strides(trial, lanes)
+  return all(s in (0, 1) for s in strides) and 1 in strides
 
 def _long_gather_row(k: Kernel) -> bool:
   """A strided convolution's output row (read every 2nd to 8th input element) over a long reduction (512 or more

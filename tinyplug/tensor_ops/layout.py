@@ -33,3 +33,12 @@ def channels_last_copy(x):
     return x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))
   xb = x.reshape(bs, cin // w, w, *spatial).permute(1, 0, *range(3, 3 + nd), 2).contiguous()
   return xb.permute(1, 0, nd + 2, *range(2, 2 + nd)).reshape(bs, cin, *spatial)
+
+def output_channel_blocks(w):
+  """A copy of w (cout, rest..) with the output channels innermost in blocks of `channel_block`, (cout / W, rest.., W),
+  viewed as w's shape; None where the device has no block or cout is not two blocks or more (the caller's plain copy)."""
+  cout, rest = w.shape[0], w.shape[1:]
+  b = channel_block(w.device)
+  if b is None or cout % b or cout < 2 * b: return None
+  wb = w.reshape(cout // b, b, *rest).permute(0, *range(2, w.ndim + 1), 1).contiguous()
+  return wb.permute(0, w.ndim, *range(1, w.ndim)).reshape(cout, *rest)

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.indexing import check_index_range
-from tinyplug.tensor_ops.layout import channels_last_copy
+from tinyplug.tensor_ops.layout import channels_last_copy, output_channel_blocks
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.tensor_ops.winograd import WINO, use_winograd, winograd_conv3x3
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
@@ -554,6 +554,7 @@ def _channels_last(w):
   "weight", 12x12) is that permute: the heuristic tiles it as a transposing copy (as (cin*k, cout) the transposed
   view's index had a division, and it ran 0.56 against 0.36 ms)."""
   cout, rest = w.shape[0], w.shape[1:]
+  if math.prod(rest[1:]) >= 16 and (blocked := output_channel_blocks(w)) is not None: return blocked
   if math.prod(rest[1:]) >= 16: return w.permute(*range(1, w.ndim), 0).contiguous().permute(w.ndim - 1, *range(w.ndim - 1))
   return w.reshape(cout, -1).transpose(0, 1).contiguous().reshape(*rest, cout).permute(w.ndim - 1, *range(w.ndim - 1))
 
