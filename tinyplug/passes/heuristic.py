@@ -289,7 +289,11 @@ def _block_for_cache(k: Kernel) -> None:
     amt = block_rows(rows, row_bytes, caches[-1], threads) if _panel_contiguous(k) else \
       strided_block_rows(rows, row_bytes, _panel_bytes(k), caches[1], threads)
     if amt is not None: _try(k, Opt(OptOps.SPLIT, outer, amt))
-  if threads > 1:
+  _share_threads(k)
+
+def _share_threads(k: Kernel) -> None:
+  """A THREAD axis: the outermost loop that splits into THREAD_PARTS parts per thread (a contiguous share each)."""
+  if (threads := _threads(k)) > 1:
     for axis in range(len(k.loop_axes)):
       if any(_try(k, Opt(OptOps.THREAD, axis, threads * parts)) for parts in THREAD_PARTS): break
 
@@ -427,6 +431,38 @@ def _blocked_vector_axis(k: Kernel, axis: int) -> bool:
   lanes = max((x for x in trial.ranges if x.arg[1] == "upcast"), key=lambda x: x.arg[0])
   strides = _load_strides(trial, lanes)
   return all(s in (0, 1) for s in strides) and 1 in strides
+
+# `_row_band_tile`: the output rows a band takes (each weight broadcast feeds them all), and the output channels
+BAND_ROWS, BAND_CHANNELS = 4, 2
+
+def _row_band_tile(k: Kernel) -> list[Opt] | None:
+  """An unstrided convolution's output row wider than two of cpu_tile's rows (56 and up), read contiguously, on a
+  renderer with at most layout.BLOCKED_MAX_REGISTERS vector registers (AVX2): one vector of the row by BAND_ROWS
+  rows by BAND_CHANNELS output channels (8 accumulators), the window's rows unrolled (the input rows that adjacent
+  taps share are loaded once), and the channels' loop moved inside the rows' so a band of input rows stays in the L2
+  while every channel block passes over it, instead of the whole image (861 KB at 64 channels) coming again from
+  the L3 per block. conv2d b8 64->64 56x56 k3 p1 on a Zen 3 core, one thread: the forward's r_8_64_56_56_64_3_3 as
+  the generic 16 (56 padded to 64) x 4 26.5-28.0 ms, this 21.0-22.0; without the loop swap 25.2; the input
+  gradient's 28.5 -> 22.9. None where it does not apply."""
+  from tinyplug.tensor_ops.layout import BLOCKED_MAX_REGISTERS
+  r = k.renderer
+  if r is None or not r.vector_bytes or not r.vector_registers or r.vector_registers > BLOCKED_MAX_REGISTERS: return None
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if len(loops) < 3 or len(reduces) < 3: return None
+  sizes, inner, lanes = [x.src[0].arg for x in loops], len(loops) - 1, r.vector_bytes // _acc_itemsize(k)
+  window = [x.src[0].arg for x in reduces[-2:]]
+  if sizes[inner] <= 2 * cpu_tile(r)[0] or sizes[inner] % lanes or max(window) > 4: return None
+  along = _load_strides(k, loops[inner])
+  if any(st not in (0, 1) for st in along) or 1 not in along: return None
+  rows, chans, reuse = inner - 1, inner - 2, _reuse(k)
+  if sizes[rows] % BAND_ROWS or sizes[chans] % BAND_CHANNELS or not reuse[rows] or not reuse[chans]: return None
+  k = k.copy()
+  for opt in (Opt(OptOps.UPCAST, inner, lanes), Opt(OptOps.UPCAST, rows, BAND_ROWS),
+              Opt(OptOps.UPCAST, chans, BAND_CHANNELS), Opt(OptOps.UNROLL, len(reduces) - 2, window[0]),
+              Opt(OptOps.SWAP, chans, rows)):
+    if not _try(k, opt): return None
+  _share_threads(k)
+  return k.applied_opts
 
 def _long_gather_row(k: Kernel) -> bool:
   """A strided convolution's output row (read every 2nd to 8th input element) over a long reduction (512 or more
@@ -1220,6 +1256,7 @@ def _recipe(k: Kernel) -> list[Opt]:
      _try_tile(k, Opt(OptOps.UNROLL, len(reduces) - 1, amt)):
     return k.applied_opts
   if cpu and not gpu and (inner_ch := _channels_inner_tile(k)) is not None: return inner_ch
+  if cpu and not gpu and (band := _row_band_tile(k)) is not None: return band
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if cpu and not gpu and (column := _column_opts(k)) is not None: return column
   if reduces and len(loops) >= 2:
