@@ -336,7 +336,7 @@ def _wants_winograd(x, weight, groups, stride, dilation, padding, dtype) -> bool
   if any(b < 0 or a < 0 for b, a in pads): return False
   padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))
   return use_winograd(x.shape[:2] + padded, weight.shape, groups, make_tuple(stride, nd), make_tuple(dilation, nd),
-                      dtype)
+                      dtype, x.device)
 
 def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, channels_last: bool | None = None,
           wino: bool = False):
