@@ -6,7 +6,7 @@ the values on the faked AVX2 machine against torch."""
 import numpy as np
 import pytest
 import torch
-from tinyplug import schedule
+from tinyplug import gradient_template, schedule
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.helpers import Context
@@ -24,8 +24,8 @@ MACHINES = {"avx2": ((32 * KB, 512 * KB, 32 * MB), (32, 16)), "avx512": ((32 * K
 
 @pytest.fixture
 def machine(monkeypatch):
-  """machine(name): the CPU renderer describes that machine (caches, 2 threads, vector registers); graph templates and
-  schedules made for another one are dropped."""
+  """machine(name): the CPU renderer describes that machine (caches, 2 threads, vector registers); templates made for
+  another one are dropped."""
   r = Device["CPU"].renderer
   def set_to(name: str):
     caches, (nbytes, regs) = MACHINES[name]
@@ -33,10 +33,14 @@ def machine(monkeypatch):
     monkeypatch.setattr(type(r), "threads", 2)
     monkeypatch.setattr(r, "vector_bytes", nbytes)
     monkeypatch.setattr(r, "vector_registers", regs)
-    schedule._templates.clear(); template._templates.clear(); template._seen.clear()
+    _forget_graphs()
     return r
   yield set_to
-  schedule._templates.clear(); template._templates.clear(); template._seen.clear()
+  _forget_graphs()
+
+def _forget_graphs() -> None:
+  """Drop the graph, gradient and schedule templates (their keys do not hold the machine they were made for)."""
+  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
 
 def _step_kernels(make) -> list:
   """The SINK kernels of a conv's forward and both gradients: make() -> (x, w, out)."""
@@ -168,6 +172,15 @@ def test_fourteen_wide_phase_rows_take_one_vector_of_channels_on_avx2(machine):
   machine("avx512")
   assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_8_14_14_64_128_2_2") == \
     [Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 3, 32)]
+
+def test_blocked_channels_of_a_3x3_weight_gradient_take_one_vector_on_avx2(machine):
+  # a strided weight gradient's output-gradient copy in blocks of 16 channels: 3x3 taps by one vector (AVX-512: 16)
+  machine("avx2")
+  assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_128_64_3_3_8_14_14") == \
+    [Opt(OptOps.UPCAST, 3, 3), Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 0, 8)]
+  machine("avx512")
+  assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_128_64_3_3_8_14_14")[:3] == \
+    [Opt(OptOps.UPCAST, 3, 3), Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 0, 16)]
 
 def test_avx2_strided_and_transposed_convolutions_give_torch_values(machine):
   machine("avx2")

@@ -65,10 +65,10 @@ def _conv_reductions(wino: int, **kwargs) -> list:
 # kernel, the output's
 def _pin(vector_machine, nbytes: int, count: int) -> None:
   """The CPU renderer as a machine with these vector registers, no graph template made for another one kept."""
-  from tinyplug import schedule
+  from tinyplug import gradient_template, schedule
   from tinyplug.tensor_ops import template
   vector_machine(nbytes, count)
-  schedule._templates.clear(); template._templates.clear(); template._seen.clear()
+  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
 
 WINO_REDUCTIONS = 4
 

@@ -393,7 +393,14 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # loads contiguous along the axis (a strided convolution's weight copy, output channel innermost): its lanes are
     # vectors, and the budget counts them as such (r_32_64_3_3_64_12_12, one thread: 3x3x8 4.5 ms, 3x3x16 3.1)
     vec = all(s in (0, 1) for s in _load_strides(k, loops[axis])) and any(s == 1 for s in _load_strides(k, loops[axis]))
-    if wide and not vec: vec = _blocked_vector_axis(k, axis)
+    # channels read through a copy blocked by them (AVX2, layout.output_channel_blocks): a wide window's row of taps
+    # takes its vectors as above; a 3x3 window one vector, 9 accumulators (one Zen 3 thread, conv 64->128 s2's weight
+    # gradient at 56x56: 3x3x8 11.3 ms, 3x3x16 15.0; 28x28: 2.8 / 4.2)
+    blocked = not vec and _blocked_vector_axis(k, axis)
+    if blocked and not wide and k.renderer is not None and k.renderer.vector_bytes:
+      one = max(k.renderer.vector_bytes // _acc_itemsize(k), 1)
+      if sizes[axis] % one == 0 and _try_tile(k, Opt(OptOps.UPCAST, axis, one)): break
+    vec = vec or blocked
     cap = VECTOR_TILE_BUDGET if vec else budget
     # a window's row of taps by vectors: as many as the registers hold (AVX-512: 16 of 16 lanes, the budget; AVX2 16
     # of 8)

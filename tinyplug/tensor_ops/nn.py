@@ -554,7 +554,9 @@ def _channels_last(w):
   "weight", 12x12) is that permute: the heuristic tiles it as a transposing copy (as (cin*k, cout) the transposed
   view's index had a division, and it ran 0.56 against 0.36 ms)."""
   cout, rest = w.shape[0], w.shape[1:]
-  if math.prod(rest[1:]) >= 16 and (blocked := output_channel_blocks(w)) is not None: return blocked
+  # a gradient read as a weight (its window a whole output) in blocks of channels where the machine takes them; a
+  # 4x4 kernel's plain (the phase tiles read its channels as vectors)
+  if math.prod(rest[1:]) > 16 and (blocked := output_channel_blocks(w)) is not None: return blocked
   if math.prod(rest[1:]) >= 16: return w.permute(*range(1, w.ndim), 0).contiguous().permute(w.ndim - 1, *range(w.ndim - 1))
   return w.reshape(cout, -1).transpose(0, 1).contiguous().reshape(*rest, cout).permute(w.ndim - 1, *range(w.ndim - 1))
 
