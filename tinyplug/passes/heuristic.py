@@ -131,6 +131,15 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
   return max(2 * nbytes // 4, 2), rows
 
+# renderers with at most this many vector registers (AVX2's 16; not AVX-512's 32) get the tiles and layouts measured
+# for them (session 23, a Zen 3 core): `_row_band_tile`, `_blocked_vector_axis`, tensor_ops/layout.py's blocked copies
+NARROW_MAX_REGISTERS = 16
+
+def narrow_vectors(renderer: Any) -> bool:
+  """Whether `renderer` runs loops with at most NARROW_MAX_REGISTERS vector registers (AVX2)."""
+  return bool(renderer is not None and renderer.runs_loops and renderer.vector_bytes and renderer.vector_registers and
+              renderer.vector_registers <= NARROW_MAX_REGISTERS)
+
 def unpadded_row_tile(k: Kernel, row: int, tile_w: int, tile_rows: int) -> tuple[int, int] | None:
   """A reduction's row longer than the CPU tile's width, at most twice it, that the tile would pad (`_pad_for_tile`)
   but whole half-vectors divide (56 on AVX-512: three vectors and a half, padded to 64 an eighth of the work wasted):
@@ -425,13 +434,12 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
 def _blocked_vector_axis(k: Kernel, axis: int) -> bool:
   """Whether the loads along loop axis `axis` are contiguous within each vector of it though not along the whole
   axis: read from a copy blocked by channels (layout.output_channel_blocks, (c // W) * S + c % W), on a renderer with
-  at most layout.BLOCKED_MAX_REGISTERS vector registers (the only ones that make such copies). Tried as an upcast by
+  at most NARROW_MAX_REGISTERS vector registers (the only ones that make such copies). Tried as an upcast by
   the vector's lanes, the index simplified."""
-  from tinyplug.tensor_ops.layout import BLOCKED_MAX_REGISTERS
   from tinyplug.uop.rewrite import graph_rewrite
   from tinyplug.uop.symbolic import symbolic
   r = k.renderer
-  if r is None or not r.vector_bytes or not r.vector_registers or r.vector_registers > BLOCKED_MAX_REGISTERS: return False
+  if not narrow_vectors(r): return False
   trial = k.copy()
   if not _try(trial, Opt(OptOps.UPCAST, axis, max(r.vector_bytes // _acc_itemsize(k), 1))): return False
   trial.sink = graph_rewrite(trial.sink, symbolic)
@@ -444,16 +452,15 @@ BAND_ROWS, BAND_CHANNELS = 4, 2
 
 def _row_band_tile(k: Kernel) -> list[Opt] | None:
   """An unstrided convolution's output row wider than two of cpu_tile's rows (56 and up), read contiguously, on a
-  renderer with at most layout.BLOCKED_MAX_REGISTERS vector registers (AVX2): one vector of the row by BAND_ROWS
+  renderer with at most NARROW_MAX_REGISTERS vector registers (AVX2): one vector of the row by BAND_ROWS
   rows by BAND_CHANNELS output channels (8 accumulators), the window's rows unrolled (the input rows that adjacent
   taps share are loaded once), and the channels' loop moved inside the rows' so a band of input rows stays in the L2
   while every channel block passes over it, instead of the whole image (861 KB at 64 channels) coming again from
   the L3 per block. conv2d b8 64->64 56x56 k3 p1 on a Zen 3 core, one thread: the forward's r_8_64_56_56_64_3_3 as
   the generic 16 (56 padded to 64) x 4 26.5-28.0 ms, this 21.0-22.0; without the loop swap 25.2; the input
   gradient's 28.5 -> 22.9. None where it does not apply."""
-  from tinyplug.tensor_ops.layout import BLOCKED_MAX_REGISTERS
   r = k.renderer
-  if r is None or not r.vector_bytes or not r.vector_registers or r.vector_registers > BLOCKED_MAX_REGISTERS: return None
+  if not narrow_vectors(r): return None
   loops, reduces = k.loop_axes, k.reduce_axes
   if len(loops) < 3 or len(reduces) < 3: return None
   sizes, inner, lanes = [x.src[0].arg for x in loops], len(loops) - 1, r.vector_bytes // _acc_itemsize(k)

@@ -11,18 +11,14 @@ Winograd's weight transforms, for the matmuls with the tiles as rows, are stored
 from __future__ import annotations
 from typing import Any
 
-# renderers with more vector registers than this (AVX-512's 32) keep the plain layouts they were tuned with
-BLOCKED_MAX_REGISTERS = 16
-
 def channel_block(device: Any) -> int | None:
   """Channels per block of `channels_last_copy` on this device: the CPU register tile's width (`cpu_tile`: 16 on
-  AVX2) on a loop-running renderer with at most BLOCKED_MAX_REGISTERS vector registers; None (the plain channels-last
-  layout, Winograd's planes inner) elsewhere."""
+  AVX2) where the heuristic's `narrow_vectors` holds (AVX2); None elsewhere (the plain channels-last layout,
+  Winograd's planes inner: AVX-512 keeps the layouts it was tuned with)."""
   from tinyplug.device import renderer_of
-  from tinyplug.passes.heuristic import cpu_tile
+  from tinyplug.passes.heuristic import cpu_tile, narrow_vectors
   r = renderer_of(device)
-  if r is None or not r.runs_loops or not r.vector_bytes or not r.vector_registers: return None
-  return cpu_tile(r)[0] if r.vector_registers <= BLOCKED_MAX_REGISTERS else None
+  return cpu_tile(r)[0] if narrow_vectors(r) else None
 
 def channels_last_copy(x):
   """A copy of x (b, c, spatial..) with the channels innermost, viewed as x's shape: plain (b, spatial.., c), or in
