@@ -132,7 +132,8 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   return max(2 * nbytes // 4, 2), rows
 
 # renderers with at most this many vector registers (AVX2's 16; not AVX-512's 32) get the tiles and layouts measured
-# for them (session 23, a Zen 3 core): `_row_band_tile`, `_blocked_vector_axis`, tensor_ops/layout.py's blocked copies
+# for them (session 23, a Zen 3 core): `_row_band_tile`, `_blocked_vector_axis`, unpadded cache blocks
+# (`_masked_rows_cost_more`), tensor_ops/layout.py's blocked copies
 NARROW_MAX_REGISTERS = 16
 
 def narrow_vectors(renderer: Any) -> bool:
@@ -270,17 +271,13 @@ def strided_block_rows(rows: int, row_bytes: int, panel_bytes: int, l2: int, thr
 # for the rest of its half (a 56x56 conv's halves are ~8 ms each)
 THREAD_PARTS = (4, 2, 1)
 
-# fewer vector registers than this (AVX2's 16: a tile of 4 rows) and a cache block's rows are not padded to whole blocks
-PAD_BLOCK_MIN_REGISTERS = 32
-
 def _masked_rows_cost_more(k: Kernel) -> bool:
   """Whether padding the outer tile axis to whole cache blocks costs more than the blocks save: on a renderer with
-  fewer than PAD_BLOCK_MIN_REGISTERS vector registers. Each padded row's broadcast load is masked, which x86 code
-  generation makes a branch per row on every step of the reduction; a 4-row tile's loop then runs at half speed
-  (Winograd's (16, 392, 256) @ (16, 256, 256) matmul on a Zen 3 core, rows 98 tiles of 4: padded to 112 in blocks of
-  16 19.9-21.8 ms, unpadded 10.7-12.0, in blocks of 2 11.5). AVX-512's 8-row tile was not measured: unchanged."""
-  return bool(k.renderer is not None and k.renderer.vector_registers and
-              k.renderer.vector_registers < PAD_BLOCK_MIN_REGISTERS)
+  `narrow_vectors` (AVX2). Each padded row's broadcast load is masked, which x86 code generation makes a branch per
+  row on every step of the reduction; a 4-row tile's loop then runs at half speed (Winograd's (16, 392, 256) @ (16,
+  256, 256) matmul on a Zen 3 core, rows 98 tiles of 4: padded to 112 in blocks of 16 19.9-21.8 ms, unpadded
+  10.7-12.0, in blocks of 2 11.5). AVX-512's 8-row tile was not measured: unchanged."""
+  return narrow_vectors(k.renderer)
 
 def _block_for_cache(k: Kernel) -> None:
   """Large matmul-like kernels: the outer tile axis is split into blocks, and inside a block the loop over the
