@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from tinyplug import schedule
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
+from tinyplug.helpers import Context
 from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
@@ -93,8 +94,9 @@ def test_large_input_sums_per_image(vector_machine):
   assert ([8, 3, 3, 64, 64], [56, 56]) in shapes and ([3, 3, 64, 64], [8]) in shapes, shapes
 
 def _forward_kernel(side: int) -> Kernel:
+  """The direct convolution's kernel (AVX2 takes Winograd for these sizes by default)."""
   schedule._templates.clear()
-  out = Tensor.empty(8, 64, side, side).conv2d(Tensor.empty(64, 64, 3, 3), padding=1)
+  with Context(WINO=0): out = Tensor.empty(8, 64, side, side).conv2d(Tensor.empty(64, 64, 3, 3), padding=1)
   return Kernel([it.ast for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK][-1], Device["CPU"].renderer)
 
 @pytest.mark.parametrize("machine", [(64, 32), (32, 16)], ids=["avx512", "avx2"])
@@ -162,12 +164,12 @@ def test_input_gradient_of_the_unpadded_input(kw):
     np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), atol=2e-4, rtol=1e-4)
   else: check(x_shape, w_shape, bias=True, **kw)
 
-@pytest.mark.parametrize("machine,want", [((64, 32), [U(3, 4), U(0, 64)]), ((32, 16), [U(3, 4), U(2, 4), U(0, 16)])],
+@pytest.mark.parametrize("machine,want", [((64, 32), [U(3, 4), U(0, 64)]), ((32, 16), [U(3, 4), U(0, 32)])],
                          ids=["avx512", "avx2"])
 def test_a_4x4_window_gradient_takes_one_row_of_taps(vector_machine, machine, want):
   # a stride-2 4x4 weight gradient (a conv_transpose2d k4 s2's, as the convolution over the batch): 4x4 taps by a
-  # vector of output channels would hold 16 broadcasts beside 16 accumulators; on AVX-512 one row of 4 taps by 4
-  # vectors of channels instead (AVX2's tile as before)
+  # vector of output channels would hold 16 broadcasts beside 16 accumulators; one row of 4 taps by 4 vectors of
+  # channels instead, on AVX-512 and on AVX2 (whose 4x4x16 spilled too: session 23)
   vector_machine(*machine)
   asts = _grad_kernels((2, 32, 58, 58), (64, 32, 4, 4), stride=2, padding=1)
   (k,) = [k for k in (Kernel(a, Device["CPU"].renderer) for a in asts) if _shapes(k)[0] == [64, 32, 4, 4]]

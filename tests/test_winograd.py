@@ -63,6 +63,13 @@ def _conv_reductions(wino: int, **kwargs) -> list:
 
 # Winograd's reductions in either form: the weight's transform, the input's, the 16 tile positions' matmuls as one
 # kernel, the output's
+def _pin(vector_machine, nbytes: int, count: int) -> None:
+  """The CPU renderer as a machine with these vector registers, no graph template made for another one kept."""
+  from tinyplug import gradient_template, schedule
+  from tinyplug.tensor_ops import template
+  vector_machine(nbytes, count)
+  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
+
 WINO_REDUCTIONS = 4
 
 def _wino_reductions(out_hw: int) -> int: return WINO_REDUCTIONS
@@ -92,7 +99,9 @@ def test_wino_leaves_other_convolutions_direct(kwargs):
   ((8, 256, 256, 7), 1), ((8, 256, 256, 14), WINO_REDUCTIONS), ((8, 512, 512, 7), WINO_REDUCTIONS),
   ((8, 64, 64, 28), 1), ((8, 128, 128, 14), 1), ((8, 256, 256, 28), WINO_REDUCTIONS),
   ((8, 256, 256, 56), 1), ((1, 256, 256, 14), 1), ((2, 256, 256, 7), 1)])
-def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected):
+def test_wino_default_takes_the_shapes_where_it_measured_faster(shape, expected, vector_machine):
+  # on AVX-512 (AVX2 takes Winograd from 64 channels: tests/test_conv_avx2.py)
+  _pin(vector_machine, 64, 32)
   bs, cin, cout, hw = shape
   for wino, reductions in ((-1, expected), (0, 1), (1, _wino_reductions(hw))):
     with Context(WINO=wino):
@@ -119,11 +128,13 @@ def test_winograd_input_gradient_is_winograd_too(hw):
   assert counts[0] == 2 and counts[1] == 2 * WINO_REDUCTIONS - 1
 
 @pytest.mark.parametrize("hw", [8, 12])
-def test_winograd_weight_transform_per_channel_and_transposed_for_one_matmul(hw):
+def test_winograd_weight_transform_per_channel_and_transposed_for_one_matmul(hw, vector_machine):
   """U is a kernel over the rows of a (cout, 16 planes, cin) buffer, the output channels the loop the threads share
   (planes outermost gave 16 threads two rows), and one of the two matmuls reads it transposed into (cin, 16, cout):
   with the tiles innermost (8x8) the input gradient's, with the tiles as rows (12x12) the forward's, each matmul's
-  weight operand then with its own axis contiguous (U's planes read transposed: 40% slower)."""
+  weight operand then with its own axis contiguous (U's planes read transposed: 40% slower). On AVX-512 (AVX2 copies
+  the tiles-as-rows transforms planes outermost: tests/test_conv_avx2.py)."""
+  _pin(vector_machine, 64, 32)
   from tinyplug.schedule.naming import kernel_name
   cin, cout = 16, 24
   x = Tensor(RNG.standard_normal((2, cin, hw, hw)).astype(np.float32), requires_grad=True)

@@ -131,6 +131,16 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
   return max(2 * nbytes // 4, 2), rows
 
+# renderers with at most this many vector registers (AVX2's 16; not AVX-512's 32) get the tiles and layouts measured
+# for them (session 23, a Zen 3 core): `_row_band_tile`, `_blocked_vector_axis`, unpadded cache blocks
+# (`_masked_rows_cost_more`), tensor_ops/layout.py's blocked copies
+NARROW_MAX_REGISTERS = 16
+
+def narrow_vectors(renderer: Any) -> bool:
+  """Whether `renderer` runs loops with at most NARROW_MAX_REGISTERS vector registers (AVX2)."""
+  return bool(renderer is not None and renderer.runs_loops and renderer.vector_bytes and renderer.vector_registers and
+              renderer.vector_registers <= NARROW_MAX_REGISTERS)
+
 def unpadded_row_tile(k: Kernel, row: int, tile_w: int, tile_rows: int) -> tuple[int, int] | None:
   """A reduction's row longer than the CPU tile's width, at most twice it, that the tile would pad (`_pad_for_tile`)
   but whole half-vectors divide (56 on AVX-512: three vectors and a half, padded to 64 an eighth of the work wasted):
@@ -261,6 +271,14 @@ def strided_block_rows(rows: int, row_bytes: int, panel_bytes: int, l2: int, thr
 # for the rest of its half (a 56x56 conv's halves are ~8 ms each)
 THREAD_PARTS = (4, 2, 1)
 
+def _masked_rows_cost_more(k: Kernel) -> bool:
+  """Whether padding the outer tile axis to whole cache blocks costs more than the blocks save: on a renderer with
+  `narrow_vectors` (AVX2). Each padded row's broadcast load is masked, which x86 code generation makes a branch per
+  row on every step of the reduction; a 4-row tile's loop then runs at half speed (Winograd's (16, 392, 256) @ (16,
+  256, 256) matmul on a Zen 3 core, rows 98 tiles of 4: padded to 112 in blocks of 16 19.9-21.8 ms, unpadded
+  10.7-12.0, in blocks of 2 11.5). AVX-512's 8-row tile was not measured: unchanged."""
+  return narrow_vectors(k.renderer)
+
 def _block_for_cache(k: Kernel) -> None:
   """Large matmul-like kernels: the outer tile axis is split into blocks, and inside a block the loop over the
   innermost output axis runs outside the block's rows, so each column panel of the other input that loop brings in
@@ -271,13 +289,17 @@ def _block_for_cache(k: Kernel) -> None:
   sizes = [r.src[0].arg for r in k.loop_axes]
   threads = _threads(k)
   if (outer := next((a for a in range(len(sizes) - 1) if sizes[a] >= 64), None)) is not None:
-    if not _divisor(sizes[outer], (16, 8, 4)): _pad_for_tile(k, outer, 16)
+    if not _divisor(sizes[outer], (16, 8, 4)) and not _masked_rows_cost_more(k): _pad_for_tile(k, outer, 16)
     rows, caches = k.loop_axes[outer].src[0].arg, cache_sizes(k.renderer)
     row_bytes = _step_bytes(k, k.loop_axes[outer])
     amt = block_rows(rows, row_bytes, caches[-1], threads) if _panel_contiguous(k) else \
       strided_block_rows(rows, row_bytes, _panel_bytes(k), caches[1], threads)
     if amt is not None: _try(k, Opt(OptOps.SPLIT, outer, amt))
-  if threads > 1:
+  _share_threads(k)
+
+def _share_threads(k: Kernel) -> None:
+  """A THREAD axis: the outermost loop that splits into THREAD_PARTS parts per thread (a contiguous share each)."""
+  if (threads := _threads(k)) > 1:
     for axis in range(len(k.loop_axes)):
       if any(_try(k, Opt(OptOps.THREAD, axis, threads * parts)) for parts in THREAD_PARTS): break
 
@@ -292,6 +314,10 @@ SMALL_TILE_BUDGET = 72
 # ... and when the second axis's lanes are vectors (its loads contiguous along it): up to 16 vector accumulators (a
 # strided convolution's input-gradient phase, 13x16: 8.2 -> 5.7 ms over its four phases, one thread)
 VECTOR_TILE_BUDGET = 256
+
+# a window with more taps than this many registers hold twice over (a broadcast and an accumulator each) is tiled as
+# one row of taps by vectors (below); at most this many vector accumulators then
+WIDE_WINDOW_REGISTERS, WIDE_WINDOW_VECTORS = 32, 16
 
 # a strided window's row over a reduction this long (products per output) is tiled up to this many positions wide
 LONG_GATHER_REDUCE, GATHER_ROW_POSITIONS = 512, 16
@@ -352,8 +378,11 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # a window whose taps' broadcasts and accumulators (one each per tap) outnumber AVX-512's vector registers (4x4:
     # 16 + 16 + the loaded vector) spills: one row of taps by up to 4 vectors of the vector axis instead (conv_transpose2d
     # b8 64->32 28x28 k4 s2's weight gradient r_64_32_4_4_8_28_28, one Zen 4 thread: 4x4x16 5.8-5.9 ms, 4x64 4.35)
+    # (fewer registers than AVX-512's, the same 16 taps: AVX2's 4x4x16 spilled too, 24.4 ms against 9.3 as 4x16 and
+    # 8.2 as 4x32 on a Zen 3 core; a 3x3 window stays tiled there, its 18 accumulators measured faster than one row:
+    # conv 64->128 56x56 s2's weight gradient 3x3x16 15.4 ms, 3x32 22.7)
     regs = (k.renderer.vector_registers if k.renderer is not None else None) or 0
-    if regs >= 32 and 2 * sizes[inner] * sizes[inner - 1] + 1 > regs: wide = True
+    if regs and 2 * sizes[inner] * sizes[inner - 1] + 1 > max(regs, WIDE_WINDOW_REGISTERS): wide = True
     else: tiled.append(inner - 1)
   if len(tiled) > 1: _try_tile(k, Opt(OptOps.UPCAST, inner - 1, sizes[inner - 1]))
   # the long whole row takes two rows (an unstrided 3x3 convolution's output rows: each weight broadcast feeds both),
@@ -370,7 +399,19 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
     # loads contiguous along the axis (a strided convolution's weight copy, output channel innermost): its lanes are
     # vectors, and the budget counts them as such (r_32_64_3_3_64_12_12, one thread: 3x3x8 4.5 ms, 3x3x16 3.1)
     vec = all(s in (0, 1) for s in _load_strides(k, loops[axis])) and any(s == 1 for s in _load_strides(k, loops[axis]))
+    # channels read through a copy blocked by them (AVX2, layout.output_channel_blocks): a wide window's row of taps
+    # takes its vectors as above; a 3x3 window one vector, 9 accumulators (one Zen 3 thread, conv 64->128 s2's weight
+    # gradient at 56x56: 3x3x8 11.3 ms, 3x3x16 15.0; 28x28: 2.8 / 4.2)
+    blocked = not vec and _blocked_vector_axis(k, axis)
+    if blocked and not wide and k.renderer is not None and k.renderer.vector_bytes:
+      one = max(k.renderer.vector_bytes // _acc_itemsize(k), 1)
+      if sizes[axis] % one == 0 and _try_tile(k, Opt(OptOps.UPCAST, axis, one)): break
+    vec = vec or blocked
     cap = VECTOR_TILE_BUDGET if vec else budget
+    # a window's row of taps by vectors: as many as the registers hold (AVX-512: 16 of 16 lanes, the budget; AVX2 16
+    # of 8)
+    if wide and vec and k.renderer is not None and k.renderer.vector_bytes:
+      cap = min(cap, WIDE_WINDOW_VECTORS * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
     # the long strided row's channels: one vector (its accumulators are the row's positions)
     if long_row and vec and k.renderer is not None and k.renderer.vector_bytes:
       cap = min(cap, k.upcasted * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
@@ -385,6 +426,53 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
       break
   last = len(reduces) - 1
   if reduces[last].src[0].arg <= 4: _try_tile(k, Opt(OptOps.UNROLL, last, reduces[last].src[0].arg))
+  return k.applied_opts
+
+def _blocked_vector_axis(k: Kernel, axis: int) -> bool:
+  """Whether the loads along loop axis `axis` are contiguous within each vector of it though not along the whole
+  axis: read from a copy blocked by channels (layout.output_channel_blocks, (c // W) * S + c % W), on a renderer with
+  at most NARROW_MAX_REGISTERS vector registers (the only ones that make such copies). Tried as an upcast by
+  the vector's lanes, the index simplified."""
+  from tinyplug.uop.rewrite import graph_rewrite
+  from tinyplug.uop.symbolic import symbolic
+  r = k.renderer
+  if not narrow_vectors(r): return False
+  trial = k.copy()
+  if not _try(trial, Opt(OptOps.UPCAST, axis, max(r.vector_bytes // _acc_itemsize(k), 1))): return False
+  trial.sink = graph_rewrite(trial.sink, symbolic)
+  lanes = max((x for x in trial.ranges if x.arg[1] == "upcast"), key=lambda x: x.arg[0])
+  strides = _load_strides(trial, lanes)
+  return all(s in (0, 1) for s in strides) and 1 in strides
+
+# `_row_band_tile`: the output rows a band takes (each weight broadcast feeds them all), and the output channels
+BAND_ROWS, BAND_CHANNELS = 4, 2
+
+def _row_band_tile(k: Kernel) -> list[Opt] | None:
+  """An unstrided convolution's output row wider than two of cpu_tile's rows (56 and up), read contiguously, on a
+  renderer with at most NARROW_MAX_REGISTERS vector registers (AVX2): one vector of the row by BAND_ROWS
+  rows by BAND_CHANNELS output channels (8 accumulators), the window's rows unrolled (the input rows that adjacent
+  taps share are loaded once), and the channels' loop moved inside the rows' so a band of input rows stays in the L2
+  while every channel block passes over it, instead of the whole image (861 KB at 64 channels) coming again from
+  the L3 per block. conv2d b8 64->64 56x56 k3 p1 on a Zen 3 core, one thread: the forward's r_8_64_56_56_64_3_3 as
+  the generic 16 (56 padded to 64) x 4 26.5-28.0 ms, this 21.0-22.0; without the loop swap 25.2; the input
+  gradient's 28.5 -> 22.9. None where it does not apply."""
+  r = k.renderer
+  if not narrow_vectors(r): return None
+  loops, reduces = k.loop_axes, k.reduce_axes
+  if len(loops) < 3 or len(reduces) < 3: return None
+  sizes, inner, lanes = [x.src[0].arg for x in loops], len(loops) - 1, r.vector_bytes // _acc_itemsize(k)
+  window = [x.src[0].arg for x in reduces[-2:]]
+  if sizes[inner] <= 2 * cpu_tile(r)[0] or sizes[inner] % lanes or max(window) > 4: return None
+  along = _load_strides(k, loops[inner])
+  if any(st not in (0, 1) for st in along) or 1 not in along: return None
+  rows, chans, reuse = inner - 1, inner - 2, _reuse(k)
+  if sizes[rows] % BAND_ROWS or sizes[chans] % BAND_CHANNELS or not reuse[rows] or not reuse[chans]: return None
+  k = k.copy()
+  for opt in (Opt(OptOps.UPCAST, inner, lanes), Opt(OptOps.UPCAST, rows, BAND_ROWS),
+              Opt(OptOps.UPCAST, chans, BAND_CHANNELS), Opt(OptOps.UNROLL, len(reduces) - 2, window[0]),
+              Opt(OptOps.SWAP, chans, rows)):
+    if not _try(k, opt): return None
+  _share_threads(k)
   return k.applied_opts
 
 def _long_gather_row(k: Kernel) -> bool:
@@ -436,10 +524,15 @@ def _positions_by_channels(k: Kernel, row_axis: int, row: int, chan_axis: int, t
                            lanes: int) -> list[Opt] | None:
   """The row upcast by the largest divisor from 4 to CHANNEL_TILE_POSITIONS positions whose accumulators (positions x
   the vectors of a row of `tile_w` channels) the vector registers hold beside one row of weight vectors and a
-  broadcast, then the channels by `tile_w`; None where no such divisor or either upcast is refused."""
-  vecs = max(tile_w // lanes, 1)
-  room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
-  if (positions := max((d for d in range(4, room + 1) if row % d == 0), default=None)) is None: return None
+  broadcast, then the channels by `tile_w`; where no divisor fits, the same with one vector of channels (AVX2's room
+  for two is 6 positions: a 14-wide row, conv 64->128 28x28 s2's input-gradient phases, one Zen 3 thread, took the
+  generic 14 x 16 at 2.5 / 1.4 / 0.70 ms, 7 x 8 1.57 / 0.75 / 0.48); None where neither or an upcast is refused."""
+  def fits(vecs: int) -> int | None:
+    room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
+    return max((d for d in range(4, room + 1) if row % d == 0), default=None)
+  if (positions := fits(max(tile_w // lanes, 1))) is None:
+    if (positions := fits(1)) is None: return None
+    tile_w = lanes
   k = k.copy()
   if not _try_tile(k, Opt(OptOps.UPCAST, row_axis, positions)) or \
      not _try_tile(k, Opt(OptOps.UPCAST, chan_axis, tile_w)): return None
@@ -1183,6 +1276,7 @@ def _recipe(k: Kernel) -> list[Opt]:
      _try_tile(k, Opt(OptOps.UNROLL, len(reduces) - 1, amt)):
     return k.applied_opts
   if cpu and not gpu and (inner_ch := _channels_inner_tile(k)) is not None: return inner_ch
+  if cpu and not gpu and (band := _row_band_tile(k)) is not None: return band
   if not gpu and (small := _small_window_tile(k)) is not None: return small
   if cpu and not gpu and (column := _column_opts(k)) is not None: return column
   if reduces and len(loops) >= 2:

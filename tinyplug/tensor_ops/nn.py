@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.indexing import check_index_range
+from tinyplug.tensor_ops.layout import channels_last_copy, output_channel_blocks
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.tensor_ops.winograd import WINO, use_winograd, winograd_conv3x3
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
@@ -335,7 +336,7 @@ def _wants_winograd(x, weight, groups, stride, dilation, padding, dtype) -> bool
   if any(b < 0 or a < 0 for b, a in pads): return False
   padded = tuple(i + b + a for i, (b, a) in zip(x.shape[2:], pads))
   return use_winograd(x.shape[:2] + padded, weight.shape, groups, make_tuple(stride, nd), make_tuple(dilation, nd),
-                      dtype)
+                      dtype, x.device)
 
 def _conv(self, weight, bias, groups: int, stride, dilation, padding, dtype, channels_last: bool | None = None,
           wino: bool = False):
@@ -449,7 +450,7 @@ def _weight_grad_channels_last(g, x, kernel: Sequence[int], stride: Sequence[int
   then viewed as (cout, cin, k..); a large input sums per image first (`_per_image_wgrad`)."""
   nd, (bs, cin), spatial = len(kernel), x.shape[:2], x.shape[2:]
   cout, outs = g.shape[1], g.shape[2:]
-  xc = x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))   # (b, ci, i..) view
+  xc = channels_last_copy(x)                                                # (b, ci, i..) view
   win = xc._pool(kernel, stride, dilation)                                  # (b, ci, o.., k..)
   if _per_image_wgrad(math.prod(x.shape), bs, cout * cin * math.prod(kernel)):
     # product axes (b, k.., co, ci, o..): one partial sum per image, whose input stays in the L2 over the passes of
@@ -553,6 +554,9 @@ def _channels_last(w):
   "weight", 12x12) is that permute: the heuristic tiles it as a transposing copy (as (cin*k, cout) the transposed
   view's index had a division, and it ran 0.56 against 0.36 ms)."""
   cout, rest = w.shape[0], w.shape[1:]
+  # a gradient read as a weight (its window a whole output) in blocks of channels where the machine takes them; a
+  # 4x4 kernel's plain (the phase tiles read its channels as vectors)
+  if math.prod(rest[1:]) > 16 and (blocked := output_channel_blocks(w)) is not None: return blocked
   if math.prod(rest[1:]) >= 16: return w.permute(*range(1, w.ndim), 0).contiguous().permute(w.ndim - 1, *range(w.ndim - 1))
   return w.reshape(cout, -1).transpose(0, 1).contiguous().reshape(*rest, cout).permute(w.ndim - 1, *range(w.ndim - 1))
 

@@ -13,6 +13,7 @@ import functools
 from fractions import Fraction as Fr
 import numpy as np
 from tinyplug.helpers import ContextVar
+from tinyplug.tensor_ops.layout import channel_block, channels_last_copy
 
 WINO = ContextVar("WINO", -1, "stride-1 3x3 convolutions as Winograd F(2x2,3x3): 1 every one it can take, 0 none, "
                   "-1 (default) those of the shapes where it measured faster (winograd.wino_wins)")
@@ -53,7 +54,7 @@ def _winograd_tile_rows(x, u, kv, ky, m: int, ty: int, tx: int):
   of 72, each with rows for 16 threads (the per-position matmuls' batch of 8 had 8)."""
   a, (bs, cin, h, w), cout = m + 2, x.shape, u.shape[2]
   tiles = bs * ty * tx
-  xc = x.permute(0, 2, 3, 1).contiguous()                                         # (bs, h, w, cin)
+  xc = channels_last_copy(x).permute(0, 2, 3, 1)                                  # (bs, h, w, cin)
   if (ty + 1) * m != h or (tx + 1) * m != w:
     xc = xc.pad(((0, 0), (0, (ty + 1) * m - h), (0, (tx + 1) * m - w), (0, 0)))
   win = xc.permute(0, 3, 1, 2)._pool((a, a), m)                                    # (bs, cin, ty, tx, a, a)
@@ -73,18 +74,23 @@ def _flip_planes(m: int) -> list[int] | None:
   if None in rows: return None
   return [rows[r] * len(g) + rows[c] for r in range(len(g)) for c in range(len(g))]
 
-def _weight_transform(weight, m: int, transposed: bool = False):
+def _weight_transform(weight, m: int, transposed: bool = False, planes_outer: bool = False):
   """U (a*a, cout, cin) = G g G^T of every (cout, cin) filter g, a plane per tile position, as a view of a (cout, a*a,
   cin) buffer: per output channel (the loop the threads share; planes outermost left 16 threads 2 rows), a (a*a, 9)
   @ (9, cin) matmul over the taps copied out as rows (reduced in place, 9 floats apart, every vector was a gather:
   6.4 ms at 512->512, one thread). `transposed`: U^T (a*a, cin, cout), a view of U's buffer copied transposed into
   (cin, a*a, cout), for a matmul whose weight operand wants cout contiguous (reading U's planes transposed: the
-  tiles-inner input gradient's matmuls were 40% slower); the forward and its input gradient share U."""
+  tiles-inner input gradient's matmuls were 40% slower); the forward and its input gradient share U. `planes_outer`
+  (tiles as rows on a machine with `layout.channel_block`): U or U^T copied planes outermost instead, (a*a, cout, cin)
+  or (a*a, cin, cout), each plane's rows contiguous (planes inner, a plane's rows are a*a*c floats apart and its
+  column panel falls into a few cache sets: 256->256 14x14 b8, (16, 392, 256) @ (16, 256, 256) on a Zen 3 core
+  18.5 -> 10.7 ms); the input gradient's then costs a copy of its own."""
   (cout, cin), a = weight.shape[:2], m + 2
   # the taps from the weight's own 4-d index (a view of it as 2-d or 3-d kept divisions by 9 and 3 that hid a
   # transpose from the heuristic: 6 against 2 ms)
   taps = weight.permute(0, 2, 3, 1).contiguous().reshape(cout, 9, cin)
   u = _constant(weight, _kron(_MATRICES[m][1], _MATRICES[m][1])).reshape(1, a * a, 9).dot(taps)   # (cout, a*a, cin)
+  if planes_outer: return (u.permute(1, 2, 0) if transposed else u.permute(1, 0, 2)).contiguous()
   if transposed: u = u.permute(2, 1, 0).contiguous()                                             # (cin, a*a, cout)
   return u.permute(1, 0, 2)
 
@@ -101,7 +107,8 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   kv, ky = _kron(bt, bt), _kron(at, at)
   # U (a*a, cout, cin) for the tiles-inner matmul, U^T (a*a, cin, cout) for the tile rows'; the input gradient's is
   # the other one of the forward's transform
-  u = _weight_transform(weight, m, transposed=flipped_transpose if inner else not flipped_transpose)
+  u = _weight_transform(weight, m, transposed=flipped_transpose if inner else not flipped_transpose,
+                        planes_outer=not inner and channel_block(x.device) is not None)
   if flipped_transpose:
     # the planes in the forward transform's order, the input's and output's transforms reordered to match
     order = _flip_planes(m)
@@ -148,19 +155,28 @@ def tiles_inner(ty: int, tx: int) -> bool:
 WINO_MIN_CHANNELS, WINO_MAX_OUT, WINO_MIN_TILES = 256, 28, 128
 WINO_SHORT_OUT, WINO_SHORT_MIN_CHANNELS = 8, 512
 
-def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...]) -> bool:
-  """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes."""
+# ... and on a machine with `layout.channel_block` (AVX2: narrower direct tiles; the blocked layouts speed Winograd's
+# matmuls and the weight gradient) from 64 channels. Conv b8 fwd+bwd, one Zen 3 thread, Winograd against direct:
+# 64->64 28x28 13.7 / 16.8 ms, 14x14 3.3 / 7.8, 18x18 5.6 / 6.9; b2 64->64 28x28 3.2 / 4.0; 128->128 28x28 51 / 97,
+# 14x14 14.0 / 30.6
+WINO_BLOCKED_MIN_CHANNELS = 64
+
+def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...], blocked: bool = False) -> bool:
+  """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes; `blocked`: on a machine
+  with `layout.channel_block`."""
   tiles = bs * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
-  least = WINO_SHORT_MIN_CHANNELS if max(out_hw) <= WINO_SHORT_OUT else WINO_MIN_CHANNELS
+  least = WINO_SHORT_MIN_CHANNELS if max(out_hw) <= WINO_SHORT_OUT else \
+    WINO_BLOCKED_MIN_CHANNELS if blocked else WINO_MIN_CHANNELS
   return min(cin, cout) >= least and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
 
-def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype) -> bool:
+def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype,
+                 device: str | None = None) -> bool:
   """Whether conv2d of these shapes (the input's padded) and arguments takes the Winograd form: a one-group stride-1
   dilation-1 3x3 convolution with no accumulation dtype of its own, under WINO=1 always, by default where
-  `wino_wins`."""
+  `wino_wins` on `device`."""
   if not (mode := WINO.value) or groups != 1 or dtype is not None or len(w_shape) != 4 or len(x_shape) != 4:
     return False
   if tuple(w_shape[2:]) != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation): return False
   out_hw = tuple(i - 2 for i in x_shape[2:])
   if min(out_hw) < 1: return False
-  return mode == 1 or wino_wins(x_shape[0], w_shape[1], w_shape[0], out_hw)
+  return mode == 1 or wino_wins(x_shape[0], w_shape[1], w_shape[0], out_hw, channel_block(device) is not None)

@@ -1,0 +1,193 @@
+"""Convolutions on a machine with AVX2's 16 vector registers of 32 bytes (session 23, helper conv7): the copies blocked
+by channels (tensor_ops/layout.py), Winograd's planes-outer weight transforms and its wider default, and the heuristic's
+AVX2 tiles (the row band, a 4x4 window's row of taps, positions by one vector of channels, unpadded cache blocks).
+Each decision is checked on a faked AVX2 machine and on a faked AVX-512 one (which keeps its earlier decision), and
+the values on the faked AVX2 machine against torch."""
+import numpy as np
+import pytest
+import torch
+from tinyplug import gradient_template, schedule
+from tinyplug.codegen.kernel import Kernel, Opt, OptOps
+from tinyplug.device import Device
+from tinyplug.helpers import Context
+from tinyplug.passes.heuristic import heuristic_opts
+from tinyplug.schedule import create_schedule
+from tinyplug.schedule.naming import kernel_name
+from tinyplug.tensor import Tensor
+from tinyplug.tensor_ops import template
+from tinyplug.tensor_ops.layout import channel_block
+
+F = torch.nn.functional
+RNG = np.random.default_rng(23)
+KB, MB = 1 << 10, 1 << 20
+MACHINES = {"avx2": ((32 * KB, 512 * KB, 32 * MB), (32, 16)), "avx512": ((32 * KB, 1 * MB, 32 * MB), (64, 32))}
+
+@pytest.fixture
+def machine(monkeypatch):
+  """machine(name): the CPU renderer describes that machine (caches, 2 threads, vector registers); templates made for
+  another one are dropped."""
+  r = Device["CPU"].renderer
+  def set_to(name: str):
+    caches, (nbytes, regs) = MACHINES[name]
+    monkeypatch.setattr(r, "cache_bytes", caches)
+    monkeypatch.setattr(type(r), "threads", 2)
+    monkeypatch.setattr(r, "vector_bytes", nbytes)
+    monkeypatch.setattr(r, "vector_registers", regs)
+    _forget_graphs()
+    return r
+  yield set_to
+  _forget_graphs()
+
+def _forget_graphs() -> None:
+  """Drop the graph, gradient and schedule templates (their keys do not hold the machine they were made for)."""
+  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
+
+def _step_kernels(make) -> list:
+  """The SINK kernels of a conv's forward and both gradients: make() -> (x, w, out)."""
+  x, w, out = make()
+  items, _ = create_schedule([t.uop for t in (out, *out.square().sum().gradient(x, w))])
+  return [it.ast for it in items if it.ast.op.name == "SINK"]
+
+def _conv(bs, cin, cout, hw, stride=1):
+  def make():
+    x, w = Tensor.empty(bs, cin, hw, hw, requires_grad=True), Tensor.empty(cout, cin, 3, 3, requires_grad=True)
+    return x, w, x.conv2d(w, stride=stride, padding=1)
+  return make
+
+def _convt(bs=8):
+  def make():
+    x, w = Tensor.empty(bs, 64, 28, 28, requires_grad=True), Tensor.empty(64, 32, 4, 4, requires_grad=True)
+    return x, w, x.conv_transpose2d(w, stride=2, padding=1)
+  return make
+
+def _opts_of(asts, name: str) -> list[Opt]:
+  ast = next(a for a in asts if kernel_name(a).split("n")[0] == name)
+  return heuristic_opts(Kernel(ast, Device["CPU"].renderer))
+
+def _against_torch(x, w, fn, tfn, atol=1e-4):
+  xs, ws = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  out = fn(xs, ws)
+  g = RNG.standard_normal(out.shape).astype(np.float32)
+  (out * Tensor(g)).sum().backward()
+  tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  tout = tfn(tx, tw)
+  (tout * torch.from_numpy(g)).sum().backward()
+  np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-4, atol=atol)
+  np.testing.assert_allclose(xs.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=atol)
+  np.testing.assert_allclose(ws.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=4 * atol)
+
+def test_channel_block_follows_the_vector_registers(machine):
+  machine("avx2")
+  assert channel_block("CPU") == 16
+  machine("avx512")
+  assert channel_block("CPU") is None
+
+def test_weight_gradient_reads_a_copy_blocked_by_channels_on_avx2(machine):
+  # the padded input (2, 32, 12, 12) copied channels-last: in two blocks of 16 channels on AVX2, plain on AVX-512
+  machine("avx2")
+  names = {kernel_name(a) for a in _step_kernels(_conv(2, 32, 32, 10))}
+  assert "E_2_2_12_12_16" in names and "E_2_12_12_32" not in names, names
+  machine("avx512")
+  names = {kernel_name(a) for a in _step_kernels(_conv(2, 32, 32, 10))}
+  assert "E_2_12_12_32" in names and "E_2_2_12_12_16" not in names, names
+
+def test_blocked_copies_give_torch_values_on_avx2(machine):
+  machine("avx2")
+  x = RNG.standard_normal((2, 48, 10, 10)).astype(np.float32)
+  w = (RNG.standard_normal((32, 48, 3, 3)) / 12).astype(np.float32)
+  with Context(WINO=0):
+    _against_torch(x, w, lambda a, b: a.conv2d(b, padding=1), lambda a, b: F.conv2d(a, b, padding=1))
+    # the stride-2 weight gradient's output-gradient copy (32 channels: two blocks)
+    _against_torch(x, w, lambda a, b: a.conv2d(b, stride=2, padding=1), lambda a, b: F.conv2d(a, b, stride=2, padding=1))
+
+@pytest.mark.parametrize("name,planes_first", [("avx2", True), ("avx512", False)])
+def test_winograd_tile_rows_transforms_planes_outermost_on_avx2(machine, name, planes_first):
+  """The tiles-as-rows matmuls read U^T (16, cin, cout) and U (16, cout, cin) with each plane contiguous on AVX2 (the
+  input gradient's a copy of its own), from (cin, 16, cout) and (cout, 16, cin) views elsewhere."""
+  machine(name)
+  cin, cout = 32, 24
+  with Context(WINO=1):
+    names = {kernel_name(a).split("n")[0] for a in _step_kernels(_conv(2, cin, cout, 12))}
+  assert (f"E_16_{cin}_{cout}" in names) == planes_first and (f"E_16_{cout}_{cin}" in names) == planes_first, names
+  assert (f"E_{cin}_16_{cout}" in names) != planes_first, names
+
+def test_winograd_planes_outermost_give_torch_values_on_avx2(machine):
+  machine("avx2")
+  x = RNG.standard_normal((2, 32, 12, 12)).astype(np.float32)
+  w = (RNG.standard_normal((24, 32, 3, 3)) / 17).astype(np.float32)
+  with Context(WINO=1):
+    _against_torch(x, w, lambda a, b: a.conv2d(b, padding=1), lambda a, b: F.conv2d(a, b, padding=1))
+
+@pytest.mark.parametrize("shape,avx2,avx512", [
+  ((8, 64, 64, 28), True, False), ((8, 128, 128, 14), True, False), ((8, 256, 256, 14), True, True),
+  ((8, 64, 64, 56), False, False), ((8, 32, 32, 28), False, False), ((8, 256, 256, 7), False, False)])
+def test_winograd_default_from_64_channels_on_avx2(machine, shape, avx2, avx512):
+  bs, cin, cout, hw = shape
+  for name, wino in (("avx2", avx2), ("avx512", avx512)):
+    machine(name)
+    kernels = _step_kernels(_conv(bs, cin, cout, hw))
+    assert any(kernel_name(a).startswith("r_16_") for a in kernels) == wino, (name, shape)
+
+def test_cache_blocks_leave_rows_unpadded_on_avx2(machine):
+  # a 520-row matmul: 130 AVX2 tile rows of 4 (no block of 4, 8 or 16 divides them) or 65 AVX-512 rows of 8
+  def opts() -> list[Opt]:
+    schedule._templates.clear()
+    items, _ = create_schedule([(Tensor.empty(520, 1024) @ Tensor.empty(1024, 1024)).uop])
+    return heuristic_opts(Kernel(items[-1].ast, Device["CPU"].renderer))
+  machine("avx2")
+  assert not any(o.op is OptOps.PADTO for o in opts())
+  machine("avx512")
+  assert any(o.op is OptOps.PADTO for o in opts())
+
+# one vector of the row by 4 rows by 2 channels, the window's rows unrolled, the channels' loop inside the rows'
+BAND = [Opt(OptOps.UPCAST, 3, 8), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 1, 3),
+        Opt(OptOps.SWAP, 1, 2)]
+
+def test_row_band_tile_on_avx2_only(machine):
+  machine("avx2")
+  assert _opts_of(_step_kernels(_conv(8, 64, 64, 56)), "r_8_64_56_56_64_3_3")[:5] == BAND
+  machine("avx512")
+  assert _opts_of(_step_kernels(_conv(8, 64, 64, 56)), "r_8_64_56_56_64_3_3")[:2] == \
+    [Opt(OptOps.UPCAST, 3, 56), Opt(OptOps.UPCAST, 1, 4)]
+
+def test_row_band_tile_gives_torch_values(machine):
+  machine("avx2")
+  assert _opts_of(_step_kernels(_conv(2, 8, 8, 56)), "r_2_8_56_56_8_3_3")[:5] == BAND
+  x = RNG.standard_normal((2, 8, 56, 56)).astype(np.float32)
+  w = (RNG.standard_normal((8, 8, 3, 3)) / 9).astype(np.float32)
+  _against_torch(x, w, lambda a, b: a.conv2d(b, padding=1), lambda a, b: F.conv2d(a, b, padding=1))
+
+def test_four_by_four_window_weight_gradient_is_one_row_of_taps_on_avx2(machine):
+  # conv_transpose2d k4 s2's weight gradient: 4x4 taps by 16 channels spilled AVX2's registers
+  machine("avx2")
+  assert _opts_of(_step_kernels(_convt()), "r_64_32_4_4_8_28_28") == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 0, 32)]
+  machine("avx512")
+  assert _opts_of(_step_kernels(_convt()), "r_64_32_4_4_8_28_28") == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 0, 64)]
+
+def test_fourteen_wide_phase_rows_take_one_vector_of_channels_on_avx2(machine):
+  # conv 64->128 28x28 s2's input-gradient phases: no divisor of 14 from 4 to AVX2's 6 positions by two vectors
+  machine("avx2")
+  assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_8_14_14_64_128_2_2") == \
+    [Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 3, 8)]
+  machine("avx512")
+  assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_8_14_14_64_128_2_2") == \
+    [Opt(OptOps.UPCAST, 2, 7), Opt(OptOps.UPCAST, 3, 32)]
+
+def test_blocked_channels_of_a_3x3_weight_gradient_take_one_vector_on_avx2(machine):
+  # a strided weight gradient's output-gradient copy in blocks of 16 channels: 3x3 taps by one vector (AVX-512: 16)
+  machine("avx2")
+  assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_128_64_3_3_8_14_14") == \
+    [Opt(OptOps.UPCAST, 3, 3), Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 0, 8)]
+  machine("avx512")
+  assert _opts_of(_step_kernels(_conv(8, 64, 128, 28, 2)), "r_128_64_3_3_8_14_14")[:3] == \
+    [Opt(OptOps.UPCAST, 3, 3), Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 0, 16)]
+
+def test_avx2_strided_and_transposed_convolutions_give_torch_values(machine):
+  machine("avx2")
+  x = RNG.standard_normal((1, 64, 28, 28)).astype(np.float32)
+  w = (RNG.standard_normal((64, 32, 4, 4)) / 32).astype(np.float32)
+  _against_torch(x, w, lambda a, b: a.conv_transpose2d(b, stride=2, padding=1),
+                 lambda a, b: F.conv_transpose2d(a, b, stride=2, padding=1), atol=2e-4)
+  w2 = (RNG.standard_normal((128, 64, 3, 3)) / 24).astype(np.float32)
+  _against_torch(x, w2, lambda a, b: a.conv2d(b, stride=2, padding=1),
+                 lambda a, b: F.conv2d(a, b, stride=2, padding=1), atol=2e-4)
