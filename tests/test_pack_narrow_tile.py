@@ -1,6 +1,6 @@
 """The pack pass (passes/pack.py) on a machine whose register tile has 4 rows (AVX2: 16 vector registers of 32 bytes,
-`cpu_tile` 16 x 4): a matmul of few rows (64) packs B where one packed panel is longer than the L2, and a large A
-stored K x M (`x.T @ g`, a weight gradient whose B is too small to pack) is copied with its rows along the reduction.
+`cpu_tile` 16 x 4): a matmul of few rows (from 16) packs B, and a large A stored K x M (`x.T @ g`, a weight gradient
+whose B is too small to pack) is copied with its rows along the reduction.
 An AVX-512 machine (32 registers of 64 bytes, an 8-row tile) keeps reading both as they are stored. Fake machines are
 fed through the CPU renderer; values are checked against numpy."""
 import numpy as np
@@ -37,14 +37,17 @@ def _realized(*shape) -> tuple[Tensor, np.ndarray]:
   a = RNG.standard_normal(shape).astype(np.float32)
   return Tensor(a).realize(), a
 
-def test_few_rows_pack_where_a_panel_outgrows_the_l2(machine):
+def test_few_rows_pack_on_a_narrow_tile(machine):
   r = machine(512 * KB, AVX2)
-  assert should_pack(64, 128, 9216, 4, r)          # the linear layer 64x9216 -> 128: panels of 9216 x 16, 576 KB
-  assert not should_pack(64, 128, 4096, 4, r)      # panels of 256 KB stay in the L2
-  assert not should_pack(32, 128, 9216, 4, r)      # too few rows of A to pay for the copy
-  assert not should_pack(64, 128, 9216, 4, machine(512 * KB, AVX512))   # an 8-row tile: unchanged
+  assert should_pack(64, 128, 9216, 4, r)          # the linear layer 64x9216 -> 128
+  assert should_pack(16, 1024, 4096, 4, r)         # four tile rows
+  assert not should_pack(8, 1024, 4096, 4, r)      # too few rows of A to pay for the copy
+  assert not should_pack(64, 128, 1024, 4, r)      # B of 512 KB: less than twice the L2
+  r = machine(512 * KB, AVX512)                    # an 8-row tile: from 256 rows, as before
+  assert not should_pack(64, 128, 9216, 4, r) and not should_pack(128, 1024, 2048, 4, r)
+  assert should_pack(256, 1024, 2048, 4, r)
 
-@pytest.mark.parametrize("regs,rows,copied", [(AVX2, 64, [1]), (AVX2, 70, [1]), (AVX512, 64, [])])
+@pytest.mark.parametrize("regs,rows,copied", [(AVX2, 16, [1]), (AVX2, 70, [1]), (AVX2, 8, []), (AVX512, 64, [])])
 def test_few_rows_forward_values(machine, regs, rows, copied):
   machine(16 * KB, regs)   # B of 128 KB, its panels (512 x 16 floats) 32 KB
   (a, an), (b, bn) = _realized(rows, 512), _realized(512, 64)

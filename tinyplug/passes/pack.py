@@ -46,14 +46,17 @@ PACK_T_MIN_ROWS = 64
 # one stored K x N was read with rows that straddle cache lines
 PACK_PAD_MIN_PANELS = 8
 PACK_T_MIN_WORK = TILE_BUDGETS[0][0]
-# a register tile of at most this many rows (AVX2's 16 x 4, `cpu_tile`) also packs B for PACK_FEW_MIN_ROWS rows of A
-# where one packed panel (K x W) is longer than the L2, and copies a large A stored K x M with its rows along the
-# reduction where B does not pack (`_rows_only`): a linear layer 64x9216 -> 128 on a Zen 3 core (512 KB L2), one
-# thread, kernels alone in turns, median: forward x @ W 3.27 -> 1.66 ms (+0.2-0.5 ms for the copy), weight gradient
-# x.T @ g 3.16 -> 1.76 ms (+0.2-0.5 ms); every step of an unpacked panel reads one line of a row of B 512 bytes long,
-# and x.T's rows, 9216 floats apart, all fall into one L1 set. AVX-512's 8-row tile was not measured so: unchanged
+# a register tile of at most this many rows (AVX2's 16 x 4, `cpu_tile`) packs B from PACK_FEW_MIN_ROWS rows of A, and
+# copies a large A stored K x M with its rows along the reduction where B does not pack (`_rows_only`). Unpacked, each
+# reduction step of the tile reads one line of a row of B, and B's rows N * 4 bytes apart (4 KB or more from N = 1024:
+# a page per step, the same L1 set) thrash where fewer tile rows share each loaded line: x @ W on a Zen 3 core (512 KB
+# L2), one thread, kernels alone in turns, median, the copy included: 16x1024x4096 6.2 -> 2.6 ms, 64x512x2048 2.8 ->
+# 1.7, 128x1024x2048 17.9 -> 6.5, 64x128x9216 3.3 -> 1.9 (4 and 8 rows gained too: 3.0 -> 2.3 and 5.9 -> 2.7 ms).
+# x.T @ g with x 64 x 9216 and g 64 x 128: 3.2 -> 1.8 ms plus a 0.2-0.5 ms copy (x.T's rows, 9216 floats apart, all
+# fall into one L1 set); 784x128x512 1.53 -> 1.47, 1024x256x256 2.50 -> 1.88 ms. AVX-512's 8-row tile was not
+# measured so: its rules stay as above
 NARROW_TILE_ROWS = 4
-PACK_FEW_MIN_ROWS = 64
+PACK_FEW_MIN_ROWS = 16
 
 def _is_packed(y0: UOp) -> bool:
   if y0.op is Ops.SHRINK: y0 = y0.src[0]   # panels padded to whole ones
@@ -71,7 +74,7 @@ def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   caches = tuple(renderer.cache_bytes or ())
   if len(caches) < 2: return False
   w = pack_width(renderer)
-  rows = m >= PACK_MIN_ROWS or (m >= PACK_FEW_MIN_ROWS and _narrow_tile(renderer) and k * w * itemsize > caches[1])
+  rows = m >= (PACK_FEW_MIN_ROWS if _narrow_tile(renderer) else PACK_MIN_ROWS)
   return n * k * itemsize >= PACK_MIN_L2_RATIO * caches[1] and rows and k >= PACK_MIN_REDUCE and _whole_panels(n, w)
 
 def _narrow_tile(renderer: Any) -> bool:
