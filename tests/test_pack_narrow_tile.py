@@ -1,7 +1,7 @@
 """The pack pass (passes/pack.py) on a machine whose register tile has 4 rows (AVX2: 16 vector registers of 32 bytes,
-`cpu_tile` 16 x 4): a matmul of few rows (from 16) packs B, and a large A stored K x M (`x.T @ g`, a weight gradient
-whose B is too small to pack) is copied with its rows along the reduction.
-An AVX-512 machine (32 registers of 64 bytes, an 8-row tile) keeps reading both as they are stored. Fake machines are
+`cpu_tile` 16 x 4): a matmul of few rows (from 16) packs B, from a B of half the L2, and a large A stored K x M
+(`x.T @ g`, a weight gradient whose B is too small to pack) is copied with its rows along the reduction. An AVX-512
+machine (32 registers of 64 bytes, an 8-row tile) keeps reading both as they are stored. Fake machines are
 fed through the CPU renderer; values are checked against numpy."""
 import numpy as np
 import pytest
@@ -42,10 +42,11 @@ def test_few_rows_pack_on_a_narrow_tile(machine):
   assert should_pack(64, 128, 9216, 4, r)          # the linear layer 64x9216 -> 128
   assert should_pack(16, 1024, 4096, 4, r)         # four tile rows
   assert not should_pack(8, 1024, 4096, 4, r)      # too few rows of A to pay for the copy
-  assert not should_pack(64, 128, 1024, 4, r)      # B of 512 KB: less than twice the L2
+  assert should_pack(256, 128, 1024, 4, r)         # B of 512 KB: from half the L2 on
+  assert not should_pack(256, 64, 512, 4, r)       # B of 128 KB
   r = machine(512 * KB, AVX512)                    # an 8-row tile: from 256 rows, as before
   assert not should_pack(64, 128, 9216, 4, r) and not should_pack(128, 1024, 2048, 4, r)
-  assert should_pack(256, 1024, 2048, 4, r)
+  assert should_pack(256, 1024, 2048, 4, r) and not should_pack(256, 128, 1024, 4, r)
 
 @pytest.mark.parametrize("regs,rows,copied", [(AVX2, 16, [1]), (AVX2, 70, [1]), (AVX2, 8, []), (AVX512, 64, [])])
 def test_few_rows_forward_values(machine, regs, rows, copied):
@@ -57,8 +58,8 @@ def test_few_rows_forward_values(machine, regs, rows, copied):
 
 @pytest.mark.parametrize("regs,copied", [(AVX2, [0]), (AVX512, [])])
 def test_weight_gradient_copies_x_where_the_gradient_does_not_pack(machine, regs, copied):
-  machine(16 * KB, regs)   # x (64 x 512) 128 KB, the gradient (64 x 64) 16 KB: less than twice the L2
-  (x, xn), (g, gn) = _realized(64, 512), _realized(64, 64)
+  machine(64 * KB, regs)   # x (64 x 1024) 256 KB, the gradient (64 x 64) 16 KB: too small to pack
+  (x, xn), (g, gn) = _realized(64, 1024), _realized(64, 64)
   t = x.T @ g
   assert _copied(t, x, g) == copied
   np.testing.assert_allclose(t.numpy(), xn.T @ gn, rtol=1e-4, atol=1e-3)

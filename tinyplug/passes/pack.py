@@ -57,6 +57,10 @@ PACK_T_MIN_WORK = TILE_BUDGETS[0][0]
 # measured so: its rules stay as above
 NARROW_TILE_ROWS = 4
 PACK_FEW_MIN_ROWS = 16
+# ... and from a B of half the L2 (whole `(a @ b).realize()`s, one Zen 3 thread, CPU time, p10 of 40 in 3 alternated
+# processes: 384^3 (B of 576 KB) 1.77-1.95 -> 1.28-1.35 ms, 512x512x256 1.94-2.09 -> 1.44-1.48, 1024x256x256 (256 KB)
+# 1.84-2.17 -> 1.42-1.52, 64x384x384 0.50-0.57 -> 0.27-0.28; from a quarter, 128 KB, within noise)
+PACK_NARROW_L2_RATIO = 0.5
 
 def _is_packed(y0: UOp) -> bool:
   if y0.op is Ops.SHRINK: y0 = y0.src[0]   # panels padded to whole ones
@@ -69,13 +73,15 @@ def pack_width(renderer: Any) -> int:
 def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
   caches, B at least PACK_MIN_L2_RATIO times the L2 (its strided panels would not stay there), enough rows of A to
-  pay for the copy, a reduction long enough to be cache blocked, and whole panels, at least PACK_MIN_PANELS of them."""
+  pay for the copy (PACK_MIN_ROWS), a reduction long enough to be cache blocked, and whole panels, at least
+  PACK_MIN_PANELS of them. A register tile of at most NARROW_TILE_ROWS rows packs from PACK_FEW_MIN_ROWS rows and a B
+  of PACK_NARROW_L2_RATIO times the L2."""
   if renderer is None or not renderer.runs_loops: return False
   caches = tuple(renderer.cache_bytes or ())
   if len(caches) < 2: return False
-  w = pack_width(renderer)
-  rows = m >= (PACK_FEW_MIN_ROWS if _narrow_tile(renderer) else PACK_MIN_ROWS)
-  return n * k * itemsize >= PACK_MIN_L2_RATIO * caches[1] and rows and k >= PACK_MIN_REDUCE and _whole_panels(n, w)
+  w, narrow = pack_width(renderer), _narrow_tile(renderer)
+  big = n * k * itemsize >= (PACK_NARROW_L2_RATIO if narrow else PACK_MIN_L2_RATIO) * caches[1]
+  return big and m >= (PACK_FEW_MIN_ROWS if narrow else PACK_MIN_ROWS) and k >= PACK_MIN_REDUCE and _whole_panels(n, w)
 
 def _narrow_tile(renderer: Any) -> bool:
   return cpu_tile(renderer)[1] <= NARROW_TILE_ROWS
