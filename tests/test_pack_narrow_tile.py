@@ -56,10 +56,11 @@ def test_few_rows_forward_values(machine, regs, rows, copied):
   assert _copied(t, a, b) == copied
   np.testing.assert_allclose(t.numpy(), an @ bn, rtol=1e-4, atol=1e-3)
 
-@pytest.mark.parametrize("regs,copied", [(AVX2, [0]), (AVX512, [])])
-def test_weight_gradient_copies_x_where_the_gradient_does_not_pack(machine, regs, copied):
-  machine(64 * KB, regs)   # x (64 x 1024) 256 KB, the gradient (64 x 64) 16 KB: too small to pack
-  (x, xn), (g, gn) = _realized(64, 1024), _realized(64, 64)
+@pytest.mark.parametrize("regs,width,copied", [(AVX2, 1024, [0]), (AVX2, 256, [0]), (AVX2, 64, []), (AVX512, 1024, [])])
+def test_weight_gradient_copies_x_where_the_gradient_does_not_pack(machine, regs, width, copied):
+  # x (64 x 1024) 256 KB, (64 x 256) 64 KB: from half the L2 on; (64 x 64) 16 KB; the gradient 16 KB: too small to pack
+  machine(64 * KB, regs)
+  (x, xn), (g, gn) = _realized(64, width), _realized(64, 64)
   t = x.T @ g
   assert _copied(t, x, g) == copied
   np.testing.assert_allclose(t.numpy(), xn.T @ gn, rtol=1e-4, atol=1e-3)

@@ -59,7 +59,9 @@ NARROW_TILE_ROWS = 4
 PACK_FEW_MIN_ROWS = 16
 # ... and from a B of half the L2 (whole `(a @ b).realize()`s, one Zen 3 thread, CPU time, p10 of 40 in 3 alternated
 # processes: 384^3 (B of 576 KB) 1.77-1.95 -> 1.28-1.35 ms, 512x512x256 1.94-2.09 -> 1.44-1.48, 1024x256x256 (256 KB)
-# 1.84-2.17 -> 1.42-1.52, 64x384x384 0.50-0.57 -> 0.27-0.28; from a quarter, 128 KB, within noise)
+# 1.84-2.17 -> 1.42-1.52, 64x384x384 0.50-0.57 -> 0.27-0.28; from a quarter, 128 KB, within noise); A stored K x M is
+# copied along the reduction from half the L2 too (x.T @ g, m x n x k: 1024x64x128 0.74-0.76 -> 0.49-0.50 ms,
+# 2048x128x64 0.71-0.76 -> 0.53-0.54, 512x256x256 1.07 -> 0.87-0.88)
 PACK_NARROW_L2_RATIO = 0.5
 
 def _is_packed(y0: UOp) -> bool:
@@ -200,7 +202,8 @@ def _rows_along_reduction(y: UOp, m: int, k: int, renderer: Any) -> UOp | None:
   strides = view_strides(y0)
   if strides is None or strides[-3] != 1 or strides[-1] == 1: return None
   caches = tuple(renderer.cache_bytes or ())
-  if m * k * y0.dtype.itemsize < PACK_MIN_L2_RATIO * caches[1]: return None
+  ratio = PACK_NARROW_L2_RATIO if _narrow_tile(renderer) else PACK_MIN_L2_RATIO
+  if m * k * y0.dtype.itemsize < ratio * caches[1]: return None
   return y.replace(src=(UOp(Ops.CONTIGUOUS, y0.dtype, (y0,)),))
 
 def _rows_only(r: UOp, a: UOp, at: int, m: int, n: int, k: int, renderer: Any) -> UOp | None:
