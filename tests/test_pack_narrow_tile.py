@@ -1,7 +1,7 @@
 """The pack pass (passes/pack.py) on a machine whose register tile has 4 rows (AVX2: 16 vector registers of 32 bytes,
-`cpu_tile` 16 x 4): a matmul of few rows (from 16) packs B, from a B of half the L2, and a large A stored K x M
-(`x.T @ g`, a weight gradient whose B is too small to pack) is copied with its rows along the reduction. An AVX-512
-machine (32 registers of 64 bytes, an 8-row tile) keeps reading both as they are stored. Fake machines are
+`cpu_tile` 16 x 4): a matmul of few rows (from 16) packs B, from a B of half the L2 and a reduction of 64, and an A
+stored K x M (`x.T @ g`, a weight gradient whose B is too small to pack) is copied with its rows along the reduction.
+An AVX-512 machine (32 registers of 64 bytes, an 8-row tile) keeps reading both as they are stored. Fake machines are
 fed through the CPU renderer; values are checked against numpy."""
 import numpy as np
 import pytest
@@ -44,9 +44,11 @@ def test_few_rows_pack_on_a_narrow_tile(machine):
   assert not should_pack(8, 1024, 4096, 4, r)      # too few rows of A to pay for the copy
   assert should_pack(256, 128, 1024, 4, r)         # B of 512 KB: from half the L2 on
   assert not should_pack(256, 64, 512, 4, r)       # B of 128 KB
+  assert should_pack(1024, 1024, 64, 4, r) and not should_pack(1024, 1024, 32, 4, r)   # reductions from 64
   r = machine(512 * KB, AVX512)                    # an 8-row tile: from 256 rows, as before
   assert not should_pack(64, 128, 9216, 4, r) and not should_pack(128, 1024, 2048, 4, r)
   assert should_pack(256, 1024, 2048, 4, r) and not should_pack(256, 128, 1024, 4, r)
+  assert not should_pack(1024, 1024, 64, 4, r)
 
 @pytest.mark.parametrize("regs,rows,copied", [(AVX2, 16, [1]), (AVX2, 70, [1]), (AVX2, 8, []), (AVX512, 64, [])])
 def test_few_rows_forward_values(machine, regs, rows, copied):
@@ -73,3 +75,10 @@ def test_linear_step_gradients_on_a_narrow_tile(machine):
   y = np.maximum(xn @ wn, 0)
   np.testing.assert_allclose(w.grad.numpy(), xn.T @ (2 * y), rtol=1e-4, atol=1e-2)
   np.testing.assert_allclose(x.grad.numpy(), (2 * y) @ wn.T, rtol=1e-4, atol=1e-2)
+
+def test_short_reduction_packs_on_a_narrow_tile(machine):
+  machine(16 * KB, AVX2)   # B (64 x 512) 128 KB, a reduction of 64
+  (a, an), (b, bn) = _realized(256, 64), _realized(64, 512)
+  t = a @ b
+  assert _copied(t, a, b) == [1]
+  np.testing.assert_allclose(t.numpy(), an @ bn, rtol=1e-4, atol=1e-3)

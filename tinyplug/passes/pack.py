@@ -63,6 +63,9 @@ PACK_FEW_MIN_ROWS = 16
 # copied along the reduction from half the L2 too (x.T @ g, m x n x k: 1024x64x128 0.74-0.76 -> 0.49-0.50 ms,
 # 2048x128x64 0.71-0.76 -> 0.53-0.54, 512x256x256 1.07 -> 0.87-0.88)
 PACK_NARROW_L2_RATIO = 0.5
+# ... and from a reduction of this many (x @ W, whole realizes as above: 1024x1024x128 6.1-6.6 -> 3.3-3.4 ms,
+# 512x2048x64 3.1-3.2 -> 1.7-2.1, 256x1024x128 1.7-1.8 -> 1.4)
+PACK_NARROW_MIN_REDUCE = 64
 
 def _is_packed(y0: UOp) -> bool:
   if y0.op is Ops.SHRINK: y0 = y0.src[0]   # panels padded to whole ones
@@ -76,14 +79,15 @@ def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
   caches, B at least PACK_MIN_L2_RATIO times the L2 (its strided panels would not stay there), enough rows of A to
   pay for the copy (PACK_MIN_ROWS), a reduction long enough to be cache blocked, and whole panels, at least
-  PACK_MIN_PANELS of them. A register tile of at most NARROW_TILE_ROWS rows packs from PACK_FEW_MIN_ROWS rows and a B
-  of PACK_NARROW_L2_RATIO times the L2."""
+  PACK_MIN_PANELS of them. A register tile of at most NARROW_TILE_ROWS rows packs from PACK_FEW_MIN_ROWS rows, a B of
+  PACK_NARROW_L2_RATIO times the L2 and a reduction of PACK_NARROW_MIN_REDUCE."""
   if renderer is None or not renderer.runs_loops: return False
   caches = tuple(renderer.cache_bytes or ())
   if len(caches) < 2: return False
   w, narrow = pack_width(renderer), _narrow_tile(renderer)
   big = n * k * itemsize >= (PACK_NARROW_L2_RATIO if narrow else PACK_MIN_L2_RATIO) * caches[1]
-  return big and m >= (PACK_FEW_MIN_ROWS if narrow else PACK_MIN_ROWS) and k >= PACK_MIN_REDUCE and _whole_panels(n, w)
+  rows, reduce = (PACK_FEW_MIN_ROWS, PACK_NARROW_MIN_REDUCE) if narrow else (PACK_MIN_ROWS, PACK_MIN_REDUCE)
+  return big and m >= rows and k >= reduce and _whole_panels(n, w)
 
 def _narrow_tile(renderer: Any) -> bool:
   return cpu_tile(renderer)[1] <= NARROW_TILE_ROWS
