@@ -59,7 +59,11 @@ def test_weight_gradient_packs_the_gradient_and_copies_x_along_the_reduction(l2)
   np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
 
-def test_x_below_twice_the_l2_is_read_in_place(l2):
+def test_x_below_twice_the_l2_is_read_in_place(l2, monkeypatch):
+  # an 8-row register tile (AVX-512); a 4-row one copies x from half the L2 (tests/test_pack_narrow_tile.py)
+  r = Device["CPU"].renderer
+  monkeypatch.setattr(r, "vector_bytes", 64)
+  monkeypatch.setattr(r, "vector_registers", 32)
   l2(256 * KB)   # B (256 x 512, 512 KB) packs; x (256 x 256, 256 KB) is read as it is stored
   x, w, g, xt, wt = _weight_grad(256, 256, 512)
   assert _copied_inputs(w.grad, x, g) == [1]

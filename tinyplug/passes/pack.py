@@ -46,6 +46,26 @@ PACK_T_MIN_ROWS = 64
 # one stored K x N was read with rows that straddle cache lines
 PACK_PAD_MIN_PANELS = 8
 PACK_T_MIN_WORK = TILE_BUDGETS[0][0]
+# a register tile of at most this many rows (AVX2's 16 x 4, `cpu_tile`) packs B from PACK_FEW_MIN_ROWS rows of A, and
+# copies a large A stored K x M with its rows along the reduction where B does not pack (`_rows_only`). Unpacked, each
+# reduction step of the tile reads one line of a row of B, and B's rows N * 4 bytes apart (4 KB or more from N = 1024:
+# a page per step, the same L1 set) thrash where fewer tile rows share each loaded line: x @ W on a Zen 3 core (512 KB
+# L2), one thread, kernels alone in turns, median, the copy included: 16x1024x4096 6.2 -> 2.6 ms, 64x512x2048 2.8 ->
+# 1.7, 128x1024x2048 17.9 -> 6.5, 64x128x9216 3.3 -> 1.9 (4 and 8 rows gained too: 3.0 -> 2.3 and 5.9 -> 2.7 ms).
+# x.T @ g with x 64 x 9216 and g 64 x 128: 3.2 -> 1.8 ms plus a 0.2-0.5 ms copy (x.T's rows, 9216 floats apart, all
+# fall into one L1 set); 784x128x512 1.53 -> 1.47, 1024x256x256 2.50 -> 1.88 ms. AVX-512's 8-row tile was not
+# measured so: its rules stay as above
+NARROW_TILE_ROWS = 4
+PACK_FEW_MIN_ROWS = 16
+# ... and from a B of half the L2 (whole `(a @ b).realize()`s, one Zen 3 thread, CPU time, p10 of 40 in 3 alternated
+# processes: 384^3 (B of 576 KB) 1.77-1.95 -> 1.28-1.35 ms, 512x512x256 1.94-2.09 -> 1.44-1.48, 1024x256x256 (256 KB)
+# 1.84-2.17 -> 1.42-1.52, 64x384x384 0.50-0.57 -> 0.27-0.28; from a quarter, 128 KB, within noise); A stored K x M is
+# copied along the reduction from half the L2 too (x.T @ g, m x n x k: 1024x64x128 0.74-0.76 -> 0.49-0.50 ms,
+# 2048x128x64 0.71-0.76 -> 0.53-0.54, 512x256x256 1.07 -> 0.87-0.88)
+PACK_NARROW_L2_RATIO = 0.5
+# ... and from a reduction of this many (x @ W, whole realizes as above: 1024x1024x128 6.1-6.6 -> 3.3-3.4 ms,
+# 512x2048x64 3.1-3.2 -> 1.7-2.1, 256x1024x128 1.7-1.8 -> 1.4)
+PACK_NARROW_MIN_REDUCE = 64
 
 def _is_packed(y0: UOp) -> bool:
   if y0.op is Ops.SHRINK: y0 = y0.src[0]   # panels padded to whole ones
@@ -58,13 +78,19 @@ def pack_width(renderer: Any) -> int:
 def should_pack(m: int, n: int, k: int, itemsize: int, renderer: Any) -> bool:
   """Whether a matmul of (m x k) @ (k x n) packs B on this renderer: a machine that runs loops and declares its
   caches, B at least PACK_MIN_L2_RATIO times the L2 (its strided panels would not stay there), enough rows of A to
-  pay for the copy, a reduction long enough to be cache blocked, and whole panels, at least PACK_MIN_PANELS of them."""
+  pay for the copy (PACK_MIN_ROWS), a reduction long enough to be cache blocked, and whole panels, at least
+  PACK_MIN_PANELS of them. A register tile of at most NARROW_TILE_ROWS rows packs from PACK_FEW_MIN_ROWS rows, a B of
+  PACK_NARROW_L2_RATIO times the L2 and a reduction of PACK_NARROW_MIN_REDUCE."""
   if renderer is None or not renderer.runs_loops: return False
   caches = tuple(renderer.cache_bytes or ())
   if len(caches) < 2: return False
-  w = pack_width(renderer)
-  return n * k * itemsize >= PACK_MIN_L2_RATIO * caches[1] and m >= PACK_MIN_ROWS and k >= PACK_MIN_REDUCE and \
-    _whole_panels(n, w)
+  w, narrow = pack_width(renderer), _narrow_tile(renderer)
+  big = n * k * itemsize >= (PACK_NARROW_L2_RATIO if narrow else PACK_MIN_L2_RATIO) * caches[1]
+  rows, reduce = (PACK_FEW_MIN_ROWS, PACK_NARROW_MIN_REDUCE) if narrow else (PACK_MIN_ROWS, PACK_MIN_REDUCE)
+  return big and m >= rows and k >= reduce and _whole_panels(n, w)
+
+def _narrow_tile(renderer: Any) -> bool:
+  return cpu_tile(renderer)[1] <= NARROW_TILE_ROWS
 
 def should_pack_transposed(batch: int, m: int, n: int, k: int, renderer: Any) -> bool:
   """Whether a matmul whose B is stored N x K (contiguous along the reduction) packs B on this renderer: a machine
@@ -146,7 +172,8 @@ def _pack(r: UOp) -> UOp | None:
   renderer = renderer_of(y0.device)
   batch = math.prod(shape[:-3])
   if not should_pack(m, n, k, y0.dtype.itemsize, renderer) and \
-     not (_along_last(y0) and should_pack_transposed(batch, m, n, k, renderer)): return None
+     not (_along_last(y0) and should_pack_transposed(batch, m, n, k, renderer)):
+    return _rows_only(r, x.src[1 - at], 1 - at, m, n, k, renderer)
   w = pack_width(renderer)
   lead = len(y0.shape) - 3
   wide = -(-n // w) * w
@@ -179,8 +206,19 @@ def _rows_along_reduction(y: UOp, m: int, k: int, renderer: Any) -> UOp | None:
   strides = view_strides(y0)
   if strides is None or strides[-3] != 1 or strides[-1] == 1: return None
   caches = tuple(renderer.cache_bytes or ())
-  if m * k * y0.dtype.itemsize < PACK_MIN_L2_RATIO * caches[1]: return None
+  ratio = PACK_NARROW_L2_RATIO if _narrow_tile(renderer) else PACK_MIN_L2_RATIO
+  if m * k * y0.dtype.itemsize < ratio * caches[1]: return None
   return y.replace(src=(UOp(Ops.CONTIGUOUS, y0.dtype, (y0,)),))
+
+def _rows_only(r: UOp, a: UOp, at: int, m: int, n: int, k: int, renderer: Any) -> UOp | None:
+  """A matmul whose B does not pack, on a machine whose register tile has at most NARROW_TILE_ROWS rows: A copied with
+  its rows along the reduction (`_rows_along_reduction`) where it is stored K x M, at least PACK_MIN_ROWS rows, and
+  B at least PACK_MIN_PANELS tiles wide. None where nothing changes."""
+  if renderer is None or not renderer.runs_loops or len(tuple(renderer.cache_bytes or ())) < 2: return None
+  if not _narrow_tile(renderer) or m < PACK_MIN_ROWS or n < PACK_MIN_PANELS * pack_width(renderer): return None
+  if (rows := _rows_along_reduction(a, m, k, renderer)) is None: return None
+  x = r.src[0]
+  return r.replace(src=(x.replace(src=tuple(rows if i == at else y for i, y in enumerate(x.src))),))
 
 def _one_permute(p: UOp, q: UOp) -> UOp:
   """A permute of a permute as one (none where they cancel): `_stored_permuted` must see the order stored (a Linear
