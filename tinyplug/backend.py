@@ -311,6 +311,16 @@ class Renderer:
     """The heuristic and search build work-groups, and THREAD (a host-loop split) does not apply."""
     return self.launch == LAUNCH_GRID
 
+# renderers with at most this many vector registers (AVX2's 16; not AVX-512's 32) get the tiles and layouts measured
+# for them on a Zen 3 core: the heuristic's row bands, blocked vector axes and unpadded cache blocks, and
+# tensor_ops/layout.py's copies blocked by channels
+NARROW_MAX_REGISTERS = 16
+
+def narrow_vectors(renderer: Any) -> bool:
+  """Whether `renderer` runs loops with at most NARROW_MAX_REGISTERS vector registers (AVX2)."""
+  return bool(renderer is not None and renderer.runs_loops and renderer.vector_bytes and renderer.vector_registers and
+              renderer.vector_registers <= NARROW_MAX_REGISTERS)
+
 # ---------------- compilers ----------------
 
 class Compiler:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from itertools import repeat
 from typing import Any, Callable
+from tinyplug.backend import narrow_vectors
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.dtype import dtypes
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
@@ -130,16 +131,6 @@ def cpu_tile(renderer: Any) -> tuple[int, int]:
   nbytes, regs = renderer.vector_bytes, renderer.vector_registers
   rows = next((r for r in (8, 4, 2) if 2 * r + 3 <= regs), 1)
   return max(2 * nbytes // 4, 2), rows
-
-# renderers with at most this many vector registers (AVX2's 16; not AVX-512's 32) get the tiles and layouts measured
-# for them (session 23, a Zen 3 core): `_row_band_tile`, `_blocked_vector_axis`, unpadded cache blocks
-# (`_masked_rows_cost_more`), tensor_ops/layout.py's blocked copies
-NARROW_MAX_REGISTERS = 16
-
-def narrow_vectors(renderer: Any) -> bool:
-  """Whether `renderer` runs loops with at most NARROW_MAX_REGISTERS vector registers (AVX2)."""
-  return bool(renderer is not None and renderer.runs_loops and renderer.vector_bytes and renderer.vector_registers and
-              renderer.vector_registers <= NARROW_MAX_REGISTERS)
 
 def unpadded_row_tile(k: Kernel, row: int, tile_w: int, tile_rows: int) -> tuple[int, int] | None:
   """A reduction's row longer than the CPU tile's width, at most twice it, that the tile would pad (`_pad_for_tile`)
@@ -431,7 +422,7 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
 def _blocked_vector_axis(k: Kernel, axis: int) -> bool:
   """Whether the loads along loop axis `axis` are contiguous within each vector of it though not along the whole
   axis: read from a copy blocked by channels (layout.output_channel_blocks, (c // W) * S + c % W), on a renderer with
-  at most NARROW_MAX_REGISTERS vector registers (the only ones that make such copies). Tried as an upcast by
+  at most `backend.NARROW_MAX_REGISTERS` vector registers (the only ones that make such copies). Tried as an upcast by
   the vector's lanes, the index simplified."""
   from tinyplug.uop.rewrite import graph_rewrite
   from tinyplug.uop.symbolic import symbolic
@@ -449,7 +440,7 @@ BAND_ROWS, BAND_CHANNELS = 4, 2
 
 def _row_band_tile(k: Kernel) -> list[Opt] | None:
   """An unstrided convolution's output row wider than two of cpu_tile's rows (56 and up), read contiguously, on a
-  renderer with at most NARROW_MAX_REGISTERS vector registers (AVX2): one vector of the row by BAND_ROWS
+  renderer with at most `backend.NARROW_MAX_REGISTERS` vector registers (AVX2): one vector of the row by BAND_ROWS
   rows by BAND_CHANNELS output channels (8 accumulators), the window's rows unrolled (the input rows that adjacent
   taps share are loaded once), and the channels' loop moved inside the rows' so a band of input rows stays in the L2
   while every channel block passes over it, instead of the whole image (861 KB at 64 channels) coming again from

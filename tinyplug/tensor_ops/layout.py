@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 def channel_block(device: Any) -> int | None:
-  """Channels per block of `channels_last_copy` on this device: the CPU register tile's width (`cpu_tile`: 16 on
-  AVX2) where the heuristic's `narrow_vectors` holds (AVX2); None elsewhere (the plain channels-last layout,
+  """Channels per block of `channels_last_copy` on this device: two vectors of float32, the width of the heuristic's
+  CPU register tile (16 on AVX2), where `backend.narrow_vectors` holds; None elsewhere (the plain channels-last layout,
   Winograd's planes inner: AVX-512 keeps the layouts it was tuned with)."""
+  from tinyplug.backend import narrow_vectors
   from tinyplug.device import renderer_of
-  from tinyplug.passes.heuristic import cpu_tile, narrow_vectors
   r = renderer_of(device)
-  return cpu_tile(r)[0] if narrow_vectors(r) else None
+  return max(2 * r.vector_bytes // 4, 2) if narrow_vectors(r) else None
 
 def channels_last_copy(x):
   """A copy of x (b, c, spatial..) with the channels innermost, viewed as x's shape: plain (b, spatial.., c), or in
