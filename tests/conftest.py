@@ -19,3 +19,14 @@ def vector_machine(monkeypatch):
     monkeypatch.setattr(r, "vector_registers", count)
     return r
   return set_to
+
+
+@pytest.fixture
+def avx512_machine(vector_machine):
+  """The CPU renderer describes an AVX-512 machine (32 vector registers of 64 bytes), whatever the host, for tests that
+  assert AVX-512's decisions (an AVX2 host's 16 x 4 tile unrolls and upcasts by other widths); no schedule the pack
+  pass made for the host's machine is reused."""
+  from tinyplug import schedule
+  schedule._templates.clear()
+  yield vector_machine(64, 32)
+  schedule._templates.clear()

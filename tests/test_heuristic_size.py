@@ -14,13 +14,9 @@ from tinyplug.tensor import Tensor
 RNG = np.random.default_rng(1)
 
 @pytest.fixture(autouse=True)
-def avx512(vector_machine):
-  """Every decision below is AVX-512's (32 vector registers of 64 bytes), whatever the host: an AVX2 host's 16 x 4
-  tile unrolls and upcasts by other widths."""
-  from tinyplug import schedule
-  schedule._templates.clear()
-  yield vector_machine(64, 32)
-  schedule._templates.clear()
+def avx512(avx512_machine):
+  """Every decision below is AVX-512's, whatever the host."""
+  return avx512_machine
 
 def item(t: Tensor):
   items, _ = create_schedule([t.uop])

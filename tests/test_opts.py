@@ -168,15 +168,7 @@ def test_one_thread_axis_and_not_on_gpu_renderers():
   with pytest.raises(KernelOptError, match="THREAD is for loop-running"):
     Kernel(kernel(t).sink, GPU()).apply_opt(Opt(OptOps.THREAD, 0, 2))
 
-@pytest.fixture
-def avx512(vector_machine):
-  """The tile widths asserted below are AVX-512's (32 x 8 lanes), whatever the host (AVX2's is 16 x 4)."""
-  from tinyplug import schedule
-  schedule._templates.clear()   # no schedule the pack pass made for the host's machine
-  yield vector_machine(64, 32)
-  schedule._templates.clear()
-
-def test_heuristic_blocks_and_threads_large_matmuls_only(monkeypatch, avx512):
+def test_heuristic_blocks_and_threads_large_matmuls_only(monkeypatch, avx512_machine):
   monkeypatch.setattr(type(Device["CPU"].renderer), "threads", 2)
   big = heuristic_opts(kernel(Tensor.empty(1024, 512, device="CPU") @ Tensor.empty(512, 1024, device="CPU")))
   kinds = [o.op for o in big]
@@ -210,7 +202,7 @@ def test_search_candidates_include_the_new_actions():
   gpu_acts = candidate_actions(kernel(t, "PYTHON"))
   assert not {OptOps.THREAD, OptOps.SPLIT, OptOps.SWAP} & {o.op for o in gpu_acts}
 
-def test_heuristic_pads_odd_matmul_sizes_and_stays_exact(avx512):
+def test_heuristic_pads_odd_matmul_sizes_and_stays_exact(avx512_machine):
   t, want = matmul("CPU", 1000, 300, 1000)
   opts = heuristic_opts(kernel(t))
   assert Opt(OptOps.PADTO, 1, 32) in opts and Opt(OptOps.UPCAST, 1, 32) in opts
@@ -232,7 +224,7 @@ def test_beam_starts_from_the_heuristic():
   assert BeamSearch().search(k, timer, 2, lambda s: None) == hand
   assert timed[0] == hand and [] in timed
 
-def test_heuristic_tile_shrinks_with_the_work_of_small_matmuls(avx512):
+def test_heuristic_tile_shrinks_with_the_work_of_small_matmuls(avx512_machine):
   # a small matmul's code size (and compile time) grows with the register tile; its run time barely changes
   def lanes(m, k, n):
     opts = heuristic_opts(kernel(Tensor.empty(m, k, device="CPU") @ Tensor.empty(k, n, device="CPU")))
