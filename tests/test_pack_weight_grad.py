@@ -91,3 +91,45 @@ def test_a_transposed_product_is_packed_in_its_stored_order(l2, batched):
   t = (a @ b).transpose(-1, -2)
   assert len(create_schedule([t.uop])[0]) >= 2   # a copy in panels before the matmul
   np.testing.assert_allclose(t.numpy(), np.swapaxes(an @ bn, -1, -2), rtol=1e-4, atol=1e-3)
+
+def _sequence_weight_grad(xn: np.ndarray, gn: np.ndarray) -> tuple[nn.Linear, Tensor, Tensor]:
+  layer = nn.Linear(xn.shape[-1], gn.shape[-1], bias=False)
+  x, g = Tensor(xn).realize(), Tensor(gn).realize()
+  (layer(x) * g).sum().backward()
+  return layer, x, g
+
+def test_linear_on_sequences_packs_as_on_a_flat_batch(l2):
+  # a Linear layer on (batch, tokens, features) sums its weight gradient over two axes; both operands store them as one
+  # run of memory, so the reduction is the flat batch's (256 rows): x goes into panels as there (unmerged, neither
+  # operand was copied and each reduction step read a row of the unpacked one)
+  l2(64 * KB)
+  xn, gn = _data(4, 64, 256), _data(4, 64, 320)
+  layer, x, g = _sequence_weight_grad(xn, gn)
+  flat, xf, gf = _sequence_weight_grad(xn.reshape(256, 256), gn.reshape(256, 320))
+  assert _panel_copies(layer.weight.grad, x, g) == _panel_copies(flat.weight.grad, xf, gf) == [0]
+  np.testing.assert_allclose(layer.weight.grad.numpy(), gn.reshape(256, 320).T @ xn.reshape(256, 256), rtol=1e-4, atol=1e-3)
+
+def test_sequence_gradient_assembled_from_parts_still_packs(l2):
+  # q, k and v from one projection: the gradient reaching the weight is the three parts' gradients side by side (a
+  # view that pads, no plain strides); its token axes still merge into one reduction
+  l2(64 * KB)
+  xn, parts = _data(4, 64, 256), [_data(4, 64, 96) for _ in range(3)]
+  layer = nn.Linear(256, 288, bias=False)
+  x = Tensor(xn).realize()
+  gs = [Tensor(p).realize() for p in parts]
+  sum((c * g).sum() for c, g in zip(layer(x).chunk(3, dim=-1), gs)).backward()
+  assert _panel_copies(layer.weight.grad, x) == [0]
+  want = np.concatenate(parts, -1).reshape(256, 288).T @ xn.reshape(256, 256)
+  np.testing.assert_allclose(layer.weight.grad.numpy(), want, rtol=1e-4, atol=1e-3)
+
+def test_token_axes_apart_in_memory_are_left_as_two(l2):
+  # x stored (tokens, batch, features) and read as (batch, tokens, features): its two summed axes are no single run of
+  # memory, so merging them would need a copy of its own; the reduction stays over two axes, the values the same
+  l2(64 * KB)
+  xs, gn = _data(64, 4, 256), _data(4, 64, 320)
+  layer = nn.Linear(256, 320, bias=False)
+  x, g = Tensor(xs).realize(), Tensor(gn).realize()
+  (layer(x.permute(1, 0, 2)) * g).sum().backward()
+  assert _panel_copies(layer.weight.grad, x, g) == []
+  want = gn.reshape(256, 320).T @ xs.transpose(1, 0, 2).reshape(256, 256)
+  np.testing.assert_allclose(layer.weight.grad.numpy(), want, rtol=1e-4, atol=1e-3)

@@ -118,23 +118,38 @@ def _movement_chain(y: UOp) -> list[UOp]:
   return chain
 
 def _reduction_last(r: UOp) -> UOp | None:
-  """A matmul reducing a middle axis ((m, k, n) summed over k: the input gradient `g @ W.T` as autograd builds it)
-  as the same matmul over a last axis, both operands' views permuted under their broadcasts, then reshaped back."""
+  """A matmul reducing middle or leading axes ((m, k, n) summed over k: the input gradient `g @ W.T` as autograd builds
+  it; (b, t, n, m) summed over b and t: the weight gradient of a Linear layer on a batch of sequences) as the same
+  matmul over one last axis, both operands' views permuted under their broadcasts, then reshaped back."""
   op, axes = r.arg
   x = r.src[0]
-  if op is not Ops.ADD or x.op is not Ops.MUL or len(axes) != 1 or x.shape is None or len(x.shape) < 3: return None
-  a, nd = axes[0], len(x.shape)
-  if a == nd - 1 or any(y.op is not Ops.EXPAND or y.src[0].shape is None for y in x.src): return None
-  if (packed := _pack(_reduced_last(r, tuple(i for i in range(nd) if i != a)))) is None: return None
+  if op is not Ops.ADD or x.op is not Ops.MUL or x.shape is None or len(x.shape) - len(axes) < 2: return None
+  nd = len(x.shape)
+  if axes == (nd - 1,) or any(y.op is not Ops.EXPAND or y.src[0].shape is None for y in x.src): return None
+  if (last := _reduced_last(r, tuple(i for i in range(nd) if i not in axes))) is None: return None
+  if (packed := _pack(last)) is None: return None
   return UOp(Ops.RESHAPE, r.dtype, (packed,), r.shape)
 
-def _reduced_last(r: UOp, kept: tuple[int, ...]) -> UOp:
-  """The product `r` sums over one axis, with its kept axes in the order `kept` and the summed one last: both operands'
-  views permuted under their broadcasts."""
-  x, order = r.src[0], (*kept, r.arg[1][0])
-  srcs = tuple(UOp(Ops.EXPAND, y.dtype, (UOp(Ops.PERMUTE, y.dtype, (y.src[0],), order),), tuple(y.shape[i] for i in order))
-               for y in x.src)
-  return UOp(Ops.REDUCE_AXIS, r.dtype, (x.replace(src=srcs),), (r.arg[0], (len(order) - 1,)))
+def _reduced_last(r: UOp, kept: tuple[int, ...]) -> UOp | None:
+  """The product `r` sums over its reduced axes, with its kept axes in the order `kept` and the summed ones last,
+  merged into one: both operands' views permuted (and reshaped) under their broadcasts. None where an operand's
+  reduced axes are neither all broadcast nor all there, or where its plain strides would not merge (the view would
+  need a copy of its own); a view without plain strides (a gradient assembled by pads) merges by its index math."""
+  x, red = r.src[0], tuple(r.arg[1])
+  order, n = (*kept, *red), len(kept)
+  length = math.prod(x.shape[i] for i in red)
+  srcs = []
+  for y in x.src:
+    view = UOp(Ops.PERMUTE, y.dtype, (y.src[0],), order)
+    if len(red) > 1:
+      inner = tuple(y.src[0].shape[i] for i in order)
+      summed = math.prod(inner[n:])
+      if summed not in (1, length): return None
+      merged = UOp(Ops.RESHAPE, y.dtype, (view,), (*inner[:n], summed))
+      if view_strides(view) is not None and view_strides(merged) is None: return None
+      view = merged
+    srcs.append(UOp(Ops.EXPAND, y.dtype, (view,), (*(x.shape[i] for i in kept), length)))
+  return UOp(Ops.REDUCE_AXIS, r.dtype, (x.replace(src=tuple(srcs)),), (r.arg[0], (n,)))
 
 def _stored_permuted(p: UOp, rs: UOp, r: UOp) -> UOp | None:
   """A matmul whose result is stored with its kept axes permuted (the weight gradient of `x @ W`, W stored in x out:
@@ -144,13 +159,12 @@ def _stored_permuted(p: UOp, rs: UOp, r: UOp) -> UOp | None:
   step: on the 16-core Xeon host that kernel ran at 2.5x the forward's time per thread, on a Zen 4 core 1.25x."""
   op, axes = r.arg
   x = r.src[0]
-  if op is not Ops.ADD or x.op is not Ops.MUL or len(axes) != 1 or x.shape is None or len(x.shape) < 3: return None
-  a, nd = axes[0], len(x.shape)
-  kept = [i for i in range(nd) if i != a]
+  if op is not Ops.ADD or x.op is not Ops.MUL or x.shape is None or len(x.shape) - len(axes) < 2: return None
+  kept = [i for i in range(len(x.shape)) if i not in axes]
   if rs.shape != tuple(x.shape[i] for i in kept) or len(p.arg) != len(kept): return None
   stored = [kept[j] for j in p.arg]
   if stored == kept or any(y.op is not Ops.EXPAND or y.src[0].shape is None for y in x.src): return None
-  if (packed := _pack(_reduced_last(r, tuple(stored)))) is None: return None
+  if (last := _reduced_last(r, tuple(stored))) is None or (packed := _pack(last)) is None: return None
   return UOp(Ops.RESHAPE, r.dtype, (packed,), p.shape)
 
 def _pack(r: UOp) -> UOp | None:
