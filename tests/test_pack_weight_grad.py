@@ -133,3 +133,18 @@ def test_token_axes_apart_in_memory_are_left_as_two(l2):
   assert _panel_copies(layer.weight.grad, x, g) == []
   want = gn.reshape(256, 320).T @ xs.transpose(1, 0, 2).reshape(256, 256)
   np.testing.assert_allclose(layer.weight.grad.numpy(), want, rtol=1e-4, atol=1e-3)
+
+def test_gradient_in_a_heads_layout_is_copied_before_the_input_gradient(l2):
+  # the gradient reaching a q/k/v projection's output is stored in its heads' layout (part, batch, head, token, dim):
+  # read as (batch, token, features) every step along the reduction divides its index by the parts and heads, so the
+  # input gradient's matmul reads a copy in order (a kernel reading that buffer alone); values unchanged
+  l2(64 * KB)
+  xn, gn = _data(4, 64, 256), _data(3, 4, 3, 64, 32)
+  layer = nn.Linear(256, 288, bias=False)
+  x, g = Tensor(xn).realize(), Tensor(gn).realize()
+  x.requires_grad = True
+  heads = layer(x).reshape(4, 64, 3, 3, 32).permute(2, 0, 3, 1, 4)
+  (heads * g).sum().backward()
+  assert _copied_inputs(x.grad, g) == [0]
+  dy = gn.transpose(1, 3, 0, 2, 4).reshape(4, 64, 288)
+  np.testing.assert_allclose(x.grad.numpy(), dy @ layer.weight.numpy(), rtol=1e-4, atol=1e-3)
