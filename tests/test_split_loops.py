@@ -1,0 +1,90 @@
+"""simplify.split_loops (passes/split_loops.py): a CPU kernel's output loop cut where cat's / pad's gates change, the
+pieces run one after another (linearize.run_in_turn). The program's shape (one plain copy per piece, the outer loop
+still shared by threads), which kernels it leaves, and values against numpy."""
+import numpy as np
+import pytest
+from tinyplug import schedule
+from tinyplug.backend import shareable_loop
+from tinyplug.codegen import get_program
+from tinyplug.codegen.kernel import Kernel
+from tinyplug.device import Device
+from tinyplug.helpers import Context
+from tinyplug.passes import split_loops
+from tinyplug.schedule import create_schedule
+from tinyplug.tensor import Tensor
+from tinyplug.uop.ops import Ops
+
+RNG = np.random.default_rng(24)
+
+def _program(build, *shapes):
+  schedule._templates.clear()
+  items, _ = create_schedule([build(*[Tensor.empty(*s, device="CPU") for s in shapes]).uop])
+  with Context(CACHELEVEL=0):
+    return get_program(Kernel(items[-1].ast, Device["CPU"].renderer).sink, Device["CPU"].renderer)
+
+def _stores(uops) -> int:
+  return sum(1 for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL)
+
+def _loads_per_input(uops) -> dict[int, int]:
+  out: dict[int, int] = {}
+  for u in uops:
+    if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+      out[u.src[0].src[0].arg] = out.get(u.src[0].src[0].arg, 0) + 1
+  return out
+
+def _cat4(a, b, c, d): return a.cat(b, c, d, dim=1)
+
+def test_cat_pieces_copy_one_input_each_inside_the_shared_loop():
+  spec = _program(_cat4, *[(64, 256)] * 4)
+  assert _stores(spec.uops) == 4 and not any(u.op is Ops.WHERE for u in spec.uops)
+  assert _loads_per_input(spec.uops) == {1: 1, 2: 1, 3: 1, 4: 1}
+  # the row loop is opened once, the four piece loops inside it one after another; threads still share the rows
+  loops = [u for u in spec.uops if u.op is Ops.RANGE]
+  assert len(loops) == 5 and shareable_loop(spec.uops) is loops[0]
+  ends = [i for i, u in enumerate(spec.uops) if u.op is Ops.END]
+  opens = [i for i, u in enumerate(spec.uops) if u.op is Ops.RANGE]
+  assert all(e < o for e, o in zip(ends, opens[2:]))   # piece j closes before piece j+1 opens
+
+def test_without_the_pass_every_step_reads_every_input(monkeypatch):
+  monkeypatch.setattr(split_loops, "MAX_PIECES", 1)
+  spec = _program(_cat4, *[(64, 256)] * 4)
+  assert _stores(spec.uops) == 1 and any(u.op is Ops.WHERE for u in spec.uops)
+
+def test_kernels_left_alone():
+  # cat on the outermost loop (threads share it), a reduction, and more pieces than MAX_PIECES
+  assert _stores(_program(lambda a, b: a.cat(b, dim=0), (64, 256), (64, 256)).uops) == 1
+  assert _stores(_program(lambda a, b: a.cat(b, dim=1).sum(1), (64, 256), (64, 256)).uops) == 1
+  many = split_loops.MAX_PIECES + 1
+  assert _stores(_program(lambda *ts: ts[0].cat(*ts[1:], dim=1), *[(64, 64)] * many).uops) == 1
+
+def test_pad_cuts_both_loops_with_their_own_inner_loops():
+  spec = _program(lambda x: x.pad(((0, 0), (1, 1), (1, 1))), (8, 30, 30))
+  assert _stores(spec.uops) > 1
+  loops = [u for u in spec.uops if u.op is Ops.RANGE]
+  assert len(loops) == len(set(loops))   # a loop inside a cut one is copied per piece: each opens once
+
+CASES = {
+  "cat 4 on dim 1": (_cat4, [(64, 256)] * 4),
+  "cat uneven": (lambda a, b, c: a.cat(b, c, dim=1), [(16, 24), (16, 40), (16, 64)]),
+  "cat odd widths": (lambda a, b: a.cat(b, dim=1), [(9, 3), (9, 5)]),
+  "cat middle dim": (lambda a, b, c: a.cat(b, c, dim=1), [(4, 8, 32), (4, 16, 32), (4, 8, 32)]),
+  "cat dim 0": (lambda a, b: a.cat(b, dim=0), [(8, 32), (24, 32)]),
+  "stack": (lambda a, b, c: a.stack(b, c, dim=1), [(16, 64)] * 3),
+  "pad 2 dims": (lambda x: x.pad(((0, 0), (1, 2), (3, 1))), [(4, 20, 20)]),
+  "pad and add": (lambda x, y: x.pad(((0, 0), (2, 2))) + y, [(16, 60), (16, 64)]),
+}
+NUMPY = {
+  "cat 4 on dim 1": lambda *a: np.concatenate(a, 1), "cat uneven": lambda *a: np.concatenate(a, 1),
+  "cat odd widths": lambda *a: np.concatenate(a, 1), "cat middle dim": lambda *a: np.concatenate(a, 1),
+  "cat dim 0": lambda *a: np.concatenate(a, 0), "stack": lambda *a: np.stack(a, 1),
+  "pad 2 dims": lambda x: np.pad(x, ((0, 0), (1, 2), (3, 1))), "pad and add": lambda x, y: np.pad(x, ((0, 0), (2, 2))) + y,
+}
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_values_against_numpy(case):
+  build, shapes = CASES[case]
+  arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+  schedule._templates.clear()
+  with Context(CACHELEVEL=0):
+    got = build(*[Tensor(a, device="CPU") for a in arrays]).numpy()
+  np.testing.assert_array_equal(got, NUMPY[case](*arrays))
