@@ -57,6 +57,12 @@ def test_kernels_left_alone():
   many = split_loops.MAX_PIECES + 1
   assert _stores(_program(lambda *ts: ts[0].cat(*ts[1:], dim=1), *[(64, 64)] * many).uops) == 1
 
+def test_stack_trades_its_gated_outer_loop_for_the_next():
+  spec = _program(lambda *ts: ts[0].stack(*ts[1:]), *[(64, 256)] * 4)
+  assert _stores(spec.uops) == 4 and _loads_per_input(spec.uops) == {1: 1, 2: 1, 3: 1, 4: 1}
+  outer = shareable_loop(spec.uops)
+  assert outer is not None and outer.src[0].arg == 64   # threads share the rows, each row's 4 pieces inside
+
 def test_pad_cuts_both_loops_with_their_own_inner_loops():
   spec = _program(lambda x: x.pad(((0, 0), (1, 1), (1, 1))), (8, 30, 30))
   assert _stores(spec.uops) > 1
@@ -70,6 +76,8 @@ CASES = {
   "cat middle dim": (lambda a, b, c: a.cat(b, c, dim=1), [(4, 8, 32), (4, 16, 32), (4, 8, 32)]),
   "cat dim 0": (lambda a, b: a.cat(b, dim=0), [(8, 32), (24, 32)]),
   "stack": (lambda a, b, c: a.stack(b, c, dim=1), [(16, 64)] * 3),
+  "stack dim 0": (lambda a, b, c: a.stack(b, c), [(16, 64)] * 3),
+  "cat outer dim of 3": (lambda a, b: a.cat(b, dim=0), [(2, 8, 32), (3, 8, 32)]),
   "pad 2 dims": (lambda x: x.pad(((0, 0), (1, 2), (3, 1))), [(4, 20, 20)]),
   "pad and add": (lambda x, y: x.pad(((0, 0), (2, 2))) + y, [(16, 60), (16, 64)]),
 }
@@ -77,6 +85,7 @@ NUMPY = {
   "cat 4 on dim 1": lambda *a: np.concatenate(a, 1), "cat uneven": lambda *a: np.concatenate(a, 1),
   "cat odd widths": lambda *a: np.concatenate(a, 1), "cat middle dim": lambda *a: np.concatenate(a, 1),
   "cat dim 0": lambda *a: np.concatenate(a, 0), "stack": lambda *a: np.stack(a, 1),
+  "stack dim 0": lambda *a: np.stack(a, 0), "cat outer dim of 3": lambda *a: np.concatenate(a, 0),
   "pad 2 dims": lambda x: np.pad(x, ((0, 0), (1, 2), (3, 1))), "pad and add": lambda x, y: np.pad(x, ((0, 0), (2, 2))) + y,
 }
 
