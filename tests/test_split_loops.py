@@ -51,17 +51,12 @@ def test_without_the_pass_every_step_reads_every_input(monkeypatch):
   assert _stores(spec.uops) == 1 and any(u.op is Ops.WHERE for u in spec.uops)
 
 def test_kernels_left_alone():
-  # cat on the outermost loop (threads share it), a reduction, and more pieces than MAX_PIECES
+  # cat and stack on the outermost loop (threads share it), a reduction, and more pieces than MAX_PIECES
   assert _stores(_program(lambda a, b: a.cat(b, dim=0), (64, 256), (64, 256)).uops) == 1
+  assert _stores(_program(lambda a, b: a.stack(b), (64, 256), (64, 256)).uops) == 1
   assert _stores(_program(lambda a, b: a.cat(b, dim=1).sum(1), (64, 256), (64, 256)).uops) == 1
   many = split_loops.MAX_PIECES + 1
   assert _stores(_program(lambda *ts: ts[0].cat(*ts[1:], dim=1), *[(64, 64)] * many).uops) == 1
-
-def test_stack_trades_its_gated_outer_loop_for_the_next():
-  spec = _program(lambda *ts: ts[0].stack(*ts[1:]), *[(64, 256)] * 4)
-  assert _stores(spec.uops) == 4 and _loads_per_input(spec.uops) == {1: 1, 2: 1, 3: 1, 4: 1}
-  outer = shareable_loop(spec.uops)
-  assert outer is not None and outer.src[0].arg == 64   # threads share the rows, each row's 4 pieces inside
 
 def test_pad_cuts_both_loops_with_their_own_inner_loops():
   spec = _program(lambda x: x.pad(((0, 0), (1, 1), (1, 1))), (8, 30, 30))
