@@ -92,3 +92,30 @@ def test_values_against_numpy(case):
   with Context(CACHELEVEL=0):
     got = build(*[Tensor(a, device="CPU") for a in arrays]).numpy()
   np.testing.assert_array_equal(got, NUMPY[case](*arrays))
+
+def _sibling_sink(order: str):
+  """Stores into one buffer: out[r * 8 + p] and out[r * 8 + 4 + q], p and q loops of 4 inside r, in `order`."""
+  from tinyplug.uop.dtype import dtypes
+  from tinyplug.uop.ops import UOp
+  buf = UOp(Ops.DEFINE_GLOBAL, dtypes.float.ptr(64), arg=0)
+  def loop(n, i): return UOp(Ops.RANGE, dtypes.int, (UOp.const(dtypes.int, n),), (i, "loop"))
+  r, p, q = loop(8, 0), loop(4, 1), loop(4, 2)
+  row = r * UOp.const(dtypes.int, 8)
+  def store(col, v):
+    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, dtypes.float.ptr(64), (buf, row + col)), UOp.const(dtypes.float, v)))
+  stores = {"p": store(p, 1.0), "q": store(q + UOp.const(dtypes.int, 4), 2.0), "P": store(p, 3.0)}
+  return UOp(Ops.SINK, dtypes.void, tuple(stores[c] for c in order)), r, p, q
+
+def test_linearizer_runs_sibling_loops_one_after_another():
+  from tinyplug.codegen.linearize import linearize
+  sink, r, p, q = _sibling_sink("pq")
+  uops = linearize(sink)
+  shape = [(u.op, u.src[0] if u.op is Ops.END else u) for u in uops if u.op in (Ops.RANGE, Ops.END, Ops.STORE)]
+  assert [op for op, _ in shape] == [Ops.RANGE, Ops.RANGE, Ops.STORE, Ops.END, Ops.RANGE, Ops.STORE, Ops.END, Ops.END]
+  assert [x for op, x in shape if op is not Ops.STORE] == [r, p, p, q, q, r]
+  row = next(u for u in uops if u.op is Ops.MUL and r in u.src)
+  assert uops.index(row) < uops.index(p)   # the row's address is worked out once, before both pieces
+
+def test_linearizer_refuses_a_loop_needed_again_after_it_closed():
+  from tinyplug.codegen.linearize import linearize
+  with pytest.raises(RuntimeError, match="needed again"): linearize(_sibling_sink("pqP")[0])

@@ -249,13 +249,16 @@ class _Linearizer:
     """The sink's stores in order, each inside only the output loops it needs: the loops open now that it does not
     need close (innermost first), and those it needs open. As a loop opens, what the stores run inside it share is
     emitted there, not inside the first store's inner loops: a value emitted inside one piece's loop would not be
-    there for the next piece (the stores of one piece come one after another)."""
+    there for the next piece (the stores of one piece come one after another: a loop opens once)."""
     stores = list(self.sink.src)
     needs = [sorted(self.rdeps[s] & set(loops), key=lambda r: r.arg) for s in stores]
     self.hoist(self.sink)
+    opened: set[UOp] = set()
     for i, s in enumerate(stores):
       while self.open and self.open != needs[i][:len(self.open)]: self.close_loop(self.open[-1])
       for r in needs[i][len(self.open):]:
+        if r in opened: raise RuntimeError(f"linearize: loop {r.arg} is needed again after it closed (stores out of order)")
+        opened.add(r)
         self.open_loop(r)
         for t, need in zip(stores[i:], needs[i:]):
           if need[:len(self.open)] != self.open: break
