@@ -1,7 +1,8 @@
-"""Split an output loop where its padding gates change: `cat` and `pad` read each input under a gate `r < c` on an
+"""Split an output loop where its padding gates change: `cat` (and `pad`) read each input under a gate `r < c` on an
 output loop r, so every step loads (at a safe address) and selects from every input. Cut r at those constants into
 consecutive loops, one per piece: within each piece every gate is a constant, the selects and the reads of the other
 inputs fold away, and the piece is a plain copy of its one input (the linearizer runs the pieces one after another).
+Kept only where the pieces read fewer values (cat); a pad's pieces would read its input as often.
 
 Only elementwise kernels (stores, no reductions), only gates on the loop itself (`r < c`), never the outermost loop
 (threads share that one; stack and cat on dim 0 keep their gates: with the next loop outside instead, each thread
@@ -13,6 +14,8 @@ from tinyplug.uop.rewrite import graph_rewrite
 from tinyplug.uop.upat import PatternMatcher, UPat
 
 MAX_PIECES = 16
+# a cut is kept where its pieces read at least this share fewer values per step than the loop did (cat of 4: 3/4)
+MIN_SAVED_READS = 0.25
 
 def _known_lanes(c: UOp, a: UOp, b: UOp) -> UOp | None:
   """A select whose vector condition repeats one constant (a gate known in a piece, broadcast to the lanes)."""
@@ -53,33 +56,42 @@ def _pieces(r: UOp, bounds: list[int], top: int) -> list[tuple[UOp | None, UOp]]
       out.append((piece, piece + UOp.const(r.dtype, lo) if lo else piece))
   return out
 
-def _cut(sink: UOp, loops: list[UOp], r: UOp, bounds: list[int]) -> UOp:
+def _loads(u: UOp) -> int:
+  return sum(1 for x in u.toposort() if x.op is Ops.LOAD)
+
+def _cut(sink: UOp, loops: list[UOp], r: UOp, bounds: list[int]) -> UOp | None:
   """The stores of `sink` once per piece of r, each piece with its own copy of the loops inside r (a linear program
-  opens a loop once), simplified; the loops numbered in nesting order."""
+  opens a loop once), simplified; the loops numbered in nesting order. None where the pieces together would not read
+  a share MIN_SAVED_READS fewer values per step of r than the loop did (a pad's pieces read its one input as often:
+  more code to compile for nothing; conv's pad kernel compiled 2-3x longer)."""
   from tinyplug.uop.symbolic import symbolic
   at, top = loops.index(r), max(x.arg[0] for x in loops)
   pieces = _pieces(r, bounds, top)
-  inner, order, stores = loops[at + 1:], loops[:at], []
+  inner, order, stores, reads = loops[at + 1:], loops[:at], [], 0
   fresh = top + len(pieces) + 1   # numbers no loop has
-  for piece, value in pieces:
+  for (piece, value), lo, hi in zip(pieces, bounds, bounds[1:]):
     copies = [UOp(Ops.RANGE, x.dtype, x.src, (fresh + i, x.arg[1])) for i, x in enumerate(inner)]
     fresh += len(inner)
     order += ([piece] if piece is not None else []) + copies
-    stores += [s.substitute({r: value, **dict(zip(inner, copies))}) for s in sink.src]
-  out = graph_rewrite(UOp(Ops.SINK, sink.dtype, tuple(stores), sink.arg), symbolic + _fold_lanes, name="split loops")
+    part = UOp(Ops.SINK, sink.dtype, tuple(s.substitute({r: value, **dict(zip(inner, copies))}) for s in sink.src))
+    part = graph_rewrite(part, symbolic + _fold_lanes, name="split loops")
+    stores += part.src
+    reads += _loads(part) * (hi - lo)
+  if reads > (1 - MIN_SAVED_READS) * _loads(sink) * r.src[0].arg: return None
+  out = UOp(Ops.SINK, sink.dtype, tuple(stores), sink.arg)
   present = set(out.toposort())
   return _renumber(out, [x for x in order if x in present])
 
 def split_at_gates(sink: UOp) -> UOp:
-  """`sink` with its innermost gated loop (then the next ones) cut at its gates' constants; `sink` itself where no
-  loop qualifies or the stores would pass MAX_PIECES."""
+  """`sink` with its innermost gated loop worth cutting (then the next ones) cut at its gates' constants; `sink`
+  itself where no loop qualifies or the stores would pass MAX_PIECES."""
   if not _splittable(sink): return sink
   loops = _loops(sink)
   for r in reversed(loops[1:]):
     if r.src[0].op is not Ops.CONST or not (cuts := _cuts(sink, r)): continue
     bounds = [0, *cuts, r.src[0].arg]
     if (len(bounds) - 1) * len(sink.src) > MAX_PIECES: return sink
-    return split_at_gates(_cut(sink, loops, r, bounds))
+    if (out := _cut(sink, loops, r, bounds)) is not None: return split_at_gates(out)
   return sink
 
 def make_pass() -> Any:
