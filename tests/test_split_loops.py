@@ -83,7 +83,8 @@ NUMPY = {
   "cat odd widths": lambda *a: np.concatenate(a, 1), "cat middle dim": lambda *a: np.concatenate(a, 1),
   "cat dim 0": lambda *a: np.concatenate(a, 0), "stack": lambda *a: np.stack(a, 1),
   "stack dim 0": lambda *a: np.stack(a, 0), "cat outer dim of 3": lambda *a: np.concatenate(a, 0),
-  "pad 2 dims": lambda x: np.pad(x, ((0, 0), (1, 2), (3, 1))), "pad and add": lambda x, y: np.pad(x, ((0, 0), (2, 2))) + y,
+  "pad 2 dims": lambda x: np.pad(x, ((0, 0), (1, 2), (3, 1))),
+  "pad and add": lambda x, y: np.pad(x, ((0, 0), (2, 2))) + y,
 }
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -104,7 +105,8 @@ def _sibling_sink(order: str):
   r, p, q = loop(8, 0), loop(4, 1), loop(4, 2)
   row = r * UOp.const(dtypes.int, 8)
   def store(col, v):
-    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, dtypes.float.ptr(64), (buf, row + col)), UOp.const(dtypes.float, v)))
+    at = UOp(Ops.INDEX, dtypes.float.ptr(64), (buf, row + col))
+    return UOp(Ops.STORE, dtypes.void, (at, UOp.const(dtypes.float, v)))
   stores = {"p": store(p, 1.0), "q": store(q + UOp.const(dtypes.int, 4), 2.0), "P": store(p, 3.0)}
   return UOp(Ops.SINK, dtypes.void, tuple(stores[c] for c in order)), r, p, q
 

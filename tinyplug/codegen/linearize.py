@@ -257,7 +257,8 @@ class _Linearizer:
     for i, s in enumerate(stores):
       while self.open and self.open != needs[i][:len(self.open)]: self.close_loop(self.open[-1])
       for r in needs[i][len(self.open):]:
-        if r in opened: raise RuntimeError(f"linearize: loop {r.arg} is needed again after it closed (stores out of order)")
+        if r in opened: raise RuntimeError(f"linearize: loop {r.arg} is needed again after it closed (stores out of "
+                                           "order)")
         opened.add(r)
         self.open_loop(r)
         for t, need in zip(stores[i:], needs[i:]):
