@@ -26,6 +26,13 @@ def _known_lanes(c: UOp, a: UOp, b: UOp) -> UOp | None:
 _fold_lanes = PatternMatcher([(UPat(Ops.WHERE, src=(UPat(Ops.VECTORIZE, name="c"), UPat.var("a"), UPat.var("b"))),
                                _known_lanes)])
 
+def _simplify(sink: UOp) -> UOp:
+  """`symbolic` (its rows compiled already: a matcher made of it and more would compile them again, ~0.25 s), the
+  broadcast gates, `symbolic` again for what they leave (adds of zero)."""
+  from tinyplug.uop.symbolic import symbolic
+  sink = graph_rewrite(sink, symbolic, name="split loops")
+  return graph_rewrite(graph_rewrite(sink, _fold_lanes, name="split loops"), symbolic, name="split loops")
+
 def _loops(sink: UOp) -> list[UOp]:
   return sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg)
 
@@ -64,7 +71,6 @@ def _cut(sink: UOp, loops: list[UOp], r: UOp, bounds: list[int]) -> UOp | None:
   opens a loop once), simplified; the loops numbered in nesting order. None where the pieces together would not read
   a share MIN_SAVED_READS fewer values per step of r than the loop did (a pad's pieces read its one input as often:
   more code to compile for nothing; conv's pad kernel compiled 2-3x longer)."""
-  from tinyplug.uop.symbolic import symbolic
   at, top = loops.index(r), max(x.arg[0] for x in loops)
   pieces = _pieces(r, bounds, top)
   inner, order, stores, reads = loops[at + 1:], loops[:at], [], 0
@@ -74,7 +80,7 @@ def _cut(sink: UOp, loops: list[UOp], r: UOp, bounds: list[int]) -> UOp | None:
     fresh += len(inner)
     order += ([piece] if piece is not None else []) + copies
     part = UOp(Ops.SINK, sink.dtype, tuple(s.substitute({r: value, **dict(zip(inner, copies))}) for s in sink.src))
-    part = graph_rewrite(part, symbolic + _fold_lanes, name="split loops")
+    part = _simplify(part)
     stores += part.src
     reads += _loads(part) * (hi - lo)
   if reads > (1 - MIN_SAVED_READS) * _loads(sink) * r.src[0].arg: return None
