@@ -17,7 +17,7 @@ from tinyplug.tensor import Tensor
 from tinyplug.uop import Ops
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PASS_SETS = {"heuristic": ["heuristic.actions"], "simplify": ["simplify.initial", "simplify.postopt", "simplify.final"],
+PASS_SETS = {"heuristic": ["heuristic.actions"], "simplify": ["simplify.initial", "simplify.postopt", "simplify.final", "simplify.split_loops"],
              "vectorize": ["vectorize.lanes"]}
 # every first-party pass set, the scheduler's (fuse_rows, split_reduce, heuristic.pack: test_schedule_passes.py) included
 LISTED = {**PASS_SETS, "heuristic": ["heuristic.actions", "heuristic.pack", "heuristic.thread_rows"], "fuse_rows": ["fuse_rows.rows", "fuse_rows.reuse"], "split_reduce": ["split_reduce.partials"],
@@ -43,7 +43,8 @@ def test_pass_sets_are_builtin_plugins_listed_with_their_passes():
     assert plugins[pid]["entry_point"] == f"tinyplug.passes.{pid}_plugin"
   table = subprocess.run([sys.executable, "-m", "tinyplug", "list-plugins", "--all"], capture_output=True, text=True,
                          env={**env, "TINY_PLUGINS": "-vectorize"}, timeout=120, check=True).stdout
-  assert re.search(r"^simplify .*builtin +passes: simplify.initial, simplify.postopt, simplify.final", table, re.M)
+  assert re.search(r"^simplify .*builtin +passes: simplify.initial, simplify.postopt, simplify.final, "
+                   r"simplify.split_loops", table, re.M)
   assert re.search(r"^vectorize .*disabled .*TINY_PLUGINS=-vectorize", table, re.M)
 
 def test_each_pass_set_is_placed_by_its_stage(plugin_site):
@@ -53,6 +54,7 @@ def test_each_pass_set_is_placed_by_its_stage(plugin_site):
   assert names.index("simplify.postopt") == names.index("symbolic_postopt") + 1
   assert names.index("vectorize.lanes") == names.index("devectorize") + 1
   assert names.index("simplify.final") == names.index("symbolic_final") + 1
+  assert names.index("simplify.split_loops") == names.index("simplify.final") + 1
   assert names.index("fuse_rows.reuse") > names.index("linearize")
   _off(plugin_site, *PASS_SETS, "fuse_rows")
   assert [s.name for s in pipeline_steps()] == list(CORE_STAGES)   # the core alone: lowering, no optimisation

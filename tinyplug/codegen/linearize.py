@@ -239,8 +239,38 @@ class _Linearizer:
     for (_, slots), acc in zip(chains, accs):
       for slot, v in zip(slots, acc): self.emit(UOp(Ops.STORE, dtypes.void, (slot, v)))
 
+  def sibling_loops(self, loops: list[UOp]) -> bool:
+    """Whether two of the sink's stores need output loops that neither's set holds the other's (a loop cut in pieces
+    runs them one after another): nesting every loop would repeat each piece once per step of the others."""
+    sets = [self.rdeps[s] & set(loops) for s in self.sink.src]
+    return any(not (a <= b or b <= a) for i, a in enumerate(sets) for b in sets[i + 1:])
+
+  def run_in_turn(self, loops: list[UOp]) -> list[UOp]:
+    """The sink's stores in order, each inside only the output loops it needs: the loops open now that it does not
+    need close (innermost first), and those it needs open. As a loop opens, what the stores run inside it share is
+    emitted there, not inside the first store's inner loops: a value emitted inside one piece's loop would not be
+    there for the next piece (the stores of one piece come one after another: a loop opens once)."""
+    stores = list(self.sink.src)
+    needs = [sorted(self.rdeps[s] & set(loops), key=lambda r: r.arg) for s in stores]
+    self.hoist(self.sink)
+    opened: set[UOp] = set()
+    for i, s in enumerate(stores):
+      while self.open and self.open != needs[i][:len(self.open)]: self.close_loop(self.open[-1])
+      for r in needs[i][len(self.open):]:
+        if r in opened: raise RuntimeError(f"linearize: loop {r.arg} is needed again after it closed (stores out of "
+                                           "order)")
+        opened.add(r)
+        self.open_loop(r)
+        for t, need in zip(stores[i:], needs[i:]):
+          if need[:len(self.open)] != self.open: break
+          self.hoist(t)
+      self.need(s)
+    for r in reversed(list(self.open)): self.close_loop(r)
+    return self.out
+
   def run(self) -> list[UOp]:
     loops = sorted((u for u in self.order if u.op is Ops.RANGE and u.arg[1] != "reduce"), key=lambda r: r.arg)
+    if self.sibling_loops(loops): return self.run_in_turn(loops)
     self.hoist(self.sink)
     for r in loops:
       self.open_loop(r)
