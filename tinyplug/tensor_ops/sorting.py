@@ -11,6 +11,15 @@ from tinyplug.tensor_ops.template import graph_template
 _LANES = 16   # rows enough to fill a vector: sort with the sorted axis first
 # the values' own network (`_network_values`) codes a float's zeros and NaNs by their index beside its 32-bit rank
 VALUE_NETWORK_MAX = 1 << 20   # (NaN codes up to 0x7F800000 + 4n)
+# (lane, mirror) bits of the values' network kernels where vectors are narrow (AVX2's 16 registers): 8 lanes of int32
+# (1024x1024 rows, one thread, kernels interleaved: 11.0-11.3 ms with bitonic's 5 and 4, 8.3-8.6 ms with 3 and 3, in
+# 20 kernels against 14; 4 and 3 9.4-9.7). Wide vectors keep bitonic's, as the int64 keys have there.
+NARROW_VALUE_BITS = (3, 3)
+
+def _value_bits(device) -> tuple[int, int] | None:
+  from tinyplug.backend import narrow_vectors
+  from tinyplug.device import renderer_of
+  return NARROW_VALUE_BITS if narrow_vectors(renderer_of(device)) else None
 
 def _nan_base(n: int, largest_first: bool) -> int:
   """The code of a NaN at index 0: past +inf's moved rank (0x7F800000 + 2n - 1), or below -inf's when the largest
@@ -131,8 +140,9 @@ class SortingMixin:
       code = code.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)), value=dtypes.max(dtypes.int32))
     # the network's last kernel stores the values (decoded there: the transpose back is then a plain copy)
     def finish(u): return _decode_values(T.from_uop(u), n, largest_first, self.dtype).uop
-    if k is None: ordered = T.from_uop(bitonic.sort_runs(code.uop, at, size.bit_length() - 1, finish=finish))
-    else: ordered = T.from_uop(bitonic.smallest(code.uop, at, (k - 1).bit_length(), finish=finish))
+    bits = _value_bits(self.device)
+    if k is None: ordered = T.from_uop(bitonic.sort_runs(code.uop, at, size.bit_length() - 1, finish=finish, bits=bits))
+    else: ordered = T.from_uop(bitonic.smallest(code.uop, at, (k - 1).bit_length(), finish=finish, bits=bits))
     m = n if k is None else k
     return ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(ordered.shape))).transpose(ax, at)
 
