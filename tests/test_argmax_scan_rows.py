@@ -148,14 +148,43 @@ def test_scan_gradients_against_torch(op):
     (getattr(xt, op)(axis) * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
+@pytest.fixture
+def fresh_templates(monkeypatch):
+  """Fresh graph-template caches: no scan built for another machine is reused."""
+  from tinyplug.caches import BoundedCache
+  from tinyplug.tensor_ops import template
+  for name in ("_templates", "_seen"):
+    monkeypatch.setattr(template, name, BoundedCache(getattr(template, name).name, getattr(template, name).maxsize))
+
 @pytest.mark.parametrize("axis", [0, 1])
-def test_a_long_scan_is_totals_then_one_block_kernel(axis):
+def test_a_long_scan_is_totals_then_one_block_kernel(axis, avx512_machine, fresh_templates):
   """Three kernels: the block totals, their scan, and the blocks' triangles plus the blocks before them (old: a
   triangle of sqrt(n) realized, the totals' scan, then an elementwise kernel adding them)."""
   items = _items(Tensor.empty(1024, 1024, device="CPU").cumsum(axis))
   assert len(items) == 3
   last = _reduces(items[-1])
   assert len(last) == 1 and all(r.src[0].arg == SCAN_BLOCK for r in last[0].src[1:])
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_narrow_vectors_scan_in_blocks_of_one_register(axis, vector_machine, fresh_templates):
+  """AVX2 (16 registers of 32 bytes): blocks of 8, one vector of float32 outputs (half the triangle); the 128 block
+  totals' scan is then blocked too (five kernels). Values as numpy's, cummax's indices as torch's."""
+  from tinyplug import schedule
+  from tinyplug.tensor_ops.reduce import NARROW_SCAN_BLOCK
+  schedule._templates.clear()
+  vector_machine(32, 16)
+  items = _items(Tensor.empty(1024, 1024, device="CPU").cumsum(axis))
+  assert NARROW_SCAN_BLOCK == 8 and len(items) == 5
+  last = _reduces(items[-1])
+  assert len(last) == 1 and all(r.src[0].arg == NARROW_SCAN_BLOCK for r in last[0].src[1:])
+  a = RNG.standard_normal((300, 200)).astype(np.float32)
+  np.testing.assert_allclose(Tensor(a).cumsum(axis).numpy(), np.cumsum(a, axis), rtol=1e-4, atol=1e-4)
+  a[:, ::5] = a[:, 1::5]   # ties: torch reports the last place the running max was reached
+  v, i = Tensor(a).cummax(axis)
+  tv, ti = torch.from_numpy(a).cummax(axis)
+  np.testing.assert_array_equal(v.numpy(), tv.numpy())
+  np.testing.assert_array_equal(i.numpy(), ti.numpy().astype(np.int32))
+  schedule._templates.clear()
 
 def test_a_realized_scan_is_a_view_of_its_block_kernel_output():
   """realize() of the scan leaves the blocks' buffer seen whole, not a copy of it."""
