@@ -30,10 +30,11 @@ def _reduces(item) -> list:
 # ---- argmax ----
 @pytest.fixture(params=["keyed", "two_pass"])
 def argmax_form(request, monkeypatch):
-  """Each argmax test runs the CPU's one-pass form and, on the CPU too, the two-pass form GPUs get."""
+  """Each argmax test runs the one-pass form (wide CPU vectors) and, on the CPU too, the two-pass form GPUs and AVX2
+  get, whatever the host."""
   def forget():   # argmax is a graph template: built anew for each form
     template._templates.clear(); template._seen.clear(); schedule._templates.clear()
-  if request.param == "two_pass": monkeypatch.setattr(reduce_ops, "_keyed_argmax", lambda device: False)
+  monkeypatch.setattr(reduce_ops, "_keyed_argmax", lambda device, keyed=request.param == "keyed": keyed)
   forget()
   yield request.param
   forget()
@@ -91,6 +92,22 @@ def test_argmax_is_one_reduction_on_the_cpu_and_two_passes_elsewhere(argmax_form
     items = _items(out)
     assert len(items) == 1
     assert len(_reduces(items[0])) == 2
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_argmax_form_per_machine(narrow, vector_machine, fresh_templates):
+  """AVX-512 (32 registers of 64 bytes) takes the one int64 max; AVX2 (16 of 32 bytes, no 64-bit max) the max then
+  the first index equal to it, two reductions in one row kernel; the first index of a tie and of a NaN either way."""
+  schedule._templates.clear()
+  vector_machine(32, 16) if narrow else vector_machine(64, 32)
+  assert reduce_ops._keyed_argmax("CPU") is not narrow
+  items = _items(Tensor.empty(4096, 4096, device="CPU").argmax(1))
+  assert len(items) == 1 and len(_reduces(items[0])) == (2 if narrow else 1)
+  a = RNG.standard_normal((50, 300)).astype(np.float32)
+  a[:, 7] = a[:, 200] = a.max(1) + 1
+  a[3, 40] = a[3, 9] = np.nan
+  np.testing.assert_array_equal(Tensor(a).argmax(1).numpy(), np.argmax(a, 1))
+  np.testing.assert_array_equal(Tensor(a).argmax(0).numpy(), np.argmax(a, 0))
+  schedule._templates.clear()
 
 def test_passes_over_a_row_keep_plain_loops():
   """A row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""

@@ -58,11 +58,16 @@ def _cumprod_grad(g, out, x, axis: int):
 
 def _keyed_argmax(device) -> bool:
   """Whether argmax is one pass over int64 keys on `device`: on CPU-style targets (loops; int64 is native there,
-  and 4096x4096 argmax(0) took ~40% less CPU time than the max-then-index form). GPUs keep the two passes: their
-  int64 is a pair of 32-bit ops, and the row's second pass is a work-group's, not a second trip to memory."""
+  and 4096x4096 argmax(0) took ~40% less CPU time than the max-then-index form) with wide vectors. GPUs keep the two
+  passes: their int64 is a pair of 32-bit ops, and the row's second pass is a work-group's, not a second trip to
+  memory. So do narrow vectors (AVX2: no 64-bit max, a compare and a blend per 4 keys against a max per 8 floats;
+  Zen 3, one thread, benchmarks/argmax_ab.py: 4096x4096 argmax(1) 7.26 -> 4.75 ms, argmax(0) 9.20 -> 8.41 ms,
+  8192x10 0.073 -> 0.043 ms)."""
   if not isinstance(device, str): return False   # a multi-device tensor
+  from tinyplug.backend import narrow_vectors
   from tinyplug.device import Device
-  return Device[device].renderer.runs_loops
+  renderer = Device[device].renderer
+  return renderer.runs_loops and not narrow_vectors(renderer)
 
 class ReduceMixin:
   __slots__ = ()
