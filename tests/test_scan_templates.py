@@ -158,7 +158,8 @@ def test_a_scan_triangle_along_the_row_runs_independent_chains(avx512_machine, f
     assert not any(o.op is OptOps.UNROLL for o in opts), opts
 
 @pytest.mark.parametrize("regs,lanes,kernels", [((64, 32), 128, ((1024, 64, 16), (1024, 64))),
-                                                ((32, 16), 64, ((1024, 128, 8), (1024, 16, 8)))], ids=["avx512", "avx2"])
+                                                ((32, 16), 64, ((1024, 128, 8), (1024, 16, 8)))],
+                         ids=["avx512", "avx2"])
 def test_scan_chains_keep_half_the_vector_registers(vector_machine, fresh_templates, regs, lanes, kernels):
   """The chains' accumulators fit half the vector registers: 128 lanes on AVX-512 (of 512 floats), 64 on AVX2 (of
   its 128: 8 chains of a 16-lane row had taken every register); AVX2's blocks are 8 long (one register), so its 128

@@ -66,7 +66,8 @@ class SortingMixin:
   def sort(self, dim: int = -1, descending: bool = False):
     """(values, int32 indices) along `dim`, stable (equal values keep their order); NaN sorts last (first when
     descending), as in torch. A bitonic network (tensor_ops/bitonic.py) over int64 keys that pack each element's
-    32-bit order key with its index, a few steps per kernel; the values are gathered at the end, bit for bit. With
+    32-bit order key with its index, a few steps per kernel, gives the indices; the values run a network of their own
+    on int32 codes (`_network_values`), bit for bit but a NaN's payload. With
     many rows the sorted axis goes first and the rows last, so the kernels compare whole vectors of rows, lane by
     lane. 64-bit values run a network of their own (two kernels a step: the values and the indices)."""
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
@@ -85,7 +86,8 @@ class SortingMixin:
   def _sorted_values(self, ax: int, largest_first: bool, k: int | None = None):
     """The values in `_network_order`'s order: their own network on int32 codes where 32-bit keys keep the order
     (`_value_code`), else the indices' network and a gather."""
-    if self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool: return self._network_values(ax, largest_first, k)
+    if self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool:
+      return self._network_values(ax, largest_first, k)
     return self._ordered_values(ax, largest_first, k)
 
   @graph_template   # ~2,000 nodes for 1024-long rows: rebuilt one node each (no Tensor methods), or not at all
@@ -137,7 +139,8 @@ class SortingMixin:
     moved = moved.contiguous() if at != ax else moved
     code = moved._value_code(at, largest_first)
     if size != n:   # padded past every real code
-      code = code.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)), value=dtypes.max(dtypes.int32))
+      code = code.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)),
+                      value=dtypes.max(dtypes.int32))
     # the network's last kernel stores the values (decoded there: the transpose back is then a plain copy)
     def finish(u): return _decode_values(T.from_uop(u), n, largest_first, self.dtype).uop
     bits = _value_bits(self.device)
