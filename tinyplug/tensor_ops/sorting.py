@@ -67,9 +67,9 @@ class SortingMixin:
     """(values, int32 indices) along `dim`, stable (equal values keep their order); NaN sorts last (first when
     descending), as in torch. A bitonic network (tensor_ops/bitonic.py) over int64 keys that pack each element's
     32-bit order key with its index, a few steps per kernel, gives the indices; the values run a network of their own
-    on int32 codes (`_network_values`), bit for bit but a NaN's payload. With
-    many rows the sorted axis goes first and the rows last, so the kernels compare whole vectors of rows, lane by
-    lane. 64-bit values run a network of their own (two kernels a step: the values and the indices)."""
+    on int32 codes (`_network_values`), bit for bit but a NaN's payload. With many rows the sorted axis goes first
+    and the rows last, so the kernels compare whole vectors of rows, lane by lane. 64-bit values run a network of
+    their own (two kernels a step: the values and the indices)."""
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     if self.requires_grad:   # the network on plain values, then a gather: its gradient is one scatter, not 2^steps
       indices = self.detach().sort(dim, descending)[1]
