@@ -30,10 +30,11 @@ def _reduces(item) -> list:
 # ---- argmax ----
 @pytest.fixture(params=["keyed", "two_pass"])
 def argmax_form(request, monkeypatch):
-  """Each argmax test runs the CPU's one-pass form and, on the CPU too, the two-pass form GPUs get."""
+  """Each argmax test runs the one-pass form (wide CPU vectors) and, on the CPU too, the two-pass form GPUs and AVX2
+  get, whatever the host."""
   def forget():   # argmax is a graph template: built anew for each form
     template._templates.clear(); template._seen.clear(); schedule._templates.clear()
-  if request.param == "two_pass": monkeypatch.setattr(reduce_ops, "_keyed_argmax", lambda device: False)
+  monkeypatch.setattr(reduce_ops, "_keyed_argmax", lambda device, keyed=request.param == "keyed": keyed)
   forget()
   yield request.param
   forget()
@@ -92,6 +93,22 @@ def test_argmax_is_one_reduction_on_the_cpu_and_two_passes_elsewhere(argmax_form
     assert len(items) == 1
     assert len(_reduces(items[0])) == 2
 
+@pytest.mark.parametrize("narrow", [False, True])
+def test_argmax_form_per_machine(narrow, vector_machine, fresh_templates):
+  """AVX-512 (32 registers of 64 bytes) takes the one int64 max; AVX2 (16 of 32 bytes, no 64-bit max) the max then
+  the first index equal to it, two reductions in one row kernel; the first index of a tie and of a NaN either way."""
+  schedule._templates.clear()
+  vector_machine(32, 16) if narrow else vector_machine(64, 32)
+  assert reduce_ops._keyed_argmax("CPU") is not narrow
+  items = _items(Tensor.empty(4096, 4096, device="CPU").argmax(1))
+  assert len(items) == 1 and len(_reduces(items[0])) == (2 if narrow else 1)
+  a = RNG.standard_normal((50, 300)).astype(np.float32)
+  a[:, 7] = a[:, 200] = a.max(1) + 1
+  a[3, 40] = a[3, 9] = np.nan
+  np.testing.assert_array_equal(Tensor(a).argmax(1).numpy(), np.argmax(a, 1))
+  np.testing.assert_array_equal(Tensor(a).argmax(0).numpy(), np.argmax(a, 0))
+  schedule._templates.clear()
+
 def test_passes_over_a_row_keep_plain_loops():
   """A row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""
   items = _items(Tensor.empty(4096, 4096, device="CPU").logsumexp(1))
@@ -148,14 +165,43 @@ def test_scan_gradients_against_torch(op):
     (getattr(xt, op)(axis) * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
+@pytest.fixture
+def fresh_templates(monkeypatch):
+  """Fresh graph-template caches: no scan built for another machine is reused."""
+  from tinyplug.caches import BoundedCache
+  from tinyplug.tensor_ops import template
+  for name in ("_templates", "_seen"):
+    monkeypatch.setattr(template, name, BoundedCache(getattr(template, name).name, getattr(template, name).maxsize))
+
 @pytest.mark.parametrize("axis", [0, 1])
-def test_a_long_scan_is_totals_then_one_block_kernel(axis):
+def test_a_long_scan_is_totals_then_one_block_kernel(axis, avx512_machine, fresh_templates):
   """Three kernels: the block totals, their scan, and the blocks' triangles plus the blocks before them (old: a
   triangle of sqrt(n) realized, the totals' scan, then an elementwise kernel adding them)."""
   items = _items(Tensor.empty(1024, 1024, device="CPU").cumsum(axis))
   assert len(items) == 3
   last = _reduces(items[-1])
   assert len(last) == 1 and all(r.src[0].arg == SCAN_BLOCK for r in last[0].src[1:])
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_narrow_vectors_scan_in_blocks_of_one_register(axis, vector_machine, fresh_templates):
+  """AVX2 (16 registers of 32 bytes): blocks of 8, one vector of float32 outputs (half the triangle); the 128 block
+  totals' scan is then blocked too (five kernels). Values as numpy's, cummax's indices as torch's."""
+  from tinyplug import schedule
+  from tinyplug.tensor_ops.reduce import NARROW_SCAN_BLOCK
+  schedule._templates.clear()
+  vector_machine(32, 16)
+  items = _items(Tensor.empty(1024, 1024, device="CPU").cumsum(axis))
+  assert NARROW_SCAN_BLOCK == 8 and len(items) == 5
+  last = _reduces(items[-1])
+  assert len(last) == 1 and all(r.src[0].arg == NARROW_SCAN_BLOCK for r in last[0].src[1:])
+  a = RNG.standard_normal((300, 200)).astype(np.float32)
+  np.testing.assert_allclose(Tensor(a).cumsum(axis).numpy(), np.cumsum(a, axis), rtol=1e-4, atol=1e-4)
+  a[:, ::5] = a[:, 1::5]   # ties: torch reports the last place the running max was reached
+  v, i = Tensor(a).cummax(axis)
+  tv, ti = torch.from_numpy(a).cummax(axis)
+  np.testing.assert_array_equal(v.numpy(), tv.numpy())
+  np.testing.assert_array_equal(i.numpy(), ti.numpy().astype(np.int32))
+  schedule._templates.clear()
 
 def test_a_realized_scan_is_a_view_of_its_block_kernel_output():
   """realize() of the scan leaves the blocks' buffer seen whole, not a copy of it."""

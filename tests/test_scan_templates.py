@@ -97,7 +97,14 @@ def test_cumprod_gradient_where_the_product_underflows():
   (t.cumprod(1) * torch.tensor(w)).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-30)
 
-def test_cumprod_gradient_scans():
+@pytest.fixture
+def fresh_templates(monkeypatch):
+  """Fresh graph-template caches: no scan built for another machine (its block) is reused."""
+  from tinyplug.caches import BoundedCache
+  for name in ("_templates", "_seen"):
+    monkeypatch.setattr(template, name, BoundedCache(getattr(template, name).name, getattr(template, name).maxsize))
+
+def test_cumprod_gradient_scans(avx512_machine, fresh_templates):
   """A long cumprod's gradient runs two blocked scans (the gradient's sum backwards, the product with the first zero
   taken as 1), three kernels each, and one last kernel: no scan of zero counts (it was three more kernels)."""
   x = Tensor.empty(8, 1024, device="CPU", requires_grad=True)
@@ -119,7 +126,7 @@ def test_cumprod_gradient_is_linear():
   the blocked scan's ops were an n^3 kernel over the blocks: 173 per element here, 16 ms at 256x1024)."""
   assert _most_work_of_a_gradient_kernel("cumprod") <= 64 * 1024 * 64
 
-def test_cumsum_gradient_is_the_blocked_scan():
+def test_cumsum_gradient_is_the_blocked_scan(avx512_machine, fresh_templates):
   """A long cumsum's gradient runs in the forward's blocked kernels: every reduction has blocks, none an output axis
   as long as the row (through the ops that built the scan it was a triangle over the merged row, 4x slower)."""
   x = Tensor.empty(8, 1024, device="CPU", requires_grad=True)
@@ -136,7 +143,7 @@ def _kernels(t: Tensor) -> list:
 
 def _loop_sizes(k: Kernel) -> list[int]: return [r.src[0].arg for r in k.loop_axes]
 
-def test_a_scan_triangle_along_the_row_runs_independent_chains():
+def test_a_scan_triangle_along_the_row_runs_independent_chains(avx512_machine, fresh_templates):
   """cumsum(1)'s block kernel (rows, blocks, outputs of a block; reduce over the block) and the totals' scan (rows,
   blocks; reduce over the blocks): the row of outputs a vector, the next axis out upcast by a SCAN_CHAINS value, the
   reduction not unrolled."""
@@ -150,14 +157,17 @@ def test_a_scan_triangle_along_the_row_runs_independent_chains():
     assert any(o.op is OptOps.UPCAST and o.axis == inner - 1 and o.arg in SCAN_CHAINS for o in opts), opts
     assert not any(o.op is OptOps.UNROLL for o in opts), opts
 
-@pytest.mark.parametrize("regs,lanes", [((64, 32), 128), ((32, 16), 64)], ids=["avx512", "avx2"])
-def test_scan_chains_keep_half_the_vector_registers(vector_machine, regs, lanes):
+@pytest.mark.parametrize("regs,lanes,kernels", [((64, 32), 128, ((1024, 64, 16), (1024, 64))),
+                                                ((32, 16), 64, ((1024, 128, 8), (1024, 16, 8)))],
+                         ids=["avx512", "avx2"])
+def test_scan_chains_keep_half_the_vector_registers(vector_machine, fresh_templates, regs, lanes, kernels):
   """The chains' accumulators fit half the vector registers: 128 lanes on AVX-512 (of 512 floats), 64 on AVX2 (of
-  its 128: 8 chains of a 16-lane row had taken every register); cumsum / cummax / cumprod gradients match torch."""
+  its 128: 8 chains of a 16-lane row had taken every register); AVX2's blocks are 8 long (one register), so its 128
+  totals are scanned in blocks too; cumsum / cummax / cumprod gradients match torch."""
   renderer = vector_machine(*regs)
   asts = _kernels(Tensor.empty(1024, 1024, device="CPU").cumsum(1))
   by_shape = {tuple(_loop_sizes(Kernel(a, renderer))): a for a in asts}
-  for loops in ((1024, 64, 16), (1024, 64)):
+  for loops in kernels:
     opts = heuristic_opts(Kernel(by_shape[loops], renderer))
     assert math.prod(o.arg for o in opts if o.op is OptOps.UPCAST) == lanes, opts
     assert any(o.op is OptOps.UPCAST and o.axis == len(loops) - 2 for o in opts), opts

@@ -242,15 +242,58 @@ def test_short_padded_rows_sort_in_one_small_kernel(n):
       _same(v, want_v)
       np.testing.assert_array_equal(i.numpy(), want_i.astype(np.int32))
 
-def test_topk_halves_the_axis_a_kernel_at_a_time():
+def _stored(asts: list[UOp]) -> list[int]:
+  return [math.prod(r.src[0].arg for r in Kernel(ast, Device["CPU"].renderer).loop_axes) for ast in asts]
+
+def _value_network(asts: list[UOp]) -> list[UOp]:
+  """The values' network kernels: the ones that read or store int32 codes (the first reads the values, the last
+  stores them)."""
+  def codes(a: UOp) -> bool:
+    return any(u.op is Ops.DEFINE_GLOBAL and u.dtype.base == dtypes.int32 for u in a.toposort())
+  return [a for a in asts if codes(a)]
+
+@pytest.fixture
+def fresh_templates(monkeypatch):
+  """Fresh graph-template caches: no network built for another machine is reused."""
+  from tinyplug.caches import BoundedCache
+  from tinyplug.tensor_ops import template
+  for name in ("_templates", "_seen"):
+    monkeypatch.setattr(template, name, BoundedCache(getattr(template, name).name, getattr(template, name).maxsize))
+
+def test_topk_halves_the_axis_a_kernel_at_a_time(avx512_machine, fresh_templates):
   """topk(16) of 1024 x 1024: runs of 16 sorted in one kernel, then six merges of two runs into the better one, each
-  kernel half the size of the last, no sort and no selection passes."""
+  kernel half the size of the last, no sort and no selection passes: the indices' network (int64 keys) and the
+  values' own (int32 codes, no int64 key anywhere)."""
   x = Tensor.empty(1024, 1024)
-  asts = _asts(x.topk(16)[0])
-  net = _network(asts)
-  assert len(net) == 7 and len(asts) <= 10
-  stored = [math.prod(r.src[0].arg for r in Kernel(ast, Device["CPU"].renderer).loop_axes) for ast in net]
-  assert stored == [1024 * 1024 >> i for i in range(7)]
+  for net in (_network(_asts(x.topk(16)[1])), _value_network(values := _asts(x.topk(16)[0]))):
+    assert len(net) == 7 and _stored(net) == [1024 * 1024 >> i for i in range(7)]
+  assert len(values) <= 10 and not _network(values)
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_values_network_lanes_per_machine(narrow, vector_machine, fresh_templates):
+  """The values' network on int32 codes takes 8 lanes a kernel (3 bits, 3 under a mirror) where vectors are narrow
+  (AVX2's 16 registers: fewer spills), bitonic's 32 and 16 (5 and 4) on AVX-512, as the int64 keys do; values bit
+  for bit either way (ties, -0.0 beside 0.0, NaN of either sign)."""
+  from tinyplug.tensor_ops import sorting
+  from tinyplug import schedule
+  schedule._templates.clear()
+  vector_machine(32, 16) if narrow else vector_machine(64, 32)
+  bits = sorting._value_bits("CPU")
+  assert bits == ((3, 3) if narrow else None)
+  x = Tensor.empty(64, 1024)
+  sort_net = _value_network(_asts(x.sort(-1)[0]))
+  topk_net = _value_network(_asts(x.topk(16)[0]))
+  # 1024-long rows: runs of 32, then merges of 2^6 .. 2^10 in kernels of up to 3 (5) bits, the mirror's 3 (4)
+  assert len(sort_net) == (16 if narrow else 12) and len(_network(_asts(x.sort(-1)[1]))) == 12
+  assert _stored(topk_net) == ([64 * 1024] + [64 * 1024 >> i for i in range(1, 7) for _ in (0, 1)] if narrow else
+                               [64 * 1024 >> i for i in range(7)])
+  schedule._templates.clear()
+  a = _data((40, 300), np.float32)
+  a[::3, ::5] = -np.nan
+  for desc in (False, True):
+    _same(Tensor(a).sort(1, desc)[0], _torch_sorted(a, 1, desc)[0])
+    _same(Tensor(a).topk(5, 1, desc)[0], np.take(_torch_sorted(a, 1, desc)[0], range(5), axis=1))
+  schedule._templates.clear()
 
 def test_lane_select_is_not_a_cat_or_a_pad():
   """The lane rule keeps off kernels whose gates are a cat's, a stack's or a pad's (their opts are not its)."""

@@ -8,10 +8,12 @@ lane's select is a constant and the lanes share one network. A merge of 2^p elem
 to 1) is about p / LANE_BITS kernels instead of p, and the first FIRST_BITS merges are one kernel together. The
 network's last kernel stores the keys' indices (int32) rather than the keys.
 
-Works on one integer key per element (sort packs a 32-bit order key and the index into an int64: keys are distinct,
-so an exchange is a min and a max). Sizes along the sorted axis are powers of two (callers pad)."""
+Works on one integer key per element, an exchange a min and a max: sort's indices come from int64 keys that pack a
+32-bit order key with the index (every key distinct), its values from int32 codes alone (equal codes are equal
+values). Sizes along the sorted axis are powers of two (callers pad)."""
 from __future__ import annotations
 import functools
+from typing import Callable
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.tensor_ops import graph
@@ -57,14 +59,16 @@ def _low_index(u: UOp) -> UOp:
   low = _node(Ops.AND, u.dtype, (u, graph.const(0xFFFFFFFF, u.dtype, u.device, u.shape)), u.shape)
   return _node(Ops.CAST, dtypes.int32, (low,), u.shape)
 
+Finish = Callable[[UOp], UOp]   # what the network's last kernel stores of each key (the key, its index, a value)
+
 def _chunk(x: UOp, at: int, lo_bit: int, nbits: int, steps: list[tuple[str, int]], halve: bool = False,
-           index: bool = False) -> UOp:
+           finish: Finish | None = None) -> UOp:
   """One kernel: `steps` of the network on the lanes of bits lo_bit .. lo_bit+nbits-1 of the index along `at`.
   ("mirror", q): lane b against lane b ^ (2^q - 1), the group of 2^q lanes mirrored (a merge's first step: the
   elements below lo_bit are mirrored too, so it must come first when lo_bit > 0); ("half", t): lane b against
   b | 2^t. The smaller value goes to the lower lane. `halve` keeps the lower half of the lanes only (topk's merge of
-  two sorted runs into the smaller half). `index`: the network's last kernel stores each key's index (int32: half
-  the bytes of the key, and no kernel of its own to unpack them)."""
+  two sorted runs into the smaller half). `finish`: what the network's last kernel stores of each key (its index,
+  int32: half the bytes of the key, and no kernel of its own to unpack them)."""
   shape = x.shape
   size, pre, post = shape[at], shape[:at], shape[at + 1:]
   g, d = 1 << nbits, 1 << lo_bit
@@ -93,42 +97,51 @@ def _chunk(x: UOp, at: int, lo_bit: int, nbits: int, steps: list[tuple[str, int]
   # stacked back: where(lane != b, <the lanes after b>, lane b), a chain the heuristic upcasts (_lane_select)
   out_shape = pre + (groups, keep, d) + post
   masks = _lane_masks(out_shape, at + 1, x.device)
-  kept: list[UOp] = [_low_index(u) if index else u for u in lanes[:keep]]   # type: ignore[misc]
+  kept: list[UOp] = [finish(u) if finish else u for u in lanes[:keep]]   # type: ignore[misc,arg-type]
   dt = kept[0].dtype
   spread = [_node(Ops.EXPAND, dt, (u,), out_shape, out_shape) for u in kept]
   out = spread[-1]
   for b in range(keep - 2, -1, -1): out = _node(Ops.WHERE, dt, (masks[b], out, spread[b]), out_shape)
   return UOp(Ops.CONTIGUOUS, dt, (graph.reshape(out, pre + (groups * keep * d,) + post),))
 
-def _merge(x: UOp, at: int, p: int, halve: bool = False, index: bool = False) -> UOp:
+def _merge(x: UOp, at: int, p: int, halve: bool = False, finish: Finish | None = None,
+           bits: tuple[int, int] | None = None) -> UOp:
   """Phase p: every run of 2^p elements (two sorted halves) sorted, in kernels of up to LANE_BITS steps (one more
-  where the top kernel halves), the top bits first: that kernel's first step is the merge's mirror."""
-  top = MIRROR_BITS + halve   # the mirror kernel's bits where elements lie below its lanes
+  where the top kernel halves), the top bits first: that kernel's first step is the merge's mirror. `bits`: (lane,
+  mirror) bits in place of (LANE_BITS, MIRROR_BITS)."""
+  lane_bits, mirror_bits = bits or (LANE_BITS, MIRROR_BITS)
+  top = mirror_bits + halve   # the mirror kernel's bits where elements lie below its lanes
   # as few kernels as the lanes allow, their bits shared out evenly, the fewest on top (the mirror)
-  count = 1 if p <= LANE_BITS + halve else 1 + -(-(p - top) // LANE_BITS)
+  count = 1 if p <= lane_bits + halve else 1 + -(-(p - top) // lane_bits)
   widths = [p // count + (i >= count - p % count) for i in range(count)]   # ascending: widths[0] the top's
   widths = widths[1:] + widths[:1]
   chunks = [(sum(widths[:i]), w) for i, w in enumerate(widths)]
   for i, (lo, nb) in enumerate(reversed(chunks)):
     steps = ([("mirror", nb)] + [("half", t) for t in range(nb - 2, -1, -1)]) if i == 0 else \
       [("half", t) for t in range(nb - 1, -1, -1)]
-    x = _chunk(x, at, lo, nb, steps, halve=halve and i == 0, index=index and i == len(chunks) - 1)
+    x = _chunk(x, at, lo, nb, steps, halve=halve and i == 0, finish=finish if i == len(chunks) - 1 else None)
   return x
 
-def sort_runs(x: UOp, at: int, q: int, index: bool = False) -> UOp:
+def sort_runs(x: UOp, at: int, q: int, index: bool = False, finish: Finish | None = None,
+              bits: tuple[int, int] | None = None) -> UOp:
   """Every run of 2^q elements along `at` sorted ascending (q = log2 of the size: the whole axis); `index`: their
-  indices (the keys' low 32 bits, int32) in that order."""
+  indices (the keys' low 32 bits, int32) in that order; `finish`: what is stored of each key (elementwise); `bits`
+  as in _merge."""
+  if index: finish = _low_index
   first = min(q, FIRST_BITS)
-  if first == 0: return _low_index(x) if index else x
+  if first == 0: return finish(x) if finish else x
   x = _chunk(x, at, 0, first, [s for p in range(1, first + 1)
                                for s in [("mirror", p)] + [("half", t) for t in range(p - 2, -1, -1)]],
-             index=index and q == first)
-  for p in range(first + 1, q + 1): x = _merge(x, at, p, index=index and p == q)
+             finish=finish if q == first else None)
+  for p in range(first + 1, q + 1): x = _merge(x, at, p, finish=finish if p == q else None, bits=bits)
   return x
 
-def smallest(x: UOp, at: int, q: int, index: bool = False) -> UOp:
+def smallest(x: UOp, at: int, q: int, index: bool = False, finish: Finish | None = None,
+             bits: tuple[int, int] | None = None) -> UOp:
   """The 2^q smallest along `at`, ascending: runs of 2^q sorted, then each two neighbouring runs merged into the
-  smaller half (the axis halves each time) until one run is left. `index` as in sort_runs."""
-  x = sort_runs(x, at, q, index=index and x.shape[at] <= 1 << q)
-  while x.shape[at] > 1 << q: x = _merge(x, at, q + 1, halve=True, index=index and x.shape[at] == 2 << q)
+  smaller half (the axis halves each time) until one run is left. `index`, `finish`, `bits` as in sort_runs."""
+  if index: finish = _low_index
+  x = sort_runs(x, at, q, finish=finish if x.shape[at] <= 1 << q else None, bits=bits)
+  while x.shape[at] > 1 << q:
+    x = _merge(x, at, q + 1, halve=True, finish=finish if x.shape[at] == 2 << q else None, bits=bits)
   return x

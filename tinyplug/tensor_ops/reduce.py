@@ -2,7 +2,7 @@
 softmax family. Reducing dims of size 0 gives the identity (sum 0, prod 1, max -inf), as in tinygrad."""
 from __future__ import annotations
 import math
-from typing import Sequence
+from typing import Any, Sequence
 from tinyplug.uop.dtype import DType, dtypes, sum_acc_dtype, to_dtype
 from tinyplug.uop.ops import Ops
 from tinyplug.tensor_ops import graph
@@ -15,6 +15,16 @@ Axis = int | Sequence[int] | None
 SCAN_DIRECT = 64
 # the block of a longer scan: a triangle of this many per output (one AVX-512 vector of float32 outputs, two AVX2)
 SCAN_BLOCK = 16
+# the block where vectors are narrow (AVX2): 8 float32 outputs, one register, half the triangle's work per output; the
+# blocks' totals are twice as many, so their own scan is blocked too (1024x1024, Zen 3, one thread, kernels
+# interleaved: cumsum(1) 1.39-1.43 -> 1.09-1.22 ms in 5 kernels against 3, cumsum(0) 1.99 -> 1.19 ms)
+NARROW_SCAN_BLOCK = 8
+
+def scan_block(device: Any) -> int:
+  """The block of a long blocked scan on `device`: NARROW_SCAN_BLOCK where `backend.narrow_vectors` holds."""
+  from tinyplug.backend import narrow_vectors
+  from tinyplug.device import renderer_of
+  return NARROW_SCAN_BLOCK if narrow_vectors(renderer_of(device)) else SCAN_BLOCK
 
 # how a blocked scan adds the blocks before each block to the scan inside it
 _SCAN_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
@@ -48,11 +58,16 @@ def _cumprod_grad(g, out, x, axis: int):
 
 def _keyed_argmax(device) -> bool:
   """Whether argmax is one pass over int64 keys on `device`: on CPU-style targets (loops; int64 is native there,
-  and 4096x4096 argmax(0) took ~40% less CPU time than the max-then-index form). GPUs keep the two passes: their
-  int64 is a pair of 32-bit ops, and the row's second pass is a work-group's, not a second trip to memory."""
+  and 4096x4096 argmax(0) took ~40% less CPU time than the max-then-index form) with wide vectors. GPUs keep the two
+  passes: their int64 is a pair of 32-bit ops, and the row's second pass is a work-group's, not a second trip to
+  memory. So do narrow vectors (AVX2: no 64-bit max, a compare and a blend per 4 keys against a max per 8 floats;
+  Zen 3, one thread, benchmarks/argmax_ab.py: 4096x4096 argmax(1) 7.26 -> 4.75 ms, argmax(0) 9.20 -> 8.41 ms,
+  8192x10 0.073 -> 0.043 ms)."""
   if not isinstance(device, str): return False   # a multi-device tensor
+  from tinyplug.backend import narrow_vectors
   from tinyplug.device import Device
-  return Device[device].renderer.runs_loops
+  renderer = Device[device].renderer
+  return renderer.runs_loops and not narrow_vectors(renderer)
 
 class ReduceMixin:
   __slots__ = ()
@@ -157,13 +172,13 @@ class ReduceMixin:
     upto = upto.reshape((n, n) + (1,) * len(rest))
     return getattr(upto.where(rows, fill), reduce_name)(ax + 1)
   def _blocked_scan(self, ax: int, fill, reduce_name: str):
-    """Axis `ax` in blocks of SCAN_BLOCK (padded with the identity): each block's total, the exclusive scan of the
+    """Axis `ax` in blocks of `scan_block` (padded with the identity): each block's total, the exclusive scan of the
     totals (itself blocked when long), and the scan inside each block plus the blocks before it, in one kernel (a
     triangle of SCAN_BLOCK per output: a vector of outputs per step on CPUs). Two passes over the data (the totals,
     then the scan), about SCAN_BLOCK + 1 operations per element; blocks of sqrt(n) were 2 * sqrt(n) and a third pass
     (cumsum(1) of 1024x1024, loaded machine: 3 kernels, 6-10 ms -> 2 kernels, see benchmarks/README.md)."""
     n, lead, rest = self.shape[ax], self.shape[:ax], self.shape[ax + 1:]
-    m = SCAN_BLOCK
+    m = scan_block(self.device)
     b = -(-n // m)
     x = self.pad(((0, 0),) * ax + ((0, b * m - n),) + ((0, 0),) * len(rest), value=fill) if b * m > n else self
     blocks = x.reshape(lead + (b, m) + rest)                                              # [..., block, i, rest]

@@ -9,6 +9,22 @@ from tinyplug.tensor_ops.reduce import SCAN_BLOCK, SCAN_DIRECT
 from tinyplug.tensor_ops.template import graph_template
 
 _LANES = 16   # rows enough to fill a vector: sort with the sorted axis first
+# the values' own network (`_network_values`) codes a float's zeros and NaNs by their index beside its 32-bit rank
+VALUE_NETWORK_MAX = 1 << 20   # (NaN codes up to 0x7F800000 + 4n)
+# (lane, mirror) bits of the values' network kernels where vectors are narrow (AVX2's 16 registers): 8 lanes of int32
+# (1024x1024 rows, one thread, kernels interleaved: 11.0-11.3 ms with bitonic's 5 and 4, 8.3-8.6 ms with 3 and 3, in
+# 20 kernels against 14; 4 and 3 9.4-9.7). Wide vectors keep bitonic's, as the int64 keys have there.
+NARROW_VALUE_BITS = (3, 3)
+
+def _value_bits(device) -> tuple[int, int] | None:
+  from tinyplug.backend import narrow_vectors
+  from tinyplug.device import renderer_of
+  return NARROW_VALUE_BITS if narrow_vectors(renderer_of(device)) else None
+
+def _nan_base(n: int, largest_first: bool) -> int:
+  """The code of a NaN at index 0: past +inf's moved rank (0x7F800000 + 2n - 1), or below -inf's when the largest
+  go first."""
+  return 0x7F800000 + 2 * n if not largest_first else -(1 << 31)
 
 def _to_reached(g, out, x, idx, axis: int):
   # each output's gradient goes wholly to the one place its extreme was reported reached (torch's rule, ties
@@ -18,6 +34,20 @@ def _to_reached(g, out, x, idx, axis: int):
   ar = type(g).arange(g.shape[axis], device=g.device, dtype=idx.dtype)
   reported = idx.eq(ar.reshape(tuple(g.shape[axis] if i == axis else 1 for i in range(g.ndim))))
   return (run_suffix_sum(g.cast(sum_acc_dtype(g.dtype)), idx, axis, keep=reported).cast(g.dtype), None)
+
+def _decode_values(code, n: int, largest_first: bool, dtype):
+  """The values of `SortingMixin._value_code`'s codes along an axis of n; a NaN comes back as the quiet NaN of its
+  sign (its payload bits are not kept: numpy's sort does not keep them either)."""
+  if not dtypes.is_float(dtype):
+    key = ~code if largest_first else code
+    return (key ^ -(1 << 31)).bitcast(dtypes.uint32) if dtype == dtypes.uint32 else key.cast(dtype)
+  rank = (code >= 2 * n).where(code - (2 * n - 1), code)
+  key = -rank if largest_first else rank
+  bits = (key < 0).where((-key) | -(1 << 31), key)
+  nan = (code >= _nan_base(n, False)) if not largest_first else (code < -0x7F800000)
+  special = nan | ((code >= 0) & (code < 2 * n))
+  bits = special.where(((code & 1) << 31) | nan.where(0x7FC00000, 0), bits)
+  return bits.bitcast(dtypes.float32).cast(dtype)
 
 class SortingMixin:
   __slots__ = ()
@@ -36,9 +66,10 @@ class SortingMixin:
   def sort(self, dim: int = -1, descending: bool = False):
     """(values, int32 indices) along `dim`, stable (equal values keep their order); NaN sorts last (first when
     descending), as in torch. A bitonic network (tensor_ops/bitonic.py) over int64 keys that pack each element's
-    32-bit order key with its index, a few steps per kernel; the values are gathered at the end, bit for bit. With
-    many rows the sorted axis goes first and the rows last, so the kernels compare whole vectors of rows, lane by
-    lane. 64-bit values run a network of their own (two kernels a step: the values and the indices)."""
+    32-bit order key with its index, a few steps per kernel, gives the indices; the values run a network of their own
+    on int32 codes (`_network_values`), bit for bit but a NaN's payload. With many rows the sorted axis goes first
+    and the rows last, so the kernels compare whole vectors of rows, lane by lane. 64-bit values run a network of
+    their own (two kernels a step: the values and the indices)."""
     if self.ndim == 0: return self, type(self).zeros((), dtype=dtypes.int32, device=self.device)
     if self.requires_grad:   # the network on plain values, then a gather: its gradient is one scatter, not 2^steps
       indices = self.detach().sort(dim, descending)[1]
@@ -50,7 +81,14 @@ class SortingMixin:
       return self, T.arange(n, device=self.device, dtype=dtypes.int32).reshape(
         tuple(n if i == ax else 1 for i in range(self.ndim))).expand(self.shape)
     if self.dtype.itemsize > 4: return self._sort_wide(ax, descending)
-    return self._ordered_values(ax, descending), self._network_order(ax, descending)
+    return self._sorted_values(ax, descending), self._network_order(ax, descending)
+
+  def _sorted_values(self, ax: int, largest_first: bool, k: int | None = None):
+    """The values in `_network_order`'s order: their own network on int32 codes where 32-bit keys keep the order
+    (`_value_code`), else the indices' network and a gather."""
+    if self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool:
+      return self._network_values(ax, largest_first, k)
+    return self._ordered_values(ax, largest_first, k)
 
   @graph_template   # ~2,000 nodes for 1024-long rows: rebuilt one node each (no Tensor methods), or not at all
   def _network_order(self, ax: int, largest_first: bool, k: int | None = None):
@@ -86,6 +124,46 @@ class SortingMixin:
     graph was rebuilt and walked by the scheduler per call (topk 16 of 1024x1024, one thread: ~8 ms of Python
     around ~2.5 ms of kernels). The indices are a template of their own: realized apart, the network runs again."""
     return self._gather_exact(ax, self._network_order(ax, largest_first, k))
+
+  @graph_template
+  def _network_values(self, ax: int, largest_first: bool, k: int | None = None):
+    """The sorted values (all, or the first k) from a network on one int32 code per element (`_value_code`): half the
+    bytes of the (rank, index) keys, and an exchange is a vector min and max of 8 lanes on AVX2 where the int64 keys'
+    is a compare and two blends of 4 (1024x1024 rows, one thread: see benchmarks/README.md, session 24 sort8)."""
+    n = self.shape[ax]
+    first = math.prod(self.shape) // n >= _LANES
+    at = 0 if first else self.ndim - 1
+    T = type(self)
+    size = 1 << (n - 1).bit_length()
+    moved = self.detach().transpose(ax, at)
+    moved = moved.contiguous() if at != ax else moved
+    code = moved._value_code(at, largest_first)
+    if size != n:   # padded past every real code
+      code = code.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)),
+                      value=dtypes.max(dtypes.int32))
+    # the network's last kernel stores the values (decoded there: the transpose back is then a plain copy)
+    def finish(u): return _decode_values(T.from_uop(u), n, largest_first, self.dtype).uop
+    bits = _value_bits(self.device)
+    if k is None: ordered = T.from_uop(bitonic.sort_runs(code.uop, at, size.bit_length() - 1, finish=finish, bits=bits))
+    else: ordered = T.from_uop(bitonic.smallest(code.uop, at, (k - 1).bit_length(), finish=finish, bits=bits))
+    m = n if k is None else k
+    return ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(ordered.shape))).transpose(ax, at)
+
+  def _value_code(self, at: int, largest_first: bool):
+    """An int32 per element that orders as the sort does, for the values alone: an integer as itself (equal codes
+    are equal values); a float as `_order_rank`, but its ties that differ in sign (-0.0 and 0.0, NaNs) coded apart
+    in index order, the sign in the low bit: a zero as 2 * index + sign in [0, 2n), the nonzero ranks moved off that
+    range, a NaN as NaN_BASE + 2 * index + sign above +inf (below -inf when the largest go first)."""
+    if not dtypes.is_float(self.dtype): return self._order_rank(largest_first)
+    n = self.shape[at]
+    key = self._order_rank(False)
+    rank = -key if largest_first else key
+    ix = type(self).arange(n, device=self.device, dtype=dtypes.int32).reshape(
+      tuple(n if i == at else 1 for i in range(self.ndim)))
+    f = self.detach().cast(dtypes.float32)
+    tie = ix * 2 + (f.bitcast(dtypes.int32) < 0).cast(dtypes.int32)
+    coded = key.eq(0).where(tie, (rank > 0).where(rank + (2 * n - 1), rank))
+    return f.isnan().where(tie + _nan_base(n, largest_first), coded)
 
   def _order_rank(self, largest_first: bool):
     """An int32 per element, smaller first in the wanted order: a float's bits folded so they compare as signed ints
@@ -161,7 +239,7 @@ class SortingMixin:
       if self.requires_grad:
         indices = self.detach()._network_order(ax, largest, k)
         return self.gather(ax, indices), indices
-      return self._ordered_values(ax, largest, k), self._network_order(ax, largest, k)
+      return self._sorted_values(ax, largest, k), self._network_order(ax, largest, k)
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     cut = tuple((0, k) if i == ax else (0, s) for i, s in enumerate(self.shape))
