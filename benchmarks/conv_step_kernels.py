@@ -4,8 +4,10 @@ step; benchmarks/conv_grad_kernels.py gives each kernel fresh buffers instead). 
 and the sum of the p10s. Run it under two trees in turns to compare them (PYTHONPATH=<tree>:<tree>/plugins/cpu_llvm/src).
   CPU_THREADS=1 python benchmarks/conv_step_kernels.py 8,64,128,28,2,1 20
   CPU_THREADS=1 python benchmarks/conv_step_kernels.py 8,64,128,28,2,1 20 5 heuristic "UPCAST2:7 UPCAST3:32"
-The shape is b,cin,cout,side,stride,pad; the optional kernel index and opts lists run variants of that kernel in
-turns where it stands (the first variant reads the inputs as the step leaves them, later ones warmer)."""
+The shape is b,cin,cout,side,stride,pad[,k[,t]] (k: the kernel size, 3; t: a conv_transpose2d, weight (cin, cout, k, k));
+the optional kernel index and opts lists run variants of that kernel in turns where it stands (the first variant
+reads the inputs as the step leaves them, later ones warmer).
+  CPU_THREADS=1 python benchmarks/conv_step_kernels.py 8,64,32,28,2,1,4,t 20   # conv_transpose2d k4 s2 p1"""
 from __future__ import annotations
 import os, sys, time
 import numpy as np
@@ -17,16 +19,21 @@ from tinyplug.codegen.kernel import Kernel, OptOps
 from tinyplug.device import Device
 
 def main() -> None:
-  b, cin, cout, side, stride, pad = [int(v) for v in sys.argv[1].split(",")]
+  fields = sys.argv[1].split(",")
+  transposed = fields[-1] == "t"
+  b, cin, cout, side, stride, pad, *rest = [int(v) for v in fields[:-1 if transposed else None]]
+  k = rest[0] if rest else 3
   rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
   pick, variants = (int(sys.argv[3]), sys.argv[4:]) if len(sys.argv) > 3 else (None, [])
   rng = np.random.default_rng(0)
   x = Tensor(rng.standard_normal((b, cin, side, side)).astype(np.float32), requires_grad=True).realize()
-  w = Tensor(rng.standard_normal((cout, cin, 3, 3)).astype(np.float32), requires_grad=True).realize()
+  w = Tensor(rng.standard_normal((cin, cout, k, k) if transposed else (cout, cin, k, k)).astype(np.float32),
+             requires_grad=True).realize()
   @TinyJit
   def step(x, w):
     x.grad = w.grad = None
-    x.conv2d(w, stride=stride, padding=pad).square().sum().backward()
+    out = x.conv_transpose2d(w, stride=stride, padding=pad) if transposed else x.conv2d(w, stride=stride, padding=pad)
+    out.square().sum().backward()
     return Tensor.realize(x.grad, w.grad)
   for _ in range(3): step(x, w)
   dev, runs = Device["CPU"], []

@@ -16,6 +16,7 @@ from tinyplug.schedule.naming import kernel_name
 from tinyplug.tensor import Tensor
 from tinyplug.tensor_ops import template
 from tinyplug.tensor_ops.layout import channel_block
+from tinyplug.uop import Ops
 
 F = torch.nn.functional
 RNG = np.random.default_rng(23)
@@ -158,11 +159,32 @@ def test_row_band_tile_gives_torch_values(machine):
   _against_torch(x, w, lambda a, b: a.conv2d(b, padding=1), lambda a, b: F.conv2d(a, b, padding=1))
 
 def test_four_by_four_window_weight_gradient_is_one_row_of_taps_on_avx2(machine):
-  # conv_transpose2d k4 s2's weight gradient: 4x4 taps by 16 channels spilled AVX2's registers
+  # conv_transpose2d k4 s2's weight gradient: 4x4 taps by 16 channels spilled AVX2's registers, and so did 4 taps by
+  # 32 channels (16 accumulators): 4 x 16, accumulators in half the registers
   machine("avx2")
-  assert _opts_of(_step_kernels(_convt()), "r_64_32_4_4_8_28_28") == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 0, 32)]
+  assert _opts_of(_step_kernels(_convt()), "r_64_32_4_4_8_28_28") == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 0, 16)]
   machine("avx512")
   assert _opts_of(_step_kernels(_convt()), "r_64_32_4_4_8_28_28") == [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 0, 64)]
+
+def _masked_reads(ast) -> int:
+  return sum(1 for u in ast.toposort() if u.op is Ops.WHERE)
+
+def test_conv_transpose_weight_gradient_reads_a_padded_copy_on_avx2(machine):
+  # its output gradient read through the padding: a masked broadcast per tap on AVX-512 as before, a padded copy
+  # (shared with the input gradient) on AVX2
+  machine("avx2")
+  asts = _step_kernels(_convt())
+  assert _masked_reads(next(a for a in asts if kernel_name(a).startswith("r_64_32_4_4_8_28_28"))) == 0
+  assert sum(1 for a in asts if kernel_name(a).startswith("E_8_32_58_58")) == 1
+  machine("avx512")
+  assert _masked_reads(next(a for a in _step_kernels(_convt()) if kernel_name(a).startswith("r_64_32_4_4_8_28_28"))) > 0
+
+def test_conv_transpose_padded_copy_gives_torch_values(machine):
+  machine("avx2")
+  x = RNG.standard_normal((2, 32, 9, 9)).astype(np.float32)
+  w = (RNG.standard_normal((32, 16, 4, 4)) / 16).astype(np.float32)
+  _against_torch(x, w, lambda a, b: a.conv_transpose2d(b, stride=2, padding=1),
+                 lambda a, b: F.conv_transpose2d(a, b, stride=2, padding=1))
 
 def test_fourteen_wide_phase_rows_take_one_vector_of_channels_on_avx2(machine):
   # conv 64->128 28x28 s2's input-gradient phases: no divisor of 14 from 4 to AVX2's 6 positions by two vectors

@@ -307,8 +307,16 @@ SMALL_TILE_BUDGET = 72
 VECTOR_TILE_BUDGET = 256
 
 # a window with more taps than this many registers hold twice over (a broadcast and an accumulator each) is tiled as
-# one row of taps by vectors (below); at most this many vector accumulators then
+# one row of taps by vectors (below); at most this many vector accumulators then, and at most half the registers
 WIDE_WINDOW_REGISTERS, WIDE_WINDOW_VECTORS = 32, 16
+
+def _wide_window_vectors(r: Any) -> int:
+  """Vector accumulators of a wide window's row of taps: within half the registers, the rest for the row's broadcasts
+  and the loaded vectors. AVX2 (16 registers) 8: the weight gradient r_64_32_4_4_8_28_28 (conv_transpose2d b8
+  64->32 28x28 k4 s2, conv2d 32->64 56x56 k4 s2) on a Zen 3 core, one thread, unmasked reads: 4 x 32 channels
+  8.4-8.9 ms (16 accumulators and the broadcasts spill), 4 x 16 4.7-5.0. AVX-512 (32 registers): 16, as before."""
+  regs = r.vector_registers if r is not None and r.vector_registers else 2 * WIDE_WINDOW_VECTORS
+  return min(WIDE_WINDOW_VECTORS, regs // 2)
 
 # a strided window's row over a reduction this long (products per output) is tiled up to this many positions wide
 LONG_GATHER_REDUCE, GATHER_ROW_POSITIONS = 512, 16
@@ -399,10 +407,10 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
       if sizes[axis] % one == 0 and _try_tile(k, Opt(OptOps.UPCAST, axis, one)): break
     vec = vec or blocked
     cap = VECTOR_TILE_BUDGET if vec else budget
-    # a window's row of taps by vectors: as many as the registers hold (AVX-512: 16 of 16 lanes, the budget; AVX2 16
-    # of 8)
+    # a window's row of taps by vectors: accumulators in half the registers (AVX-512: 16 of 16 lanes, the budget;
+    # AVX2: 8 of 8 lanes, 4 taps x 16 channels)
     if wide and vec and k.renderer is not None and k.renderer.vector_bytes:
-      cap = min(cap, WIDE_WINDOW_VECTORS * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
+      cap = min(cap, _wide_window_vectors(k.renderer) * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))
     # the long strided row's channels: one vector (its accumulators are the row's positions)
     if long_row and vec and k.renderer is not None and k.renderer.vector_bytes:
       cap = min(cap, k.upcasted * max(k.renderer.vector_bytes // _acc_itemsize(k), 1))

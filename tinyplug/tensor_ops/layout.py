@@ -20,6 +20,14 @@ def channel_block(device: Any) -> int | None:
   r = renderer_of(device)
   return max(2 * r.vector_bytes // 4, 2) if narrow_vectors(r) else None
 
+def padded_copies(device: Any) -> bool:
+  """Whether a convolution's operand read through a zero border gets a padded copy of its own on this device (where
+  `backend.narrow_vectors` holds): x86 code makes each masked broadcast a branch, and AVX2's tiles broadcast per tap.
+  conv_transpose2d b8 64->32 28x28 k4 s2's weight gradient on a Zen 3 core, one thread, as 4 taps x 16 channels:
+  8.2-9.0 ms masked, 4.6-5.1 from the copy (0.3 ms, which its input gradient reads too). AVX-512 keeps the masked
+  reads it was tuned with."""
+  return channel_block(device) is not None
+
 def channels_last_copy(x):
   """A copy of x (b, c, spatial..) with the channels innermost, viewed as x's shape: plain (b, spatial.., c), or in
   blocks of `channel_block` channels (c / W, b, spatial.., W) where the device has one and c is two blocks or more."""

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 from tinyplug.helpers import make_tuple
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.indexing import check_index_range
-from tinyplug.tensor_ops.layout import channels_last_copy, output_channel_blocks
+from tinyplug.tensor_ops.layout import channels_last_copy, output_channel_blocks, padded_copies
 from tinyplug.tensor_ops.template import graph_template
 from tinyplug.tensor_ops.winograd import WINO, use_winograd, winograd_conv3x3
 from tinyplug.uop.dtype import DType, dtypes, least_upper_dtype, to_dtype
@@ -709,8 +709,15 @@ def _subpixel_backward(g, out, x, w, *, groups: int, stride: tuple[int, ...], pa
   input's is that convolution of g, the weight's that convolution's weight gradient with x as its output gradient
   (differentiating the window views instead folds a (batch, cin, q.., r.., t..) window gradient back)."""
   nd = len(stride)
-  gx = g.conv2d(w, groups=groups, stride=stride, padding=padding)
-  gp = g.pad(((0, 0), (0, 0), *[(pi, pi) for pi in padding]))
+  pads = ((0, 0), (0, 0), *[(pi, pi) for pi in padding])
+  if padded_copies(g.device) and any(padding):
+    # one padded copy of g for both: the weight gradient's reads through the border were masked, a branch per read;
+    # g realized first (the pad fused onto whatever made g recomputed it per element: 6 ms against 0.3 + 0.3)
+    gp = g.contiguous().pad(pads).contiguous()
+    gx = gp.conv2d(w, groups=groups, stride=stride)
+  else:
+    gp = g.pad(pads)
+    gx = g.conv2d(w, groups=groups, stride=stride, padding=padding)
   gw = _conv_weight_grad(x.contiguous(), gp, tuple(w.shape[2:]), groups, tuple(stride), (1,) * nd)
   return gx.cast(x.dtype), gw.cast(w.dtype)
 
