@@ -123,3 +123,17 @@ def test_linearizer_runs_sibling_loops_one_after_another():
 def test_linearizer_refuses_a_loop_needed_again_after_it_closed():
   from tinyplug.codegen.linearize import linearize
   with pytest.raises(RuntimeError, match="needed again"): linearize(_sibling_sink("pqP")[0])
+
+@pytest.mark.parametrize("dilation", [(2, 3), 2])
+def test_a_loop_inside_one_piece_is_not_cut_again(dilation):
+  # max_pool2d's gradient with a dilation: the first cut's pieces each hold a gated loop of their own; cutting one
+  # of those again repeated the other pieces' stores inside it, and the linearizer met a loop needed after it closed
+  import torch
+  xn = RNG.standard_normal((3, 2, 17, 14)).astype(np.float32)
+  x, xt = Tensor(xn, requires_grad=True), torch.tensor(xn, requires_grad=True)
+  y = Tensor.max_pool2d(x, kernel_size=(5, 5), dilation=dilation)
+  yt = torch.nn.functional.max_pool2d(xt, kernel_size=(5, 5), dilation=dilation)
+  y.sum().backward()
+  yt.sum().backward()
+  np.testing.assert_allclose(y.numpy(), yt.detach().numpy())
+  np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), atol=1e-6)

@@ -95,6 +95,8 @@ def split_at_gates(sink: UOp) -> UOp:
   loops = _loops(sink)
   for r in reversed(loops[1:]):
     if r.src[0].op is not Ops.CONST or not (cuts := _cuts(sink, r)): continue
+    # a loop inside one piece of an earlier cut: cutting it would repeat the other pieces' stores in each new piece
+    if any(r not in s.toposort() for s in sink.src): continue
     bounds = [0, *cuts, r.src[0].arg]
     if (len(bounds) - 1) * len(sink.src) > MAX_PIECES: return sink
     if (out := _cut(sink, loops, r, bounds)) is not None: return split_at_gates(out)
