@@ -12,6 +12,7 @@ from tinyplug.uop.ops import Ops, UOp, check_buffer_size
 from tinyplug.uop.sidetable import NodeField
 from tinyplug.backend import (Allocator, Compiled, Compiler, HostAllocator, LRU, LRU_MAX, LRU_MIN, Program, ProgramSpec,
                               Renderer, ReuseAllocator)
+from tinyplug.backend import narrow_vectors
 
 __all__ = ["Buffer", "Device", "buffer_of", "has_buffer", "Allocator", "Compiled", "Compiler", "HostAllocator", "LRU", "LRU_MAX", "LRU_MIN", "Program",
            "ProgramSpec", "Renderer", "ReuseAllocator"]
@@ -267,3 +268,7 @@ def renderer_of(device: Any) -> Any:
   if not isinstance(device, str): return None
   try: return Device[device].renderer
   except Exception: return None
+
+def narrow_vectors_on(device: Any) -> bool:
+  """`backend.narrow_vectors` for the renderer of the device named `device` (False where none opens)."""
+  return narrow_vectors(renderer_of(device))

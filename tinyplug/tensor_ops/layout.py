@@ -26,7 +26,8 @@ def padded_copies(device: Any) -> bool:
   conv_transpose2d b8 64->32 28x28 k4 s2's weight gradient on a Zen 3 core, one thread, as 4 taps x 16 channels:
   8.2-9.0 ms masked, 4.6-5.1 from the copy (0.3 ms, which its input gradient reads too). AVX-512 keeps the masked
   reads it was tuned with."""
-  return channel_block(device) is not None
+  from tinyplug.device import narrow_vectors_on
+  return narrow_vectors_on(device)
 
 def channels_last_copy(x):
   """A copy of x (b, c, spatial..) with the channels innermost, viewed as x's shape: plain (b, spatial.., c), or in

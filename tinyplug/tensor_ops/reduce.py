@@ -22,9 +22,8 @@ NARROW_SCAN_BLOCK = 8
 
 def scan_block(device: Any) -> int:
   """The block of a long blocked scan on `device`: NARROW_SCAN_BLOCK where `backend.narrow_vectors` holds."""
-  from tinyplug.backend import narrow_vectors
-  from tinyplug.device import renderer_of
-  return NARROW_SCAN_BLOCK if narrow_vectors(renderer_of(device)) else SCAN_BLOCK
+  from tinyplug.device import narrow_vectors_on
+  return NARROW_SCAN_BLOCK if narrow_vectors_on(device) else SCAN_BLOCK
 
 # how a blocked scan adds the blocks before each block to the scan inside it
 _SCAN_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
@@ -174,8 +173,8 @@ class ReduceMixin:
   def _blocked_scan(self, ax: int, fill, reduce_name: str):
     """Axis `ax` in blocks of `scan_block` (padded with the identity): each block's total, the exclusive scan of the
     totals (itself blocked when long), and the scan inside each block plus the blocks before it, in one kernel (a
-    triangle of SCAN_BLOCK per output: a vector of outputs per step on CPUs). Two passes over the data (the totals,
-    then the scan), about SCAN_BLOCK + 1 operations per element; blocks of sqrt(n) were 2 * sqrt(n) and a third pass
+    triangle of the block per output: a vector of outputs per step on CPUs). Two passes over the data (the totals,
+    then the scan), about block + 1 operations per element; blocks of sqrt(n) were 2 * sqrt(n) and a third pass
     (cumsum(1) of 1024x1024, loaded machine: 3 kernels, 6-10 ms -> 2 kernels, see benchmarks/README.md)."""
     n, lead, rest = self.shape[ax], self.shape[:ax], self.shape[ax + 1:]
     m = scan_block(self.device)

@@ -17,9 +17,8 @@ VALUE_NETWORK_MAX = 1 << 20   # (NaN codes up to 0x7F800000 + 4n)
 NARROW_VALUE_BITS = (3, 3)
 
 def _value_bits(device) -> tuple[int, int] | None:
-  from tinyplug.backend import narrow_vectors
-  from tinyplug.device import renderer_of
-  return NARROW_VALUE_BITS if narrow_vectors(renderer_of(device)) else None
+  from tinyplug.device import narrow_vectors_on
+  return NARROW_VALUE_BITS if narrow_vectors_on(device) else None
 
 def _nan_base(n: int, largest_first: bool) -> int:
   """The code of a NaN at index 0: past +inf's moved rank (0x7F800000 + 2n - 1), or below -inf's when the largest
