@@ -31,6 +31,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 def _sigmoid_grad(g, s, x): return (g * s * (1 - s),)
+def _tanh_grad(g, t, x): return (g * (1 - t * t),)
 def _relu_grad(g, out, x): return (out.eq(0).where(0, g),)   # out is 0 exactly where x <= 0 (NaN passes g, as in torch)
 
 def _pow_grad(g, out, a, b):
@@ -352,7 +353,12 @@ class ElementwiseMixin:
     xs = small.where(x, 0.0)   # the series only ever sees small x: x^11 of a large x would make the gradient NaN
     x2 = xs * xs
     near = xs * (1.0 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835 + x2 * (-1382 / 155925))))))
-    return small.where(near, far)
+    t = small.where(near, far)
+    if t.requires_grad is False: return t
+    # 1 - t^2 from the value: differentiating both branches, clamps and series through (gelu's backward in a matmul
+    # epilogue) costs three times the ops
+    from tinyplug.gradient import custom_gradient
+    return custom_gradient(t, (x,), _tanh_grad)
   @graph_template
   def leaky_relu(self, neg_slope: float = 0.01): return (self < 0).where(self * neg_slope, self)
   @graph_template
