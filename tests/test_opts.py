@@ -105,6 +105,40 @@ def test_padded_output_is_not_written_past_its_end():
   np.testing.assert_allclose(out[:1000], x + 1, rtol=1e-6)
   assert (out[1000:] == 7.0).all()
 
+def _gated_reads(k: Kernel) -> int:
+  """Reads of global buffers through a gate in the kernel's AST."""
+  stored = {u.src[0] for u in k.sink.toposort() if u.op is Ops.STORE}
+  return sum(1 for u in k.sink.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and len(u.src) > 2
+             and u not in stored)
+
+@pytest.mark.parametrize("device", devices())
+def test_padded_output_axis_reads_inside_its_buffer_without_a_gate(device):
+  # the first 1000 of 1008 floats: the padded iterations read the last 8, which are there; only the store is gated
+  # (a padded panel of B in a 1000-wide matmul read its spare columns through a gate each reduction step)
+  x = RNG.standard_normal(1008).astype(np.float32)
+  t = Tensor(x, device=device).realize()[:1000] * 2
+  k = kernel(t, device)
+  k.apply_opt(Opt(OptOps.PADTO, 0, 16))
+  assert _gated_reads(k) == 0
+  res, _ = run(device, t, [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.UPCAST, 0, 4 if device == "CL" else 16)])
+  np.testing.assert_allclose(res, x[:1000] * 2, rtol=1e-6)
+
+def test_padded_reads_stay_gated_where_they_could_leave_the_buffer_or_mix():
+  x = RNG.standard_normal((6, 1000)).astype(np.float32)
+  xt = Tensor(x).realize()
+  k = kernel(xt * 2)                                # the last row's padded reads would leave the buffer
+  k.apply_opt(Opt(OptOps.PADTO, 1, 16))
+  assert _gated_reads(k) == 1
+  k = kernel(xt.sum(axis=1))                        # a padded reduce axis: its values would be summed
+  k.apply_opt(Opt(OptOps.PADTO, 1, 16))
+  assert _gated_reads(k) == 1
+  i = Tensor(RNG.integers(1, 9, 1008).astype(np.int32)).realize()
+  k = kernel(Tensor(np.arange(1000, dtype=np.int32)).realize() // i[:1000])   # a division by a read value
+  k.apply_opt(Opt(OptOps.PADTO, 0, 16))
+  assert _gated_reads(k) == 2
+  res, _ = run("CPU", xt.sum(axis=1), [Opt(OptOps.PADTO, 1, 16)])
+  np.testing.assert_allclose(res, x.sum(axis=1), rtol=1e-4)
+
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 def test_thread_axis_is_split_by_the_runtime(threads, monkeypatch):
   from tinyplug_cpu_llvm import runtime

@@ -203,11 +203,17 @@ def pad_range(sink: UOp, r: UOp, padded: int) -> UOp:
   valid = UOp(Ops.CMPLT, dtypes.bool, (new, UOp.const(r.dtype, n)))
   memo: dict[UOp, UOp] = {r: new}
   uses_r = {r}
-  for u in sink.toposort():
+  nodes = sink.toposort()
+  stored = {u.src[0] for u in nodes if u.op is Ops.STORE}
+  loose_ok = r.arg[1] != "reduce" and not any(_may_trap(u) for u in nodes)
+  for u in nodes:
     if u is r: continue
     if any(x in uses_r for x in u.src): uses_r.add(u)
     src = tuple(memo.get(x, x) for x in u.src)
-    if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r:
+    if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r and loose_ok and u not in stored and \
+       _reads_inside(src):
+      if src != u.src: memo[u] = UOp(Ops.INDEX, u.dtype, src, u.arg)
+    elif u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r:
       gate = valid if len(src) < 3 else UOp(Ops.AND, dtypes.bool, (src[2], valid))
       memo[u] = UOp(Ops.INDEX, u.dtype, (*src[:2], gate), u.arg)
     elif u.op is Ops.REDUCE and r in u.src[1:]:
@@ -217,6 +223,20 @@ def pad_range(sink: UOp, r: UOp, padded: int) -> UOp:
       memo[u] = UOp(Ops.LOAD, u.dtype, (src[0], UOp.const(u.dtype, 0)), u.arg)   # a masked load reads 0
     elif any(a is not b for a, b in zip(src, u.src)): memo[u] = UOp(u.op, u.dtype, src, u.arg)
   return memo.get(sink, sink)
+
+def _may_trap(u: UOp) -> bool:
+  """An integer division or remainder by a computed value (a padded iteration's values could make it divide by 0)."""
+  return u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is not Ops.CONST
+
+def _reads_inside(src: tuple[UOp, ...]) -> bool:
+  """Whether an ungated float load at INDEX(buffer, idx[, gate]) stays inside its buffer for every value of its
+  ranges: a padded output axis then reads what lies there (a padded panel's spare columns) and only the store is
+  gated; its values reach no other output."""
+  buf, idx = src[0], src[1]
+  size = getattr(buf.dtype, "size", -1)
+  if len(src) > 2 or not dtypes.is_float(buf.dtype.base) or size is None or size <= 0: return False
+  lo, hi = idx.vmin, idx.vmax
+  return isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < size
 
 def split_range(sink: UOp, r: UOp, amt: int, kind: str, top: bool = False, inner_id: int | None = None) -> UOp:
   """Replace RANGE r (size n) by outer (n/amt, same kind) and inner (amt, `kind`); with top the inner part is the
