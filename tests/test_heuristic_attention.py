@@ -52,6 +52,21 @@ def test_attn_v_takes_a_row_of_up_to_two_tiles_whole(vector_machine, machine, he
   (mm,) = _kernels(a @ v)
   assert heuristic_opts(mm)[:2] == [Opt(OptOps.UPCAST, 3, tile[0]), Opt(OptOps.UPCAST, 2, tile[1])]
 
+@pytest.mark.parametrize("machine", MACHINES)
+def test_k_cut_from_a_qkv_buffer_packs_too(vector_machine, machine):
+  # q, k and v cut from one projection's output (`qkv.reshape(b, t, 3, h, d).permute(2, 0, 3, 1, 4)`): k's view
+  # starts part way into the buffer (a shrink), still contiguous along the reduction; it was left unpacked
+  r = vector_machine(*MACHINES[machine])
+  width, _ = cpu_tile(r)
+  qkvn = RNG.standard_normal((8, 128, 3 * 4 * 64)).astype(np.float32)
+  q, k, _v = Tensor(qkvn, device="CPU").realize().reshape(8, 128, 3, 4, 64).permute(2, 0, 3, 1, 4)
+  s = q @ k.transpose(-2, -1)
+  ks = _kernels(s)
+  panels = [kn for kn in ks if not kn.reduce_axes and _sizes(kn.loop_axes)[-1] == width]
+  assert len(panels) == 1 and _sizes(panels[0].loop_axes) == [8, 4, 128 // width, 64, width]
+  qt, kt, _ = torch.from_numpy(qkvn).reshape(8, 128, 3, 4, 64).permute(2, 0, 3, 1, 4)
+  np.testing.assert_allclose(s.numpy(), (qt @ kt.transpose(-2, -1)).numpy(), rtol=1e-4, atol=1e-4)
+
 def test_should_pack_transposed_weighs_work_rows_and_panels(vector_machine):
   r = vector_machine(64, 32)   # panels of 32
   assert should_pack_transposed(96, 128, 128, 64, r)        # attention scores 8x12x128x64

@@ -108,9 +108,9 @@ def _whole_panels(n: int, w: int) -> bool:
 
 def _along_last(y: UOp) -> bool:
   """Whether the innermost axis of movement view `y` walks the value it views contiguously, with no broadcast, pad or
-  cut on the way: B stored N x K is read along K."""
+  flip on the way (a cut is a start elsewhere: k cut from q, k and v's buffer): B stored N x K is read along K."""
   if any(u.op is Ops.EXPAND for u in _movement_chain(y)): return False
-  return (strides := view_strides(y)) is not None and bool(strides) and strides[-1] == 1
+  return (strides := view_strides(y, offset_ok=True)) is not None and bool(strides) and strides[-1] == 1
 
 def _movement_chain(y: UOp) -> list[UOp]:
   chain = [y]

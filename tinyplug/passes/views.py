@@ -3,12 +3,14 @@ from __future__ import annotations
 from tinyplug.schedule.indexing import strides_for
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 
-def view_strides(u: UOp) -> tuple[int, ...] | None:
+def view_strides(u: UOp, offset_ok: bool = False) -> tuple[int, ...] | None:
   """The element strides of movement view u over the row-major value at its bottom (a buffer or computed); None
-  where the view is no plain strides (a pad, a shrink, a flip) or a shape is symbolic."""
+  where the view is no plain strides (a pad, a shrink, a flip) or a shape is symbolic. With `offset_ok` a shrink is
+  its strides from another start (q, k and v cut from one buffer)."""
   if u.op not in GroupOp.Movement:
     return strides_for(u.shape) if u.shape is not None and all(isinstance(d, int) for d in u.shape) else None
-  if (inner := view_strides(u.src[0])) is None: return None
+  if (inner := view_strides(u.src[0], offset_ok)) is None: return None
+  if u.op is Ops.SHRINK and offset_ok: return inner
   if u.op is Ops.PERMUTE: return tuple(inner[i] for i in u.arg)
   if u.op is Ops.EXPAND: return tuple(0 if s == 1 and o != 1 else st for s, o, st in zip(u.src[0].shape, u.shape, inner))
   if u.op is Ops.RESHAPE: return reshaped_strides(u.src[0].shape, inner, u.shape)
