@@ -841,7 +841,7 @@ def _transpose_tile(k: Kernel, across: int) -> tuple[int, int] | None:
   reads and writes fit half the last-level cache: its tile (output rows, a vector of each), else None. Rows of 4
   share one L1 set 16 ways and are evicted before their lines fill: a whole vector each, 16 rows where the input's
   rows alias too, else 8 (fewer store streams in the one set). Past the cache the copy waits on DRAM and the 16x4 tile
-  was faster. Zen 3, one thread, 16x4 -> this tile: 1024x1024 0.77 -> 0.53 ms (16x8), 2048x512 0.74 -> 0.45, a
+  was faster. Zen 3, one thread, 16x4 -> this tile: 1024x1024 0.77 -> 0.53 ms (16x8), 2048x512 0.74 -> 0.46 (8x8), a
   1024x1048 view (rows padded off 4 KB) into 1024x1024 0.41 (16x8) -> 0.26 (8x8); unchanged: 768x1024 (rows 3 KB
   apart, 16x8 0.23 -> 0.39), 2048x2048 (16x8 3.2 -> 3.6)."""
   if not narrow_vectors(k.renderer): return None
