@@ -214,6 +214,29 @@ def test_transposing_copy_upcasts_the_axis_its_reads_run_along(case):
   assert opts[0].op is OptOps.UPCAST and opts[0].arg == 16 and opts[0].axis != len(want.shape) - 1, opts
   np.testing.assert_array_equal(t.numpy(), want)
 
+@pytest.mark.parametrize("rows,cols,vectors,tile", [
+  (1024, 1024, (32, 16), (16, 8)),   # AVX2: both sides' rows 4 KB apart, 8 MB moved: a whole vector per output row
+  (2048, 512, (32, 16), (8, 8)),     # output rows 8 KB apart, the input's 2 KB: 8 of them
+  (768, 1024, (32, 16), (16, 4)),    # output rows 3 KB apart: the 16x4 tile stays
+  (2048, 2048, (32, 16), (16, 4)),   # 32 MB moved: more than half the L3
+  (1024, 1024, (64, 32), (16, 4))])  # AVX-512: unchanged
+def test_transposing_copy_tile_by_alias_and_size(machine, rows, cols, vectors, tile):
+  machine((32 * KB, 512 * KB, 32 * MB), 2, vectors)
+  schedule._templates.clear()
+  t = Tensor.empty(rows, cols, device="CPU").T.contiguous()
+  items, _ = create_schedule([t.uop])
+  opts = list(get_program(items[-1].ast, Device["CPU"].renderer).applied_opts)
+  assert opts == [Opt(OptOps.UPCAST, 0, tile[0]), Opt(OptOps.UPCAST, 1, tile[1])], opts
+
+def test_transposing_copy_by_whole_row_vectors_values(machine):
+  machine((32 * KB, 512 * KB, 32 * MB), 2, (32, 16))
+  x, xn = _realized(1024, 1024)
+  y, yn = _realized(512, 1024)
+  z, zn = _realized(1024, 1048)   # rows off 4 KB, shrunk to 1024 columns: the 8x8 tile
+  for t, want in ((x.T.contiguous(), xn.T), ((y * 2).T.contiguous(), yn.T * 2),
+                  (z[:, :1024].T.contiguous(), zn[:, :1024].T)):
+    np.testing.assert_array_equal(t.numpy(), want)
+
 @pytest.mark.parametrize("case", ["panels", "contiguous"])
 def test_copy_of_short_runs_reads_several_runs_at_once(case):
   x, xn = _realized(256, 512)

@@ -350,3 +350,33 @@ def test_topk_and_sort_values_over_a_buffer_run_from_a_plan():
     if i % 2: _same(sv, want_v)
     np.testing.assert_array_equal(si.numpy(), want_i.astype(np.int32))
     _same(sv, want_v)
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_network_rows_padded_off_4k_strides_where_vectors_are_narrow(narrow, vector_machine, fresh_templates):
+  """Rows first with 1024 rows (the lanes 4 KB apart for int32 codes, 8 KB for int64 keys): where vectors are narrow
+  the transposing copy pads each row by ALIAS_PAD, so every network kernel stores 1024 + ALIAS_PAD per element of
+  the sorted axis; wide vectors keep the rows as they are. Values and indices against torch either way."""
+  from tinyplug.tensor_ops import sorting
+  from tinyplug import schedule
+  schedule._templates.clear()
+  vector_machine(32, 16) if narrow else vector_machine(64, 32)
+  rows = 1024 + (sorting.ALIAS_PAD if narrow else 0)
+  x = Tensor.empty(1024, 64)
+  assert set(_stored(_value_network(_asts(x.sort(-1)[0])))) == {64 * rows}
+  assert set(_stored(_network(_asts(x.topk(8)[1])))) == {64 * rows >> i for i in range(4)}
+  assert set(_stored(_network(_asts(Tensor.empty(512, 64).sort(-1)[1])))) == \
+    {64 * (512 + (sorting.ALIAS_PAD if narrow else 0))}   # int64 keys: 512 rows are 4 KB
+  assert set(_stored(_value_network(_asts(Tensor.empty(512, 64).sort(-1)[0])))) == {64 * 512}   # int32: 2 KB
+  schedule._templates.clear()
+  a = _data((1024, 60), np.float32)
+  a[::7, ::5] = -np.nan
+  desc = narrow   # (one order each: every network here is a cold build)
+  v, i = _torch_sorted(a, 1, desc)
+  got = Tensor(a).sort(1, desc)
+  _same(got[0], v)
+  _same(got[1], i.astype(np.int32))
+  tv, ti = Tensor(a).topk(5, 1, desc)
+  _same(tv, v[:, :5])
+  _same(ti, i[:, :5].astype(np.int32))
+  schedule._templates.clear()
+
