@@ -460,3 +460,89 @@ def test_a_long_chain_replays_over_shared_memory_right():
   assert n["hits"] >= 4
   long = [p for _, p in plan._plans.values() if p is not None and p.kernels >= 10]
   assert len(long) >= 2 and all(sum(m is not None for m in p.outs) < p.kernels - 4 for p in long)
+
+def _count_rebuilds(monkeypatch) -> list:
+  """Calls of the graph templates' rebuild (a deferred output's graph built, or an output built at once)."""
+  from tinyplug.tensor_ops import template
+  calls, real = [], template._rebuild
+  def counted(*args, **kwargs):
+    calls.append(args[0])
+    return real(*args, **kwargs)
+  monkeypatch.setattr(template, "_rebuild", counted)
+  monkeypatch.setattr(template, "rebuild", counted)
+  return calls
+
+def _sort_data(rows: int, n: int) -> np.ndarray:
+  x = data(rows, n)
+  x[:, ::3] = x[:, 1:2]   # ties: the stable order decides
+  x[::4, 2] = np.nan      # NaN sorts last (first when descending)
+  return x
+
+@pytest.mark.parametrize("rows", [4, 64])   # the sorted axis last, and first (rows as vector lanes)
+def test_two_template_outputs_realized_together_run_their_plans(monkeypatch, rows):
+  """`v.realize(i)` of sort's two outputs (two templates over one buffer) runs each output's plan in the steady
+  state: no graph rebuilt, values and stable indices as torch's."""
+  t = buf(_sort_data(rows, 96))
+  for _ in range(3):
+    v, i = t.sort(-1, descending=True)
+    v.realize(i)
+  calls = _count_rebuilds(monkeypatch)
+  for _ in range(2):
+    x = _sort_data(rows, 96)
+    t = buf(x)
+    with Count() as n:
+      v, i = t.sort(-1, descending=True)
+      v.realize(i)
+    assert calls == [] and n["hits"] == 2 and n["fallbacks"] == 0
+    assert graph.is_plain_buffer(v.uop) and graph.is_plain_buffer(i.uop)
+    tv, ti = torch.from_numpy(x).sort(dim=-1, descending=True, stable=True)
+    np.testing.assert_array_equal(v.numpy(), tv.numpy())
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+
+def test_topk_outputs_read_by_numpy_run_their_plans(monkeypatch):
+  """`v.numpy(); i.numpy()` of topk's outputs reads each from its plan (the tensors keep their deferred graphs, as
+  numpy() keeps a graph): no graph rebuilt in the steady state, the values as torch's."""
+  t = buf(_sort_data(8, 256))
+  for _ in range(3):
+    v, i = t.topk(5)
+    v.numpy(), i.numpy()
+  calls = _count_rebuilds(monkeypatch)
+  x = np.nan_to_num(_sort_data(8, 256), nan=0.0)
+  t = buf(x)
+  with Count() as n:
+    v, i = t.topk(5)
+    got_v, got_i = v.numpy(), i.numpy()
+  assert calls == [] and n["hits"] == 2
+  tv, ti = torch.from_numpy(x).topk(5)
+  np.testing.assert_array_equal(got_v, tv.numpy())
+  np.testing.assert_array_equal(np.take_along_axis(x, got_i.astype(np.int64), -1), tv.numpy())
+  np.testing.assert_array_equal(got_v, v.realize().numpy())   # (and then realized: the same values)
+
+def test_numpy_of_a_deferred_output_keeps_its_gradient():
+  """numpy() leaves a tensor's graph as it is (tinygrad's rule), a deferred template output's too: read from its plan,
+  it still passes gradients to its inputs."""
+  a, b = data(5, 6), data(6, 4)
+  for _ in range(3): (Tensor(a, requires_grad=True).realize() @ buf(b)).realize()
+  ta, tb = Tensor(a, requires_grad=True).realize(), buf(b)
+  c = ta @ tb
+  with Count() as n: np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  assert n["hits"] == 1
+  c.sum().backward()
+  np.testing.assert_allclose(ta.grad.numpy(), np.ones((5, 4), np.float32) @ b.T, rtol=1e-5, atol=1e-5)
+
+def test_a_template_output_realized_with_others_outside_its_group_takes_the_usual_way():
+  """A third deferred output over the same buffer, not in the realize call, may hold the same nodes once built: the
+  group's outputs then go the usual way, as one realize did before (values still right)."""
+  x = _sort_data(4, 64)
+  t = buf(x)
+  for _ in range(3):
+    v, i = t.sort(-1)
+    v.realize(i)
+  v, i = t.sort(-1)
+  w = t.sort(-1)[0]
+  with Count() as n: v.realize(i)
+  assert n["fallbacks"] == 2 and n["hits"] == 0
+  tv, ti = torch.from_numpy(x).sort(dim=-1, stable=True)
+  np.testing.assert_array_equal(v.numpy(), tv.numpy())
+  np.testing.assert_array_equal(i.numpy(), ti.numpy())
+  np.testing.assert_array_equal(w.numpy(), tv.numpy())

@@ -264,6 +264,14 @@ def _op_over_templates(u: UOp, depth: int = _OP_OVER_DEPTH) -> tuple[tuple, list
 
 rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
 
+def nodes_alive(t: Built, inputs: list[UOp]) -> list[UOp]:
+  """The live nodes of the template's graph right over `inputs` (`Built.probes`); none: no node of its graph over
+  them exists anywhere (so none was realized, and none is held)."""
+  alive = []
+  for find, spec in t.probes:
+    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
+  return alive
+
 def _may_defer() -> bool:
   global _plan
   if _plan is None:   # loaded through tinyplug.tensor, which hands it its registries of live tensors
