@@ -50,6 +50,7 @@ class Plan:
     self.steps = tuple(s for s in steps if s[0] is not None)
     self.outs, self.result, self.make_view, self.held = outs, result, make_view, held
 
+
 def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | None:
   """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which only a parameter plan
   binds: `vals`)."""
@@ -165,13 +166,56 @@ def realize_deferred(t: Any, group: tuple = ()) -> bool:
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  if (plan := entry[1]) is None or _may_share(t, built, inputs, group):
+  if (plan := entry[1]) is None or (siblings := _siblings(t, built, inputs, group)) is None or \
+     _may_share(t, built, inputs, (*group, *siblings[0], *siblings[1])):
     counters["fallbacks"] += 1
     return False
   t._uop = _result(plan, inputs)
   t._undefer()
   counters["hits"] += 1
+  for o in siblings[0]:   # t's own graph: t's buffer, as the usual way
+    o._uop = t._uop
+    o._undefer()
   return True
+
+# Another deferred output over some of the same inputs, realized later the usual way, reads t's buffers where its graph
+# holds t's output (which t holds: the usual realize points every graph holding it at the buffer; the other nodes it
+# made buffers no tensor holds, and a later realize computes them again) or is a node of t's graph. One of neither
+# kind may stay deferred; one of either sends t the usual way (unless it is t's own graph: it takes t's buffer).
+# (id of t's template, id of the other's template, where each of its inputs is among t's) -> (the templates, whether
+# the other's graph holds t's output)
+_holds_output: BoundedCache = BoundedCache("engine.deferred_holds_output", 4096)
+
+def _siblings(t: Any, built: Any, inputs: list[UOp], group: tuple) -> tuple[list, list] | None:
+  """(the other deferred outputs of t's own graph (the same template over the same inputs), the other deferred
+  outputs over some of t's inputs whose graphs do not hold t's output), outside `group`; None: another holds it, or is
+  not a template's (t goes the usual way)."""
+  same: list = []
+  apart: list = []
+  if len(_deferred_refs) < 2: return same, apart
+  for r in list(_deferred_refs.values()):
+    if (o := r()) is None or o is t or (d := o._defer) is None or any([o is g for g in group]): continue
+    where = tuple([next((j for j, u in enumerate(inputs) if u is x), -1) for x in d[1]])
+    if max(where) < 0: continue
+    if type(d[0]) is not type(built): return None
+    if d[0] is built and all([a is b for a, b in zip(d[1], inputs)]):
+      same.append(o)
+      continue
+    key = (id(built), id(d[0]), where)
+    if (hit := _holds_output.get(key)) is None or hit[0] is not built or hit[1] is not d[0]:
+      hit = _holds_output.put(key, (built, d[0], _holds(built, d[0], where)))
+    if hit[2]: return None
+    apart.append(o)
+  return same, apart
+
+def _holds(built: Any, other: Any, where: tuple) -> bool:
+  """Whether the graph of template `other` over the inputs `where` says (j: t's input j, -1: one of its own) holds the
+  output of `built`'s graph, or is a node of it (sort's values gathered by its indices: the usual realize of the
+  values makes the indices' node a buffer, which the indices' tensor then holds); both over `built`'s placeholders
+  (interned: a shared node is one object)."""
+  holders = [built.holders[j] if j >= 0 else h for j, h in zip(where, other.holders)]
+  out = _template().graph_nodes(other, holders)[-1]
+  return built.order[-1] in out.toposort() or any([u is out for u in built.order])
 
 def _result(plan: Plan, inputs: list[UOp]) -> UOp:
   """The template plan's result over `inputs`, run now."""
