@@ -195,9 +195,9 @@ def _siblings(t: Any, built: Any, inputs: list[UOp], group: tuple) -> tuple[list
   if len(_deferred_refs) < 2: return same, apart
   for r in list(_deferred_refs.values()):
     if (o := r()) is None or o is t or (d := o._defer) is None or any([o is g for g in group]): continue
-    where = tuple([next((j for j, u in enumerate(inputs) if u is x), -1) for x in d[1]])
-    if max(where) < 0: continue
+    if not any([x in inputs for x in d[1]]): continue
     if type(d[0]) is not type(built): return None
+    where = tuple([next((j for j, u in enumerate(inputs) if u is x), -1) for x in d[1]])
     if d[0] is built and all([a is b for a, b in zip(d[1], inputs)]):
       same.append(o)
       continue
