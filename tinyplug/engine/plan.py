@@ -166,14 +166,14 @@ def realize_deferred(t: Any, group: tuple = ()) -> bool:
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  if (plan := entry[1]) is None or (siblings := _siblings(t, built, inputs, group)) is None or \
-     _may_share(t, built, inputs, (*group, *siblings[0], *siblings[1])):
+  same: list = []
+  if (plan := entry[1]) is None or _may_share(t, built, inputs, group, same):
     counters["fallbacks"] += 1
     return False
   t._uop = _result(plan, inputs)
   t._undefer()
   counters["hits"] += 1
-  for o in siblings[0]:   # t's own graph: t's buffer, as the usual way
+  for o in same:   # t's own graph: t's buffer, as the usual way
     o._uop = t._uop
     o._undefer()
   return True
@@ -183,30 +183,20 @@ def realize_deferred(t: Any, group: tuple = ()) -> bool:
 # made buffers no tensor holds, and a later realize computes them again) or is a node of t's graph. One of neither
 # kind may stay deferred; one of either sends t the usual way (unless it is t's own graph: it takes t's buffer).
 # (id of t's template, id of the other's template, where each of its inputs is among t's) -> (the templates, whether
-# the other's graph holds t's output)
+# the other's graph holds t's output or is a node of t's graph)
 _holds_output: BoundedCache = BoundedCache("engine.deferred_holds_output", 4096)
 
-def _siblings(t: Any, built: Any, inputs: list[UOp], group: tuple) -> tuple[list, list] | None:
-  """(the other deferred outputs of t's own graph (the same template over the same inputs), the other deferred
-  outputs over some of t's inputs whose graphs do not hold t's output), outside `group`; None: another holds it, or is
-  not a template's (t goes the usual way)."""
-  same: list = []
-  apart: list = []
-  if len(_deferred_refs) < 2: return same, apart
-  for r in list(_deferred_refs.values()):
-    if (o := r()) is None or o is t or (d := o._defer) is None or any([o is g for g in group]): continue
-    if not any([x in inputs for x in d[1]]): continue
-    if type(d[0]) is not type(built): return None
-    where = tuple([next((j for j, u in enumerate(inputs) if u is x), -1) for x in d[1]])
-    if d[0] is built and all([a is b for a, b in zip(d[1], inputs)]):
-      same.append(o)
-      continue
-    key = (id(built), id(d[0]), where)
-    if (hit := _holds_output.get(key)) is None or hit[0] is not built or hit[1] is not d[0]:
-      hit = _holds_output.put(key, (built, d[0], _holds(built, d[0], where)))
-    if hit[2]: return None
-    apart.append(o)
-  return same, apart
+def _sibling(built: Any, inputs: list[UOp], other: tuple) -> bool | None:
+  """For another deferred output `other` (its template and inputs) over some of t's inputs: True where it is t's own
+  graph (the same template over the same inputs), False where its graph neither holds t's output nor is a node of
+  t's graph (it may stay deferred), None otherwise, or where it is not a template's (t goes the usual way)."""
+  if type(other[0]) is not type(built): return None
+  if other[0] is built and all([a is b for a, b in zip(other[1], inputs)]): return True
+  where = tuple([next((j for j, u in enumerate(inputs) if u is x), -1) for x in other[1]])
+  key = (id(built), id(other[0]), where)
+  if (hit := _holds_output.get(key)) is None or hit[0] is not built or hit[1] is not other[0]:
+    hit = _holds_output.put(key, (built, other[0], _holds(built, other[0], where)))
+  return None if hit[2] else False
 
 def _holds(built: Any, other: Any, where: tuple) -> bool:
   """Whether the graph of template `other` over the inputs `where` says (j: t's input j, -1: one of its own) holds the
@@ -495,19 +485,23 @@ def _sched():
   return _sched_mod
 _sched_mod: Any = None
 
-def _may_share(t: Any, built: Any, inputs: list[UOp], group: tuple = ()) -> bool:
+def _may_share(t: Any, built: Any, inputs: list[UOp], group: tuple = (), same: list | None = None) -> bool:
   """Whether a live tensor may hold a node of the template's graph over `inputs`, which the usual realize would point
   at the new buffers. Every node of the graph holds one of the nodes right over the inputs (`Built.probes`): a few
   lookups find those still alive, and a live tensor holds a node of the graph only if its graph holds one of them
   (found from those nodes upwards, tensor_ops/users.py: unrelated tensors are not looked at). And another deferred
   output using one of the inputs may hold the same nodes once its graph is built (not one of `group`, realized in the
-  same call)."""
+  same call; with `same` given, only one `_sibling` does not let be, and those of t's own graph are added to it)."""
   if len(_deferred_refs) > 1:
     for r in list(_deferred_refs.values()):
       if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]) \
          and not any([o is g for g in group]):
-        return True
-  return bool(alive := _template().nodes_alive(built, inputs)) and _held_anywhere(alive)
+        if same is None or (own := _sibling(built, inputs, d)) is None: return True
+        if own: same.append(o)
+  alive = []   # (template.nodes_alive, inline: every repeated realize asks)
+  for find, spec in built.probes:
+    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
+  return bool(alive) and _held_anywhere(alive)
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple, apply: bool = True) -> UOp:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal); what t's graph became. Without `apply`
