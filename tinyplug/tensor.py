@@ -130,9 +130,10 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
     _unlinked.clear()
     t._uop = v
     return
-  if _deferred_refs:   # a deferred template output is built here: its graph may hold one
+  if _deferred_refs:   # a deferred output is built here where its graph may hold a realized node (a node of it exists)
     for r in list(_deferred_refs.values()):
-      if (t := r()) is not None and t._defer is not None: t._build()
+      if (t := r()) is not None and (d := t._defer) is not None and \
+         (type(d[0]) is not template.Built or template.nodes_alive(*d)): t._build()
   found = _link_pending(becomes)   # the tensors made since the last realize and holding a realized node
   if len(found) == 1 == len(becomes):   # the usual `t = (t + 1).realize()`: one new tensor holds the realized node
     if not (more := users.holders(becomes)):   # ... and no graph is over it
@@ -350,8 +351,12 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
         else: _apply_becomes_map({u: got})
       elif not graph.is_realized(u) and u.device is not None: _apply_becomes_map(_engine().realize([u]))
       return self
+    group = (self, *others)
+    # template outputs over buffers (`v, i = x.sort()`): each from its plan, with no graph built
+    if deferred := [t for t in group if (d := t._defer) is not None and type(d[0]) is template.Built]:
+      _plan().realize_together(deferred, group)
     # a deviceless constant has nothing to compute: it gets a device (and a buffer) only when read or moved
-    pending = [u for t in (self, *others) if not graph.is_realized(u := t.uop) and u.device is not None]
+    pending = [u for t in group if not graph.is_realized(u := t.uop) and u.device is not None]
     if pending: _apply_becomes_map(_engine().realize(pending))
     return self
 
@@ -384,6 +389,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
 
     Like tinygrad's numpy(), this computes a contiguous copy and leaves this tensor's graph as it is, so gradients
     still flow through it afterwards; realize() is what replaces a graph by its buffer."""
+    if (d := self._defer) is not None and type(d[0]) is template.Built and (a := self._deferred_array(d[0])) is not None:
+      return a
     if self.uop.device is None: return self.to(None)._host_array()
     if isinstance(self.device, tuple): return self.to(self.device[0])._host_array()   # gathered on the first device
     if disk.is_disk(self.device): return self.to(None)._host_array()   # a file's bytes, read on the default device
@@ -409,6 +416,19 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     if buf.op is not Ops.BUFFER:
       raise RuntimeError(f"realize() left {buf.op} instead of a buffer for shape {self.shape}")
     return buffer_of(buf).numpy()[:self.numel()].reshape(self.shape)
+
+  def _deferred_array(self, built: Any) -> np.ndarray | None:
+    """_host_array of a deferred template output from its plan, the tensor left deferred (as a graph is left a
+    graph: nothing is pointed at the new buffer); None: the usual way (no plan yet, or a value not read as it is)."""
+    ref = built.order[-1]   # (the placeholders' output: this one's shape, dtype and device)
+    if type(ref.device) is not str or disk.is_disk(ref.device) or ref.dtype in _FP8S or \
+       ref.dtype in (dtypes.bfloat16, dtypes.weakint) or ref.shape is None or not all([type(s) is int for s in ref.shape]) or \
+       not ref.size:
+      return None
+    from tinyplug.engine.realize import buffer_of, run_pending
+    run_pending()
+    if (value := _plan().deferred_value(self)) is None: return None
+    return buffer_of(value.base).numpy()[:ref.size].reshape(ref.shape)
 
   def numpy(self) -> np.ndarray:
     a = self._host_array()

@@ -50,6 +50,7 @@ class Plan:
     self.steps = tuple(s for s in steps if s[0] is not None)
     self.outs, self.result, self.make_view, self.held = outs, result, make_view, held
 
+
 def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | None:
   """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which only a parameter plan
   binds: `vals`)."""
@@ -150,9 +151,10 @@ def may_defer() -> bool:
   """Whether a template's output may be returned deferred now (not while TinyJit captures or anyone listens)."""
   return engine.capturing is None and not events._subscribers and REALIZE_PLANS.value
 
-def realize_deferred(t: Any) -> bool:
+def realize_deferred(t: Any, group: tuple = ()) -> bool:
   """Realize the deferred tensor `t` (its `_defer` is (template, input UOps)); False: the caller realizes it the
-  usual way (which builds its graph)."""
+  usual way (which builds its graph). `group`: tensors realized with it in one call (they hold nothing afterwards
+  that the usual way would point at t's buffers)."""
   built, inputs = t._defer
   if not engine.plans_apply():
     counters["fallbacks"] += 1
@@ -164,15 +166,75 @@ def realize_deferred(t: Any) -> bool:
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  if (plan := entry[1]) is None or _may_share(t, built, inputs):
+  same: list = []
+  if (plan := entry[1]) is None or _may_share(t, built, inputs, group, same):
     counters["fallbacks"] += 1
     return False
-  ins = inputs if not plan.held else [*inputs, *plan.held]
-  out = _run(plan, lambda r: handle_of(ins[r].base))[plan.result]
-  t._uop = out if plan.make_view is None else plan.make_view((out,))
+  t._uop = _result(plan, inputs)
   t._undefer()
   counters["hits"] += 1
+  for o in same:   # t's own graph: t's buffer, as the usual way
+    o._uop = t._uop
+    o._undefer()
   return True
+
+# Another deferred output over some of the same inputs, realized later the usual way, reads t's buffers where its graph
+# holds t's output (which t holds: the usual realize points every graph holding it at the buffer; the other nodes it
+# made buffers no tensor holds, and a later realize computes them again) or is a node of t's graph. One of neither
+# kind may stay deferred; one of either sends t the usual way (unless it is t's own graph: it takes t's buffer).
+# (id of t's template, id of the other's template, where each of its inputs is among t's) -> (the templates, whether
+# the other's graph holds t's output or is a node of t's graph)
+_holds_output: BoundedCache = BoundedCache("engine.deferred_holds_output", 4096)
+
+def _sibling(built: Any, inputs: list[UOp], other: tuple) -> bool | None:
+  """For another deferred output `other` (its template and inputs) over some of t's inputs: True where it is t's own
+  graph (the same template over the same inputs), False where its graph neither holds t's output nor is a node of
+  t's graph (it may stay deferred), None otherwise, or where it is not a template's (t goes the usual way)."""
+  if type(other[0]) is not type(built): return None
+  if other[0] is built and all([a is b for a, b in zip(other[1], inputs)]): return True
+  where = tuple([next((j for j, u in enumerate(inputs) if u is x), -1) for x in other[1]])
+  key = (id(built), id(other[0]), where)
+  if (hit := _holds_output.get(key)) is None or hit[0] is not built or hit[1] is not other[0]:
+    hit = _holds_output.put(key, (built, other[0], _holds(built, other[0], where)))
+  return None if hit[2] else False
+
+def _holds(built: Any, other: Any, where: tuple) -> bool:
+  """Whether the graph of template `other` over the inputs `where` says (j: t's input j, -1: one of its own) holds the
+  output of `built`'s graph, or is a node of it (sort's values gathered by its indices: the usual realize of the
+  values makes the indices' node a buffer, which the indices' tensor then holds); both over `built`'s placeholders
+  (interned: a shared node is one object)."""
+  holders = [built.holders[j] if j >= 0 else h for j, h in zip(where, other.holders)]
+  out = _template().graph_nodes(other, holders)[-1]
+  return built.order[-1] in out.toposort() or any([u is out for u in built.order])
+
+def _result(plan: Plan, inputs: list[UOp]) -> UOp:
+  """The template plan's result over `inputs`, run now."""
+  ins = inputs if not plan.held else [*inputs, *plan.held]
+  out = _run(plan, lambda r: handle_of(ins[r].base))[plan.result]
+  return out if plan.make_view is None else plan.make_view((out,))
+
+def realize_together(ts: list, group: tuple) -> None:
+  """Realize the deferred template outputs `ts`, all of them in `group` (one Tensor.realize call), each from its plan
+  as realize_deferred would alone: the others of the group are realized in this call too, so none of them holds a
+  node afterwards that the usual way would point at another's buffer. Those a plan does not take stay deferred (the
+  caller realizes them the usual way), as does any that a record's usual realize built on the way."""
+  for t in ts:
+    if t._defer is not None: realize_deferred(t, group)
+
+def deferred_value(t: Any) -> UOp | None:
+  """The value of the deferred tensor `t` as a new buffer (view), computed from its template's plan, `t` left as it is
+  (deferred): what numpy() reads, which points no tensor at any buffer; the first time, t's graph is built and realized
+  the usual way to record the plan. None: a refused plan, or plans do not apply."""
+  built, inputs = t._defer
+  if not engine.plans_apply() or any([u.op is _COPY for u in inputs]): return None
+  key = (id(built), _settings_token())
+  if (entry := _plans.get(key)) is None:
+    value = _record(t, built, inputs, key, apply=False)
+    # (a view other than a reshape of a buffer: numpy() reads the graph the usual way)
+    return value if (b := value.src[0] if value.op is Ops.RESHAPE else value).op is _BUFFER else None
+  if (plan := entry[1]) is None: return None
+  counters["hits"] += 1
+  return _result(plan, inputs)
 
 # ---------------- lazy gradients (gradient_template.py): a gradient realized as it is, its graph never built ----------------
 # (id of the recipe, id of its schedule template, settings number) -> (recipe, template, plan, what the plan reads,
@@ -407,6 +469,14 @@ def _copy_step(dest: str, src: str, refs: tuple, outs: tuple, nodes: list[UOp]) 
     dest_alloc.copyin(handles[0], memoryview(out))
   return (copy, tuple(refs), None, 0, nbytes)
 
+def _template():
+  global _template_mod
+  if _template_mod is None:
+    import tinyplug.tensor_ops.template as mod
+    _template_mod = mod
+  return _template_mod
+_template_mod: Any = None
+
 def _sched():
   global _sched_mod
   if _sched_mod is None:
@@ -415,29 +485,34 @@ def _sched():
   return _sched_mod
 _sched_mod: Any = None
 
-def _may_share(t: Any, built: Any, inputs: list[UOp]) -> bool:
+def _may_share(t: Any, built: Any, inputs: list[UOp], group: tuple = (), same: list | None = None) -> bool:
   """Whether a live tensor may hold a node of the template's graph over `inputs`, which the usual realize would point
   at the new buffers. Every node of the graph holds one of the nodes right over the inputs (`Built.probes`): a few
   lookups find those still alive, and a live tensor holds a node of the graph only if its graph holds one of them
   (found from those nodes upwards, tensor_ops/users.py: unrelated tensors are not looked at). And another deferred
-  output using one of the inputs may hold the same nodes once its graph is built."""
+  output using one of the inputs may hold the same nodes once its graph is built (not one of `group`, realized in the
+  same call; with `same` given, only one `_sibling` does not let be, and those of t's own graph are added to it)."""
   if len(_deferred_refs) > 1:
     for r in list(_deferred_refs.values()):
-      if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]):
-        return True
-  alive = []
+      if (o := r()) is not None and o is not t and (d := o._defer) is not None and any([x in inputs for x in d[1]]) \
+         and not any([o is g for g in group]):
+        if same is None or (own := _sibling(built, inputs, d)) is None: return True
+        if own: same.append(o)
+  alive = []   # (template.nodes_alive, inline: every repeated realize asks)
   for find, spec in built.probes:
     if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
   return bool(alive) and _held_anywhere(alive)
 
-def _record(t: Any, built: Any, inputs: list[UOp], key: tuple) -> None:
-  """Realize `t` the usual way and keep the plan of what ran (or a refusal)."""
+def _record(t: Any, built: Any, inputs: list[UOp], key: tuple, apply: bool = True) -> UOp:
+  """Realize `t` the usual way and keep the plan of what ran (or a refusal); what t's graph became. Without `apply`
+  (numpy()), only writes and copies that ran are pointed at: t keeps its graph."""
   uop = t.uop   # builds the graph
   schedule, becomes = engine.realize_schedule([uop], plans=False)
   plan = _plan_of(uop, inputs, schedule, becomes, built.order) if built.probes else None   # (no input: refused)
   _plans.put(key, (built, plan))
   counters["recorded" if plan is not None else "refused"] += 1
-  _apply_becomes_map(becomes)
+  _apply_becomes_map(becomes if apply else {k: v for k, v in becomes.items() if k.op in (Ops.ASSIGN, Ops.COPY)})
+  return becomes[uop]
 
 def _plan_of(uop: UOp, inputs: list[UOp], schedule: list, becomes: dict[UOp, UOp], own: tuple) -> Plan | None:
   if uop not in becomes or any(k.op in (Ops.ASSIGN, Ops.COPY) for k in becomes): return None

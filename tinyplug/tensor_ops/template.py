@@ -95,12 +95,17 @@ def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
       if u.op is not Ops.DEVICE: own.setdefault(u, (k, j))
   return (kept_key(key), tuple(own.get(u, (-1, index[u])) for u in nodes[:-2])), keys
 
-def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
-  """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow
-  (`views`: whether they are views of distinct buffers, when the caller knows)."""
+def graph_nodes(t: Built, inputs: list[UOp]) -> list[UOp]:
+  """Each node of the template's graph over `inputs`, where its placeholder graph's node is in `order`."""
   vals = list(t.order)
   for p, u in zip(t.holder_pos, inputs): vals[p] = u
   for p, make, srcs in t.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
+  return vals
+
+def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
+  """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow
+  (`views`: whether they are views of distinct buffers, when the caller knows)."""
+  vals = graph_nodes(t, inputs)
   out = vals[-1]
   # a new output has the template's shape and device: known without a walk down its graph (realize asks at once)
   if out is not (ref := t.order[-1]): out.with_known_shape_and_device(ref.shape, ref.device)
@@ -263,6 +268,14 @@ def _op_over_templates(u: UOp, depth: int = _OP_OVER_DEPTH) -> tuple[tuple, list
   return ((_OP_OVER, u.op._value_, id(u.dtype), arg, tuple(which)), *keys), nodes
 
 rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
+
+def nodes_alive(t: Built, inputs: list[UOp]) -> list[UOp]:
+  """The live nodes of the template's graph right over `inputs` (`Built.probes`); none: no node of its graph over
+  them exists anywhere (so none was realized, and none is held)."""
+  alive = []
+  for find, spec in t.probes:
+    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
+  return alive
 
 def _may_defer() -> bool:
   global _plan
