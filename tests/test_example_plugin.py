@@ -61,11 +61,15 @@ def test_example_heuristic_replaces_the_first_party_one(example):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
   with Context(NOOPT=1): assert get_runner("CPU", matmul_kernel("CPU")).spec.applied_opts == ()
 
-def test_example_device_runs(example):
+def test_example_device_runs(example, tmp_path, monkeypatch):
+  import tempfile
   from tinyplug import Tensor
   from tinyplug.device import Device
   pytest.importorskip("tinyplug_example.device")
   if not Device.available() or "EXAMPLE" not in Device.available(): pytest.skip("no C compiler for the EXAMPLE device")
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))   # where the device writes each kernel's library to load it
   a = np.arange(12, dtype=np.float32).reshape(3, 4)
   t = Tensor(a, device="EXAMPLE")
   np.testing.assert_allclose(((t * 2 + 1).exp2().sum(1)).numpy(), np.exp2(a * 2 + 1).sum(1), rtol=1e-6)
@@ -73,6 +77,7 @@ def test_example_device_runs(example):
   want = (Tensor(ints, device="PYTHON") // Tensor(np.array([0, 0, -1], dtype=np.int32), device="PYTHON")).tolist()
   got = (Tensor(ints, device="EXAMPLE") // Tensor(np.array([0, 0, -1], dtype=np.int32), device="EXAMPLE")).tolist()
   assert got == want   # C would trap on x/0 and INT_MIN/-1; the device gives what every other device gives
+  assert not list(scratch.iterdir())   # loaded kernels leave no files (one per kernel once piled up in /tmp)
 
 # A slice of the op suite that renders each kind of C the device emits once: each kernel is a C compile, so the whole
 # suite takes many minutes (TINYPLUG_EXAMPLE_FULL_SUITE=1 runs all of it). Test -> the parameter ids kept (None: all):
