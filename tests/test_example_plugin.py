@@ -97,7 +97,8 @@ SLICE: dict[str, dict[str, list[str] | None]] = {
     # a reshape, a permute, an expand, a flip, a repeat, a 0-d view, and views feeding arithmetic and a reduce
     "test_movement": ["reshape", "reshape_0d", "permute", "expand_new_dims", "flip_both", "repeat", "unflatten",
                       "permute_then_add", "flip_then_mul", "expand_then_sum", "contiguous", "movedim"],
-    "test_pad": None, "test_pad_mode_errors": None, "test_pad_pairs_and_shrink": None, "test_pad_fully_padded_read": None,
+    "test_pad": None, "test_pad_mode_errors": None, "test_pad_pairs_and_shrink": None,
+    "test_pad_fully_padded_read": None,
     "test_pad_modes": [f"shape1-padding1-{m}" for m in ("reflect", "replicate", "circular")] +
                       ["shape3-padding3-reflect"],   # each mode on 4-d, and a 5-d pad
     "test_pad_modes_negative": [f"(2, -1, 1, -2)-{m}" for m in ("reflect", "replicate", "circular")],
@@ -106,7 +107,8 @@ SLICE: dict[str, dict[str, list[str] | None]] = {
     "test_matmul": ["((3,), (3,))", "((2, 3), (3, 4))", "((2, 1, 2, 3), (3, 3, 2))", "((2, 0), (0, 3))"],
     "test_matmul_ints_and_dot": None,
     "test_conv2d": ["x(2, 3, 6, 5)-w(4, 3, 3, 2)-padding1", "x(1, 2, 7, 8)-w(3, 2, 2, 3)-stride(2, 3)-padding(1, 2)",
-                    "x(1, 3, 6, 6)-w(3, 1, 3, 3)-groups3-stride2-dilation(1, 2)", "x(1, 1, 4, 4)-w(2, 1, 4, 4)-biasTrue"],
+                    "x(1, 3, 6, 6)-w(3, 1, 3, 3)-groups3-stride2-dilation(1, 2)",
+                    "x(1, 1, 4, 4)-w(2, 1, 4, 4)-biasTrue"],
     "test_conv2d_flat_padding_and_conv1d": None,
   },
   "test_tensor_cores": {"test_matmul_on_tensor_cores": None, "test_padded_matmul_on_tensor_cores": None,

@@ -4,8 +4,9 @@ search candidates and send back each program and its binary; the parent only tim
 
 Each worker belongs to one thread of a thread pool: the thread sends a candidate down the worker's stdin and waits
 for its answer on stdout (frames: an 8-byte length, then a pickle; both ends are this module and the worker it
-started; the worker's first frame, READY, says its imports are done: a build's time bound counts from there). A worker that dies takes only the candidate it was building with it: that candidate's future fails with
-`WorkerDied`, and the thread starts a new worker for its next candidate."""
+started; the worker's first frame, READY, says its imports are done: a build's time bound counts from there). A
+worker that dies takes only the candidate it was building with it: that candidate's future fails with `WorkerDied`,
+and the thread starts a new worker for its next candidate."""
 from __future__ import annotations
 import atexit, os, pickle, queue, struct, subprocess, threading, time
 from concurrent.futures import Future, ThreadPoolExecutor
