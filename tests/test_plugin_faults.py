@@ -30,11 +30,28 @@ def test_version_imports_no_plugin(plugin_site):
 
 def test_doctor_names_the_plugin_that_hangs(plugin_site):
   plugin_site.add("tp-sleepy", {"sleepy": HANG})
-  # long enough for the other devices' cold compiles on a loaded machine; the hang costs the test this long
-  result = plugin_site.run("doctor", TINY_PLUGINS_TIMEOUT="45")
+  # the hang costs the test the import bound; the other devices' cold compiles get a bound of their own, long enough
+  # on a loaded machine
+  result = plugin_site.run("doctor", TINY_PLUGINS_TIMEOUT="15", TINY_DOCTOR_CHECK_TIMEOUT="300")
   assert result.returncode == 1
-  assert "plugin 'sleepy' is failed" in result.stdout and "did not finish within 45 s" in result.stdout, result.stdout
+  assert "plugin 'sleepy' is failed" in result.stdout and "did not finish within 15 s" in result.stdout, result.stdout
   assert "CPU" in result.stdout and "allocated and ran" in result.stdout   # the rest was still checked
+
+def test_doctor_bounds_a_device_check_by_its_own_setting(monkeypatch):
+  """TINY_DOCTOR_CHECK_TIMEOUT bounds each device check apart from the plugins' import bound; unset, that bound."""
+  import threading
+  from types import SimpleNamespace
+  from tinyplug import doctor
+  release = threading.Event()
+  monkeypatch.setattr(doctor, "check_device", lambda pm, name: release.wait(60))   # a check that hangs
+  pm = SimpleNamespace(timeout=None, devices={"HANGS": (None, "tp-hangs")})
+  monkeypatch.setenv("TINY_DOCTOR_CHECK_TIMEOUT", "0.5")
+  try: report = doctor._bounded_check(pm, "HANGS")
+  finally: release.set()
+  assert report["status"] == "failed" and "checking device HANGS did not finish within 0.5 s" in report["reason"]
+  assert report["plugin"] == "tp-hangs"
+  monkeypatch.delenv("TINY_DOCTOR_CHECK_TIMEOUT")
+  assert doctor.check_timeout(SimpleNamespace(timeout=7.0)) == 7.0
 
 CPU_GRAB = """
   @hookimpl

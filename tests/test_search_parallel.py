@@ -154,3 +154,30 @@ def test_workers_that_cannot_build_the_kernel_leave_it_to_this_process(monkeypat
   monkeypatch.undo()
   got, _ = run_kernel(out, "CPU", opts)
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+def test_a_worker_still_starting_is_not_a_stuck_build():
+  """The build bound counts from a worker's READY: one still importing (a loaded machine) is left to start for
+  START_ALLOWANCE more, one that is ready and over the bound is stopped, and a started worker builds."""
+  _cpu_or_skip()
+  from tinyplug.search import pool as pool_mod
+  pool = pool_mod.CompilePool(1)
+  try:
+    w = pool._spare.get()
+    w.busy_since = time.monotonic() - 2.0   # asked for a build 2 s ago, no READY read yet
+    pool.stop_stuck(1.0)
+    assert w.proc.poll() is None and w.stopped_after is None
+    w.ready = True
+    pool.stop_stuck(1.0)
+    assert w.proc.wait(timeout=30) != 0 and w.stopped_after == 1.0
+    fresh = pool_mod._Worker()
+    try:
+      out, _ = _matmul(8, 8, 8)
+      (item,), _ = create_schedule([out.uop])
+      timer = runner.Timer(item.ast, Device["CPU"].renderer, "CPU")
+      with Context(PARALLEL=1): timer._pool()
+      spec, lib = fresh.build(timer._job_key, timer._job, [])
+      assert fresh.ready and spec.src and lib
+    finally: fresh.close()
+  finally:
+    pool.close()
+    pool_mod.close_pool()   # the one Timer._pool made

@@ -50,9 +50,16 @@ def check_device(pm: PluginManager, name: str) -> dict[str, Any]:
           "reason": f"allocated and ran a 1-element kernel ({ms:.0f} ms)" + (f"; {about}" if about else "")}
 
 
+def check_timeout(pm: PluginManager) -> float | None:
+  """Seconds for one device check: TINY_DOCTOR_CHECK_TIMEOUT, else the manager's bound (the CLI's TINY_PLUGINS_TIMEOUT).
+  A check compiles a kernel cold, which can take far longer than a plugin's import or probe."""
+  raw = env_str("TINY_DOCTOR_CHECK_TIMEOUT")
+  return float(raw) if raw else pm.timeout
+
+
 def _bounded_check(pm: PluginManager, name: str) -> dict[str, Any]:
-  """check_device, within the manager's timeout (the CLI's TINY_PLUGINS_TIMEOUT): a device that hangs is named."""
-  try: return call_guarded(lambda: check_device(pm, name), f"checking device {name}", pm.timeout)
+  """check_device, within check_timeout(pm): a device that hangs is named."""
+  try: return call_guarded(lambda: check_device(pm, name), f"checking device {name}", check_timeout(pm))
   except PluginTimeout as e: return {"name": name, "plugin": pm.devices[name][1], "status": "failed", "reason": str(e)}
 
 

@@ -225,6 +225,8 @@ document_env("TINY_PLUGINS", "", "comma list of plugin ids: `id` turns a plugin 
 document_env("TINY_PLUGINS_AUTOLOAD", "1", "0 loads only built-in plugins plus those named in TINY_PLUGINS")
 document_env("TINY_PLUGINS_STRICT", "0", "1 makes any plugin failure an error instead of a warning")
 document_env("TINY_PLUGINS_TIMEOUT", 20, "seconds `tinyplug` commands wait for one plugin's import or device probe")
+document_env("TINY_DOCTOR_CHECK_TIMEOUT", "", "seconds `tinyplug doctor` waits for one device check (a cold compile "
+             "and run); unset: TINY_PLUGINS_TIMEOUT")
 document_env("NO_COLOR", "", "set to anything to turn off ANSI colours in terminal output")
 document_env("XDG_CACHE_HOME", "~/.cache", "base directory of tinyplug's disk cache (<base>/tinyplug)")
 document_env("CACHE_MAX_MB", 4000, "size limit of the disk cache in MB (0: none); the least recently written or used "

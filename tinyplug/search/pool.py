@@ -4,8 +4,9 @@ search candidates and send back each program and its binary; the parent only tim
 
 Each worker belongs to one thread of a thread pool: the thread sends a candidate down the worker's stdin and waits
 for its answer on stdout (frames: an 8-byte length, then a pickle; both ends are this module and the worker it
-started). A worker that dies takes only the candidate it was building with it: that candidate's future fails with
-`WorkerDied`, and the thread starts a new worker for its next candidate."""
+started; the worker's first frame, READY, says its imports are done: a build's time bound counts from there). A
+worker that dies takes only the candidate it was building with it: that candidate's future fails with `WorkerDied`,
+and the thread starts a new worker for its next candidate."""
 from __future__ import annotations
 import atexit, os, pickle, queue, struct, subprocess, threading, time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +21,10 @@ class JobRefused(RuntimeError):
   worker's plugin set differs from this process's): the search builds them itself."""
 
 _HEADER = struct.Struct("<Q")
+READY = ("ready",)   # a worker's first frame: its imports are done
+# seconds a new worker may take to import (a loaded machine, a cold disk) on top of the build bound before
+# `stop_stuck` ends it; the build bound itself counts from its READY, so a slow start never costs a candidate
+START_ALLOWANCE = 60.0
 
 def write_frame(out: BinaryIO, obj: Any) -> None:
   data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -46,12 +51,18 @@ class _Worker:
     argv, env = python_module_command("tinyplug.search.worker")
     self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     self.job_key: str | None = None   # the job (kernel, renderer, compiler, settings) it holds
+    self.ready = False                # it has sent READY
     self.busy_since: float | None = None
     self.stopped_after: float | None = None   # seconds, when `stop_stuck` ended it
 
   def build(self, job_key: str, job: bytes, opts: list) -> tuple[Any, bytes]:
     self.busy_since = time.monotonic()
     try:
+      if not self.ready:
+        if read_frame(self.proc.stdout) != READY:   # it exited while starting (or broke the protocol: ended)
+          self.proc.kill()
+          raise OSError("no READY")
+        self.ready, self.busy_since = True, time.monotonic()
       write_frame(self.proc.stdin, (job_key, job if job_key != self.job_key else None, opts))
       reply = read_frame(self.proc.stdout)
     except (BrokenPipeError, OSError): reply = None
@@ -105,11 +116,12 @@ class CompilePool:
       raise
 
   def stop_stuck(self, seconds: float) -> None:
-    """End the workers busy with one candidate for more than `seconds` (its future then fails with WorkerDied)."""
+    """End the workers busy with one candidate for more than `seconds`, or still starting for START_ALLOWANCE more
+    (its future then fails with WorkerDied)."""
     now = time.monotonic()
     with self._lock: workers = list(self._all)
     for w in workers:
-      if (since := w.busy_since) is not None and now - since > seconds:
+      if (since := w.busy_since) is not None and now - since > seconds + (0.0 if w.ready else START_ALLOWANCE):
         w.stopped_after = seconds
         w.proc.kill()
 

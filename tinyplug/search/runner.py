@@ -153,7 +153,7 @@ BUILD_TIMEOUT = 120.0
 def _settle(pool, fut) -> None:
   """Wait until `fut` is done, stopping builds that run past BUILD_TIMEOUT meanwhile."""
   import concurrent.futures
-  while not concurrent.futures.wait([fut], timeout=min(5.0, BUILD_TIMEOUT)).done: pool.stop_stuck(BUILD_TIMEOUT)
+  while not concurrent.futures.wait([fut], timeout=min(5.0, BUILD_TIMEOUT / 4)).done: pool.stop_stuck(BUILD_TIMEOUT)
 
 class Timer:
   """Builds a kernel AST with given actions and times it on `device` with scratch buffers (min of a few runs).

@@ -46,6 +46,8 @@ def main() -> None:
   os.dup2(2, 1)
   from tinyplug.codegen import pipeline_key
   pipeline_key()   # the plugins and the pass pipeline load now, while the parent gets its first candidates ready
+  from tinyplug.search.pool import READY, write_frame
+  write_frame(out, READY)   # the parent's build bound starts now, not while this process imported
   try: serve(sys.stdin.buffer, out)
   except KeyboardInterrupt: pass
 

@@ -78,6 +78,25 @@ def test_disk_cache_hit_and_damaged_entry_rebuilt(emu, run_kernel, tmp_path, mon
   assert third.compile_cached(src) == lib and EmulatorCompiler.compiles == before + 2   # rebuilt, not loaded
   with open(path, "rb") as f: assert f.read() == lib
 
+PRIVATE = """
+import os, tempfile
+from tinyplug.helpers import Context
+from tinyplug_emulator import toolchain
+print(toolchain.store("cached", b"lib").startswith(toolchain.emulator_dir()), os.listdir(tempfile.gettempdir()))
+with Context(CACHELEVEL=0): print(toolchain.build_shared("private", lambda out: open(out, "wb").write(b"lib")))
+"""
+
+def test_kernels_outside_the_cache_leave_no_folder_behind(tmp_path):
+  """A writable cache makes no private folder; the one CACHELEVEL=0 needs is removed when the process ends."""
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), TMPDIR=str(scratch))
+  r = subprocess.run([sys.executable, "-c", PRIVATE], env=env, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  stored, private = r.stdout.splitlines()
+  assert stored == "True []" and private.startswith(str(scratch))
+  assert not list(scratch.iterdir())
+
 def test_clang_error_names_the_kernel_source(emu):
   from tinyplug_emulator.toolchain import ToolchainError
   with pytest.raises(ToolchainError, match=r"clang failed on a opencl kernel:\n.*undeclared identifier 'nope'"):

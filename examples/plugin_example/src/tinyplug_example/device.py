@@ -77,9 +77,11 @@ class CCompiler(Compiler):
 class CProgram:
   """A loaded kernel: `prg(*buffers, vals=..., wait=...)` calls it with the buffers' addresses and the variables."""
   def __init__(self, spec: ProgramSpec, lib: bytes):
-    fd, self.path = tempfile.mkstemp(suffix=".so")
-    with os.fdopen(fd, "wb") as f: f.write(lib)
-    self.dll = ctypes.CDLL(self.path)
+    fd, path = tempfile.mkstemp(suffix=".so")
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(lib)
+      self.dll = ctypes.CDLL(path)
+    finally: os.unlink(path)   # the loaded library stays mapped; a file left for __del__ outlived the process
     self.fn = getattr(self.dll, spec.name)
     self.fn.restype = None
 
@@ -88,10 +90,6 @@ class CProgram:
     st = time.perf_counter()
     self.fn(*args)
     return time.perf_counter() - st
-
-  def __del__(self):
-    try: os.unlink(self.path)
-    except OSError: pass
 
 
 class ExampleDevice(Compiled):

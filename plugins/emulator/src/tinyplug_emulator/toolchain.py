@@ -3,7 +3,7 @@
 Every shared object lives under `<cache dir>/emulator/` as `<key>.so` with a `<key>.so.sha256` beside it; the digest is
 checked before the file is loaded, and a missing, damaged or mismatched entry is rebuilt, never loaded."""
 from __future__ import annotations
-import functools, hashlib, os, re, shutil, subprocess, tempfile, time
+import atexit, functools, hashlib, os, re, shutil, subprocess, tempfile, time
 from tinyplug.diskcache import USED_AGAIN_AFTER, mark_used, note_write
 from tinyplug.helpers import CACHELEVEL, cache_dir
 from tinyplug_emulator.settings import EMU_CLANG
@@ -91,8 +91,9 @@ def verified_path(name: str) -> str | None:
 def store(name: str, data: bytes) -> str:
   """Write `<name>.so` and its checksum atomically; returns the path. Falls back to a private temporary directory
   when the cache directory cannot be written (a read-only home must not stop the emulator)."""
-  for base in (emulator_dir(), _private_dir()):
+  for where in (emulator_dir, _private_dir):   # the fallback made only when needed: each one is a folder in /tmp
     try:
+      base = where()
       os.makedirs(base, exist_ok=True)
       path = os.path.join(base, name + ".so")
       for target, payload in ((path, data), (path + ".sha256", digest(data).encode())):
@@ -105,7 +106,11 @@ def store(name: str, data: bytes) -> str:
   raise ToolchainError(f"cannot write the compiled kernel anywhere (tried {emulator_dir()} and {_private_dir()})")
 
 @functools.cache
-def _private_dir() -> str: return tempfile.mkdtemp(prefix="tinyplug-emulator-")
+def _private_dir() -> str:
+  """This process's folder for kernels the cache does not keep, removed at exit (a loaded library stays mapped)."""
+  path = tempfile.mkdtemp(prefix="tinyplug-emulator-")
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  return path
 
 # the bytes of the libraries every kernel links against, by path: the cache's size limit (another process's trim) may
 # evict them while this process still links new kernels against them
