@@ -316,6 +316,10 @@ class Renderer:
 # tensor_ops/layout.py's copies blocked by channels
 NARROW_MAX_REGISTERS = 16
 
+# on x86 cores, addresses a multiple of this many bytes apart share an L1 set and look alike to the check of a load
+# against earlier stores (4K aliasing): rows that far apart are padded or tiled apart where vectors are narrow
+ALIAS_BYTES = 4096
+
 def narrow_vectors(renderer: Any) -> bool:
   """Whether `renderer` runs loops with at most NARROW_MAX_REGISTERS vector registers (AVX2)."""
   return bool(renderer is not None and renderer.runs_loops and renderer.vector_bytes and renderer.vector_registers and

@@ -50,7 +50,6 @@ class Plan:
     self.steps = tuple(s for s in steps if s[0] is not None)
     self.outs, self.result, self.make_view, self.held = outs, result, make_view, held
 
-
 def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | None:
   """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which only a parameter plan
   binds: `vals`)."""

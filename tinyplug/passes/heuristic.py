@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from itertools import repeat
 from typing import Any, Callable
-from tinyplug.backend import narrow_vectors
+from tinyplug.backend import ALIAS_BYTES, narrow_vectors
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.uop.dtype import dtypes
 from tinyplug.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
@@ -832,9 +832,6 @@ def _transpose_axis(k: Kernel) -> int | None:
     strides = _load_strides(k, loops[a])
     if all(strides[i] == 1 for i in across): return a
   return None
-
-# where a transposing copy's output rows lie a multiple of this many bytes apart, they share the L1's sets
-ALIAS_BYTES = 4096
 
 def _transpose_tile(k: Kernel, across: int) -> tuple[int, int] | None:
   """On narrow vectors (AVX2), a transposing copy whose output rows lie a multiple of ALIAS_BYTES apart and whose

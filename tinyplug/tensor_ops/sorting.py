@@ -22,11 +22,12 @@ NARROW_VALUE_BITS = (3, 3)
 # rows of their own, cut off at the end). 1024x1024, one thread, kernels interleaved, sums of medians: sort values
 # 9.1-10.6 -> 8.0-10.0 ms, argsort 23.2 -> 18.2, topk(16) indices 5.3 -> 4.6. Pads of 8-96 tried, 8 and 24 best: with
 # 32 the lanes of a merge at distance 32 were 4 KB multiples apart again (that kernel 0.4 -> 0.8 ms)
-ALIAS_BYTES, ALIAS_PAD = 4096, 24
+ALIAS_PAD = 24
 
 def _alias_pad(shape: tuple[int, ...], at: int, ax: int, itemsize: int, device) -> int:
   """Elements to pad the moved tensor's rows by before the network (its layout (sorted axis, rows)), or 0: only for
   two axes moved by a transposing copy (the pad rides on it) where vectors are narrow."""
+  from tinyplug.backend import ALIAS_BYTES
   from tinyplug.device import narrow_vectors_on
   if not ALIAS_PAD or len(shape) != 2 or at != 0 or ax == at or not narrow_vectors_on(device): return 0
   return ALIAS_PAD if shape[1] * itemsize % ALIAS_BYTES == 0 else 0
