@@ -104,6 +104,15 @@ def test_tanh_keeps_relative_precision_near_zero(device):
   torch.sigmoid(tf).sum().backward()
   np.testing.assert_allclose(gs.numpy(), tf.grad.numpy(), rtol=1e-5, atol=0)
 
+def test_tanh_keeps_each_dtypes_precision():
+  """float32's rational fit is float32-accurate only: halves compute it in float32 (in float16 its x^12 terms overflow
+  and its small coefficients vanish: 0.02 off at -9), float64 keeps the series and the sigmoid."""
+  x = np.linspace(-9.5, 9.5, 4001)
+  got16 = Tensor(x.astype(np.float16)).tanh().numpy().astype(np.float64)
+  np.testing.assert_allclose(got16, np.tanh(x.astype(np.float16).astype(np.float64)), rtol=0, atol=5e-4)
+  got64 = Tensor(x, dtype=dtypes.float64).tanh().numpy()
+  np.testing.assert_allclose(got64, np.tanh(x), rtol=1e-9, atol=1e-15)   # (the series to x^11 near 0.25: 2e-10)
+
 def test_tanh_gradient_is_built_from_its_value():
   """1 - t^2 from the forward's value: differentiating the series, the clamps and both branches through tripled gelu's
   backward in a matmul's epilogue."""

@@ -36,6 +36,26 @@ _TANH_EDGE = 9.02
 _TANH_P = (1.0, 0.13084924221038818, 0.003104936797171831, 1.1163466297148261e-05, -2.025578638154002e-08,
            5.289138224617851e-11, -8.508734623997871e-14)
 _TANH_Q = (1.0, 0.4641825258731842, 0.02449919283390045, 0.00025475083384662867)
+def _tanh_rational(x):
+  """float32 tanh as x * P(x^2) / Q(x^2), a rational fit on |x| <= 9.02 (relative error 7e-9 before float32 rounding,
+  at most ~5 float32 ulps after it, under 1 on average): one division and ten multiply-adds, against exp2, a
+  reciprocal and a series for small x (a third faster); exact near 0 (P(0) = 1). Beyond 9.02 tanh is +-1.0f."""
+  c = x.maximum(-_TANH_EDGE).minimum(_TANH_EDGE)
+  z = c * c
+  t = c * _horner(z, _TANH_P) / _horner(z, _TANH_Q)
+  return (x.abs() > _TANH_EDGE).where((x > 0).where(1.0, -1.0), t)
+
+def _tanh_series_sigmoid(x):
+  """float64 tanh: 2*sigmoid(2x)-1, which cancels to nothing near 0 (tanh(1e-8) gave 0): there its odd series to
+  x^11 (the next term is below 1e-10 for |x| < 0.25). Clamped at +-10, exp2 never overflows (libmvec's vector exp2
+  takes a scalar slow path for each overflowing lane)."""
+  far = 2.0 * (2.0 * x.maximum(-10.0).minimum(10.0)).sigmoid() - 1.0
+  small = x.abs() < 0.25
+  xs = small.where(x, 0.0)   # the series only ever sees small x: x^11 of a large x would make the gradient NaN
+  x2 = xs * xs
+  near = xs * (1.0 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835 + x2 * (-1382 / 155925))))))
+  return small.where(near, far)
+
 def _horner(z, coeffs: tuple[float, ...]):
   acc = z * coeffs[-1] + coeffs[-2]
   for k in reversed(coeffs[:-2]): acc = acc * z + k
@@ -351,16 +371,14 @@ class ElementwiseMixin:
   def logsigmoid(self): return -(-self).softplus()
   @graph_template
   def tanh(self):
-    # x * P(x^2) / Q(x^2), a rational fit of tanh on |x| <= 9.02 (relative error 7e-9 before float32 rounding, at
-    # most ~5 float32 ulps after it, under 1 on average): one division and ten multiply-adds, against exp2, a
-    # reciprocal and a series for small x (a third faster); exact near 0 (P(0) = 1). Beyond 9.02 tanh is +-1.0f.
     x = self._floats()
-    c = x.maximum(-_TANH_EDGE).minimum(_TANH_EDGE)
-    z = c * c
-    t = c * _horner(z, _TANH_P) / _horner(z, _TANH_Q)
-    t = (x.abs() > _TANH_EDGE).where((x > 0).where(1.0, -1.0), t)
+    if x.dtype == dtypes.float64: t = _tanh_series_sigmoid(x)
+    else:   # halves and fp8s through float32: the fit's coefficients and x^12 terms are beyond their range
+      t = _tanh_rational(x if x.dtype == dtypes.float32 else x.cast(dtypes.float32))
+      if t.dtype != x.dtype: t = t.cast(x.dtype)
     if t.requires_grad is False: return t
-    # 1 - t^2 from the value: differentiating the fit through (gelu's backward in a matmul epilogue) costs twice the ops
+    # 1 - t^2 from the value: differentiating the formula through (gelu's backward in a matmul epilogue) costs twice
+    # the ops
     from tinyplug.gradient import custom_gradient
     return custom_gradient(t, (x,), _tanh_grad)
   @graph_template
