@@ -11,7 +11,7 @@ TC (first, or after PADTOs only, on a GPU renderer with `tensor_cores`) runs a m
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
-from tinyplug.uop.dtype import dtypes
+from tinyplug.uop.dtype import PtrDType, dtypes
 from tinyplug.uop.ops import Ops, UOp
 
 class OptOps(Enum):
@@ -233,8 +233,9 @@ def _reads_inside(src: tuple[UOp, ...]) -> bool:
   ranges: a padded output axis then reads what lies there (a padded panel's spare columns) and only the store is
   gated; its values reach no other output."""
   buf, idx = src[0], src[1]
-  size = getattr(buf.dtype, "size", -1)
-  if len(src) > 2 or not dtypes.is_float(buf.dtype.base) or size is None or size <= 0: return False
+  if len(src) > 2 or not isinstance(buf.dtype, PtrDType) or not dtypes.is_float(buf.dtype.base) or buf.dtype.size <= 0:
+    return False
+  size = buf.dtype.size
   lo, hi = idx.vmin, idx.vmax
   return isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < size
 
