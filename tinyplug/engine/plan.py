@@ -203,7 +203,7 @@ def _holds(built: Any, other: Any, where: tuple) -> bool:
   values makes the indices' node a buffer, which the indices' tensor then holds); both over `built`'s placeholders
   (interned: a shared node is one object)."""
   holders = [built.holders[j] if j >= 0 else h for j, h in zip(where, other.holders)]
-  out = _template().graph_nodes(other, holders)[-1]
+  out = other.nodes_over(holders)[-1]
   return built.order[-1] in out.toposort() or any([u is out for u in built.order])
 
 def _result(plan: Plan, inputs: list[UOp]) -> UOp:
@@ -467,14 +467,6 @@ def _copy_step(dest: str, src: str, refs: tuple, outs: tuple, nodes: list[UOp]) 
     src_dev.allocator.copyout(memoryview(out), handles[1])
     dest_alloc.copyin(handles[0], memoryview(out))
   return (copy, tuple(refs), None, 0, nbytes)
-
-def _template():
-  global _template_mod
-  if _template_mod is None:
-    import tinyplug.tensor_ops.template as mod
-    _template_mod = mod
-  return _template_mod
-_template_mod: Any = None
 
 def _sched():
   global _sched_mod

@@ -43,6 +43,13 @@ class Built:
   own: tuple[int, ...] = ()
   token: object = field(default_factory=object, compare=False)
 
+  def nodes_over(self, inputs: list[UOp] | tuple[UOp, ...]) -> list[UOp]:
+    """Each node of the graph over `inputs`, where its placeholder graph's node is in `order`."""
+    vals = list(self.order)
+    for p, u in zip(self.holder_pos, inputs): vals[p] = u
+    for p, make, srcs in self.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
+    return vals
+
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 _seen: BoundedCache = BoundedCache("tensor.graph_template_keys_seen", 4 * MAX_TEMPLATES)   # signatures called once
 
@@ -95,17 +102,10 @@ def _structure_of(holders: tuple[UOp, ...], out: UOp, index: dict[UOp, int]):
       if u.op is not Ops.DEVICE: own.setdefault(u, (k, j))
   return (kept_key(key), tuple(own.get(u, (-1, index[u])) for u in nodes[:-2])), keys
 
-def graph_nodes(t: Built, inputs: list[UOp]) -> list[UOp]:
-  """Each node of the template's graph over `inputs`, where its placeholder graph's node is in `order`."""
-  vals = list(t.order)
-  for p, u in zip(t.holder_pos, inputs): vals[p] = u
-  for p, make, srcs in t.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
-  return vals
-
 def _rebuild(t: Built, inputs: list[UOp], views: bool | None = None) -> UOp:
   """The template's graph over `inputs`; with the structure hint attached to its output where the inputs allow
   (`views`: whether they are views of distinct buffers, when the caller knows)."""
-  vals = graph_nodes(t, inputs)
+  vals = t.nodes_over(inputs)
   out = vals[-1]
   # a new output has the template's shape and device: known without a walk down its graph (realize asks at once)
   if out is not (ref := t.order[-1]): out.with_known_shape_and_device(ref.shape, ref.device)
