@@ -133,7 +133,7 @@ def _apply_becomes_map(becomes: dict[UOp, UOp]) -> None:
   if _deferred_refs:   # a deferred output is built here where its graph may hold a realized node (a node of it exists)
     for r in list(_deferred_refs.values()):
       if (t := r()) is not None and (d := t._defer) is not None and \
-         (type(d[0]) is not template.Built or template.nodes_alive(*d)): t._build()
+         (type(d[0]) is not template.Built or d[0].nodes_alive(d[1])): t._build()
   found = _link_pending(becomes)   # the tensors made since the last realize and holding a realized node
   if len(found) == 1 == len(becomes):   # the usual `t = (t + 1).realize()`: one new tensor holds the realized node
     if not (more := users.holders(becomes)):   # ... and no graph is over it

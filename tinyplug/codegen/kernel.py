@@ -210,12 +210,12 @@ def pad_range(sink: UOp, r: UOp, padded: int) -> UOp:
     if u is r: continue
     if any(x in uses_r for x in u.src): uses_r.add(u)
     src = tuple(memo.get(x, x) for x in u.src)
-    if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r and loose_ok and u not in stored and \
-       _reads_inside(src):
-      if src != u.src: memo[u] = UOp(Ops.INDEX, u.dtype, src, u.arg)
-    elif u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r:
-      gate = valid if len(src) < 3 else UOp(Ops.AND, dtypes.bool, (src[2], valid))
-      memo[u] = UOp(Ops.INDEX, u.dtype, (*src[:2], gate), u.arg)
+    if u.op is Ops.INDEX and u.src[0].op is Ops.DEFINE_GLOBAL and u in uses_r:
+      if loose_ok and u not in stored and _reads_inside(src):   # ungated: only its own padded outputs read it
+        if src != u.src: memo[u] = UOp(Ops.INDEX, u.dtype, src, u.arg)
+      else:
+        gate = valid if len(src) < 3 else UOp(Ops.AND, dtypes.bool, (src[2], valid))
+        memo[u] = UOp(Ops.INDEX, u.dtype, (*src[:2], gate), u.arg)
     elif u.op is Ops.REDUCE and r in u.src[1:]:
       identity = UOp.const(u.dtype, reduce_identity(u.arg, u.dtype))
       memo[u] = UOp(Ops.REDUCE, u.dtype, (UOp(Ops.WHERE, u.dtype, (valid, src[0], identity)), *src[1:]), u.arg)
@@ -233,11 +233,9 @@ def _reads_inside(src: tuple[UOp, ...]) -> bool:
   ranges: a padded output axis then reads what lies there (a padded panel's spare columns) and only the store is
   gated; its values reach no other output."""
   buf, idx = src[0], src[1]
-  if len(src) > 2 or not isinstance(buf.dtype, PtrDType) or not dtypes.is_float(buf.dtype.base) or buf.dtype.size <= 0:
-    return False
-  size = buf.dtype.size
+  if len(src) > 2 or not isinstance(buf.dtype, PtrDType) or not dtypes.is_float(buf.dtype.base): return False
   lo, hi = idx.vmin, idx.vmax
-  return isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < size
+  return isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < buf.dtype.size
 
 def split_range(sink: UOp, r: UOp, amt: int, kind: str, top: bool = False, inner_id: int | None = None) -> UOp:
   """Replace RANGE r (size n) by outer (n/amt, same kind) and inner (amt, `kind`); with top the inner part is the

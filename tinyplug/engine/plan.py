@@ -489,10 +489,7 @@ def _may_share(t: Any, built: Any, inputs: list[UOp], group: tuple = (), same: l
          and not any([o is g for g in group]):
         if same is None or (own := _sibling(built, inputs, d)) is None: return True
         if own: same.append(o)
-  alive = []   # (template.nodes_alive, inline: every repeated realize asks)
-  for find, spec in built.probes:
-    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
-  return bool(alive) and _held_anywhere(alive)
+  return bool(alive := built.nodes_alive(inputs)) and _held_anywhere(alive)
 
 def _record(t: Any, built: Any, inputs: list[UOp], key: tuple, apply: bool = True) -> UOp:
   """Realize `t` the usual way and keep the plan of what ran (or a refusal); what t's graph became. Without `apply`

@@ -32,6 +32,8 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 def _sigmoid_grad(g, s, x): return (g * s * (1 - s),)
 def _tanh_grad(g, t, x): return (g * (1 - t * t),)
+def _relu_grad(g, out, x): return (out.eq(0).where(0, g),)   # out is 0 exactly where x <= 0 (NaN passes g, as in torch)
+
 _TANH_EDGE = 9.02
 _TANH_P = (1.0, 0.13084924221038818, 0.003104936797171831, 1.1163466297148261e-05, -2.025578638154002e-08,
            5.289138224617851e-11, -8.508734623997871e-14)
@@ -60,7 +62,6 @@ def _horner(z, coeffs: tuple[float, ...]):
   acc = z * coeffs[-1] + coeffs[-2]
   for k in reversed(coeffs[:-2]): acc = acc * z + k
   return acc
-def _relu_grad(g, out, x): return (out.eq(0).where(0, g),)   # out is 0 exactly where x <= 0 (NaN passes g, as in torch)
 
 def _pow_grad(g, out, a, b):
   """torch's: d/da = b * a^(b-1), 0 where b == 0; d/db = a^b * ln(a), 0 where a == 0 and b >= 0."""

@@ -50,6 +50,14 @@ class Built:
     for p, make, srcs in self.steps: vals[p] = make(tuple([vals[i] for i in srcs]))
     return vals
 
+  def nodes_alive(self, inputs: list[UOp] | tuple[UOp, ...]) -> list[UOp]:
+    """The live nodes of the graph right over `inputs` (`probes`); none: no node of the graph over them exists
+    anywhere (so none was realized, and none is held)."""
+    alive = []
+    for find, spec in self.probes:
+      if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
+    return alive
+
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
 _seen: BoundedCache = BoundedCache("tensor.graph_template_keys_seen", 4 * MAX_TEMPLATES)   # signatures called once
 
@@ -268,14 +276,6 @@ def _op_over_templates(u: UOp, depth: int = _OP_OVER_DEPTH) -> tuple[tuple, list
   return ((_OP_OVER, u.op._value_, id(u.dtype), arg, tuple(which)), *keys), nodes
 
 rebuild = _rebuild   # (Tensor.uop builds a deferred output with it)
-
-def nodes_alive(t: Built, inputs: list[UOp]) -> list[UOp]:
-  """The live nodes of the template's graph right over `inputs` (`Built.probes`); none: no node of its graph over
-  them exists anywhere (so none was realized, and none is held)."""
-  alive = []
-  for find, spec in t.probes:
-    if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
-  return alive
 
 def _may_defer() -> bool:
   global _plan
