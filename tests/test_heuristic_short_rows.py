@@ -49,3 +49,24 @@ def test_values(shape, axes):
   t = Tensor(a)
   np.testing.assert_allclose(t.mean(axes).numpy(), a.mean(axes), rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(t.max(axes).numpy(), a.max(axes))
+
+@pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
+def test_costly_math_on_short_rows_takes_a_register_of_rows(vector_machine, machine, lanes):
+  # a 10-class logsumexp: an exp on every element it sums, over two passes (max, then sum); any count of rows
+  vector_machine(*machine)
+  for rows in (4096, 128, 2 * lanes):
+    assert heuristic_opts(_reduction(Tensor.empty(rows, 10).logsumexp(1))) == [Opt(OptOps.UPCAST, 0, lanes)], rows
+  assert heuristic_opts(_reduction(Tensor.empty(100, 10).logsumexp(1))) == []       # no register of rows divides 100
+  assert heuristic_opts(_reduction(Tensor.empty(4096, 25).exp().sum(1))) == [Opt(OptOps.UPCAST, 0, lanes)]
+  assert heuristic_opts(_reduction((Tensor.empty(4096, 25) * 3).sum(1))) == [Opt(OptOps.UPCAST, 0, 4)]   # cheap
+
+@pytest.mark.parametrize("rows,cols", [(4096, 10), (128, 10), (16, 3), (100, 10), (64, 64), (8, 1)], ids=str)
+def test_logsumexp_values(rows, cols):
+  a = (RNG.standard_normal((rows, cols)) * 20).astype(np.float32)
+  a[0, 0], a[1 % rows, -1] = -np.inf, 80.0    # a row with -inf, one whose exp would overflow unshifted
+  m = a.max(1, keepdims=True)
+  want = np.log(np.exp(a - m).sum(1)) + m[:, 0]
+  np.testing.assert_allclose(Tensor(a).logsumexp(1).numpy(), want, rtol=2e-6, atol=2e-6)
+  x = Tensor(a, requires_grad=True)
+  x.logsumexp(1).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), np.exp(a - want[:, None]), rtol=1e-5, atol=1e-6)

@@ -249,3 +249,18 @@ def test_strided_loads_and_per_lane_gates_fall_back_to_lanes():
   assert any(u.op is Ops.VECTORIZE and len(set(u.src)) == 4 for u in out.toposort())
   # stores at every other address are not contiguous: they stay scalar
   assert len(Vectorizer(PythonRenderer()).stores(_store_graph([0, 2, 4, 6])).src) == 4
+
+def test_llvm_costly_math_over_gathered_rows_keeps_a_vector_accumulator():
+  # 8 rows of a 10-class logsumexp side by side: each step gathers one element of each row (stride 10), and the exp
+  # then runs on the 8 lanes at once into an `<8 x float>` sum, rather than 8 scalar exps into 8 scalar sums
+  pytest.importorskip("tinyplug_cpu_llvm")
+  from tinyplug_cpu_llvm.renderer import LLVMRenderer
+  a = _f32(64, 10)
+  (spec,) = _kernels(Tensor(a).realize().logsumexp(1), LLVMRenderer(), opts=[Opt(OptOps.UPCAST, 0, 8)])
+  assert "alloca [1 x <8 x float>]" in spec.src and "fadd reassoc contract <8 x float>" in spec.src
+  assert "fmul contract <8 x float>" in spec.src    # the exp's polynomial, lane-wise
+  # the max before it takes no costly math: its lanes keep scalar accumulators (a gathered vector max is slower)
+  assert spec.src.count("alloca [1 x float]") == 8
+  m = a.max(1, keepdims=True)
+  np.testing.assert_allclose(_run_with_opts(Tensor(a).realize().logsumexp(1), [Opt(OptOps.UPCAST, 0, 8)]),
+                             np.log(np.exp(a - m).sum(1)) + m[:, 0], rtol=2e-6, atol=2e-6)

@@ -1229,23 +1229,43 @@ def _whole_row_tile(k: Kernel, row: int) -> tuple[tuple[int, ...], int] | None:
 # SHORT_ROWS_UPCAST outputs side by side
 SHORT_ROWS_REDUCE, SHORT_ROWS_MIN, SHORT_ROWS_UPCAST = 64, 4096, 4
 
+def _costly_reduce_lanes(k: Kernel) -> int:
+  """Lanes of one vector register for a reduction that takes costly float math (COSTLY_MATH) on each element it
+  reduces (logsumexp's exp), else 0. Rows side by side so wide reduce as one vector accumulator: the math runs a whole
+  register at a time on values gathered from the rows (the vectorize pass builds such an accumulator only for math
+  that decomposes into many lane-wise ops)."""
+  if not k.renderer.vector_bytes: return 0
+  along, sizes = set(k.reduce_axes), []
+  for u in k.sink.toposort():
+    if u.op is Ops.REDUCE: continue
+    if any(s in along for s in u.src):
+      along.add(u)
+      if u.op in COSTLY_MATH and dtypes.is_float(u.dtype): sizes.append(u.dtype.itemsize)
+  return k.renderer.vector_bytes // max(sizes) if sizes else 0
+
 def _short_rows_opts(k: Kernel) -> list[Opt] | None:
   """Many short reductions that no rule took (a global average pool's 7x7 windows, a 10-class logsumexp over 4096
   rows, 49-wide row sums): each output is one chain of dependent adds or maxes, its loop a few iterations. Four
   outputs side by side run four chains at once, and a second reduce axis of at most 8 is unrolled (its loop's own
   overhead was a third of the time). Zen 4, one thread, kernel alone: mean((2, 3)) of 32x512x7x7 220 -> 98 us,
-  sum(1) of 16384x49 216 -> 47 us, max(1) of 4096x25 41 -> 32 us."""
+  sum(1) of 16384x49 216 -> 47 us, max(1) of 4096x25 41 -> 32 us.
+  Costly math on every reduced element (a 10-class logsumexp's exp) runs a vector register of rows side by side from
+  any count of rows (`_costly_reduce_lanes`; Zen 3, one thread, logsumexp(1) of 4096x10 134-143 -> 64-66 us, 8192x10
+  241-256 -> 118-126 us; upcast so with the lanes kept scalar it was 83-92 us)."""
   if k.renderer is None or not k.renderer.runs_loops or k.renderer.uses_work_groups: return None
   loops, reduces = k.loop_axes, k.reduce_axes
   if not loops or not reduces: return None
   # each REDUCE's own length (a row kernel's passes, logsumexp's max then sum, are separate REDUCEs over one axis each)
   if max(math.prod(r.src[0].arg for r in u.src[1:]) for u in k.sink.toposort() if u.op is Ops.REDUCE) > SHORT_ROWS_REDUCE:
     return None
+  k = k.copy()
+  if (lanes := _costly_reduce_lanes(k)) and loops[-1].src[0].arg % lanes == 0 and \
+     _try(k, Opt(OptOps.UPCAST, len(loops) - 1, lanes)):
+    return k.applied_opts
   if math.prod(r.src[0].arg for r in loops) < SHORT_ROWS_MIN or loops[-1].src[0].arg % SHORT_ROWS_UPCAST: return None
   # passes over a row one after another (argmax's max then first index) are left to LLVM's loop vectorizer: upcast,
-  # argmax(1) of 8192x10 ran 45 -> 102 us (logsumexp's gained, 132 -> 68 us, but the two are not told apart here)
+  # argmax(1) of 8192x10 ran 45 -> 102 us (logsumexp's took the rule above)
   if _passes_over_rows(k) > 1: return None
-  k = k.copy()
   if not _try(k, Opt(OptOps.UPCAST, len(loops) - 1, SHORT_ROWS_UPCAST)): return None
   if len(reduces) >= 2 and (n := reduces[-1].src[0].arg) <= 8: _try(k, Opt(OptOps.UNROLL, len(reduces) - 1, n))
   return k.applied_opts

@@ -18,7 +18,8 @@ vectorizer on the graph:
 - an op whose dtypes the renderer cannot hold in vectors (bool comparisons in OpenCL, say) is computed per lane on
   GEPs of its vectorized sources; lanes that are not alike (gathers, per-lane gates, differing ops) stay scalar and
   are put together with VECTORIZE (a REDUCE's lanes stay per lane where its value needs gathers, bool lanes that
-  compare loaded values one by one included: each lane's row then gets the vector accumulator below);
+  compare loaded values one by one included: each lane's row then gets the vector accumulator below), unless each
+  gathered element then takes an exp2, log2 or sin;
 - a scalar REDUCE whose value an unroll split into a balanced tree of the reduce op (the expander's lanes) gets a
   vector accumulator over the tree's leaves and folds its lanes after the loop (a sum of 16M floats accumulates
   in `<8 x float>`), when those leaves vectorize without gathers.
@@ -229,8 +230,9 @@ class Vectorizer:
     if not self.vector_alu or any(x.src[1:] != first.src[1:] for x in lanes): return self.gather(lanes)
     body = self.vec(tuple(x.src[0] for x in lanes))
     # a vector accumulator fed by gathers is worse than per-lane accumulators (which may vectorize their unrolls), and
-    # so is one whose lanes compare loaded values one by one (topk's selection over rows: 8 rows' masks)
-    if has_data_gather(body): return self.gather(lanes)
+    # so is one whose lanes compare loaded values one by one (topk's selection over rows: 8 rows' masks), unless each
+    # gathered element then takes math that decomposes into many lane-wise ops (logsumexp's exp over short rows)
+    if has_data_gather(body) and not any(u.op in LANEWISE_DECOMPOSED for u in body.toposort()): return self.gather(lanes)
     return UOp(Ops.REDUCE, first.dtype.vec(len(lanes)), (body, *first.src[1:]), first.arg)
 
   # ---- the pass ----
