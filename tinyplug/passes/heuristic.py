@@ -1095,8 +1095,8 @@ def _max_pass_rows(k: Kernel, stream: bool) -> int | None:
   two passes (which narrow vectors take: no 64-bit max) or a `stream` of one max per row: half the vector registers
   (each pass keeps one accumulator per row, and argmax's index pass a broadcast of each row's max). Plain loops ran
   one row at a time, the index pass's compare, mask and max on the row after its maxima (Zen 3, AVX2, one thread,
-  kernels alone in turns, 4096x4096: argmax(1) 4.39-4.71 -> 3.57-3.72 ms with 8 rows, 3.79-3.96 with 4, 5.0 with
-  16, numpy 3.68-3.79; max(1) 3.09-3.26 -> 2.49 ms, min(1) 3.37 -> 2.22). None elsewhere (wide vectors' plain
+  kernels alone in turns, 4096x4096: argmax(1) 4.39-4.71 -> 3.57-3.72 ms with 8 rows, 3.79-3.96 with 4 (argmin(1): 5.0
+  with 16), numpy 3.68-3.79; max(1) 3.09-3.26 -> 2.49 ms, min(1) 3.37 -> 2.22). None elsewhere (wide vectors' plain
   loops: measured on Zen 4), and for rows under MAX_PASS_MIN_VECTORS vectors (argmax(1) of 8192x10: 21 -> 40 us
   with 8)."""
   r = k.renderer
