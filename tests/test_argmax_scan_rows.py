@@ -109,6 +109,66 @@ def test_argmax_form_per_machine(narrow, vector_machine, fresh_templates):
   np.testing.assert_array_equal(Tensor(a).argmax(0).numpy(), np.argmax(a, 0))
   schedule._templates.clear()
 
+def _argmax_opts(x: Tensor, fn: str = "argmax") -> list:
+  (item,) = _items(getattr(x, fn)(1))
+  return heuristic_opts(Kernel(item.ast, Device["CPU"].renderer))
+
+def test_narrow_vectors_read_argmax_rows_side_by_side(vector_machine, fresh_templates):
+  """AVX2's two-pass argmax along rows of at least 4 vectors, and a stream of row maxima, read 8 rows side by side
+  (half its 16 registers: an accumulator per row in each pass); short rows, logsumexp's passes (a sum among them),
+  a row sum, and AVX-512's one int64 max and row maxima keep their loops."""
+  from tinyplug.passes.heuristic import STREAM_UNROLLS
+  vector_machine(32, 16)
+  schedule._templates.clear()
+  for fn in ("argmax", "argmin", "max", "min"):
+    assert _argmax_opts(Tensor.empty(4096, 4096, device="CPU"), fn) == [Opt(OptOps.UPCAST, 0, 8)], fn
+  assert _argmax_opts(Tensor.empty(4096, 4096, device="CPU"), "sum") == [Opt(OptOps.UNROLL, 0, STREAM_UNROLLS[0])]
+  assert _argmax_opts(Tensor.empty(64, 1000, device="CPU")) == [Opt(OptOps.UPCAST, 0, 8)]
+  assert _argmax_opts(Tensor.empty(8192, 10, device="CPU")) == []      # rows of 10: under 4 vectors
+  assert _argmax_opts(Tensor.empty(4100, 4096, device="CPU")) == []    # 4100 rows: 8 does not divide them
+  (item,) = _items(Tensor.empty(4096, 4096, device="CPU").logsumexp(1))
+  assert heuristic_opts(Kernel(item.ast, Device["CPU"].renderer)) == []
+  vector_machine(64, 32)
+  schedule._templates.clear()
+  for fn in ("argmax", "max"): assert _argmax_opts(Tensor.empty(4096, 4096, device="CPU"), fn) == [], fn
+  # float64 takes the two passes on every machine; AVX-512 keeps them plain loops
+  assert _argmax_opts(Tensor.empty(4096, 4096, dtype=dtypes.float64, device="CPU")) == []
+  schedule._templates.clear()
+
+@pytest.mark.parametrize("shape", [(16, 1001), (24, 33), (8, 257), (32, 1), (16, 33000)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_narrow_argmax_rows_side_by_side_against_numpy(shape, dtype, vector_machine, fresh_templates):
+  """The 8 rows side by side (AVX2's two passes) on rows no vector divides, rows of one and rows too long for one row
+  kernel (the max and the index pass each a stream of maxima): ties, -0 and +0, NaNs of either sign in the first and
+  last lanes, the first of them winning, as numpy."""
+  vector_machine(32, 16)
+  schedule._templates.clear()
+  a = RNG.integers(-3, 3, shape).astype(dtype)   # few distinct values: ties everywhere
+  if dtype != np.int32:
+    n = shape[1]
+    a[0, 0] = a[1, n - 1] = np.nan
+    a[2, n // 2] = -np.nan
+    a[2, n - 1] = np.nan
+    a[3, :] = -0.0
+    a[3, n - 1] = 0.0
+    a[4, :] = np.inf if n == 1 else -np.inf
+  for fn in ("argmax", "argmin"):
+    np.testing.assert_array_equal(getattr(Tensor(a), fn)(1).numpy(), getattr(np, fn)(a, 1), err_msg=fn)
+  schedule._templates.clear()
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
+def test_narrow_row_maxima_side_by_side_against_numpy(dtype, vector_machine, fresh_templates):
+  """A stream of row maxima, 8 rows side by side (AVX2): NaNs first and last in a row, -0 and +0, all -inf."""
+  vector_machine(32, 16)
+  a = RNG.integers(-100, 100, (16, 4104)).astype(dtype)
+  if dtype != np.int8:
+    a[0, 0] = a[1, -1] = np.nan
+    a[2, :] = -0.0
+    a[2, 7] = 0.0
+    a[3, :] = -np.inf
+  for fn in ("max", "min"):
+    np.testing.assert_array_equal(getattr(Tensor(a), fn)(1).numpy(), getattr(np, fn)(a, 1), err_msg=fn)
+
 def test_passes_over_a_row_keep_plain_loops():
   """A row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""
   items = _items(Tensor.empty(4096, 4096, device="CPU").logsumexp(1))

@@ -1086,6 +1086,29 @@ def _passes_over_rows(k: Kernel) -> int:
   """How many reductions over ranges of their own the kernel runs one after another (a row kernel's passes)."""
   return len({tuple(u.src[1:]) for u in k.sink.toposort() if u.op is Ops.REDUCE})
 
+# a row kernel of max passes (argmax's max, then the first index equal to it) on narrow vectors reads rows side by
+# side once each row is at least this many vectors long
+MAX_PASS_MIN_VECTORS = 4
+
+def _max_pass_rows(k: Kernel, stream: bool) -> int | None:
+  """How many rows a kernel whose reductions are all maxima along rows reads side by side on narrow vectors: argmax's
+  two passes (which narrow vectors take: no 64-bit max) or a `stream` of one max per row: half the vector registers
+  (each pass keeps one accumulator per row, and argmax's index pass a broadcast of each row's max). Plain loops ran
+  one row at a time, the index pass's compare, mask and max on the row after its maxima (Zen 3, AVX2, one thread,
+  kernels alone in turns, 4096x4096: argmax(1) 4.39-4.71 -> 3.57-3.72 ms with 8 rows, 3.79-3.96 with 4 (argmin(1): 5.0
+  with 16), numpy 3.68-3.79; max(1) 3.09-3.26 -> 2.49 ms, min(1) 3.37 -> 2.22). None elsewhere (wide vectors' plain
+  loops: measured on Zen 4), and for rows under MAX_PASS_MIN_VECTORS vectors (argmax(1) of 8192x10: 21 -> 40 us
+  with 8)."""
+  r = k.renderer
+  if r is None or not narrow_vectors(r) or not r.vector_registers or not k.loop_axes: return None
+  if not stream and _passes_over_rows(k) < 2: return None
+  reduces = [u for u in k.sink.toposort() if u.op is Ops.REDUCE]
+  if any(u.arg is not Ops.MAX for u in reduces): return None
+  rows, lanes = r.vector_registers // 2, r.vector_bytes // max(u.src[0].dtype.scalar().itemsize for u in reduces)
+  row = min(math.prod(x.src[0].arg for x in u.src[1:]) for u in reduces)
+  if row < MAX_PASS_MIN_VECTORS * lanes or k.loop_axes[-1].src[0].arg % rows: return None
+  return rows
+
 def _row_opts(k: Kernel) -> list[Opt]:
   """Row kernels: vector-wide writes of the row; the reductions' loops stay plain (LLVM vectorises and interleaves
   them better than an UNROLL does: softmax 4096x4096 14 ms plain, 18-27 ms unrolled by 16); the CPU runtime splits
@@ -1387,8 +1410,11 @@ def _recipe(k: Kernel) -> list[Opt]:
     size = reduces[0].src[0].arg
     unrolls = (8, 4, 2)
     streams = not gpu and _streams(k)
-    # a stream of maxima (a row's max; argmax's int64 keys, one max per row) keeps plain loops, which LLVM vectorises
-    # and interleaves: 8 rows side by side, unrolled, were slower (4096x4096, one Zen 4 thread, the two
+    # on narrow vectors, rows of maxima (a stream's, argmax's two passes) side by side (_max_pass_rows)
+    if cpu and not gpu and (rows := _max_pass_rows(k, streams)) and _try(k, Opt(OptOps.UPCAST, len(loops) - 1, rows)):
+      return k.applied_opts
+    # elsewhere a stream of maxima (a row's max; argmax's int64 keys, one max per row) keeps plain loops, which LLVM
+    # vectorises and interleaves: 8 rows side by side, unrolled, were slower (4096x4096, one Zen 4 thread, the two
     # builds alternated, p10: argmax(1) 3.35-4.07 -> 2.89-3.46 ms, max(1) 3.10-3.80 -> 2.63-3.39 ms)
     if streams and all(u.arg is Ops.MAX for u in k.sink.toposort() if u.op is Ops.REDUCE): return k.applied_opts
     if streams: unrolls = STREAM_UNROLLS
