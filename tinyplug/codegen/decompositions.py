@@ -165,10 +165,10 @@ def exp2_float(x: UOp) -> UOp:
   one shift and an integer add, and only results in the denormals take a second, exact step."""
   _, mant_bits, bias = _format(x)
   uints = _uint_dtype(x)
-  # below -(bias+mant_bits+1) every result rounds to 0 and from bias+1 on it is inf, so clamping at those bounds keeps
-  # q small without changing results (2**(bias+1) comes out as the exponent field all ones: inf); NaN is clamped
-  # here too and restored below
-  lo = -float(bias + mant_bits + 3)
+  # below -(bias+mant_bits+1) every result rounds to 0 (those lanes are zeroed at the end) and from bias+1 on it is
+  # inf, so clamping at those bounds keeps q small without changing results (2**(bias+1) comes out as the exponent
+  # field all ones: inf); NaN is clamped here too and restored below
+  lo = -float(bias + mant_bits + 1)
   xc = _clamp(x, lo, float(bias + 1))
   magic = x.const_like(_ROUND_MAGIC[x.dtype.scalar()])
   t = xc + magic                              # xc rounded to an integer q (to even), q in t's low mantissa bits
