@@ -54,6 +54,9 @@ SWEEP = {
   "convt": ("conv_transpose2d b8 64->32 28x28 k4 s2 p1", 2 * 8 * 64 * 28 * 28 * 32 * 16, 4 * 8 * (64 * 28 * 28 + 32 * 56 * 56)),
   "bmm_attn": ("batched q @ k^T 8x12x128x64", 2 * 96 * 128 * 128 * 64, 4 * 96 * (2 * 128 * 64 + 128 * 128)),
   "sdpa": ("scaled_dot_product_attention 8x12x128x64", 4 * 96 * 128 * 128 * 64, 4 * 96 * 4 * 128 * 64),
+  # causal: the FLOPs of the lower half (what is needed), not of the whole matrix
+  "sdpa_causal": ("sdpa is_causal 8x12x128x64", 2 * 96 * 128 * 128 * 64, 4 * 96 * 4 * 128 * 64),
+  "sdpa_causal_1k": ("sdpa is_causal 1x8x1024x64", 2 * 8 * 1024 * 1024 * 64, 4 * 8 * 4 * 1024 * 64),
   "embed": ("x[idx]: 4096 rows of a 50k x 512 table", 0, 2 * 4 * 4096 * 512),
   "vecmat": ("v @ W, 4096 @ 4096x4096 (one token's layer)", 2 * 4096**2, 4 * 4096**2),
   "cat": ("cat 4 x (4096, 1024) on dim 1", 0, 2 * 4 * 4096**2),
@@ -84,6 +87,8 @@ def SWEEP_INPUTS(name: str, rng) -> tuple:
     "convt": lambda: (r(8, 64, 28, 28), r(64, 32, 4, 4)),
     "bmm_attn": lambda: (r(8, 12, 128, 64), r(8, 12, 128, 64)),
     "sdpa": lambda: (r(8, 12, 128, 64), r(8, 12, 128, 64), r(8, 12, 128, 64)),
+    "sdpa_causal": lambda: (r(8, 12, 128, 64), r(8, 12, 128, 64), r(8, 12, 128, 64)),
+    "sdpa_causal_1k": lambda: (r(1, 8, 1024, 64), r(1, 8, 1024, 64), r(1, 8, 1024, 64)),
     "embed": lambda: (r(50000, 512), rng.integers(0, 50000, 4096).astype(np.int32)),
     "vecmat": lambda: (r(4096), r(4096, 4096)),
     "cat": lambda: tuple(r(4096, 1024) for _ in range(4)), "stack": lambda: tuple(r(1024, 4096) for _ in range(4)),
@@ -102,6 +107,8 @@ TENSOR_SWEEP = {   # tinyplug and tinygrad (the same Tensor API); each returns t
   "convt": lambda x, w: x.conv_transpose2d(w, stride=2, padding=1),
   "bmm_attn": lambda q, k: q @ k.transpose(-2, -1),
   "sdpa": lambda q, k, v: q.scaled_dot_product_attention(k, v),
+  "sdpa_causal": lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
+  "sdpa_causal_1k": lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
   "embed": lambda t, i: t[i], "cat": lambda a, b, c, d: a.cat(b, c, d, dim=1), "stack": lambda a, b, c, d: a.stack(b, c, d),
   "vecmat": lambda v, w: v @ w,
   "pad": lambda x: x.pad((1, 1, 1, 1)).contiguous(), "where": lambda c, a, b: c.where(a, b),
@@ -122,6 +129,8 @@ def _torch_sweep(torch):
     "convt": lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1),
     "bmm_attn": lambda q, k: q @ k.transpose(-2, -1),
     "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    "sdpa_causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    "sdpa_causal_1k": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
     "embed": lambda t, i: t[i.long()], "cat": lambda a, b, c, d: torch.cat((a, b, c, d), 1), "vecmat": lambda v, w: v @ w,
     "stack": lambda a, b, c, d: torch.stack((a, b, c, d)),
     "pad": lambda x: F.pad(x, (1, 1, 1, 1)), "where": lambda c, a, b: torch.where(c, a, b),
@@ -135,8 +144,9 @@ def _numpy_sweep(np):
   def pool(x, k, s, p, op, fill):
     x = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=fill) if p else x
     return op(np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::s, ::s], axis=(-2, -1))
-  def sdpa(q, k, v):
+  def sdpa(q, k, v, causal=False):
     s = (q @ k.swapaxes(-2, -1)) * (1 / np.sqrt(q.shape[-1]))
+    if causal: s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     e = np.exp(s - s.max(-1, keepdims=True)); return (e / e.sum(-1, keepdims=True)) @ v
   return {
     "transpose": lambda x: np.ascontiguousarray(x.T), "nhwc": lambda x: np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
@@ -145,6 +155,7 @@ def _numpy_sweep(np):
     "avgpool_k2": lambda x: x.reshape(8, 64, 28, 2, 28, 2).mean((3, 5)),
     "avgpool_k3": lambda x: pool(x, 3, 2, 1, np.mean, 0),
     "bmm_attn": lambda q, k: q @ k.swapaxes(-2, -1), "sdpa": sdpa,
+    "sdpa_causal": lambda q, k, v: sdpa(q, k, v, True), "sdpa_causal_1k": lambda q, k, v: sdpa(q, k, v, True),
     "embed": lambda t, i: t[i], "cat": lambda a, b, c, d: np.concatenate((a, b, c, d), 1), "vecmat": lambda v, w: v @ w,
     "stack": lambda a, b, c, d: np.stack((a, b, c, d)),
     "pad": lambda x: np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), "where": np.where,
