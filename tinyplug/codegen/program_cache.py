@@ -70,22 +70,36 @@ def _settings_text(renderer: Renderer) -> str:
 
 NOT_IN_CODE = frozenset({"DEBUG", "TRAINING", "JIT", "JIT_GRAPH", "VIZ", "REALIZE_PLANS", "GRADIENT_TEMPLATES"})
 
-def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
-  from tinyplug.hookspecs.passes import pipeline_fingerprint
-  modules = {"tinyplug", type(renderer).__module__}
+def pass_modules(steps: tuple) -> set[str]:
+  """The modules the passes of `steps` come from (their source is part of a key)."""
+  modules = set()
   for s in steps:
     ref = getattr(s.spec, "rewrite", None)
     if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
-  # every setting, and every documented environment variable (a module may read one into a constant), but those that
-  # shape the tensor graph or what is shown, never a kernel's code (a kernel of a model's train step is the same
-  # program in eval mode: it was lowered and compiled again)
-  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k not in NOT_IN_CODE) + \
-             sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
-  # the threads kernels are shared across (a property: CPU_THREADS=0 means every usable core, which taskset changes)
-  text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
-                    f"threads {renderer.threads}",
-                    pipeline_fingerprint(steps), repr(opts), repr(settings),
-                    *sorted(f"{m}:{package_digest(m)}" for m in modules), graph_text(ast)])
+  return modules
+
+def modules_text(modules: set[str]) -> list[str]:
+  """Each module with the digest of its package's source, in order."""
+  return sorted(f"{m}:{package_digest(m)}" for m in modules)
+
+def settings_text() -> str:
+  """Every setting, and every documented environment variable (a module may read one into a constant), but those
+  that shape the tensor graph or what is shown, never a kernel's code (a kernel of a model's train step is the same
+  program in eval mode: it was lowered and compiled again)."""
+  return repr(sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k not in NOT_IN_CODE) +
+              sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry))
+
+def renderer_text(renderer: Renderer) -> str:
+  """The renderer's class and settings, and the threads kernels are shared across (a property: CPU_THREADS=0 means
+  every usable core, which taskset changes)."""
+  return "\n".join([type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
+                    f"threads {renderer.threads}"])
+
+def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
+  from tinyplug.hookspecs.passes import pipeline_fingerprint
+  modules = {"tinyplug", type(renderer).__module__} | pass_modules(steps)
+  text = "\n".join([_FORMAT, name, renderer_text(renderer), pipeline_fingerprint(steps), repr(opts), settings_text(),
+                    *modules_text(modules), graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # ---------------- the value: a ProgramSpec as JSON ----------------
