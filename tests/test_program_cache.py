@@ -35,7 +35,7 @@ def test_a_program_read_back_builds_its_uops_only_when_read(device):
     assert lazy.buffer_count == spec.buffer_count == len(spec.outs) + len(spec.ins)
     assert all(a is b for a, b in zip(lazy.vars, spec.vars)) and len(lazy.vars) == len(spec.vars)
     assert (lazy.src, lazy.global_size, lazy.work, lazy.thread_split) == (spec.src, spec.global_size, spec.work, spec.thread_split)
-      assert lazy.shared_trips == spec.shared_trips   # (what a CPU runtime shares among threads)
+    assert lazy.shared_trips == spec.shared_trips   # (what a CPU runtime shares among threads)
     assert "uops" not in vars(lazy)   # none of the launch fields needed the program
     assert lazy == spec and spec == lazy and hash(lazy) == hash(spec) and not (lazy != spec)
     assert len(lazy.uops) == len(spec.uops) and all(a is b for a, b in zip(lazy.uops, spec.uops))

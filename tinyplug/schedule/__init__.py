@@ -15,7 +15,7 @@ from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import _UNSET, MAX_TEMPLATES, Template, kept_key, make_template, structure
-from tinyplug.schedule.scalars import parameterize
+from tinyplug.schedule.scalars import parameterize, remember
 from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
@@ -367,6 +367,7 @@ def create_schedule(targets: list[UOp], found: tuple | None = UNKNOWN_STRUCTURE)
   disk_key = template_cache.template_key(found) if tkey is not None and template is None else None
   if disk_key is not None and (template := template_cache.load(disk_key)) is not None:
     _templates.put((kept_key(tkey[0]), tkey[1]), template)   # scheduled by an earlier process
+    if SCALAR_ARGS: remember(tkey[0])
   if template is not None:
     items, becomes = template.instantiate(found[1])
     if events.enabled("schedule"):
