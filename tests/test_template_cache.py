@@ -100,14 +100,16 @@ def test_off_while_the_visualizer_records(cache_home):
   finally: events.unsubscribe("schedule", listener)
   assert template_cache.template_key(_found(targets)) is not None
 
-def test_a_schedule_from_disk_counts_as_seen_for_scalar_arguments(cache_home):
+def test_a_schedule_from_disk_counts_as_seen_for_scalar_arguments(cache_home, monkeypatch):
   """A graph whose schedule came from disk notes its constants as the first ones, as scheduling it would: the same
   graph with another constant then gets a parameter (one kernel for every value), as in the process that stored it."""
+  from tinyplug.caches import BoundedCache
   from tinyplug.schedule import scalars
-  x = Tensor(np.arange(4, dtype=np.float32)).realize()
+  monkeypatch.setattr(scalars, "_seen", BoundedCache("test.scalar_args", 64))   # (other tests' graphs keep theirs)
+  x = Tensor(np.arange(5, dtype=np.float32)).realize()
   sched.create_schedule([(x * 2.5).uop])
   sched._templates.clear(); scalars._seen.clear()   # as a new process
   sched.create_schedule([(x * 2.5).uop])   # from disk
   items, _ = sched.create_schedule([(x * 3.5).uop])
   assert any(it.var_vals for it in items)   # 3.5 is a kernel argument
-  np.testing.assert_array_equal((x * 4.5).numpy(), np.arange(4, dtype=np.float32) * np.float32(4.5))
+  np.testing.assert_array_equal((x * 4.5).numpy(), np.arange(5, dtype=np.float32) * np.float32(4.5))
