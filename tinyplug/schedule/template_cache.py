@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib, json
 from typing import Any
 from tinyplug import events
-from tinyplug.diskcache import SealedTable
+from tinyplug.diskcache import SealedTable, modules_text, pass_modules, renderer_text, settings_text
 from tinyplug.helpers import CACHELEVEL
 from tinyplug.uop.dtype import dtypes
 from tinyplug.uop.ops import Ops, UOp, uop_maker
@@ -46,7 +46,6 @@ def template_key(found: tuple) -> str | None:
   """The disk key of the schedule of the graph whose structure() is `found`, or None (no disk cache, rewrites being
   recorded, or something in the graph has no stable text)."""
   if not _on() or len(found[0]) != len(found[1]): return None
-  from tinyplug.codegen.program_cache import modules_text, pass_modules, renderer_text, settings_text
   from tinyplug.device import Device
   from tinyplug.schedule.passes import schedule_key, schedule_steps
   try: structure = json.dumps(_structure_rows(found[0], found[1]), separators=(",", ":"))
