@@ -35,6 +35,7 @@ def test_a_program_read_back_builds_its_uops_only_when_read(device):
     assert lazy.buffer_count == spec.buffer_count == len(spec.outs) + len(spec.ins)
     assert all(a is b for a, b in zip(lazy.vars, spec.vars)) and len(lazy.vars) == len(spec.vars)
     assert (lazy.src, lazy.global_size, lazy.work, lazy.thread_split) == (spec.src, spec.global_size, spec.work, spec.thread_split)
+    assert lazy.shared_trips == spec.shared_trips   # (what a CPU runtime shares among threads)
     assert "uops" not in vars(lazy)   # none of the launch fields needed the program
     assert lazy == spec and spec == lazy and hash(lazy) == hash(spec) and not (lazy != spec)
     assert len(lazy.uops) == len(spec.uops) and all(a is b for a, b in zip(lazy.uops, spec.uops))
@@ -64,6 +65,11 @@ def test_the_key_follows_what_the_lowering_depends_on(monkeypatch):
   with Context(TRAINING=1, JIT=0): assert program_cache.program_key("k", ast, renderer, None, steps) == key
   assert program_cache.program_key("k2", ast, renderer, None, steps) != key
   assert program_cache.program_key("k", _kernels("CPU")[1], renderer, None, steps) != key
+  regs = renderer.vector_registers
+  monkeypatch.setattr(renderer, "vector_registers", regs + 1)   # a setting of the renderer
+  assert program_cache.program_key("k", ast, renderer, None, steps) != key
+  monkeypatch.setattr(renderer, "vector_registers", regs)
+  assert program_cache.program_key("k", ast, renderer, None, steps) == key
   monkeypatch.setitem(diskcache._source_digests, "tinyplug", "edited")   # tinyplug's source changed
   assert program_cache.program_key("k", ast, renderer, None, steps) != key
 
@@ -74,16 +80,22 @@ from tinyplug.nn.optim import Adam
 import hashlib, tinyplug.schedule as sched
 from tinyplug.device import Device
 from tinyplug.codegen.program_cache import graph_text
-simplify_runs, asts = [0], hashlib.sha256()   # kernel simplification rewrites run, and what every kernel became
-real_rewrite, real_simplify = sched.graph_rewrite, sched._simplify_kernel
+import tinyplug.engine.realize as realize
+simplify_runs, asts = [0], hashlib.sha256()   # kernel simplification rewrites run, and every kernel scheduled
+real_rewrite, real_schedule = sched.graph_rewrite, realize.create_schedule
+schedule_runs, real_breaking = [0], sched._schedule_breaking_cycles   # graphs the scheduler worked out
+def counting_schedules(targets):
+  schedule_runs[0] += 1
+  return real_breaking(targets)
+sched._schedule_breaking_cycles = counting_schedules
 def counting_rewrite(*a, **k):
   if k.get("name") == "simplify kernel": simplify_runs[0] += 1
   return real_rewrite(*a, **k)
-def recording_simplify(ast):
-  out = real_simplify(ast)
-  asts.update(graph_text(out).encode())
-  return out
-sched.graph_rewrite, sched._simplify_kernel = counting_rewrite, recording_simplify
+def recording_schedule(*a, **k):
+  items, becomes = real_schedule(*a, **k)
+  for it in items: asts.update(graph_text(it.ast).encode())
+  return items, becomes
+sched.graph_rewrite, realize.create_schedule = counting_rewrite, recording_schedule
 runs = [0]
 real = codegen.run_pipeline
 def counting(*a, **k):
@@ -103,33 +115,36 @@ with Tensor.train():
     opt.step()
 compiler = type(Device[Device.DEFAULT].compiler)   # cpu_llvm counts its LLVM compilations (cache misses)
 print(json.dumps([runs[0], getattr(compiler, "compiles", None), model.weight.numpy().tolist(), simplify_runs[0],
-                  asts.hexdigest()]))
+                  asts.hexdigest(), schedule_runs[0]]))
 """
 
 def _run_counts(cache: str, **env) -> dict:
   full = {k: v for k, v in os.environ.items() if k not in ("DEV", "VIZ", "TINY_PLUGINS")} | {"XDG_CACHE_HOME": cache} | env
   out = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, env=full, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
-  runs, compiles, weight, simplify_runs, asts = json.loads(out.stdout.strip().splitlines()[-1])
-  return {"codegen": runs, "compiles": compiles, "weight": np.array(weight), "simplify": simplify_runs, "asts": asts}
+  runs, compiles, weight, simplify_runs, asts, schedules = json.loads(out.stdout.strip().splitlines()[-1])
+  return {"codegen": runs, "compiles": compiles, "weight": np.array(weight), "simplify": simplify_runs, "asts": asts,
+          "schedules": schedules}
 
 def _run(cache: str, **env) -> tuple[int, np.ndarray]:
   r = _run_counts(cache, **env)
   return r["codegen"], r["weight"]
 
 def test_a_warm_process_runs_no_codegen_and_gets_the_same_results(tmp_path):
-  """A second process with the same cache lowers, compiles and simplifies nothing, and computes the same: the same
-  kernel ASTs and the same weights as the first one and as one without the disk cache."""
+  """A second process with the same cache schedules, lowers, compiles and simplifies nothing, and computes the same:
+  the same kernel ASTs and the same weights as the first one and as one without the disk cache."""
   cold = _run_counts(str(tmp_path))
   warm = _run_counts(str(tmp_path))
   assert cold["codegen"] > 5 and warm["codegen"] == 0
   assert cold["simplify"] > 5 and warm["simplify"] == 0
+  assert cold["schedules"] > 3 and warm["schedules"] == 0
   if cold["compiles"] is not None:   # the default device is cpu_llvm's CPU: every kernel from the object cache too
     assert cold["compiles"] >= cold["codegen"] and warm["compiles"] == 0
   np.testing.assert_array_equal(warm["weight"], cold["weight"])
   assert warm["asts"] == cold["asts"]
   off = _run_counts(str(tmp_path), CACHELEVEL="0")
   assert off["codegen"] == cold["codegen"] and off["simplify"] == cold["simplify"] and off["asts"] == cold["asts"]
+  assert off["schedules"] == cold["schedules"]
   np.testing.assert_array_equal(off["weight"], cold["weight"])
 
 def test_a_warm_process_on_a_runtime_that_reads_the_uops(tmp_path):

@@ -10,7 +10,9 @@ import tinyplug.schedule as sched
 
 @pytest.fixture
 def schedules(monkeypatch):
-  """Counts how many times the real scheduler runs."""
+  """Counts how many times the real scheduler runs (no schedule read from disk: an earlier test's would serve)."""
+  from tinyplug.schedule import template_cache
+  monkeypatch.setattr(template_cache, "load", lambda key: None)
   calls = []
   real = sched._schedule_breaking_cycles
   def counting(targets):

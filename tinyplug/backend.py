@@ -405,6 +405,12 @@ class ProgramSpec:
     """How many buffer parameters the kernel takes (one pointer each, before the variables)."""
     return len({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL})
   @property
+  def shared_trips(self) -> int | None:
+    """Iterations of the loop threads share (`shareable_loop`), None when there is none or its end is not a
+    constant."""
+    loop = shareable_loop(self.uops)
+    return int(loop.src[0].arg) if loop is not None and loop.src[0].op is Ops.CONST else None
+  @property
   def thread_parts(self) -> int | None:
     """The size of the kernel's THREAD axis (an explicit THREAD action), or None: the runtime's own rule."""
     return next((int(o.arg) for o in self.applied_opts if getattr(o.op, "name", "") == "THREAD"), None)

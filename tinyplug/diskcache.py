@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import operator
 import os
 import sqlite3
 import stat
@@ -29,7 +30,9 @@ import threading
 import time
 from typing import Any
 
-from tinyplug.helpers import cache_dir
+from tinyplug.helpers import ENV_VARS, ContextVar, cache_dir
+from tinyplug.uop.dtype import DType
+from tinyplug.uop.ops import Ops
 
 SEALED_MAGIC = b"tinyplug-sealed-v1\n"
 
@@ -360,3 +363,77 @@ def clear_cache(root: str | None = None) -> int:
       except OSError: pass
   return freed
 
+
+# ---------------- what keys are made of (codegen's and the schedule's caches) ----------------
+
+def _canon(x: Any, depth: int = 0) -> str:
+  """A text of `x` that is the same in every process (sets sorted, objects by their fields)."""
+  if depth > 4: return "..."
+  if isinstance(x, (str, int, float, bool, type(None), DType, Ops)): return repr(x)
+  if isinstance(x, (list, tuple)): return "[" + ",".join(_canon(v, depth + 1) for v in x) + "]"
+  if isinstance(x, (set, frozenset)): return "{" + ",".join(sorted(_canon(v, depth + 1) for v in x)) + "}"
+  if isinstance(x, dict): return "{" + ",".join(sorted(f"{_canon(k, depth + 1)}:{_canon(v, depth + 1)}" for k, v in x.items())) + "}"
+  if hasattr(x, "__dict__"):
+    return type(x).__qualname__ + _canon({k: v for k, v in vars(x).items() if not k.startswith("_")}, depth + 1)
+  return type(x).__qualname__
+
+# id(renderer) -> (the renderer, its attributes' names and values, their text): what _settings_of worked out last
+_settings_memo: dict[int, tuple[Any, tuple, tuple, str]] = {}
+
+def _attributes(renderer: Any) -> tuple[tuple, tuple]:
+  """The names and values of the renderer's own attributes and of its classes' (through its bases)."""
+  names: list[str] = []
+  values: list[Any] = []
+  for d in [vars(c) for c in type(renderer).__mro__] + [vars(renderer)]:
+    names += d.keys()
+    values += d.values()
+  return tuple(names), tuple(values)
+
+def _settings_of(renderer: Any) -> str:
+  """_settings_text of the renderer, worked out again only when one of its attributes (or its classes') was set to
+  another object since the last time: ~0.15 ms per kernel of a warm start otherwise. (Settings are replaced, never
+  edited in place; the memo holds the values, so an id is never reused while it compares them.)"""
+  names, values = _attributes(renderer)
+  if (hit := _settings_memo.get(id(renderer))) is not None and hit[0] is renderer and hit[1] == names and \
+     all(map(operator.is_, hit[2], values)): return hit[3]
+  if len(_settings_memo) >= 16: _settings_memo.clear()
+  text = _settings_text(renderer)
+  _settings_memo[id(renderer)] = (renderer, names, values, text)
+  return text
+
+def _settings_text(renderer: Any) -> str:
+  """The renderer's declared capabilities and settings: class attributes (through its bases) and instance fields."""
+  fields: dict[str, Any] = {}
+  for cls in reversed(type(renderer).__mro__):
+    for k, v in vars(cls).items():
+      if not k.startswith("__") and not callable(v) and not isinstance(v, (property, staticmethod, classmethod)):
+        fields[k] = v
+  fields.update(vars(renderer))
+  return _canon({k: v for k, v in fields.items() if not k.startswith("_")})
+
+NOT_IN_CODE = frozenset({"DEBUG", "TRAINING", "JIT", "JIT_GRAPH", "VIZ", "REALIZE_PLANS", "GRADIENT_TEMPLATES"})
+
+def pass_modules(steps: tuple) -> set[str]:
+  """The modules the passes of `steps` come from (their source is part of a key)."""
+  modules = set()
+  for s in steps:
+    ref = getattr(s.spec, "rewrite", None)
+    if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
+  return modules
+
+def modules_text(modules: set[str]) -> list[str]:
+  """Each module with the digest of its package's source, in order."""
+  return sorted(f"{m}:{package_digest(m)}" for m in modules)
+
+def settings_text() -> str:
+  """Every setting, and every documented environment variable (a module may read one into a constant), but those
+  that shape the tensor graph or what is shown, never a kernel's code (a kernel of a model's train step is the same
+  program in eval mode: it was lowered and compiled again)."""
+  return repr(sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k not in NOT_IN_CODE) +
+              sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry))
+
+def renderer_text(renderer: Any) -> str:
+  """The renderer's class and settings, and the threads kernels are shared across (a property: CPU_THREADS=0 means
+  every usable core, which taskset changes)."""
+  return "\n".join([type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
+                    f"threads {renderer.threads}"])

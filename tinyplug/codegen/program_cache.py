@@ -7,15 +7,13 @@ plugin pass; a change to any of them misses instead of reusing stale code. The l
 (runtimes read it) in a JSON form of our own, never pickle; a program that would not come back as the very same
 UOps is not stored. Entries are checked against their digest before use (tinyplug.diskcache)."""
 from __future__ import annotations
-import hashlib, json, os
+import hashlib, json
 from dataclasses import fields
 from typing import Any
 from tinyplug.backend import ProgramSpec, Renderer
-from tinyplug.helpers import ENV_VARS, ContextVar
-from tinyplug.uop.dtype import DType
-from tinyplug.uop.ops import Ops, UOp
+from tinyplug.uop.ops import UOp
 from tinyplug.uop.rows import NotStorable, build_uops, enc_arg, enc_dtype, graph_text
-from tinyplug.diskcache import SealedTable, package_digest
+from tinyplug.diskcache import SealedTable, modules_text, pass_modules, renderer_text, settings_text
 
 PROGRAMS = SealedTable("codegen.sqlite", "programs_v1", "codegen")
 _FORMAT = "1"
@@ -23,45 +21,11 @@ _FORMAT = "1"
 
 # ---------------- the key ----------------
 
-def _canon(x: Any, depth: int = 0) -> str:
-  """A text of `x` that is the same in every process (sets sorted, objects by their fields)."""
-  if depth > 4: return "..."
-  if isinstance(x, (str, int, float, bool, type(None), DType, Ops)): return repr(x)
-  if isinstance(x, (list, tuple)): return "[" + ",".join(_canon(v, depth + 1) for v in x) + "]"
-  if isinstance(x, (set, frozenset)): return "{" + ",".join(sorted(_canon(v, depth + 1) for v in x)) + "}"
-  if isinstance(x, dict): return "{" + ",".join(sorted(f"{_canon(k, depth + 1)}:{_canon(v, depth + 1)}" for k, v in x.items())) + "}"
-  if hasattr(x, "__dict__"):
-    return type(x).__qualname__ + _canon({k: v for k, v in vars(x).items() if not k.startswith("_")}, depth + 1)
-  return type(x).__qualname__
-
-def _settings_of(renderer: Renderer) -> str:
-  """The renderer's declared capabilities and settings: class attributes (through its bases) and instance fields."""
-  fields: dict[str, Any] = {}
-  for cls in reversed(type(renderer).__mro__):
-    for k, v in vars(cls).items():
-      if not k.startswith("__") and not callable(v) and not isinstance(v, (property, staticmethod, classmethod)):
-        fields[k] = v
-  fields.update(vars(renderer))
-  return _canon({k: v for k, v in fields.items() if not k.startswith("_")})
-
-NOT_IN_CODE = frozenset({"DEBUG", "TRAINING", "JIT", "JIT_GRAPH", "VIZ", "REALIZE_PLANS", "GRADIENT_TEMPLATES"})
-
 def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
   from tinyplug.hookspecs.passes import pipeline_fingerprint
-  modules = {"tinyplug", type(renderer).__module__}
-  for s in steps:
-    ref = getattr(s.spec, "rewrite", None)
-    if ref is not None: modules.add(ref.split(":")[0] if isinstance(ref, str) else getattr(ref, "__module__", "?"))
-  # every setting, and every documented environment variable (a module may read one into a constant), but those that
-  # shape the tensor graph or what is shown, never a kernel's code (a kernel of a model's train step is the same
-  # program in eval mode: it was lowered and compiled again)
-  settings = sorted((k, repr(v.value)) for k, v in ContextVar.registry.items() if k not in NOT_IN_CODE) + \
-             sorted((k, os.environ.get(k)) for k in ENV_VARS if k not in ContextVar.registry)
-  # the threads kernels are shared across (a property: CPU_THREADS=0 means every usable core, which taskset changes)
-  text = "\n".join([_FORMAT, name, type(renderer).__module__ + "." + type(renderer).__qualname__, _settings_of(renderer),
-                    f"threads {renderer.threads}",
-                    pipeline_fingerprint(steps), repr(opts), repr(settings),
-                    *sorted(f"{m}:{package_digest(m)}" for m in modules), graph_text(ast)])
+  modules = {"tinyplug", type(renderer).__module__} | pass_modules(steps)
+  text = "\n".join([_FORMAT, name, renderer_text(renderer), pipeline_fingerprint(steps), repr(opts), settings_text(),
+                    *modules_text(modules), graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # ---------------- the value: a ProgramSpec as JSON ----------------
@@ -74,7 +38,7 @@ def encode(spec: ProgramSpec) -> bytes:
          "local_size": None if spec.local_size is None else list(spec.local_size),
          "vars": [index[v] for v in spec.vars], "outs": list(spec.outs), "ins": list(spec.ins),
          "opts": [[o.op.name, o.axis, o.arg] for o in spec.applied_opts], "estimates": spec.estimates,
-         "thread_split": spec.thread_split, "work": spec.work,
+         "thread_split": spec.thread_split, "work": spec.work, "shared_trips": spec.shared_trips,
          "uops": [[u.op.name, enc_dtype(u.dtype), enc_arg(u.arg), [index[s] for s in u.src]] for u in spec.uops]}
   data = json.dumps(doc, separators=(",", ":")).encode()
   back = decode(data)
@@ -100,6 +64,9 @@ class StoredProgram(ProgramSpec):
   __hash__ = ProgramSpec.__hash__
   @property
   def buffer_count(self) -> int: return self.__dict__["_buffer_count"]
+  @property
+  def shared_trips(self) -> int | None:   # stored with the program (an entry from before it: from the UOps)
+    return self.__dict__["_shared_trips"] if "_shared_trips" in self.__dict__ else ProgramSpec.shared_trips.fget(self)
 
 def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
   """The ProgramSpec of `encode`'s bytes; with `lazy`, a StoredProgram that builds its UOps when they are read."""
@@ -122,6 +89,9 @@ def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
     if k != "uops": object.__setattr__(spec, k, v)
   object.__setattr__(spec, "_rows", rows)
   object.__setattr__(spec, "_buffer_count", len({repr(r[2]) for r in rows if r[0] == "DEFINE_GLOBAL"}))
+  if "shared_trips" in doc:
+    if not isinstance(trips := doc["shared_trips"], (int, type(None))): raise TypeError("shared_trips")
+    object.__setattr__(spec, "_shared_trips", trips)
   return spec
 
 def load(key: str) -> ProgramSpec | None:

@@ -15,11 +15,11 @@ from tinyplug.uop.dtype import dtypes, strong_dtype
 from tinyplug.uop.ops import Ops, GroupOp, UOp, _canonical_dtype
 from tinyplug.schedule.indexing import INT32_MAX, const_index, index_dtype, linear_index, source_index, wide_index
 from tinyplug.schedule.cache import _UNSET, MAX_TEMPLATES, Template, kept_key, make_template, structure
-from tinyplug.schedule.scalars import parameterize
+from tinyplug.schedule.scalars import parameterize, remember
 from tinyplug.schedule.fusion import FusionGraph, fuse_step
 from tinyplug.schedule.multi import lift_becomes, lower_multi
 from tinyplug.schedule.passes import passes_of, run_pass, schedule_key, tensor_graph_rewrites
-from tinyplug.schedule import scatter, simplify_cache
+from tinyplug.schedule import scatter, simplify_cache, template_cache
 from tinyplug.uop.rewrite import graph_rewrite, graph_rewrite_map
 from tinyplug.uop.upat import PatternMatcher, UPat
 from tinyplug.uop.symbolic import symbolic
@@ -363,7 +363,12 @@ def create_schedule(targets: list[UOp], found: tuple | None = UNKNOWN_STRUCTURE)
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
   if found is UNKNOWN_STRUCTURE: found = structure(sink)   # (the caller may have worked it out: cached_template)
   tkey = (found[0], schedule_key()) if found is not None else None   # another pass set cuts other kernels
-  if tkey is not None and (template := _templates.get(tkey)) is not None:
+  template = _templates.get(tkey) if tkey is not None else None
+  disk_key = template_cache.template_key(found) if tkey is not None and template is None else None
+  if disk_key is not None and (template := template_cache.load(disk_key)) is not None:
+    _templates.put((kept_key(tkey[0]), tkey[1]), template)   # scheduled by an earlier process
+    if SCALAR_ARGS: remember(tkey[0])
+  if template is not None:
     items, becomes = template.instantiate(found[1])
     if events.enabled("schedule"):
       events.emit("schedule", {"sink": sink, "items": tuple(items), "scope": events.current_scope() + ("schedule",)})
@@ -391,6 +396,7 @@ def create_schedule(targets: list[UOp], found: tuple | None = UNKNOWN_STRUCTURE)
   if found is not None and (template := make_template(found[1], items, becomes)) is not None:
     # under the kept key: a gradient's or a graph template's hint brings the same object
     _templates.put((kept_key(tkey[0]), tkey[1]), template)
+    if disk_key is not None: template_cache.store(disk_key, template)
   return items, becomes
 
 _templates: BoundedCache = BoundedCache("schedule.templates", MAX_TEMPLATES)   # graph structure -> its schedule (cache.py)

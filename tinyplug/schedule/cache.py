@@ -284,7 +284,8 @@ def repeats(leaves: tuple) -> tuple | None:
   return tuple([first.setdefault(id(n), i) for i, n in enumerate(leaves)])
 
 # A reference to a buffer or node: r >= 0 is the node at position r of the graph, r < 0 the new buffer number -r-1.
-# A recipe rebuilds a UOp from references: each step is a reference (int) or (maker of the node, indices of earlier steps).
+# A recipe rebuilds a UOp from references: each step is a reference (int) or (maker of the node, indices of earlier
+# steps, and the node's op, dtype and arg).
 
 @dataclass(frozen=True)
 class Template:
@@ -322,9 +323,7 @@ def _replay(recipe: tuple, ref) -> UOp:
   built: list[UOp] = []
   for step in recipe:
     if type(step) is int: built.append(ref(step))
-    else:
-      make, srcs = step
-      built.append(make(tuple([built[i] for i in srcs])))
+    else: built.append(step[0](tuple([built[i] for i in step[1]])))   # (maker, sources, op, dtype, arg)
   return built[-1]
 
 def make_template(nodes: list[UOp], items: list, becomes: dict[UOp, UOp]) -> Template | None:
@@ -359,6 +358,7 @@ def _recipe(value: UOp, pos: dict[UOp, int], outs: dict[UOp, int]) -> tuple | No
   for u in value.toposort(gate=lambda u: leaf(u) is None):
     if (r := leaf(u)) is not None: steps.append(r)
     elif u.op in (Ops.BUFFER, Ops.UNIQUE): return None   # a buffer the template would not know how to make
-    else: steps.append((uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src)))   # its cache key worked out once
+    else:   # its cache key worked out once (the maker); what it makes, for the disk (template_cache.py)
+      steps.append((uop_maker(u.op, u.dtype, u.arg), tuple(index[s] for s in u.src), u.op, u.dtype, u.arg))
     index[u] = len(steps) - 1
   return tuple(steps)

@@ -30,15 +30,25 @@ def _param(c: UOp, position: int) -> UOp:
   bound = UOp(Ops.BIND, dtypes.int32, (var, UOp(Ops.CONST, dtypes.int32, c.src, 0)))
   return UOp(Ops.BITCAST, dtypes.float32, (bound,))
 
+def _masked(key: tuple) -> tuple[list[int], tuple, tuple]:
+  """(the positions of the float32 constants, the key with their values left out, their values)."""
+  positions = [i for i, k in enumerate(key) if k[0] == _CONST and k[1] == _F32]
+  masked = list(key)
+  for i in positions: masked[i] = (_CONST, _F32, None, key[i][3])
+  return positions, tuple(masked), tuple(key[i][2] for i in positions)
+
+def remember(key: tuple) -> None:
+  """Note the constants of a graph whose schedule came from disk as its first values (parameterize would have, had
+  it been scheduled here): the same graph with other values then makes them parameters, as in the process that
+  stored it, and finds that schedule on disk too."""
+  positions, masked_key, values = _masked(key)
+  if positions and _seen.get(masked_key) is None: _seen.put(masked_key, (values, frozenset()))
+
 def parameterize(key: tuple, nodes: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp], dict[str, int]] | None:
   """For a graph whose schedule template missed (`key`, `nodes` from cache.structure): None to schedule it as it
   is, or (the targets with changing constants made parameters, old node -> new node, the parameters' values)."""
-  positions = [i for i, k in enumerate(key) if k[0] == _CONST and k[1] == _F32]
+  positions, masked_key, values = _masked(key)
   if not positions: return None
-  masked = list(key)
-  for i in positions: masked[i] = (_CONST, _F32, None, key[i][3])
-  masked_key = tuple(masked)
-  values = tuple(key[i][2] for i in positions)
   if (seen := _seen.get(masked_key)) is None:
     _seen.put(masked_key, (values, frozenset()))
     return None

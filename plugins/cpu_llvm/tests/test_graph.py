@@ -84,20 +84,42 @@ def test_freed_intermediates_are_rewritten_into_the_slots():
 
 def test_batch_ir_passes_each_argument_from_its_slot():
   # a kernel of (ptr, i32, i64, core, n) that stores its arguments: the batch function must hand over slot k to
-  # argument k (an i32 from the low half of its slot), then core 0 of 1
+  # argument k (an i32 from the low half of its slot), then core 0 of 1, calling the function its table names
   out = (ctypes.c_int64 * 4)()
   kind = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32)
   def record(p, i, j, core, n):
     arr = ctypes.cast(p, ctypes.POINTER(ctypes.c_int64))
     arr[0], arr[1], arr[2], arr[3] = i, j, core, n
   fn = kind(record)
-  src = batch_ir("tp_graph_test", [(ctypes.cast(fn, ctypes.c_void_p).value, ("ptr", "i32", "i64"), 1)])
-  from tinyplug_cpu_llvm.compiler import init_llvm, make_target_machine
   dev = Device["CPU"]
-  mod = init_llvm().parse_assembly(src)
-  mod.verify()
-  obj = make_target_machine(dev.compiler.cpu, dev.compiler.features, opt=0).emit_object(mod)
-  batch = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(dev.load("tp_graph_test", obj))
+  batch = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(dev.load_ir(batch_ir("tp_graph", [(("ptr", "i32", "i64"), 1)])))
   argv = (ctypes.c_int64 * 4)(0, ctypes.addressof(out), -7 & 0xFFFFFFFF | (5 << 32), 1 << 40)
-  batch(ctypes.addressof(argv))
+  fns = (ctypes.c_void_p * 1)(ctypes.cast(fn, ctypes.c_void_p).value)
+  batch(ctypes.addressof(argv), ctypes.addressof(fns))
   assert list(out) == [-7, 1 << 40, 0, 1]
+
+def test_run_functions_come_from_the_object_cache(tmp_path, monkeypatch):
+  """A run's function holds no kernel address (they come from a table), so it is compiled once and kept with the
+  kernels' objects, on disk too: a new process's first replay loads it instead of compiling it, and computes the same."""
+  from tinyplug_cpu_llvm.compiler import LLVMCompiler
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  dev = Device["CPU"]
+  runs, compiled = [], []
+  real_cached, real_compile = LLVMCompiler.compile_cached, LLVMCompiler.compile
+  def cached(self, src, quick=False):
+    if src.startswith("define void @tp_graph"): runs.append(src)
+    return real_cached(self, src, quick)
+  monkeypatch.setattr(LLVMCompiler, "compile_cached", cached)
+  monkeypatch.setattr(LLVMCompiler, "compile", lambda self, src, quick=False: (compiled.append(src), real_compile(self, src, quick))[1])
+  def replays() -> None:
+    f = TinyJit(small_chain)
+    for i in range(3): got = f(Tensor(data(i)), Tensor(data(60 + i))).numpy()
+    assert graphs_of(f)
+    np.testing.assert_allclose(got, small_chain_np(data(2), data(62)), rtol=1e-4, atol=1e-4)
+  dev.compiler._memory.clear()
+  replays()
+  assert runs and set(runs) <= set(compiled)   # each run function compiled once, through the object cache
+  runs.clear(); compiled.clear()
+  dev.compiler._memory.clear()   # as a new process: only the disk has them
+  replays()
+  assert runs and not compiled

@@ -488,3 +488,28 @@ def test_many_shares_per_thread_give_the_same_result(N, threads):
     prg(many, a)
   np.testing.assert_array_equal(one, many)
   np.testing.assert_allclose(many, np.sin(a.astype(np.float64)).reshape(N, M).sum(1), rtol=1e-4)
+
+def test_trampolines_come_from_the_object_cache(tmp_path, monkeypatch):
+  """The pool's trampoline for a kernel signature is compiled once and kept with the kernels' objects (on disk too): a
+  process that meets the signature again loads it (no compile, ~2 ms each in a warm first step), and it runs."""
+  import ctypes
+  from tinyplug.device import Device
+  from tinyplug_cpu_llvm.compiler import LLVMCompiler
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  dev = Device["CPU"]
+  p = dev.pool
+  _native_or_skip()
+  types = ("ptr",) * 3 + ("i32",) * 2   # a signature no kernel of the suite has
+  monkeypatch.setattr(p, "_trampolines", {})
+  before = LLVMCompiler.compiles
+  first = p.trampoline(types)
+  assert LLVMCompiler.compiles == before + 1 and p.load_ir is not None
+  monkeypatch.setattr(p, "_trampolines", {})   # as a new process: only the disk has it
+  dev.compiler._memory.clear()
+  monkeypatch.setattr(p, "_build_trampoline", lambda *a: pytest.fail("built in process"))
+  assert p.trampoline(types) == first and LLVMCompiler.compiles == before + 1
+  fn = _share_kernel()
+  count, who = np.zeros(4, np.int64), np.zeros(4, np.int64)
+  monkeypatch.setattr(p, "_entries", {})
+  p.run(fn, [count.ctypes.data, who.ctypes.data], 4, 2)   # a kernel through a trampoline from the cache
+  assert count.tolist() == [1] * 4

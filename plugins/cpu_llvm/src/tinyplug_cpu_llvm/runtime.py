@@ -8,14 +8,13 @@ import ctypes, functools, time
 from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
-from tinyplug.backend import host_block, host_view, shareable_loop
-from tinyplug.uop.ops import Ops
+from tinyplug.backend import host_block, host_view
 from tinyplug.helpers import DEBUG
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.elf import undefined_symbols
 from tinyplug_cpu_llvm.machine import data_caches, n_threads, vector_registers
 from tinyplug_cpu_llvm.renderer import LLVMRenderer
-from tinyplug_cpu_llvm.threads import MAX_SHARES, pool
+from tinyplug_cpu_llvm.threads import MAX_SHARES, NativeThreadPool, pool
 
 ALIGN = 64
 # kernels with fewer loop-body executions than this run on one thread: waking the pool costs more than it saves
@@ -101,7 +100,7 @@ class CPUProgram:
       if nbytes >= PARALLEL_MIN_BYTES else 1
     self.ops_shares = int((spec.estimates or {}).get("ops", 0)) // PARALLEL_OPS_PER_THREAD
     self.last_s, self.last_threads = 0.0, 1   # the last run's wall time and the threads it ran on
-    self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the UOps when first needed
+    self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the spec when first needed
 
   def threads(self) -> int:
     if not self.splittable: return 1
@@ -127,10 +126,8 @@ class CPUProgram:
   def shared_rows(self) -> int:
     """Iterations of the loop the threads share (shares beyond them would be empty calls); a large number when its
     end is not a constant."""
-    if self._rows is None:
-      loop = shareable_loop(self._spec.uops)
-      end = loop.src[0] if loop is not None else None
-      self._rows = int(end.arg) if end is not None and end.op is Ops.CONST else MAX_SHARES
+    if self._rows is None:   # (a program read from the codegen cache knows it without building its UOps)
+      self._rows = MAX_SHARES if (trips := self._spec.shared_trips) is None else trips
     return self._rows
 
   def launcher(self, global_size=None, local_size=None) -> Callable[[list, tuple], None] | None:
@@ -270,7 +267,6 @@ class CPUDevice(Compiled):
       return addr
 
   def describe(self) -> str:
-    from tinyplug_cpu_llvm.threads import NativeThreadPool
     from tinyplug_cpu_llvm.plugin import CPU_SPIN_US
     llvm = ".".join(map(str, init_llvm().llvm_version_info))
     kind = f"native pool, idle spin {CPU_SPIN_US.value} us" if isinstance(self.pool, NativeThreadPool) else "Python pool"
@@ -278,7 +274,14 @@ class CPUDevice(Compiled):
 
   @property
   def pool(self):
-    """The process's worker threads (shared by every CPU device)."""
-    return pool()
+    """The process's worker threads (shared by every CPU device); their trampolines come from this device's object
+    cache."""
+    if isinstance(p := pool(), NativeThreadPool) and p.load_ir is None: p.load_ir = self.load_ir
+    return p
+
+  def load_ir(self, src: str) -> int:
+    """The address of the one function of LLVM IR `src`, compiled once and kept with the kernels' objects (on disk
+    too), at O0 (a few loads and a call): the thread pool's trampolines."""
+    return self.load(symbol_for(src), self.compiler.compile_cached(src, quick=True))
 
   def make_program(self, spec: ProgramSpec, lib: bytes) -> Callable[..., float]: return CPUProgram(self, spec, lib)

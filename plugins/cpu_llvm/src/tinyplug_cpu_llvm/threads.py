@@ -358,6 +358,9 @@ class NativeThreadPool:
     self._run = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4, ctypes.c_int32, ctypes.c_int32)(addr["tp_run"])
     self._stop = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(addr["tp_stop"])
     self._trampolines: dict[tuple, int] = {}
+    # LLVM IR of one function -> its address, from the device's object cache (set by the CPU device): a warm process
+    # loads its trampolines instead of compiling them here (~2 ms each, one per kernel signature)
+    self.load_ir: Callable[[str], int] | None = None
     # id of a ctypes function -> (the function, kept so that its id stays its own; its address; its trampoline)
     self._entries: dict[int, tuple[Any, int, int]] = {}
     self.lock = threading.Lock()
@@ -389,14 +392,18 @@ class NativeThreadPool:
 
   def trampoline(self, types: tuple[str, ...]) -> int:
     if (addr := self._trampolines.get(types)) is None:
-      name = f"tp_call_{len(self._trampolines)}"
-      with self.llvm_lock:
-        mod = self.llvm.parse_assembly(_trampoline_ir(name, types))
-        mod.verify()
-        self.engine.add_module(mod)
-        self.engine.finalize_object()
-        addr = self._trampolines[types] = self.engine.get_function_address(name)
+      if self.load_ir is not None: addr = self.load_ir(_trampoline_ir("tp_call", types))
+      else: addr = self._build_trampoline(f"tp_call_{len(self._trampolines)}", types)
+      self._trampolines[types] = addr
     return addr
+
+  def _build_trampoline(self, name: str, types: tuple[str, ...]) -> int:
+    with self.llvm_lock:
+      mod = self.llvm.parse_assembly(_trampoline_ir(name, types))
+      mod.verify()
+      self.engine.add_module(mod)
+      self.engine.finalize_object()
+      return self.engine.get_function_address(name)
 
   def _entry(self, fn: Callable) -> tuple[Any, int, int] | None:
     if (hit := self._entries.get(id(fn))) is None:
