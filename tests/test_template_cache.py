@@ -113,3 +113,14 @@ def test_a_schedule_from_disk_counts_as_seen_for_scalar_arguments(cache_home, mo
   items, _ = sched.create_schedule([(x * 3.5).uop])
   assert any(it.var_vals for it in items)   # 3.5 is a kernel argument
   np.testing.assert_array_equal((x * 4.5).numpy(), np.arange(5, dtype=np.float32) * np.float32(4.5))
+
+def test_graphs_over_a_file_are_keyed_and_run(cache_home, tmp_path):
+  # a DISK device runs no kernels and has no renderer: its part of the key says so (asking it for one raised, so a
+  # write to a file and a slice read back failed whenever the disk cache was on)
+  a = np.arange(30, dtype=np.float32)
+  t = Tensor(a).to(f"disk:{tmp_path / 'data.bin'}")
+  part = t[10:20]
+  np.testing.assert_array_equal(part.to(Device.DEFAULT).numpy(), a[10:20])
+  np.testing.assert_array_equal(part.numpy(), a[10:20])
+  sched._templates.clear()
+  np.testing.assert_array_equal(t[5:8].to(Device.DEFAULT).numpy(), a[5:8])   # again, the schedules from disk

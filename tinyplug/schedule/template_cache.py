@@ -42,16 +42,21 @@ def _devices(nodes: list[UOp]) -> list[str]:
     if n.op is Ops.DEVICE: names.update([n.arg] if isinstance(n.arg, str) else n.arg)
   return sorted(names)
 
+def _renderer_text(device: str) -> str:
+  """The renderer's part of the key; '-' for a device that runs no kernels (a file's DISK device: the passes see no
+  renderer there either)."""
+  from tinyplug.device import renderer_of
+  return "-" if (r := renderer_of(device)) is None else renderer_text(r)
+
 def template_key(found: tuple) -> str | None:
   """The disk key of the schedule of the graph whose structure() is `found`, or None (no disk cache, rewrites being
   recorded, or something in the graph has no stable text)."""
   if not _on() or len(found[0]) != len(found[1]): return None
-  from tinyplug.device import Device
   from tinyplug.schedule.passes import schedule_key, schedule_steps
   try: structure = json.dumps(_structure_rows(found[0], found[1]), separators=(",", ":"))
   except NotStorable: return None
   text = "\n".join([_FORMAT, schedule_key(), settings_text(), *modules_text({"tinyplug"} | pass_modules(schedule_steps())),
-                    *(f"{d}: {renderer_text(Device[d].renderer)}" for d in _devices(found[1])), structure])
+                    *(f"{d}: {_renderer_text(d)}" for d in _devices(found[1])), structure])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # ---------------- the value ----------------
