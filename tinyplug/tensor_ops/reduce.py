@@ -208,6 +208,7 @@ class ReduceMixin:
   @graph_template
   def logsumexp(self, axis: Axis = None, keepdim: bool = False):
     m = self.max(axis, keepdim=True).detach()
+    m = m.isinf().where(0.0, m)   # a row of -inf gives -inf (not -inf - -inf = nan), one holding +inf gives +inf
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
     return out if keepdim else out.squeeze(self._axes(axis))
   @graph_template
