@@ -146,7 +146,11 @@ class TestIdentities:
   def test_float_times_zero_is_kept(self):
     # nan*0 and inf*0 are nan, not 0
     assert simp(f * 0.0).op is Ops.MUL
-    assert simp(f + 0.0) is f and simp(f * 1.0) is f
+    assert simp(f * 1.0) is f
+  def test_float_plus_zero_keeps_signed_zeros(self):
+    # -0.0 + 0.0 is +0.0, -0.0 - -0.0 is +0.0: only x + -0.0 and x - 0.0 are x for every float
+    assert simp(f + 0.0).op is Ops.ADD and simp(f - (-0.0)).op is Ops.SUB
+    assert simp(f + (-0.0)) is f and simp(f - 0.0) is f
   def test_sub_self(self):
     assert simp(a - a).arg == 0
     assert simp(f - f).op is Ops.SUB  # inf - inf is nan

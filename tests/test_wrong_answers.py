@@ -5,6 +5,7 @@ import pytest
 import torch
 from tinyplug import Tensor, dtypes
 from tinyplug.uop.ops import Ops
+from tinyplug.testing.helpers_ops import requires_dtypes
 
 NAN = float("nan")
 
@@ -158,3 +159,15 @@ def test_cat_and_stack_of_nothing_say_so():
   a, b = Tensor([1.0, 2.0]), Tensor([3.0])
   assert Tensor.cat(a, b).tolist() == a.cat(b).tolist() == [1.0, 2.0, 3.0]
   assert Tensor.stack(a, a).tolist() == [[1.0, 2.0], [1.0, 2.0]]
+
+@pytest.mark.parametrize("npdt", [np.float32, np.float16, np.float64])
+def test_adding_and_subtracting_zeros_keep_ieee_signs(device, npdt):
+  """-0.0 + 0.0 is +0.0: only x + (-0.0) and x - (+0.0) leave every x as it is."""
+  requires_dtypes(np.dtype(npdt).name)
+  x = np.array([-0.0, 0.0, -1.5, 2.0], dtype=npdt)
+  forms = {"x + 0": lambda t: t + 0.0, "0 + x": lambda t: 0.0 + t, "x - 0": lambda t: t - 0.0, "x + -0": lambda t: t + -0.0,
+           "x - -0": lambda t: t - -0.0}
+  for name, f in forms.items():
+    got, want = f(Tensor(x)).numpy(), f(x)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+    np.testing.assert_array_equal(got, want, err_msg=name)

@@ -78,6 +78,12 @@ def false_like(x: UOp) -> UOp: return x.const_like(False)
 def true_like(x: UOp) -> UOp: return x.const_like(True)
 def keep_x(x: UOp) -> UOp: return x
 
+def _signed_zero(c: UOp) -> bool: return math.copysign(1.0, c.arg) < 0
+
+# Exact for every x: -0.0 + -0.0 is -0.0 but -0.0 + 0.0 is +0.0, so a float keeps only x + (-0.0) and x - (+0.0).
+def add_zero(x: UOp, c: UOp) -> UOp | None: return x if not dtypes.is_float(x.dtype) or _signed_zero(c) else None
+def sub_zero(x: UOp, c: UOp) -> UOp | None: return x if not dtypes.is_float(x.dtype) or not _signed_zero(c) else None
+
 x_var, y_var = UPat.var("x"), UPat.var("y")
 x_int = UPat.var("x", dtype=INTS)
 x_bool = UPat.var("x", dtype=dtypes.bool)
@@ -93,10 +99,10 @@ symbolic_simple = PatternMatcher([
   (UPat(Ops.CAST, src=(c_scalar,), name="x"), fold_cast_const),
   (UPat(Ops.CAST, name="x", src=(UPat.var("y"),)), lambda x, y: y if x.dtype == y.dtype else None),
   # arithmetic identities
-  (_bin(Ops.ADD, x_var, UPat.const(None, 0)), keep_x),
+  (_bin(Ops.ADD, x_var, UPat.const(None, 0).named("c")), add_zero),
   (_bin(Ops.MUL, x_var, UPat.const(None, 1)), keep_x),
   (_bin(Ops.MUL, x_var, UPat.const(None, 0), dtype=INTS, name="m"), lambda x, m: m.const_like(0)),
-  (_bin(Ops.SUB, x_var, UPat.const(None, 0)), keep_x),
+  (_bin(Ops.SUB, x_var, UPat.const(None, 0).named("c")), sub_zero),
   (UPat(Ops.SUB, INTS, (x_var, x_var)), zero_like),
   (UPat(Ops.IDIV, src=(x_var, UPat.const(None, 1))), keep_x),
   (UPat(Ops.MOD, INTS, (x_var, UPat.const(None, 1))), zero_like),
