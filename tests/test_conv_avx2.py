@@ -248,6 +248,12 @@ def test_strided_rows_take_six_positions_by_two_vectors_on_avx2(machine, shape, 
   machine("avx512")
   assert _forward_opts(_strided(*shape)) == avx512
 
+def test_strided_row_pairs_only_pad_reads_that_stay_inside(machine):
+  # conv_transpose2d k4 s2's input gradient: a 4-wide window over the 58-wide padded row, whose padded positions would
+  # read past the buffer's end (gated broadcasts, 2x slower): it keeps 14 positions by one vector
+  machine("avx2")
+  assert _opts_of(_step_kernels(_convt()), "r_8_64_28_28_32_4_4") == [Opt(OptOps.UPCAST, 3, 14), Opt(OptOps.UPCAST, 1, 8)]
+
 @pytest.mark.parametrize("bs, cin, cout, hw, padding, groups, pairs", [
   (2, 32, 16, 56, 1, 1, True),    # a 28-wide row padded to 30
   (1, 32, 32, 54, 1, 1, True),    # 27 padded to 30, batch 1
