@@ -498,9 +498,10 @@ def _gather_row_channel_pairs(k: Kernel, inner: int) -> list[Opt] | None:
   """A strided convolution's row over a reduction of GATHER_PAIR_REDUCE products or more, on a renderer with
   `narrow_vectors` (AVX2): as many positions as the vector registers leave room for (6 of 16: 12 accumulators, two
   weight vectors, a broadcast) by GATHER_PAIR_VECTORS vectors of output channels, the row padded to a multiple of
-  the positions where that adds at most GATHER_PAIR_PAD of it, and the channels' loop moved innermost, so the input a tile reads (64 channels x 3 rows x 13 columns) stays in the
-  L1 while every channel block passes over it and the weights come from the L2. The generic 14 positions by one
-  vector take a broadcast per multiply-add and walk the whole image per channel block. conv2d b8 64->128 56x56 k3
+  the positions where that adds at most GATHER_PAIR_PAD of it, and the channels' loop moved innermost, so the input
+  a tile reads (64 channels x 3 rows x 13 columns) stays in the L1 while every channel block passes over it and the
+  weights come from the L2. The generic 14 positions by one vector take a broadcast per multiply-add and walk the
+  whole image per channel block. conv2d b8 64->128 56x56 k3
   s2 p1's r_8_128_28_28_64_3_3 on a Zen 3 core, one thread (benchmarks/conv_row_ab.py S2=1): 14 x 8 13.6-14.3 ms,
   6 x 16 with the channels innermost 11.8-11.9, without the loop moves 13.0-13.8, 4 x 16 (8 accumulators) 14.5;
   b4 112x112: 36 -> 26 ms; b8 32->64 56x56 s2 (288 products) 8.1 ms as the 2 x 4 x 16 of AVX-512's registers
