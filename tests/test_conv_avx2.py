@@ -213,3 +213,57 @@ def test_avx2_strided_and_transposed_convolutions_give_torch_values(machine):
   w2 = (RNG.standard_normal((128, 64, 3, 3)) / 24).astype(np.float32)
   _against_torch(x, w2, lambda a, b: a.conv2d(b, stride=2, padding=1),
                  lambda a, b: F.conv2d(a, b, stride=2, padding=1), atol=2e-4)
+
+# AVX2's strided rows (heuristic._gather_row_channel_pairs): 6 positions by 2 vectors of output channels, the row padded
+# to a multiple of 6 where that adds at most an eighth of it, the channels' loop moved innermost
+def _pairs(row_axis: int, chan_axis: int, pad: bool) -> list[Opt]:
+  return ([Opt(OptOps.PADTO, row_axis, 6)] if pad else []) + \
+    [Opt(OptOps.UPCAST, row_axis, 6), Opt(OptOps.UPCAST, chan_axis, 16)] + \
+    [Opt(OptOps.SWAP, a, a + 1) for a in range(chan_axis, row_axis)]
+
+def _forward_opts(make) -> list[Opt]:
+  x, w, out = make()
+  items, _ = create_schedule([out.uop])
+  return heuristic_opts(Kernel([it.ast for it in items if it.ast.op.name == "SINK"][-1], Device["CPU"].renderer))
+
+def _strided(bs, cin, cout, hw, padding=1, groups=1):
+  def make():
+    x, w = Tensor.empty(bs, cin, hw, hw), Tensor.empty(cout, cin // groups, 3, 3)
+    return x, w, x.conv2d(w, stride=2, padding=padding, groups=groups)
+  return make
+
+@pytest.mark.parametrize("shape, avx2, avx512", [
+  ((8, 64, 128, 56), _pairs(3, 1, True), [Opt(OptOps.UPCAST, 3, 14), Opt(OptOps.UPCAST, 1, 16)]),
+  ((1, 64, 128, 56), _pairs(2, 0, True), [Opt(OptOps.UPCAST, 2, 14), Opt(OptOps.UPCAST, 0, 16)]),
+  # the strided CNN's 32->64 26x26 (288 products, a 12-wide row: no padding); AVX2 took AVX-512's two rows of 4 x 16
+  ((64, 32, 64, 26, 0), _pairs(3, 1, False),
+   [Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 2, 2)]),
+  # a 14-wide row would be padded by 4: the 14 positions by one vector stay
+  ((8, 64, 128, 28), [Opt(OptOps.UPCAST, 3, 14), Opt(OptOps.UPCAST, 1, 8)],
+   [Opt(OptOps.UPCAST, 3, 14), Opt(OptOps.UPCAST, 1, 16)]),
+])
+def test_strided_rows_take_six_positions_by_two_vectors_on_avx2(machine, shape, avx2, avx512):
+  machine("avx2")
+  assert _forward_opts(_strided(*shape)) == avx2
+  machine("avx512")
+  assert _forward_opts(_strided(*shape)) == avx512
+
+def test_strided_row_pairs_only_pad_reads_that_stay_inside(machine):
+  # conv_transpose2d k4 s2's input gradient: a 4-wide window over the 58-wide padded row, whose padded positions would
+  # read past the buffer's end (gated broadcasts, 2x slower): it keeps 14 positions by one vector
+  machine("avx2")
+  assert _opts_of(_step_kernels(_convt()), "r_8_64_28_28_32_4_4") == [Opt(OptOps.UPCAST, 3, 14), Opt(OptOps.UPCAST, 1, 8)]
+
+@pytest.mark.parametrize("bs, cin, cout, hw, padding, groups, pairs", [
+  (2, 32, 16, 56, 1, 1, True),    # a 28-wide row padded to 30
+  (1, 32, 32, 54, 1, 1, True),    # 27 padded to 30, batch 1
+  (2, 32, 16, 25, 0, 1, True),    # 12 wide: no padding, no zero border
+  (1, 64, 32, 57, 0, 2, False),   # two groups (their channels are not one contiguous axis: the tile is not taken)
+])
+def test_strided_row_pairs_give_torch_values(machine, bs, cin, cout, hw, padding, groups, pairs):
+  machine("avx2")
+  assert any(o.op is OptOps.SWAP for o in _forward_opts(_strided(bs, cin, cout, hw, padding, groups))) == pairs
+  x = RNG.standard_normal((bs, cin, hw, hw)).astype(np.float32)
+  w = (RNG.standard_normal((cout, cin // groups, 3, 3)) / 16).astype(np.float32)
+  _against_torch(x, w, lambda a, b: a.conv2d(b, stride=2, padding=padding, groups=groups),
+                 lambda a, b: F.conv2d(a, b, stride=2, padding=padding, groups=groups), atol=2e-4)

@@ -24,7 +24,8 @@ def conv_kernel(bs: int, cin: int, cout: int, side: int, padding: int) -> Kernel
 @pytest.mark.parametrize("machine,lanes", [((64, 32), 16), ((32, 16), 8)], ids=["avx512", "avx2"])
 def test_long_strided_rows_take_14_positions_by_one_vector(vector_machine, machine, lanes):
   vector_machine(*machine)
-  assert heuristic_opts(conv_kernel(8, 64, 128, 56, 1))[:2] == [U(3, 14), U(1, lanes)]   # 28 wide: 4 x 16 x 2 before
+  # 28 wide: 4 x 16 x 2 before; AVX2 now takes 6 positions by two vectors there (tests/test_conv_avx2.py)
+  if lanes == 16: assert heuristic_opts(conv_kernel(8, 64, 128, 56, 1))[:2] == [U(3, 14), U(1, lanes)]
   assert heuristic_opts(conv_kernel(8, 128, 128, 28, 1))[:2] == [U(3, 14), U(1, lanes)]  # 14 wide: whole
 
 def test_short_reduction_keeps_two_rows_of_four(vector_machine):

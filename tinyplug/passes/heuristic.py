@@ -357,6 +357,8 @@ def _small_window_tile(k: Kernel) -> list[Opt] | None:
   # 4x16 8.7). Not a row read across a matrix's rows (a linear layer's 10 outputs: 10x4 38 us, 2x16 104 us)
   along = [s for s in _load_strides(k, loops[inner]) if s != 0]
   gathers = len(reduces) >= 2 and bool(along) and all(s is not None and 1 < abs(s) <= 8 for s in along)
+  if gathers and math.prod(r.src[0].arg for r in reduces) >= GATHER_PAIR_REDUCE and \
+     (pairs := _gather_row_channel_pairs(k, inner)) is not None: return pairs
   if gathers: amt = next((d for d in (4, 2) if sizes[inner] % d == 0), amt)
   # ... but a long one (512 or more products per output: 64 input channels) takes up to 16 positions of the row by
   # one vector of channels, one row: twice the independent accumulators, each weight vector feeding 14 FMAs (one Zen 4
@@ -487,6 +489,49 @@ def _long_gather_row(k: Kernel) -> bool:
   along = [s for s in _load_strides(k, loops[-1]) if s != 0]
   if not along or not all(s is not None and 1 < abs(s) <= 8 for s in along): return False
   return max(d for d in range(1, GATHER_ROW_POSITIONS + 1) if row % d == 0) >= 8
+
+# `_gather_row_channel_pairs`: vectors of output channels per position, the most padding of the row it takes (a
+# fraction of the row), and the fewest products per output it is for
+GATHER_PAIR_VECTORS, GATHER_PAIR_PAD, GATHER_PAIR_REDUCE = 2, 1 / 8, 256
+
+def _gather_row_channel_pairs(k: Kernel, inner: int) -> list[Opt] | None:
+  """A strided convolution's row over a reduction of GATHER_PAIR_REDUCE products or more, on a renderer with
+  `narrow_vectors` (AVX2): as many positions as the vector registers leave room for (6 of 16: 12 accumulators, two
+  weight vectors, a broadcast) by GATHER_PAIR_VECTORS vectors of output channels, the row padded to a multiple of
+  the positions where that adds at most GATHER_PAIR_PAD of it, and the channels' loop moved innermost, so the input
+  a tile reads (64 channels x 3 rows x 13 columns) stays in the L1 while every channel block passes over it and the
+  weights come from the L2. The generic 14 positions by one vector take a broadcast per multiply-add and walk the
+  whole image per channel block. conv2d b8 64->128 56x56 k3
+  s2 p1's r_8_128_28_28_64_3_3 on a Zen 3 core, one thread (benchmarks/conv_row_ab.py S2=1): 14 x 8 13.6-14.3 ms,
+  6 x 16 with the channels innermost 11.8-11.9, without the loop moves 13.0-13.8, 4 x 16 (8 accumulators) 14.5;
+  b4 112x112: 36 -> 26 ms; b8 32->64 56x56 s2 (288 products) 8.1 ms as the 2 x 4 x 16 of AVX-512's registers
+  (spilled), 4.0; the strided CNN's r_64_64_12_12_32_3_3 9.8 -> 4.4. A 14-wide row (28x28 s2: 3.38 as 18 padded by
+  6 x 16, 3.45 as 14 x 8) keeps its tile. None where it does not apply."""
+  r = k.renderer
+  if not narrow_vectors(r): return None
+  loops, lanes = k.loop_axes, max(r.vector_bytes // _acc_itemsize(k), 1)
+  positions, width = (r.vector_registers - GATHER_PAIR_VECTORS - 1) // GATHER_PAIR_VECTORS, GATHER_PAIR_VECTORS * lanes
+  row = loops[inner].src[0].arg
+  padded = -(-row // positions) * positions
+  if positions < 4 or row < 2 * positions or padded - row > GATHER_PAIR_PAD * row: return None
+  reuse = _reuse(k)
+  def channels(a: int) -> bool:
+    strides = _load_strides(k, loops[a])
+    return reuse[a] > 0 and all(s in (0, 1) for s in strides) and 1 in strides and loops[a].src[0].arg % width == 0
+  if (chan := next((a for a in range(inner - 1, -1, -1) if channels(a)), None)) is None: return None
+  k = k.copy()
+  if padded != row:
+    # the padding's reads must stay inside the input (ungated): a gated broadcast is a branch per tap on x86
+    # (conv_transpose2d k4 s2's input gradient, a 4-wide window over a 58-wide row: 5.6 ms as 14 x 8, 10.6 padded)
+    gated = _gated_loads(k)
+    if not _try(k, Opt(OptOps.PADTO, inner, positions)) or _gated_loads(k) > gated: return None
+  opts = [Opt(OptOps.UPCAST, inner, positions), Opt(OptOps.UPCAST, chan, width)]
+  opts += [Opt(OptOps.SWAP, a, a + 1) for a in range(chan, inner)]
+  return k.applied_opts if all(_try(k, o) for o in opts) else None
+
+def _gated_loads(k: Kernel) -> int:
+  """The kernel's loads whose index carries a gate (a masked read)."""
+  return sum(1 for u in k.sink.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 2)
 
 # the most positions of a row that `_channel_vector_tile` upcasts (and the fewest: 4): each a broadcast feeding the
 # vectors of channels
