@@ -360,6 +360,9 @@ def narrow_vectors(renderer: Any) -> bool:
 class Compiler:
   """Turns source into a binary. `cachekey` names the compiler and its settings for on-disk caches (None: no cache)."""
   cachekey: str | None = None
+  # True: `compile_program` may run on a thread of the engine's own while the caller lowers the next kernels (its
+  # work must release the GIL to gain anything, as llvmlite's calls do); it must be safe beside any other call
+  background: bool = False
   def compile(self, src: str) -> bytes:
     """A binary for `src`; raise an error naming the problem when the source does not compile."""
     return src.encode()
@@ -370,6 +373,10 @@ class Compiler:
     """What the engine calls for a kernel: a compiler may use the spec's launch fields (e.g. a quicker tier for
     a kernel with little `work`). Default: `compile_cached(spec.src)`."""
     return self.compile_cached(spec.src)
+  def cached_program(self, spec: ProgramSpec) -> bytes | None:
+    """`compile_program(spec)` when a cache holds it, without compiling; None otherwise (default: always None). The
+    engine compiles ahead (`background`) only what this does not find."""
+    return None
 
 # ---------------- programs ----------------
 
