@@ -17,11 +17,10 @@ from tinyplug.device import buffer_of, has_buffer  # noqa: F401  (they live with
 
 class CompiledRunner:
   def __init__(self, device: str, spec: ProgramSpec, compile_s: float, lib: Any = None):
-    """`lib`: the binary, or a future of it (compiled ahead, see compile_ahead); None: compiled here."""
+    """`lib`: a future of the binary (compiled ahead, see compile_ahead); None: compiled here."""
     self.device, self.spec, self.compile_s = device, spec, compile_s
     dev = Device[device]
-    if lib is None: lib = dev.compiler.compile_program(spec)
-    elif not isinstance(lib, bytes): lib = lib.result()
+    lib = dev.compiler.compile_program(spec) if lib is None else lib.result()
     self.prg = dev.make_program(spec, lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
     if self.spec.vars and (missing := [v.arg[0] for v in self.spec.vars if v.arg[0] not in var_vals]):
@@ -175,8 +174,10 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
     dev = Device[device]
     try: spec = get_program(ast, dev.renderer)
     except Exception: return
-    # a binary in the compiler's cache is read here: handing it to a thread costs more than the read
-    if (lib := dev.compiler.cached_program(spec)) is None:
+    # a binary in the compiler's cache is left for compile_program in the kernel's turn (a memory hit then): handing
+    # it to a thread costs more than the read
+    lib = None
+    if dev.compiler.cached_program(spec) is None:
       misses += 1
       lib = _compile_thread().submit(dev.compiler.compile_program, spec)
     _ahead[key] = (spec, lib)
