@@ -1,7 +1,7 @@
 """Realize: schedule tensor-level UOps, compile each kernel once, run them, and report with DEBUG."""
 from __future__ import annotations
 import gc, time, weakref
-from concurrent.futures import wait
+from concurrent.futures import wait as wait_all
 from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
@@ -143,7 +143,8 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None =
 
 # ---------------- compiling ahead ----------------
 
-# runner key -> (spec, binary or its future) of a kernel lowered by compile_ahead and not yet made a runner
+# runner key -> (spec, the future of its binary, or None where a cache holds it) of a kernel compile_ahead lowered and
+# no runner holds yet
 _ahead: dict[tuple, tuple] = {}
 _compile_pool: list = []   # [(pid, executor)]: the one compile thread of this process
 
@@ -158,7 +159,7 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
   """Lower every kernel of `schedule` not built yet, here, handing each to the compile thread as it is lowered, before
   the first one runs: the compiler (LLVM, which lets go of the GIL) works on kernel k while Python lowers kernel k+1,
   so a cold first step takes about the longer of the two on two cores instead of their sum (a compiler says it may
-  with `background`). Only where nothing watches the order of lowering and running (no events, DEBUG below 2, no
+  with `background`); returns once every binary is done. Only where nothing watches the order of lowering and running (no events, DEBUG below 2, no
   search); a kernel that fails to lower here is left for run_item to lower (and raise) in its turn."""
   if BEAM >= 1 or DEBUG.value >= 2 or events._subscribers: return
   todo: dict[tuple, tuple[str, UOp]] = {}   # (a kernel may appear many times: each block of a model)
@@ -177,7 +178,7 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
   finally:
     # the kernels run once all are compiled: a kernel run while the thread compiles wakes the thread pool's workers,
     # whose wait for the next kernel took the core the compiler needed (cold gpt: +2.6 s of CPU, no faster)
-    if compiling: wait(compiling)
+    if compiling: wait_all(compiling)
 
 def _lower_ahead(key: tuple, device: str, ast: UOp, compiling: list) -> bool | None:
   """Lower one kernel into _ahead, its binary handed to the compile thread unless a cache holds it; True: handed,
