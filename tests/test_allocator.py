@@ -170,13 +170,61 @@ def _mapping_of(address: int) -> dict[str, str]:
   return entry
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping's flags from /proc/self/smaps")
-def test_host_blocks_of_a_huge_page_or_more_are_private_and_ask_for_huge_pages():
+def test_host_blocks_are_private_and_ask_for_huge_pages_even_below_one():
   from tinyplug.backend import HOST_MMAP_MIN, huge_page_bytes, host_block
   if not huge_page_bytes(): pytest.skip("the OS declares no transparent huge pages")
   big, small = host_block(2 * huge_page_bytes()), host_block(HOST_MMAP_MIN)
   big[:] = 5
   assert int(big[::4096].sum()) == 5 * len(big[::4096]) and not small.any()
-  flags = _mapping_of(big.ctypes.data)
-  assert flags["perms"][3] == "p"   # private: a shared anonymous mapping is shared memory, which gets no huge pages
-  assert "hg" in flags["VmFlags"].split()   # madvise(MADV_HUGEPAGE)
-  assert "hg" not in _mapping_of(small.ctypes.data)["VmFlags"].split()   # smaller than one huge page: left as it was
+  for block in (big, small):
+    flags = _mapping_of(block.ctypes.data)
+    assert flags["perms"][3] == "p"   # private: a shared anonymous mapping is shared memory, which gets no huge pages
+    assert "hg" in flags["VmFlags"].split()   # madvise(MADV_HUGEPAGE)
+  assert big.ctypes.data % huge_page_bytes() == 0   # a mapping of its own, from a huge page's start
+
+def _arena_blocks(sizes):
+  from tinyplug.backend import host_block
+  return [host_block(n) for n in sizes]
+
+def test_arena_blocks_never_overlap_a_live_block_and_come_zeroed():
+  from tinyplug.backend import HOST_MMAP_MIN, host_arena
+  if host_arena() is None: pytest.skip("no transparent huge pages: one mapping per block")
+  rng = np.random.default_rng(0)
+  live = []
+  for k in range(60):
+    (block,) = _arena_blocks([int(rng.integers(HOST_MMAP_MIN, 3 << 20))])
+    assert not block.any()   # fresh memory, though freed blocks were written before
+    block[:] = 7
+    live.append(block)
+    if k % 3 == 2: del live[int(rng.integers(len(live)))]
+    spans = sorted((b.ctypes.data, b.ctypes.data + len(b)) for b in live)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+    assert all(b.ctypes.data % 4096 == 0 and int(b[::4096].sum()) == 7 * len(b[::4096]) for b in live)
+
+def test_arena_gives_a_chunk_back_once_its_blocks_are_gone():
+  import gc, weakref
+  from tinyplug.backend import HOST_CHUNK, host_arena
+  if host_arena() is None: pytest.skip("no transparent huge pages: one mapping per block")
+  first = _arena_blocks([HOST_CHUNK // 4] * 2)
+  chunk = weakref.ref(first[0].base)
+  assert first[1].base is chunk()   # carved from one mapping
+  rest = _arena_blocks([HOST_CHUNK // 2] * 3)   # fills that chunk and moves on to the next
+  del first[0]
+  gc.collect()
+  assert chunk() is not None and not first[0].any()   # one block left in it keeps it
+  first.clear()
+  gc.collect()
+  assert chunk() is None and all(not b.any() for b in rest)
+
+def _huge_pages_on() -> bool:
+  try:
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f: return "[never]" not in f.read()
+  except OSError: return False
+
+@pytest.mark.skipif(not _huge_pages_on(), reason="the OS gives no transparent huge pages")
+def test_first_touch_of_many_megabyte_blocks_faults_per_huge_page():
+  import resource
+  blocks = _arena_blocks([(1 << 20) + 64] * 48)   # 48 MB in buffers a first training step makes (4 KB pages: 12300)
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  for b in blocks: b[::4096] = 1
+  assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 3000

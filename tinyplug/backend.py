@@ -14,7 +14,7 @@ A backend is a `Compiled` device made of four parts, each a subclass of a class 
 This module imports only the IR (`tinyplug.uop`) and helpers: every layer may import it. docs/plugin_guide.md walks
 through a backend written against it; examples/plugin_example has a complete one."""
 from __future__ import annotations
-import functools, math, mmap
+import functools, math, mmap, threading
 import numpy as _np
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -121,7 +121,8 @@ class ReuseAllocator(Allocator):
     return getattr(self.raw, name)
 
 # from this size on, host memory for device buffers comes straight from the OS (anonymous mmap): page aligned, zeroed
-# lazily, returned at once when freed, and not counted as Python heap (tracemalloc), like any device's memory
+# lazily, returned when freed (with the other blocks of its chunk), and not counted as Python heap (tracemalloc), like
+# any device's memory
 HOST_MMAP_MIN = 1 << 18
 
 # where the OS does not say its transparent huge page size (/sys/kernel/mm/transparent_hugepage/hpage_pmd_size)
@@ -135,18 +136,47 @@ def huge_page_bytes() -> int:
     with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f: return int(f.read())
   except (OSError, ValueError): return DEFAULT_HUGE_PAGE
 
-def host_block(nbytes: int) -> Any:
-  """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps).
-  A mapping that holds a huge page is private (an anonymous shared mapping is shared memory, which the OS backs with
-  small pages) and asks for huge pages, as numpy's own large arrays do: one TLB entry per 2 MB instead of 512, and the
-  first touch of 64 MB faults 32 times instead of 16384 (Zen 4 VM: 36 -> 9 ms)."""
-  if nbytes < HOST_MMAP_MIN: return _np.zeros(nbytes, dtype=_np.uint8)   # every small output of a CPU op: no imports
-  if (huge := huge_page_bytes()) and nbytes >= huge:
-    block = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+_PRIVATE = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+
+# blocks smaller than this are carved one after another from shared chunks of huge pages (HostArena); bigger ones get
+# huge pages of their own
+HOST_CHUNK = 8 << 20
+
+class HostArena:
+  """Host blocks from HOST_MMAP_MIN bytes in huge pages, many per page: a first training step's ~120 new 0.25-4 MB
+  buffers (160 MB) fault ~80 times instead of ~40000 (gpt of benchmarks/first_step.py on a Zen 3 VM: ~0.2 s -> ~20
+  ms). Blocks are cut from the current 2 MB aligned chunk in turn and never reused within it (so each comes zeroed);
+  a chunk goes back to the OS once every block cut from it is gone (each holds the mapping, as a numpy base)."""
+  def __init__(self, huge: int):
+    self.huge, self.chunk, self.used = huge, None, 0
+    self.lock = threading.Lock()
+  def mapping(self, nbytes: int) -> Any:
+    """`nbytes` (a multiple of the huge page) of fresh memory starting on a huge page boundary."""
+    block = mmap.mmap(-1, nbytes + self.huge, **_PRIVATE)
     try: block.madvise(mmap.MADV_HUGEPAGE)
     except OSError: pass   # a kernel without transparent huge pages: small pages, as before
-    return _np.frombuffer(block, dtype=_np.uint8)
-  return _np.frombuffer(mmap.mmap(-1, nbytes), dtype=_np.uint8)
+    whole = _np.frombuffer(block, dtype=_np.uint8)
+    start = -whole.ctypes.data % self.huge
+    return whole[start:start + nbytes]
+  def take(self, nbytes: int) -> Any:
+    size = -(-nbytes // 4096) * 4096   # every block starts on a page, as a mapping of its own did
+    if size >= HOST_CHUNK: return self.mapping(-(-size // self.huge) * self.huge)[:nbytes]
+    with self.lock:
+      if self.chunk is None or self.used + size > len(self.chunk): self.chunk, self.used = self.mapping(HOST_CHUNK), 0
+      block, self.used = self.chunk[self.used:self.used + nbytes], self.used + size
+    return block
+
+@functools.cache
+def host_arena() -> HostArena | None:
+  return HostArena(huge) if (huge := huge_page_bytes()) else None
+
+def host_block(nbytes: int) -> Any:
+  """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps).
+  Mappings are private (an anonymous shared mapping is shared memory: its pages fault in ~3x slower and are never
+  huge) and, where the OS has transparent huge pages, come from the HostArena."""
+  if nbytes < HOST_MMAP_MIN: return _np.zeros(nbytes, dtype=_np.uint8)   # every small output of a CPU op: no imports
+  if (arena := host_arena()) is not None: return arena.take(nbytes)
+  return _np.frombuffer(mmap.mmap(-1, nbytes, **_PRIVATE), dtype=_np.uint8)
 
 def host_view(address: int, nbytes: int) -> Any:
   """A numpy byte array over `nbytes` of this process's memory at `address` (not copied, not owned)."""
@@ -330,6 +360,9 @@ def narrow_vectors(renderer: Any) -> bool:
 class Compiler:
   """Turns source into a binary. `cachekey` names the compiler and its settings for on-disk caches (None: no cache)."""
   cachekey: str | None = None
+  # True: `compile_program` may run on a thread of the engine's own while the caller lowers the next kernels (its
+  # work must release the GIL to gain anything, as llvmlite's calls do); it must be safe beside any other call
+  background: bool = False
   def compile(self, src: str) -> bytes:
     """A binary for `src`; raise an error naming the problem when the source does not compile."""
     return src.encode()
@@ -340,6 +373,10 @@ class Compiler:
     """What the engine calls for a kernel: a compiler may use the spec's launch fields (e.g. a quicker tier for
     a kernel with little `work`). Default: `compile_cached(spec.src)`."""
     return self.compile_cached(spec.src)
+  def cached_program(self, spec: ProgramSpec) -> bytes | None:
+    """`compile_program(spec)` when a cache holds it, without compiling; None otherwise (default: always None). The
+    engine compiles ahead (`background`) only what this does not find."""
+    return None
 
 # ---------------- programs ----------------
 

@@ -1,6 +1,7 @@
 """Realize: schedule tensor-level UOps, compile each kernel once, run them, and report with DEBUG."""
 from __future__ import annotations
 import gc, time, weakref
+from concurrent.futures import wait as wait_all
 from typing import Any
 from tinyplug import events
 from tinyplug.caches import BoundedCache
@@ -16,10 +17,11 @@ from tinyplug.device import buffer_of, has_buffer  # noqa: F401  (they live with
 # ---------------- compiled programs, cached by (device, ast) ----------------
 
 class CompiledRunner:
-  def __init__(self, device: str, spec: ProgramSpec, compile_s: float):
+  def __init__(self, device: str, spec: ProgramSpec, compile_s: float, lib: Any = None):
+    """`lib`: a future of the binary (compiled ahead, see compile_ahead); None: compiled here."""
     self.device, self.spec, self.compile_s = device, spec, compile_s
     dev = Device[device]
-    lib = dev.compiler.compile_program(spec)
+    lib = dev.compiler.compile_program(spec) if lib is None else lib.result()
     self.prg = dev.make_program(spec, lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
     if self.spec.vars and (missing := [v.arg[0] for v in self.spec.vars if v.arg[0] not in var_vals]):
@@ -34,22 +36,27 @@ class CompiledRunner:
 # recently used go first, so a kernel made per distinct constant does not pile up forever
 _runners: BoundedCache = BoundedCache("engine.runners", KERNEL_CACHE_SIZE.value)
 
-def get_runner(device: str, ast: UOp) -> CompiledRunner:
+def _runner_key(device: str, ast: UOp) -> tuple:
   # the settings and the ordered passes of the loaded plugin set (ids, versions) change the code of the same kernel
-  key = (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, TC.value, EMULATED_DTYPES.value, pipeline_key())
+  return (device, ast, TRANSCENDENTAL.value, NOOPT.value, BEAM.value, TC.value, EMULATED_DTYPES.value, pipeline_key())
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+  key = _runner_key(device, ast)
   if (r := _runners.get_lru(key)) is None:
-    from tinyplug.codegen import get_program
     st = time.perf_counter()
-    renderer = Device[device].renderer
     opts = None
-    if BEAM >= 1 and not NOOPT:   # the engine asks the search strategy; codegen only applies actions
-      from tinyplug.search.runner import search_kernel
-      opts = search_kernel(ast, renderer)
+    if (ahead := _ahead.pop(key, None)) is not None: spec, lib = ahead
+    else:
+      from tinyplug.codegen import get_program
+      renderer, lib = Device[device].renderer, None
+      if BEAM >= 1 and not NOOPT:   # the engine asks the search strategy; codegen only applies actions
+        from tinyplug.search.runner import search_kernel
+        opts = search_kernel(ast, renderer)
     st_codegen = time.perf_counter()
-    spec = get_program(ast, renderer, opts=opts)
+    if ahead is None: spec = get_program(ast, renderer, opts=opts)
     st_compile = time.perf_counter()
     with events.profile_span("compile", spec.name, device):
-      r = CompiledRunner(device, spec, st_compile - st)
+      r = CompiledRunner(device, spec, st_compile - st, lib)
     if DEBUG >= 2:   # what a first step waits for: building each kernel (compile includes a disk-cache hit)
       print(f"*** {device:7s} built {colored(f'{spec.name:26s}', 'yellow')} "
             + (f"search {(st_codegen - st) * 1e3:8.2f} ms " if opts is not None else "")
@@ -131,7 +138,66 @@ def run_item(item: ScheduleItem, var_vals: dict[str, int] | None = None) -> None
               runner.spec.estimates.get("mem", 0), runner.spec.global_size)
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
+  if len(schedule) > 1: compile_ahead(schedule)
   for item in schedule: run_item(item, var_vals)
+
+# ---------------- compiling ahead ----------------
+
+# runner key -> (spec, the future of its binary, or None where a cache holds it) of a kernel compile_ahead lowered and
+# no runner holds yet
+_ahead: dict[tuple, tuple] = {}
+_compile_pool: list = []   # [(pid, executor)]: the one compile thread of this process
+
+def _compile_thread() -> Any:
+  import os
+  if not _compile_pool or _compile_pool[0][0] != os.getpid():   # (a forked child has none of its parent's threads)
+    from concurrent.futures import ThreadPoolExecutor
+    _compile_pool[:] = [(os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="tinyplug-compile"))]
+  return _compile_pool[0][1]
+
+def compile_ahead(schedule: list[ScheduleItem]) -> None:
+  """Lower every kernel of `schedule` not built yet, here, handing each to the compile thread as it is lowered, before
+  the first one runs: the compiler (LLVM, which lets go of the GIL) works on kernel k while Python lowers kernel k+1,
+  so a cold first step takes about the longer of the two on two cores instead of their sum (a compiler says it may
+  with `background`); returns once every binary is done. Only where nothing watches the order of lowering and running (no events, DEBUG below 2, no
+  search); a kernel that fails to lower here is left for run_item to lower (and raise) in its turn."""
+  if BEAM >= 1 or DEBUG.value >= 2 or events._subscribers: return
+  todo: dict[tuple, tuple[str, UOp]] = {}   # (a kernel may appear many times: each block of a model)
+  for item in schedule:
+    if item.ast.op is Ops.COPY: continue
+    device = item.bufs[0].device
+    if (key := _runner_key(device, item.ast)) in _runners or key in _ahead or key in todo: continue
+    if not getattr(Device[device].compiler, "background", False): continue
+    todo[key] = (device, item.ast)
+  if len(todo) < 2: return
+  hits, compiling = 0, []
+  try:
+    for key, (device, ast) in todo.items():
+      if (handed := _lower_ahead(key, device, ast, compiling)) is None: return
+      if not handed and not compiling and (hits := hits + 1) >= WARM_HITS: return
+  finally:
+    # the kernels run once all are compiled: a kernel run while the thread compiles wakes the thread pool's workers,
+    # whose wait for the next kernel took the core the compiler needed (cold gpt: +2.6 s of CPU, no faster)
+    if compiling: wait_all(compiling)
+
+def _lower_ahead(key: tuple, device: str, ast: UOp, compiling: list) -> bool | None:
+  """Lower one kernel into _ahead, its binary handed to the compile thread unless a cache holds it; True: handed,
+  None: it failed to lower (left for its turn)."""
+  from tinyplug.codegen import get_program
+  dev = Device[device]
+  try: spec = get_program(ast, dev.renderer)
+  except Exception: return None
+  # a binary in the compiler's cache is left for compile_program in the kernel's turn (a memory hit then): handing
+  # it to a thread costs more than the read
+  lib = None
+  if dev.compiler.cached_program(spec) is None:
+    compiling.append(lib := _compile_thread().submit(dev.compiler.compile_program, spec))
+  _ahead[key] = (spec, lib)
+  return lib is not None
+
+# a warm start (every binary cached, these first kernels say) lowers and runs kernels in turn as before: lowering all
+# first kept the thread pool's workers awake through the kernels' first runs, and split more of them on a busy machine
+WARM_HITS = 4
 
 class gc_paused:
   """Python's cyclic garbage collector off inside the block, back on after it (unless it was off already: nested

@@ -50,9 +50,12 @@ DISK_CACHE = SealedTable("cpu_llvm.sqlite", "cpu_llvm_objects_v2", "cpu_llvm")
 # kernels with at most this many loop-body executions (the renderer's `work`) compile at O0
 QUICK_WORK = 1024
 
+def _quick(spec) -> bool: return spec.work is not None and spec.work <= QUICK_WORK
+
 class LLVMCompiler(Compiler):
   """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
   compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
+  background = True     # LLVM releases the GIL; LLVM_LOCK guards compiles, _memory_lock the object cache
 
   def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
     llvm = init_llvm()
@@ -69,6 +72,9 @@ class LLVMCompiler(Compiler):
     self.tm = make_target_machine(self.cpu, self.features, opt)
     self._quick_tm = None   # for kernels too small to be worth optimising (see QUICK_WORK)
     self._lock = LLVM_LOCK
+    # the object cache is read by the engine's compile thread and the caller's; LLVM_LOCK is held through whole
+    # compiles, so a lookup beside one takes this lock instead
+    self._memory_lock = threading.Lock()
     # key -> object, least recently used dropped first (a kernel per distinct constant must not pile up forever)
     self._memory: BoundedCache = BoundedCache("cpu_llvm.objects", KERNEL_CACHE_SIZE.value)
     version = ".".join(map(str, llvm.llvm_version_info))
@@ -127,13 +133,22 @@ class LLVMCompiler(Compiler):
   def compile_program(self, spec) -> bytes:
     """A kernel whose loop bodies run at most QUICK_WORK times in all (`spec.work`) compiles at O0: its run takes
     microseconds either way, while O3 takes ~30 ms to compile it. Hand-written IR (compile_cached) counts as big."""
-    return self.compile_cached(spec.src, quick=spec.work is not None and spec.work <= QUICK_WORK)
+    return self.compile_cached(spec.src, quick=_quick(spec))
+
+  def cached_program(self, spec) -> bytes | None:
+    return self._cached(self.key(spec.src, _quick(spec)))
+
+  def _cached(self, key: str) -> bytes | None:
+    """The object under `key` from memory or disk; None: not compiled before."""
+    with self._memory_lock: obj = self._memory.get_lru(key)
+    if obj is None and CACHELEVEL >= 1 and (obj := DISK_CACHE.get(key)) is not None:
+      with self._memory_lock: self._memory.put(key, obj)
+    return obj
 
   def compile_cached(self, src: str, quick: bool = False) -> bytes:
     key = self.key(src, quick)
-    if (obj := self._memory.get_lru(key)) is not None: return obj
-    use_disk = CACHELEVEL >= 1
-    if use_disk and (obj := DISK_CACHE.get(key)) is not None: return self._memory.put(key, obj)
-    obj = self._memory.put(key, self.compile(src, quick))
-    if use_disk: DISK_CACHE.put(key, obj)
+    if (obj := self._cached(key)) is not None: return obj
+    obj = self.compile(src, quick)
+    with self._memory_lock: self._memory.put(key, obj)
+    if CACHELEVEL >= 1: DISK_CACHE.put(key, obj)
     return obj
