@@ -33,8 +33,9 @@ def _alias_pad(shape: tuple[int, ...], at: int, ax: int, itemsize: int, device) 
   return ALIAS_PAD if shape[1] * itemsize % ALIAS_BYTES == 0 else 0
 
 # where vectors are narrow (AVX2: no 64-bit integer min or max) the keys are float64, rank * FLOAT_KEY_SPAN + index
-# (exact for any int32 rank and index below the span): an exchange is a vector min and a max where the int64 keys'
-# is a compare and two blends
+# (exact for any int32 rank and index below the span: under 2^52): an exchange is a vector min and a max where the
+# int64 keys' is a compare and two blends (1024x1024, one thread, in turns against int64 keys: argsort 14.4 ->
+# 11.7-12.4 ms, topk(16) indices 3.3-4.2 -> 2.4-3.2)
 FLOAT_KEY_SPAN = 1 << 21
 
 def _float_keys(n: int, device) -> bool:
@@ -59,6 +60,12 @@ def _nan_base(n: int, largest_first: bool) -> int:
   """The code of a NaN at index 0: past +inf's moved rank (0x7F800000 + 2n - 1), or below -inf's when the largest
   go first."""
   return 0x7F800000 + 2 * n if not largest_first else -(1 << 31)
+
+def _joint_outputs_on(device) -> bool:
+  """Whether topk's values and indices realized together come from one network (`_joint_outputs`): where vectors are
+  narrow (measured there: benchmarks/README.md, session 27 topk11); wide ones keep a network each until measured."""
+  from tinyplug.device import narrow_vectors_on
+  return narrow_vectors_on(device)
 
 def _joint_topk(ax: int, largest: bool, k: int, values, indices):
   """topk's values and indices (both deferred over the same input) from one network (`_joint_outputs`): their uops."""
@@ -127,9 +134,13 @@ class SortingMixin:
   def _sorted_values(self, ax: int, largest_first: bool, k: int | None = None):
     """The values in `_network_order`'s order: their own network on int32 codes where 32-bit keys keep the order
     (`_value_code`), else the indices' network and a gather."""
-    if self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool:
-      return self._network_values(ax, largest_first, k)
+    if self._values_coded(ax): return self._network_values(ax, largest_first, k)
     return self._ordered_values(ax, largest_first, k)
+
+  def _values_coded(self, ax: int) -> bool:
+    """Whether `_value_code` keeps the values along `ax` (32 bits keep their order, the axis no longer than
+    VALUE_NETWORK_MAX)."""
+    return self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool
 
   @graph_template   # ~2,000 nodes for 1024-long rows: rebuilt one node each (no Tensor methods), or not at all
   def _network_order(self, ax: int, largest_first: bool, k: int | None = None):
@@ -320,7 +331,8 @@ class SortingMixin:
         indices = self.detach()._network_order(ax, largest, k)
         return self.gather(ax, indices), indices
       values, indices = self._sorted_values(ax, largest, k), self._network_order(ax, largest, k)
-      if values._defer is not None and indices._defer is not None and self.shape[ax] <= VALUE_NETWORK_MAX:
+      if values._defer is not None and indices._defer is not None and self._values_coded(ax) and \
+         _joint_outputs_on(self.device):
         from tinyplug.engine import plan
         plan.pair(values, indices, functools.partial(_joint_topk, ax, largest, k))
       return values, indices
