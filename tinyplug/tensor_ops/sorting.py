@@ -176,7 +176,7 @@ class SortingMixin:
       fill, finish = dtypes.max(dtypes.int64), (bitonic.low_index if not coded else None)
     if size != n:   # padded past every real key
       keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)), value=fill)
-    # the network's last kernel stores the indices (int32), not the keys
+    # the network's last kernel stores the indices (int32), not the keys (unless `coded`: both outputs read them)
     if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1, finish=finish))
     else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length(), finish=finish))
     m = n if k is None else k
