@@ -32,7 +32,8 @@ from tinyplug.engine import realize as engine
 from tinyplug.schedule import cache as _schedule_cache
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
-# replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused
+# replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused; pairs of
+# outputs realized by their joint (`pair`)
 counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
             "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0,
             "lazy_gradient_hits": 0, "joint_hits": 0}
