@@ -151,8 +151,9 @@ class SortingMixin:
     return indices.contiguous() if at != ax else indices   # the gather then reads it along its rows
 
   def _key_network(self, ax: int, largest_first: bool, k: int | None, coded: bool):
-    """(the network's output, the axis it sorted along): the int32 indices in order, or where `coded` the int64 keys
-    themselves (`_value_code` << 32 | index: the same order, and the value comes back from the high half)."""
+    """(the network's output, the axis it sorted along): the int32 indices in order, or where `coded` the keys
+    themselves, of `_value_code` and index (the same order: zeros and NaNs are coded by index; the value comes back
+    from the code, `_key_code`)."""
     n = self.shape[ax]
     first = math.prod(self.shape) // n >= _LANES    # the sorted axis first (rows as vector lanes) or last
     at = 0 if first else self.ndim - 1
@@ -200,8 +201,8 @@ class SortingMixin:
     return _key_index(self)
 
   def _joint_outputs(self, ax: int, largest_first: bool, k: int | None):
-    """(values, indices) from one network on int64 keys that carry the value's code with its index: both outputs
-    realized, where apart they are two networks (int32 codes for the values, keys for the indices)."""
+    """(values, indices) from one network on keys that carry the value's code with its index: both outputs realized,
+    where apart they are two networks (int32 codes for the values, keys for the indices)."""
     keys = self._network_keys(ax, largest_first, k).realize()
     values, indices = keys._keys_values(self.shape[ax], largest_first, self.dtype), keys._keys_indices()
     return values.realize(indices), indices
