@@ -162,9 +162,10 @@ def _asts(t: Tensor) -> list[UOp]:
   return [it.ast for it in create_schedule([t.uop])[0] if it.ast.op is Ops.SINK]
 
 def _network(asts: list[UOp]) -> list[UOp]:
-  """The network's kernels: the ones that read or store int64 keys (the last one stores the int32 indices)."""
+  """The network's kernels: the ones that read or store int64 keys (float64 where vectors are narrow; the last one
+  stores the int32 indices)."""
   def keys(a: UOp) -> bool:
-    return any(u.op is Ops.DEFINE_GLOBAL and u.dtype.base == dtypes.int64 for u in a.toposort())
+    return any(u.op is Ops.DEFINE_GLOBAL and u.dtype.base in (dtypes.int64, dtypes.float64) for u in a.toposort())
   return [a for a in asts if keys(a)]
 
 @pytest.mark.parametrize("shape", [(4, 64), (64, 64)])   # rows last and rows first
@@ -216,7 +217,7 @@ def test_mirror_kernels_of_32_lanes_are_vector_loops(monkeypatch):
   for ast in mirrors:
     spec = get_program(ast, dev.renderer, opts=heuristic.heuristic_opts(Kernel(ast, dev.renderer)))
     ir = dev.compiler.optimized_ir(spec.src)
-    assert "load <8 x i64>" in ir or "load <4 x i64>" in ir, spec.name
+    assert any(f"load <{w} x {t}>" in ir for w in (4, 8) for t in ("i64", "double")), spec.name   # (float64 keys on AVX2)
   v, i = x.sort(-1)
   want_v, want_i = _torch_sorted(x.numpy(), -1, False)
   np.testing.assert_array_equal(v.numpy(), want_v)
@@ -380,3 +381,65 @@ def test_network_rows_padded_off_4k_strides_where_vectors_are_narrow(narrow, vec
   _same(ti, i[:, :5].astype(np.int32))
   schedule._templates.clear()
 
+
+def _topk_data(shape, dim) -> np.ndarray:
+  """Ties (values 0..9), NaN of either sign, +-inf, -0.0 beside 0.0, and int32-sized extremes' neighbours."""
+  a = _data(shape, np.float32)
+  a[tuple(slice(None, None, 5) if i == dim else slice(1, None, 3) for i in range(len(shape)))] = -np.nan
+  a[tuple(slice(2, None, 7) if i == dim else slice(None, None, 2) for i in range(len(shape)))] = -0.0
+  return a
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_topk_outputs_realized_together_come_from_one_network(narrow, vector_machine, fresh_templates):
+  """`v.realize(i)` of topk's outputs over a buffer runs one network for both where vectors are narrow (its keys
+  carry the value's code with the index; `plan.pair`): fewer kernels than the two networks, values and indices bit
+  for bit those of torch's stable sort (ties by index, NaN first when the largest go first, -0.0 kept), rows first
+  and last, dim 0, odd lengths, k = 1, largest or smallest. Wide vectors keep a network each."""
+  from tinyplug import schedule
+  from tinyplug.engine import plan
+  from tinyplug.helpers import GlobalCounters
+  schedule._templates.clear()
+  vector_machine(32, 16) if narrow else vector_machine(64, 32)
+  for shape, dim, k, largest in [((64, 301), 1, 16, True), ((301, 40), 0, 5, False), ((3, 1000), -1, 1, True),
+                                 ((40, 129), 1, 7, False)]:
+    a = _topk_data(shape, dim % len(shape))
+    x = Tensor(a).realize()
+    want_v, want_i = _torch_sorted(a, dim, largest)
+    for call in range(4):   # the templates are built on the second call, deferred (and paired) from the third
+      v, i = x.topk(k, dim, largest)
+      hits, kernels = plan.counters["joint_hits"], GlobalCounters.kernel_count
+      v.realize(i)
+      if call == 3:
+        assert plan.counters["joint_hits"] - hits == (1 if narrow else 0)
+        ran = GlobalCounters.kernel_count - kernels
+        x.topk(k, dim, largest)[0].realize()   # the values' network alone
+        x.topk(k, dim, largest)[1].realize()
+      _same(v, np.take(want_v, range(k), axis=dim))
+      np.testing.assert_array_equal(i.numpy(), np.take(want_i, range(k), axis=dim).astype(np.int32))
+    apart = GlobalCounters.kernel_count - kernels - ran
+    assert (ran < apart) == narrow, (ran, apart)
+  schedule._templates.clear()
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_index_network_keys_are_float64_where_vectors_are_narrow(narrow, vector_machine, fresh_templates):
+  """The indices' network packs (rank, index) as a float64 rank * FLOAT_KEY_SPAN + index where vectors are narrow (no
+  64-bit integer min or max on AVX2), an int64 on AVX-512: exact either way for every int32 rank (int32 extremes,
+  floats' largest and smallest magnitudes, NaN, -0.0 and 0.0 tied by index)."""
+  from tinyplug import schedule
+  from tinyplug.tensor_ops import sorting
+  schedule._templates.clear()
+  vector_machine(32, 16) if narrow else vector_machine(64, 32)
+  assert sorting._float_keys(1 << 21, "CPU") == narrow and not sorting._float_keys((1 << 21) + 1, "CPU")
+  keys = {u.dtype.base for a in _network(_asts(Tensor.empty(64, 1000).sort(-1)[1])) for u in a.toposort()
+          if u.op is Ops.DEFINE_GLOBAL and u.dtype.base in (dtypes.int64, dtypes.float64)}
+  assert keys == {dtypes.float64 if narrow else dtypes.int64}
+  ints = RNG.integers(-3, 3, (40, 333)).astype(np.int32)
+  ints[:, :4] = [np.iinfo(np.int32).min, np.iinfo(np.int32).max, np.iinfo(np.int32).min + 1, np.iinfo(np.int32).max - 1]
+  floats = _topk_data((40, 333), 1)
+  floats[::2, 5:9] = [np.finfo(np.float32).max, -np.finfo(np.float32).max, np.finfo(np.float32).tiny, -1e-45]
+  for a in (ints, floats):
+    for desc in (False, True):
+      want_v, want_i = _torch_sorted(a, 1, desc)
+      np.testing.assert_array_equal(Tensor(a).argsort(1, desc).numpy(), want_i.astype(np.int32))
+      np.testing.assert_array_equal(Tensor(a).topk(9, 1, desc)[1].numpy(), want_i[:, :9].astype(np.int32))
+  schedule._templates.clear()

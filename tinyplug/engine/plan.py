@@ -18,8 +18,8 @@ instead whenever it does more than run kernels: a TinyJit capture, schedules han
 yet run, any event listener (the visualizer sees every schedule and rewrite), DEBUG >= 1. And a live tensor whose graph
 holds part of the graph sends the realize the usual way too: there its nodes would be pointed at the new buffers."""
 from __future__ import annotations
-import itertools
-from typing import Any
+import itertools, weakref
+from typing import Any, Callable
 import numpy as _np
 from tinyplug import events, plugins
 from tinyplug.caches import BoundedCache
@@ -32,10 +32,11 @@ from tinyplug.engine import realize as engine
 from tinyplug.schedule import cache as _schedule_cache
 
 # what the tests read: template plans replayed, recorded, refused, deferred outputs realized the usual way; graph plans
-# replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused
+# replayed, recorded, refused; parameter plans replayed (by a walk or by a skeleton), recorded, refused; pairs of
+# outputs realized by their joint (`pair`)
 counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits": 0, "graph_recorded": 0,
             "graph_refused": 0, "param_hits": 0, "param_recorded": 0, "param_refused": 0, "skeleton_hits": 0,
-            "lazy_gradient_hits": 0}
+            "lazy_gradient_hits": 0, "joint_hits": 0}
 
 class Plan:
   __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem", "held")
@@ -216,9 +217,31 @@ def realize_together(ts: list, group: tuple) -> None:
   """Realize the deferred template outputs `ts`, all of them in `group` (one Tensor.realize call), each from its plan
   as realize_deferred would alone: the others of the group are realized in this call too, so none of them holds a
   node afterwards that the usual way would point at another's buffer. Those a plan does not take stay deferred (the
-  caller realizes them the usual way), as does any that a record's usual realize built on the way."""
+  caller realizes them the usual way), as does any that a record's usual realize built on the way. Two outputs paired
+  (`pair`) and both in the group are computed by their joint."""
   for t in ts:
-    if t._defer is not None: realize_deferred(t, group)
+    if t._defer is not None and not (_joint and _realize_joint(t, group)): realize_deferred(t, group)
+
+# deferred outputs of one call that one computation makes together for less than each alone (topk's values and
+# indices: one network that carries the value with its index): id(output) -> (weak output, weak partner, joint)
+_joint: BoundedCache = BoundedCache("engine.joint_outputs", 1024)
+
+def pair(a: Any, b: Any, joint: Callable[[Any, Any], tuple[UOp, UOp] | None]) -> None:
+  """When the deferred outputs `a` and `b` are realized in one call, `joint(a, b)` computes both: their realized
+  uops (None: each the usual way)."""
+  ra, rb = weakref.ref(a), weakref.ref(b)
+  _joint.put(id(a), (ra, rb, joint))
+  _joint.put(id(b), (rb, ra, lambda y, x: None if (got := joint(x, y)) is None else got[::-1]))
+
+def _realize_joint(t: Any, group: tuple) -> bool:
+  if (entry := _joint.get(id(t))) is None or entry[0]() is not t: return False
+  if (o := entry[1]()) is None or o._defer is None or not any([o is g for g in group]): return False
+  if (got := entry[2](t, o)) is None: return False
+  for x, u in zip((t, o), got):
+    x._uop = u
+    x._undefer()
+  counters["joint_hits"] += 1
+  return True
 
 def deferred_value(t: Any) -> UOp | None:
   """The value of the deferred tensor `t` as a new buffer (view), computed from its template's plan, `t` left as it is

@@ -54,7 +54,7 @@ def _lane_masks(shape: tuple[int, ...], axis: int, device: str) -> tuple[UOp, ..
     masks.append(graph.alu(Ops.CMPNE, at_b, graph.const(True, dtypes.bool, device, shape)))
   return tuple(masks)
 
-def _low_index(u: UOp) -> UOp:
+def low_index(u: UOp) -> UOp:
   """A key's index: its low 32 bits, as int32."""
   low = _node(Ops.AND, u.dtype, (u, graph.const(0xFFFFFFFF, u.dtype, u.device, u.shape)), u.shape)
   return _node(Ops.CAST, dtypes.int32, (low,), u.shape)
@@ -127,7 +127,7 @@ def sort_runs(x: UOp, at: int, q: int, index: bool = False, finish: Finish | Non
   """Every run of 2^q elements along `at` sorted ascending (q = log2 of the size: the whole axis); `index`: their
   indices (the keys' low 32 bits, int32) in that order; `finish`: what is stored of each key (elementwise); `bits`
   as in _merge."""
-  if index: finish = _low_index
+  if index: finish = low_index
   first = min(q, FIRST_BITS)
   if first == 0: return finish(x) if finish else x
   x = _chunk(x, at, 0, first, [s for p in range(1, first + 1)
@@ -140,7 +140,7 @@ def smallest(x: UOp, at: int, q: int, index: bool = False, finish: Finish | None
              bits: tuple[int, int] | None = None) -> UOp:
   """The 2^q smallest along `at`, ascending: runs of 2^q sorted, then each two neighbouring runs merged into the
   smaller half (the axis halves each time) until one run is left. `index`, `finish`, `bits` as in sort_runs."""
-  if index: finish = _low_index
+  if index: finish = low_index
   x = sort_runs(x, at, q, finish=finish if x.shape[at] <= 1 << q else None, bits=bits)
   while x.shape[at] > 1 << q:
     x = _merge(x, at, q + 1, halve=True, finish=finish if x.shape[at] == 2 << q else None, bits=bits)

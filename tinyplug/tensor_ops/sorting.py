@@ -1,7 +1,7 @@
 """Sorting and order statistics: sort, argsort, topk (a bitonic network built from movement ops and compares) and the
 running extrema cummax / cummin with the index where each was reached."""
 from __future__ import annotations
-import math
+import functools, math
 from tinyplug.uop.dtype import dtypes, sum_acc_dtype
 from tinyplug.tensor_ops import bitonic, graph
 from tinyplug.tensor_ops.run_sums import run_suffix_sum
@@ -32,6 +32,26 @@ def _alias_pad(shape: tuple[int, ...], at: int, ax: int, itemsize: int, device) 
   if not ALIAS_PAD or len(shape) != 2 or at != 0 or ax == at or not narrow_vectors_on(device): return 0
   return ALIAS_PAD if shape[1] * itemsize % ALIAS_BYTES == 0 else 0
 
+# where vectors are narrow (AVX2: no 64-bit integer min or max) the keys are float64, rank * FLOAT_KEY_SPAN + index
+# (exact for any int32 rank and index below the span: under 2^52): an exchange is a vector min and a max where the
+# int64 keys' is a compare and two blends (1024x1024, one thread, in turns against int64 keys: argsort 14.4 ->
+# 11.7-12.4 ms, topk(16) indices 3.3-4.2 -> 2.4-3.2)
+FLOAT_KEY_SPAN = 1 << 21
+
+def _float_keys(n: int, device) -> bool:
+  from tinyplug.device import narrow_vectors_on
+  return n <= FLOAT_KEY_SPAN and narrow_vectors_on(device)
+
+def _key_code(key):
+  """The rank or code (int32) of the network's keys: the high half of an int64 key, a float64 key's quotient."""
+  if key.dtype == dtypes.int64: return (key >> 32).cast(dtypes.int32)
+  return (key * (1 / FLOAT_KEY_SPAN)).floor().cast(dtypes.int32)
+
+def _key_index(key):
+  """The index (int32) of the network's keys: the low half of an int64 key, a float64 key's remainder."""
+  if key.dtype == dtypes.int64: return (key & 0xFFFFFFFF).cast(dtypes.int32)
+  return (key - (key * (1 / FLOAT_KEY_SPAN)).floor() * FLOAT_KEY_SPAN).cast(dtypes.int32)
+
 def _value_bits(device) -> tuple[int, int] | None:
   from tinyplug.device import narrow_vectors_on
   return NARROW_VALUE_BITS if narrow_vectors_on(device) else None
@@ -40,6 +60,19 @@ def _nan_base(n: int, largest_first: bool) -> int:
   """The code of a NaN at index 0: past +inf's moved rank (0x7F800000 + 2n - 1), or below -inf's when the largest
   go first."""
   return 0x7F800000 + 2 * n if not largest_first else -(1 << 31)
+
+def _joint_outputs_on(device) -> bool:
+  """Whether topk's values and indices realized together come from one network (`_joint_outputs`): where vectors are
+  narrow (measured there: benchmarks/README.md, session 27 topk11); wide ones keep a network each until measured."""
+  from tinyplug.device import narrow_vectors_on
+  return narrow_vectors_on(device)
+
+def _joint_topk(ax: int, largest: bool, k: int, values, indices):
+  """topk's values and indices (both deferred over the same input) from one network (`_joint_outputs`): their uops."""
+  (x,), (y,) = values._defer[1], indices._defer[1]
+  if x is not y: return None
+  v, i = type(values).from_uop(x)._joint_outputs(ax, largest, k)
+  return v.uop, i.uop
 
 def _to_reached(g, out, x, idx, axis: int):
   # each output's gradient goes wholly to the one place its extreme was reported reached (torch's rule, ties
@@ -101,14 +134,26 @@ class SortingMixin:
   def _sorted_values(self, ax: int, largest_first: bool, k: int | None = None):
     """The values in `_network_order`'s order: their own network on int32 codes where 32-bit keys keep the order
     (`_value_code`), else the indices' network and a gather."""
-    if self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool:
-      return self._network_values(ax, largest_first, k)
+    if self._values_coded(ax): return self._network_values(ax, largest_first, k)
     return self._ordered_values(ax, largest_first, k)
+
+  def _values_coded(self, ax: int) -> bool:
+    """Whether `_value_code` keeps the values along `ax` (32 bits keep their order, the axis no longer than
+    VALUE_NETWORK_MAX)."""
+    return self.shape[ax] <= VALUE_NETWORK_MAX and self.dtype != dtypes.bool
 
   @graph_template   # ~2,000 nodes for 1024-long rows: rebuilt one node each (no Tensor methods), or not at all
   def _network_order(self, ax: int, largest_first: bool, k: int | None = None):
     """The int32 indices of the elements along `ax` in order (the largest first or the smallest first; equal values
     by index, NaN as the largest): all of them, or the first k (a topk: runs of k merged into the smaller half)."""
+    indices, at = self._key_network(ax, largest_first, k, coded=False)
+    indices = indices.transpose(ax, at)
+    return indices.contiguous() if at != ax else indices   # the gather then reads it along its rows
+
+  def _key_network(self, ax: int, largest_first: bool, k: int | None, coded: bool):
+    """(the network's output, the axis it sorted along): the int32 indices in order, or where `coded` the keys
+    themselves, of `_value_code` and index (the same order: zeros and NaNs are coded by index; the value comes back
+    from the code, `_key_code`)."""
     n = self.shape[ax]
     first = math.prod(self.shape) // n >= _LANES    # the sorted axis first (rows as vector lanes) or last
     at = 0 if first else self.ndim - 1
@@ -119,20 +164,48 @@ class SortingMixin:
     moved = self.detach().transpose(ax, at)
     kept = moved.shape   # (the pad's columns are cut off at the end)
     if pad := _alias_pad(kept, at, ax, 8, self.device): moved = moved.pad(((0, 0), (0, pad)))
-    rank = (moved.contiguous() if at != ax else moved)._order_rank(largest_first)
+    moved = moved.contiguous() if at != ax else moved
+    rank = moved._value_code(at, largest_first) if coded else moved._order_rank(largest_first)
     line = (n,) + (1,) * (self.ndim - 1 - at)
-    index = T.arange(n, device=self.device, dtype=dtypes.int64).reshape(line).expand(rank.shape)
-    keys = rank.cast(dtypes.int64).lshift(32) | index   # (rank, index) in one int64: every key distinct
+    if _float_keys(n, self.device):
+      index = T.arange(n, device=self.device, dtype=dtypes.int32).reshape(line).expand(rank.shape)
+      keys = rank.cast(dtypes.float64) * FLOAT_KEY_SPAN + index.cast(dtypes.float64)
+      fill, finish = math.inf, ((lambda u: _key_index(T.from_uop(u)).uop) if not coded else None)
+    else:
+      index = T.arange(n, device=self.device, dtype=dtypes.int64).reshape(line).expand(rank.shape)
+      keys = rank.cast(dtypes.int64).lshift(32) | index   # (rank, index) in one int64: every key distinct
+      fill, finish = dtypes.max(dtypes.int64), (bitonic.low_index if not coded else None)
     if size != n:   # padded past every real key
-      keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)),
-                      value=dtypes.max(dtypes.int64))
-    # the network's last kernel stores the indices (int32), not the keys
-    if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1, index=True))
-    else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length(), index=True))
+      keys = keys.pad(tuple((0, size - n) if i == at else (0, 0) for i in range(self.ndim)), value=fill)
+    # the network's last kernel stores the indices (int32), not the keys (unless `coded`: both outputs read them)
+    if k is None: ordered = T.from_uop(bitonic.sort_runs(keys.uop, at, size.bit_length() - 1, finish=finish))
+    else: ordered = T.from_uop(bitonic.smallest(keys.uop, at, (k - 1).bit_length(), finish=finish))
     m = n if k is None else k
-    indices = ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(kept)))
-    indices = indices.transpose(ax, at)
-    return indices.contiguous() if at != ax else indices   # the gather then reads it along its rows
+    return ordered.shrink(tuple((0, m) if i == at else (0, s) for i, s in enumerate(kept))), at
+
+  @graph_template
+  def _network_keys(self, ax: int, largest_first: bool, k: int | None = None):
+    """The keys of `_key_network` (coded) back in `ax`'s place, as their own buffer: what `_keys_values` and
+    `_keys_indices` read both outputs from (`_joint_outputs`)."""
+    keys, at = self._key_network(ax, largest_first, k, coded=True)
+    return keys.transpose(ax, at).contiguous()
+
+  @graph_template
+  def _keys_values(self, n: int, largest_first: bool, dtype):
+    """The values of `_network_keys`' keys (self) along an axis of n."""
+    return _decode_values(_key_code(self), n, largest_first, dtype)
+
+  @graph_template
+  def _keys_indices(self):
+    """The int32 indices of `_network_keys`' keys (self)."""
+    return _key_index(self)
+
+  def _joint_outputs(self, ax: int, largest_first: bool, k: int | None):
+    """(values, indices) from one network on keys that carry the value's code with its index: both outputs realized,
+    where apart they are two networks (int32 codes for the values, keys for the indices)."""
+    keys = self._network_keys(ax, largest_first, k).realize()
+    values, indices = keys._keys_values(self.shape[ax], largest_first, self.dtype), keys._keys_indices()
+    return values.realize(indices), indices
 
   @graph_template
   def _ordered_values(self, ax: int, largest_first: bool, k: int | None = None):
@@ -258,7 +331,12 @@ class SortingMixin:
       if self.requires_grad:
         indices = self.detach()._network_order(ax, largest, k)
         return self.gather(ax, indices), indices
-      return self._sorted_values(ax, largest, k), self._network_order(ax, largest, k)
+      values, indices = self._sorted_values(ax, largest, k), self._network_order(ax, largest, k)
+      if values._defer is not None and indices._defer is not None and self._values_coded(ax) and \
+         _joint_outputs_on(self.device):
+        from tinyplug.engine import plan
+        plan.pair(values, indices, functools.partial(_joint_topk, ax, largest, k))
+      return values, indices
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     cut = tuple((0, k) if i == ax else (0, s) for i, s in enumerate(self.shape))
