@@ -159,22 +159,31 @@ def realize_deferred(t: Any, group: tuple = ()) -> bool:
   if not engine.plans_apply():
     counters["fallbacks"] += 1
     return False
-  if any([u.op is _COPY for u in inputs]):   # (over a copy of data just made: the usual way)
+  # (over a copy of data just made: the usual way; one input, the usual reduction: no comprehension)
+  if inputs[0].op is _COPY if len(inputs) == 1 else any([u.op is _COPY for u in inputs]):
     counters["fallbacks"] += 1
     return False
   key = (id(built), _settings_token())
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  same: list = []
-  if (plan := entry[1]) is None or _may_share(t, built, inputs, group, same):
+  if (plan := entry[1]) is None:
     counters["fallbacks"] += 1
     return False
-  t._uop = _result(plan, inputs)
+  if len(_deferred_refs) > 1:   # (another deferred output may be of t's own graph: _may_share's siblings)
+    same: list = []
+    if _may_share(t, built, inputs, group, same):
+      counters["fallbacks"] += 1
+      return False
+  elif (alive := built.nodes_alive(inputs)) and _held_anywhere(alive):   # (_may_share's last line: t alone deferred)
+    counters["fallbacks"] += 1
+    return False
+  else: same = ()
+  t._uop = u = _result(plan, inputs)
   t._undefer()
   counters["hits"] += 1
   for o in same:   # t's own graph: t's buffer, as the usual way
-    o._uop = t._uop
+    o._uop = u
     o._undefer()
   return True
 
