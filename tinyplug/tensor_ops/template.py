@@ -55,7 +55,10 @@ class Built:
     anywhere (so none was realized, and none is held)."""
     alive = []
     for find, spec in self.probes:
-      if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
+      # (a node over one input, the usual probe: no comprehension)
+      src = (inputs[s],) if len(spec) == 1 and type(s := spec[0]) is int else \
+        tuple([inputs[s] if type(s) is int else s for s in spec])
+      if (n := find(src)) is not None: alive.append(n)
     return alive
 
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
