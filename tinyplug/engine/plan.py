@@ -179,7 +179,7 @@ def realize_deferred(t: Any, group: tuple = ()) -> bool:
     counters["fallbacks"] += 1
     return False
   else: same = ()
-  t._uop = u = _result(plan, inputs)
+  t._uop = u = direct(inputs) if (direct := plan.direct) is not None else _result(plan, inputs)
   t._undefer()
   counters["hits"] += 1
   for o in same:   # t's own graph: t's buffer, as the usual way
