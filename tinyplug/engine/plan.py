@@ -235,7 +235,9 @@ def _template_runner(plan: Plan) -> Any:
     (i,) = refs[1:]
     def run_one(inputs: list[UOp]) -> UOp:
       u, h = make()
-      launch([h, input_handle(inputs[i])], ())
+      b = x if (x := inputs[i]).op is BUFFER else x.base
+      if (c := b._cache) is None or (buf := c.get(key)) is None or (hb := buf._handle) is None: hb = handle_of(b)
+      launch([h, hb], ())
       gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
       return u if view is None else view((u,))
     return run_one
