@@ -576,3 +576,44 @@ def test_a_deferred_sibling_of_one_graph_takes_the_usual_way(first):
   for a, b in zip(got[0], got[1]): np.testing.assert_array_equal(a, b)
   tv, ti = torch.from_numpy(x).sort(dim=-1, stable=True)
   np.testing.assert_array_equal(got[1][0 if first == "values" else 1], (tv if first == "values" else ti).numpy())
+
+@pytest.mark.parametrize("case", ["sum1", "sum_keepdim", "lse", "argmax", "two_inputs"])
+def test_one_kernel_template_plans_run_without_the_generic_replay(monkeypatch, case):
+  # a template plan of one kernel writing its one output from the inputs (a reduction over rows) replays through its
+  # own runner: the generic _run (reference lambdas, lists) is not called, and values, shapes and counters stay right
+  x, w = data(16, 10), data(10, 6)
+  xt, wt = buf(x), buf(w)
+  op, want = {"sum1": (lambda: xt.sum(1), x.sum(1)), "sum_keepdim": (lambda: xt.sum(1, keepdim=True), x.sum(1, keepdims=True)),
+              "lse": (lambda: xt.logsumexp(1), np.log(np.exp(x).sum(1))),
+              "argmax": (lambda: xt.argmax(1), x.argmax(1)),
+              "two_inputs": (lambda: xt @ wt, x @ w)}[case]
+  for _ in range(3): op().realize()   # the method, the template and its recorded plan
+  generic = []
+  real_run = plan._run
+  monkeypatch.setattr(plan, "_run", lambda *a, **k: generic.append(1) or real_run(*a, **k))
+  kernels = GlobalCounters.kernel_count
+  with Count() as n:
+    for _ in range(4):
+      got = op().realize()
+      close(got, want)
+      assert got.shape == want.shape
+  assert n["hits"] == 4 and n["fallbacks"] == 0
+  assert GlobalCounters.kernel_count - kernels == 4
+  assert not generic
+
+def test_one_buffer_view_input_defers_without_looking_at_its_base(monkeypatch):
+  # a template's one input whose signature sits on its node is a buffer (or a reshape of one): the deferral needs no
+  # _buffer_views; a permuted view (no signature kept) still takes the look and the usual way, with the same values
+  from tinyplug.tensor_ops import template
+  x = data(8, 6)
+  xt, xr = buf(x), buf(x.reshape(48)).reshape(8, 6)
+  for _ in range(3): xt.sum(1).realize(), xr.max(1).realize(), xt.T.sum(1).realize()
+  looked = []
+  real = template._buffer_views
+  monkeypatch.setattr(template, "_buffer_views", lambda inputs: looked.append(1) or real(inputs))
+  with Count() as n:
+    close(xt.sum(1).realize(), x.sum(1))
+    close(xr.max(1).realize(), x.max(1))
+  assert n["hits"] == 2 and not looked
+  close(xt.T.sum(1).realize(), x.T.sum(1))
+  assert looked

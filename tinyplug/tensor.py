@@ -334,7 +334,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now; afterwards their uops are buffers."""
     if (d := self._defer) is not None and not others and \
-       (_plan().realize_deferred(self) if type(d[0]) is template.Built else _plan().realize_lazy_gradient(self, d[0])):
+       ((_plan_mod or _plan()).realize_deferred(self) if type(d[0]) is template.Built else
+        _plan().realize_lazy_gradient(self, d[0])):
       return self
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()

@@ -39,7 +39,7 @@ counters = {"hits": 0, "recorded": 0, "refused": 0, "fallbacks": 0, "graph_hits"
             "lazy_gradient_hits": 0, "joint_hits": 0}
 
 class Plan:
-  __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem", "held")
+  __slots__ = ("steps", "outs", "result", "make_view", "kernels", "ops", "mem", "held", "direct")
   def __init__(self, steps: list, outs: tuple, result: int | None = None, make_view: Any = None,
                held: tuple = ()):
     # steps: (launch, buffer references, where its values come from, ops, mem) of each kernel that runs at all
@@ -50,6 +50,7 @@ class Plan:
     self.kernels, self.ops, self.mem = len(steps), sum(s[3] for s in steps), sum(s[4] for s in steps)
     self.steps = tuple(s for s in steps if s[0] is not None)
     self.outs, self.result, self.make_view, self.held = outs, result, make_view, held
+    self.direct = _template_runner(self) if result is not None else None
 
 def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | None:
   """A plan's step for `runner` on the buffers `refs` (None: the kernel takes variables, which only a parameter plan
@@ -159,22 +160,31 @@ def realize_deferred(t: Any, group: tuple = ()) -> bool:
   if not engine.plans_apply():
     counters["fallbacks"] += 1
     return False
-  if any([u.op is _COPY for u in inputs]):   # (over a copy of data just made: the usual way)
+  # (over a copy of data just made: the usual way; one input, the usual reduction: no comprehension)
+  if inputs[0].op is _COPY if len(inputs) == 1 else any([u.op is _COPY for u in inputs]):
     counters["fallbacks"] += 1
     return False
   key = (id(built), _settings_token())
   if (entry := _plans.get(key)) is None:
     _record(t, built, inputs, key)
     return True
-  same: list = []
-  if (plan := entry[1]) is None or _may_share(t, built, inputs, group, same):
+  if (plan := entry[1]) is None:
     counters["fallbacks"] += 1
     return False
-  t._uop = _result(plan, inputs)
+  if len(_deferred_refs) > 1:   # (another deferred output may be of t's own graph: _may_share's siblings)
+    same: list = []
+    if _may_share(t, built, inputs, group, same):
+      counters["fallbacks"] += 1
+      return False
+  elif (alive := built.nodes_alive(inputs)) and _held_anywhere(alive):   # (_may_share's last line: t alone deferred)
+    counters["fallbacks"] += 1
+    return False
+  else: same = ()
+  t._uop = u = direct(inputs) if (direct := plan.direct) is not None else _result(plan, inputs)
   t._undefer()
   counters["hits"] += 1
   for o in same:   # t's own graph: t's buffer, as the usual way
-    o._uop = t._uop
+    o._uop = u
     o._undefer()
   return True
 
@@ -207,8 +217,42 @@ def _holds(built: Any, other: Any, where: tuple) -> bool:
   out = other.nodes_over(holders)[-1]
   return built.order[-1] in out.toposort() or any([u is out for u in built.order])
 
+def _template_runner(plan: Plan) -> Any:
+  """fn(inputs) -> the result, for a template plan of one kernel writing its one new output (the result, seen as it
+  is or through `make_view`) from inputs' buffers (`x.sum(1)`, `x.logsumexp(1)`): _run without the reference lambda,
+  the lists and the generic loop. None for any other plan."""
+  if len(plan.steps) != 1 or len(plan.outs) != 1 or plan.held or plan.result != 0 or (make := plan.outs[0]) is None:
+    return None
+  launch, refs, vals, _, _ = plan.steps[0]
+  if vals is not None or refs[0] != -1 or not all(r >= 0 for r in refs[1:]): return None
+  kernels, ops, mem, gcounters, view, BUFFER, key = plan.kernels, plan.ops, plan.mem, GlobalCounters, plan.make_view, \
+    Ops.BUFFER, BUFFER_KEY
+  def input_handle(u: UOp) -> Any:
+    b = u if u.op is BUFFER else u.base
+    # (handle_of's usual hit, inline: an input's Buffer holds memory)
+    if (c := b._cache) is None or (buf := c.get(key)) is None or (h := buf._handle) is None: h = handle_of(b)
+    return h
+  if len(refs) == 2:   # (one input: the usual reduction)
+    (i,) = refs[1:]
+    def run_one(inputs: list[UOp]) -> UOp:
+      u, h = make()
+      b = x if (x := inputs[i]).op is BUFFER else x.base
+      if (c := b._cache) is None or (buf := c.get(key)) is None or (hb := buf._handle) is None: hb = handle_of(b)
+      launch([h, hb], ())
+      gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
+      return u if view is None else view((u,))
+    return run_one
+  ins = refs[1:]
+  def run(inputs: list[UOp]) -> UOp:
+    u, h = make()
+    launch([h, *[input_handle(inputs[i]) for i in ins]], ())
+    gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
+    return u if view is None else view((u,))
+  return run
+
 def _result(plan: Plan, inputs: list[UOp]) -> UOp:
   """The template plan's result over `inputs`, run now."""
+  if (direct := plan.direct) is not None: return direct(inputs)
   ins = inputs if not plan.held else [*inputs, *plan.held]
   out = _run(plan, lambda r: handle_of(ins[r].base))[plan.result]
   return out if plan.make_view is None else plan.make_view((out,))

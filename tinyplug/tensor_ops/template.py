@@ -55,7 +55,10 @@ class Built:
     anywhere (so none was realized, and none is held)."""
     alive = []
     for find, spec in self.probes:
-      if (n := find(tuple([inputs[s] if type(s) is int else s for s in spec]))) is not None: alive.append(n)
+      # (a node over one input, the usual probe: no comprehension)
+      src = (inputs[s],) if len(spec) == 1 and type(s := spec[0]) is int else \
+        tuple([inputs[s] if type(s) is int else s for s in spec])
+      if (n := find(src)) is not None: alive.append(n)
     return alive
 
 _templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
@@ -324,10 +327,11 @@ def graph_template(fn: Callable) -> Callable:
     for a in args:   # (a loop, not a comprehension: most calls pass an axis or two)
       if isinstance(a, tt): tensors.append(a)
     if names: tensors += [kwargs[k] for k in names]
-    sig, inputs = [], []
+    sig, inputs, kept = [], [], 0
     for t in tensors:   # (shape, dtype, device, gradient flag) of each tensor input, read off its node once
       if (u := t._uop) is None: u = t._build()
-      if (c := u._cache) is None or (part := c.get("template_sig")) is None:
+      if (c := u._cache) is not None and (part := c.get("template_sig")) is not None: kept += 1
+      else:
         shape, device = u.shape, u.device
         part = (shape, id(u.dtype), device) if type(device) is str and shape is not None and \
           all([type(s) is int for s in shape]) else False
@@ -362,8 +366,9 @@ def graph_template(fn: Callable) -> Callable:
       hit = _templates.put(key, _build(tuple(h.uop for h in holders), out.uop, out.requires_grad))
     # over plain buffers shaped like the placeholders, the graph is built only when used: realize() may run the
     # kernels from a plan without it (engine/plan.py)
-    if (views := _buffer_views(inputs)) and None not in hit.view_keys and _views_match(inputs, hit.view_keys) and \
-       _may_defer():
+    # (a signature kept on the node is a buffer view's: one such input needs no look at its base)
+    if (views := (len(inputs) == 1 and kept == 1) or _buffer_views(inputs)) and None not in hit.view_keys and \
+       _views_match(inputs, hit.view_keys) and _may_defer():
       return tt._deferred(hit, inputs, hit.requires_grad)
     # over data just made (a loss's labels: a copy of a host buffer), deferred too: backward() may then find the
     # gradient's recipe by the composite key without the graph (its realize is the usual way: a plan takes views only)
