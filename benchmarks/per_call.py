@@ -1,6 +1,6 @@
 """The cost of one call of a small op a user runs in a loop (a tiny elementwise op, short row reductions, argmax of
 64x1000), tinyplug against numpy and torch, each in its own process, taking turns for --rounds rounds (both orders).
-Each case is the best of 7 batches of 2000 calls, in microseconds: thread CPU time by default (trust it on a shared
+Each case is the best of 7 batches of 2000 calls after --warmup calls, in microseconds: thread CPU time by default (trust it on a shared
 machine, with CPU_THREADS=1), wall time with --wall (2 threads: run it under `chrt -f 10`).
 
   CPU_THREADS=1 python benchmarks/per_call.py --before /tmp/main-tree --rounds 4
@@ -39,12 +39,12 @@ def _cases(lib: str) -> dict:
           "lse": lambda: r.logsumexp(1).realize(), "argmax": lambda: w.argmax(1).realize(),
           "max1k": lambda: w.max(1).realize()}
 
-def worker(lib: str, names: list[str], wall: bool) -> None:
+def worker(lib: str, names: list[str], wall: bool, warmup: int) -> None:
   clock = time.perf_counter_ns if wall else time.thread_time_ns
   cases = _cases(lib)
   for name in names:
     fn, best = cases[name], float("inf")
-    for _ in range(200): fn()
+    for _ in range(warmup): fn()
     for _ in range(7):
       st = clock()
       for _ in range(2000): fn()
@@ -59,9 +59,10 @@ def main() -> None:
   ap.add_argument("--wall", action="store_true", help="wall time instead of thread CPU time")
   ap.add_argument("--before", help="another checkout's root, run as the peer 'before'")
   ap.add_argument("--no-peers", action="store_true", help="leave numpy and torch out")
+  ap.add_argument("--warmup", type=int, default=200, help="calls before the timed ones (a loop's steady state)")
   args = ap.parse_args()
   names = args.cases.split(",")
-  if args.worker: return worker(args.worker, names, args.wall)
+  if args.worker: return worker(args.worker, names, args.wall, args.warmup)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   path = lambda r: f"{r}:{r}/plugins/cpu_llvm/src"
   peers = {"tinyplug": ("tinyplug", path(root))}
@@ -72,7 +73,8 @@ def main() -> None:
     for peer in (list(peers) if r % 2 == 0 else list(reversed(peers))):
       lib, pythonpath = peers[peer]
       env = dict(os.environ, PYTHONPATH=pythonpath)
-      cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--cases", args.cases] + (["--wall"] if args.wall else [])
+      cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--cases", args.cases, "--warmup",
+             str(args.warmup)] + (["--wall"] if args.wall else [])
       out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
       if out.returncode: sys.exit(f"{peer} failed:\n{out.stderr[-3000:]}")
       for line in out.stdout.splitlines():
