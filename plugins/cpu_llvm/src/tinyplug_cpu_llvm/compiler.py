@@ -136,9 +136,9 @@ class LLVMCompiler(Compiler):
     return self.compile_cached(spec.src, quick=_quick(spec))
 
   def cached_program(self, spec) -> bytes | None:
-    return self._cached(self.key(spec.src, _quick(spec)))
+    return self._stored_object(self.key(spec.src, _quick(spec)))
 
-  def _cached(self, key: str) -> bytes | None:
+  def _stored_object(self, key: str) -> bytes | None:
     """The object under `key` from memory or disk; None: not compiled before."""
     with self._memory_lock: obj = self._memory.get_lru(key)
     if obj is None and CACHELEVEL >= 1 and (obj := DISK_CACHE.get(key)) is not None:
@@ -147,7 +147,7 @@ class LLVMCompiler(Compiler):
 
   def compile_cached(self, src: str, quick: bool = False) -> bytes:
     key = self.key(src, quick)
-    if (obj := self._cached(key)) is not None: return obj
+    if (obj := self._stored_object(key)) is not None: return obj
     obj = self.compile(src, quick)
     with self._memory_lock: self._memory.put(key, obj)
     if CACHELEVEL >= 1: DISK_CACHE.put(key, obj)
