@@ -66,9 +66,12 @@ PACK_NARROW_L2_RATIO = 0.5
 # ... and from a reduction of this many (x @ W, whole realizes as above: 1024x1024x128 6.1-6.6 -> 3.3-3.4 ms,
 # 512x2048x64 3.1-3.2 -> 1.7-2.1, 256x1024x128 1.7-1.8 -> 1.4)
 PACK_NARROW_MIN_REDUCE = 64
+# a B cut to its first N columns (the keys of one block of causal queries) packs the whole uncut B where that copy
+# costs at most this share of the matmul's multiply-adds: every block shares the one copy (`_whole_of_prefix`)
+PACK_SHARED_COPY_SHARE = 8
 
 def _is_packed(y0: UOp) -> bool:
-  if y0.op is Ops.SHRINK: y0 = y0.src[0]   # panels padded to whole ones
+  if y0.op is Ops.SHRINK: y0 = y0.src[0]   # panels padded to whole ones, or a prefix of them
   return y0.op is Ops.RESHAPE and y0.src[0].op is Ops.PERMUTE and y0.src[0].src[0].op is Ops.CONTIGUOUS
 
 def pack_width(renderer: Any) -> int:
@@ -191,11 +194,11 @@ def _pack(r: UOp) -> UOp | None:
   w = pack_width(renderer)
   lead = len(y0.shape) - 3
   wide = -(-n // w) * w
-  swap = tuple(range(lead)) + (lead, lead + 2, lead + 1)   # (..., N // W, W, K) <-> (..., N // W, K, W)
-  padded = y0 if wide == n else UOp(Ops.PAD, y0.dtype, (y0,), ((0, 0),) * (lead + 1) + ((0, wide - n), (0, 0)))
-  split = UOp(Ops.RESHAPE, y0.dtype, (padded,), (*y0.shape[:lead], wide // w, w, k))
-  panels = UOp(Ops.CONTIGUOUS, y0.dtype, (UOp(Ops.PERMUTE, y0.dtype, (split,), swap),))
-  back = UOp(Ops.RESHAPE, y0.dtype, (UOp(Ops.PERMUTE, y0.dtype, (panels,), swap),), padded.shape)
+  if (whole := _whole_of_prefix(y0, m, n, w)) is not None:
+    back = UOp(Ops.SHRINK, y0.dtype, (_panels_back(whole, whole.shape[-2], k, w),), tuple((0, s) for s in y0.shape))
+  else:
+    padded = y0 if wide == n else UOp(Ops.PAD, y0.dtype, (y0,), ((0, 0),) * (lead + 1) + ((0, wide - n), (0, 0)))
+    back = _panels_back(padded, wide, k, w)
   srcs = list(x.src)
   if (rows := _rows_along_reduction(x.src[1 - at], m, k, renderer)) is None: rows = _indexed_rows(x.src[1 - at])
   if rows is not None: srcs[1 - at] = rows
@@ -210,6 +213,46 @@ def _pack(r: UOp) -> UOp | None:
   srcs[1 - at] = UOp(Ops.EXPAND, a.dtype, (a.src[0],), full)
   wide_r = r.replace(src=(x.replace(src=tuple(srcs)),))
   return UOp(Ops.SHRINK, r.dtype, (wide_r,), tuple((0, s) for s in r.shape))
+
+def _panels_back(y: UOp, wide: int, k: int, w: int) -> UOp:
+  """B (..., 1, wide, K) copied into panels (..., wide // W, K, W), viewed back in B's shape."""
+  lead = len(y.shape) - 3
+  swap = tuple(range(lead)) + (lead, lead + 2, lead + 1)   # (..., N // W, W, K) <-> (..., N // W, K, W)
+  split = UOp(Ops.RESHAPE, y.dtype, (y,), (*y.shape[:lead], wide // w, w, k))
+  panels = UOp(Ops.CONTIGUOUS, y.dtype, (UOp(Ops.PERMUTE, y.dtype, (split,), swap),))
+  return UOp(Ops.RESHAPE, y.dtype, (UOp(Ops.PERMUTE, y.dtype, (panels,), swap),), y.shape)
+
+def _whole_of_prefix(y0: UOp, m: int, n: int, w: int) -> UOp | None:
+  """B's view (..., 1, N, K) without its cut, where B is the first N of a longer run of columns, whole panels long both,
+  seen through permutes and reshapes that only add or drop axes of 1: the keys up to a block's last query in causal
+  attention by blocks. Every block then packs the same whole B (one copy, hash-consed, instead of one per block) and
+  reads its first N // W panels. Only where the whole copy costs at most 1 / PACK_SHARED_COPY_SHARE of this matmul's
+  multiply-adds, so a prefix that no other matmul shares wastes little."""
+  chain, at = _movement_chain(y0), len(y0.shape) - 2
+  spots = []
+  for u in chain[:-1]:
+    if u.op is Ops.SHRINK: break
+    spots.append(at)
+    if (at := _axis_below(u, at)) is None: return None
+  else: return None
+  src = u.src[0]
+  whole = src.shape[at]
+  if any(c != ((0, n) if i == at else (0, s)) for i, (c, s) in enumerate(zip(u.arg, src.shape))): return None
+  if n % w or whole % w or whole * PACK_SHARED_COPY_SHARE > m * n: return None
+  for v, spot in zip(reversed(chain[:len(spots)]), reversed(spots)):
+    arg = v.arg if v.op is Ops.PERMUTE else tuple(whole if i == spot else s for i, s in enumerate(v.arg))
+    src = UOp(v.op, src.dtype, (src,), arg)
+  return src
+
+def _axis_below(u: UOp, at: int) -> int | None:
+  """Where axis `at` of movement op `u` sits in its source: through a permute, or a reshape that only adds or drops
+  axes of 1; None for anything else."""
+  if u.op is Ops.PERMUTE: return u.arg[at]
+  if u.op is not Ops.RESHAPE or u.shape[at] == 1: return None
+  src = u.src[0].shape
+  kept = [i for i, s in enumerate(src) if s != 1]
+  if [s for s in u.shape if s != 1] != [src[i] for i in kept]: return None
+  return kept[sum(1 for s in u.shape[:at] if s != 1)]
 
 def _rows_along_reduction(y: UOp, m: int, k: int, renderer: Any) -> UOp | None:
   """A, when it is stored K x M (`x.T @ g`, the weight gradient) and large: a copy with its rows along the reduction.
