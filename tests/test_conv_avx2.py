@@ -119,9 +119,30 @@ def test_winograd_planes_outermost_give_torch_values_on_avx2(machine):
   with Context(WINO=1):
     _against_torch(x, w, lambda a, b: a.conv2d(b, padding=1), lambda a, b: F.conv2d(a, b, padding=1))
 
+@pytest.mark.parametrize("name,rows", [("avx2", True), ("avx512", False)])
+def test_winograd_tiles_as_rows_beyond_one_vector_of_tiles_on_avx2(machine, name, rows):
+  """A 16x16 output (64 tiles an image): AVX2 takes the tiles as the matmul's rows (r_16_<tiles>_<cout>_<cin>) and
+  stores the output transform channels-last, (bs, ty, 2, tx, 2, cout); AVX-512 keeps the tiles innermost."""
+  machine(name)
+  cin, cout = 16, 24
+  with Context(WINO=1):
+    names = {kernel_name(a).split("n")[0] for a in _step_kernels(_conv(2, cin, cout, 16))}
+  assert (f"r_16_128_{cout}_{cin}" in names) == rows and (f"r_16_{cout}_128_{cin}" in names) != rows, names
+  assert (f"r_2_8_2_8_2_{cout}_16" in names) == rows, names
+
+@pytest.mark.parametrize("bs,cin,cout,h,w,padding", [
+  (2, 8, 16, 56, 56, 1), (1, 16, 8, 55, 57, 0), (2, 8, 8, 16, 16, 1), (1, 8, 8, 7, 9, 1)])
+def test_winograd_tile_rows_channels_last_give_torch_values_on_avx2(machine, bs, cin, cout, h, w, padding):
+  machine("avx2")
+  x = RNG.standard_normal((bs, cin, h, w)).astype(np.float32)
+  wt = (RNG.standard_normal((cout, cin, 3, 3)) / 9).astype(np.float32)
+  with Context(WINO=1):
+    _against_torch(x, wt, lambda a, b: a.conv2d(b, padding=padding), lambda a, b: F.conv2d(a, b, padding=padding))
+
 @pytest.mark.parametrize("shape,avx2,avx512", [
   ((8, 64, 64, 28), True, False), ((8, 128, 128, 14), True, False), ((8, 256, 256, 14), True, True),
-  ((8, 64, 64, 56), False, False), ((8, 32, 32, 28), False, False), ((8, 256, 256, 7), False, False)])
+  ((8, 64, 64, 56), True, False), ((1, 64, 64, 56), True, False), ((8, 64, 64, 58), False, False),
+  ((8, 32, 32, 28), False, False), ((8, 256, 256, 7), False, False)])
 def test_winograd_default_from_64_channels_on_avx2(machine, shape, avx2, avx512):
   bs, cin, cout, hw = shape
   for name, wino in (("avx2", avx2), ("avx512", avx512)):
@@ -145,8 +166,10 @@ BAND = [Opt(OptOps.UPCAST, 3, 8), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 1
         Opt(OptOps.SWAP, 1, 2)]
 
 def test_row_band_tile_on_avx2_only(machine):
+  # (the direct form: AVX2 takes this shape as Winograd's by default)
   machine("avx2")
-  assert _opts_of(_step_kernels(_conv(8, 64, 64, 56)), "r_8_64_56_56_64_3_3")[:5] == BAND
+  with Context(WINO=0):
+    assert _opts_of(_step_kernels(_conv(8, 64, 64, 56)), "r_8_64_56_56_64_3_3")[:5] == BAND
   machine("avx512")
   assert _opts_of(_step_kernels(_conv(8, 64, 64, 56)), "r_8_64_56_56_64_3_3")[:2] == \
     [Opt(OptOps.UPCAST, 3, 56), Opt(OptOps.UPCAST, 1, 4)]

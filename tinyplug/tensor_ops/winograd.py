@@ -61,8 +61,21 @@ def _winograd_tile_rows(x, u, kv, ky, m: int, ty: int, tx: int):
   xw = win.permute(4, 5, 0, 2, 3, 1).reshape(a * a, tiles * cin)
   v = _constant(x, kv).dot(xw).reshape(a * a, tiles, cin)
   prod = v.dot(u)                                                                   # (a*a, tiles, cout)
+  if channel_block(x.device) is not None: return _output_transform_channels_last(x, prod, ky, m, ty, tx)
   y = _constant(x, ky).dot(prod.reshape(a * a, tiles * cout)).contiguous().reshape(m, m, bs, ty, tx, cout)
   return y.permute(2, 5, 3, 0, 4, 1).reshape(bs, cout, ty * m, tx * m)
+
+def _output_transform_channels_last(x, prod, ky, m: int, ty: int, tx: int):
+  """A^T M A of the tile rows' products (a*a, tiles, cout) stored channels-last, (bs, ty*m, tx*m, cout), each tile's
+  m x m outputs where they land in the image, so the output's layout is one transpose of (bs, h*w, cout) (on AVX2,
+  `layout.channel_block`). Stored by tile position first, (m, m, bs, ty, tx, cout), the copy into the output read two
+  planes far apart per row: conv b8 64->64 56x56 forward, one Zen 3 thread, that copy 2.4-2.7 ms, this one's 1.0;
+  fwd+bwd 56x56 66.0-67.6 -> 60.0-65.6 ms, 64->64 28x28 14.5-16.1 -> 13.8-14.3, 128->128 14x14 14.6-15.3 -> 14.0-14.2."""
+  a, bs, cout = m + 2, x.shape[0], prod.shape[2]
+  p = prod.reshape(a * a, bs, ty, 1, tx, 1, cout)
+  k = _constant(x, ky).reshape(m, m, a * a).permute(2, 0, 1).reshape(a * a, 1, 1, m, 1, m, 1)
+  y = (p * k).sum(0).contiguous()                                                  # (bs, ty, m, tx, m, cout)
+  return y.permute(0, 5, 1, 2, 3, 4).reshape(bs, cout, ty * m, tx * m)
 
 def _flip_planes(m: int) -> list[int] | None:
   """The tile positions' order that turns the transform of a weight into that of its flipped transpose: G
@@ -103,7 +116,7 @@ def winograd_conv3x3(x, weight, m: int = TILE, flipped_transpose: bool = False):
   h, w = x.shape[2:]
   oh, ow = h - 2, w - 2
   ty, tx = -(-oh // m), -(-ow // m)
-  inner = tiles_inner(ty, tx)
+  inner = tiles_inner(ty, tx, blocked=channel_block(x.device) is not None)
   kv, ky = _kron(bt, bt), _kron(at, at)
   # U (a*a, cout, cin) for the tiles-inner matmul, U^T (a*a, cin, cout) for the tile rows'; the input gradient's is
   # the other one of the forward's transform
@@ -141,8 +154,13 @@ def _winograd_tiles_inner(x, u, kv, ky, m: int, ty: int, tx: int):
 # its (16, 128, 512) @ (16, 512, 512) matmul 14.0 against 9.9 ms
 TILES_PER_VECTOR = 16
 
-def tiles_inner(ty: int, tx: int) -> bool:
-  """Whether winograd_conv3x3 runs with the tiles innermost (else as the matmul's rows) for ty x tx tiles an image."""
+def tiles_inner(ty: int, tx: int, blocked: bool = False) -> bool:
+  """Whether winograd_conv3x3 runs with the tiles innermost (else as the matmul's rows) for ty x tx tiles an image;
+  `blocked`: on a machine with `layout.channel_block` (AVX2), only for one vector of tiles an image, where the tile
+  rows' planes-outermost matmul wins beyond it. Conv b8 64->64 fwd+bwd, one Zen 3 thread, tiles inner / rows: 16x16
+  (64 tiles) 6.4-6.8 / 4.7 ms; 24x24 (144) 13.4-13.9 / 10.2; 56x56 (784: the window copy divides every lane by 28
+  and 784, the input transform alone 24 ms against 3.1)."""
+  if blocked: return ty * tx == TILES_PER_VECTOR
   return (ty * tx) % TILES_PER_VECTOR == 0
 
 # where the Winograd form measured clearly faster (forward and forward + backward, one thread and two, Zen 4): many
@@ -160,6 +178,9 @@ WINO_SHORT_OUT, WINO_SHORT_MIN_CHANNELS = 8, 512
 # 64->64 28x28 13.7 / 16.8 ms, 14x14 3.3 / 7.8, 18x18 5.6 / 6.9; b2 64->64 28x28 3.2 / 4.0; 128->128 28x28 51 / 97,
 # 14x14 14.0 / 30.6
 WINO_BLOCKED_MIN_CHANNELS = 64
+# ... up to 56x56 outputs there (tile rows): conv b8 64->64 56x56, one Zen 3 thread, forward 19.4 ms against the direct
+# row band's 22.8 (its padded copy included), fwd+bwd 61.5 against 76.0
+WINO_BLOCKED_MAX_OUT = 56
 
 def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...], blocked: bool = False) -> bool:
   """Whether the default (WINO=-1) takes the Winograd form for a convolution of these sizes; `blocked`: on a machine
@@ -167,7 +188,8 @@ def wino_wins(bs: int, cin: int, cout: int, out_hw: tuple[int, ...], blocked: bo
   tiles = bs * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
   least = WINO_SHORT_MIN_CHANNELS if max(out_hw) <= WINO_SHORT_OUT else \
     WINO_BLOCKED_MIN_CHANNELS if blocked else WINO_MIN_CHANNELS
-  return min(cin, cout) >= least and max(out_hw) <= WINO_MAX_OUT and tiles >= WINO_MIN_TILES
+  most = WINO_BLOCKED_MAX_OUT if blocked else WINO_MAX_OUT
+  return min(cin, cout) >= least and max(out_hw) <= most and tiles >= WINO_MIN_TILES
 
 def use_winograd(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, stride, dilation, dtype,
                  device: str | None = None) -> bool:
