@@ -377,6 +377,9 @@ class Compiler:
     """`compile_program(spec)` when a cache holds it, without compiling; None otherwise (default: always None). The
     engine compiles ahead (`background`) only what this does not find."""
     return None
+  def cached_programs(self, specs: list[ProgramSpec]) -> list[bytes | None]:
+    """cached_program of each spec (a compiler with a disk cache reads them at once)."""
+    return [self.cached_program(s) for s in specs]
 
 # ---------------- programs ----------------
 

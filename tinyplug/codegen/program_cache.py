@@ -21,11 +21,19 @@ _FORMAT = "1"
 
 # ---------------- the key ----------------
 
-def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
+def key_context(renderer: Renderer, steps: tuple) -> tuple[str, str]:
+  """What every key of this renderer and pipeline shares (its renderer, passes, settings and sources), as the text
+  before and after a kernel's name and actions: worked out once for a batch of kernels lowered together."""
   from tinyplug.hookspecs.passes import pipeline_fingerprint
   modules = {"tinyplug", type(renderer).__module__} | pass_modules(steps)
-  text = "\n".join([_FORMAT, name, renderer_text(renderer), pipeline_fingerprint(steps), repr(opts), settings_text(),
-                    *modules_text(modules), graph_text(ast)])
+  return (renderer_text(renderer) + "\n" + pipeline_fingerprint(steps),
+          "\n".join([settings_text(), *modules_text(modules)]))
+
+def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple,
+                context: tuple[str, str] | None = None) -> str:
+  """The key of `ast` lowered for `renderer`; `context`: key_context(renderer, steps), when the caller has it."""
+  head, tail = key_context(renderer, steps) if context is None else context
+  text = "\n".join([_FORMAT, name, head, repr(opts), tail, graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # ---------------- the value: a ProgramSpec as JSON ----------------
@@ -100,6 +108,15 @@ def load(key: str) -> ProgramSpec | None:
   except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:   # intact but unusable (an older form)
     PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
     return None
+
+def load_many(keys: list[str]) -> dict[str, ProgramSpec]:
+  """`load` of many keys in one read: {key: program} of those found and usable."""
+  found = {}
+  for key, data in PROGRAMS.get_many(keys).items():
+    try: found[key] = decode(data, lazy=True)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+      PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
+  return found
 
 def store(key: str, spec: ProgramSpec) -> None:
   try: PROGRAMS.put(key, encode(spec))
