@@ -40,6 +40,17 @@ def test_a_program_read_back_builds_its_uops_only_when_read(device):
     assert lazy == spec and spec == lazy and hash(lazy) == hash(spec) and not (lazy != spec)
     assert len(lazy.uops) == len(spec.uops) and all(a is b for a, b in zip(lazy.uops, spec.uops))
 
+def test_a_lazy_read_parses_only_the_launch_fields(device):
+  """A program's rows (most of its JSON) are parsed when its UOps are first read, not when it is read back."""
+  renderer = Device[device].renderer
+  for ast in _kernels(device):
+    spec = codegen.get_program(ast, renderer)
+    head = program_cache.encode(spec).split(b"\n")[0]
+    lazy = program_cache.decode(head + b"\n[not json", lazy=True)
+    assert (lazy.src, lazy.buffer_count, lazy.global_size) == (spec.src, spec.buffer_count, spec.global_size)
+    with pytest.raises(ValueError): lazy.uops
+    with pytest.raises(ValueError): program_cache.decode(head + b"\n[not json")
+
 def test_the_graph_text_names_the_graph():
   """The key's text of an AST: equal graphs give equal text, any difference in op, dtype, arg or wiring another."""
   from tinyplug.uop.dtype import dtypes
