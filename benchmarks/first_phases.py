@@ -54,7 +54,8 @@ def main() -> None:
   CG.get_program = timed("codegen-cache reads (get_program)", CG.get_program)
   PC.program_key = timed("  program keys", PC.program_key)
   PC.load = timed("  program reads (load)", PC.load)
-  CG.cached_programs = timed("codegen-cache reads, batched (cached_programs)", CG.cached_programs)
+  if hasattr(CG, "cached_programs"):   # (a checkout before it reads each program alone)
+    CG.cached_programs = timed("codegen-cache reads, batched (cached_programs)", CG.cached_programs)
   R.CompiledRunner.__init__ = timed("runners (binaries loaded)", R.CompiledRunner.__init__)
   seen: set[int] = set()
   call = RT.CPUProgram.__call__
