@@ -191,7 +191,8 @@ def _read_ahead(todo: dict[tuple, tuple[str, UOp]], compiling: list) -> None:
   for key, (device, ast) in todo.items(): by_device.setdefault(device, []).append((key, ast))
   for device, entries in by_device.items():
     dev = Device[device]
-    specs = cached_programs([ast for _, ast in entries], dev.renderer)
+    try: specs = cached_programs([ast for _, ast in entries], dev.renderer)
+    except Exception: continue   # (a CHECK_OOB failure): each is read again in its turn, which raises there
     found = [(key, specs[ast]) for key, ast in entries if ast in specs]
     for (key, spec), lib in zip(found, dev.compiler.cached_programs([spec for _, spec in found])):
       future = None
