@@ -230,16 +230,18 @@ def test_first_touch_of_many_megabyte_blocks_faults_per_huge_page():
   assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 3000
 
 def test_arena_keeps_spare_chunks_faulted_in_ahead():
-  """Once a chunk is in use a thread maps the next ones and faults their pages in, so a block cut from one costs its
-  caller no page faults (a first training step's kernels took them); the blocks still come zeroed. Without spares
-  no thread starts."""
+  """Once SPARES_AFTER chunks are in use a thread maps the next ones and faults their pages in, so a block cut from
+  one costs its caller no page faults (a first training step's kernels took them); the blocks still come zeroed.
+  Without spares no thread starts."""
   import sys, time
-  from tinyplug.backend import HOST_CHUNK, HostArena, huge_page_bytes
+  from tinyplug.backend import HOST_CHUNK, SPARES_AFTER, HostArena, huge_page_bytes
   if not huge_page_bytes() or not sys.platform.startswith("linux"): pytest.skip("no huge pages (or no mincore)")
   plain = HostArena(huge_page_bytes())
-  plain.take(HOST_CHUNK // 2)
+  for _ in range(SPARES_AFTER + 1): plain.take(HOST_CHUNK // 2 + 4096)   # a chunk each
   assert not plain.filling and plain.spare == []
   arena = HostArena(huge_page_bytes(), spares=2)
+  early = [arena.take(HOST_CHUNK // 2 + 4096) for _ in range(SPARES_AFTER - 1)]
+  assert not arena.filling and arena.spare == []   # a process with few chunks keeps no spares
   first = arena.take(HOST_CHUNK // 2)
   deadline = time.monotonic() + 30
   while (arena.filling or len(arena.spare) < 2) and time.monotonic() < deadline: time.sleep(0.01)
@@ -247,7 +249,7 @@ def test_arena_keeps_spare_chunks_faulted_in_ahead():
   assert len(spares) == 2
   block = arena.take(HOST_CHUNK // 2 + 4096)   # does not fit beside `first`: the next chunk, a spare
   assert block.ctypes.data in spares and _resident_pages(block) == len(block) // 4096   # in memory before any touch
-  assert not block.any() and not first.any()
+  assert not block.any() and not first.any() and not any(b.any() for b in early)
   assert _resident_pages(arena.take(HOST_CHUNK)) == 0   # a block of a mapping of its own: faulted in by its user
 
 def _resident_pages(block) -> int:

@@ -147,11 +147,11 @@ class HostArena:
   buffers (160 MB) fault ~80 times instead of ~40000 (gpt of benchmarks/first_step.py on a Zen 3 VM: ~0.2 s -> ~20
   ms). Blocks are cut from the current 2 MB aligned chunk in turn and never reused within it (so each comes zeroed);
   a chunk goes back to the OS once every block cut from it is gone (each holds the mapping, as a numpy base). With
-  `spares`, a thread keeps that many chunks mapped and faulted in ahead once the first is in use."""
+  `spares`, a thread keeps that many chunks mapped and faulted in ahead once SPARES_AFTER chunks were cut."""
   def __init__(self, huge: int, spares: int = 0):
     self.huge, self.chunk, self.used = huge, None, 0
     self.lock = threading.Lock()
-    self.spares, self.spare, self.filling = spares, [], False
+    self.spares, self.spare, self.filling, self.chunks = spares, [], False, 0
     if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._forked)
   def _forked(self) -> None:   # a child has none of its parent's threads: a fill under way never ends there
     self.lock, self.filling = threading.Lock(), False
@@ -171,9 +171,11 @@ class HostArena:
       block, self.used = self.chunk[self.used:self.used + nbytes], self.used + size
     return block
   def _next_chunk(self) -> Any:
-    """A spare chunk (faulted in already) or a new one; the spares are made up again on a thread (lock held)."""
+    """A spare chunk (faulted in already) or a new one; from the SPARES_AFTER-th chunk on the spares are made up again
+    on a thread (lock held)."""
     chunk = self.spare.pop() if self.spare else None
-    if self.spares and not self.filling:
+    self.chunks += 1
+    if self.spares and self.chunks >= SPARES_AFTER and not self.filling:
       self.filling = True
       threading.Thread(target=self._fill, daemon=True, name="tinyplug-host-pages").start()
     return self.mapping(HOST_CHUNK) if chunk is None else chunk
@@ -198,8 +200,10 @@ class HostArena:
 def host_arena() -> HostArena | None:
   return HostArena(huge, HOST_SPARE_CHUNKS) if (huge := huge_page_bytes()) else None
 
-# chunks the arena keeps faulted in ahead, once a process has used one (their memory stays mapped: 16 MB)
+# chunks the arena keeps faulted in ahead (their memory stays mapped: 16 MB), from a process's SPARES_AFTER-th chunk
+# on: a small model's few chunks (the cnn of first_step.py: 2 in its first step) would pay for spares it never uses
 HOST_SPARE_CHUNKS = 2
+SPARES_AFTER = 3
 
 def host_block(nbytes: int) -> Any:
   """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps).
