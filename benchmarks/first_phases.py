@@ -16,6 +16,7 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--model", default="gpt")
   ap.add_argument("--steps", type=int, default=3)
+  ap.add_argument("--modules", action="store_true", help="also name the modules each phase imported")
   ap.add_argument("--profile", nargs=2, metavar=("STEP", "FILE"), help="cProfile step STEP (0: the setup) into FILE")
   args = ap.parse_args()
   import cProfile
@@ -38,8 +39,7 @@ def main() -> None:
   wall: dict[str, float] = defaultdict(float)
   cpu: dict[str, float] = defaultdict(float)
   count: dict[str, int] = defaultdict(int)
-  depth = [0]
-  def timed(name: str, fn, top: bool = False):
+  def timed(name: str, fn):
     def run(*a, **k):
       st, ct = time.perf_counter(), time.thread_time()
       try: return fn(*a, **k)
@@ -66,6 +66,8 @@ def main() -> None:
   RT.CPUProgram.__call__ = kernel
   get = DC.SealedTable.get
   DC.SealedTable.get = timed("sqlite reads (SealedTable.get)", get)
+  if hasattr(DC.SealedTable, "get_many"):
+    DC.SealedTable.get_many = timed("sqlite reads, batched (get_many)", DC.SealedTable.get_many)
   import resource
   new_modules: list[list[str]] = []
   def snap() -> tuple[dict, dict, dict]:
@@ -89,13 +91,17 @@ def main() -> None:
     profiled(i + 1, lambda: jstep(Tensor(x), Tensor(y)).item())
     phases.append((f"step {i + 1}", time.perf_counter() - st, time.thread_time() - ct, snap()))
   print(f"import {t_import * 1e3:.0f} ms; load {os.getloadavg()[0]:.1f}")
-  prev: tuple = ({"process sys / user CPU ms": ru0.ru_stime}, {"process sys / user CPU ms": ru0.ru_utime}, {"modules imported": n_modules, "page faults (minor)": faults})
+  sysuser = "process sys / user CPU ms"
+  prev: tuple = ({sysuser: ru0.ru_stime}, {sysuser: ru0.ru_utime},
+                 {"modules imported": n_modules, "page faults (minor)": faults})
   names = ["schedule", "schedule: template keys", "schedule: template reads", "codegen-cache reads (get_program)",
-           "  program keys", "  program reads (load)", "codegen-cache reads, batched (cached_programs)", "runners (binaries loaded)", "sqlite reads (SealedTable.get)",
-           "kernels, first call", "kernels, later calls", "modules imported", "page faults (minor)",
-           "process sys / user CPU ms"]
+           "  program keys", "  program reads (load)", "codegen-cache reads, batched (cached_programs)",
+           "runners (binaries loaded)", "sqlite reads (SealedTable.get)",
+           "sqlite reads, batched (get_many)", "kernels, first call", "kernels, later calls",
+           "modules imported", "page faults (minor)", sysuser]
   print("| stage | " + " | ".join(p[0] for p in phases) + " |\n|---|" + "---:|" * len(phases))
-  print("| total wall / main-thread CPU ms | " + " | ".join(f"{w * 1e3:.0f} / {c * 1e3:.0f}" for _, w, c, _ in phases) + " |")
+  totals = " | ".join(f"{w * 1e3:.0f} / {c * 1e3:.0f}" for _, w, c, _ in phases)
+  print(f"| total wall / main-thread CPU ms | {totals} |")
   rows = {n: [] for n in names}
   for _, w, c, (sw, sc, sn) in phases:
     for n in names:
@@ -104,6 +110,7 @@ def main() -> None:
       rows[n].append(("" if not dn else f"{dn}" if not dw else f"{dw * 1e3:.0f} / {dc * 1e3:.0f} ({dn})"))
     prev = (sw, sc, sn)
   for n in names: print(f"| {n} | " + " | ".join(rows[n]) + " |")
-  for (name, *_), mods in zip(phases, new_modules): print(f"{name} imported: {' '.join(mods)}")
+  if args.modules:
+    for (name, *_), mods in zip(phases, new_modules): print(f"{name} imported: {' '.join(mods)}")
 
 if __name__ == "__main__": main()

@@ -46,7 +46,8 @@ def test_many_rows_read_at_once_are_checked_one_by_one(cache_home, capsys, monke
   t = SealedTable("t.sqlite", "objs", "test")
   for i in range(5): t.put(f"k{i}", bytes([65 + i]) * 100)
   new = {"swap": b"A" * 100, "random": os.urandom(100)}[damage]
-  with sqlite3.connect(cache_home / "t.sqlite") as conn: conn.execute("UPDATE objs SET payload=? WHERE key='k3'", (new,))
+  with sqlite3.connect(cache_home / "t.sqlite") as conn:
+    conn.execute("UPDATE objs SET payload=? WHERE key='k3'", (new,))
   got = t.get_many([f"k{i}" for i in range(5)] + ["missing"])
   assert got == {f"k{i}": bytes([65 + i]) * 100 for i in (0, 1, 2, 4)}
   assert capsys.readouterr().err.count("dropped a damaged entry of the test cache") == 1

@@ -39,8 +39,9 @@ def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple
 # ---------------- the value: a ProgramSpec as JSON ----------------
 
 def encode(spec: ProgramSpec) -> bytes:
-  """The spec as two lines of JSON, its launch fields and then the linear program's rows (a warm start parses only the
-  first: the rows are ~85% of the parse); NotStorable when something has no JSON form or would not come back the same."""
+  """The spec as two lines of JSON, its launch fields and then the linear program's rows (a warm start parses only
+  the first: the rows are ~85% of the parse); NotStorable when something has no JSON form or would not come back the
+  same."""
   index = {u: i for i, u in enumerate(spec.uops)}
   if len(index) != len(spec.uops) or any(s not in index for u in spec.uops for s in u.src): raise NotStorable("uops")
   doc = {"name": spec.name, "src": spec.src, "global_size": list(spec.global_size),
@@ -59,8 +60,9 @@ def encode(spec: ProgramSpec) -> bytes:
 class StoredProgram(ProgramSpec):
   """A ProgramSpec read back from the cache whose linear program (`uops`) is built from the stored rows the first
   time something reads it (the rows' JSON is parsed then too). Runtimes that launch from `src` and the launch fields
-  (cpu_llvm, the GPU runtimes) never do, so a warm start skips parsing and building ~150 UOps per kernel; the python and emulator runtimes read them and get the
-  very same UOps as an eager decode. Compares and hashes as the ProgramSpec it stands for."""
+  (cpu_llvm, the GPU runtimes) never do, so a warm start skips parsing and building ~150 UOps per kernel; the python
+  and emulator runtimes read them and get the very same UOps as an eager decode. Compares and hashes as the
+  ProgramSpec it stands for."""
   def __getattr__(self, name: str) -> Any:
     rows = self.__dict__.get("_rows") if name == "uops" else None
     if rows is None: raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -88,7 +90,8 @@ def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
   uops = None if lazy else build_uops(json.loads(rows_text))
   values = dict(name=doc["name"], uops=uops, src=doc["src"], global_size=tuple(doc["global_size"]),
                 local_size=None if doc["local_size"] is None else tuple(doc["local_size"]),
-                vars=() if lazy else tuple(uops[i] for i in doc["vars"]), outs=tuple(doc["outs"]), ins=tuple(doc["ins"]),
+                vars=() if lazy else tuple(uops[i] for i in doc["vars"]), outs=tuple(doc["outs"]),
+                ins=tuple(doc["ins"]),
                 applied_opts=tuple(Opt(OptOps[n], a, g) for n, a, g in doc["opts"]), estimates=doc["estimates"],
                 thread_split=doc["thread_split"], work=doc["work"])
   if not lazy: return ProgramSpec(**values)
