@@ -228,3 +228,35 @@ def test_first_touch_of_many_megabyte_blocks_faults_per_huge_page():
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   for b in blocks: b[::4096] = 1
   assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 3000
+
+def test_arena_keeps_spare_chunks_faulted_in_ahead():
+  """Once SPARES_AFTER chunks are in use a thread maps the next ones and faults their pages in, so a block cut from
+  one costs its caller no page faults (a first training step's kernels took them); the blocks still come zeroed.
+  Without spares no thread starts."""
+  import sys, time
+  from tinyplug.backend import HOST_CHUNK, SPARES_AFTER, HostArena, huge_page_bytes
+  if not huge_page_bytes() or not sys.platform.startswith("linux"): pytest.skip("no huge pages (or no mincore)")
+  plain = HostArena(huge_page_bytes())
+  for _ in range(SPARES_AFTER + 1): plain.take(HOST_CHUNK // 2 + 4096)   # a chunk each
+  assert not plain.filling and plain.spare == []
+  arena = HostArena(huge_page_bytes(), spares=2)
+  early = [arena.take(HOST_CHUNK // 2 + 4096) for _ in range(SPARES_AFTER - 1)]
+  assert not arena.filling and arena.spare == []   # a process with few chunks keeps no spares
+  first = arena.take(HOST_CHUNK // 2)
+  deadline = time.monotonic() + 30
+  while (arena.filling or len(arena.spare) < 2) and time.monotonic() < deadline: time.sleep(0.01)
+  spares = {c.ctypes.data for c in arena.spare}
+  assert len(spares) == 2
+  block = arena.take(HOST_CHUNK // 2 + 4096)   # does not fit beside `first`: the next chunk, a spare
+  assert block.ctypes.data in spares and _resident_pages(block) == len(block) // 4096   # in memory before any touch
+  assert not block.any() and not first.any() and not any(b.any() for b in early)
+  assert _resident_pages(arena.take(HOST_CHUNK)) == 0   # a block of a mapping of its own: faulted in by its user
+
+def _resident_pages(block) -> int:
+  """How many of the 4 KB pages of `block` (page aligned) are in memory now (mincore)."""
+  import ctypes
+  libc = ctypes.CDLL(None, use_errno=True)
+  pages = -(-len(block) // 4096)
+  vec = (ctypes.c_ubyte * pages)()
+  assert libc.mincore(ctypes.c_void_p(block.ctypes.data), ctypes.c_size_t(len(block)), vec) == 0, ctypes.get_errno()
+  return sum(v & 1 for v in vec)

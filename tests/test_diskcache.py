@@ -38,6 +38,22 @@ def test_damaged_row_is_dropped_and_reported_once(cache_home, capsys, damage):
   assert t.get("k1") == b"A" * 100
   assert check_cache_tree(str(cache_home)) == {"dir": str(cache_home), "unsafe": None, "entries": 1, "bad": []}
 
+@pytest.mark.parametrize("damage", ["swap", "random"])
+def test_many_rows_read_at_once_are_checked_one_by_one(cache_home, capsys, monkeypatch, damage):
+  """get_many (a warm schedule's programs in one query, in chunks) returns what get would for each key: a damaged row
+  is dropped and reported, a missing key left out, the intact rows returned."""
+  monkeypatch.setattr(diskcache, "GET_MANY_CHUNK", 2)
+  t = SealedTable("t.sqlite", "objs", "test")
+  for i in range(5): t.put(f"k{i}", bytes([65 + i]) * 100)
+  new = {"swap": b"A" * 100, "random": os.urandom(100)}[damage]
+  with sqlite3.connect(cache_home / "t.sqlite") as conn:
+    conn.execute("UPDATE objs SET payload=? WHERE key='k3'", (new,))
+  got = t.get_many([f"k{i}" for i in range(5)] + ["missing"])
+  assert got == {f"k{i}": bytes([65 + i]) * 100 for i in (0, 1, 2, 4)}
+  assert capsys.readouterr().err.count("dropped a damaged entry of the test cache") == 1
+  assert "k3" not in _rows(cache_home / "t.sqlite", "objs")   # dropped, so it is made again
+  assert t.get_many([]) == {}
+
 def test_sealed_files(cache_home, capsys):
   os.makedirs(cache_home, mode=0o700)
   p1, p2 = str(cache_home / "a.bin"), str(cache_home / "b.bin")

@@ -40,6 +40,17 @@ def test_a_program_read_back_builds_its_uops_only_when_read(device):
     assert lazy == spec and spec == lazy and hash(lazy) == hash(spec) and not (lazy != spec)
     assert len(lazy.uops) == len(spec.uops) and all(a is b for a, b in zip(lazy.uops, spec.uops))
 
+def test_a_lazy_read_parses_only_the_launch_fields(device):
+  """A program's rows (most of its JSON) are parsed when its UOps are first read, not when it is read back."""
+  renderer = Device[device].renderer
+  for ast in _kernels(device):
+    spec = codegen.get_program(ast, renderer)
+    head = program_cache.encode(spec).split(b"\n")[0]
+    lazy = program_cache.decode(head + b"\n[not json", lazy=True)
+    assert (lazy.src, lazy.buffer_count, lazy.global_size) == (spec.src, spec.buffer_count, spec.global_size)
+    with pytest.raises(ValueError): lazy.uops
+    with pytest.raises(ValueError): program_cache.decode(head + b"\n[not json")
+
 def test_the_graph_text_names_the_graph():
   """The key's text of an AST: equal graphs give equal text, any difference in op, dtype, arg or wiring another."""
   from tinyplug.uop.dtype import dtypes
@@ -169,6 +180,48 @@ def test_a_damaged_entry_is_rebuilt(tmp_path, capfd):
   assert runs == 2
   np.testing.assert_array_equal(weight, _run(str(tmp_path), CACHELEVEL="0")[1])
   assert _run(str(tmp_path))[0] == 0
+
+def test_a_key_with_its_shared_part_worked_out_once_is_the_same_key():
+  renderer = Device["CPU"].renderer
+  steps = codegen.pipeline_steps(renderer)
+  context = program_cache.key_context(renderer, steps)
+  for ast in _kernels("CPU"):
+    assert program_cache.program_key("k", ast, renderer, None, steps, context) == \
+      program_cache.program_key("k", ast, renderer, None, steps)
+
+_QUERIES = """
+import json, sys, numpy as np
+from tinyplug import Tensor
+from tinyplug.codegen import program_cache
+calls = {"get": 0, "get_many": 0, "read": 0}
+table = type(program_cache.PROGRAMS)
+get, get_many = table.get, table.get_many
+def counting_get(self, key):
+  if self is program_cache.PROGRAMS: calls["get"] += 1
+  return get(self, key)
+def counting_many(self, keys):
+  if self is program_cache.PROGRAMS: calls["get_many"] += 1; calls["read"] += len(keys)
+  return get_many(self, keys)
+table.get, table.get_many = counting_get, counting_many
+x = np.random.default_rng(0).standard_normal((37, 53)).astype(np.float32)
+a = Tensor(x)
+outs = [(a + 1).sum(0), (a * 3).max(1), (a - 2).exp(), a.sum(), (a * a).sum(1)]
+Tensor.realize(*outs)
+for got, want in zip(outs, [(x + 1).sum(0), (x * 3).max(1), np.exp(x - 2), x.sum(), (x * x).sum(1)]):
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+print(json.dumps(calls))
+"""
+
+def test_a_warm_schedule_reads_its_programs_in_one_query(tmp_path):
+  """A warm process reads the programs of a schedule's new kernels at once (engine compile_ahead): one query, no
+  read per kernel; a cold one finds none there and lowers them."""
+  env = {**{k: v for k, v in os.environ.items() if k not in ("DEV", "VIZ", "TINY_PLUGINS", "DEBUG")},
+         "XDG_CACHE_HOME": str(tmp_path)}
+  run = lambda: json.loads(subprocess.run([sys.executable, "-c", _QUERIES], capture_output=True, text=True, env=env,
+                                          timeout=300, check=True).stdout.strip().splitlines()[-1])
+  cold, warm = run(), run()
+  assert cold["get_many"] == 1 and cold["read"] >= 5
+  assert warm == {"get": 0, "get_many": 1, "read": cold["read"]}
 
 def test_no_cache_while_rewrites_are_recorded(monkeypatch):
   """The visualizer records every rewrite: a program read back would show none."""

@@ -14,7 +14,7 @@ A backend is a `Compiled` device made of four parts, each a subclass of a class 
 This module imports only the IR (`tinyplug.uop`) and helpers: every layer may import it. docs/plugin_guide.md walks
 through a backend written against it; examples/plugin_example has a complete one."""
 from __future__ import annotations
-import functools, math, mmap, threading
+import functools, math, mmap, os, threading
 import numpy as _np
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -146,10 +146,15 @@ class HostArena:
   """Host blocks from HOST_MMAP_MIN bytes in huge pages, many per page: a first training step's ~120 new 0.25-4 MB
   buffers (160 MB) fault ~80 times instead of ~40000 (gpt of benchmarks/first_step.py on a Zen 3 VM: ~0.2 s -> ~20
   ms). Blocks are cut from the current 2 MB aligned chunk in turn and never reused within it (so each comes zeroed);
-  a chunk goes back to the OS once every block cut from it is gone (each holds the mapping, as a numpy base)."""
-  def __init__(self, huge: int):
+  a chunk goes back to the OS once every block cut from it is gone (each holds the mapping, as a numpy base). With
+  `spares`, a thread keeps that many chunks mapped and faulted in ahead once SPARES_AFTER chunks were cut."""
+  def __init__(self, huge: int, spares: int = 0):
     self.huge, self.chunk, self.used = huge, None, 0
     self.lock = threading.Lock()
+    self.spares, self.spare, self.filling, self.chunks = spares, [], False, 0
+    if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._forked)
+  def _forked(self) -> None:   # a child has none of its parent's threads: a fill under way never ends there
+    self.lock, self.filling = threading.Lock(), False
   def mapping(self, nbytes: int) -> Any:
     """`nbytes` (a multiple of the huge page) of fresh memory starting on a huge page boundary."""
     block = mmap.mmap(-1, nbytes + self.huge, **_PRIVATE)
@@ -162,13 +167,43 @@ class HostArena:
     size = -(-nbytes // 4096) * 4096   # every block starts on a page, as a mapping of its own did
     if size >= HOST_CHUNK: return self.mapping(-(-size // self.huge) * self.huge)[:nbytes]
     with self.lock:
-      if self.chunk is None or self.used + size > len(self.chunk): self.chunk, self.used = self.mapping(HOST_CHUNK), 0
+      if self.chunk is None or self.used + size > len(self.chunk): self.chunk, self.used = self._next_chunk(), 0
       block, self.used = self.chunk[self.used:self.used + nbytes], self.used + size
     return block
+  def _next_chunk(self) -> Any:
+    """A spare chunk (faulted in already) or a new one; from the SPARES_AFTER-th chunk on the spares are made up again
+    on a thread (lock held)."""
+    chunk = self.spare.pop() if self.spare else None
+    self.chunks += 1
+    if self.spares and self.chunks >= SPARES_AFTER and not self.filling:
+      self.filling = True
+      threading.Thread(target=self._fill, daemon=True, name="tinyplug-host-pages").start()
+    return self.mapping(HOST_CHUNK) if chunk is None else chunk
+  def _fill(self) -> None:
+    """Map spare chunks and fault their pages in (zeroed, so a block cut from them is still zero-filled) while the
+    caller works: a first step's ~20 new chunks took 0.1-0.6 s of page faults in its kernels' first runs on a VM."""
+    import ctypes
+    try:
+      while True:
+        with self.lock:
+          if len(self.spare) >= self.spares:
+            self.filling = False
+            return
+        chunk = self.mapping(HOST_CHUNK)
+        ctypes.memset(chunk.ctypes.data, 0, len(chunk))   # (a foreign call: the GIL is let go)
+        with self.lock: self.spare.append(chunk)
+    except BaseException:
+      with self.lock: self.filling = False
+      raise
 
 @functools.cache
 def host_arena() -> HostArena | None:
-  return HostArena(huge) if (huge := huge_page_bytes()) else None
+  return HostArena(huge, HOST_SPARE_CHUNKS) if (huge := huge_page_bytes()) else None
+
+# chunks the arena keeps faulted in ahead (their memory stays mapped: 16 MB), from a process's SPARES_AFTER-th chunk
+# on: a small model's few chunks (the cnn of first_step.py: 2 in its first step) would pay for spares it never uses
+HOST_SPARE_CHUNKS = 2
+SPARES_AFTER = 3
 
 def host_block(nbytes: int) -> Any:
   """A zero-filled numpy uint8 array of `nbytes` for a host-side device buffer (big ones are page-aligned mmaps).
@@ -377,6 +412,9 @@ class Compiler:
     """`compile_program(spec)` when a cache holds it, without compiling; None otherwise (default: always None). The
     engine compiles ahead (`background`) only what this does not find."""
     return None
+  def cached_programs(self, specs: list[ProgramSpec]) -> list[bytes | None]:
+    """cached_program of each spec (a compiler with a disk cache reads them at once)."""
+    return [self.cached_program(s) for s in specs]
 
 # ---------------- programs ----------------
 

@@ -141,6 +141,30 @@ class SealedTable:
     if not isinstance(row[2], (int, float)) or row[2] < time.time() - USED_AGAIN_AFTER: self._mark_used(key)
     return payload
 
+  def get_many(self, keys: list[str]) -> dict[str, bytes]:
+    """`get` of many keys in one query per GET_MANY_CHUNK keys: {key: payload} of those present and intact (a damaged
+    row is deleted and reported as `get` does; a missing key is left out)."""
+    rows: list = []
+    try:
+      with self._lock:
+        if (conn := self._connection()) is None: return {}
+        for i in range(0, len(keys), GET_MANY_CHUNK):
+          part = keys[i:i + GET_MANY_CHUNK]
+          rows += conn.execute(f"SELECT key, payload, digest, created FROM {self.table} WHERE key IN "
+                               f"({','.join('?' * len(part))})", part).fetchall()
+    except (sqlite3.Error, OSError): return {}
+    found, now = {}, time.time()
+    for key, payload, digest, created in rows:
+      if not isinstance(key, str): continue
+      payload = bytes(payload) if isinstance(payload, (bytes, memoryview)) else None
+      if payload is None or digest != entry_digest(key, payload):
+        _bad(self.label, key, "checksum mismatch" if payload is not None else "not bytes")
+        self.delete(key)
+        continue
+      if not isinstance(created, (int, float)) or created < now - USED_AGAIN_AFTER: self._mark_used(key)
+      found[key] = payload
+    return found
+
   def _mark_used(self, key: str) -> None:
     try:
       with self._lock:
@@ -167,6 +191,9 @@ class SealedTable:
     """Delete an entry whose digest matched but whose content the caller found unusable, and say so once."""
     _bad(self.label, key, why)
     self.delete(key)
+
+
+GET_MANY_CHUNK = 500   # keys per query of get_many (SQLite allows at least 999 parameters)
 
 
 def write_sealed(path: str, key: str, payload: bytes) -> None:

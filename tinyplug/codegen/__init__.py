@@ -207,11 +207,31 @@ def full_rewrite_to_sink(ast: UOp, renderer: Renderer | None = None, ctx: Kernel
     renderer = Device[Device.DEFAULT].renderer
   return run_pipeline(ast, renderer, ctx or KernelContext(renderer), until="linearize")
 
+def _disk_cache_on() -> bool:
+  """Whether lowerings are read from and stored on disk (not without a disk cache, under SPEC checks, or while a
+  rewrite recorder watches)."""
+  return CACHELEVEL >= 1 and not SPEC and not events.enabled("rewrite")
+
 def _program_key(name: str, ast: UOp, renderer: Renderer, opts: Any) -> str | None:
   """The disk-cache key of this lowering, or None when it must run (no disk cache, SPEC checks, a rewrite recorder)."""
-  if CACHELEVEL < 1 or SPEC or events.enabled("rewrite"): return None
+  if not _disk_cache_on(): return None
   from tinyplug.codegen.program_cache import program_key
   return program_key(name, ast, renderer, opts, pipeline_steps(renderer))
+
+def cached_programs(asts: list[UOp], renderer: Renderer) -> dict[UOp, ProgramSpec]:
+  """get_program of each of `asts` (no explicit actions) that the disk cache holds, read in one query, with the key's
+  shared part worked out once: {ast: program} of those found. What is missing is left for get_program to lower."""
+  if not asts or not _disk_cache_on(): return {}
+  from tinyplug.codegen import program_cache
+  steps = pipeline_steps(renderer)
+  context = program_cache.key_context(renderer, steps)
+  keys = {program_cache.program_key(kernel_name(a), a, renderer, None, steps, context): a for a in asts}
+  found = {}
+  for key, spec in program_cache.load_many(list(keys)).items():
+    if CHECK_OOB: check_in_bounds(spec.name, spec.uops)
+    announce_kernel(spec, keys[key], renderer.device)
+    found[keys[key]] = spec
+  return found
 
 def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   """Lower a kernel AST for `renderer`: run the pipeline (linearize included), render. With the disk cache on, a

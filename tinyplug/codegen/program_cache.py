@@ -16,22 +16,32 @@ from tinyplug.uop.rows import NotStorable, build_uops, enc_arg, enc_dtype, graph
 from tinyplug.diskcache import SealedTable, modules_text, pass_modules, renderer_text, settings_text
 
 PROGRAMS = SealedTable("codegen.sqlite", "programs_v1", "codegen")
-_FORMAT = "1"
+_FORMAT = "2"
 
 
 # ---------------- the key ----------------
 
-def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple) -> str:
+def key_context(renderer: Renderer, steps: tuple) -> tuple[str, str]:
+  """What every key of this renderer and pipeline shares (its renderer, passes, settings and sources), as the text
+  before and after a kernel's name and actions: worked out once for a batch of kernels lowered together."""
   from tinyplug.hookspecs.passes import pipeline_fingerprint
   modules = {"tinyplug", type(renderer).__module__} | pass_modules(steps)
-  text = "\n".join([_FORMAT, name, renderer_text(renderer), pipeline_fingerprint(steps), repr(opts), settings_text(),
-                    *modules_text(modules), graph_text(ast)])
+  return (renderer_text(renderer) + "\n" + pipeline_fingerprint(steps),
+          "\n".join([settings_text(), *modules_text(modules)]))
+
+def program_key(name: str, ast: UOp, renderer: Renderer, opts: Any, steps: tuple,
+                context: tuple[str, str] | None = None) -> str:
+  """The key of `ast` lowered for `renderer`; `context`: key_context(renderer, steps), when the caller has it."""
+  head, tail = key_context(renderer, steps) if context is None else context
+  text = "\n".join([_FORMAT, name, head, repr(opts), tail, graph_text(ast)])
   return hashlib.sha256(text.encode()).hexdigest()
 
 # ---------------- the value: a ProgramSpec as JSON ----------------
 
 def encode(spec: ProgramSpec) -> bytes:
-  """The spec as JSON bytes; NotStorable when something in it has no JSON form or would not come back the same."""
+  """The spec as two lines of JSON, its launch fields and then the linear program's rows (a warm start parses only
+  the first: the rows are ~85% of the parse); NotStorable when something has no JSON form or would not come back the
+  same."""
   index = {u: i for i, u in enumerate(spec.uops)}
   if len(index) != len(spec.uops) or any(s not in index for u in spec.uops for s in u.src): raise NotStorable("uops")
   doc = {"name": spec.name, "src": spec.src, "global_size": list(spec.global_size),
@@ -39,8 +49,9 @@ def encode(spec: ProgramSpec) -> bytes:
          "vars": [index[v] for v in spec.vars], "outs": list(spec.outs), "ins": list(spec.ins),
          "opts": [[o.op.name, o.axis, o.arg] for o in spec.applied_opts], "estimates": spec.estimates,
          "thread_split": spec.thread_split, "work": spec.work, "shared_trips": spec.shared_trips,
-         "uops": [[u.op.name, enc_dtype(u.dtype), enc_arg(u.arg), [index[s] for s in u.src]] for u in spec.uops]}
-  data = json.dumps(doc, separators=(",", ":")).encode()
+         "buffers": spec.buffer_count}
+  rows = [[u.op.name, enc_dtype(u.dtype), enc_arg(u.arg), [index[s] for s in u.src]] for u in spec.uops]
+  data = json.dumps(doc, separators=(",", ":")).encode() + b"\n" + json.dumps(rows, separators=(",", ":")).encode()
   back = decode(data)
   if back.uops != spec.uops or any(a is not b for a, b in zip(back.uops, spec.uops)) or back != spec:
     raise NotStorable("the program does not come back the same")
@@ -48,13 +59,14 @@ def encode(spec: ProgramSpec) -> bytes:
 
 class StoredProgram(ProgramSpec):
   """A ProgramSpec read back from the cache whose linear program (`uops`) is built from the stored rows the first
-  time something reads it. Runtimes that launch from `src` and the launch fields (cpu_llvm, the GPU runtimes) never
-  do, so a warm start skips building ~150 UOps per kernel; the python and emulator runtimes read them and get the
-  very same UOps as an eager decode. Compares and hashes as the ProgramSpec it stands for."""
+  time something reads it (the rows' JSON is parsed then too). Runtimes that launch from `src` and the launch fields
+  (cpu_llvm, the GPU runtimes) never do, so a warm start skips parsing and building ~150 UOps per kernel; the python
+  and emulator runtimes read them and get the very same UOps as an eager decode. Compares and hashes as the
+  ProgramSpec it stands for."""
   def __getattr__(self, name: str) -> Any:
     rows = self.__dict__.get("_rows") if name == "uops" else None
     if rows is None: raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-    uops = build_uops(rows)
+    uops = build_uops(json.loads(rows))
     object.__setattr__(self, "uops", uops)
     self.__dict__.pop("_rows", None)
     return uops
@@ -71,24 +83,24 @@ class StoredProgram(ProgramSpec):
 def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
   """The ProgramSpec of `encode`'s bytes; with `lazy`, a StoredProgram that builds its UOps when they are read."""
   from tinyplug.codegen.kernel import Opt, OptOps
-  doc = json.loads(data)
-  rows = doc["uops"]
-  var_rows = [rows[i] for i in doc["vars"]]
-  lazy = lazy and doc["thread_split"] is not None and doc["work"] is not None and not any(r[3] for r in var_rows)
-  uops = None if lazy else build_uops(rows)
-  # a variable has no sources: built alone it is the very node the full program holds (hash-consing)
-  variables = build_uops(var_rows) if lazy else tuple(uops[i] for i in doc["vars"])
+  head, newline, rows_text = bytes(data).partition(b"\n")
+  if not newline: raise ValueError("no program rows")
+  doc = json.loads(head)
+  lazy = lazy and doc["thread_split"] is not None and doc["work"] is not None and not doc["vars"]
+  uops = None if lazy else build_uops(json.loads(rows_text))
   values = dict(name=doc["name"], uops=uops, src=doc["src"], global_size=tuple(doc["global_size"]),
-                local_size=None if doc["local_size"] is None else tuple(doc["local_size"]), vars=variables,
-                outs=tuple(doc["outs"]), ins=tuple(doc["ins"]),
+                local_size=None if doc["local_size"] is None else tuple(doc["local_size"]),
+                vars=() if lazy else tuple(uops[i] for i in doc["vars"]), outs=tuple(doc["outs"]),
+                ins=tuple(doc["ins"]),
                 applied_opts=tuple(Opt(OptOps[n], a, g) for n, a, g in doc["opts"]), estimates=doc["estimates"],
                 thread_split=doc["thread_split"], work=doc["work"])
   if not lazy: return ProgramSpec(**values)
+  if type(buffers := doc["buffers"]) is not int: raise TypeError("buffers")
   spec = object.__new__(StoredProgram)
   for k, v in values.items():
     if k != "uops": object.__setattr__(spec, k, v)
-  object.__setattr__(spec, "_rows", rows)
-  object.__setattr__(spec, "_buffer_count", len({repr(r[2]) for r in rows if r[0] == "DEFINE_GLOBAL"}))
+  object.__setattr__(spec, "_rows", rows_text)
+  object.__setattr__(spec, "_buffer_count", buffers)
   if "shared_trips" in doc:
     if not isinstance(trips := doc["shared_trips"], (int, type(None))): raise TypeError("shared_trips")
     object.__setattr__(spec, "_shared_trips", trips)
@@ -100,6 +112,15 @@ def load(key: str) -> ProgramSpec | None:
   except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:   # intact but unusable (an older form)
     PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
     return None
+
+def load_many(keys: list[str]) -> dict[str, ProgramSpec]:
+  """`load` of many keys in one read: {key: program} of those found and usable."""
+  found = {}
+  for key, data in PROGRAMS.get_many(keys).items():
+    try: found[key] = decode(data, lazy=True)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+      PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
+  return found
 
 def store(key: str, spec: ProgramSpec) -> None:
   try: PROGRAMS.put(key, encode(spec))

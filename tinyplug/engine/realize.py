@@ -156,7 +156,8 @@ def _compile_thread() -> Any:
   return _compile_pool[0][1]
 
 def compile_ahead(schedule: list[ScheduleItem]) -> None:
-  """Lower every kernel of `schedule` not built yet, here, handing each to the compile thread as it is lowered, before
+  """Read every kernel of `schedule` not built yet that the codegen cache holds, in one query (_read_ahead), and lower
+  the others, here, handing each to the compile thread as it is lowered, before
   the first one runs: the compiler (LLVM, which lets go of the GIL) works on kernel k while Python lowers kernel k+1,
   so a cold first step takes about the longer of the two on two cores instead of their sum (a compiler says it may
   with `background`); returns once every binary is done. Only where nothing watches the order of lowering and running (no events, DEBUG below 2, no
@@ -172,6 +173,7 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
   if len(todo) < 2: return
   hits, compiling = 0, []
   try:
+    _read_ahead(todo, compiling)
     for key, (device, ast) in todo.items():
       if (handed := _lower_ahead(key, device, ast, compiling)) is None: return
       if not handed and not compiling and (hits := hits + 1) >= WARM_HITS: return
@@ -179,6 +181,24 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
     # the kernels run once all are compiled: a kernel run while the thread compiles wakes the thread pool's workers,
     # whose wait for the next kernel took the core the compiler needed (cold gpt: +2.6 s of CPU, no faster)
     if compiling: wait_all(compiling)
+
+def _read_ahead(todo: dict[tuple, tuple[str, UOp]], compiling: list) -> None:
+  """Every kernel of `todo` whose program the codegen cache holds into _ahead, all read at once per device (one query
+  for the programs, one for their binaries), its binary handed to the compile thread where no cache holds it; what
+  was read leaves `todo` (the rest is lowered one by one)."""
+  from tinyplug.codegen import cached_programs
+  by_device: dict[str, list[tuple[tuple, UOp]]] = {}
+  for key, (device, ast) in todo.items(): by_device.setdefault(device, []).append((key, ast))
+  for device, entries in by_device.items():
+    dev = Device[device]
+    try: specs = cached_programs([ast for _, ast in entries], dev.renderer)
+    except Exception: continue   # (a CHECK_OOB failure): each is read again in its turn, which raises there
+    found = [(key, specs[ast]) for key, ast in entries if ast in specs]
+    for (key, spec), lib in zip(found, dev.compiler.cached_programs([spec for _, spec in found])):
+      future = None
+      if lib is None: compiling.append(future := _compile_thread().submit(dev.compiler.compile_program, spec))
+      _ahead[key] = (spec, future)
+      del todo[key]
 
 def _lower_ahead(key: tuple, device: str, ast: UOp, compiling: list) -> bool | None:
   """Lower one kernel into _ahead, its binary handed to the compile thread unless a cache holds it; True: handed,

@@ -138,6 +138,17 @@ class LLVMCompiler(Compiler):
   def cached_program(self, spec) -> bytes | None:
     return self._stored_object(self.key(spec.src, _quick(spec)))
 
+  def cached_programs(self, specs: list) -> list[bytes | None]:
+    """cached_program of each spec, those not in memory read from disk in one query (a warm schedule's kernels)."""
+    keys = [self.key(s.src, _quick(s)) for s in specs]
+    with self._memory_lock: objs = {k: o for k in keys if (o := self._memory.get_lru(k)) is not None}
+    if CACHELEVEL >= 1 and (missing := [k for k in dict.fromkeys(keys) if k not in objs]):
+      read = DISK_CACHE.get_many(missing)
+      with self._memory_lock:
+        for k, o in read.items(): self._memory.put(k, o)
+      objs.update(read)
+    return [objs.get(k) for k in keys]
+
   def _stored_object(self, key: str) -> bytes | None:
     """The object under `key` from memory or disk; None: not compiled before."""
     with self._memory_lock: obj = self._memory.get_lru(key)
