@@ -112,3 +112,13 @@ class TestMisc:
   def test_device_default_and_its_renderer_pickle(self):
     assert Device.default is Device[Device.DEFAULT]
     pickle.loads(pickle.dumps(Device.default.renderer))
+
+class TestDTypes:
+  def test_dtypes_come_back_as_the_canonical_objects(self):
+    # hash-consing keeps the first node's dtype object: an equal copy of dtypes.float there (a node made from a search
+    # worker's result) left every later graph holding that node unstorable in the disk caches (rows.enc_dtype)
+    from tinyplug.uop.dtype import dtypes
+    for dt in (dtypes.float, dtypes.half, dtypes.bfloat16, dtypes.int64, dtypes.bool, dtypes.float.vec(8)):
+      assert pickle.loads(pickle.dumps(dt)) is dt
+    p = dtypes.float.ptr(16)
+    assert pickle.loads(pickle.dumps(p)) == p and pickle.loads(pickle.dumps(p)).base is dtypes.float

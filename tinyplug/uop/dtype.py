@@ -66,7 +66,15 @@ def _cached_hash(self: DType) -> int:
   if h is None: object.__setattr__(self, "_hash", h := hash((type(self),) + tuple(getattr(self, f.name) for f in fields(self))))
   return h
 def _reduce(self: DType) -> tuple:   # pickles carry the fields only: a string's hash differs between processes
-  return type(self), tuple(getattr(self, f.name) for f in fields(self))
+  return _unpickled, (type(self), tuple(getattr(self, f.name) for f in fields(self)))
+def _unpickled(cls: type, values: tuple) -> DType:
+  """A pickled dtype back as the canonical object where there is one (`dtypes.float`, its vectors): hash-consed UOps
+  keep the dtype object of the first node made, and the disk caches store only canonical dtypes (a node made from a
+  search worker's result with an equal copy would leave every graph holding it unstorable)."""
+  dt = cls(*values)
+  if cls is not DType: return dt
+  if dt.count == 1: return canon if (canon := _canonical_scalars().get(dt.name)) == dt else dt
+  return canon if (canon := _vec(dt.scalar(), dt.count)) == dt else dt
 DType.__hash__ = PtrDType.__hash__ = _cached_hash   # type: ignore[method-assign]
 def _fast_eq(generated):
   # the same object (canonical dtypes, nearly every comparison) answers before the dataclass builds two field tuples
@@ -179,6 +187,9 @@ _INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes
 # Python; an equal dtype made elsewhere misses these and is looked up in the sets above
 _FLOAT_IDS, _INT_IDS = frozenset(map(id, _FLOATS)), frozenset(map(id, _INTS))
 _NAMED: dict[str, DType] = {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+
+@functools.cache
+def _canonical_scalars() -> dict[str, DType]: return {dt.name: dt for dt in _NAMED.values()}
 # groups, as tinygrad names them (tuples in a fixed order: code iterates them to parametrize over dtypes)
 dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)
 dtypes.fp8_fnuz = (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
