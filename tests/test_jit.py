@@ -116,6 +116,7 @@ def test_jitted_training_equals_eager(opt_cls):
   for k in eager_state: np.testing.assert_allclose(jit_state[k], eager_state[k], rtol=1e-5, atol=1e-6, err_msg=k)
   assert int(jit_state["bn.num_batches_tracked"][0]) == 6   # state updated by replays too
 
+@pytest.mark.slow
 def test_jitted_training_every_device(device):
   eager_losses, _ = _train(False, 4, lambda ps: Adam(ps, lr=0.01))
   jit_losses, _ = _train(True, 4, lambda ps: Adam(ps, lr=0.01))

@@ -28,6 +28,7 @@ def test_version_imports_no_plugin(plugin_site):
   result = plugin_site.run("--version")
   assert result.returncode == 0 and result.stdout.startswith("tinyplug ") and time.perf_counter() - st < 100
 
+@pytest.mark.slow
 def test_doctor_names_the_plugin_that_hangs(plugin_site):
   plugin_site.add("tp-sleepy", {"sleepy": HANG})
   # the hang costs the test the import bound; the other devices' cold compiles get a bound of their own, long enough

@@ -88,6 +88,7 @@ class FlakyLLVMCompiler(cpu_llvm.LLVMCompiler):
     if 2 in ups: raise RuntimeError("this compiler refuses UPCAST by 2")
     return super().compile_program(spec)
 
+@pytest.mark.slow
 def test_a_crashing_worker_or_a_failed_compile_drops_only_that_candidate(monkeypatch, capfd):
   _cpu_or_skip()
   out, ref = _matmul(32, 32, 32)

@@ -62,6 +62,7 @@ def test_undefined_symbols_of_what_is_not_an_elf_object():
   assert undefined_symbols(b"") == [] and undefined_symbols(b"\x7fELF" + bytes(100)) == []
   assert undefined_symbols(b"MZ" + bytes(200)) == []
 
+@pytest.mark.slow
 @x86
 @pytest.mark.parametrize("cpu", ["x86-64", "haswell"])
 def test_op_suite_on_narrower_vectors(cpu):

@@ -76,6 +76,7 @@ def test_beam_finds_a_tensor_core_tile_faster_than_the_heuristics():
   assert BeamSearch().search(k, timer, 2, lambda text: None) == target
   assert timed[0] == HEURISTIC and target in timed
 
+@pytest.mark.slow
 def test_emulator_parallel_beam_times_tensor_core_kernels_and_matches_numpy(mock_cuda):
   """BEAM=1 with PARALLEL=2 on MOCK+CUDA: the workers build the candidates (tensor-core kernels among them) with the
   emulator's compiler, the parent times them, and the kernel picked computes the product."""

@@ -363,6 +363,7 @@ def _check_beam_with_tensor_cores(device: str, n: int):
   assert any(any(o.op is OptOps.TC for o in opts) for opts in seen)   # TC candidates were compiled and timed
   np.testing.assert_allclose(got.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=0.1)
 
+@pytest.mark.slow
 def test_emulator_beam_searches_with_tensor_core_actions(mock_cuda):
   """BEAM=1 times TC candidates like any other (timed on the emulator: which one wins is not asserted)."""
   _check_beam_with_tensor_cores("MOCK+CUDA", 16)

@@ -159,6 +159,7 @@ def test_gpu_matches_numpy(shape, kw):
   tol = 1e-5 if out == dtypes.float32 else 2 ** -10
   np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max() + 1e-4 * np.sqrt(shape[2]))
 
+@pytest.mark.slow
 def test_gpu_check_script_dry_run(mock_cuda):
   """The device session's one call, run here on the emulator (numpy references, no timing claims): it must not break
   before it reaches a GPU."""

@@ -6,6 +6,7 @@ import pytest
 from tinyplug import Tensor
 from tinyplug.helpers import Context
 
+@pytest.mark.slow
 def test_listed_by_list_plugins_and_doctor(emu, tmp_path):
   # an empty cache (doctor checks every entry of it); the device checks then compile cold, so a generous bound
   env = {**os.environ, "TINY_PLUGINS": "", "XDG_CACHE_HOME": str(tmp_path), "TINY_PLUGINS_TIMEOUT": "300"}

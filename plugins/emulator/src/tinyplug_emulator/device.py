@@ -14,7 +14,8 @@ from tinyplug_emulator import native
 from tinyplug_emulator.dialects import C_TYPE_SIZES, Dialect, dialect_for
 from tinyplug_emulator.native import EmulatorError, LaunchOptions
 from tinyplug_emulator.settings import EMU_BOUNDS, EMU_ORDER, EMU_SEED, EMU_STACK_KB, EMU_THREADS
-from tinyplug_emulator.toolchain import build_shared, clang, digest, keep, present, run_clang, store, verified_path
+from tinyplug_emulator.toolchain import (build_library, build_shared, clang, digest, keep, present, run_clang, store,
+                                        verified_path)
 
 # ---------------- memory ----------------
 
@@ -86,8 +87,8 @@ class EmulatorCompiler(Compiler):
       EmulatorCompiler.compiles += 1
       path = out[:-3] + self._suffix()
       with open(path, "w") as f: f.write(self.dialect.with_entry(src))
-      run_clang([*self.dialect.compile_flags, "-shared", path, "-x", "none", *libs, "-lm", "-o", out,
-                 f"-Wl,-rpath,{os.path.dirname(libs[0])}"], f"a {self.dialect.name} kernel", src)
+      build_library(list(self.dialect.compile_flags), path, [*libs, "-lm", f"-Wl,-rpath,{os.path.dirname(libs[0])}"],
+                    out, f"a {self.dialect.name} kernel", src)
     path = build_shared(name, build)
     with open(path, "rb") as f: data = f.read()
     self._paths[digest(data)] = path

@@ -3,7 +3,7 @@
 Every shared object lives under `<cache dir>/emulator/` as `<key>.so` with a `<key>.so.sha256` beside it; the digest is
 checked before the file is loaded, and a missing, damaged or mismatched entry is rebuilt, never loaded."""
 from __future__ import annotations
-import atexit, functools, hashlib, os, re, shutil, subprocess, tempfile, time
+import atexit, functools, hashlib, os, re, shlex, shutil, subprocess, tempfile, time
 from tinyplug.diskcache import USED_AGAIN_AFTER, mark_used, note_write
 from tinyplug.helpers import CACHELEVEL, cache_dir
 from tinyplug_emulator.settings import EMU_CLANG
@@ -65,10 +65,41 @@ def clang() -> tuple[str, str]:
 
 def run_clang(args: list[str], what: str, source: str | None = None) -> None:
   path, _ = clang()
-  proc = subprocess.run([path, *args], capture_output=True, text=True)
+  _run([path, *args], f"clang failed on {what}", source)
+
+def build_library(compile_flags: list[str], src_path: str, link_args: list[str], out: str, what: str,
+                  source: str | None = None) -> None:
+  """Compile `src_path` to an object, then link `out` (a shared object) with `link_args`. Two steps, because clang runs
+  its compiler in its own process only when it has a single job (a compile-and-link starts clang twice, ~30 ms of CPU
+  each), and the link runs the linker command the driver would run, looked up once per process."""
+  obj = out[:-len(".so")] + ".o"
+  run_clang([*compile_flags, "-c", src_path, "-o", obj], what, source)
+  link = linker_command(tuple(link_args))
+  if link is None: return run_clang(["-shared", obj, *link_args, "-o", out], what, source)
+  _run([obj if a == _OBJ else out if a == _OUT else a for a in link], f"the linker failed on {what}", source)
+
+_OBJ, _OUT = "tinyplug-link-probe.o", "tinyplug-link-probe.so"
+
+@functools.cache
+def linker_command(link_args: tuple[str, ...]) -> list[str] | None:
+  """The argv clang's driver runs to link a shared object from one object file and `link_args`, with the object and
+  the output as the placeholders _OBJ and _OUT; None when its `-###` listing is not one linker job naming each once."""
+  path, _ = clang()
+  with tempfile.TemporaryDirectory(prefix="tinyplug-link-") as tmp:
+    open(os.path.join(tmp, _OBJ), "wb").close()
+    proc = subprocess.run([path, "-###", "-shared", _OBJ, *link_args, "-o", _OUT], capture_output=True, text=True,
+                          cwd=tmp)
+  jobs = [line for line in proc.stderr.splitlines() if line.startswith(" \"")]
+  if proc.returncode != 0 or len(jobs) != 1: return None
+  try: argv = shlex.split(jobs[0])
+  except ValueError: return None
+  return argv if argv.count(_OBJ) == 1 and argv.count(_OUT) == 1 else None
+
+def _run(argv: list[str], failure: str, source: str | None) -> None:
+  proc = subprocess.run(argv, capture_output=True, text=True)
   if proc.returncode != 0:
     detail = (proc.stderr or proc.stdout).strip()
-    raise ToolchainError(f"clang failed on {what}:\n{detail}" + (f"\n--- source ---\n{source}" if source else ""))
+    raise ToolchainError(f"{failure}:\n{detail}" + (f"\n--- source ---\n{source}" if source else ""))
 
 # ---------------- the cache ----------------
 
