@@ -55,6 +55,7 @@ def _quick(spec) -> bool: return spec.work is not None and spec.work <= QUICK_WO
 class LLVMCompiler(Compiler):
   """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
   compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
+  tier_ups = 0          # ... of them, those on the tier-up thread (not in `compiles`: they land at any time)
   background = True     # LLVM releases the GIL; LLVM_LOCK guards compiles, _memory_lock the object cache
 
   def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
@@ -88,7 +89,7 @@ class LLVMCompiler(Compiler):
   def key(self, src: str, quick: bool = False) -> str:
     return hashlib.sha256(f"{self.cachekey}{'-quick' if quick else ''}\n{src}".encode()).hexdigest()
 
-  def compile(self, src: str, quick: bool = False) -> bytes:
+  def compile(self, src: str, quick: bool = False, tier_up: bool = False) -> bytes:
     """An object for `src`; `quick` (a kernel with little work) builds it without optimisation, in a few ms."""
     llvm = init_llvm()
     with self._lock:   # a TargetMachine is not safe to share between threads
@@ -100,7 +101,8 @@ class LLVMCompiler(Compiler):
       fns[0].name = symbol_for(src)
       tm = self._optimize(mod, quick)
       obj = tm.emit_object(mod)
-      LLVMCompiler.compiles += 1
+      if tier_up: LLVMCompiler.tier_ups += 1
+      else: LLVMCompiler.compiles += 1
       if DEBUG >= 5: print(f"cpu_llvm: compiled {symbol_for(src)} in {(time.perf_counter()-st)*1e3:.2f} ms\n{mod}")
     return obj
 
@@ -130,9 +132,14 @@ class LLVMCompiler(Compiler):
     if self._quick_tm is None: self._quick_tm = make_target_machine(self.cpu, self.features, 0)
     return 0, self._quick_tm
 
+  def is_quick(self, spec) -> bool:
+    """Whether compile_program builds `spec` at O0 (and the full pipeline would build it otherwise)."""
+    return self.opt != 0 and _quick(spec)
+
   def compile_program(self, spec) -> bytes:
     """A kernel whose loop bodies run at most QUICK_WORK times in all (`spec.work`) compiles at O0: its run takes
-    microseconds either way, while O3 takes ~30 ms to compile it. Hand-written IR (compile_cached) counts as big."""
+    microseconds either way, while O3 takes 60-270 ms to compile it (one run over and over is compiled again with the
+    full pipeline on a thread: runtime.TIER_UP_CALLS). Hand-written IR (compile_cached) counts as big."""
     return self.compile_cached(spec.src, quick=_quick(spec))
 
   def cached_program(self, spec) -> bytes | None:
@@ -145,10 +152,10 @@ class LLVMCompiler(Compiler):
       with self._memory_lock: self._memory.put(key, obj)
     return obj
 
-  def compile_cached(self, src: str, quick: bool = False) -> bytes:
+  def compile_cached(self, src: str, quick: bool = False, tier_up: bool = False) -> bytes:
     key = self.key(src, quick)
     if (obj := self._stored_object(key)) is not None: return obj
-    obj = self.compile(src, quick)
+    obj = self.compile(src, quick, tier_up)
     with self._memory_lock: self._memory.put(key, obj)
     if CACHELEVEL >= 1: DISK_CACHE.put(key, obj)
     return obj
