@@ -70,3 +70,24 @@ def test_a_quick_kernel_run_over_and_over_is_compiled_again_fully_on_a_thread(mo
   want = np.log(np.exp(x.astype(np.float64)).sum(-1))
   for g in got: np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
   assert (prg.fn is not first_fn) == quick and prg.calls_left == 0
+
+def test_a_fork_while_the_tier_up_thread_compiles_leaves_the_child_a_free_lock():
+  # the child of a fork in the middle of a compile on another thread gets the LLVM lock free (the fork waits for the
+  # compile): a lock held by a thread the child does not have would stop its first compile forever
+  import os, threading
+  from tinyplug_cpu_llvm.compiler import LLVM_LOCK
+  if not hasattr(os, "fork"): pytest.skip("no fork here")
+  holding, release = threading.Event(), threading.Event()
+  def compile_on_a_thread():
+    with LLVM_LOCK:
+      holding.set()
+      release.wait(10)
+  th = threading.Thread(target=compile_on_a_thread)
+  th.start()
+  holding.wait(10)
+  threading.Timer(0.2, release.set).start()   # (the fork below waits for this "compile")
+  pid = os.fork()
+  if pid == 0:
+    os._exit(0 if LLVM_LOCK.acquire(timeout=5) else 1)
+  th.join()
+  assert os.waitpid(pid, 0)[1] == 0

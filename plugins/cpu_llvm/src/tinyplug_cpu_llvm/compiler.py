@@ -3,7 +3,7 @@
 The object's one function is renamed to `symbol_for(src)` (a hash of the source), so every program can live in the
 same JIT engine without name clashes; the runtime looks it up by that name."""
 from __future__ import annotations
-import hashlib, threading, time
+import hashlib, os, threading, time
 from tinyplug.device import Compiler
 from tinyplug.diskcache import SealedTable
 from tinyplug.caches import BoundedCache
@@ -13,6 +13,10 @@ from tinyplug_cpu_llvm import __version__
 _init_lock = threading.Lock()
 # every call into LLVM (compiling, loading objects into the JIT) holds this: LLVM state is not thread-safe to share
 LLVM_LOCK = threading.RLock()
+# a fork while another thread compiles (runtime's tier-up thread) would leave the child's lock held by a thread it does
+# not have: the fork waits for that compile instead
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(before=LLVM_LOCK.acquire, after_in_parent=LLVM_LOCK.release, after_in_child=LLVM_LOCK.release)
 _initialized = False
 
 def init_llvm():
