@@ -159,7 +159,8 @@ class LLVMCompiler(Compiler):
   def compile_cached(self, src: str, quick: bool = False, tier_up: bool = False) -> bytes:
     key = self.key(src, quick)
     if (obj := self._stored_object(key)) is not None: return obj
-    obj = self.compile(src, quick, tier_up)
+    # (the flag only when set: a subclass's or a test's compile(src, quick) stays valid)
+    obj = self.compile(src, quick, tier_up=True) if tier_up else self.compile(src, quick)
     with self._memory_lock: self._memory.put(key, obj)
     if CACHELEVEL >= 1: DISK_CACHE.put(key, obj)
     return obj
