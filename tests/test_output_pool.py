@@ -101,3 +101,21 @@ def test_no_pool_with_lru_off_or_for_a_big_output():
   for _ in range(3): big.sum(1).realize()
   assert _uniques_made(lambda: big.sum(1).realize(), 5) == 5
   np.testing.assert_array_equal(big.sum(1).realize().numpy(), np.full(n, 2.0, np.float32))
+
+def test_gradients_and_views_over_pooled_outputs_stay_right():
+  x_np = RNG.standard_normal((16, 10)).astype(np.float32)
+  x = Tensor(x_np).realize()
+  grads, views = [], []
+  for i in range(8):
+    w = Tensor(np.full((16, 10), float(i + 1), np.float32), requires_grad=True)
+    rows = (w * w * x).sum(1)
+    rows.sum().backward()
+    grads.append(w.grad.realize())         # held: each iteration's gradient stays its own
+    views.append(rows.realize().reshape(4, 4))   # a view over the output, held: its node may not be handed out
+  for i, (g, v) in enumerate(zip(grads, views)):
+    np.testing.assert_allclose(g.numpy(), 2 * (i + 1) * x_np, rtol=1e-5)
+    np.testing.assert_allclose(v.numpy(), ((i + 1) ** 2 * x_np).sum(1).reshape(4, 4), rtol=1e-5, atol=1e-4)
+  s = [x.sum(1).realize() for _ in range(4)]
+  again = [x.sum(1).realize().reshape(2, 8) for _ in range(4)]   # views of outputs nobody else holds
+  for a in again: np.testing.assert_allclose(a.numpy(), x_np.sum(1).reshape(2, 8), rtol=1e-5, atol=1e-5)
+  assert len({id(t.uop) for t in s}) == 4
