@@ -127,8 +127,7 @@ class CPUProgram:
     if (job := self._tier_up) is None:
       self.calls_left -= 1
       if self.calls_left == 1:
-        self._tier_up = _tier_up_thread().submit(self.device.compiler.compile_cached, self._spec.src + _TIER_UP_NOTE,
-                                                 tier_up=True)
+        self._tier_up = _tier_up_thread().submit(self.device.compiler.compile_tier_up, self._spec.src + _TIER_UP_NOTE)
     elif job.done():
       self.calls_left = 0
       src = self._spec.src + _TIER_UP_NOTE
