@@ -1,7 +1,7 @@
 """Devices: the registry behind `Device` and device buffers. The interfaces a backend implements live in
 `tinyplug.backend` (re-exported here)."""
 from __future__ import annotations
-import contextlib, pickle, sys
+import contextlib, pickle, sys, weakref
 from typing import Any, Iterator
 import numpy as np
 from tinyplug import events
@@ -155,7 +155,46 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
     b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
     return make_uop(b), h
-  return make
+  if nbytes > OUTPUT_POOL_BYTES or not _REFCOUNTS_EXACT or not LRU.value: return make
+  return _pooled(make, {"shape": (size,), "device": device})
+
+# a realize plan's small outputs (at most this many bytes) are kept by the plan, the last OUTPUT_POOL of them, and the
+# oldest is handed out again once nothing else refers to it: its BUFFER and UNIQUE nodes, Buffer and memory made and
+# freed once instead of every call (~4 us of a `x.sum(1)` of 128x10). LRU=0 turns it off with the allocator's reuse
+OUTPUT_POOL_BYTES, OUTPUT_POOL = 1 << 14, 2   # (two: `t = (t + 1).realize()` holds the last one)
+
+def _held_once() -> int:
+  holder = [object()]
+  x = holder[0]
+  return sys.getrefcount(x)
+# sys.getrefcount of a local that one other object refers to, in this interpreter (what "nothing else holds it" reads)
+_ONE_HOLDER = _held_once()
+# the count is exact only with the GIL (a free-threaded build defers some counts): no pool without it
+_REFCOUNTS_EXACT = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+def _pooled(make: Any, facts: dict) -> Any:
+  """`make` with its last OUTPUT_POOL outputs kept, the oldest handed out again when nothing but the pool refers to
+  its node, its UNIQUE, its Buffer or its memory, and no weak reference but hash-consing's points at them (a UOpMap
+  entry, a test's probe): whoever held it can no longer reach it. Facts cached on the node since it was made are
+  dropped (its cache back to `facts` and its Buffer): derived facts are worked out again, and a kept skeleton holds
+  its UNIQUE."""
+  pool: list = [None] * OUTPUT_POOL
+  rc, wc, one, key, setattr_ = sys.getrefcount, weakref.getweakrefcount, _ONE_HOLDER, BUFFER_KEY, object.__setattr__
+  def make_pooled() -> tuple[UOp, Any]:
+    if (u := pool[0]) is not None and rc(u) == one and wc(u) == 1 and rc(src := u.src) == one and \
+       rc(c := u._cache) == one:
+      # (only the pool reaches the node and its facts now, or a holder of its UNIQUE by hash-consing)
+      if len(c) != 3:
+        setattr_(u, "_cache", {**facts, key: c.get(key)})
+        c = u._cache
+      if rc(unique := src[0]) == one and wc(unique) == 1 and rc(b := c.get(key)) == one and wc(b) == 0 and \
+         rc(h := b._handle) == one:
+        pool[0], pool[1] = pool[1], u
+        return u, h
+    got = make()
+    pool[0], pool[1] = pool[1], got[0]
+    return got
+  return make_pooled
 
 def realized_buffer(u: UOp) -> Buffer | None:
   """The Buffer behind a BUFFER uop if its memory holds values, else None (nothing is created or allocated)."""

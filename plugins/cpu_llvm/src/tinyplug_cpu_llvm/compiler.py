@@ -3,7 +3,7 @@
 The object's one function is renamed to `symbol_for(src)` (a hash of the source), so every program can live in the
 same JIT engine without name clashes; the runtime looks it up by that name."""
 from __future__ import annotations
-import hashlib, threading, time
+import hashlib, os, threading, time
 from tinyplug.device import Compiler
 from tinyplug.diskcache import SealedTable
 from tinyplug.caches import BoundedCache
@@ -13,6 +13,10 @@ from tinyplug_cpu_llvm import __version__
 _init_lock = threading.Lock()
 # every call into LLVM (compiling, loading objects into the JIT) holds this: LLVM state is not thread-safe to share
 LLVM_LOCK = threading.RLock()
+# a fork while another thread compiles (runtime's tier-up thread) would leave the child's lock held by a thread it does
+# not have: the fork waits for that compile instead
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(before=LLVM_LOCK.acquire, after_in_parent=LLVM_LOCK.release, after_in_child=LLVM_LOCK.release)
 _initialized = False
 
 def init_llvm():
@@ -55,6 +59,7 @@ def _quick(spec) -> bool: return spec.work is not None and spec.work <= QUICK_WO
 class LLVMCompiler(Compiler):
   """Optimises LLVM IR with the O3 pipeline (loop and SLP vectorisation) for `cpu`/`features` and emits an object."""
   compiles = 0          # LLVM compilations in this process (cache misses), for tests and DEBUG
+  tier_ups = 0          # ... of them, those on the tier-up thread (not in `compiles`: they land at any time)
   background = True     # LLVM releases the GIL; LLVM_LOCK guards compiles, _memory_lock the object cache
 
   def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
@@ -88,7 +93,7 @@ class LLVMCompiler(Compiler):
   def key(self, src: str, quick: bool = False) -> str:
     return hashlib.sha256(f"{self.cachekey}{'-quick' if quick else ''}\n{src}".encode()).hexdigest()
 
-  def compile(self, src: str, quick: bool = False) -> bytes:
+  def compile(self, src: str, quick: bool = False, tier_up: bool = False) -> bytes:
     """An object for `src`; `quick` (a kernel with little work) builds it without optimisation, in a few ms."""
     llvm = init_llvm()
     with self._lock:   # a TargetMachine is not safe to share between threads
@@ -100,7 +105,8 @@ class LLVMCompiler(Compiler):
       fns[0].name = symbol_for(src)
       tm = self._optimize(mod, quick)
       obj = tm.emit_object(mod)
-      LLVMCompiler.compiles += 1
+      if tier_up: LLVMCompiler.tier_ups += 1
+      else: LLVMCompiler.compiles += 1
       if DEBUG >= 5: print(f"cpu_llvm: compiled {symbol_for(src)} in {(time.perf_counter()-st)*1e3:.2f} ms\n{mod}")
     return obj
 
@@ -130,9 +136,14 @@ class LLVMCompiler(Compiler):
     if self._quick_tm is None: self._quick_tm = make_target_machine(self.cpu, self.features, 0)
     return 0, self._quick_tm
 
+  def is_quick(self, spec) -> bool:
+    """Whether compile_program builds `spec` at O0 (and the full pipeline would build it otherwise)."""
+    return self.opt != 0 and _quick(spec)
+
   def compile_program(self, spec) -> bytes:
     """A kernel whose loop bodies run at most QUICK_WORK times in all (`spec.work`) compiles at O0: its run takes
-    microseconds either way, while O3 takes ~30 ms to compile it. Hand-written IR (compile_cached) counts as big."""
+    microseconds either way, while O3 takes 60-270 ms to compile it (one run over and over is compiled again with the
+    full pipeline on a thread: runtime.TIER_UP_CALLS). Hand-written IR (compile_cached) counts as big."""
     return self.compile_cached(spec.src, quick=_quick(spec))
 
   def cached_program(self, spec) -> bytes | None:
@@ -153,6 +164,16 @@ class LLVMCompiler(Compiler):
     """The object under `key` from memory or disk; None: not compiled before."""
     with self._memory_lock: obj = self._memory.get_lru(key)
     if obj is None and CACHELEVEL >= 1 and (obj := DISK_CACHE.get(key)) is not None:
+      with self._memory_lock: self._memory.put(key, obj)
+    return obj
+
+  def compile_tier_up(self, src: str) -> bytes:
+    """compile_cached(src) for runtime's tier-up thread, kept in memory only: a write to the disk cache would land at
+    any time (a cache trim or a test measuring the cache between two of its own steps)."""
+    key = self.key(src)
+    with self._memory_lock: obj = self._memory.get_lru(key)
+    if obj is None:
+      obj = self.compile(src, tier_up=True)
       with self._memory_lock: self._memory.put(key, obj)
     return obj
 

@@ -85,6 +85,21 @@ def _address(handle: Any) -> int:
 
 # ---------------- programs ----------------
 
+# a kernel compiled at O0 for its size (compiler.QUICK_WORK: its first result in a few ms, not 60-270) that runs over
+# and over, as a loop of small ops runs it, is compiled again with the full pipeline on a thread of its own once it has
+# run TIER_UP_CALLS times, and its launchers call that code once it is loaded (the caller never waits for the
+# compile): at O0 the values go through memory (row sums of 128x10 on a Zen 3 core ~2.3 -> ~0.9 us a call)
+TIER_UP_CALLS = 2000
+_TIER_UP_NOTE = "\n; compiled again with the full pipeline\n"   # (another source: another symbol to load)
+_tier_up_pool: list = []   # [(pid, its executor)]: a forked child has none of its parent's threads
+
+def _tier_up_thread() -> Any:
+  import os
+  if not _tier_up_pool or _tier_up_pool[0][0] != os.getpid():
+    from concurrent.futures import ThreadPoolExecutor
+    _tier_up_pool[:] = [(os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="tinyplug-cpu-tier-up"))]
+  return _tier_up_pool[0][1]
+
 class CPUProgram:
   def __init__(self, device: CPUDevice, spec: ProgramSpec, lib: bytes):
     self.device, self.name = device, spec.name
@@ -92,7 +107,11 @@ class CPUProgram:
     n_bufs = spec.buffer_count   # not from spec.uops: a program read from the codegen cache decodes those lazily
     argtypes = [ctypes.c_void_p] * n_bufs + [ctypes.c_int64 if v.dtype.itemsize == 8 else ctypes.c_int32
                                              for v in spec.vars] + [ctypes.c_int32, ctypes.c_int32]
-    self.fn = ctypes.CFUNCTYPE(None, *argtypes)(addr)
+    self._proto = ctypes.CFUNCTYPE(None, *argtypes)
+    self.fn = self._proto(addr)
+    # runs left before the full pipeline's compile is started (0: never, this is its code), and that compile
+    self.calls_left = TIER_UP_CALLS if isinstance(c := device.compiler, LLVMCompiler) and c.is_quick(spec) else 0
+    self._tier_up: Any = None
     self.n_bufs, self.n_vars = n_bufs, len(spec.vars)
     self.splittable, self.work, self.thread_opt = bool(spec.thread_split), int(spec.work or 0), spec.thread_parts
     nbytes = int((spec.estimates or {}).get("mem", 0))   # shares by bytes: fixed per program, worked out once
@@ -101,6 +120,19 @@ class CPUProgram:
     self.ops_shares = int((spec.estimates or {}).get("ops", 0)) // PARALLEL_OPS_PER_THREAD
     self.last_s, self.last_threads = 0.0, 1   # the last run's wall time and the threads it ran on
     self._spec, self._rows = spec, None   # rows: the shared loop's trip count, read from the spec when first needed
+
+  def count_call(self) -> None:
+    """One more run of a kernel compiled at O0: the TIER_UP_CALLS-th hands its full compile to the tier-up thread; a run
+    after that compile is done loads it, and every launcher calls it from then on (`fn`)."""
+    if (job := self._tier_up) is None:
+      self.calls_left -= 1
+      if self.calls_left == 1:
+        self._tier_up = _tier_up_thread().submit(self.device.compiler.compile_tier_up, self._spec.src + _TIER_UP_NOTE)
+    elif job.done():
+      self.calls_left = 0
+      src = self._spec.src + _TIER_UP_NOTE
+      try: self.fn = self._proto(self.device.load(symbol_for(src), job.result()))
+      except Exception: pass   # (the O0 code stays: it computes the same)
 
   def threads(self) -> int:
     if not self.splittable: return 1
@@ -135,13 +167,14 @@ class CPUProgram:
     straight, without the per-call checks and timing of __call__ (a realize plan's tiny op). None: use __call__."""
     if self.splittable and (self.thread_opt is not None or self.work >= PARALLEL_MIN_WORK_AWAKE or self.byte_shares > 1):
       return None
-    fn, n_bufs, n_vars, name = self.fn, self.n_bufs, self.n_vars, self.name
-    if (unpacked := _UNPACKED_LAUNCHERS.get((n_bufs, n_vars))) is not None: return unpacked(fn, name)
+    n_bufs, n_vars, name = self.n_bufs, self.n_vars, self.name
+    if (unpacked := _UNPACKED_LAUNCHERS.get((n_bufs, n_vars))) is not None: return unpacked(self, name)
     def launch(handles: list, vals: tuple) -> None:
       if len(handles) != n_bufs or len(vals) != n_vars: _wrong_arguments(name, n_bufs, handles, vals, n_vars)
       args = [b.addr if type(b) is CPUMemory else _address(b) for b in handles]
       if vals: args += [int(v) for v in vals]
-      fn(*args, 0, 1)
+      self.fn(*args, 0, 1)
+      if self.calls_left: self.count_call()
     return launch
 
   def __call__(self, *bufs: Any, global_size=None, local_size=None, vals=(), wait=False) -> float:
@@ -155,6 +188,7 @@ class CPUProgram:
     else:
       per = self.shares_per_thread(n)
       self.device.pool.run(self.fn, args, n * per, per)
+    if self.calls_left: self.count_call()
     self.last_s = took = time.perf_counter() - st
     self.last_threads = n
     return took
@@ -163,35 +197,40 @@ def _wrong_arguments(name: str, n_bufs: int, handles: list, vals: tuple, n_vars:
   raise ValueError(f"kernel {name} takes {n_bufs} buffers and {n_vars} values, got {len(handles)} and {len(vals)}")
 
 # launchers of the usual small kernels (one to three buffers, no values; two buffers and a value): the addresses passed as they are, without
-# building an argument list (~0.3 us of a ~0.9 us tiny op's call)
-def _launch1(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+# building an argument list (~0.3 us of a ~0.9 us tiny op's call); each reads the program's `fn` per call and counts the
+# runs of an O0 kernel until its full compile is loaded
+def _launch1(prg: CPUProgram, name: str) -> Callable[[list, tuple], None]:
   def launch(handles: list, vals: tuple) -> None:
     if vals or len(handles) != 1: _wrong_arguments(name, 1, handles, vals)
     (a,) = handles
-    fn(a.addr if type(a) is CPUMemory else _address(a), 0, 1)
+    prg.fn(a.addr if type(a) is CPUMemory else _address(a), 0, 1)
+    if prg.calls_left: prg.count_call()
   return launch
 
-def _launch2(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+def _launch2(prg: CPUProgram, name: str) -> Callable[[list, tuple], None]:
   def launch(handles: list, vals: tuple) -> None:
     if vals or len(handles) != 2: _wrong_arguments(name, 2, handles, vals)
     a, b = handles
-    fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b), 0, 1)
+    prg.fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b), 0, 1)
+    if prg.calls_left: prg.count_call()
   return launch
 
-def _launch3(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+def _launch3(prg: CPUProgram, name: str) -> Callable[[list, tuple], None]:
   def launch(handles: list, vals: tuple) -> None:
     if vals or len(handles) != 3: _wrong_arguments(name, 3, handles, vals)
     a, b, c = handles
-    fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b),
-       c.addr if type(c) is CPUMemory else _address(c), 0, 1)
+    prg.fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b),
+           c.addr if type(c) is CPUMemory else _address(c), 0, 1)
+    if prg.calls_left: prg.count_call()
   return launch
 
-def _launch2v1(fn: Callable, name: str) -> Callable[[list, tuple], None]:
+def _launch2v1(prg: CPUProgram, name: str) -> Callable[[list, tuple], None]:
   def launch(handles: list, vals: tuple) -> None:   # (a parameter plan's `x * k`: one value)
     if len(vals) != 1 or len(handles) != 2: _wrong_arguments(name, 2, handles, vals, 1)
     a, b = handles
-    fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b), int(vals[0]),
-       0, 1)
+    prg.fn(a.addr if type(a) is CPUMemory else _address(a), b.addr if type(b) is CPUMemory else _address(b),
+           int(vals[0]), 0, 1)
+    if prg.calls_left: prg.count_call()
   return launch
 
 # (buffers, values) -> its launcher maker
