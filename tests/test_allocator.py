@@ -171,9 +171,11 @@ def _mapping_of(address: int) -> dict[str, str]:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapping's flags from /proc/self/smaps")
 def test_host_blocks_are_private_and_ask_for_huge_pages_even_below_one():
-  from tinyplug.backend import HOST_MMAP_MIN, huge_page_bytes, host_block
+  from tinyplug.backend import HOST_CHUNK, HOST_MMAP_MIN, huge_page_bytes, host_block
   if not huge_page_bytes(): pytest.skip("the OS declares no transparent huge pages")
-  big, small = host_block(2 * huge_page_bytes()), host_block(HOST_MMAP_MIN)
+  # (a block of a chunk's size or more is a mapping of its own; a smaller one is cut from the arena's current chunk,
+  # wherever earlier blocks of the process left off)
+  big, small = host_block(HOST_CHUNK + 2 * huge_page_bytes()), host_block(HOST_MMAP_MIN)
   big[:] = 5
   assert int(big[::4096].sum()) == 5 * len(big[::4096]) and not small.any()
   for block in (big, small):
