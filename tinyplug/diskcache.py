@@ -132,14 +132,7 @@ class SealedTable:
         if (conn := self._connection()) is None: return None
         row = conn.execute(f"SELECT payload, digest, created FROM {self.table} WHERE key=?", (key,)).fetchone()
     except (sqlite3.Error, OSError): return None
-    if row is None: return None
-    payload = bytes(row[0]) if isinstance(row[0], (bytes, memoryview)) else None
-    if payload is None or row[1] != entry_digest(key, payload):
-      _bad(self.label, key, "checksum mismatch" if payload is not None else "not bytes")
-      self.delete(key)
-      return None
-    if not isinstance(row[2], (int, float)) or row[2] < time.time() - USED_AGAIN_AFTER: self._mark_used(key)
-    return payload
+    return None if row is None else self._checked(key, *row, time.time())
 
   def get_many(self, keys: list[str]) -> dict[str, bytes]:
     """`get` of many keys in one query per GET_MANY_CHUNK keys: {key: payload} of those present and intact (a damaged
@@ -153,17 +146,19 @@ class SealedTable:
           rows += conn.execute(f"SELECT key, payload, digest, created FROM {self.table} WHERE key IN "
                                f"({','.join('?' * len(part))})", part).fetchall()
     except (sqlite3.Error, OSError): return {}
-    found, now = {}, time.time()
-    for key, payload, digest, created in rows:
-      if not isinstance(key, str): continue
-      payload = bytes(payload) if isinstance(payload, (bytes, memoryview)) else None
-      if payload is None or digest != entry_digest(key, payload):
-        _bad(self.label, key, "checksum mismatch" if payload is not None else "not bytes")
-        self.delete(key)
-        continue
-      if not isinstance(created, (int, float)) or created < now - USED_AGAIN_AFTER: self._mark_used(key)
-      found[key] = payload
-    return found
+    now = time.time()
+    found = {row[0]: self._checked(*row, now) for row in rows if isinstance(row[0], str)}
+    return {key: payload for key, payload in found.items() if payload is not None}
+
+  def _checked(self, key: str, payload: Any, digest: Any, created: Any, now: float) -> bytes | None:
+    """A row's payload if it is intact (a damaged one is deleted and reported once), its use noted when old."""
+    payload = bytes(payload) if isinstance(payload, (bytes, memoryview)) else None
+    if payload is None or digest != entry_digest(key, payload):
+      _bad(self.label, key, "checksum mismatch" if payload is not None else "not bytes")
+      self.delete(key)
+      return None
+    if not isinstance(created, (int, float)) or created < now - USED_AGAIN_AFTER: self._mark_used(key)
+    return payload
 
   def _mark_used(self, key: str) -> None:
     try:

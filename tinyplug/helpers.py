@@ -449,3 +449,13 @@ def temp_environ(**values: str | None) -> Iterator[None]:
     for k, v in saved.items():
       if v is None: os.environ.pop(k, None)
       else: os.environ[k] = v
+
+_worker_threads: dict[str, tuple[int, Any]] = {}   # name -> (pid, executor)
+
+def worker_thread(name: str) -> Any:
+  """This process's one-thread executor named `name` (its thread's name prefix), made on first use and again in a
+  forked child, which has none of its parent's threads."""
+  if (hit := _worker_threads.get(name)) is None or hit[0] != os.getpid():
+    from concurrent.futures import ThreadPoolExecutor
+    _worker_threads[name] = hit = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix=name))
+  return hit[1]

@@ -227,11 +227,14 @@ def cached_programs(asts: list[UOp], renderer: Renderer) -> dict[UOp, ProgramSpe
   context = program_cache.key_context(renderer, steps)
   keys = {program_cache.program_key(kernel_name(a), a, renderer, None, steps, context): a for a in asts}
   found = {}
-  for key, spec in program_cache.load_many(list(keys)).items():
-    if CHECK_OOB: check_in_bounds(spec.name, spec.uops)
-    announce_kernel(spec, keys[key], renderer.device)
-    found[keys[key]] = spec
+  for key, spec in program_cache.load_many(list(keys)).items(): found[keys[key]] = _read_back(spec, keys[key], renderer)
   return found
+
+def _read_back(spec: ProgramSpec, ast: UOp, renderer: Renderer) -> ProgramSpec:
+  """A program read from the disk cache, checked (CHECK_OOB) and announced as a lowering is."""
+  if CHECK_OOB: check_in_bounds(spec.name, spec.uops)
+  announce_kernel(spec, ast, renderer.device)
+  return spec
 
 def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   """Lower a kernel AST for `renderer`: run the pipeline (linearize included), render. With the disk cache on, a
@@ -239,10 +242,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Any = None) -> ProgramSpec:
   ctx = KernelContext(renderer, name=kernel_name(ast), opts=opts)
   if (key := _program_key(ctx.name, ast, renderer, opts)) is not None:
     from tinyplug.codegen import program_cache
-    if (cached := program_cache.load(key)) is not None:
-      if CHECK_OOB: check_in_bounds(cached.name, cached.uops)
-      announce_kernel(cached, ast, renderer.device)
-      return cached
+    if (cached := program_cache.load(key)) is not None: return _read_back(cached, ast, renderer)
   with events.scope("kernel", ctx.name, ast=ast), events.profile_span("codegen", ctx.name):
     uops = run_pipeline(ast, renderer, ctx)
     if CHECK_OOB: check_in_bounds(ctx.name, uops)

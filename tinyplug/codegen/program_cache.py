@@ -107,20 +107,18 @@ def decode(data: bytes, lazy: bool = False) -> ProgramSpec:
   return spec
 
 def load(key: str) -> ProgramSpec | None:
-  if (data := PROGRAMS.get(key)) is None: return None
+  return None if (data := PROGRAMS.get(key)) is None else _decoded(key, data)
+
+def load_many(keys: list[str]) -> dict[str, ProgramSpec]:
+  """`load` of many keys in one read: {key: program} of those found and usable."""
+  found = {key: _decoded(key, data) for key, data in PROGRAMS.get_many(keys).items()}
+  return {key: spec for key, spec in found.items() if spec is not None}
+
+def _decoded(key: str, data: bytes) -> ProgramSpec | None:
   try: return decode(data, lazy=True)
   except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:   # intact but unusable (an older form)
     PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
     return None
-
-def load_many(keys: list[str]) -> dict[str, ProgramSpec]:
-  """`load` of many keys in one read: {key: program} of those found and usable."""
-  found = {}
-  for key, data in PROGRAMS.get_many(keys).items():
-    try: found[key] = decode(data, lazy=True)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-      PROGRAMS.drop(key, f"unreadable program ({type(e).__name__}: {e})")
-  return found
 
 def store(key: str, spec: ProgramSpec) -> None:
   try: PROGRAMS.put(key, encode(spec))

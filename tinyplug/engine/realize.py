@@ -7,7 +7,7 @@ from tinyplug import events
 from tinyplug.caches import BoundedCache
 from tinyplug.device import Buffer, Device, ProgramSpec
 from tinyplug.helpers import BEAM, DEBUG, EMULATED_DTYPES, KERNEL_CACHE_SIZE, NOOPT, REALIZE_PLANS, TC, TRANSCENDENTAL, \
-  GlobalCounters, colored
+  GlobalCounters, colored, worker_thread
 from tinyplug.uop.ops import Ops, UOp
 from tinyplug.schedule import UNKNOWN_STRUCTURE, ScheduleItem, create_schedule
 from tinyplug.codegen import pipeline_key
@@ -146,14 +146,9 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[str, int] | None =
 # runner key -> (spec, the future of its binary, or None where a cache holds it) of a kernel compile_ahead lowered and
 # no runner holds yet
 _ahead: dict[tuple, tuple] = {}
-_compile_pool: list = []   # [(pid, executor)]: the one compile thread of this process
+COMPILE_THREAD = "tinyplug-compile"   # the one compile thread of this process (helpers.worker_thread)
 
-def _compile_thread() -> Any:
-  import os
-  if not _compile_pool or _compile_pool[0][0] != os.getpid():   # (a forked child has none of its parent's threads)
-    from concurrent.futures import ThreadPoolExecutor
-    _compile_pool[:] = [(os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="tinyplug-compile"))]
-  return _compile_pool[0][1]
+def _compile_thread() -> Any: return worker_thread(COMPILE_THREAD)
 
 def compile_ahead(schedule: list[ScheduleItem]) -> None:
   """Read every kernel of `schedule` not built yet that the codegen cache holds, in one query (_read_ahead), and lower
@@ -195,9 +190,7 @@ def _read_ahead(todo: dict[tuple, tuple[str, UOp]], compiling: list) -> None:
     except Exception: continue   # (a CHECK_OOB failure): each is read again in its turn, which raises there
     found = [(key, specs[ast]) for key, ast in entries if ast in specs]
     for (key, spec), lib in zip(found, dev.compiler.cached_programs([spec for _, spec in found])):
-      future = None
-      if lib is None: compiling.append(future := _compile_thread().submit(dev.compiler.compile_program, spec))
-      _ahead[key] = (spec, future)
+      _keep_ahead(key, spec, dev, lib is not None, compiling)
       del todo[key]
 
 def _lower_ahead(key: tuple, device: str, ast: UOp, compiling: list) -> bool | None:
@@ -207,13 +200,15 @@ def _lower_ahead(key: tuple, device: str, ast: UOp, compiling: list) -> bool | N
   dev = Device[device]
   try: spec = get_program(ast, dev.renderer)
   except Exception: return None
-  # a binary in the compiler's cache is left for compile_program in the kernel's turn (a memory hit then): handing
-  # it to a thread costs more than the read
-  lib = None
-  if dev.compiler.cached_program(spec) is None:
-    compiling.append(lib := _compile_thread().submit(dev.compiler.compile_program, spec))
-  _ahead[key] = (spec, lib)
-  return lib is not None
+  return _keep_ahead(key, spec, dev, dev.compiler.cached_program(spec) is not None, compiling)
+
+def _keep_ahead(key: tuple, spec: Any, dev: Any, cached: bool, compiling: list) -> bool:
+  """`spec` into _ahead, its binary handed to the compile thread unless a cache holds it (then it is left for
+  compile_program in the kernel's turn, a memory hit: handing it to a thread costs more than the read); True: handed."""
+  future = None if cached else _compile_thread().submit(dev.compiler.compile_program, spec)
+  if future is not None: compiling.append(future)
+  _ahead[key] = (spec, future)
+  return future is not None
 
 # a warm start (every binary cached, these first kernels say) lowers and runs kernels in turn as before: lowering all
 # first kept the thread pool's workers awake through the kernels' first runs, and split more of them on a busy machine

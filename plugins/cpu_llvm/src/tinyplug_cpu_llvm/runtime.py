@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 from tinyplug.device import Allocator, Compiled, ProgramSpec
 from tinyplug.backend import host_block, host_view
-from tinyplug.helpers import DEBUG
+from tinyplug.helpers import DEBUG, worker_thread
 from tinyplug_cpu_llvm.compiler import LLVM_LOCK, LLVMCompiler, init_llvm, make_target_machine, symbol_for
 from tinyplug_cpu_llvm.elf import undefined_symbols
 from tinyplug_cpu_llvm.machine import data_caches, n_threads, vector_registers
@@ -91,14 +91,6 @@ def _address(handle: Any) -> int:
 # compile): at O0 the values go through memory (row sums of 128x10 on a Zen 3 core ~2.3 -> ~0.9 us a call)
 TIER_UP_CALLS = 2000
 _TIER_UP_NOTE = "\n; compiled again with the full pipeline\n"   # (another source: another symbol to load)
-_tier_up_pool: list = []   # [(pid, its executor)]: a forked child has none of its parent's threads
-
-def _tier_up_thread() -> Any:
-  import os
-  if not _tier_up_pool or _tier_up_pool[0][0] != os.getpid():
-    from concurrent.futures import ThreadPoolExecutor
-    _tier_up_pool[:] = [(os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="tinyplug-cpu-tier-up"))]
-  return _tier_up_pool[0][1]
 
 class CPUProgram:
   def __init__(self, device: CPUDevice, spec: ProgramSpec, lib: bytes):
@@ -127,7 +119,8 @@ class CPUProgram:
     if (job := self._tier_up) is None:
       self.calls_left -= 1
       if self.calls_left == 1:
-        self._tier_up = _tier_up_thread().submit(self.device.compiler.compile_tier_up, self._spec.src + _TIER_UP_NOTE)
+        self._tier_up = worker_thread("tinyplug-cpu-tier-up").submit(self.device.compiler.compile_tier_up,
+                                                                      self._spec.src + _TIER_UP_NOTE)
     elif job.done():
       self.calls_left = 0
       src = self._spec.src + _TIER_UP_NOTE
