@@ -57,3 +57,17 @@ def test_an_evicted_template_is_not_used():
     out = x.sum(0)
     assert out._defer is None or out._defer[0] is not before
     np.testing.assert_allclose(out.numpy(), a.sum(0), rtol=1e-5, atol=1e-5)
+
+def test_templates_over_pooled_outputs_stay_right():
+  """A loop of `x.sum(1).realize().max(0)`: the max's memo remembers a pooled output of the sum's plan (weakly: a
+  holder to the pool while it lives); values right every call, and a held output keeps its values."""
+  a = RNG.standard_normal((128, 10)).astype(np.float32)
+  x = Tensor(a).realize()
+  for _ in range(6):
+    y = x.sum(1).realize()
+    np.testing.assert_allclose(y.max(0).realize().numpy(), a.sum(1).max(0), rtol=1e-5, atol=1e-5)
+  kept = x.sum(1).realize()
+  want = kept.numpy().copy()
+  kept.max(0)   # remembered over kept's node
+  for _ in range(6): x.sum(1).realize()
+  np.testing.assert_array_equal(kept.numpy(), want)
