@@ -169,6 +169,26 @@ def test_narrow_row_maxima_side_by_side_against_numpy(dtype, vector_machine, fre
   for fn in ("max", "min"):
     np.testing.assert_array_equal(getattr(Tensor(a), fn)(1).numpy(), getattr(np, fn)(a, 1), err_msg=fn)
 
+def test_narrow_vectors_read_shorter_rows_of_maxima_side_by_side(vector_machine, fresh_templates):
+  """AVX2: a row max over rows shorter than a stream's (1000, 512) reads 8 rows side by side too, where the vector-wide
+  unroll ran each row as one chain of vector maxima; rows of 256 keep the unroll, and AVX-512 keeps it for all."""
+  vector_machine(32, 16)
+  schedule._templates.clear()
+  for shape in ((64, 1000), (256, 1000), (4096, 512)):
+    for fn in ("max", "min"):
+      assert _argmax_opts(Tensor.empty(*shape, device="CPU"), fn) == [Opt(OptOps.UPCAST, 0, 8)], (shape, fn)
+  assert _argmax_opts(Tensor.empty(1024, 256, device="CPU"), "max") == [Opt(OptOps.UNROLL, 0, 8)]
+  a = RNG.standard_normal((64, 1000)).astype(np.float32)
+  a[0, 0] = a[1, -1] = a[2, 500] = np.nan
+  a[3, :] = -np.inf
+  a[4, :] = -0.0
+  for fn in ("max", "min"):
+    np.testing.assert_array_equal(getattr(Tensor(a), fn)(1).numpy(), getattr(np, fn)(a, 1), err_msg=fn)
+  vector_machine(64, 32)
+  schedule._templates.clear()
+  assert _argmax_opts(Tensor.empty(64, 1000, device="CPU"), "max") == [Opt(OptOps.UNROLL, 0, 8)]
+  schedule._templates.clear()
+
 def test_passes_over_a_row_keep_plain_loops():
   """A row kernel's passes stay loops that LLVM vectorises (unrolled, the max was one chain of vector maxima)."""
   items = _items(Tensor.empty(4096, 4096, device="CPU").logsumexp(1))

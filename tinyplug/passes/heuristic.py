@@ -748,12 +748,12 @@ def _vector_reduce_tile(k: Kernel, budget: int, big: bool) -> list[Opt]:
 # 0.66-0.71 ms. (Before the reductions' lanes were reassociated, one row was one chain of adds and lost.)
 STREAMS, STREAM_MIN_REDUCE, STREAM_UNROLLS = 8, 1024, (16, 8, 4, 2)
 
-def _streams(k: Kernel) -> bool:
+def _streams(k: Kernel, min_reduce: int = STREAM_MIN_REDUCE) -> bool:
   """A reduction with one output loop whose loads all walk memory contiguously along the reduction (a huge sum's
-  partials, a row sum) and many outputs: each is one load stream."""
+  partials, a row sum) and many outputs: each is one load stream (a reduction of `min_reduce` or more)."""
   loops, reduces = k.loop_axes, k.reduce_axes
   if len(loops) != 1 or len(reduces) != 1 or loops[0].src[0].arg % STREAMS: return False
-  if reduces[0].src[0].arg < STREAM_MIN_REDUCE or loops[0].src[0].arg < STREAMS * _threads(k): return False
+  if reduces[0].src[0].arg < min_reduce or loops[0].src[0].arg < STREAMS * _threads(k): return False
   on_red = [s for s in _load_strides(k, reduces[0]) if s != 0]
   return bool(on_red) and all(s == 1 for s in on_red)
 
@@ -1134,10 +1134,15 @@ def _passes_over_rows(k: Kernel) -> int:
 # a row kernel of max passes (argmax's max, then the first index equal to it) on narrow vectors reads rows side by
 # side once each row is at least this many vectors long
 MAX_PASS_MIN_VECTORS = 4
+# ... and a row max read contiguously from rows this long (shorter than a stream's), where the vector-wide unroll ran
+# each row as one chain of vector maxima (Zen 3, one thread, kernels alone in turns, p10: max(1) of 64x1000 8.7 ->
+# 6.3 us, 256x1000 27.1 -> 24.0, 4096x512 178 -> 158; rows of 128-256 were level or slower: 1024x256 24.4 -> 27.7)
+MAX_ROWS_MIN_REDUCE = 512
 
 def _max_pass_rows(k: Kernel, stream: bool) -> int | None:
   """How many rows a kernel whose reductions are all maxima along rows reads side by side on narrow vectors: argmax's
-  two passes (which narrow vectors take: no 64-bit max) or a `stream` of one max per row: half the vector registers
+  two passes (which narrow vectors take: no 64-bit max), a `stream` of one max per row or a max over contiguous rows
+  of MAX_ROWS_MIN_REDUCE or more: half the vector registers
   (each pass keeps one accumulator per row, and argmax's index pass a broadcast of each row's max). Plain loops ran
   one row at a time, the index pass's compare, mask and max on the row after its maxima (Zen 3, AVX2, one thread,
   kernels alone in turns, 4096x4096: argmax(1) 4.39-4.71 -> 3.57-3.72 ms with 8 rows, 3.79-3.96 with 4 (argmin(1): 5.0
@@ -1146,7 +1151,7 @@ def _max_pass_rows(k: Kernel, stream: bool) -> int | None:
   with 8)."""
   r = k.renderer
   if r is None or not narrow_vectors(r) or not r.vector_registers or not k.loop_axes: return None
-  if not stream and _passes_over_rows(k) < 2: return None
+  if not stream and _passes_over_rows(k) < 2 and not _streams(k, MAX_ROWS_MIN_REDUCE): return None
   reduces = [u for u in k.sink.toposort() if u.op is Ops.REDUCE]
   if any(u.arg is not Ops.MAX for u in reduces): return None
   rows, lanes = r.vector_registers // 2, r.vector_bytes // max(u.src[0].dtype.scalar().itemsize for u in reduces)
@@ -1275,6 +1280,7 @@ def _row_reduce_vector(k: Kernel) -> int | None:
   step reads vectors and keeps a vector accumulator, summed across its lanes once per row. None: not such a kernel."""
   loops, reduces = k.loop_axes, k.reduce_axes
   if not loops or len(reduces) != 1 or any(_reuse(k)) or _streams(k): return None   # a long one: `_streams`' rule
+  if _max_pass_rows(k, False) is not None: return None   # narrow vectors' row maxima: side by side
   along = [s for s in _load_strides(k, reduces[0]) if s != 0]
   if not along or any(s != 1 for s in along): return None
   return _reduce_vector(k)

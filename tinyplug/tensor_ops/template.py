@@ -9,7 +9,7 @@ realized as it is, over inputs shaped like the placeholders, the scheduler need 
 Only for methods whose graph does not look at their inputs beyond that (not, say, whether an input is a buffer
 already). Placeholders are unallocated BUFFER views, so a template holds no memory."""
 from __future__ import annotations
-import functools, itertools, threading
+import functools, itertools, threading, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from tinyplug.caches import BoundedCache
@@ -42,6 +42,8 @@ class Built:
   # key (a new Built, e.g. after an eviction, gets a new one: a miss, never a false hit)
   own: tuple[int, ...] = ()
   token: object = field(default_factory=object, compare=False)
+  # set when the template leaves `_templates` (evicted, replaced, reset): a wrapper's memo of its last call drops it
+  evicted: bool = field(default=False, compare=False)
 
   def nodes_over(self, inputs: list[UOp] | tuple[UOp, ...]) -> list[UOp]:
     """Each node of the graph over `inputs`, where its placeholder graph's node is in `order`."""
@@ -61,7 +63,8 @@ class Built:
       if (n := find(src)) is not None: alive.append(n)
     return alive
 
-_templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES)
+def _evicted(b: Built) -> None: object.__setattr__(b, "evicted", True)
+_templates: BoundedCache = BoundedCache("tensor.graph_templates", MAX_TEMPLATES, on_evict=_evicted)
 _seen: BoundedCache = BoundedCache("tensor.graph_template_keys_seen", 4 * MAX_TEMPLATES)   # signatures called once
 
 def _frozen(x: Any) -> Any:
@@ -314,14 +317,29 @@ class _Building(threading.local):
   depth = 0   # > 0 while a template's method runs over its placeholders (in this thread)
 _building = _Building()
 
+# arguments a wrapper's memo compares by identity: immutable, so the same object is the same value
+_MEMO_ARGS = frozenset((int, str, type(None)))
+
+def _memo_args(args: tuple) -> bool:
+  return len(args) < 3 and all([type(a) in _MEMO_ARGS for a in args])
+
 def graph_template(fn: Callable) -> Callable:
   """Decorate a Tensor method; its tensor arguments (positional or keyword) become the template's inputs, every other
   argument is part of the key (an unhashable one just skips the template)."""
+  # the last call that returned a deferred output over one buffer view: (the view, weakly; the tensor type, the
+  # arguments, the gradient flag, no_grad, TRAINING, the template). The same call again (a loop's `x.sum(1)`) takes
+  # the template without its key: every part of the key is compared, and so the view's match to the placeholder (a
+  # fact of the view node, which never changes); an evicted template is not used
+  memo: list = [None]
   @functools.wraps(fn)
   def wrapper(self, *args, **kwargs):
     # inside another template's build the graph is the builder's: a template of its own would be built for nothing
     if _building.depth: return fn(self, *args, **kwargs)
     tt = type(self)
+    if not kwargs and (m := memo[0]) is not None and (u := self._uop) is not None and m[0]() is u and m[1] is tt and \
+       len(m[2]) == len(args) and all([a is b for a, b in zip(m[2], args)]) and m[3] is self.requires_grad and \
+       m[4] is tt.no_grad and m[5] == TRAINING.value and not (hit := m[6]).evicted and _may_defer():
+      return tt._deferred(hit, [u], hit.requires_grad)
     names = sorted(k for k, v in kwargs.items() if isinstance(v, tt)) if kwargs else ()
     tensors = [self]
     for a in args:   # (a loop, not a comprehension: most calls pass an axis or two)
@@ -369,6 +387,8 @@ def graph_template(fn: Callable) -> Callable:
     # (a signature kept on the node is a buffer view's: one such input needs no look at its base)
     if (views := (len(inputs) == 1 and kept == 1) or _buffer_views(inputs)) and None not in hit.view_keys and \
        _views_match(inputs, hit.view_keys) and _may_defer():
+      if len(inputs) == 1 and not kwargs and _memo_args(args):
+        memo[0] = (weakref.ref(inputs[0]), tt, args, self.requires_grad, tt.no_grad, TRAINING.value, hit)
       return tt._deferred(hit, inputs, hit.requires_grad)
     # over data just made (a loss's labels: a copy of a host buffer), deferred too: backward() may then find the
     # gradient's recipe by the composite key without the graph (its realize is the usual way: a plan takes views only)
