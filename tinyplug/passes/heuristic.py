@@ -951,6 +951,23 @@ def _spread_lanes(k: Kernel) -> int | None:
     spread = True
   return max(k.renderer.vector_bytes // (store_bytes or 4), 1) if spread else None
 
+# a padded row up to this many elements is upcast whole where vectors are narrow (_whole_padded_row)
+WHOLE_PAD_ROW_MAX = 128
+
+def _whole_padded_row(k: Kernel) -> bool:
+  """An elementwise kernel on a renderer with `narrow_vectors` (AVX2) whose row no vector divides, longer than one
+  vector and at most WHOLE_PAD_ROW_MAX, every load from global memory along it or independent of it and at least one
+  of them gated along it (a pad or a cat along the row), the store along it. Upcast whole, LLVM splits the row into
+  full vectors shifted by the pad (unaligned loads, full stores, the border lanes blended in) and the rows of zeros
+  into plain stores; upcast by a vector (padded) or by a divisor, each store is cut at the border into 2 + 4 + 2
+  lanes or narrower (pads by 1, one thread, CPU time: of 8x64x56x56 0.25 -> 0.21 ms, of 8x64x112x112 3.2 -> 2.0 ms;
+  by 2 of 8x64x56x56, a row of 60 that was upcast by 4: 0.76 -> 0.50 ms)."""
+  if not narrow_vectors(k.renderer) or (io := _row_io(k)) is None: return False
+  (store_bytes, loads), inner = io, k.loop_axes[-1]
+  row, lanes = inner.src[0].arg, max(k.renderer.vector_bytes // max(store_bytes, 1), 1)
+  if row % lanes == 0 or not lanes < row <= WHOLE_PAD_ROW_MAX or any(st not in (0, 1) for _, st in loads): return False
+  return any(len(index.src) > 2 and inner in index.src[2].toposort() for index, _ in loads)
+
 def _padded_row_lanes(k: Kernel) -> int | None:
   """An elementwise kernel whose row no 4 divides nor any divisor that fills half a vector (58: a 56-wide row padded
   by one on each side; not 26, upcast by 13), every load from global memory along it or independent of it (gated or
@@ -1501,6 +1518,8 @@ def _recipe(k: Kernel) -> list[Opt]:
       # a row no vector divides keeps the divisor rule (a gathered row of 513: padded to 528 and upcast by 16, masked
       # tails, it was slower: 4096 rows, one thread, CPU time p10 0.67 ms upcast by 9, 0.89 ms padded)
       choices = tuple(c for c in (lanes, lanes // 2, lanes // 4) if c >= 4 and inner % c == 0) or choices
+    elif not gpu and not small and _whole_padded_row(k):
+      choices = (inner,)
     elif not gpu and not small and (lanes := _padded_row_lanes(k)) is not None:
       choices = (lanes,) if _try(k, Opt(OptOps.PADTO, len(loops) - 1, lanes)) else choices
     elif not gpu and not small and (across := _transpose_axis(k)) is not None:
