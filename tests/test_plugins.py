@@ -81,6 +81,23 @@ def test_factories_are_imported_lazily(plugin_site):
   assert device_class.__name__ == "FakeDevice" and "tp_good.heavy" in sys.modules
 
 
+def test_a_module_rewritten_in_the_same_second_imports_its_new_code(plugin_site, monkeypatch, tmp_path):
+  """With bytecode written (Python's default), a plugin rewritten at the same size and mtime is not read from the
+  first version's cached bytecode (the site drops it on every write)."""
+  import importlib
+  monkeypatch.setattr(sys, "dont_write_bytecode", False)
+  monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "pycache"))
+  path = plugin_site.root / "tp_ver" / "ver.py"
+  plugin_site.add("tp-ver", {"ver": plugin_module("VALUE = 1\n")})
+  assert importlib.import_module("tp_ver.ver").VALUE == 1
+  assert os.path.exists(importlib.util.cache_from_source(str(path)))   # the first version's bytecode was written
+  stat = path.stat()
+  plugin_site.add("tp-ver", {"ver": plugin_module("VALUE = 2\n")})
+  os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))   # as if written within the same second
+  assert path.stat().st_size == stat.st_size
+  assert importlib.import_module("tp_ver.ver").VALUE == 2
+
+
 def test_explicit_plugin_is_opt_in_until_named(plugin_site):
   plugin_site.add("tp-opt", {"optin": plugin_module(activation="explicit", body="""
     @hookimpl

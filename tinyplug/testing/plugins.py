@@ -14,6 +14,7 @@ and removes the fake modules from sys.modules afterwards, so tests stay independ
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -39,12 +40,20 @@ def make_dist(site: Path, dist: str, version: str = "0.1.0", entry_points: dict[
     path = site / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text))
+    if path.suffix == ".py": _drop_bytecode(path)
   info = site / f"{re.sub(r'[-_.]+', '_', dist)}-{version}.dist-info"
   info.mkdir(parents=True, exist_ok=True)
   (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
   lines = ["[tinyplug]", *(f"{k} = {v}" for k, v in (entry_points or {}).items())]
   (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
   return info
+
+
+def _drop_bytecode(path: Path) -> None:
+  """Remove the cached bytecode of `path`: Python trusts it while the source's size and mtime (whole seconds) match, so a
+  module rewritten within the same second at the same size (a plugin at version "1", then "2") imported the old code."""
+  try: os.remove(importlib.util.cache_from_source(str(path)))
+  except (OSError, NotImplementedError): pass
 
 
 def plugin_module(body: str = "", api: str = "1.0", activation: str = "default", description: str = "test plugin") -> str:
