@@ -184,15 +184,17 @@ def _pooled(make: Any, facts: dict) -> Any:
     if (u := pool[0]) is not None and rc(u) == one and wc(u) == 1 and rc(src := u.src) == one and \
        rc(c := u._cache) == one:
       # (only the pool reaches the node and its facts now, or a holder of its UNIQUE by hash-consing)
-      if len(c) != 3:
+      if len(c) != len(facts) + 1:
         setattr_(u, "_cache", {**facts, key: c.get(key)})
         c = u._cache
       if rc(unique := src[0]) == one and wc(unique) == 1 and rc(b := c.get(key)) == one and wc(b) == 0 and \
          rc(h := b._handle) == one:
-        pool[0], pool[1] = pool[1], u
+        del pool[0]
+        pool.append(u)
         return u, h
     got = make()
-    pool[0], pool[1] = pool[1], got[0]
+    del pool[0]
+    pool.append(got[0])
     return got
   return make_pooled
 
