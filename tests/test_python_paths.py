@@ -296,15 +296,18 @@ def test_a_buffer_with_a_skeleton_is_freed_when_let_go_without_the_collector():
   a = np.arange(50, dtype=np.float32)
   for k in (1.5, 2.5, 3.5): (Tensor(a).realize() * k + 1.0).exp2().realize()
   x = Tensor(a).realize()
-  mem = GlobalCounters.mem_used
-  y = (x * 4.5 + 1.0).exp2().realize()
-  assert C.skeleton((y * 1.5 + 1.0).uop) is not None and C.skeleton((x * 0.5 + 1.0).uop)[1][0] is x.uop
-  leaves = C.skeleton((y * 1.5 + 1.0).uop)[1]
-  assert [n.op for n in leaves] == [Ops.BUFFER, Ops.UNIQUE, Ops.CONST, Ops.CONST]
-  assert all(n not in n._cache["skeleton"][1] for n in leaves)   # no node's kept skeleton refers to the node itself
-  unique = y.uop.src[0].arg
+  # earlier tests' cyclic garbage (buffers among it) freed now: a collection between reading mem_used and the last
+  # assert would free memory this test never counted
+  gc.collect()
   gc.disable()
   try:
+    mem = GlobalCounters.mem_used
+    y = (x * 4.5 + 1.0).exp2().realize()
+    assert C.skeleton((y * 1.5 + 1.0).uop) is not None and C.skeleton((x * 0.5 + 1.0).uop)[1][0] is x.uop
+    leaves = C.skeleton((y * 1.5 + 1.0).uop)[1]
+    assert [n.op for n in leaves] == [Ops.BUFFER, Ops.UNIQUE, Ops.CONST, Ops.CONST]
+    assert all(n not in n._cache["skeleton"][1] for n in leaves)   # no node's kept skeleton refers to the node itself
+    unique = y.uop.src[0].arg
     del y, leaves
     # let go by its count alone: its plan hands its node out again (the plan keeps its last OUTPUT_POOL outputs, and
     # gives one out only when nothing else refers to it), with no more memory in use
