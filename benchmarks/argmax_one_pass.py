@@ -6,7 +6,7 @@ written as vectors. Each is compiled by the cpu_llvm plugin's pipeline and targe
 NaN of either sign, +-inf, all-equal rows), and timed kernel alone in turns in one process (thread CPU time, p10 of
 --reps, best / median of --rounds rounds, both orders).
 
-  CPU_THREADS=1 python benchmarks/argmax_one_pass.py [--rows 64 --cols 1000] [--forms 4x1 8x1 4x5] [--rounds 7]
+  CPU_THREADS=1 python benchmarks/argmax_one_pass.py [--rows 64 --cols 1000] [--forms 4x1 8x1 keyed4] [--rounds 7]
 
 One lane's step (x the loaded vector, m / i the lane's max and index, j the vector's indices): take x where
 `not (x <= m) and m is ordered` (a larger value, or the first NaN; a NaN max sticks), 5 vector ops per 8 floats
@@ -79,6 +79,47 @@ def one_pass_ir(rows: int, cols: int, R: int, K: int) -> str:
         f"declare {I} @llvm.smin.v8i32({I}, {I})", f"declare i32 @llvm.vector.reduce.smin.v8i32({I})",
         'attributes #0 = { nounwind "no-trapping-math"="true" }']
   return "\n".join(L) + "\n"
+
+def keyed_ir(rows: int, cols: int, R: int) -> str:
+  """The one-reduction form AVX-512 takes, written as well as AVX2 allows: per 8 floats an int32 order key (the sign
+  folded in, NaN of either sign above +inf), paired with the countdown by two in-lane interleaves (no shifts) into
+  two vectors of 4 int64 keys, then their max (a compare and a blend each: AVX2 has no 64-bit max)."""
+  assert rows % R == 0 and cols % 8 == 0, (rows, cols, R)
+  L4, lo_mask, hi_mask = "<4 x i64>", "<i32 0,i32 8,i32 1,i32 9,i32 4,i32 12,i32 5,i32 13>", "<i32 2,i32 10,i32 3,i32 11,i32 6,i32 14,i32 7,i32 15>"
+  least = "<" + ",".join(["i64 -9223372036854775808"] * 4) + ">"
+  L = [f"define void @keyed_{R}(ptr noalias %out, ptr noalias %in) #0 {{", "entry:", "  br label %rows", "rows:",
+       "  %r = phi i32 [0, %entry], [%r1, %rowend]", f"  %rb = mul i32 %r, {R}", "  br label %loop", "loop:",
+       "  %j = phi i32 [0, %rows], [%j1, %loop]",
+       f"  %cd = phi {I} [<" + ",".join(f"i32 {cols - 1 - t}" for t in range(8)) + ">, %rows], [%cd1, %loop]"]
+  for q in range(R):
+    L += [f"  %a{q}_{h} = phi {L4} [{least}, %rows], [%an{q}_{h}, %loop]" for h in (0, 1)]
+  for q in range(R):
+    L += [f"  %row{q} = add i32 %rb, {q}", f"  %base{q} = mul i32 %row{q}, {cols}", f"  %ad{q} = add i32 %base{q}, %j",
+          f"  %p{q} = getelementptr inbounds float, ptr %in, i32 %ad{q}", f"  %b{q} = load {I}, ptr %p{q}, align 4",
+          f"  %s{q} = ashr {I} %b{q}, {_splat(31)}", f"  %t{q} = lshr {I} %s{q}, {_splat(1)}",
+          f"  %k{q} = xor {I} %b{q}, %t{q}", f"  %ab{q} = and {I} %b{q}, {_splat(0x7fffffff)}",
+          f"  %isnan{q} = icmp sgt {I} %ab{q}, {_splat(0x7f800000)}",
+          f"  %kn{q} = select <8 x i1> %isnan{q}, {I} {_splat(0x7fffffff)}, {I} %k{q}"]
+    for h, mask in ((0, lo_mask), (1, hi_mask)):
+      L += [f"  %v{q}_{h} = shufflevector {I} %cd, {I} %kn{q}, <8 x i32> {mask}", f"  %w{q}_{h} = bitcast {I} %v{q}_{h} to {L4}",
+            f"  %an{q}_{h} = call {L4} @llvm.smax.v4i64({L4} %a{q}_{h}, {L4} %w{q}_{h})"]
+  L += [f"  %cd1 = sub {I} %cd, {_splat(8)}", "  %j1 = add nuw nsw i32 %j, 8", f"  %d = icmp slt i32 %j1, {cols}",
+        "  br i1 %d, label %loop, label %rowend", "rowend:"]
+  for q in range(R):
+    L += [f"  %m{q} = call {L4} @llvm.smax.v4i64({L4} %an{q}_0, {L4} %an{q}_1)",
+          f"  %ms{q} = call i64 @llvm.vector.reduce.smax.v4i64({L4} %m{q})", f"  %lw{q} = trunc i64 %ms{q} to i32",
+          f"  %ix{q} = sub i32 {cols - 1}, %lw{q}", f"  %po{q} = getelementptr inbounds i32, ptr %out, i32 %row{q}",
+          f"  store i32 %ix{q}, ptr %po{q}"]
+  L += ["  %r1 = add i32 %r, 1", f"  %e = icmp slt i32 %r1, {rows // R}", "  br i1 %e, label %rows, label %exit",
+        "exit:", "  ret void", "}", f"declare {L4} @llvm.smax.v4i64({L4}, {L4})",
+        f"declare i64 @llvm.vector.reduce.smax.v4i64({L4})", 'attributes #0 = { nounwind "no-trapping-math"="true" }']
+  return "\n".join(L) + "\n"
+
+def form_ir(form: str, rows: int, cols: int) -> tuple[str, str]:
+  """(name, IR) of a form on the command line: RxK (one pass, R rows side by side, K pairs a row) or keyedR."""
+  if form.startswith("keyed"): return f"keyed int64 {form[5:]} rows", keyed_ir(rows, cols, int(form[5:]))
+  R, K = map(int, form.split("x"))
+  return f"one pass {R}x{K}", one_pass_ir(rows, cols, R, K)
 
 SCALAR_PAIR_IR = """define void @scalar_pair(ptr noalias %out, ptr noalias %in, i32 %n) {
 entry:
@@ -162,7 +203,8 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--rows", type=int, default=64)
   ap.add_argument("--cols", type=int, default=1000)
-  ap.add_argument("--forms", nargs="+", default=["4x1", "8x1", "1x5", "2x5"], help="RxK: rows side by side x pairs")
+  ap.add_argument("--forms", nargs="+", default=["4x1", "8x1", "1x5", "keyed4"],
+                  help="RxK: one pass, R rows side by side, K pairs a row; keyedR: one int64 key max, R rows")
   ap.add_argument("--rounds", type=int, default=7)
   ap.add_argument("--reps", type=int, default=2000)
   ap.add_argument("--check-vectorizer", action="store_true")
@@ -170,17 +212,17 @@ def main() -> None:
   if args.check_vectorizer: print("LLVM vectorizes the scalar (max, index) loop:", vectorizer_takes_scalar_pair())
   data = test_data(args.rows, args.cols)
   want = data.argmax(1)
-  forms = [tuple(map(int, f.split("x"))) for f in args.forms]
+  forms = [form_ir(f, args.rows, args.cols) for f in args.forms]
   # tinyplug's kernel runs through the same JIT and call as the others (its launch path costs apart)
   _engine, addrs, *_ = jit([tinyplug_source(args.rows, args.cols)] +
-                           [one_pass_ir(args.rows, args.cols, R, K) for R, K in forms])
+                           [src for _, src in forms])
   out = np.zeros(args.rows, np.int32)
   out_p, in_p = out.ctypes.data, data.ctypes.data   # taken once: `.ctypes` builds an object per call (~1 us)
   tp = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)(addrs[0])
   calls = {"empty call": ctypes.CDLL(None).getpid, "tinyplug (two passes)": lambda: tp(out_p, in_p, 0, 1)}
-  for (R, K), addr in zip(forms, addrs[1:]):
+  for (name, _), addr in zip(forms, addrs[1:]):
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
-    calls[f"one pass {R}x{K}"] = (lambda fn=fn: fn(out_p, in_p))
+    calls[name] = (lambda fn=fn: fn(out_p, in_p))
   for name, call in calls.items():
     if name == "empty call": continue
     out[:] = -1
