@@ -3,8 +3,9 @@ first index equal to it) against hand-written LLVM IR that carries a (max, index
 pass, R rows side by side, K pairs per row. The IR has no reduction with two accumulators, and LLVM's loop vectorizer
 does not vectorize a scalar loop that carries the pair (checked here: --check-vectorizer), so these kernels are
 written as vectors. Each is compiled by the cpu_llvm plugin's pipeline and target, checked against numpy (rows with
-NaN of either sign, +-inf, all-equal rows), and timed kernel alone in turns in one process (thread CPU time, p10 of
---reps, best / median of --rounds rounds, both orders).
+NaN of either sign, rows of NaN, +-inf, all -inf and all-equal rows: --rows at least 14), and timed kernel alone in
+turns in one process (thread CPU time of the best of 10 batches of --reps / 10 calls, best / median of --rounds
+rounds, both orders).
 
   CPU_THREADS=1 python benchmarks/argmax_one_pass.py [--rows 64 --cols 1000] [--forms 4x1 8x1 keyed4] [--rounds 7]
 
@@ -187,7 +188,8 @@ def jit(srcs: list[str]):
 def vectorizer_takes_scalar_pair() -> bool:
   """Whether LLVM's loop vectorizer turns a scalar loop carrying (max, index) into vector code."""
   from tinyplug_cpu_llvm.compiler import LLVMCompiler
-  return "<8 x" in LLVMCompiler().optimized_ir(SCALAR_PAIR_IR) or "<4 x" in LLVMCompiler().optimized_ir(SCALAR_PAIR_IR)
+  ir = LLVMCompiler().optimized_ir(SCALAR_PAIR_IR)
+  return "<8 x" in ir or "<4 x" in ir
 
 def batch_time(call, reps: int, batches: int = 10) -> float:
   """Thread CPU time of one call in microseconds: the best of `batches` batches of reps // batches calls (a clock
@@ -214,8 +216,7 @@ def main() -> None:
   want = data.argmax(1)
   forms = [form_ir(f, args.rows, args.cols) for f in args.forms]
   # tinyplug's kernel runs through the same JIT and call as the others (its launch path costs apart)
-  _engine, addrs, *_ = jit([tinyplug_source(args.rows, args.cols)] +
-                           [src for _, src in forms])
+  _engine, addrs, *_ = jit([tinyplug_source(args.rows, args.cols)] + [src for _, src in forms])
   out = np.zeros(args.rows, np.int32)
   out_p, in_p = out.ctypes.data, data.ctypes.data   # taken once: `.ctypes` builds an object per call (~1 us)
   tp = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)(addrs[0])
