@@ -78,6 +78,18 @@ def test_argmax_special_values_and_dim_none(argmax_form):
       assert getattr(Tensor(x), fn)().item() == getattr(np, fn)(x)
       assert getattr(Tensor(x[4:]), fn)().item() == getattr(np, fn)(x[4:])   # no NaN: ties and -inf over all
 
+def test_argmax_dim_none_keepdim_keeps_a_one_per_dim(argmax_form):
+  """dim=None with keepdim: the flat index in a shape of ones, one per dim of the input (numpy's and torch's shape;
+  it came back 0-d)."""
+  for shape in ((7,), (5, 40), (3, 4, 50), ()):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    if a.size > 9: a.reshape(-1)[9] = np.nan
+    for fn in ("argmax", "argmin"):
+      got = getattr(Tensor(a), fn)(None, keepdim=True).numpy()
+      want = getattr(np, fn)(a, axis=None, keepdims=True)
+      assert got.shape == want.shape == getattr(torch.tensor(a), fn)(dim=None, keepdim=True).shape, (shape, fn)
+      np.testing.assert_array_equal(got, want)
+
 def test_argmax_is_one_reduction_on_the_cpu_and_two_passes_elsewhere(argmax_form):
   """The CPU's argmax is one int64 max per row; the GPUs' form, the max then the first index equal to it, is one row
   kernel with both passes on the CPU as well (fuse_rows); logsumexp's two passes are one row kernel."""

@@ -127,8 +127,11 @@ class ReduceMixin:
 
   @graph_template   # the compare, countdown (an arange) and reduction: ~20 Tensor calls and a graph walk per call
   def argmax(self, axis: int | None = None, keepdim: bool = False):
-    """Index of the first maximum (over the flattened tensor when axis is None), as int32."""
-    if axis is None: return self.flatten().argmax(0)
+    """Index of the first maximum (over the flattened tensor when axis is None; kept as a 1 per dim with keepdim, as
+    numpy and torch do), as int32."""
+    if axis is None:
+      flat = self.flatten().argmax(0)
+      return flat.reshape((1,) * self.ndim) if keepdim else flat
     ax = graph.normalize_axis(axis, self.ndim)
     n = self.shape[ax]
     if n == 0: raise ValueError(f"argmax of an empty dim {axis} (shape {self.shape})")
