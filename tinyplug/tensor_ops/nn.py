@@ -629,13 +629,17 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation, window=No
   # bounds check on every read
   most = [(max(t[j][1] for t in plan.values() if None not in t), max(max(t[j][2] for t in plan.values() if None not in t), 0))
           for j in range(nd)] if any(None not in t for t in plan.values()) else []
-  gpad = g.pad(((0, 0), (0, 0), *most)).contiguous() if most else g
   # the phases' rows are short (13 for a 26-wide input): their math vectorizes along the channels instead, which wants
   # those contiguous in the weight (one copy for every phase)
   wt = _channels_last(wt)
   # ... and stored channel-innermost where the tile's channel vectors are whole (heuristic `_channels_inner_tile`):
   # each tile's stores are then vectors, not a scalar per channel, and the interleave transposes them back
   last = _phase_channels_last(chans, qs[-1], groups)
+  if most and last and nd > 1 and padded_copies(g.device):
+    # a spare row below, where the heuristic may pad a phase row by one position (`_padded_row_positions`): the
+    # padded position's reads then stay inside the copy, ungated
+    most[0] = (most[0][0], most[0][1] + 1)
+  gpad = g.pad(((0, 0), (0, 0), *most)).contiguous() if most else g
   phases = []
   for out_phase in itertools.product(*[range(s) for s in stride]):
     # output row lo + s*q + r is input phase (lo + r) % s, that phase's row (lo + r) // s + q
