@@ -568,9 +568,10 @@ def _positions_by_channels(k: Kernel, row_axis: int, row: int, chan_axis: int, t
                            lanes: int) -> list[Opt] | None:
   """The row upcast by the largest divisor from 4 to CHANNEL_TILE_POSITIONS positions whose accumulators (positions x
   the vectors of a row of `tile_w` channels) the vector registers hold beside one row of weight vectors and a
-  broadcast, then the channels by `tile_w`; where no divisor fits, the same with one vector of channels (AVX2's room
-  for two is 6 positions: a 14-wide row, conv 64->128 28x28 s2's input-gradient phases, one Zen 3 thread, took the
-  generic 14 x 16 at 2.5 / 1.4 / 0.70 ms, 7 x 8 1.57 / 0.75 / 0.48); None where neither or an upcast is refused."""
+  broadcast, then the channels by `tile_w`; where no divisor fits, the row padded by one position where a count then
+  divides it (`_padded_row_positions`), else the same with one vector of channels (AVX2's room for two is 6
+  positions: a 14-wide row, conv 64->128 28x28 s2's input-gradient phases, one Zen 3 thread, took the generic 14 x 16
+  at 2.5 / 1.4 / 0.70 ms, 7 x 8 1.57 / 0.75 / 0.48); None where neither or an upcast is refused."""
   def fits(vecs: int, n: int = row) -> int | None:
     room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
     return max((d for d in range(4, room + 1) if n % d == 0), default=None)
