@@ -568,19 +568,35 @@ def _positions_by_channels(k: Kernel, row_axis: int, row: int, chan_axis: int, t
                            lanes: int) -> list[Opt] | None:
   """The row upcast by the largest divisor from 4 to CHANNEL_TILE_POSITIONS positions whose accumulators (positions x
   the vectors of a row of `tile_w` channels) the vector registers hold beside one row of weight vectors and a
-  broadcast, then the channels by `tile_w`; where no divisor fits, the same with one vector of channels (AVX2's room
-  for two is 6 positions: a 14-wide row, conv 64->128 28x28 s2's input-gradient phases, one Zen 3 thread, took the
-  generic 14 x 16 at 2.5 / 1.4 / 0.70 ms, 7 x 8 1.57 / 0.75 / 0.48); None where neither or an upcast is refused."""
-  def fits(vecs: int) -> int | None:
+  broadcast, then the channels by `tile_w`; where no divisor fits, the row padded by one position where a count then
+  divides it (`_padded_row_positions`), else the same with one vector of channels (AVX2's room for two is 6
+  positions: a 14-wide row, conv 64->128 28x28 s2's input-gradient phases, one Zen 3 thread, took the generic 14 x 16
+  at 2.5 / 1.4 / 0.70 ms, 7 x 8 1.57 / 0.75 / 0.48); None where neither or an upcast is refused."""
+  def fits(vecs: int, n: int = row) -> int | None:
     room = min(CHANNEL_TILE_POSITIONS, ((k.renderer.vector_registers or 16) - vecs - 1) // vecs)
-    return max((d for d in range(4, room + 1) if row % d == 0), default=None)
-  if (positions := fits(max(tile_w // lanes, 1))) is None:
-    if (positions := fits(1)) is None: return None
-    tile_w = lanes
+    return max((d for d in range(4, room + 1) if n % d == 0), default=None)
   k = k.copy()
+  if (positions := fits(max(tile_w // lanes, 1))) is None:
+    if (padded := _padded_row_positions(k, row_axis, row, fits(max(tile_w // lanes, 1), row + 1))) is not None:
+      k, positions = padded
+    elif (positions := fits(1)) is None: return None
+    else: tile_w = lanes
   if not _try_tile(k, Opt(OptOps.UPCAST, row_axis, positions)) or \
      not _try_tile(k, Opt(OptOps.UPCAST, chan_axis, tile_w)): return None
   return k.applied_opts
+
+def _padded_row_positions(k: Kernel, row_axis: int, row: int, positions: int | None) -> tuple[Kernel, int] | None:
+  """`_positions_by_channels`' row padded by one position where that lets `positions` (a count that fits two vectors
+  of channels) divide it, on a renderer with `narrow_vectors` (AVX2), the padding at most GATHER_PAIR_PAD of the row
+  and its reads inside the input (ungated: the phases' shared padded copy has a spare row for them,
+  nn._strided_input_grad). The other choice there is one vector of channels, each broadcast feeding one FMA. conv
+  64->128 28x28 s2's input-gradient phases (rows of 14), one Zen 3 thread (benchmarks/conv_step_kernels.py): 7 x 8
+  0.48 / 0.71 / 1.00 / 1.58 ms, 15 padded as 5 x 16 0.35 / 0.64 / 0.75 / 1.45 (the last one's reads gated). (k
+  padded, positions), or None."""
+  if positions is None or not narrow_vectors(k.renderer) or 1 > GATHER_PAIR_PAD * row: return None
+  k, gated = k.copy(), _gated_loads(k)
+  if not _try(k, Opt(OptOps.PADTO, row_axis, positions)) or _gated_loads(k) > gated: return None
+  return k, positions
 
 # the longest row `_channels_inner_tile` takes (nn.PHASE_ROW_MAX: the phase rows stored channel-innermost)
 CHANNELS_INNER_ROW_MAX = 64

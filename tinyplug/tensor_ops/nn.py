@@ -629,13 +629,17 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation, window=No
   # bounds check on every read
   most = [(max(t[j][1] for t in plan.values() if None not in t), max(max(t[j][2] for t in plan.values() if None not in t), 0))
           for j in range(nd)] if any(None not in t for t in plan.values()) else []
-  gpad = g.pad(((0, 0), (0, 0), *most)).contiguous() if most else g
   # the phases' rows are short (13 for a 26-wide input): their math vectorizes along the channels instead, which wants
   # those contiguous in the weight (one copy for every phase)
   wt = _channels_last(wt)
   # ... and stored channel-innermost where the tile's channel vectors are whole (heuristic `_channels_inner_tile`):
   # each tile's stores are then vectors, not a scalar per channel, and the interleave transposes them back
   last = _phase_channels_last(chans, qs[-1], groups)
+  if most and last and nd > 1 and padded_copies(g.device) and not any(qs[-1] % d == 0 for d in PAIR_ROW_POSITIONS):
+    # a spare row below, where the heuristic pads a phase row by one position (`_padded_row_positions`): the padded
+    # position's reads then stay inside the copy, ungated
+    most[0] = (most[0][0], most[0][1] + 1)
+  gpad = g.pad(((0, 0), (0, 0), *most)).contiguous() if most else g
   phases = []
   for out_phase in itertools.product(*[range(s) for s in stride]):
     # output row lo + s*q + r is input phase (lo + r) % s, that phase's row (lo + r) // s + q
@@ -654,6 +658,10 @@ def _strided_input_grad(g, wt, spatial, groups: int, stride, dilation, window=No
   gx = gx.permute(0, 1, *[v for j in range(nd) for v in (2 + nd + j, 2 + j)])
   gx = gx.reshape(bs, chans, *[q * s for q, s in zip(qs, stride)])
   return gx.shrink((None, None, *[(0, min(n, hi) - lo) for n, (lo, hi) in zip(spatial, window)]))
+
+# the positions of AVX2's phase tile by two vectors of channels (heuristic `_positions_by_channels`): a phase row that
+# none of them divides is padded by one position there, and the phases' copy of g gets a spare row for it
+PAIR_ROW_POSITIONS = range(4, 7)
 
 # the channels of a phase tile stored channel-innermost (AVX-512's cpu_tile width: two vectors)
 PHASE_TILE_CHANNELS = 32
