@@ -6,7 +6,7 @@ the values on the faked AVX2 machine against torch."""
 import numpy as np
 import pytest
 import torch
-from tinyplug import gradient_template, schedule
+from tinyplug import schedule
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.helpers import Context
@@ -14,9 +14,9 @@ from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.schedule.naming import kernel_name
 from tinyplug.tensor import Tensor
-from tinyplug.tensor_ops import template
 from tinyplug.tensor_ops.layout import channel_block
 from tinyplug.uop import Ops
+from machine_fakes import forget_built_graphs
 
 F = torch.nn.functional
 RNG = np.random.default_rng(23)
@@ -34,14 +34,10 @@ def machine(monkeypatch):
     monkeypatch.setattr(type(r), "threads", 2)
     monkeypatch.setattr(r, "vector_bytes", nbytes)
     monkeypatch.setattr(r, "vector_registers", regs)
-    _forget_graphs()
+    forget_built_graphs()
     return r
   yield set_to
-  _forget_graphs()
-
-def _forget_graphs() -> None:
-  """Drop the graph, gradient and schedule templates (their keys do not hold the machine they were made for)."""
-  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
+  forget_built_graphs()
 
 def _step_kernels(make) -> list:
   """The SINK kernels of a conv's forward and both gradients: make() -> (x, w, out)."""

@@ -10,6 +10,7 @@ from tinyplug.helpers import Context
 from tinyplug.passes.heuristic import EXPAND_BUDGET, expanded_size, heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
+from machine_fakes import forget_built_graphs
 
 RNG = np.random.default_rng(1)
 
@@ -199,10 +200,8 @@ def test_vector_channels_take_a_wider_tile(vector_machine):
   # its channel lanes are vectors, so the 3x3 tile takes 16 of them (past SMALL_TILE_BUDGET); values match torch.
   # On AVX-512 (AVX2 reads a copy blocked by channels, one vector of them: tests/test_conv_avx2.py)
   import torch
-  from tinyplug import gradient_template, schedule
-  from tinyplug.tensor_ops import template
   vector_machine(64, 32)
-  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
+  forget_built_graphs()
   xs, ws = RNG.standard_normal((4, 8, 13, 13)).astype(np.float32), RNG.standard_normal((32, 8, 3, 3)).astype(np.float32)
   x, w = Tensor(xs, device="CPU", requires_grad=True), Tensor(ws, device="CPU", requires_grad=True)
   x.conv2d(w, stride=2).sum().backward()

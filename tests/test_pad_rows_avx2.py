@@ -6,29 +6,25 @@ convolutions whose input is such a copy)."""
 import numpy as np
 import pytest
 import torch
-from tinyplug import gradient_template, schedule
 from tinyplug.codegen.kernel import Kernel, Opt, OptOps
 from tinyplug.device import Device
 from tinyplug.passes.heuristic import heuristic_opts
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
-from tinyplug.tensor_ops import template
 from tinyplug.uop.ops import Ops
+from machine_fakes import forget_built_graphs
 
 RNG = np.random.default_rng(13)
 
 @pytest.fixture
 def avx2(vector_machine):
   """The CPU renderer describes an AVX2 machine (16 registers of 32 bytes); no template made for another one is used."""
-  _forget()
+  forget_built_graphs()
   yield vector_machine(32, 16)
-  _forget()
-
-def _forget() -> None:
-  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
+  forget_built_graphs()
 
 def pad_kernel(shape: tuple[int, ...], pads: tuple[int, ...]) -> Kernel:
-  _forget()
+  forget_built_graphs()
   out = Tensor.empty(*shape).pad(pads).contiguous()
   return Kernel([it.ast for it in create_schedule([out.uop])[0] if it.ast.op is Ops.SINK][-1], Device["CPU"].renderer)
 

@@ -9,6 +9,7 @@ from tinyplug.helpers import Context
 from tinyplug.schedule import create_schedule
 from tinyplug.tensor import Tensor
 from tinyplug.uop.ops import Ops
+from machine_fakes import forget_built_graphs
 
 F = torch.nn.functional
 RNG = np.random.default_rng(20)
@@ -65,10 +66,8 @@ def _conv_reductions(wino: int, **kwargs) -> list:
 # kernel, the output's
 def _pin(vector_machine, nbytes: int, count: int) -> None:
   """The CPU renderer as a machine with these vector registers, no graph template made for another one kept."""
-  from tinyplug import gradient_template, schedule
-  from tinyplug.tensor_ops import template
   vector_machine(nbytes, count)
-  schedule._templates.clear(); template._templates.clear(); template._seen.clear(); gradient_template._templates.clear()
+  forget_built_graphs()
 
 WINO_REDUCTIONS = 4
 
