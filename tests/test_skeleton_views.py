@@ -2,13 +2,16 @@
 skel14): its skeleton's direct runner, or the one-op runner, hands Tensor.realize the view over the new output, which
 the tensor takes without a becomes map where nothing else could hold the node; a CONTIGUOUS asks realize_one_op
 first. Values against numpy; every change of what the plan was made for still gives the right values."""
+import gc
 import numpy as np
 import pytest
 import tinyplug.tensor as tensor_mod
+from tinyplug import Context
 from tinyplug.tensor import Tensor
+from tinyplug.device import OUTPUT_POOL
 from tinyplug.engine import plan as P, realize as engine
 from tinyplug.helpers import GlobalCounters
-from tinyplug.uop import UOp
+from tinyplug.uop import UOp, UOpMap
 from tinyplug.uop.ops import Ops
 
 @pytest.fixture
@@ -139,3 +142,79 @@ def test_gradients_flow_through_a_realized_contiguous():
     y = (x.pad((1, 1, 1, 1)).contiguous() * 2.0).sum()
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full((4, 4), 2.0, np.float32))
+
+# ---------------- the view pooled with its buffer (device.output_maker(view=...)) ----------------
+
+def _uniques_made(fn, n: int) -> int:
+  """UNIQUE numbers taken by n calls of fn (each new BUFFER node takes one; each probe one more)."""
+  start = UOp.unique().arg
+  for _ in range(n): fn()
+  return UOp.unique().arg - start - 1
+
+def test_a_repeated_2d_graph_makes_no_output_nodes_and_hands_out_the_view_before_last():
+  f, want = CASES["add then mul"]
+  xs = np.arange(16, dtype=np.float32).reshape(4, 4)
+  x = Tensor(xs).realize()
+  _warm(f, x)
+  if not _served(f, x): pytest.skip("plans do not apply here")
+  views, got = set(), []
+  def step():
+    y = f(x).realize()
+    views.add(id(y.uop))
+    got.append(y.numpy())
+  assert _uniques_made(step, 40) == 0
+  assert len(views) == OUTPUT_POOL
+  for g in got: np.testing.assert_array_equal(g, want(xs))
+
+@pytest.mark.parametrize("hold", ["tensor", "view node", "buffer node", "graph over it", "side table"])
+def test_a_view_reachable_another_way_is_not_handed_out_again(hold):
+  f, want = CASES["transpose contiguous"]
+  xs = np.arange(16, dtype=np.float32).reshape(4, 4)
+  x = Tensor(xs).realize()
+  _warm(f, x)
+  if not _served(f, x): pytest.skip("plans do not apply here")
+  gc.disable()
+  try:
+    out = f(x).realize()
+    view, number = out.uop, out.uop.src[0].src[0].arg
+    held = {"tensor": lambda: out, "view node": lambda: view, "buffer node": lambda: view.src[0],
+            "graph over it": lambda: out * 3.0, "side table": lambda: _side_table(view)}[hold]()
+    if hold == "graph over it": held.numpy()   # (its graph linked: a weak reference to the view)
+    del out, view
+    again = [f(x).realize() for _ in range(2 * OUTPUT_POOL)]
+    assert number not in [a.uop.src[0].src[0].arg for a in again]
+  finally: gc.enable()
+  for a in again: np.testing.assert_array_equal(a.numpy(), want(xs))
+  if hold == "graph over it": np.testing.assert_array_equal(held.numpy(), want(xs) * 3)
+
+def _side_table(node: UOp) -> UOpMap:
+  m: UOpMap[str] = UOpMap()   # (a layer's facts about the node: a weak reference with a callback)
+  m[node] = "its last use"
+  return m
+
+def test_a_view_handed_out_again_has_no_facts_from_before():
+  f, want = CASES["pad contiguous"]
+  xs = np.arange(16, dtype=np.float32).reshape(4, 4)
+  x = Tensor(xs).realize()
+  _warm(f, x)
+  if not _served(f, x): pytest.skip("plans do not apply here")
+  out = f(x).realize()
+  view = out.uop
+  view._cached("a fact of the last use", lambda: "stale")
+  number = view.src[0].src[0].arg
+  del out, view
+  again = [f(x).realize() for _ in range(OUTPUT_POOL)]
+  reused = [a for a in again if a.uop.src[0].src[0].arg == number]
+  assert len(reused) == 1 and (reused[0].uop._cache is None or "a fact of the last use" not in reused[0].uop._cache)
+  assert reused[0].uop.shape == (6, 6)
+  np.testing.assert_array_equal(reused[0].numpy(), want(xs))
+
+def test_no_view_pool_with_lru_off():
+  f, want = CASES["add then mul"]
+  xs = np.arange(16, dtype=np.float32).reshape(4, 4)
+  x = Tensor(xs).realize()
+  with Context(LRU=0):
+    _warm(f, x)
+    if not _served(f, x): pytest.skip("plans do not apply here")
+    assert _uniques_made(lambda: f(x).realize(), 10) == 10
+    np.testing.assert_array_equal(f(x).realize().numpy(), want(xs))

@@ -61,7 +61,17 @@ def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | No
   return (launch, tuple(refs), vals, spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
 
 def _outs(outs: Any) -> tuple:
-  return tuple(output_maker(*o) if o is not None else None for o in outs)
+  return tuple(_out_maker(o) if o is not None else None for o in outs)
+
+def _out_maker(out: tuple) -> Any:
+  make = output_maker(*out)
+  make.out = out   # (device, size, dtype): what _seen_through makes its viewed maker of
+  return make
+
+def _seen_through(make: Any, view: Any) -> Any:
+  """A plan's output maker `make` with its output seen through `view` (a maker of one node over it; None: as it is):
+  fn() -> (that node, the buffer's handle), the view pooled with its buffer (device.output_maker)."""
+  return make if view is None else output_maker(*make.out, view=view)
 
 def _shared(steps: list, outs: list[tuple], kept: set[int]) -> tuple[list, list[tuple | None]]:
   """The plan's steps and outputs with the intermediate outputs (all but `kept`) sharing memory where their lives do
@@ -467,6 +477,7 @@ def _one_op_runner(plan: Plan, recipe: tuple, view: Any = None) -> Any:
   for r in refs[1:]:
     if not (0 <= r < len(recipe)) or type(step := recipe[r]) is not tuple or step[1] != 1: return None
     operands.append(step[0])   # the BUFFER of operand step[0] (the operand itself, or the RESHAPE over it)
+  make = _seen_through(make, view)
   kernels, ops, mem, counters, BUFFER = plan.kernels, plan.ops, plan.mem, GlobalCounters, Ops.BUFFER
   if len(operands) == 1:
     (i,) = operands
@@ -477,7 +488,7 @@ def _one_op_runner(plan: Plan, recipe: tuple, view: Any = None) -> Any:
       if (c := b._cache) is None or (buf := c.get(BUFFER_KEY)) is None or (hb := buf._handle) is None: hb = handle_of(b)
       launch([h, hb], ())
       counters.kernel_count += kernels; counters.global_ops += ops; counters.global_mem += mem
-      return u if view is None else view((u,))
+      return u
   elif len(operands) == 2:
     i, j = operands
     def run(x: UOp) -> UOp:
@@ -486,7 +497,7 @@ def _one_op_runner(plan: Plan, recipe: tuple, view: Any = None) -> Any:
       launch([h, handle_of(a if (a := src[i]).op is BUFFER else a.src[0]),
               handle_of(b if (b := src[j]).op is BUFFER else b.src[0])], ())
       counters.kernel_count += kernels; counters.global_ops += ops; counters.global_mem += mem
-      return u if view is None else view((u,))
+      return u
   else: return None
   return run
 
@@ -685,6 +696,7 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
   launch, refs, vals, _, _ = plan.steps[0]
   if refs[0] != -1 or any(r not in where for r in refs[1:]) or any(p not in where for p in vals or ()): return None
   ins = tuple([where[r] for r in refs[1:]])
+  make = _seen_through(make, view)
   values = None if vals is None else tuple([where[p] for p in vals])
   kernels, ops, mem, gcounters = plan.kernels, plan.ops, plan.mem, GlobalCounters
   if len(ins) == 1 and values is not None and len(values) == 1:   # (`x * k` and the like: no loop, no comprehension)
@@ -693,7 +705,7 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
       u, h = make()
       launch([h, handle_of(leaves[i])], (_bits(leaves[v].arg),))
       gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
-      return u if view is None else view((u,))
+      return u
     return run_one_value
   if len(ins) == 1 and values is None:   # (`(x + 1) * 2`, `x.T.contiguous()`: one input, constants baked in)
     (i,) = ins
@@ -701,7 +713,7 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
       u, h = make()
       launch([h, handle_of(leaves[i])], ())
       gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
-      return u if view is None else view((u,))
+      return u
     return run_one
   def run(x: UOp, leaves: tuple) -> UOp:
     u, h = make()
@@ -709,7 +721,7 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
     for i in ins: handles.append(handle_of(leaves[i]))
     launch(handles, () if values is None else tuple([_bits(leaves[i].arg) for i in values]))
     gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
-    return u if view is None else view((u,))
+    return u
   return run
 
 def _skeleton_of(x: UOp, token: int) -> tuple | None:
