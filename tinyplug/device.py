@@ -138,12 +138,14 @@ def handle_of(u: UOp) -> Any:
   if (c := u._cache) is not None and (b := c.get(BUFFER_KEY)) is not None and (h := b._handle) is not None: return h
   return buffer_of(u).handle
 
-def output_maker(device: str, size: int, dtype: DType) -> Any:
+def output_maker(device: str, size: int, dtype: DType, view: Any = None) -> Any:
   """A function making a new BUFFER uop with its Buffer and memory, returning (uop, handle): a realize plan's output,
   made the same way every time (the checks and the device lookup done once here). The memory is not zeroed: the
-  plan's kernel writes all of it."""
+  plan's kernel writes all of it. With `view` (a maker of one node over the buffer: a 2-D result's RESHAPE), the uop
+  returned is that view, pooled with its buffer (_pooled_view)."""
   if type(size) is not int:
     make_uop = UOp.buffer_maker(device, size, dtype)
+    if view is not None: return lambda: (view(((u := make_uop()),)), buffer_of(u).handle)
     return lambda: (u := make_uop(), buffer_of(u).handle)
   make_uop = UOp.buffer_maker(device, size, dtype, _BUFFERS)   # (the node is made holding its Buffer)
   nbytes, new, counters, opened = size * dtype.itemsize, object.__new__, GlobalCounters, Device._opened
@@ -155,8 +157,16 @@ def output_maker(device: str, size: int, dtype: DType) -> Any:
     b._handle = h = allocator.alloc(nbytes, True)   # (a kernel of the plan writes all of it)
     counters.mem_used += nbytes
     return make_uop(b), h
-  if nbytes > OUTPUT_POOL_BYTES or not _REFCOUNTS_EXACT or not LRU.value: return make
-  return _pooled(make, {"shape": (size,), "device": device})
+  if nbytes > OUTPUT_POOL_BYTES or not _REFCOUNTS_EXACT or not LRU.value:
+    return make if view is None else _viewed(make, view)
+  facts = {"shape": (size,), "device": device}
+  return _pooled(make, facts) if view is None else _pooled_view(make, view, facts)
+
+def _viewed(make: Any, view: Any) -> Any:
+  def make_viewed() -> tuple[UOp, Any]:
+    u, h = make()
+    return view((u,)), h
+  return make_viewed
 
 # a realize plan's small outputs (at most this many bytes) are kept by the plan, the last OUTPUT_POOL of them, and the
 # oldest is handed out again once nothing else refers to it: its BUFFER and UNIQUE nodes, Buffer and memory made and
@@ -197,6 +207,34 @@ def _pooled(make: Any, facts: dict) -> Any:
     pool.append(got[0])
     return got
   return make_pooled
+
+def _pooled_view(make: Any, view: Any, facts: dict) -> Any:
+  """_pooled for an output seen through one view node (`view((buffer,))`, a 2-D result's RESHAPE): the pool keeps the
+  view, and hands it out again (with its buffer) only when nothing but the pool refers to the view, its sources, the
+  buffer node and what _pooled checks of it, and no weak reference but hash-consing's points at the view (a graph
+  linked over it, tensor_ops/users.py, has one): no view node made and freed per call. Facts cached on the view are
+  dropped (it is made with none; a kept skeleton holds the buffer)."""
+  pool: list = [None] * OUTPUT_POOL
+  rc, wc, one, key, setattr_ = sys.getrefcount, weakref.getweakrefcount, _ONE_HOLDER, BUFFER_KEY, object.__setattr__
+  def make_pooled_view() -> tuple[UOp, Any]:
+    # (the view is hash-consed: its one weak reference is the node table's, whose key tuple holds its sources too)
+    if (r := pool[0]) is not None and rc(r) == one and wc(r) == 1 and rc(rs := r.src) == one + 1:
+      if r._cache is not None: setattr_(r, "_cache", None)   # (only the pool reaches the view: its facts are derived)
+      if rc(u := rs[0]) == one and wc(u) == 1 and rc(src := u.src) == one and rc(c := u._cache) == one:
+        if len(c) != len(facts) + 1:
+          setattr_(u, "_cache", {**facts, key: c.get(key)})
+          c = u._cache
+        if rc(unique := src[0]) == one and wc(unique) == 1 and rc(b := c.get(key)) == one and wc(b) == 0 and \
+           rc(h := b._handle) == one:
+          del pool[0]
+          pool.append(r)
+          return r, h
+    u, h = make()
+    r = view((u,))
+    del pool[0]
+    pool.append(r)
+    return r, h
+  return make_pooled_view
 
 def realized_buffer(u: UOp) -> Buffer | None:
   """The Buffer behind a BUFFER uop if its memory holds values, else None (nothing is created or allocated)."""

@@ -100,6 +100,7 @@ def live_tensors() -> list[Tensor]:
   return [t for r in _live_refs[:] if (t := r()) is not None]
 
 _ALU = GroupOp.ALU
+_ONE_CALL = GroupOp.ALU | {Ops.CONTIGUOUS}   # the ops whose realize asks plan.realize_one_op first
 
 def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
   """The canonical name of `device` (None means Device.DEFAULT; a tuple of names, several devices: a tensor there is
@@ -339,8 +340,8 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
       return self
     if not others:   # (the usual call: no lists)
       if (u := self._uop) is None: u = self._build()
-      # an ALU op is never realized and has a device unless it is a deviceless constant's (no plan then)
-      if u.op in _ALU and (got := (_plan_mod or _plan()).realize_one_op(u)) is not None:
+      # an ALU op or a CONTIGUOUS is never realized and has a device unless it is a deviceless constant's (no plan then)
+      if u.op in _ONE_CALL and (got := (_plan_mod or _plan()).realize_one_op(u)) is not None:
         if type(got) is dict: _apply_becomes_map(got)
         elif _unlinked and _unlinked[-1]() is self and not _deferred_refs and id(u) not in _linked_nodes and \
              (len(_unlinked) == 1 or _only_dead(_unlinked, len(_unlinked) - 1)):

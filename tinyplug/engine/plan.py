@@ -61,7 +61,17 @@ def _step(runner: Any, refs: list[int], vals: tuple | None = None) -> tuple | No
   return (launch, tuple(refs), vals, spec.estimates.get("ops", 0), spec.estimates.get("mem", 0))
 
 def _outs(outs: Any) -> tuple:
-  return tuple(output_maker(*o) if o is not None else None for o in outs)
+  return tuple(_out_maker(o) if o is not None else None for o in outs)
+
+def _out_maker(out: tuple) -> Any:
+  make = output_maker(*out)
+  make.out = out   # (device, size, dtype): what _seen_through makes its viewed maker of
+  return make
+
+def _seen_through(make: Any, view: Any) -> Any:
+  """A plan's output maker `make` with its output seen through `view` (a maker of one node over it; None: as it is):
+  fn() -> (that node, the buffer's handle), the view pooled with its buffer (device.output_maker)."""
+  return make if view is None else output_maker(*make.out, view=view)
 
 def _shared(steps: list, outs: list[tuple], kept: set[int]) -> tuple[list, list[tuple | None]]:
   """The plan's steps and outputs with the intermediate outputs (all but `kept`) sharing memory where their lives do
@@ -397,7 +407,9 @@ def realize_graph(uops: list[UOp]) -> tuple[dict[UOp, UOp] | None, Any]:
   if (plan := entry[1]) is None: return None, found
   if shallow is not None and (recipe := cache.shallow_recipe(shallow)) is not None:
     out = _sole_output(template, len(recipe))
-    _one_op_plans.put((shallow, token), (template, plan, recipe, out, _one_op_runner(plan, recipe, out)))
+    served, view = _result_view(template.becomes, len(recipe))
+    run_one = _one_op_runner(plan, recipe, view) if served else None
+    _one_op_plans.put((shallow, token), (template, plan, recipe, out, run_one))
   if skel is not None: _remember_skeleton(skel, nodes, _graph_plans, key, entry)
   outs = _run(plan, lambda r: handle_of(nodes[r]))
   counters["graph_hits"] += 1
@@ -417,7 +429,7 @@ def _run_one_op(hit: tuple, x: UOp) -> dict[UOp, UOp]:
   return {x: outs[out]} if out is not None else template.becomes_over(nodes, outs)
 
 def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
-  """What realizing the graph of the ALU op `x` makes of it (a UOp: the buffer x becomes as it is, from a one-op
+  """What realizing the graph of the ALU op (or CONTIGUOUS) `x` makes of it (a UOp: the buffer x becomes as it is, from a one-op
   or direct skeleton runner, with no map made; else the becomes map), run from a plan found without the engine's layers: a
   one-op graph (`t + 1` over realized buffers and constants) by its shallow key, another small graph by its skeleton
   (a new constant's `((x * k) + 1).exp()`); None: no such plan (yet), or plans do not apply now (realize it the usual
@@ -425,6 +437,8 @@ def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
   nothing more (realize_graph's first branch, reached in one call)."""
   if not engine.plans_apply(): return None
   token = _settings_token()
+  if x.op is _CONTIGUOUS:   # (`x.pad(...).contiguous()`: no one-op key for it, its skeleton finds its plan)
+    return _realize_skeleton(x, *skel) if (skel := _skeleton_of(x, token)) is not None else None
   # the usual tiny op, `t + 1.0` on a buffer: its plan by a flat key first (no shallow key to build, no nested tuple
   # to hash)
   if len(src := x.src) == 2 and (a := src[0]).op is _BUFFER and len(a.src) == 2 and a.src[0].op is _UNIQUE and \
@@ -449,19 +463,21 @@ def realize_one_op(x: UOp) -> UOp | dict[UOp, UOp] | None:
 # id of the buffer's dtype, its size, its DEVICE node, the constant's node, settings number) -> its _one_op_plans
 # entry. The same facts as its shallow key (a buffer by dtype, size, device and no view; a constant by its node), flat
 _flat_one_op_plans: BoundedCache = BoundedCache("engine.flat_one_op_plans", 4096)
-_BUFFER, _UNIQUE, _COPY = Ops.BUFFER, Ops.UNIQUE, Ops.COPY
+_BUFFER, _UNIQUE, _COPY, _CONTIGUOUS = Ops.BUFFER, Ops.UNIQUE, Ops.COPY, Ops.CONTIGUOUS
 
-def _one_op_runner(plan: Plan, recipe: tuple, out: int | None) -> Any:
+def _one_op_runner(plan: Plan, recipe: tuple, view: Any = None) -> Any:
   """fn(op) -> the buffer the one-op graph's op becomes, for a plan of one kernel over the op's operands' buffers and
-  one new output that the op becomes as it is (`t + 1` on a buffer): _run without the node list, the reference lookups
-  and the lists (the shallow key that found the plan fixed which operand is which buffer). None for any other plan."""
-  if out != 0 or len(plan.steps) != 1 or len(plan.outs) != 1 or (make := plan.outs[0]) is None: return None
+  one new output that the op becomes as it is (`t + 1` on a buffer) or through `view` (its maker: `t + 1` on a 2-D
+  buffer, a RESHAPE of the output): _run without the node list, the reference lookups and the lists (the shallow key
+  that found the plan fixed which operand is which buffer). None for any other plan."""
+  if len(plan.steps) != 1 or len(plan.outs) != 1 or (make := plan.outs[0]) is None: return None
   launch, refs, vals, _, _ = plan.steps[0]
   if vals is not None or refs[0] != -1 or -1 in refs[1:]: return None
   operands = []
   for r in refs[1:]:
     if not (0 <= r < len(recipe)) or type(step := recipe[r]) is not tuple or step[1] != 1: return None
     operands.append(step[0])   # the BUFFER of operand step[0] (the operand itself, or the RESHAPE over it)
+  make = _seen_through(make, view)
   kernels, ops, mem, counters, BUFFER = plan.kernels, plan.ops, plan.mem, GlobalCounters, Ops.BUFFER
   if len(operands) == 1:
     (i,) = operands
@@ -657,16 +673,30 @@ class _Shortcut:
       cache, key, entry, n_nodes, fills, held, param
     self.direct = None
 
+def _result_view(becomes: tuple, target: int) -> tuple[bool, Any]:
+  """(True, None) when the target (at position `target`) is all that is realized and becomes new output 0 as it is,
+  (True, maker) when it becomes one view over that output (a 2-D result: a RESHAPE of the new buffer; `maker((out,))`
+  makes it), (False, None) otherwise: what a runner returning a UOp (no becomes map) may serve."""
+  if len(becomes) != 1 or becomes[0][0] != target: return False, None
+  recipe = tuple(becomes[0][1])
+  if recipe == (-1,): return True, None
+  if len(recipe) == 2 and recipe[0] == -1 and type(step := recipe[1]) is tuple and tuple(step[1]) == (0,):
+    return True, step[0]
+  return False, None
+
 def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int]) -> Any:
-  """fn(x, leaves) -> the buffer x becomes as it is (no map: Tensor.realize points the tensor at it), for a plan of one kernel with one new output that the target (at position
-  `target`) becomes as it is (a new constant's `((x * k) + 1).exp()`): _run and becomes_over over the skeleton's
-  leaves, without the node list, the reference lambdas and the recipes. `where`: a position's leaf number. None for
-  any other plan."""
+  """fn(x, leaves) -> the buffer (or the view over it) x becomes (no map: Tensor.realize points the tensor at it),
+  for a plan of one kernel with one new output that the target (at position `target`) becomes as it is or through
+  one view (a new constant's `((x * k) + 1).exp()`, `x.pad(...).contiguous()` of a 2-D x): _run and becomes_over over
+  the skeleton's leaves, without the node list, the reference lambdas and the recipes. `where`: a position's leaf
+  number. None for any other plan."""
   if len(plan.steps) != 1 or len(plan.outs) != 1 or (make := plan.outs[0]) is None: return None
-  if len(becomes) != 1 or becomes[0][0] != target or tuple(becomes[0][1]) != (-1,): return None
+  served, view = _result_view(becomes, target)
+  if not served: return None
   launch, refs, vals, _, _ = plan.steps[0]
   if refs[0] != -1 or any(r not in where for r in refs[1:]) or any(p not in where for p in vals or ()): return None
   ins = tuple([where[r] for r in refs[1:]])
+  make = _seen_through(make, view)
   values = None if vals is None else tuple([where[p] for p in vals])
   kernels, ops, mem, gcounters = plan.kernels, plan.ops, plan.mem, GlobalCounters
   if len(ins) == 1 and values is not None and len(values) == 1:   # (`x * k` and the like: no loop, no comprehension)
@@ -677,6 +707,14 @@ def _direct_runner(plan: Plan, becomes: tuple, target: int, where: dict[int, int
       gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
       return u
     return run_one_value
+  if len(ins) == 1 and values is None:   # (`(x + 1) * 2`, `x.T.contiguous()`: one input, constants baked in)
+    (i,) = ins
+    def run_one(x: UOp, leaves: tuple) -> UOp:
+      u, h = make()
+      launch([h, handle_of(leaves[i])], ())
+      gcounters.kernel_count += kernels; gcounters.global_ops += ops; gcounters.global_mem += mem
+      return u
+    return run_one
   def run(x: UOp, leaves: tuple) -> UOp:
     u, h = make()
     handles = [h]
