@@ -97,7 +97,14 @@ class ElementwiseMixin:
     return self.dtype if keep else dtypes.from_py(y)
 
   def _broadcast_to(self, shape: tuple[int, ...]):
-    if self.shape == tuple(shape): return self
+    if (u := self._uop) is None: u = self._build()
+    if (old := u.shape) == (shape := tuple(shape)): return self
+    if graph.concrete(old) and len(shape) >= len(old) and all([type(s) is int for s in shape]):
+      # plain ints: the reshape and the expand as nodes, one tensor (their makers' fast paths)
+      padded = (1,) * (len(shape) - len(old)) + old
+      if all([n == s or n == 1 for n, s in zip(padded, shape)]):
+        return self.from_uop(graph.expand(graph.reshape(u, padded), shape), _grad_over(self))
+    if self.shape == shape: return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     if len(shape) < self.ndim or any(s != n and s != 1 for s, n in zip(padded, shape)):
       raise ShapeError(f"cannot expand (broadcast) shape {self.shape} to {tuple(shape)}: only dims of size 1 can grow")
