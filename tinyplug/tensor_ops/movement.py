@@ -25,13 +25,17 @@ def _flat_padding_to_pairs(padding: Sequence[int], ndim: int) -> list[tuple[int,
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
   return pairs
 
-def _flat_int_pairs(padding: Any, shape: tuple | None) -> tuple[tuple[int, int], ...] | None:
-  """The (before, after) of each dim for torch-style flat `padding` of plain non-negative ints over a plain-int
-  `shape`; None for anything else (pairs per dim, a symbolic size, a negative amount, a bad length: the general path)."""
-  if type(padding) is not tuple and type(padding) is not list: return None
+def _int_pad_pairs(padding: Any, shape: tuple | None) -> tuple[tuple[int, int], ...] | None:
+  """The (before, after) of each dim for `padding` of plain non-negative ints (torch-style flat, or a pair per dim)
+  over a plain-int `shape`; None for anything else (None for a dim, a symbolic size, a negative amount, a bad length:
+  the general path, which says what is wrong)."""
+  if type(padding) is not tuple and type(padding) is not list or not graph.concrete(shape): return None
   n = len(padding)
-  if n % 2 or not graph.concrete(shape) or n // 2 > len(shape) or not all([type(p) is int and p >= 0 for p in padding]):
-    return None
+  if n and type(padding[0]) is not int:
+    if n != len(shape) or (pairs := graph._int_pairs(padding)) is None or not all([b >= 0 and a >= 0 for b, a in pairs]):
+      return None
+    return pairs
+  if n % 2 or n // 2 > len(shape) or not all([type(p) is int and p >= 0 for p in padding]): return None
   return ((0, 0),) * (len(shape) - n // 2) + tuple([(padding[i], padding[i + 1]) for i in range(n - 2, -1, -2)])
 
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
@@ -95,7 +99,7 @@ class MovementMixin:
     if mode not in _PAD_MODES:   # NotImplementedError, as torch's F.pad raises for a mode it does not have
       raise NotImplementedError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
     if mode == "constant" and ((t := type(value)) is float or t is int) and value == 0 and \
-       (pairs := _flat_int_pairs(padding, shape := (u := self.uop).shape)) is not None:
+       (pairs := _int_pad_pairs(padding, shape := (u := self.uop).shape)) is not None:
       # the usual call, `x.pad((1, 1, 1, 1))`: zeros around, plain non-negative ints over a plain-int shape
       return self.from_uop(graph.pad_ints(u, pairs, shape), _grad_over(self))
     if all(isinstance(p, (int, UOp)) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
