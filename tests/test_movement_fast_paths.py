@@ -114,6 +114,8 @@ def test_pads_of_1d_and_values():
 
 def test_bad_movement_arguments_keep_their_errors():
   t = Tensor(_data(4, 5)).realize()
+  for _ in range(2): t.pad((1, 1, 1, 1))   # (its plan kept: an equal padding of floats is not the same padding)
+  with pytest.raises(ShapeError, match="one entry per dim"): t.pad((1.0, 1, 1, 1))
   with pytest.raises(ShapeError, match="even length"): t.pad((1, 1, 1))
   with pytest.raises(ShapeError, match="even length"): t.pad((1,) * 6)
   with pytest.raises(ShapeError, match="do not fit"): t.shrink(((1, 6), None))
@@ -146,3 +148,33 @@ def test_contiguous_of_views_and_buffers():
   assert c.uop.op is Ops.CONTIGUOUS and c.shape == (5, 4)
   np.testing.assert_array_equal(c.numpy(), x.T)
   assert Tensor(2.0).contiguous().item() == 2.0
+
+BASIC = [1, -1, (1, 2), slice(1, 3), (slice(None), -2), (slice(2, 1),), (slice(-3, None), 0, slice(1, 4)), (), (0, 0, 0)]
+GENERAL = [slice(None, None, 2), (Ellipsis, 1), (None, 1), (np.int64(1),), (slice(3, 0, -1),), ([0, 2],)]
+
+@pytest.mark.parametrize("index", BASIC + GENERAL, ids=repr)
+def test_indexing_values(index):
+  x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+  np.testing.assert_array_equal(Tensor(x)[index].numpy(), x[index])
+
+def test_basic_indexing_is_one_tensor(monkeypatch):
+  t = Tensor(np.arange(60, dtype=np.float32).reshape(3, 4, 5)).realize()
+  made = []
+  track = tensor_mod._track
+  monkeypatch.setattr(tensor_mod, "_track", lambda x: (made.append(x), track(x)))
+  for index in BASIC:
+    made.clear()
+    t[index]
+    assert len(made) == 1, index
+  made.clear()
+  t[::2]   # a step: the general path (a shrink, a pad, reshapes: a tensor each)
+  assert len(made) > 1
+
+def test_basic_indexing_errors_and_symbolic_sizes():
+  t = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+  with pytest.raises(IndexError, match="out of bounds"): t[3]
+  with pytest.raises(IndexError, match="too many indices"): t[0, 0, 0]
+  v = Variable("i", 1, 3).bind(2)
+  s = t[:v]
+  assert s.shape[0] is v
+  np.testing.assert_array_equal(s.sum().item(), np.arange(8).sum())

@@ -8,7 +8,7 @@ from tinyplug.tensor_ops import graph
 from tinyplug.tensor_ops.elementwise import _grad_over
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.template import graph_template
-from tinyplug.uop.ops import UOp
+from tinyplug.uop.ops import Ops, UOp, view_node
 from tinyplug.uop.sint import sadd, ssub, smin_of, as_uop, is_symbolic_shape, render_shape, seq, smul, sprod, ssimplify
 
 def _shape_args(shape: Any, args: tuple) -> tuple:
@@ -38,6 +38,26 @@ def _int_pad_pairs(padding: Any, shape: tuple | None) -> tuple[tuple[int, int], 
   if n % 2 or n // 2 > len(shape) or not all([type(p) is int and p >= 0 for p in padding]): return None
   return ((0, 0),) * (len(shape) - n // 2) + tuple([(padding[i], padding[i + 1]) for i in range(n - 2, -1, -2)])
 
+# (padding, shape) -> (that padding object, its pairs, the padded shape or None when nothing is added): the same
+# padding over the same shape again (a literal tuple in a loop is one object) is converted and checked once
+_pad_plans: dict[tuple, tuple] = {}
+
+def _pad_plan(padding: Any, shape: tuple | None) -> tuple | None:
+  """(padding, _int_pad_pairs's pairs, the padded shape or None) for `padding` over `shape`; None: the general path."""
+  try: plan = _pad_plans.get(key := (padding, shape))
+  except TypeError: key = plan = None   # (a list, or lists inside: not kept)
+  if plan is not None and plan[0] is padding: return plan   # (an equal tuple of floats or bools is another object)
+  if (pairs := _int_pad_pairs(padding, shape)) is None: return None
+  plan = _padded(padding, pairs, shape)
+  if key is not None:
+    if len(_pad_plans) > 1024: _pad_plans.clear()
+    _pad_plans[key] = plan
+  return plan
+
+def _padded(padding: Any, pairs: tuple, shape: tuple) -> tuple:
+  return padding, pairs, tuple([s + b + a for s, (b, a) in zip(shape, pairs)]) if any([b or a for b, a in pairs]) else None
+
+_PAD = Ops.PAD
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def sum_sizes(sizes) -> Any:
@@ -99,9 +119,9 @@ class MovementMixin:
     if mode not in _PAD_MODES:   # NotImplementedError, as torch's F.pad raises for a mode it does not have
       raise NotImplementedError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
     if mode == "constant" and ((t := type(value)) is float or t is int) and value == 0 and \
-       (pairs := _int_pad_pairs(padding, shape := (u := self.uop).shape)) is not None:
+       (plan := _pad_plan(padding, (u := self.uop).shape)) is not None:
       # the usual call, `x.pad((1, 1, 1, 1))`: zeros around, plain non-negative ints over a plain-int shape
-      return self.from_uop(graph.pad_ints(u, pairs, shape), _grad_over(self))
+      return self.from_uop(u if plan[2] is None else view_node(_PAD, u, plan[1], plan[2]), _grad_over(self))
     if all(isinstance(p, (int, UOp)) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
       if len(padding) != self.ndim:
