@@ -164,8 +164,10 @@ class ElementwiseMixin:
   def _scaled_unop(self, op: Ops, before: float | None, after: float | None = None):
     """`op(x * before) * after` of x = self._floats() (either scale may be None: left out) as one tensor: the same
     graph as the ops one by one, without a Tensor for each step (exp is exp2 of x / ln 2: every softmax builds it)."""
-    x = self._floats()
-    if (u := x._uop) is None: u = x.uop
+    if (u := self._uop) is not None and id(u.dtype) in _FLOAT_IDS: x = self   # (_floats' usual answer, inline)
+    else:
+      x = self._floats()
+      if (u := x._uop) is None: u = x.uop
     if (shape := u.shape) is not None and type(dev := u.device) is str:
       # the constants made at u's shape and on its device: alu2_known's nodes
       dt = u.dtype

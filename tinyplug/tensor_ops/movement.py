@@ -78,6 +78,10 @@ class MovementMixin:
     return self.from_uop(graph.reshape(u, new), _grad_over(self))
   def _reshape_sizes(self, new: tuple) -> tuple[int, ...]:
     """Sizes with None (keep that dim) and one -1 (whatever is left) resolved; bad sizes raise."""
+    if new.count(-1) == 1 and graph.concrete(shape := self.shape) and all([type(s) is int and s >= -1 for s in new]):
+      # (the usual `x.reshape(-1)` or `x.view(n, -1)`: plain ints, no symbolic helpers)
+      known, total = -math.prod(new), math.prod(shape)
+      if known > 0 and total % known == 0: return tuple([total // known if s == -1 else s for s in new])
     if len(new) > 0 and any(s is None for s in new):
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if not all(isinstance(s, (int, UOp)) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
@@ -108,6 +112,7 @@ class MovementMixin:
   def expand(self, shape, *args):
     new = _shape_args(shape, args)
     if len(new) < self.ndim: raise ShapeError(f"cannot expand shape {self.shape} to {new}: too few dims")
+    if all([type(n) is int and n >= 0 for n in new]): return self._broadcast_to(new)   # (no -1 or None to fill in)
     old = (1,) * (len(new) - self.ndim) + self.shape
     return self._broadcast_to(tuple(o if n in (-1, None) else n for o, n in zip(old, new)))
 
@@ -186,7 +191,8 @@ class MovementMixin:
   def flip(self, axis, *args):
     if (u := self._uop) is None: u = self._build()
     n = 0 if (shape := u.shape) is None else len(shape)
-    axes = tuple(graph.normalize_axis(a, n) for a in _shape_args(axis, args))
+    axes = _shape_args(axis, args)
+    if not all([type(a) is int and 0 <= a < n for a in axes]): axes = tuple(graph.normalize_axis(a, n) for a in axes)
     return self.from_uop(graph.flip(u, axes), _grad_over(self))
 
   # ---- views built on the above ----
