@@ -72,7 +72,9 @@ def _pow_grad(g, out, a, b):
 def _alu(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, u, c)
 def _alu_rev(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, c, u)
 
-_ADD, _MUL = Ops.ADD, Ops.MUL   # (an attribute of the Ops enum costs ~80 ns)
+_ADD, _MUL, _EXP2, _LOG2 = Ops.ADD, Ops.MUL, Ops.EXP2, Ops.LOG2   # (an attribute of the Ops enum costs ~80 ns)
+# the scales of exp and log10, one float object each: graph.const finds a constant it was given before by identity
+_INV_LN2, _LN2_OVER_LN10 = 1 / LN2, LN2 / math.log(10)
 _FLOAT_IDS = frozenset(map(id, dtypes.floats))   # (a float dtype by identity: dtypes.is_float's first look, inline)
 
 def _grad_over(t) -> bool | None:
@@ -327,9 +329,9 @@ class ElementwiseMixin:
   def rsqrt(self): return self.sqrt().reciprocal()
   def exp2(self): return self._floats()._unop(Ops.EXP2)
   def log2(self): return self._floats()._unop(Ops.LOG2)
-  def exp(self): return self._scaled_unop(Ops.EXP2, 1 / LN2)
-  def log(self): return self._scaled_unop(Ops.LOG2, None, LN2)
-  def log10(self): return self._scaled_unop(Ops.LOG2, None, LN2 / math.log(10))
+  def exp(self): return self._scaled_unop(_EXP2, _INV_LN2)
+  def log(self): return self._scaled_unop(_LOG2, None, LN2)
+  def log10(self): return self._scaled_unop(_LOG2, None, _LN2_OVER_LN10)
   def sin(self): return self._floats()._unop(Ops.SIN)
   def cos(self):
     x = self._floats()

@@ -38,6 +38,10 @@ def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=devi
 
 def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
   """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
+  # the same objects as a kept constant was last found for (`x + 1.0` in a loop: one float object, x's shape tuple)
+  if (last := _by_value.get(id(value))) is not None and last[0] is value and last[1] is dtype and last[2] is device \
+     and last[3] is shape:
+    return last[4]
   # (the usual call first: a Python number on one device, asked for again and again by `x + 1.0` in a loop)
   if ((t := type(value)) is float or t is int or t is bool) and type(device) is str: pass
   elif isinstance(device, tuple): return multi([const(value, dtype, d, shape) for d in device], None)
@@ -50,7 +54,11 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     # us, once per realize of `t + 1.0` otherwise)
     key = (t, value if t is not float or (value and value == value) else value.hex(), id(dtype), device,
            shape if type(shape) is tuple else tuple(shape))
-    if (hit := _consts.get(key)) is not None: return hit[1]
+    if (hit := _consts.get(key)) is not None:
+      if type(shape) is tuple:
+        if len(_by_value) >= 64: _by_value.clear()
+        _by_value[id(value)] = (value, dtype, device, shape, hit[1])
+      return hit[1]
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
@@ -107,7 +115,14 @@ def _bind_const_skeleton() -> Any:
   _const_skeleton = remember_const_skeleton
   return _const_skeleton
 
-_consts: BoundedCache = BoundedCache("tensor.constants", 4096)
+# constants found in _consts, by the id of the value object const() was given: (value, dtype, device, shape, node),
+# a hit when all four are the same objects again (the entry holds them: their ids are not reused meanwhile). Emptied
+# whenever _consts drops an entry (an eviction, a reset), so no constant outlives its entry there
+_by_value: dict[int, tuple] = {}
+
+def _forget_found(_entry: Any) -> None: _by_value.clear()
+
+_consts: BoundedCache = BoundedCache("tensor.constants", 4096, on_evict=_forget_found)
 # a constant asked for once waits here and moves into _consts on its second use: one used once (a new float each step,
 # `x * k` for a k never seen before) would otherwise be held in _consts until evicted, long enough for its nodes, key
 # and entry to age into the garbage collector's oldest generation, which then runs full collections over the whole
