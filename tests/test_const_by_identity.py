@@ -42,7 +42,8 @@ def test_equal_looking_values_stay_apart(a, b, dtype, counted):
   for _ in range(3): ca = graph.const(a, dtype, "CPU", (2,))
   graph._by_value.clear()
   assert graph.const(a, dtype, "CPU", (2,)) is ca and graph.const(b, dtype, "CPU", (2,)) is cb
-  if type(a) is float and a == 0.0 and dtype == dtypes.float32: assert math.copysign(1, ca.src[0].src[0].arg) != math.copysign(1, cb.src[0].src[0].arg)
+  if type(a) is float and a == 0.0 and dtype == dtypes.float32:
+    assert math.copysign(1, ca.src[0].src[0].arg) != math.copysign(1, cb.src[0].src[0].arg)
 
 def test_other_dtype_device_or_shape_is_another_constant(counted):
   v, shape = 3.0, (2, 2)

@@ -149,7 +149,8 @@ def test_contiguous_of_views_and_buffers():
   np.testing.assert_array_equal(c.numpy(), x.T)
   assert Tensor(2.0).contiguous().item() == 2.0
 
-BASIC = [1, -1, (1, 2), slice(1, 3), (slice(None), -2), (slice(2, 1),), (slice(-3, None), 0, slice(1, 4)), (), (0, 0, 0)]
+BASIC = [1, -1, (1, 2), slice(1, 3), (slice(None), -2), (slice(2, 1),), (slice(-3, None), 0, slice(1, 4)), (),
+         (0, 0, 0)]
 GENERAL = [slice(None, None, 2), (Ellipsis, 1), (None, 1), (np.int64(1),), (slice(3, 0, -1),), ([0, 2],)]
 
 @pytest.mark.parametrize("index", BASIC + GENERAL, ids=repr)

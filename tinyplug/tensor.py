@@ -100,7 +100,7 @@ def live_tensors() -> list[Tensor]:
   return [t for r in _live_refs[:] if (t := r()) is not None]
 
 _ALU = GroupOp.ALU
-# what contiguous() looks at more closely (a plain buffer, a reshape of one, a symbolic buffer's shrink, several devices)
+# what contiguous() looks at more closely (a plain buffer, a reshape of one, a symbolic buffer's shrink, a MULTI)
 _MAY_BE_BUFFER = frozenset({Ops.BUFFER, Ops.RESHAPE, Ops.SHRINK, Ops.MULTI})
 _CONTIGUOUS = Ops.CONTIGUOUS
 

@@ -291,7 +291,7 @@ def permute(u: UOp, order: tuple[int, ...]) -> UOp:
 
 def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
   """Zero padding; each (before, after) must be >= 0 (negative pads are shrinks, see Tensor.pad)."""
-  if (ints := _int_pairs(padding)) is not None and concrete(shape := u.shape) and len(ints) == len(shape) and \
+  if (ints := int_pairs(padding)) is not None and concrete(shape := u.shape) and len(ints) == len(shape) and \
      all([b >= 0 and a >= 0 for b, a in ints]):
     return pad_ints(u, ints, shape)
   padding = tuple((_size_arg(b), _size_arg(a)) for b, a in padding)
@@ -308,7 +308,7 @@ def pad_ints(u: UOp, pairs: tuple[tuple[int, int], ...], shape: tuple[int, ...])
   return view_node(_PAD, u, pairs, tuple([s + b + a for s, (b, a) in zip(shape, pairs)]))
 
 def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
-  if (ints := _int_pairs(bounds)) is not None and concrete(shape := u.shape) and len(ints) == len(shape) and \
+  if (ints := int_pairs(bounds)) is not None and concrete(shape := u.shape) and len(ints) == len(shape) and \
      all([0 <= b <= e <= s for (b, e), s in zip(ints, shape)]):
     if all([b == 0 and e == s for (b, e), s in zip(ints, shape)]): return u
     return view_node(_SHRINK, u, ints, tuple([e - b for b, e in ints]))
@@ -320,7 +320,7 @@ def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
   if all(seq(b, 0) and seq(e, s) for (b, e), s in zip(bounds, u.shape)): return u
   return UOp(Ops.SHRINK, u.dtype, (u,), bounds)
 
-def _int_pairs(pairs: Any) -> tuple[tuple[int, int], ...] | None:
+def int_pairs(pairs: Any) -> tuple[tuple[int, int], ...] | None:
   """`pairs` as a tuple of (int, int) tuples when every entry is a pair of plain ints, else None."""
   try: out = tuple([(b, e) for b, e in pairs])
   except (TypeError, ValueError): return None

@@ -32,9 +32,8 @@ def _int_pad_pairs(padding: Any, shape: tuple | None) -> tuple[tuple[int, int], 
   if type(padding) is not tuple and type(padding) is not list or not graph.concrete(shape): return None
   n = len(padding)
   if n and type(padding[0]) is not int:
-    if n != len(shape) or (pairs := graph._int_pairs(padding)) is None or not all([b >= 0 and a >= 0 for b, a in pairs]):
-      return None
-    return pairs
+    pairs = graph.int_pairs(padding) if n == len(shape) else None
+    return pairs if pairs is not None and all([b >= 0 and a >= 0 for b, a in pairs]) else None
   if n % 2 or n // 2 > len(shape) or not all([type(p) is int and p >= 0 for p in padding]): return None
   return ((0, 0),) * (len(shape) - n // 2) + tuple([(padding[i], padding[i + 1]) for i in range(n - 2, -1, -2)])
 
@@ -55,7 +54,8 @@ def _pad_plan(padding: Any, shape: tuple | None) -> tuple | None:
   return plan
 
 def _padded(padding: Any, pairs: tuple, shape: tuple) -> tuple:
-  return padding, pairs, tuple([s + b + a for s, (b, a) in zip(shape, pairs)]) if any([b or a for b, a in pairs]) else None
+  if not any([b or a for b, a in pairs]): return padding, pairs, None
+  return padding, pairs, tuple([s + b + a for s, (b, a) in zip(shape, pairs)])
 
 _PAD = Ops.PAD
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
