@@ -11,11 +11,11 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from tinyplug.helpers import TRAINING
 from tinyplug.uop.dtype import DType, dtypes, to_dtype, to_np_dtype, from_np_dtype
-from tinyplug.uop.ops import GroupOp, Ops, UOp
+from tinyplug.uop.ops import GroupOp, Ops, UOp, known_node
 from tinyplug.uop.sint import max_shape, render_shape, sprod
 from tinyplug.tensor_ops.create import CreationMixin
 from tinyplug.tensor_ops.random import RandomMixin
-from tinyplug.tensor_ops.elementwise import ElementwiseMixin
+from tinyplug.tensor_ops.elementwise import ElementwiseMixin, _grad_over
 from tinyplug.tensor_ops.movement import MovementMixin
 from tinyplug.tensor_ops.indexing import IndexingMixin
 from tinyplug.tensor_ops.reduce import ReduceMixin
@@ -101,6 +101,9 @@ def live_tensors() -> list[Tensor]:
 
 _ALU = GroupOp.ALU
 _ONE_CALL = GroupOp.ALU | {Ops.CONTIGUOUS}   # the ops whose realize asks plan.realize_one_op first
+# what contiguous() looks at more closely (a plain buffer, a reshape of one, a symbolic buffer's shrink, a MULTI)
+_MAY_BE_BUFFER = frozenset({Ops.BUFFER, Ops.RESHAPE, Ops.SHRINK, Ops.MULTI})
+_CONTIGUOUS = Ops.CONTIGUOUS
 
 def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
   """The canonical name of `device` (None means Device.DEFAULT; a tuple of names, several devices: a tensor there is
@@ -489,6 +492,9 @@ class Tensor(CreationMixin, RandomMixin, ElementwiseMixin, MovementMixin, Indexi
     return self.shard(y.device, y.uop.axis)
   def detach(self) -> Tensor: return Tensor.from_uop(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def contiguous(self) -> Tensor:
+    if (u := self._uop) is None: u = self._build()
+    if u.op not in _MAY_BE_BUFFER and type(dev := u.device) is str:   # (a view or a computation on one device)
+      return Tensor.from_uop(known_node(_CONTIGUOUS, u.dtype, (u,), u.shape, dev), _grad_over(self))
     if self.uop.device is None: return self   # a deviceless constant stays one
     if graph.is_plain_buffer(self.uop) or graph.is_symbolic_buffer(self.uop): return self
     return self._apply_uop(lambda u: UOp(Ops.CONTIGUOUS, u.dtype, (u,)))

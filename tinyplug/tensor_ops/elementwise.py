@@ -72,6 +72,11 @@ def _pow_grad(g, out, a, b):
 def _alu(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, u, c)
 def _alu_rev(u: UOp, op: Ops, c: UOp) -> UOp: return graph.alu(op, c, u)
 
+_ADD, _MUL, _EXP2, _LOG2 = Ops.ADD, Ops.MUL, Ops.EXP2, Ops.LOG2   # (an attribute of the Ops enum costs ~80 ns)
+# the scales of exp and log10, one float object each: graph.const finds a constant it was given before by identity
+_INV_LN2, _LN2_OVER_LN10 = 1 / LN2, LN2 / math.log(10)
+_FLOAT_IDS = frozenset(map(id, dtypes.floats))   # (a float dtype by identity: dtypes.is_float's first look, inline)
+
 def _grad_over(t) -> bool | None:
   """requires_grad of an op's output over the one tensor `t` (False under no_grad)."""
   if t.no_grad: return False
@@ -97,7 +102,14 @@ class ElementwiseMixin:
     return self.dtype if keep else dtypes.from_py(y)
 
   def _broadcast_to(self, shape: tuple[int, ...]):
-    if self.shape == tuple(shape): return self
+    if (u := self._uop) is None: u = self._build()
+    if (old := u.shape) == (shape := tuple(shape)): return self
+    if graph.concrete(old) and len(shape) >= len(old) and all([type(s) is int for s in shape]):
+      # plain ints: the reshape and the expand as nodes, one tensor (their makers' fast paths)
+      padded = (1,) * (len(shape) - len(old)) + old
+      if all([n == s or n == 1 for n, s in zip(padded, shape)]):
+        return self.from_uop(graph.expand(graph.reshape(u, padded), shape), _grad_over(self))
+    if self.shape == shape: return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     if len(shape) < self.ndim or any(s != n and s != 1 for s, n in zip(padded, shape)):
       raise ShapeError(f"cannot expand (broadcast) shape {self.shape} to {tuple(shape)}: only dims of size 1 can grow")
@@ -126,7 +138,8 @@ class ElementwiseMixin:
       if (u := self._uop) is None: u = self.uop
       # _scalar_dtype, inline: the constant takes our dtype where that loses nothing (int into float)
       dt = u.dtype
-      sdt = dt if dtypes.is_float(dt) or (ty is not float and dtypes.is_int(dt)) else dtypes.from_py(y)
+      sdt = dt if id(dt) in _FLOAT_IDS or dtypes.is_float(dt) or (ty is not float and dtypes.is_int(dt)) else \
+        dtypes.from_py(y)
     else: sdt = None
     if sdt is not None and (sdt is dt or sdt == dt):
       # `x + 1.0`: the constant goes into the graph as it is, without a Tensor of its own (it would require no grad,
@@ -153,8 +166,10 @@ class ElementwiseMixin:
   def _scaled_unop(self, op: Ops, before: float | None, after: float | None = None):
     """`op(x * before) * after` of x = self._floats() (either scale may be None: left out) as one tensor: the same
     graph as the ops one by one, without a Tensor for each step (exp is exp2 of x / ln 2: every softmax builds it)."""
-    x = self._floats()
-    if (u := x._uop) is None: u = x.uop
+    if (u := self._uop) is not None and id(u.dtype) in _FLOAT_IDS: x = self   # (_floats' usual answer, inline)
+    else:
+      x = self._floats()
+      if (u := x._uop) is None: u = x.uop
     if (shape := u.shape) is not None and type(dev := u.device) is str:
       # the constants made at u's shape and on its device: alu2_known's nodes
       dt = u.dtype
@@ -314,9 +329,9 @@ class ElementwiseMixin:
   def rsqrt(self): return self.sqrt().reciprocal()
   def exp2(self): return self._floats()._unop(Ops.EXP2)
   def log2(self): return self._floats()._unop(Ops.LOG2)
-  def exp(self): return self._scaled_unop(Ops.EXP2, 1 / LN2)
-  def log(self): return self._scaled_unop(Ops.LOG2, None, LN2)
-  def log10(self): return self._scaled_unop(Ops.LOG2, None, LN2 / math.log(10))
+  def exp(self): return self._scaled_unop(_EXP2, _INV_LN2)
+  def log(self): return self._scaled_unop(_LOG2, None, LN2)
+  def log10(self): return self._scaled_unop(_LOG2, None, _LN2_OVER_LN10)
   def sin(self): return self._floats()._unop(Ops.SIN)
   def cos(self):
     x = self._floats()
@@ -470,12 +485,13 @@ class ElementwiseMixin:
   # ---- Python operators ----
   def __neg__(self): return self.neg()
   def __invert__(self): return self.bitwise_not()
-  def __add__(self, y): return self.add(y)
-  def __radd__(self, y): return self.add(y, reverse=True)
+  # (the busiest operators go to _binop at once: a frame and an enum lookup less per `x + 1.0`)
+  def __add__(self, y): return self._binop(_ADD, y)
+  def __radd__(self, y): return self._binop(_ADD, y, True)
   def __sub__(self, y): return self.sub(y)
   def __rsub__(self, y): return self.sub(y, reverse=True)
-  def __mul__(self, y): return self.mul(y)
-  def __rmul__(self, y): return self.mul(y, reverse=True)
+  def __mul__(self, y): return self._binop(_MUL, y)
+  def __rmul__(self, y): return self._binop(_MUL, y, True)
   def __truediv__(self, y): return self.div(y)
   def __rtruediv__(self, y): return self.div(y, reverse=True)
   def __floordiv__(self, y): return self.div(y, rounding_mode="floor")

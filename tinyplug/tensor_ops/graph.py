@@ -8,7 +8,8 @@ import math
 from typing import Any
 from tinyplug.caches import BoundedCache
 from tinyplug.uop.dtype import DType, dtypes
-from tinyplug.uop.ops import Ops, UOp, canonical_dtype, device_node, float_const_node, known_node, shaped_node
+from tinyplug.uop.ops import (Ops, UOp, canonical_dtype, device_node, float_const_node, known_node, shaped_node,
+                              view_node)
 from tinyplug.uop.sint import (is_symbolic_shape, max_shape, render_shape, resolve, seq, shape_eq, sle, smin_of, sprod,
                                ssimplify)
 
@@ -37,6 +38,10 @@ def device_uop(device: str) -> UOp: return UOp(Ops.DEVICE, dtypes.void, arg=devi
 
 def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[int, ...] = ()) -> UOp:
   """`value` broadcast to `shape`: a CONST of shape () reshaped to all ones and expanded."""
+  # the same objects as a kept constant was last found for (`x + 1.0` in a loop: one float object, x's shape tuple)
+  if (last := _by_value.get(id(value))) is not None and last[0] is value and last[1] is dtype and last[2] is device \
+     and last[3] is shape:
+    return last[4]
   # (the usual call first: a Python number on one device, asked for again and again by `x + 1.0` in a loop)
   if ((t := type(value)) is float or t is int or t is bool) and type(device) is str: pass
   elif isinstance(device, tuple): return multi([const(value, dtype, d, shape) for d in device], None)
@@ -49,7 +54,11 @@ def const(value: Any, dtype: DType, device: str | tuple[str, ...], shape: tuple[
     # us, once per realize of `t + 1.0` otherwise)
     key = (t, value if t is not float or (value and value == value) else value.hex(), id(dtype), device,
            shape if type(shape) is tuple else tuple(shape))
-    if (hit := _consts.get(key)) is not None: return hit[1]
+    if (hit := _consts.get(key)) is not None:
+      if type(shape) is tuple:
+        if len(_by_value) >= 64: _by_value.clear()
+        _by_value[id(value)] = (value, dtype, device, shape, hit[1])
+      return hit[1]
     if (hit := _new_consts.pop(key, None)) is not None: return _consts.put(key, hit)[1]   # its second use: kept
   dev = device_node(device) if type(device) is str else device_uop(device)
   # a float into a float dtype is held as it is (as_const's answer, without its dtype comparisons)
@@ -93,7 +102,8 @@ def _sym_value(value: UOp, dtype: DType, device: str, shape: tuple) -> UOp:
 _ones: dict[tuple, tuple] = {}
 
 _F32 = canonical_dtype(dtypes.float32)
-_RESHAPE, _EXPAND = Ops.RESHAPE, Ops.EXPAND   # (an attribute of the Ops enum costs ~80 ns: every new constant reads two)
+# (an attribute of the Ops enum costs ~80 ns: every new constant reads two, every movement op one)
+_RESHAPE, _EXPAND, _PERMUTE, _PAD, _SHRINK, _FLIP = Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP
 
 # a new float32 constant's chain gets its skeleton as it is made (schedule/cache.py: a new k's graph is then known from
 # its ops alone on its first realize); the scheduler is loaded by the first such constant, not on import
@@ -105,7 +115,14 @@ def _bind_const_skeleton() -> Any:
   _const_skeleton = remember_const_skeleton
   return _const_skeleton
 
-_consts: BoundedCache = BoundedCache("tensor.constants", 4096)
+# constants found in _consts, by the id of the value object const() was given: (value, dtype, device, shape, node),
+# a hit when all four are the same objects again (the entry holds them: their ids are not reused meanwhile). Emptied
+# whenever _consts drops an entry (an eviction, a reset), so no constant outlives its entry there
+_by_value: dict[int, tuple] = {}
+
+def _forget_found(_entry: Any) -> None: _by_value.clear()
+
+_consts: BoundedCache = BoundedCache("tensor.constants", 4096, on_evict=_forget_found)
 # a constant asked for once waits here and moves into _consts on its second use: one used once (a new float each step,
 # `x * k` for a k never seen before) would otherwise be held in _consts until evicted, long enough for its nodes, key
 # and entry to age into the garbage collector's oldest generation, which then runs full collections over the whole
@@ -217,8 +234,23 @@ def symbolic_buffer(device: str, shape: tuple, dtype: DType) -> UOp:
   return shrink(reshape(UOp.new_buffer(device, math.prod(big), dtype), big), tuple((0, s) for s in shape))
 
 # ---- movement ----
+# Each maker first takes the usual case, plain ints over a shape of plain ints, without the symbolic helpers: the node
+# is made with its shape and device (view_node); anything else (a symbolic size, a numpy int, a bad argument) takes
+# the general path below it, which checks and names what is wrong.
+
+def concrete(shape: tuple | None) -> bool:
+  """Whether `shape` is known and every size in it a plain int."""
+  return shape is not None and all([type(s) is int for s in shape])
+
+# a permutation seen before -> whether it is the identity (a tuple of plain ints, valid for its own length)
+_perms: dict[tuple, bool] = {}
 
 def reshape(u: UOp, shape: tuple[int, ...]) -> UOp:
+  shape = tuple(shape)
+  if (old := u.shape) == shape: return u
+  if old is not None and all([type(s) is int and s >= 0 for s in shape]) and concrete(old) and \
+     math.prod(shape) == math.prod(old):
+    return view_node(_RESHAPE, u, shape, shape)
   shape = tuple(ssimplify(s) for s in shape)
   if u.shape == shape: return u
   if is_symbolic_shape(shape) or is_symbolic_shape(u.shape):
@@ -232,6 +264,11 @@ def reshape(u: UOp, shape: tuple[int, ...]) -> UOp:
   return UOp(Ops.RESHAPE, u.dtype, (u,), shape)
 
 def expand(u: UOp, shape: tuple[int, ...]) -> UOp:
+  shape = tuple(shape)
+  if (old := u.shape) == shape: return u
+  if old is not None and len(old) == len(shape) and all([type(s) is int for s in shape]) and concrete(old) and \
+     all([n == s or n == 1 for n, s in zip(old, shape)]):
+    return view_node(_EXPAND, u, shape, shape)
   shape = tuple(ssimplify(s) for s in shape)
   if u.shape == shape or shape_eq(u.shape, shape): return u
   if len(shape) != len(u.shape) or any(s != n and s != 1 and not seq(s, n) for s, n in zip(u.shape, shape)):
@@ -240,6 +277,13 @@ def expand(u: UOp, shape: tuple[int, ...]) -> UOp:
 
 def permute(u: UOp, order: tuple[int, ...]) -> UOp:
   order = tuple(order)
+  if (ident := _perms.get(order)) is None and (shape := u.shape) is not None and len(order) == len(shape) and \
+     all([type(a) is int for a in order]) and sorted(order) == list(range(len(order))):
+    if len(_perms) > 1024: _perms.clear()
+    ident = _perms[order] = order == tuple(range(len(order)))
+  # (a permutation's shape takes no arithmetic: symbolic sizes are fine here)
+  if ident is not None and (shape := u.shape) is not None and len(shape) == len(order):
+    return u if ident else view_node(_PERMUTE, u, order, tuple([shape[i] for i in order]))
   if sorted(order) != list(range(len(u.shape))):
     raise ShapeError(f"permute order {order} is not a permutation of the {len(u.shape)} dims of shape {u.shape}")
   if order == tuple(range(len(order))): return u
@@ -247,6 +291,9 @@ def permute(u: UOp, order: tuple[int, ...]) -> UOp:
 
 def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
   """Zero padding; each (before, after) must be >= 0 (negative pads are shrinks, see Tensor.pad)."""
+  if (ints := int_pairs(padding)) is not None and concrete(shape := u.shape) and len(ints) == len(shape) and \
+     all([b >= 0 and a >= 0 for b, a in ints]):
+    return pad_ints(u, ints, shape)
   padding = tuple((_size_arg(b), _size_arg(a)) for b, a in padding)
   if len(padding) != len(u.shape):
     raise ShapeError(f"pad needs one (before, after) per dim of {u.shape}, got {padding}")
@@ -254,7 +301,17 @@ def pad(u: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
   if all(seq(b, 0) and seq(a, 0) for b, a in padding): return u
   return UOp(Ops.PAD, u.dtype, (u,), padding)
 
+def pad_ints(u: UOp, pairs: tuple[tuple[int, int], ...], shape: tuple[int, ...]) -> UOp:
+  """pad(u, pairs) for a caller that checked them: a (before, after) of plain non-negative ints per dim of `shape`,
+  u's shape of plain ints."""
+  if not any([b or a for b, a in pairs]): return u
+  return view_node(_PAD, u, pairs, tuple([s + b + a for s, (b, a) in zip(shape, pairs)]))
+
 def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
+  if (ints := int_pairs(bounds)) is not None and concrete(shape := u.shape) and len(ints) == len(shape) and \
+     all([0 <= b <= e <= s for (b, e), s in zip(ints, shape)]):
+    if all([b == 0 and e == s for (b, e), s in zip(ints, shape)]): return u
+    return view_node(_SHRINK, u, ints, tuple([e - b for b, e in ints]))
   bounds = tuple((_size_arg(b), _size_arg(e)) for b, e in bounds)
   if len(bounds) != len(u.shape): raise ShapeError(f"shrink needs one (start, end) per dim of {u.shape}, got {bounds}")
   # symbolic bounds are checked where the bounds of the variables decide it (a variable may reach past the end)
@@ -263,12 +320,21 @@ def shrink(u: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
   if all(seq(b, 0) and seq(e, s) for (b, e), s in zip(bounds, u.shape)): return u
   return UOp(Ops.SHRINK, u.dtype, (u,), bounds)
 
+def int_pairs(pairs: Any) -> tuple[tuple[int, int], ...] | None:
+  """`pairs` as a tuple of (int, int) tuples when every entry is a pair of plain ints, else None."""
+  try: out = tuple([(b, e) for b, e in pairs])
+  except (TypeError, ValueError): return None
+  return out if all([type(b) is int and type(e) is int for b, e in out]) else None
+
 def _size_arg(x: Any) -> Any:
   """An int (Python or numpy) as an int, a symbolic size as its simplest form."""
   return ssimplify(x) if isinstance(x, UOp) else int(x)
 
 def flip(u: UOp, axes: tuple[int, ...]) -> UOp:
   if len(set(axes)) != len(axes): raise ShapeError(f"flip axes {axes} name a dim more than once")
+  if concrete(shape := u.shape):
+    flags = tuple([i in axes and s > 1 for i, s in enumerate(shape)])
+    return view_node(_FLIP, u, flags, shape) if True in flags else u
   flags = tuple(i in axes and s != 1 and resolve(s > 1) for i, s in enumerate(u.shape))
   if not any(flags): return u
   return UOp(Ops.FLIP, u.dtype, (u,), flags)

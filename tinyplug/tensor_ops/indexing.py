@@ -13,6 +13,7 @@ from tinyplug.helpers import ContextVar
 from tinyplug.uop.dtype import dtypes, sum_acc_dtype
 from tinyplug.uop.ops import GroupOp, Ops, UOp
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.elementwise import _grad_over
 from tinyplug.tensor_ops.template import graph_template
 
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
@@ -83,6 +84,7 @@ class IndexingMixin:
     return fixed + fill
 
   def __getitem__(self, indices: Any):
+    if (basic := self._basic_index(indices)) is not None: return basic
     items = self._index_items(indices)
     bounds, flips, strides, out_dims, tensor_idx = [], [], [], [], []
     d = 0
@@ -119,6 +121,29 @@ class IndexingMixin:
     if any(s > 1 for s in strides): x = x._take_every(strides)
     x = x.reshape(tuple(1 if od is None else x.shape[od] for od in out_dims))
     return x._index_with_tensors(tensor_idx) if tensor_idx else x
+
+  def _basic_index(self, indices: Any):
+    """`x[1]`, `x[1:3]`, `x[:, -1]`: plain ints in range and slices of plain ints with no step, over a plain-int shape,
+    as __getitem__ builds them (a shrink, a reshape for the dims the ints drop) in one tensor; None for anything else
+    (the general path, which also says what is wrong)."""
+    if (u := self._uop) is None or not graph.concrete(shape := u.shape): return None
+    items = indices if type(indices) is tuple else (indices,)
+    if len(items) > len(shape): return None
+    bounds, out = [], []
+    for it, size in zip(items, shape):
+      if type(it) is int:
+        if not -size <= it < size: return None
+        it += size if it < 0 else 0
+        bounds.append((it, it + 1))
+      elif type(it) is slice and it.step is None and ((b := it.start) is None or type(b) is int) and \
+           ((e := it.stop) is None or type(e) is int):
+        start, stop, _ = it.indices(size)
+        bounds.append((start, stop) if stop > start else (0, 0))
+        out.append(max(stop - start, 0))
+      else: return None
+    rest = shape[len(items):]
+    x = graph.shrink(u, (*bounds, *[(0, s) for s in rest]))
+    return self.from_uop(graph.reshape(x, (*out, *rest)), _grad_over(self))
 
   def _take_every(self, strides: list[int]):
     """Every strides[i]-th element of dim i, starting with the first (the dims hold (n-1)*stride+1 elements)."""

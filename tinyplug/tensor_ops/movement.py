@@ -5,9 +5,10 @@ import math
 from typing import Any, Sequence
 from tinyplug.uop.dtype import dtypes, least_upper_dtype
 from tinyplug.tensor_ops import graph
+from tinyplug.tensor_ops.elementwise import _grad_over
 from tinyplug.tensor_ops.graph import ShapeError
 from tinyplug.tensor_ops.template import graph_template
-from tinyplug.uop.ops import UOp
+from tinyplug.uop.ops import Ops, UOp, view_node
 from tinyplug.uop.sint import sadd, ssub, smin_of, as_uop, is_symbolic_shape, render_shape, seq, smul, sprod, ssimplify
 
 def _shape_args(shape: Any, args: tuple) -> tuple:
@@ -24,6 +25,39 @@ def _flat_padding_to_pairs(padding: Sequence[int], ndim: int) -> list[tuple[int,
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
   return pairs
 
+def _int_pad_pairs(padding: Any, shape: tuple | None) -> tuple[tuple[int, int], ...] | None:
+  """The (before, after) of each dim for `padding` of plain non-negative ints (torch-style flat, or a pair per dim)
+  over a plain-int `shape`; None for anything else (None for a dim, a symbolic size, a negative amount, a bad length:
+  the general path, which says what is wrong)."""
+  if type(padding) is not tuple and type(padding) is not list or not graph.concrete(shape): return None
+  n = len(padding)
+  if n and type(padding[0]) is not int:
+    pairs = graph.int_pairs(padding) if n == len(shape) else None
+    return pairs if pairs is not None and all([b >= 0 and a >= 0 for b, a in pairs]) else None
+  if n % 2 or n // 2 > len(shape) or not all([type(p) is int and p >= 0 for p in padding]): return None
+  return ((0, 0),) * (len(shape) - n // 2) + tuple([(padding[i], padding[i + 1]) for i in range(n - 2, -1, -2)])
+
+# (padding, shape) -> (that padding object, its pairs, the padded shape or None when nothing is added): the same
+# padding over the same shape again (a literal tuple in a loop is one object) is converted and checked once
+_pad_plans: dict[tuple, tuple] = {}
+
+def _pad_plan(padding: Any, shape: tuple | None) -> tuple | None:
+  """(padding, _int_pad_pairs's pairs, the padded shape or None) for `padding` over `shape`; None: the general path."""
+  try: plan = _pad_plans.get(key := (padding, shape))
+  except TypeError: key = plan = None   # (a list, or lists inside: not kept)
+  if plan is not None and plan[0] is padding: return plan   # (an equal tuple of floats or bools is another object)
+  if (pairs := _int_pad_pairs(padding, shape)) is None: return None
+  plan = _padded(padding, pairs, shape)
+  if key is not None:
+    if len(_pad_plans) > 1024: _pad_plans.clear()
+    _pad_plans[key] = plan
+  return plan
+
+def _padded(padding: Any, pairs: tuple, shape: tuple) -> tuple:
+  if not any([b or a for b, a in pairs]): return padding, pairs, None
+  return padding, pairs, tuple([s + b + a for s, (b, a) in zip(shape, pairs)])
+
+_PAD = Ops.PAD
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def sum_sizes(sizes) -> Any:
@@ -33,13 +67,21 @@ def sum_sizes(sizes) -> Any:
 
 class MovementMixin:
   __slots__ = ()
+  # Each movement op builds its node with graph's maker and the tensor with from_uop (what _apply_uop does for one
+  # input, without its closure and keyword arguments); plain-int arguments over a plain-int shape take the makers'
+  # fast paths
   def reshape(self, shape, *args):
     new = _shape_args(shape, args)
     # plain non-negative int sizes (the usual case) need none of the checks below
-    if not all(type(s) is int and s >= 0 for s in new): new = self._reshape_sizes(new)
-    return self._apply_uop(graph.reshape, shape=new)
+    if not all([type(s) is int and s >= 0 for s in new]): new = self._reshape_sizes(new)
+    if (u := self._uop) is None: u = self._build()
+    return self.from_uop(graph.reshape(u, new), _grad_over(self))
   def _reshape_sizes(self, new: tuple) -> tuple[int, ...]:
     """Sizes with None (keep that dim) and one -1 (whatever is left) resolved; bad sizes raise."""
+    if new.count(-1) == 1 and graph.concrete(shape := self.shape) and all([type(s) is int and s >= -1 for s in new]):
+      # (the usual `x.reshape(-1)` or `x.view(n, -1)`: plain ints, no symbolic helpers)
+      known, total = -math.prod(new), math.prod(shape)
+      if known > 0 and total % known == 0: return tuple([total // known if s == -1 else s for s in new])
     if len(new) > 0 and any(s is None for s in new):
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if not all(isinstance(s, (int, UOp)) for s in new): raise TypeError(f"reshape sizes must be ints, got {new}")
@@ -54,20 +96,23 @@ class MovementMixin:
         raise ShapeError(f"cannot reshape a tensor of shape {render_shape(self.shape)} to {new}")
       return tuple(rest if isinstance(s, int) and s == -1 else s for s in new)
     if -1 in new:
-      known = math.prod(s for s in new if s != -1)
-      if known == 0 or self.numel() % known:
-        raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {new}")
-      new = tuple(self.numel() // known if s == -1 else s for s in new)
+      known, total = math.prod(s for s in new if s != -1), math.prod(self.shape)   # (plain ints: no sprod)
+      if known == 0 or total % known:
+        raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({total} elements) to {new}")
+      new = tuple(total // known if s == -1 else s for s in new)
     return new
   def view(self, shape, *args): return self.reshape(shape, *args)
 
   def permute(self, order, *args):
-    order = tuple(graph.normalize_axis(a, self.ndim) for a in _shape_args(order, args))
-    return self._apply_uop(graph.permute, order=order)
+    if (u := self._uop) is None: u = self._build()
+    order, n = _shape_args(order, args), 0 if (shape := u.shape) is None else len(shape)
+    if not all([type(a) is int and 0 <= a < n for a in order]): order = tuple(graph.normalize_axis(a, n) for a in order)
+    return self.from_uop(graph.permute(u, order), _grad_over(self))
 
   def expand(self, shape, *args):
     new = _shape_args(shape, args)
     if len(new) < self.ndim: raise ShapeError(f"cannot expand shape {self.shape} to {new}: too few dims")
+    if all([type(n) is int and n >= 0 for n in new]): return self._broadcast_to(new)   # (no -1 or None to fill in)
     old = (1,) * (len(new) - self.ndim) + self.shape
     return self._broadcast_to(tuple(o if n in (-1, None) else n for o, n in zip(old, new)))
 
@@ -78,6 +123,10 @@ class MovementMixin:
     elements away."""
     if mode not in _PAD_MODES:   # NotImplementedError, as torch's F.pad raises for a mode it does not have
       raise NotImplementedError(f"pad mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
+    if mode == "constant" and ((t := type(value)) is float or t is int) and value == 0 and \
+       (plan := _pad_plan(padding, (u := self.uop).shape)) is not None:
+      # the usual call, `x.pad((1, 1, 1, 1))`: zeros around, plain non-negative ints over a plain-int shape
+      return self.from_uop(u if plan[2] is None else view_node(_PAD, u, plan[1], plan[2]), _grad_over(self))
     if all(isinstance(p, (int, UOp)) for p in padding): pairs = _flat_padding_to_pairs(padding, self.ndim)
     else:
       if len(padding) != self.ndim:
@@ -127,8 +176,11 @@ class MovementMixin:
 
   def shrink(self, bounds: Sequence):
     """Keep [start, end) of each dim; None keeps a dim whole."""
-    if len(bounds) != self.ndim: raise ShapeError(f"shrink {tuple(bounds)} needs one entry per dim of {self.shape}")
-    return self._apply_uop(graph.shrink, bounds=tuple((0, s) if b is None else b for b, s in zip(bounds, self.shape)))
+    if (u := self._uop) is None: u = self._build()
+    shape = () if (s := u.shape) is None else s
+    if len(bounds) != len(shape): raise ShapeError(f"shrink {tuple(bounds)} needs one entry per dim of {shape}")
+    return self.from_uop(graph.shrink(u, tuple([(0, s) if b is None else b for b, s in zip(bounds, shape)])),
+                         _grad_over(self))
 
   def rearrange(self, pattern: str, **sizes: int):
     """einops-style: `t.rearrange("b c (h w) -> b h w c", h=4)`; names split and merge axes, "1" is a unit axis,
@@ -137,8 +189,11 @@ class MovementMixin:
     return rearrange(self, pattern, **sizes)
 
   def flip(self, axis, *args):
-    axes = tuple(graph.normalize_axis(a, self.ndim) for a in _shape_args(axis, args))
-    return self._apply_uop(graph.flip, axes=axes)
+    if (u := self._uop) is None: u = self._build()
+    n = 0 if (shape := u.shape) is None else len(shape)
+    axes = _shape_args(axis, args)
+    if not all([type(a) is int and 0 <= a < n for a in axes]): axes = tuple(graph.normalize_axis(a, n) for a in axes)
+    return self.from_uop(graph.flip(u, axes), _grad_over(self))
 
   # ---- views built on the above ----
   def transpose(self, dim0: int = 1, dim1: int = 0):
@@ -147,7 +202,10 @@ class MovementMixin:
     order[a], order[b] = order[b], order[a]
     return self.permute(order)
   @property
-  def T(self): return self.permute(tuple(reversed(range(self.ndim))))
+  def T(self):
+    if (u := self._uop) is None: u = self._build()
+    n = 0 if (shape := u.shape) is None else len(shape)
+    return self.from_uop(graph.permute(u, tuple(range(n - 1, -1, -1))), _grad_over(self))
   def flatten(self, start_dim: int = 0, end_dim: int = -1):
     if self.ndim == 0: return self.reshape(1)
     a, b = graph.normalize_axis(start_dim, self.ndim), graph.normalize_axis(end_dim, self.ndim)

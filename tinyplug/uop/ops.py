@@ -194,6 +194,12 @@ def shaped_node(op: Ops, src: UOp, shape: tuple[int, ...]) -> UOp:
   dtype = src.dtype
   return _intern((op._value_, id(dtype), (src,), shape), op, dtype, (src,), shape, {"shape": shape})
 
+def view_node(op: Ops, src: UOp, arg: tuple, shape: tuple) -> UOp:
+  """UOp(op, src.dtype, (src,), arg) for a movement op whose maker checked `arg` (a tuple of plain ints or bools, or of
+  pairs of plain ints: its own cache key) and knows the result's `shape`: a new node gets its shape and device."""
+  dtype = src.dtype
+  return _intern((op._value_, id(dtype), (src,), arg), op, dtype, (src,), arg, {"shape": shape, "device": src.device})
+
 # set by tinyplug.device (a higher layer, which uop/ does not import): BUFFER uop -> its device Buffer; BUFFER uop ->
 # its Buffer when memory holds its values (else None); and (BUFFER uop, Buffer) -> None, to attach an unpickled Buffer
 buffer_lookup: Callable[[UOp], Any] | None = None
