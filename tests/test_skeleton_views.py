@@ -221,3 +221,13 @@ def test_no_view_pool_with_lru_off():
     if not _served(f, x): pytest.skip("plans do not apply here")
     assert _uniques_made(lambda: f(x).realize(), 10) == 10
     np.testing.assert_array_equal(f(x).realize().numpy(), want(xs))
+
+def test_a_gradient_folded_to_a_constant_after_a_like_graph_realizes():
+  # cummax's, then cummin's gradient of a 0-d tensor: the second finds the first's plan by its skeleton, and its target
+  # is a constant that plan holds (not a leaf), which no direct runner may take (a KeyError here before)
+  for fn in (lambda x: x.cummax(0)[0], lambda x: x.cummin(0)[0]):
+    x = Tensor(np.array(0.25, np.float32))
+    assert fn(x).numpy() == np.float32(0.25)
+    (g,) = fn(x).sum().gradient(x)
+    Tensor.realize(g)
+    assert g.numpy() == np.float32(1.0)

@@ -781,7 +781,9 @@ def _remember_skeleton(skel: tuple, nodes: list[UOp], cache: BoundedCache, key: 
   sc = _Shortcut(cache, key, entry, len(nodes), tuple((p, where[id(nodes[p])]) for p in sorted(needed)),
                  tuple((p, nodes[p]) for p in held), param)
   leaf_of = dict(sc.fills)
-  if (run := _direct_runner(plan, tuple(becomes), len(nodes) - 2, leaf_of)) is not None:
+  # (a held constant that is the target itself, a gradient that folded to one, is no leaf: no direct runner then)
+  if all(p in leaf_of for p, _ in sc.held) and \
+     (run := _direct_runner(plan, tuple(becomes), len(nodes) - 2, leaf_of)) is not None:
     sc.direct = (run, tuple((leaf_of[p], c) for p, c in sc.held))
   # the newest first; one of each kind (a later graph plan for other constants replaces the earlier one)
   _skeleton_plans.put(skey, (sc,) + tuple(o for o in _skeleton_plans.get(skey, ()) if o.param != param)[:1])
