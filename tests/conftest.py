@@ -22,6 +22,16 @@ def vector_machine(monkeypatch):
 
 
 @pytest.fixture
+def becomes_calls(monkeypatch):
+  """The maps Tensor.realize hands to _apply_becomes_map (a realize served without one adds nothing)."""
+  import tinyplug.tensor as tensor_mod
+  calls = []
+  real = tensor_mod._apply_becomes_map
+  monkeypatch.setattr(tensor_mod, "_apply_becomes_map", lambda b: (calls.append(b), real(b))[1])
+  return calls
+
+
+@pytest.fixture
 def avx512_machine(vector_machine):
   """The CPU renderer describes an AVX-512 machine (32 vector registers of 64 bytes), whatever the host, for tests that
   assert AVX-512's decisions (an AVX2 host's 16 x 4 tile unrolls and upcasts by other widths); no schedule the pack

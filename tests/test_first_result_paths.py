@@ -3,21 +3,12 @@ target becomes, which the tensor takes without a becomes map only where nothing 
 float32 constant's chain gets its skeleton as it is made, the numbers the walk would give it. Values against numpy."""
 import numpy as np
 import pytest
-import tinyplug.tensor as tensor_mod
 from tinyplug.tensor import Tensor
 from tinyplug.engine import plan as P
 from tinyplug.schedule import cache
 from tinyplug.tensor_ops import graph
 from tinyplug.uop import UOp, dtypes
 from tinyplug.uop.ops import Ops
-
-@pytest.fixture
-def becomes_calls(monkeypatch):
-  """How many times Tensor.realize handed a map to _apply_becomes_map."""
-  calls = []
-  real = tensor_mod._apply_becomes_map
-  monkeypatch.setattr(tensor_mod, "_apply_becomes_map", lambda b: (calls.append(b), real(b))[1])
-  return calls
 
 def _warm(x: Tensor) -> None:
   for k in (1.25, 2.25, 3.25, 4.25): ((x * k) + 1.0).exp().realize()   # baked, baked, parameter plan, shortcut

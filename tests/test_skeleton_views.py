@@ -5,7 +5,6 @@ first. Values against numpy; every change of what the plan was made for still gi
 import gc
 import numpy as np
 import pytest
-import tinyplug.tensor as tensor_mod
 from tinyplug import Context
 from tinyplug.tensor import Tensor
 from tinyplug.device import OUTPUT_POOL
@@ -13,14 +12,6 @@ from tinyplug.engine import plan as P, realize as engine
 from tinyplug.helpers import GlobalCounters
 from tinyplug.uop import UOp, UOpMap
 from tinyplug.uop.ops import Ops
-
-@pytest.fixture
-def becomes_calls(monkeypatch):
-  """The maps Tensor.realize handed to _apply_becomes_map."""
-  calls = []
-  real = tensor_mod._apply_becomes_map
-  monkeypatch.setattr(tensor_mod, "_apply_becomes_map", lambda b: (calls.append(b), real(b))[1])
-  return calls
 
 CASES = {
   "add then mul": (lambda x: (x + 1.0) * 2.0, lambda a: (a + 1) * 2),

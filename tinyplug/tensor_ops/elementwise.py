@@ -109,7 +109,6 @@ class ElementwiseMixin:
       padded = (1,) * (len(shape) - len(old)) + old
       if all([n == s or n == 1 for n, s in zip(padded, shape)]):
         return self.from_uop(graph.expand(graph.reshape(u, padded), shape), _grad_over(self))
-    if self.shape == shape: return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     if len(shape) < self.ndim or any(s != n and s != 1 for s, n in zip(padded, shape)):
       raise ShapeError(f"cannot expand (broadcast) shape {self.shape} to {tuple(shape)}: only dims of size 1 can grow")
